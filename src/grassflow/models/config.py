@@ -1,0 +1,73 @@
+"""ModelConfig: one dataclass for both models; defaults are the paper's Table 1 setting."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+NORMS = ("post", "pre")
+INITS = ("default", "small")
+LAG_SCHEDULES = ("all", "per_layer")
+EMPTY_OFFSETS = ("zero", "bias")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 30522  # bert-base-uncased
+    context_len: int = 128  # L: rows of the learned position table, max sequence length
+    n_layers: int = 6  # N
+    d_model: int = 256
+    d_ff: int = 1024  # 4·d_model, GELU
+    n_heads: int = 4  # Transformer only
+    r: int = 32  # Grassmann: reduced dimension, r(r−1)/2 = 496 Plücker coordinates
+    lags: tuple[int, ...] = (1, 2, 4, 8, 12, 16)  # Grassmann: offsets Δ (pairs z_t, z_{t−Δ})
+    dropout: float = 0.1
+    tie_weights: bool = True  # LM head shares the token embedding
+    # --- switches; the paper-literal choice is the first of each ---
+    norm: str = "post"  # post: LN after each residual (paper) | pre: pre-LN with residuals
+    init: str = "default"  # default: PyTorch's init | small: N(0, 0.02), zero biases
+    lag_schedule: str = "all"  # all: every layer uses all lags | per_layer: layer i uses
+    #                             lags[i·len(lags)//n_layers] (N=12: 1,1,2,2,4,4,…,16,16)
+    empty_offsets: str = "zero"  # g_t where no offset is valid (t < min Δ): zero | bias
+    eps: float = 1e-6  # floor of ‖p‖ in p / max(‖p‖, eps)
+    plucker_backend: str = "auto"  # reference | fast | cupy | kernel-cpu | auto
+
+    def __post_init__(self):
+        object.__setattr__(self, "lags", tuple(int(d) for d in self.lags))
+        for key, allowed in (("norm", NORMS), ("init", INITS), ("lag_schedule", LAG_SCHEDULES),
+                             ("empty_offsets", EMPTY_OFFSETS)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"model.{key}: {getattr(self, key)!r} is not one of {allowed}")
+        for key in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"model.{key} must be ≥ 1, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
+        if self.r < 2:
+            raise ValueError(f"model.r must be ≥ 2, got {self.r}")
+        if not self.lags:
+            raise ValueError("model.lags must not be empty")
+        for d in self.lags:
+            if not 0 < d < self.context_len:
+                raise ValueError(f"model.lags: offset {d} must be in 1..context_len-1 ({self.context_len - 1})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.eps <= 0:
+            raise ValueError(f"model.eps must be > 0, got {self.eps}")
+
+    def layer_lags(self, i: int) -> tuple[int, ...]:
+        if self.lag_schedule == "all":
+            return self.lags
+        return (self.lags[i * len(self.lags) // self.n_layers],)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["lags"] = list(self.lags)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"model: unknown key(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)

@@ -1,0 +1,63 @@
+"""GrassmannLM: causal Grassmann (Plücker) mixing in place of self-attention.
+
+Block (post-norm, the paper's):
+    z  = W_red h + b                                  (r = 32)
+    g  = plucker_mix(z, lags, W_plü, b_plü)           (grassflow.ops.plucker; one shared W_plü)
+    α  = σ(W_gate [h; g] + b_gate)
+    ĥ  = Dropout(LN(α h + (1−α) g))
+    h' = LN(ĥ + FFN(ĥ))
+Pre-norm (norm="pre"), the stabilisation 12-layer reproductions needed:
+    u = LN(h);  h ← h + Dropout(α u + (1−α) g(u));  h ← h + FFN(LN(h))
+
+Offsets pair z_t with the *earlier* z_{t−Δ}. The paper's text writes z_{t+Δ}, which would let
+position t read the future; a causal language model cannot do that.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from grassflow.models.common import FeedForward, LanguageModel
+from grassflow.models.config import ModelConfig
+from grassflow.ops.plucker import plucker_mix
+
+
+class GrassmannMixer(nn.Module):
+    def __init__(self, cfg: ModelConfig, lags: tuple[int, ...]):
+        super().__init__()
+        self.cfg, self.lags = cfg, lags
+        self.reduce = nn.Linear(cfg.d_model, cfg.r)
+        self.plucker = nn.Linear(cfg.r * (cfg.r - 1) // 2, cfg.d_model)
+        self.gate = nn.Linear(2 * cfg.d_model, cfg.d_model)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        g = plucker_mix(self.reduce(h), self.lags, self.plucker.weight, self.plucker.bias,
+                        eps=cfg.eps, empty=cfg.empty_offsets, backend=cfg.plucker_backend)
+        g = g.to(h.dtype)
+        alpha = torch.sigmoid(self.gate(torch.cat((h, g), -1)))
+        return alpha * h + (1 - alpha) * g
+
+
+class GrassmannBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, lags: tuple[int, ...]):
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.mix = GrassmannMixer(cfg, lags)
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ffn = FeedForward(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, h):
+        if self.pre:
+            h = h + self.drop(self.mix(self.ln1(h)))
+            return h + self.ffn(self.ln2(h))
+        h = self.drop(self.ln1(self.mix(h)))
+        return self.ln2(h + self.ffn(h))
+
+
+class GrassmannLM(LanguageModel):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg, [GrassmannBlock(cfg, cfg.layer_lags(i)) for i in range(cfg.n_layers)])

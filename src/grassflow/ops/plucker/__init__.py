@@ -1,0 +1,57 @@
+"""The Plücker mixing op of GrassmannLM, with interchangeable backends.
+
+`plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="auto")`
+takes z (B, T, r) and weight (d, r(r−1)/2) and returns g (B, T, d):
+
+    g_t = mean_{Δ ∈ lags, t−Δ ≥ 0} ( W p̂(z_t ∧ z_{t−Δ}) + b ),   p̂ = p / max(‖p‖, eps)
+
+backends: "reference" (paper-literal loop), "fast" (algebraic form in PyTorch),
+"cupy" (CUDA RawKernels), "kernel-cpu" (the CUDA kernels compiled for the CPU, for tests),
+"auto" (cupy on CUDA tensors when CuPy is installed, else fast).
+"""
+
+from __future__ import annotations
+
+from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
+from grassflow.ops.plucker.cupy_backend import CupyStages, cupy_available
+from grassflow.ops.plucker.fast import TorchStages
+from grassflow.ops.plucker.function import PluckerMixFunction
+from grassflow.ops.plucker.reference import plucker_mix_reference
+
+BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu")
+EMPTY_POLICIES = ("zero", "bias")
+_STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelStages()}
+
+
+def resolve_backend(backend: str, z) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "cupy" if z.is_cuda and cupy_available() else "fast"
+    if backend == "cupy" and not (z.is_cuda and cupy_available()):
+        raise RuntimeError("backend='cupy' needs CUDA tensors and CuPy (pip install grassflow[gpu])")
+    return backend
+
+
+def plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="auto"):
+    if z.dim() != 3:
+        raise ValueError(f"z must be (B, T, r), got shape {tuple(z.shape)}")
+    r = z.shape[-1]
+    if r < 2:
+        raise ValueError(f"r must be ≥ 2, got {r}")
+    if weight.dim() != 2 or weight.shape[1] != r * (r - 1) // 2:
+        raise ValueError(f"weight must be (d, {r * (r - 1) // 2}) for r={r}, got {tuple(weight.shape)}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
+    lags = tuple(int(d) for d in lags)
+    if any(d <= 0 for d in lags):
+        raise ValueError(f"lags must be positive integers, got {lags}")
+    if empty not in EMPTY_POLICIES:
+        raise ValueError(f"empty must be one of {EMPTY_POLICIES}, got {empty!r}")
+    backend = resolve_backend(backend, z)
+    if backend == "reference":
+        return plucker_mix_reference(z, lags, weight, bias, eps=eps, empty=empty)
+    return PluckerMixFunction.apply(z, weight, bias, lags, eps, empty, _STAGES[backend])
+
+
+__all__ = ["BACKENDS", "plucker_mix", "plucker_mix_reference", "resolve_backend"]

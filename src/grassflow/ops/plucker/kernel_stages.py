@@ -1,0 +1,92 @@
+"""Stages run by the kernels in kernels/plucker.cu: on a GPU through CuPy (`cupy`), or on
+the CPU through a small CUDA-on-CPU shim (`kernel-cpu`, used to test the very same source
+without a GPU). Subclasses only say how one kernel is launched."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grassflow.ops.plucker.common import acc_dtype, pair_indices
+
+# dtype -> (C++ type in plucker.cu, suffix of the CPU entry points)
+KERNEL_TYPES = {
+    torch.float32: ("float", "f32"),
+    torch.float64: ("double", "f64"),
+    torch.bfloat16: ("bf16_t", "bf16"),
+}
+KERNELS = ("plucker_coeff", "plucker_wedge", "plucker_wedge_bwd", "plucker_lag_bwd")
+
+
+def kernels_dir() -> Path:
+    """kernels/ of a source checkout, or the copy a wheel carries as grassflow/_kernels."""
+    here = Path(__file__).resolve()
+    for cand in (here.parents[2] / "_kernels", here.parents[4] / "kernels"):
+        if (cand / "plucker.cu").is_file():
+            return cand
+    raise FileNotFoundError(f"kernels/plucker.cu not found near {here}")
+
+
+class KernelStages:
+    name = "kernel"
+
+    def _launch(self, kernel: str, dtype: torch.dtype, n_threads: int, *args) -> None:
+        raise NotImplementedError
+
+    def _check(self, *tensors):
+        for t in tensors:
+            if t.dtype not in KERNEL_TYPES and t.dtype not in (torch.int32,):
+                raise TypeError(f"plucker kernels take float32, float64 or bfloat16, got {t.dtype}")
+            if not t.is_contiguous():
+                raise ValueError("plucker kernels need contiguous inputs")
+
+    @staticmethod
+    @cache
+    def _int_tensor(values: tuple, device: str) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    def _lags(self, lags, device):
+        return self._int_tensor(tuple(int(d) for d in lags) or (0,), str(device))
+
+    def _eps(self, dtype, eps):
+        return (np.float64 if acc_dtype(dtype) == torch.float64 else np.float32)(eps)
+
+    def coeff(self, z, lags, eps):
+        self._check(z)
+        B, T, r = z.shape
+        c = torch.empty(z.shape, dtype=acc_dtype(z.dtype), device=z.device)
+        n = B * T
+        self._launch("plucker_coeff", z.dtype, n, z, self._lags(lags, z.device),
+                     np.int32(len(lags)), np.int64(n), np.int32(T), np.int32(r),
+                     self._eps(z.dtype, eps), c)
+        return c
+
+    def wedge(self, z, c):
+        B, T, r = z.shape
+        n_pairs = r * (r - 1) // 2
+        I, J = pair_indices(r, "cpu")
+        pi = self._int_tensor(tuple(I.tolist()), str(z.device))
+        pj = self._int_tensor(tuple(J.tolist()), str(z.device))
+        q = torch.empty(B, T, n_pairs, dtype=z.dtype, device=z.device)
+        self._launch("plucker_wedge", z.dtype, B * T * n_pairs, z, c, pi, pj,
+                     np.int64(B * T), np.int32(r), q)
+        return q
+
+    def wedge_bwd(self, dq, z, c):
+        self._check(dq)
+        B, T, r = z.shape
+        da, dc = torch.empty_like(c), torch.empty_like(c)
+        self._launch("plucker_wedge_bwd", z.dtype, B * T * r, dq, z, c, np.int64(B * T),
+                     np.int32(r), da, dc)
+        return da, dc
+
+    def lag_bwd(self, z, dc, da, lags, eps):
+        B, T, r = z.shape
+        dz = torch.empty_like(dc)
+        self._launch("plucker_lag_bwd", z.dtype, B * T, z, dc, da, self._lags(lags, z.device),
+                     np.int32(len(lags)), np.int64(B * T), np.int32(T), np.int32(r),
+                     self._eps(z.dtype, eps), dz)
+        return dz
