@@ -74,7 +74,9 @@ def test_gradcheck(backend, gen):
     W = rand(gen, 3, 6).requires_grad_()
     b = rand(gen, 3).requires_grad_()
     for empty in ("zero", "bias"):
-        f = lambda z, W, b: plucker_mix(z, (1, 2, 2, 5), W, b, empty=empty, backend=backend)  # noqa: E731
+        def f(z, W, b, empty=empty):
+            return plucker_mix(z, (1, 2, 2, 5), W, b, empty=empty, backend=backend)
+
         assert torch.autograd.gradcheck(f, (z, W, b), eps=1e-6, atol=1e-8)
 
 

@@ -37,6 +37,10 @@ class LanguageModel(nn.Module):
             self.head.weight = self.tok_emb.weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.hidden(idx))
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Final-LayerNorm states (B, T, d): everything but the LM head."""
         T = idx.shape[1]
         if T > self.cfg.context_len:
             raise ValueError(f"sequence length {T} exceeds context_len {self.cfg.context_len}")
@@ -44,7 +48,7 @@ class LanguageModel(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        return self.ln_f(x)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights count once

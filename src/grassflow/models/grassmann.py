@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from grassflow.models.common import FeedForward, LanguageModel
 from grassflow.models.config import ModelConfig
@@ -36,8 +37,11 @@ class GrassmannMixer(nn.Module):
         g = plucker_mix(self.reduce(h), self.lags, self.plucker.weight, self.plucker.bias,
                         eps=cfg.eps, empty=cfg.empty_offsets, backend=cfg.plucker_backend)
         g = g.to(h.dtype)
-        alpha = torch.sigmoid(self.gate(torch.cat((h, g), -1)))
-        return alpha * h + (1 - alpha) * g
+        # σ(W_gate [h; g] + b) without materialising [h; g], and α h + (1−α) g as a lerp:
+        # backward then keeps only α beyond tensors it already holds (h, g).
+        d, w = h.shape[-1], self.gate.weight
+        alpha = torch.sigmoid(F.linear(h, w[:, :d], self.gate.bias) + F.linear(g, w[:, d:]))
+        return torch.lerp(g, h, alpha)
 
 
 class GrassmannBlock(nn.Module):

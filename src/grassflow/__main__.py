@@ -1,0 +1,5 @@
+import sys
+
+from grassflow.cli import main
+
+sys.exit(main())

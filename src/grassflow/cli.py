@@ -1,0 +1,126 @@
+"""Command line of the pipeline stages: `python -m grassflow <stage> ...` (or `grassflow`).
+
+The Snakemake rules are thin shells over these commands. Expected failures (bad data, bad
+config, missing files) print one `error:` line naming the file or key, and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _download(a):
+    from grassflow.data.download import download
+    from grassflow.io import write_json
+
+    cfg = json.loads(a.data)
+    records = {split: download(cfg, split, Path(a.out_dir) / f"{split}.parquet") for split in a.splits}
+    write_json(Path(a.out_dir) / "checksums.json", records)
+
+
+def _train_tokenizer(a):
+    from grassflow.data.tokenize import train_tokenizer
+
+    train_tokenizer(a.train, a.vocab_size, a.out)
+
+
+def _tokenize(a):
+    from grassflow.data.tokenize import tokenize_split
+
+    cfg = json.loads(a.tokenizer)
+    for raw in a.raw:
+        meta = tokenize_split(cfg, raw, Path(a.out_dir) / Path(raw).name, a.artifact)
+        print(f"{Path(raw).stem}: {meta['n_tokens']} tokens in {meta['seconds']:.2f}s", file=sys.stderr)
+
+
+def _train(a):
+    from grassflow.train import train
+
+    train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir)
+
+
+def _evaluate(a):
+    from grassflow.evaluate import evaluate_run
+
+    evaluate_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
+
+
+def _aggregate(a):
+    from grassflow.report.aggregate import aggregate
+
+    aggregate(json.loads(a.preset), a.preset_name, a.runs, a.bench, a.out_dir)
+
+
+def _bench(a):
+    from grassflow.bench import main
+
+    main(a.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("download", help="raw splits to parquet")
+    p.add_argument("--data", required=True, help="the preset's data section, as JSON")
+    p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_download)
+
+    p = sub.add_parser("train-tokenizer", help="train a WordPiece tokenizer on the train split")
+    p.add_argument("--train", required=True)
+    p.add_argument("--vocab-size", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=_train_tokenizer)
+
+    p = sub.add_parser("tokenize", help="raw parquet files to token parquet files")
+    p.add_argument("--tokenizer", required=True, help="the preset's tokenizer section, as JSON")
+    p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")
+    p.add_argument("--raw", nargs="+", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_tokenize)
+
+    p = sub.add_parser("train", help="train one run from its spec")
+    p.add_argument("--spec", required=True, help="run spec as JSON")
+    p.add_argument("--train-tokens", required=True)
+    p.add_argument("--val-tokens", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_train)
+
+    p = sub.add_parser("evaluate", help="perplexities of a run's best checkpoint")
+    for k in ("checkpoint", "run-json", "val-tokens", "test-tokens", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.set_defaults(fn=_evaluate)
+
+    p = sub.add_parser("aggregate", help="tables and figures of a preset")
+    p.add_argument("--preset", required=True, help="the preset, as JSON")
+    p.add_argument("--preset-name", required=True)
+    p.add_argument("--runs", nargs="+", required=True, help="run directories")
+    p.add_argument("--bench", help="bench JSON for the scaling figure")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_aggregate)
+
+    p = sub.add_parser("bench", help="core benchmark (see python -m grassflow.bench -h)")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=_bench)
+    return ap
+
+
+def main(argv=None) -> int:
+    from grassflow.config import ConfigError
+    from grassflow.data import DataError
+
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except (DataError, ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

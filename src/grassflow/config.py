@@ -1,0 +1,81 @@
+"""Pipeline configuration: pick the preset, check it, and expand it into one spec per run.
+
+Shared by the Snakefile (through workflow/rules/common.smk) and the CLI, so the DAG and a
+hand-run job resolve a run identically. The JSON schema (workflow/schemas/config.schema.yaml)
+checks types, ranges and unknown keys; `check_preset` adds what a schema cannot say.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+from grassflow.models.config import ModelConfig
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key and what is allowed."""
+
+
+def select_preset(config: dict) -> tuple[str, dict]:
+    name = config.get("preset")
+    presets = config.get("presets") or {}
+    if name not in presets:
+        raise ConfigError(f"preset: {name!r} is not defined; choose one of {sorted(presets)}")
+    return name, presets[name]
+
+
+def check_preset(name: str, p: dict) -> None:
+    where = f"presets.{name}"
+    if not p.get("experiments"):
+        raise ConfigError(f"{where}.experiments: the run grid is empty")
+    if not p.get("models"):
+        raise ConfigError(f"{where}.models: no model selected (transformer, grassmann)")
+    if not p.get("seeds"):
+        raise ConfigError(f"{where}.seeds: no seed given")
+    if len(set(p["seeds"])) != len(p["seeds"]):
+        raise ConfigError(f"{where}.seeds: duplicate seeds {p['seeds']}")
+    data = p["data"]
+    if data["source"] == "local" and not data.get("local_dir"):
+        raise ConfigError(f"{where}.data.local_dir: required when data.source is 'local'")
+    if data["source"] == "synthetic" and not data.get("synthetic"):
+        raise ConfigError(f"{where}.data.synthetic: required when data.source is 'synthetic'")
+    tok = p["tokenizer"]
+    if tok["name"] == "trained" and not tok.get("vocab_size"):
+        raise ConfigError(f"{where}.tokenizer.vocab_size: required when tokenizer.name is 'trained'")
+    if tok["name"] != "trained" and tok.get("vocab_size"):
+        raise ConfigError(f"{where}.tokenizer.vocab_size: only for tokenizer.name 'trained'")
+    for run_id, spec in runs(name, p).items():
+        try:
+            ModelConfig.from_dict({**spec["model"], "vocab_size": 1})
+        except ValueError as e:
+            raise ConfigError(f"{where} (run {run_id}): {e}") from None
+
+
+def tokenizer_id(p: dict) -> str:
+    return p["tokenizer"]["name"]
+
+
+def runs(name: str, p: dict) -> dict[str, dict]:
+    """{run_id: spec}: experiment × model × seed. A spec holds everything that run depends
+    on, and nothing else, so editing one model's settings changes only that model's specs."""
+    out = {}
+    for exp, e in p["experiments"].items():
+        for kind in p["models"]:
+            model = {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}),
+                     "n_layers": e["n_layers"], "context_len": e["context_len"]}
+            if kind == "transformer":  # Grassmann-only keys cannot make a Transformer stale
+                for k in ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend"):
+                    model.pop(k, None)
+            train = {**p["train"], "epochs": e["epochs"], "batch_size": e["batch_size"]}
+            for seed in p["seeds"]:
+                run_id = f"{exp}-{kind}-s{seed}"
+                out[run_id] = {"run_id": run_id, "preset": name, "experiment": exp, "model_kind": kind,
+                               "seed": seed, "model": copy.deepcopy(model), "train": train,
+                               "tokenizer": tokenizer_id(p)}
+    return out
+
+
+def spec_hash(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

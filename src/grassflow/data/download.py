@@ -1,0 +1,100 @@
+"""Stage 1, download: Wikitext-2 rows (or a synthetic stand-in) to results/.../raw/{split}.parquet.
+
+Sources:
+  hub        datasets.load_dataset(dataset, name, revision=<pinned>) — needs the Hugging Face hub
+  local      a directory of the hub's parquet files (an HPC mirror): {split}.parquet or
+             {split}-00000-of-00001.parquet, directly or under <name>/
+  synthetic  grassflow.data.synthetic, deterministic, offline
+
+Each split's content hash (sha256 over its rows) is recorded beside the file hash; when the
+config gives an expected content hash, a mismatch is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from grassflow.data import DataError
+from grassflow.data.synthetic import generate_split
+from grassflow.io import atomic_path, sha256_file
+
+SPLITS = ("train", "validation", "test")
+
+
+def content_sha256(rows: list[str]) -> str:
+    """sha256 of the rows, independent of how a parquet file encodes them."""
+    h = hashlib.sha256()
+    for row in rows:
+        b = row.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def _from_hub(cfg: dict, split: str) -> list[str]:
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(cfg["dataset"], cfg["name"], revision=cfg.get("revision"), split=split)
+    except Exception as e:  # the hub raises many types; all mean the same to the user
+        offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else ""
+        raise DataError(
+            f"could not load {cfg['dataset']}/{cfg['name']} split {split!r} from the Hugging Face "
+            f"hub{offline}: {type(e).__name__}: {e}\n"
+            "Fix: run where the hub is reachable, or set data.source: local with data.local_dir "
+            "pointing at the hub's parquet files, or use the offline demo (preset=demo)."
+        ) from None
+    return list(ds["text"])
+
+
+def _local_file(cfg: dict, split: str) -> Path:
+    root = Path(cfg["local_dir"]).expanduser()
+    for d in (root, root / cfg["name"]):
+        for name in (f"{split}.parquet", f"{split}-00000-of-00001.parquet"):
+            if (d / name).is_file():
+                return d / name
+    raise DataError(f"data.local_dir: no parquet file for split {split!r} in {root} "
+                    f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)")
+
+
+def read_rows(path) -> list[str]:
+    try:
+        table = pq.read_table(path)
+    except Exception as e:
+        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
+    if "text" not in table.column_names:
+        raise DataError(f"{path}: expected a 'text' column, found {table.column_names}")
+    return table.column("text").to_pylist()
+
+
+def load_rows(cfg: dict, split: str) -> list[str]:
+    source = cfg["source"]
+    if source == "hub":
+        return _from_hub(cfg, split)
+    if source == "local":
+        return read_rows(_local_file(cfg, split))
+    if source == "synthetic":
+        syn = cfg["synthetic"]
+        return generate_split(syn["articles"][split], seed=syn["seed"] * 1000 + SPLITS.index(split))
+    raise DataError(f"data.source: unknown source {source!r} (hub, local, synthetic)")
+
+
+def download(cfg: dict, split: str, out_path) -> dict:
+    """Write one split's rows to parquet; return its checksum record."""
+    rows = load_rows(cfg, split)
+    if not any(r.strip() for r in rows):
+        raise DataError(f"data: split {split!r} from source {cfg['source']!r} is empty")
+    digest = content_sha256(rows)
+    expected = (cfg.get("expected_sha256") or {}).get(split)
+    if expected and expected != digest:
+        raise DataError(f"data: split {split!r} content sha256 {digest} does not match the expected "
+                        f"{expected} (data.expected_sha256.{split}); the source changed or is corrupt")
+    with atomic_path(out_path) as tmp:
+        pq.write_table(pa.table({"text": rows}), tmp)
+    return {"split": split, "rows": len(rows), "content_sha256": digest,
+            "file_sha256": sha256_file(out_path), "source": cfg["source"]}

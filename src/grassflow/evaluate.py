@@ -1,0 +1,122 @@
+"""Stage 4, evaluate: perplexities of the best checkpoint on validation and test.
+
+  chunked   the paper's: non-overlapping blocks of L inputs, each predicting its next L tokens
+  strided   windows of L moved by L/2; each token is scored once, with ≥ L/2 tokens of context
+            (except in the first window)
+  word      lm-evaluation-harness's word perplexity: exp(total NLL / number of whitespace-split
+            words of the original text), using the strided NLL (every token scored once)
+The stream's first token has no context and is never scored; token counts are recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def _autocast(device):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+@torch.no_grad()
+def chunked_nll(model, ids: np.ndarray, L: int, batch_size: int, device) -> tuple[float, int]:
+    """(sum of NLL, tokens scored) over non-overlapping blocks of L."""
+    n_blocks = (len(ids) - 1) // L
+    if n_blocks == 0:
+        raise ValueError(f"split has {len(ids)} tokens, fewer than one block of {L}+1")
+    data = torch.as_tensor(ids[: n_blocks * L + 1], dtype=torch.long)
+    x_all = data[:-1].view(n_blocks, L)
+    y_all = data[1:].view(n_blocks, L)
+    total = 0.0
+    model.eval()
+    for i in range(0, n_blocks, batch_size):
+        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+        with _autocast(device):
+            logits = model(x)
+        total += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                 reduction="sum").item()
+    return total, n_blocks * L
+
+
+@torch.no_grad()
+def strided_nll(model, ids: np.ndarray, L: int, stride: int, batch_size: int, device) -> tuple[float, int]:
+    """(sum of NLL, tokens scored) with sliding windows; each target scored exactly once."""
+    n = len(ids)
+    data = torch.as_tensor(ids, dtype=torch.long)
+    windows = []  # (start, first target index scored within the window)
+    prev_end = 0  # targets 1..prev_end already scored
+    for start in range(0, max(n - 1, 1), stride):
+        end = min(start + L, n - 1)  # inputs ids[start:end], targets ids[start+1:end+1]
+        if end <= prev_end:
+            break
+        windows.append((start, end, prev_end - start))
+        prev_end = end
+        if end == n - 1:
+            break
+    total, count = 0.0, 0
+
+    def score(logits, start, end, skip):
+        nonlocal total, count
+        y = data[start + 1 : end + 1].to(device)
+        total += F.cross_entropy(logits.float()[skip:], y[skip:], reduction="sum").item()
+        count += end - start - skip
+
+    model.eval()
+    full = [w for w in windows if w[1] - w[0] == L]  # all but possibly the last window
+    for i in range(0, len(full), batch_size):
+        part = full[i : i + batch_size]
+        with _autocast(device):
+            logits = model(torch.stack([data[s:e] for s, e, _ in part]).to(device))
+        for j, w in enumerate(part):
+            score(logits[j], *w)
+    for start, end, skip in windows[len(full):]:
+        with _autocast(device):
+            score(model(data[start:end].unsqueeze(0).to(device))[0], start, end, skip)
+    return total, count
+
+
+def perplexities(model, ids, meta, L, batch_size, device) -> dict:
+    c_nll, c_n = chunked_nll(model, ids, L, batch_size, device)
+    s_nll, s_n = strided_nll(model, ids, L, max(1, L // 2), batch_size, device)
+    return {"chunked_ppl": math.exp(c_nll / c_n), "chunked_tokens": c_n,
+            "strided_ppl": math.exp(s_nll / s_n), "strided_tokens": s_n,
+            "word_ppl": math.exp(s_nll / meta["n_words"]), "n_words": meta["n_words"],
+            "n_tokens": meta["n_tokens"]}
+
+
+def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
+    """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
+    import json
+    from pathlib import Path
+
+    from grassflow.data.tokenize import read_tokens
+    from grassflow.io import sha256_file, write_json
+    from grassflow.models import ModelConfig, build_model
+    from grassflow.runtime import configure_torch
+    from grassflow.train import pick_device
+
+    configure_torch()
+    record = json.loads(Path(run_json).read_text())
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    spec = ckpt["spec"]
+    result = {"run_id": spec["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
+              "checkpoint_sha256": sha256_file(checkpoint), "run_record": str(run_json)}
+    if ckpt["model"] is None:  # diverged before a first validation: nothing to evaluate
+        result.update(validation=None, test=None)
+        write_json(out_path, result)
+        return result
+    cfg = ModelConfig.from_dict(ckpt["model_config"])
+    device = pick_device(spec["train"]["device"])
+    model = build_model(spec["model_kind"], cfg).to(device)
+    model.load_state_dict(ckpt["model"])
+    bs = batch_size or spec["train"]["eval_batch_size"]
+    for split, path in (("validation", val_tokens), ("test", test_tokens)):
+        ids, meta = read_tokens(path, vocab_size=cfg.vocab_size)
+        result[split] = {**perplexities(model, ids, meta, cfg.context_len, bs, device),
+                         "tokens_file": str(path), "tokens_sha256": sha256_file(path)}
+    write_json(out_path, result)
+    return result

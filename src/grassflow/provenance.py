@@ -1,0 +1,42 @@
+"""Provenance: where a number came from (code commit, data hashes, software, machine)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("torch", "numpy", "tokenizers", "transformers", "datasets", "pyarrow", "pandas",
+            "snakemake", "cupy-cuda12x")
+
+
+def git_state(cwd=None) -> dict:
+    cwd = cwd or Path.cwd()
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+
+
+def package_versions() -> dict:
+    out = {"python": sys.version.split()[0]}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "hostname": platform.node()}
