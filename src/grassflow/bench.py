@@ -133,7 +133,6 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     t = timeit(step, device, repeat=2)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
-    del model, opt
     return {"model": kind, "L": L, "B": B, "head": with_head, "seconds": t,
             "tokens_per_s": B * L / t, "peak_mem_mb": peak / 2**20,
             "peak_mem_kind": "cuda_max_allocated" if device.type == "cuda" else "saved_activations"}
@@ -189,6 +188,7 @@ def main(argv=None):
     ap.add_argument("--lengths", default="128,256,512,1024,2048,4096")
     ap.add_argument("--tokens", type=int, default=4096, help="B·L per training step")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
+    ap.add_argument("--name", help="file stem (default bench-[quick-]<device>)")
     args = ap.parse_args(argv)
 
     configure_torch()
@@ -212,7 +212,7 @@ def main(argv=None):
     res["step"] = step_table(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "bench-" + ("quick-" if q else "") + device.type
+    stem = args.name or "bench-" + ("quick-" if q else "") + device.type
     (out / f"{stem}.json").write_text(json.dumps(res, indent=2))
     (out / f"{stem}.md").write_text(to_markdown(res))
     print(to_markdown(res))

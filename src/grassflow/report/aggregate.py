@@ -1,0 +1,151 @@
+"""Tables (Markdown, CSV, LaTeX), figures and a summary for one preset.
+
+Per experiment: `<exp>.csv` holds one row per run with its provenance (record path, commit,
+data and checkpoint hashes); `<exp>.md`/`.tex` hold ours (mean ± std over seeds) beside the
+paper, the Grassmann-vs-Transformer gap with a 95 % CI, and the verdict on the paper's claim.
+Diverged runs are listed as such and left out of the means.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from grassflow.io import atomic_path, write_text
+from grassflow.report import figures
+from grassflow.report.stats import gap_ci, mean_std, verdict
+
+MODELS = ("transformer", "grassmann")
+
+
+def load_runs(run_dirs) -> pd.DataFrame:
+    rows = []
+    for d in map(Path, run_dirs):
+        rec = json.loads((d / "run.json").read_text())
+        ev = json.loads((d / "eval.json").read_text())
+        spec = rec["spec"]
+        ok = rec["status"]["state"] == "completed" and ev.get("validation")
+        val, test = ev.get("validation") or {}, ev.get("test") or {}
+        rows.append({
+            "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["model_kind"],
+            "seed": spec["seed"], "status": rec["status"]["state"],
+            "diverged_epoch": rec["status"].get("epoch"), "best_epoch": rec["best_epoch"],
+            "val_ppl": val.get("chunked_ppl", math.nan) if ok else math.nan,
+            "test_ppl": test.get("chunked_ppl", math.nan) if ok else math.nan,
+            "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
+            "test_word_ppl": test.get("word_ppl", math.nan) if ok else math.nan,
+            "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
+            "epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"], "device": rec["device"],
+            "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
+            "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
+            "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),
+            "metrics": str(d / "metrics.jsonl"),
+        })
+    return pd.DataFrame(rows)
+
+
+def _fmt(mean, std, digits=1):
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
+
+
+def summarise(df: pd.DataFrame, exp: dict) -> dict:
+    """Per-model statistics and the gap for one experiment."""
+    out = {"models": {}}
+    paper = exp.get("paper_ppl", {})
+    for model in MODELS:
+        sub = df[df.model == model]
+        if sub.empty:
+            continue
+        good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
+        stats = {k: mean_std(list(good[k])) if len(good) else (math.nan, math.nan)
+                 for k in ("val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl")}
+        out["models"][model] = {"n": len(sub), "n_ok": len(good), "stats": stats,
+                                "diverged": sorted(sub[sub.status == "diverged"].run_id),
+                                "paper": paper.get(model), "n_params": int(sub.n_params.iloc[0]),
+                                "records": list(sub.record), "val_values": list(good.val_ppl)}
+    m = out["models"]
+    if all(k in m and m[k]["n_ok"] for k in MODELS):
+        out["gap"] = gap_ci(m["grassmann"]["val_values"], m["transformer"]["val_values"])
+        out["gap"]["verdict"] = verdict(out["gap"]["ci_low"], out["gap"]["ci_high"], out["gap"]["gap_pct"])
+    if all(paper.get(k) for k in MODELS):
+        out["paper_gap_pct"] = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"]
+    return out
+
+
+def provenance_line(name: str, preset: dict) -> str:
+    data = preset["data"]
+    src = {"hub": f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')})",
+           "local": f"{data['dataset']}/{data['name']} (local mirror {data.get('local_dir')})",
+           "synthetic": "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"}[data["source"]]
+    return f"Preset **{name}**: data {src}; tokenizer {preset['tokenizer']['name']}."
+
+
+def markdown_table(exp_name, exp, s, out_dir) -> str:
+    lines = [f"### {exp_name}: N={exp['n_layers']}, L={exp['context_len']}, B={exp['batch_size']}, "
+             f"{exp['epochs']} epochs", "",
+             "| model | params | runs ok | best val PPL (ours) | paper | test PPL | test strided | "
+             "test word-level | provenance |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for model, m in s["models"].items():
+        st = m["stats"]
+        links = " ".join(f"[{Path(r).parent.name}]({os.path.relpath(r, out_dir)})" for r in m["records"])
+        div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
+        lines.append(f"| {model} | {m['n_params']:,} | {m['n_ok']}/{m['n']}{div} | {_fmt(*st['val_ppl'])} | "
+                     f"{m['paper'] if m['paper'] else '—'} | {_fmt(*st['test_ppl'])} | "
+                     f"{_fmt(*st['test_strided_ppl'])} | {_fmt(*st['test_word_ppl'])} | {links} |")
+    lines.append("")
+    if "gap" in s:
+        g = s["gap"]
+        ci = "" if math.isnan(g["ci_low"]) else f" (95 % CI {g['ci_low']:+.1f} … {g['ci_high']:+.1f} %)"
+        paper_gap = f"; paper: {s['paper_gap_pct']:+.1f} %" if "paper_gap_pct" in s else ""
+        lines.append(f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} %**{ci}{paper_gap}. "
+                     f"Paper's claim \"within 10–15 %\": **{g['verdict']}**.")
+    else:
+        lines.append("Gap not computed: a model has no completed run.")
+    return "\n".join(lines) + "\n"
+
+
+def latex_table(exp_name, exp, s) -> str:
+    pm = r"$\pm$"
+    rows = []
+    for model, m in s["models"].items():
+        st = m["stats"]
+        val, test = _fmt(*st["val_ppl"]).replace("±", pm), _fmt(*st["test_ppl"]).replace("±", pm)
+        rows.append(f"{model} & {m['n_params']:,} & {val} & {m['paper'] or '--'} & {test} \\\\")
+    cap = (f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, "
+           f"mean {pm} std over seeds.")
+    if "gap" in s:
+        verdict_tex = s["gap"]["verdict"].replace("%", r"\%")
+        cap += f" Gap {s['gap']['gap_pct']:+.1f}\\,\\%: {verdict_tex}."
+    body = "\n".join(rows)
+    return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{lrrrr}\n\\toprule\n"
+            "Model & Params & Val PPL (ours) & Paper & Test PPL \\\\\n\\midrule\n"
+            f"{body}\n\\bottomrule\n\\end{{tabular}}\n\\caption{{{cap}}}\n\\end{{table}}\n")
+
+
+def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    df = load_runs(run_dirs)
+    head = provenance_line(name, preset)
+    summary = [f"# grassflow results — preset `{name}`", "", head, ""]
+    for exp_name, exp in preset["experiments"].items():
+        sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
+        s = summarise(sub, exp)
+        md = markdown_table(exp_name, exp, s, out)
+        write_text(out / f"{exp_name}.md", f"{head}\n\n{md}")
+        with atomic_path(out / f"{exp_name}.csv") as tmp:
+            sub.assign(preset=name, data_source=preset["data"]["source"]).to_csv(tmp, index=False)
+        write_text(out / f"{exp_name}.tex", f"% {head}\n" + latex_table(exp_name, exp, s))
+        figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")
+        figures.best_bars(sub, exp, exp_name, name, out / f"best_ppl_{exp_name}.png")
+        summary += [md, ""]
+    figures.scaling(json.loads(Path(bench_json).read_text()), name, out / "scaling.png")
+    summary += ["Figures: " + ", ".join(f"`{p.name}`" for p in sorted(out.glob("*.png")))]
+    write_text(out / "summary.md", "\n".join(summary) + "\n")

@@ -1,0 +1,69 @@
+"""Figures: validation curves, best perplexity per model with seed spread, scaling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from grassflow.io import atomic_path  # noqa: E402
+
+COLORS = {"transformer": "tab:blue", "grassmann": "tab:orange"}
+
+
+def _save(fig, path):
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def curves(df, exp_name, preset, path):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for _, run in df.iterrows():
+        rows = [json.loads(line) for line in Path(run.metrics).read_text().splitlines() if line]
+        if rows:
+            ax.plot([r["epoch"] for r in rows], [r["val_ppl"] for r in rows], marker="o", ms=3,
+                    color=COLORS.get(run.model), alpha=0.8, label=f"{run.model} s{run.seed}")
+    ax.set(xlabel="epoch", ylabel="validation perplexity (chunked)", yscale="log",
+           title=f"{exp_name} — preset {preset}")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def best_bars(df, exp, exp_name, preset, path):
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    paper = exp.get("paper_ppl", {})
+    for i, model in enumerate(m for m in COLORS if m in set(df.model)):
+        vals = df[(df.model == model) & (df.status == "completed")].val_ppl.dropna()
+        if len(vals):
+            ax.bar(i, vals.mean(), color=COLORS[model], alpha=0.6, label=f"{model} (ours)")
+            ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
+        if paper.get(model) and preset == "paper":
+            ax.scatter([i], [paper[model]], marker="_", s=400, color="red", zorder=4,
+                       label="paper" if i == 0 else None)
+    ax.set_xticks(range(len(COLORS)), list(COLORS))
+    ax.set(ylabel="best validation perplexity", title=f"{exp_name} — preset {preset}")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def scaling(bench: dict, preset, path):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for model, color in COLORS.items():
+        rows = sorted((r for r in bench["step_rows"] if r["model"] == model and r["head"]),
+                      key=lambda r: r["L"])
+        if rows:
+            a1.plot([r["L"] for r in rows], [r["seconds"] for r in rows], "o-", color=color, label=model)
+            a2.plot([r["L"] for r in rows], [r["peak_mem_mb"] for r in rows], "o-", color=color, label=model)
+    kind = bench["step_rows"][0]["peak_mem_kind"] if bench["step_rows"] else ""
+    a1.set(xscale="log", xlabel="sequence length L", ylabel="training step (s)",
+           title=f"{bench['tokens']} tokens/step — {bench['device']}")
+    a2.set(xscale="log", xlabel="sequence length L", ylabel=f"peak memory (MB, {kind})",
+           title=f"preset {preset}" + (" — quick (smoke) sizes" if bench.get("quick") else ""))
+    a1.legend()
+    a2.legend()
+    _save(fig, path)

@@ -1,0 +1,87 @@
+# Helpers shared by the rules: the selected preset, the run grid, file names, and the
+# source fingerprints that make a rule stale when the code it runs changes.
+import hashlib
+import json
+import shlex
+from pathlib import Path
+
+from grassflow.config import check_preset, runs, select_preset
+
+PRESET, P = select_preset(config)
+check_preset(PRESET, P)
+RUNS = runs(PRESET, P)
+EXPERIMENTS = list(P["experiments"])
+SPLITS = ["train", "validation", "test"]
+TOKENIZER = P["tokenizer"]["name"]
+
+RES = f"results/{PRESET}"
+RAW = f"{RES}/data/raw"
+TOKENS = f"{RES}/data/tokens/{TOKENIZER}"
+RUN_DIR = f"{RES}/runs/{{run}}"
+REPORT = f"{RES}/report"
+
+wildcard_constraints:
+    run="|".join(RUNS),
+    split="|".join(SPLITS),
+
+# --- code fingerprints -------------------------------------------------------------------
+# Snakemake cannot see code imported by a command, so each rule carries a hash of the
+# source files its stage runs, as a param: edit a file and exactly the stages using it rerun.
+SRC = Path(workflow.basedir) / "src" / "grassflow"
+KERNELS = Path(workflow.basedir) / "kernels"
+SHARED = ["__init__.py", "io.py", "runtime.py", "provenance.py", "config.py", "cli.py"]
+CODE = {
+    "download": SHARED + ["data/__init__.py", "data/download.py", "data/synthetic.py"],
+    "tokenize": SHARED + ["data/__init__.py", "data/tokenize.py"],
+    "model": ["models/__init__.py", "models/config.py", "models/common.py"],
+    "transformer": ["models/transformer.py"],
+    "grassmann": ["models/grassmann.py", "ops", KERNELS / "plucker.cu"],
+    "train": SHARED + ["train.py", "evaluate.py", "data/tokenize.py"],
+    "evaluate": SHARED + ["evaluate.py", "train.py", "data/tokenize.py"],
+    "report": SHARED + ["report"],
+    "bench": SHARED + ["bench.py"],
+}
+
+
+def _files(entry):
+    p = entry if isinstance(entry, Path) else SRC / entry
+    return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in (".py", ".cu", ".h")) if p.is_dir() else [p]
+
+
+def fingerprint(*groups):
+    h = hashlib.sha256()
+    for group in groups:
+        for entry in CODE[group]:
+            for f in _files(entry):
+                h.update(str(f.relative_to(workflow.basedir)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def model_code(kind):
+    return ["model", kind]
+
+
+def quoted_json(obj):
+    return shlex.quote(json.dumps(obj, sort_keys=True))
+
+
+# --- file names ----------------------------------------------------------------------------
+def tokenizer_artifact():
+    return [f"{RES}/data/tokenizer/trained/tokenizer.json"] if TOKENIZER == "trained" else []
+
+
+def run_outputs(name):
+    return [f"{RES}/runs/{run}/{name}" for run in RUNS]
+
+
+def table_outputs():
+    return [f"{REPORT}/{exp}.{ext}" for exp in EXPERIMENTS for ext in ("md", "csv", "tex")]
+
+
+def figure_outputs():
+    return ([f"{REPORT}/curves_{exp}.png" for exp in EXPERIMENTS]
+            + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS] + [f"{REPORT}/scaling.png"])
+
+
+def final_outputs():
+    return table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"]

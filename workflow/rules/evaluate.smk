@@ -1,0 +1,22 @@
+# Stage 4: perplexities (chunked, strided, word-level) of each run's best checkpoint.
+
+
+rule evaluate:
+    input:
+        best=f"{RUN_DIR}/best.pt",
+        record=f"{RUN_DIR}/run.json",
+        val=f"{TOKENS}/validation.parquet",
+        test=f"{TOKENS}/test.parquet",
+    output:
+        f"{RUN_DIR}/eval.json",
+    params:
+        code=lambda wc: fingerprint("evaluate", *model_code(RUNS[wc.run]["model_kind"])),
+    resources:
+        gpu=1,
+    log:
+        f"{RES}/logs/evaluate/{{run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/evaluate/{{run}}.tsv"
+    shell:
+        "python -m grassflow evaluate --checkpoint {input.best} --run-json {input.record} "
+        "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"

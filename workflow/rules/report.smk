@@ -1,0 +1,36 @@
+# Stage 5: the scaling benchmark on the executing machine, then tables, figures, summary.
+
+
+rule bench:
+    output:
+        f"{RES}/bench/bench.json",
+    params:
+        quick="--quick" if P["bench"]["quick"] else "",
+        code=fingerprint("bench", "model", "transformer", "grassmann"),
+    log:
+        f"{RES}/logs/bench.log",
+    shell:
+        "python -m grassflow.bench {params.quick} --out {RES}/bench --name bench > {log} 2>&1"
+
+
+rule aggregate:
+    input:
+        evals=run_outputs("eval.json"),
+        records=run_outputs("run.json"),
+        metrics=run_outputs("metrics.jsonl"),
+        bench=f"{RES}/bench/bench.json",
+    output:
+        tables=[report(t, category="Tables", labels={"table": Path(t).name}) for t in table_outputs()],
+        figures=[report(f, caption="../report/figure.rst", category="Figures",
+                        labels={"figure": Path(f).stem}) for f in figure_outputs()],
+        summary=report(f"{REPORT}/summary.md", caption="../report/summary.rst", category="Summary",
+                       labels={"table": "summary"}),
+    params:
+        preset=quoted_json(P),
+        runs=" ".join(f"{RES}/runs/{r}" for r in RUNS),
+        code=fingerprint("report"),
+    log:
+        f"{RES}/logs/aggregate.log",
+    shell:
+        "python -m grassflow aggregate --preset {params.preset} --preset-name {PRESET} "
+        "--runs {params.runs} --bench {input.bench} --out-dir {REPORT} > {log} 2>&1"

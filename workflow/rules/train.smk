@@ -1,0 +1,26 @@
+# Stage 3: one training job per run (experiment × model × seed). The spec param holds all
+# the run depends on; the code param the hash of its model's source: changing a Grassmann
+# setting or file reruns Grassmann runs only.
+
+
+rule train:
+    input:
+        train=f"{TOKENS}/train.parquet",
+        val=f"{TOKENS}/validation.parquet",
+    output:
+        best=f"{RUN_DIR}/best.pt",
+        metrics=f"{RUN_DIR}/metrics.jsonl",
+        record=f"{RUN_DIR}/run.json",
+    params:
+        spec=lambda wc: quoted_json(RUNS[wc.run]),
+        code=lambda wc: fingerprint("train", *model_code(RUNS[wc.run]["model_kind"])),
+        out_dir=RUN_DIR,
+    resources:
+        gpu=1,
+    log:
+        f"{RES}/logs/train/{{run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/train/{{run}}.tsv"
+    shell:
+        "python -m grassflow train --spec {params.spec} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dir} > {log} 2>&1"
