@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "pyproject.toml"]
+COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "envs", "pyproject.toml"]
 
 
 def snakemake(cwd, *args, check=True):

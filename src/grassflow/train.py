@@ -73,6 +73,10 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be trusted; the message names the file."""
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
@@ -85,7 +89,7 @@ def load_checkpoint(path: Path):
         return None
     digest = path.with_suffix(".sha256")
     if not digest.exists() or digest.read_text().strip() != sha256_file(path):
-        raise RuntimeError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
+        raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
                            f"delete it to restart this run from scratch")
     return torch.load(path, map_location="cpu", weights_only=False)
 

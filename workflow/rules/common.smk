@@ -19,6 +19,9 @@ RAW = f"{RES}/data/raw"
 TOKENS = f"{RES}/data/tokens/{TOKENIZER}"
 RUN_DIR = f"{RES}/runs/{{run}}"
 REPORT = f"{RES}/report"
+# Rules run this checkout's src/ (whatever else is installed), so the code fingerprints
+# below hash exactly the code that runs.
+GF = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} python -m grassflow"
 
 wildcard_constraints:
     run="|".join(RUNS),

@@ -11,12 +11,14 @@ rule download:
     params:
         data=quoted_json(P["data"]),
         code=fingerprint("download"),
+    conda:
+        "../../envs/data.yaml"
     log:
         f"{RES}/logs/download.log",
     benchmark:
         f"{RES}/benchmarks/download.tsv"
     shell:
-        "python -m grassflow download --data {params.data} --out-dir {RAW} > {log} 2>&1"
+        "{GF} download --data {params.data} --out-dir {RAW} > {log} 2>&1"
 
 
 rule train_tokenizer:
@@ -27,12 +29,14 @@ rule train_tokenizer:
     params:
         vocab_size=P["tokenizer"].get("vocab_size"),
         code=fingerprint("tokenize"),
+    conda:
+        "../../envs/data.yaml"
     log:
         f"{RES}/logs/train_tokenizer.log",
     benchmark:
         f"{RES}/benchmarks/train_tokenizer.tsv"
     shell:
-        "python -m grassflow train-tokenizer --train {input} --vocab-size {params.vocab_size} "
+        "{GF} train-tokenizer --train {input} --vocab-size {params.vocab_size} "
         "--out {output} > {log} 2>&1"
 
 
@@ -46,10 +50,12 @@ rule tokenize:
         tokenizer=quoted_json(P["tokenizer"]),
         artifact=" ".join(f"--artifact {a}" for a in tokenizer_artifact()),
         code=fingerprint("tokenize"),
+    conda:
+        "../../envs/data.yaml"
     log:
         f"{RES}/logs/tokenize.log",
     benchmark:
         f"{RES}/benchmarks/tokenize.tsv"
     shell:
-        "python -m grassflow tokenize --tokenizer {params.tokenizer} {params.artifact} "
+        "{GF} tokenize --tokenizer {params.tokenizer} {params.artifact} "
         "--raw {input.raw} --out-dir {TOKENS} > {log} 2>&1"

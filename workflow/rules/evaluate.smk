@@ -13,10 +13,12 @@ rule evaluate:
         code=lambda wc: fingerprint("evaluate", *model_code(RUNS[wc.run]["model_kind"])),
     resources:
         gpu=1,
+    conda:
+        "../../envs/train.yaml"
     log:
         f"{RES}/logs/evaluate/{{run}}.log",
     benchmark:
         f"{RES}/benchmarks/evaluate/{{run}}.tsv"
     shell:
-        "python -m grassflow evaluate --checkpoint {input.best} --run-json {input.record} "
+        "{GF} evaluate --checkpoint {input.best} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"

@@ -7,10 +7,12 @@ rule bench:
     params:
         quick="--quick" if P["bench"]["quick"] else "",
         code=fingerprint("bench", "model", "transformer", "grassmann"),
+    conda:
+        "../../envs/report.yaml"
     log:
         f"{RES}/logs/bench.log",
     shell:
-        "python -m grassflow.bench {params.quick} --out {RES}/bench --name bench > {log} 2>&1"
+        "{GF}.bench {params.quick} --out {RES}/bench --name bench > {log} 2>&1"
 
 
 rule aggregate:
@@ -29,8 +31,10 @@ rule aggregate:
         preset=quoted_json(P),
         runs=" ".join(f"{RES}/runs/{r}" for r in RUNS),
         code=fingerprint("report"),
+    conda:
+        "../../envs/report.yaml"
     log:
         f"{RES}/logs/aggregate.log",
     shell:
-        "python -m grassflow aggregate --preset {params.preset} --preset-name {PRESET} "
+        "{GF} aggregate --preset {params.preset} --preset-name {PRESET} "
         "--runs {params.runs} --bench {input.bench} --out-dir {REPORT} > {log} 2>&1"

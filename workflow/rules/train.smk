@@ -17,10 +17,12 @@ rule train:
         out_dir=RUN_DIR,
     resources:
         gpu=1,
+    conda:
+        "../../envs/train.yaml"
     log:
         f"{RES}/logs/train/{{run}}.log",
     benchmark:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
-        "python -m grassflow train --spec {params.spec} --train-tokens {input.train} "
+        "{GF} train --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} > {log} 2>&1"

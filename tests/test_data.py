@@ -1,0 +1,113 @@
+"""Data stages through their real interfaces: parquet files in, parquet files out."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from grassflow.data import DataError
+from grassflow.data.download import content_sha256, download, read_rows
+from grassflow.data.synthetic import generate_split
+from grassflow.data.tokenize import load_tokenizer, read_tokens, tokenize_split, train_tokenizer
+
+SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
+SYN = {"source": "synthetic", "synthetic": {"seed": 3, "articles": {"train": 20, "validation": 3, "test": 3}}}
+
+
+def test_synthetic_is_deterministic_and_wikitext_shaped():
+    a, b = generate_split(5, seed=1), generate_split(5, seed=1)
+    assert a == b and a != generate_split(5, seed=2)
+    assert any(r.startswith(" = ") and r.endswith(" = \n") for r in a)
+    assert "" in a and all(r == "" or r.endswith("\n") for r in a)
+
+
+def test_download_synthetic_and_checksum(tmp_path):
+    rec = download(SYN, "train", tmp_path / "train.parquet")
+    rows = read_rows(tmp_path / "train.parquet")
+    assert rec["rows"] == len(rows) and rec["content_sha256"] == content_sha256(rows)
+    bad = {**SYN, "expected_sha256": {"train": "0" * 64}}
+    with pytest.raises(DataError, match=r"expected_sha256\.train"):
+        download(bad, "train", tmp_path / "again.parquet")
+    assert not (tmp_path / "again.parquet").exists()  # nothing written from bad data
+
+
+def test_local_mirror_layout(tmp_path):
+    mirror = tmp_path / "mirror" / "wikitext-2-raw-v1"
+    mirror.mkdir(parents=True)
+    pq.write_table(pa.table({"text": ["", " = A = \n", " hello world \n"]}), mirror / "test-00000-of-00001.parquet")
+    cfg = {"source": "local", "local_dir": str(tmp_path / "mirror"), "name": "wikitext-2-raw-v1"}
+    assert download(cfg, "test", tmp_path / "test.parquet")["rows"] == 3
+    with pytest.raises(DataError, match="data.local_dir: no parquet file for split 'train'"):
+        download(cfg, "train", tmp_path / "train.parquet")
+
+
+def test_hub_offline_fails_at_once_with_the_fix(tmp_path):
+    code = ("from grassflow.data.download import download\n"
+            "download({'source': 'hub', 'dataset': 'Salesforce/wikitext', 'name': 'wikitext-2-raw-v1',"
+            " 'revision': None}, 'test', 'x.parquet')")
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert res.returncode != 0 and time.perf_counter() - t0 < 60
+    assert "HF_HUB_OFFLINE" in res.stderr and "data.source: local" in res.stderr
+
+
+def test_trained_tokenizer_to_parquet(tmp_path):
+    for split in ("train", "test"):
+        download(SYN, split, tmp_path / f"{split}.parquet")
+    train_tokenizer(tmp_path / "train.parquet", 200, tmp_path / "tok.json")
+    cfg = {"name": "trained"}
+    meta = tokenize_split(cfg, tmp_path / "test.parquet", tmp_path / "tok_test.parquet", tmp_path / "tok.json")
+    ids, meta2 = read_tokens(tmp_path / "tok_test.parquet", vocab_size=meta["vocab_size"])
+    assert pq.read_table(tmp_path / "tok_test.parquet").schema.field("ids").type == pa.uint16()
+    assert meta2["n_tokens"] == len(ids) > 100 and meta2["tokenizer"] == "trained"
+    assert meta2["source_content_sha256"] == content_sha256(read_rows(tmp_path / "test.parquet"))
+    with pytest.raises(DataError, match="does not belong to this tokenizer"):
+        read_tokens(tmp_path / "tok_test.parquet", vocab_size=5)
+
+
+def test_bert_and_gpt2_from_local_directories(tmp_path):
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",
+                                               "grass", "##mann", "flow", ","]) + "\n")
+    tok = load_tokenizer({"name": "bert-base-uncased", "path": str(bert)})
+    assert tok.encode("The Grassmann flow,", add_special_tokens=False).tokens == ["the", "grass", "##mann", "flow", ","]
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    vocab = {c: i for i, c in enumerate(["a", "b", "Ġ", "ab", "Ġab", "<|endoftext|>"])}
+    (gpt2 / "vocab.json").write_text(json.dumps(vocab))
+    (gpt2 / "merges.txt").write_text("#version: 0.2\na b\nĠ ab\n")
+    tok = load_tokenizer({"name": "gpt2", "path": str(gpt2)})
+    assert tok.encode("ab ab", add_special_tokens=False).tokens == ["ab", "Ġab"]
+    with pytest.raises(DataError, match=r"lacks \['merges.txt'\]"):
+        (gpt2 / "merges.txt").unlink()
+        load_tokenizer({"name": "gpt2", "path": str(gpt2)})
+
+
+def test_corrupt_token_file_names_the_file(tmp_path):
+    f = tmp_path / "bad.parquet"
+    f.write_bytes(b"PAR1 not really")
+    with pytest.raises(DataError, match="bad.parquet"):
+        read_tokens(f)
+    with pytest.raises(DataError, match="bad.parquet"):
+        read_rows(f)
+
+
+@pytest.mark.skipif(not SHARED_TEST.exists(), reason="../shared/data not present")
+def test_real_wikitext_test_split(tmp_path):
+    rows = read_rows(SHARED_TEST)
+    assert len(rows) == 4358 and sum(1 for r in rows if r) == 2891
+    pq.write_table(pa.table({"text": rows}), tmp_path / "train.parquet")
+    train_tokenizer(tmp_path / "train.parquet", 2000, tmp_path / "tok.json")
+    meta = tokenize_split({"name": "trained"}, tmp_path / "train.parquet", tmp_path / "ids.parquet",
+                          tmp_path / "tok.json")
+    ids, _ = read_tokens(tmp_path / "ids.parquet")
+    assert meta["n_words"] == sum(len(r.split()) for r in rows) and np.all(ids < meta["vocab_size"])

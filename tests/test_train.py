@@ -1,0 +1,113 @@
+"""Training through its real interfaces: resume after SIGTERM, divergence, bad checkpoints."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from grassflow.data.download import download
+from grassflow.data.tokenize import tokenize_split, train_tokenizer
+from grassflow.evaluate import evaluate_run
+from grassflow.train import CheckpointError, train
+
+SPEC = {
+    "run_id": "t-grassmann-s0", "preset": "test", "experiment": "t", "model_kind": "grassmann", "seed": 0,
+    "tokenizer": "trained",
+    "model": {"d_model": 32, "d_ff": 64, "n_heads": 4, "r": 4, "lags": [1, 2, 4], "dropout": 0.1,
+              "n_layers": 1, "context_len": 16},
+    "train": {"epochs": 3, "batch_size": 8, "lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01,
+              "warmup_frac": 0.05, "min_lr_frac": 0.1, "grad_clip": 1.0, "eval_batch_size": 32,
+              "checkpoint_every": 3, "device": "cpu"},
+}
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tokens")
+    cfg = {"source": "synthetic", "synthetic": {"seed": 1, "articles": {"train": 150, "validation": 10, "test": 10}}}
+    for split in ("train", "validation", "test"):
+        download(cfg, split, d / f"raw_{split}.parquet")
+    train_tokenizer(d / "raw_train.parquet", 300, d / "tok.json")
+    for split in ("train", "validation", "test"):
+        tokenize_split({"name": "trained"}, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
+    return d
+
+
+def _cmd(tokens, out, spec=SPEC):
+    return [sys.executable, "-m", "grassflow", "train", "--spec", json.dumps(spec),
+            "--train-tokens", str(tokens / "train.parquet"), "--val-tokens", str(tokens / "validation.parquet"),
+            "--out-dir", str(out)]
+
+
+def _metrics(out):
+    return [{k: m[k] for k in ("epoch", "train_loss", "val_loss", "val_ppl", "lr")}
+            for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_sigterm_then_rerun_resumes_bitwise(tokens, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    subprocess.run(_cmd(tokens, full), check=True, capture_output=True)
+    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (cut / "last.pt").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-2000:]
+    assert "checkpointed at epoch" in err
+    assert not (cut / "run.json").exists()  # an interrupted run never looks complete
+    res = subprocess.run(_cmd(tokens, cut), capture_output=True, text=True, check=True)
+    assert "resuming" in res.stderr
+    assert _metrics(cut) == _metrics(full)
+    a = torch.load(full / "best.pt", weights_only=False)["model"]
+    b = torch.load(cut / "best.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_divergence_is_recorded_not_raised(tokens, tmp_path):
+    spec = {**SPEC, "train": {**SPEC["train"], "lr": 1e6, "checkpoint_every": 0}}
+    rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    assert rec["status"]["state"] == "diverged"
+    assert rec["status"]["epoch"] >= 1
+    last = rec["status"]["last_finite_loss"]
+    assert last is None or math.isfinite(last)
+    ev = evaluate_run(tmp_path / "best.pt", tmp_path / "run.json", tokens / "validation.parquet",
+                      tokens / "test.parquet", tmp_path / "eval.json")
+    assert ev["status"]["state"] == "diverged"
+
+
+def test_corrupt_checkpoint_is_reported(tokens, tmp_path):
+    spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
+    train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    data = (tmp_path / "last.pt").read_bytes()
+    (tmp_path / "last.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="last.pt: checksum mismatch"):
+        train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    res = subprocess.run(_cmd(tokens, tmp_path, spec), capture_output=True, text=True)
+    assert res.returncode == 1 and res.stderr.startswith("error:") and "Traceback" not in res.stderr
+
+
+def test_changed_spec_does_not_resume_foreign_state(tokens, tmp_path):
+    spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
+    train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    other = {**spec, "model": {**spec["model"], "r": 6}}
+    rec = train(other, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    assert rec["model_config"]["r"] == 6 and rec["status"]["state"] == "completed"
+
+
+def test_evaluate_writes_all_perplexities(tokens, tmp_path):
+    spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
+    train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    ev = evaluate_run(tmp_path / "best.pt", tmp_path / "run.json", tokens / "validation.parquet",
+                      tokens / "test.parquet", tmp_path / "eval.json")
+    for split in ("validation", "test"):
+        r = ev[split]
+        assert 1 < r["chunked_ppl"] < 300 and 1 < r["strided_ppl"] < 300 and r["word_ppl"] > 1
+        assert r["strided_tokens"] == r["n_tokens"] - 1 and r["chunked_tokens"] <= r["n_tokens"] - 1
+    assert os.path.exists(tmp_path / "eval.json")
