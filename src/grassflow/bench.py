@@ -131,7 +131,7 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head) -> dict:
     if device.type == "cuda":
         step()
         torch.cuda.reset_peak_memory_stats(device)
-    t = timeit(step, device, repeat=2)
+    t = timeit(step, device, repeat=3)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
     return {"model": kind, "L": L, "B": B, "head": with_head, "seconds": t,
             "tokens_per_s": B * L / t, "peak_mem_mb": peak / 2**20,
