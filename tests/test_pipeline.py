@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -106,55 +107,51 @@ def test_nothing_to_do_after_a_full_run(demo):
     assert planned(demo) == Counter()
 
 
-def _edit(path: Path, text: str):
+@contextmanager
+def edited(path: Path, text: str):
+    """Append text to a file for the duration of the block."""
     original = path.read_text()
     path.write_text(original + text)
-    return lambda: path.write_text(original)
+    try:
+        yield
+    finally:
+        path.write_text(original)
 
 
 def test_editing_report_code_plans_only_aggregate(demo):
-    undo = _edit(demo / "src/grassflow/report/figures.py", "\n# edited\n")
-    try:
+    with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
         assert planned(demo) == Counter({("aggregate", None): 1})
-    finally:
-        undo()
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
-    undo = _edit(demo / "config.yaml", "")
-    cfg = (demo / "config.yaml").read_text()
-    (demo / "config.yaml").write_text(cfg.replace(
+    cfg = demo / "config.yaml"
+    original = cfg.read_text()
+    cfg.write_text(original.replace(
         "      checkpoint_every: 0\n      device: cpu\n",
         "      checkpoint_every: 0\n      device: cpu\n    model_overrides: {grassmann: {empty_offsets: bias}}\n"))
     try:
         jobs = planned(demo)
-        runs = {run for (rule, run) in jobs if run}
-        assert runs == {f"{t}-grassmann-s{s}" for t in ("table1", "table2") for s in (0, 1)}
-        assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate"}
     finally:
-        undo()
+        cfg.write_text(original)
+    runs = {run for (rule, run) in jobs if run}
+    assert runs == {f"{t}-grassmann-s{s}" for t in ("table1", "table2") for s in (0, 1)}
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate"}
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
-    undo = _edit(demo / "src/grassflow/models/grassmann.py", "\n# edited\n")
-    try:
+    with edited(demo / "src/grassflow/models/grassmann.py", "\n# edited\n"):
         jobs = planned(demo)
-        assert not any(run and "transformer" in run for _, run in jobs)
-        assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
-        assert sum(n for (rule, run), n in jobs.items() if rule == "train") == 4
-    finally:
-        undo()
+    assert not any(run and "transformer" in run for _, run in jobs)
+    assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
+    assert sum(n for (rule, run), n in jobs.items() if rule == "train") == 4
 
 
 def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
-    undo = _edit(demo / "src/grassflow/data/tokenize.py", "\n# edited\n")
-    try:
+    with edited(demo / "src/grassflow/data/tokenize.py", "\n# edited\n"):
         jobs = planned(demo)
-        rules = Counter()
-        for (rule, _), n in jobs.items():
-            rules[rule] += n
-        assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
-        assert rules["train"] == 8 and rules["evaluate"] == 8 and rules["aggregate"] == 1
-        assert "download" not in rules
-    finally:
-        undo()
+    rules = Counter()
+    for (rule, _), n in jobs.items():
+        rules[rule] += n
+    assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
+    assert rules["train"] == 8 and rules["evaluate"] == 8 and rules["aggregate"] == 1
+    assert "download" not in rules

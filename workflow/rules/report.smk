@@ -11,6 +11,8 @@ rule bench:
         "../../envs/report.yaml"
     log:
         f"{RES}/logs/bench.log",
+    benchmark:
+        f"{RES}/benchmarks/bench.tsv"
     shell:
         "{GF}.bench {params.quick} --out {RES}/bench --name bench > {log} 2>&1"
 
@@ -35,6 +37,8 @@ rule aggregate:
         "../../envs/report.yaml"
     log:
         f"{RES}/logs/aggregate.log",
+    benchmark:
+        f"{RES}/benchmarks/aggregate.tsv"
     shell:
         "{GF} aggregate --preset {params.preset} --preset-name {PRESET} "
         "--runs {params.runs} --bench {input.bench} --out-dir {REPORT} > {log} 2>&1"

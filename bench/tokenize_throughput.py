@@ -1,4 +1,4 @@
-"""Tokenization throughput on a real split: `python bench/tokenize.py PARQUET [--tokenizer NAME
+"""Tokenization throughput on a real split: `python bench/tokenize_throughput.py PARQUET [--tokenizer NAME
 --path DIR]` (target: Wikitext-2 test in ≤ 3 s on 2 cores). Writes reports/bench/tokenize.md."""
 
 from __future__ import annotations
