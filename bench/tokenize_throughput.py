@@ -23,7 +23,7 @@ def main():
     lines = [f"# Tokenization throughput — {device_name(__import__('torch').device('cpu'))}", "",
              f"Split: `{Path(args.parquet).name}` ({len(rows)} rows, {sum(len(r.split()) for r in rows)} words), "
              f"RAYON threads: {os.environ.get('RAYON_NUM_THREADS', 'default')}. Median of 3.", "",
-             "| tokenizer | vocab | tokens | seconds | tokens/s |", "|---|---|---|---|---|"]
+             "| tokenizer | files from | vocab | tokens | seconds | tokens/s |", "|---|---|---|---|---|---|"]
     for spec in args.tokenizer:
         name, path = spec.split("=", 1)
         tok = load_tokenizer({"name": name, "path": path})
@@ -33,7 +33,7 @@ def main():
             ids = encode_rows(tok, rows)
             times.append(time.perf_counter() - t0)
         t = sorted(times)[1]
-        lines.append(f"| {name} | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | {len(ids) / t:,.0f} |")
+        lines.append(f"| {name} | `{path}` | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | {len(ids) / t:,.0f} |")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -1,0 +1,17 @@
+"""The benchmark runs end to end (smoke sizes) and reports what it promises; no timing asserted."""
+
+import json
+
+from grassflow.bench import main
+
+
+def test_bench_quick_reports_every_part(tmp_path):
+    res = main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--name", "b"])
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert saved["sgemm"]["gflops"] > 0
+    assert [r["backend"] for r in saved["op"]] == ["reference", "fast"]
+    assert {(r["L"], r["head"]) for r in res["step"]} == {(32, True), (32, False), (64, True), (64, False)}
+    for row in saved["step"]:
+        assert row["time_ratio"] > 0 and row["transformer_mem_mb"] > 0 and row["grassmann_mem_mb"] > 0
+    md = (tmp_path / "b.md").read_text()
+    assert "sgemm roof" in md and "| fast |" in md
