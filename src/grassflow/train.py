@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
 import sys
@@ -259,8 +258,3 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
     write_json(out / "run.json", record)
     return record
 
-
-def main_train(args) -> None:
-    spec = json.loads(args.spec)
-    train(spec, args.train_tokens, args.val_tokens, args.out_dir)
-    os.sync()
