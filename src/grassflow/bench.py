@@ -93,13 +93,16 @@ class SavedBytes:
 
     def __init__(self, params):
         self.params = {p.untyped_storage().data_ptr() for p in params}
-        self.live, self.peak = {}, 0
+        self.saved, self.peak = {}, 0
+
+    def end_step(self):
+        self.peak = max(self.peak, sum(self.saved.values()))
+        self.saved.clear()
 
     def pack(self, t):
         key = t.untyped_storage().data_ptr()
         if key not in self.params:
-            self.live[key] = t.untyped_storage().nbytes()
-            self.peak = max(self.peak, sum(self.live.values()))
+            self.saved[key] = t.untyped_storage().nbytes()
         return t
 
     def hooks(self):
@@ -126,7 +129,7 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        meter.live.clear()
+        meter.end_step()
 
     if device.type == "cuda":
         step()

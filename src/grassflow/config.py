@@ -53,10 +53,6 @@ def check_preset(name: str, p: dict) -> None:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
 
 
-def tokenizer_id(p: dict) -> str:
-    return p["tokenizer"]["name"]
-
-
 def runs(name: str, p: dict) -> dict[str, dict]:
     """{run_id: spec}: experiment × model × seed. A spec holds everything that run depends
     on, and nothing else, so editing one model's settings changes only that model's specs."""
@@ -73,7 +69,7 @@ def runs(name: str, p: dict) -> dict[str, dict]:
                 run_id = f"{exp}-{kind}-s{seed}"
                 out[run_id] = {"run_id": run_id, "preset": name, "experiment": exp, "model_kind": kind,
                                "seed": seed, "model": copy.deepcopy(model), "train": train,
-                               "tokenizer": tokenizer_id(p)}
+                               "tokenizer": p["tokenizer"]["name"]}
     return out
 
 

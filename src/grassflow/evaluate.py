@@ -10,12 +10,19 @@ The stream's first token has no context and is never scored; token counts are re
 
 from __future__ import annotations
 
+import json
 import math
 from contextlib import nullcontext
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from grassflow.data.tokenize import read_tokens
+from grassflow.io import sha256_file, write_json
+from grassflow.models import ModelConfig, build_model
+from grassflow.runtime import configure_torch, pick_device
 
 
 def _autocast(device):
@@ -90,15 +97,6 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
 
 def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
     """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
-    import json
-    from pathlib import Path
-
-    from grassflow.data.tokenize import read_tokens
-    from grassflow.io import sha256_file, write_json
-    from grassflow.models import ModelConfig, build_model
-    from grassflow.runtime import configure_torch
-    from grassflow.train import pick_device
-
     configure_torch()
     record = json.loads(Path(run_json).read_text())
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)

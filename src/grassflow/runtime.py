@@ -16,6 +16,15 @@ def configure_torch(deterministic: bool = False) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def pick_device(name: str) -> torch.device:
+    """`auto` | `cpu` | `cuda` (config key train.device)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

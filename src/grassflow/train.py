@@ -13,6 +13,8 @@ Outputs in the run directory: best.pt, metrics.jsonl, run.json (the provenance r
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import math
 import random
@@ -33,15 +35,7 @@ from grassflow.evaluate import chunked_nll
 from grassflow.io import atomic_path, sha256_file, write_json, write_text
 from grassflow.models import ModelConfig, build_model
 from grassflow.provenance import git_state, machine, package_versions
-from grassflow.runtime import configure_torch, device_name
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
+from grassflow.runtime import configure_torch, device_name, pick_device
 
 
 def lr_at(step: int, total: int, cfg: dict) -> float:
@@ -76,21 +70,29 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be trusted; the message names the file."""
 
 
+MAGIC = b"GFCKPT1\n"
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
+    """One file: magic, sha256 of the payload, payload. Written to a temp file, fsynced and
+    renamed, so a kill at any moment leaves either the previous checkpoint or the new one."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-    write_text(path.with_suffix(".sha256"), sha256_file(path) + "\n")
+        tmp.write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
 
 
 def load_checkpoint(path: Path):
-    """The checkpoint, or None if absent; a corrupt one (checksum mismatch) is an error."""
+    """The checkpoint, or None if absent; a truncated or corrupt one is an error, never loaded."""
     if not path.exists():
         return None
-    digest = path.with_suffix(".sha256")
-    if not digest.exists() or digest.read_text().strip() != sha256_file(path):
+    raw = path.read_bytes()
+    head = len(MAGIC) + 65
+    if raw[: len(MAGIC)] != MAGIC or hashlib.sha256(raw[head:]).hexdigest().encode() != raw[len(MAGIC) : head - 1]:
         raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
-                           f"delete it to restart this run from scratch")
-    return torch.load(path, map_location="cpu", weights_only=False)
+                              f"delete it to restart this run from scratch")
+    return torch.load(io.BytesIO(raw[head:]), map_location="cpu", weights_only=False)
 
 
 class StopRequest:

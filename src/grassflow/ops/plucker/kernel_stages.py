@@ -36,10 +36,14 @@ class KernelStages:
     def _launch(self, kernel: str, dtype: torch.dtype, n_threads: int, *args) -> None:
         raise NotImplementedError
 
-    def _check(self, *tensors):
-        for t in tensors:
-            if t.dtype not in KERNEL_TYPES and t.dtype not in (torch.int32,):
-                raise TypeError(f"plucker kernels take float32, float64 or bfloat16, got {t.dtype}")
+    @staticmethod
+    def _check(z, *others):
+        """z sets the kernel's type; every other input must match it and all be contiguous."""
+        if z.dtype not in KERNEL_TYPES:
+            raise TypeError(f"plucker kernels take float32, float64 or bfloat16, got {z.dtype}")
+        for t in (z, *others):
+            if t.dtype != z.dtype:
+                raise TypeError(f"plucker kernels: input of dtype {t.dtype} beside z of dtype {z.dtype}")
             if not t.is_contiguous():
                 raise ValueError("plucker kernels need contiguous inputs")
 
@@ -47,6 +51,12 @@ class KernelStages:
     @cache
     def _int_tensor(values: tuple, device: str) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int32, device=device)
+
+    @staticmethod
+    @cache
+    def _pairs(r: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        I, J = pair_indices(r, "cpu")
+        return I.to(device, torch.int32), J.to(device, torch.int32)
 
     def _lags(self, lags, device):
         return self._int_tensor(tuple(int(d) for d in lags) or (0,), str(device))
@@ -67,16 +77,14 @@ class KernelStages:
     def wedge(self, z, c):
         B, T, r = z.shape
         n_pairs = r * (r - 1) // 2
-        I, J = pair_indices(r, "cpu")
-        pi = self._int_tensor(tuple(I.tolist()), str(z.device))
-        pj = self._int_tensor(tuple(J.tolist()), str(z.device))
+        pi, pj = self._pairs(r, str(z.device))
         q = torch.empty(B, T, n_pairs, dtype=z.dtype, device=z.device)
         self._launch("plucker_wedge", z.dtype, B * T * n_pairs, z, c, pi, pj,
                      np.int64(B * T), np.int32(r), q)
         return q
 
     def wedge_bwd(self, dq, z, c):
-        self._check(dq)
+        self._check(z, dq)
         B, T, r = z.shape
         da, dc = torch.empty_like(c), torch.empty_like(c)
         self._launch("plucker_wedge_bwd", z.dtype, B * T * r, dq, z, c, np.int64(B * T),
