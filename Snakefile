@@ -1,7 +1,9 @@
 # grassflow: the reproduction DAG of arXiv 2512.19428.
 #   download → tokenize → train (one job per run) → evaluate → tables, figures, report
 # `snakemake --cores all` runs config.yaml's preset (paper); `--config preset=demo` the demo.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from grassflow.config import validate_or_exit
 
 min_version("9.0")
 
@@ -9,7 +11,8 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# JSON schema (types, ranges, unknown keys, defaults) + semantic checks; errors name the key.
+validate_or_exit(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

@@ -10,12 +10,57 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import sys
+from pathlib import Path
 
 from grassflow.models.config import ModelConfig
 
 
 class ConfigError(ValueError):
     """A bad configuration value; the message names the key and what is allowed."""
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def schema_errors(config: dict, schema_path) -> list[str]:
+    """Every schema violation as one line naming the key, the value and what is allowed."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    lines = []
+    for err in sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.path)):
+        msg = err.message
+        if err.validator == "additionalProperties" and "properties" in err.schema:
+            msg += f"; allowed keys: {sorted(err.schema['properties'])}"
+        lines.append(f"config {_key(err.path)}: {msg}")
+    return lines
+
+
+def config_errors(config: dict, schema_path) -> list[str]:
+    """Schema errors, then the semantic checks of the selected preset."""
+    errors = schema_errors(config, schema_path)
+    if errors:
+        return errors
+    try:
+        name, preset = select_preset(config)
+        check_preset(name, preset)
+    except ConfigError as e:
+        return [f"config {e}"]
+    return []
+
+
+def validate_or_exit(config: dict, schema_path) -> None:
+    """For the Snakefile: check everything before any job is planned; on failure print one
+    `error:` line per problem (no traceback) and exit 1. Fills the schema's defaults."""
+    errors = config_errors(config, schema_path)
+    if errors:
+        sys.exit("\n".join(f"error: {e}" for e in errors))
+    from snakemake.utils import validate
+
+    validate(config, str(schema_path))  # sets the defaults the schema declares
 
 
 def select_preset(config: dict) -> tuple[str, dict]:

@@ -5,10 +5,9 @@ import json
 import shlex
 from pathlib import Path
 
-from grassflow.config import check_preset, runs, select_preset
+from grassflow.config import runs, select_preset
 
-PRESET, P = select_preset(config)
-check_preset(PRESET, P)
+PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
 RUNS = runs(PRESET, P)
 EXPERIMENTS = list(P["experiments"])
 SPLITS = ["train", "validation", "test"]

@@ -1,0 +1,97 @@
+"""Bad configurations fail before any job starts, with one line naming the key and what is
+allowed: through the package check (many cases) and through real Snakemake (a few)."""
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grassflow.config import config_errors, runs, select_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+BASE = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def demo(mutate):
+    cfg = copy.deepcopy(BASE)
+    cfg["preset"] = "demo"
+    mutate(cfg, cfg["presets"]["demo"])
+    return cfg
+
+
+def setp(path, value):
+    def f(cfg, d):
+        keys = path.split(".")
+        target = cfg if keys[0] in ("preset", "foo") else d
+        for k in keys[:-1]:
+            target = target.setdefault(k, {})
+        target[keys[-1]] = value
+    return f
+
+
+CASES = [
+    ("foo", 1, "config <top level>: Additional properties are not allowed ('foo' was unexpected); allowed keys: ['preset', 'presets']"),
+    ("epochz", 3, "config presets.demo: Additional properties are not allowed ('epochz'"),
+    ("model.heads", 4, "config presets.demo.model: Additional properties are not allowed ('heads'"),
+    ("model.d_model", "256", "config presets.demo.model.d_model: '256' is not of type 'integer'"),
+    ("train.lr", -1.0, "config presets.demo.train.lr: -1.0 is less than or equal to the minimum of 0"),
+    ("model.r", 1, "config presets.demo.model.r: 1 is less than the minimum of 2"),
+    ("model.lags", [0, 1], "config presets.demo.model.lags.0: 0 is less than the minimum of 1"),
+    ("model.lags", [1, 40], "model.lags: offset 40 must be in 1..context_len-1 (31)"),
+    ("model.n_heads", 3, "model.n_heads (3) must divide model.d_model (64)"),
+    ("models", ["transformer", "mamba"], "config presets.demo.models.1: 'mamba' is not one of ['transformer', 'grassmann']"),
+    ("preset", "nope", "config preset: 'nope' is not defined; choose one of ['demo', 'paper']"),
+    ("experiments", {}, "config presets.demo.experiments: {} should be non-empty"),
+    ("seeds", [], "config presets.demo.seeds: [] should be non-empty"),
+    ("seeds", [0, 0], "presets.demo.seeds: duplicate seeds [0, 0]"),
+    ("model.dropout", 1.5, "config presets.demo.model.dropout: 1.5 is greater than or equal to the maximum of 1"),
+    ("model.norm", "mid", "config presets.demo.model.norm: 'mid' is not one of ['post', 'pre']"),
+    ("data.source", "ftp", "config presets.demo.data.source: 'ftp' is not one of ['hub', 'local', 'synthetic']"),
+    ("data", {"source": "local"}, "presets.demo.data.local_dir: required when data.source is 'local'"),
+    ("tokenizer", {"name": "trained"}, "presets.demo.tokenizer.vocab_size: required when tokenizer.name is 'trained'"),
+    ("tokenizer.name", "sentencepiece", "config presets.demo.tokenizer.name: 'sentencepiece' is not one of"),
+    ("experiments.table1", {"n_layers": 2, "context_len": 32, "batch_size": 4}, "config presets.demo.experiments.table1: 'epochs' is a required property"),
+    ("experiments.table1.batch_size", 0, "config presets.demo.experiments.table1.batch_size: 0 is less than the minimum of 1"),
+    ("data.expected_sha256", {"test": "abc"}, "config presets.demo.data.expected_sha256.test: 'abc' does not match"),
+    ("train.device", "tpu", "config presets.demo.train.device: 'tpu' is not one of ['auto', 'cpu', 'cuda']"),
+    ("model.lag_schedule", "per_token", "config presets.demo.model.lag_schedule: 'per_token' is not one of ['all', 'per_layer']"),
+    ("train.betas", [0.9, 0.95, 0.99], "config presets.demo.train.betas: [0.9, 0.95, 0.99] is too long"),
+    ("model_overrides.grassmann", {"r": "eight"}, "config presets.demo.model_overrides.grassmann.r: 'eight' is not of type 'integer'"),
+]
+
+
+@pytest.mark.parametrize("path, value, expected", CASES, ids=[f"{c[0]}={c[1]!r}"[:40] for c in CASES])
+def test_bad_config_is_named(path, value, expected):
+    errors = config_errors(demo(setp(path, value)), SCHEMA)
+    assert errors, "accepted a bad config"
+    assert any(expected in e for e in errors), errors
+
+
+def test_shipped_config_is_valid_for_every_preset():
+    for name in BASE["presets"]:
+        assert config_errors({**BASE, "preset": name}, SCHEMA) == []
+    grid = runs(*select_preset({**BASE, "preset": "paper"}))
+    assert len(grid) == 2 * 2 * 3  # tables × models × seeds
+
+
+def test_transformer_specs_carry_no_grassmann_keys():
+    spec = runs(*select_preset({**BASE, "preset": "demo"}))["table1-transformer-s0"]
+    assert not {"r", "lags", "lag_schedule", "empty_offsets"} & set(spec["model"])
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--config", "preset=nope"], "error: config preset: 'nope' is not defined"),
+    (["--config", "preset=demo", "presets={'demo': {'seeds': []}}"], "error: config presets.demo"),
+])
+def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    res = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "--cores", "1", *args],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert expected in out and "Traceback" not in out and 'File "' not in out
