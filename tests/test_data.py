@@ -111,3 +111,39 @@ def test_real_wikitext_test_split(tmp_path):
                           tmp_path / "tok.json")
     ids, _ = read_tokens(tmp_path / "ids.parquet")
     assert meta["n_words"] == sum(len(r.split()) for r in rows) and np.all(ids < meta["vocab_size"])
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "grassflow", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+
+
+def test_empty_split_fails_clearly_and_writes_nothing(tmp_path):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for split in ("train", "validation", "test"):
+        rows = ["", " = A = \n", " some words here \n"] if split != "test" else ["", "", ""]
+        pq.write_table(pa.table({"text": rows}), mirror / f"{split}.parquet")
+    data = json.dumps({"source": "local", "local_dir": str(mirror), "name": "wikitext-2-raw-v1"})
+    res = _cli("download", "--data", data, "--out-dir", "raw", cwd=tmp_path)
+    assert res.returncode == 1 and res.stderr.startswith("error:") and "Traceback" not in res.stderr
+    assert "split 'test'" in res.stderr and "is empty" in res.stderr
+    assert not (tmp_path / "raw" / "test.parquet").exists()
+    assert not (tmp_path / "raw" / "checksums.json").exists()
+    # the tokenize stage refuses an empty raw file too, naming it
+    train_tokenizer(mirror / "train.parquet", 40, tmp_path / "tok.json")
+    res = _cli("tokenize", "--tokenizer", json.dumps({"name": "trained"}), "--artifact", "tok.json",
+               "--raw", str(mirror / "test.parquet"), "--out-dir", "tok", cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "test.parquet: no tokens (empty split)" in res.stderr
+    assert not (tmp_path / "tok" / "test.parquet").exists()
+
+
+def test_truncated_raw_parquet_is_named_by_the_stage(tmp_path):
+    good = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"text": [" hello world \n"] * 50}), good)
+    bad = tmp_path / "validation.parquet"
+    bad.write_bytes(good.read_bytes()[:-40])
+    res = _cli("train-tokenizer", "--train", str(bad), "--vocab-size", "50", "--out", "tok.json", cwd=tmp_path)
+    assert res.returncode == 1 and "validation.parquet: not a readable parquet file" in res.stderr
+    assert not (tmp_path / "tok.json").exists()

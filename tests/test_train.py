@@ -111,3 +111,22 @@ def test_evaluate_writes_all_perplexities(tokens, tmp_path):
         assert 1 < r["chunked_ppl"] < 300 and 1 < r["strided_ppl"] < 300 and r["word_ppl"] > 1
         assert r["strided_tokens"] == r["n_tokens"] - 1 and r["chunked_tokens"] <= r["n_tokens"] - 1
     assert os.path.exists(tmp_path / "eval.json")
+
+
+def test_too_little_disk_fails_before_training(tokens, tmp_path, monkeypatch):
+    import shutil as _shutil
+
+    import grassflow.train as tr
+
+    monkeypatch.setattr(tr.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(tr.DiskSpaceError, match="MiB free, but this run's checkpoints need"):
+        train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    assert not any(tmp_path.iterdir())  # failed before writing anything
+
+
+def test_stray_temp_file_from_a_killed_write_is_ignored(tokens, tmp_path):
+    spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
+    (tmp_path / ".last.pt.abc123.tmp").write_bytes(b"half a checkpoint")
+    rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    assert rec["status"]["state"] == "completed"
+    assert not list(tmp_path.glob(".*.tmp"))

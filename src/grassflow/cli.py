@@ -112,12 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from grassflow.config import ConfigError
     from grassflow.data import DataError
-    from grassflow.train import CheckpointError
+    from grassflow.train import CheckpointError, DiskSpaceError
 
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
-    except (DataError, ConfigError, CheckpointError, FileNotFoundError) as e:
+    except (DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -18,6 +18,7 @@ import io
 import json
 import math
 import random
+import shutil
 import signal
 import sys
 import time
@@ -68,6 +69,21 @@ def set_rng_state(state: dict) -> None:
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be trusted; the message names the file."""
+
+
+class DiskSpaceError(RuntimeError):
+    """Too little free disk for the checkpoints a run will write."""
+
+
+def check_disk(out: Path, n_params: int) -> None:
+    """best.pt (weights) and last.pt (weights + two AdamW moments), each written beside the
+    file it replaces, in fp32: 2 · (1 + 3) · 4 bytes per parameter, plus 10 %."""
+    need = int(2 * (1 + 3) * 4 * n_params * 1.1)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise DiskSpaceError(f"{out}: {free / 2**20:.0f} MiB free, but this run's checkpoints need "
+                             f"~{need / 2**20:.0f} MiB (best.pt, last.pt and their temporary copies); "
+                             "free space or move results/ before training")
 
 
 MAGIC = b"GFCKPT1\n"
@@ -134,6 +150,9 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
     random.seed(seed)
     np.random.seed(seed)
     model = build_model(spec["model_kind"], mcfg).to(device)
+    check_disk(out, model.num_params())
+    for stray in out.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
+        stray.unlink()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tcfg["weight_decay"]},
