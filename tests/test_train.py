@@ -130,3 +130,35 @@ def test_stray_temp_file_from_a_killed_write_is_ignored(tokens, tmp_path):
     rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     assert rec["status"]["state"] == "completed"
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
+    from grassflow.bench import main as bench_main
+    from grassflow.report.aggregate import aggregate
+
+    base = {**SPEC, "train": {**SPEC["train"], "epochs": 1, "checkpoint_every": 0}}
+    variants = {
+        "t-transformer-s0": {**base, "run_id": "t-transformer-s0", "model_kind": "transformer"},
+        "t-grassmann-s0": {**base, "run_id": "t-grassmann-s0"},
+        "t-grassmann-s1": {**base, "run_id": "t-grassmann-s1", "seed": 1,
+                           "train": {**base["train"], "lr": 1e6}},
+    }
+    dirs = []
+    for run_id, spec in variants.items():
+        d = tmp_path / "runs" / run_id
+        train(spec, tokens / "train.parquet", tokens / "validation.parquet", d)
+        evaluate_run(d / "best.pt", d / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
+                     d / "eval.json")
+        dirs.append(d)
+    bench_main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--name", "bench"])
+    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"},
+              "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}}}
+    aggregate(preset, "test", dirs, tmp_path / "bench.json", tmp_path / "report")
+    md = (tmp_path / "report" / "t.md").read_text()
+    assert "| grassmann | " in md and "1/2 (1 diverged)" in md and "| transformer | " in md
+    assert "Grassmann vs Transformer" in md  # the completed runs are still compared
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "report" / "t.csv")
+    assert dict(zip(df.run_id, df.status)) == {"t-transformer-s0": "completed", "t-grassmann-s0": "completed",
+                                               "t-grassmann-s1": "diverged"}

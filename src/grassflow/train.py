@@ -226,7 +226,7 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
                 pos["step"] += 1
                 bar.update()
                 bar.set_postfix(loss=f"{loss.item():.3f}",
-                                tok_s=f"{pos['loss_n'] * B * L / (time.perf_counter() - t0):.0f}")
+                                tok_s=f"{pos['loss_n'] * B * L / (time.perf_counter() - t0):.0f}", refresh=False)
                 if every and pos["step"] % every == 0 and pos["step"] < steps_per_epoch:
                     pos["seconds"] = time.perf_counter() - t0
                     checkpoint()

@@ -80,9 +80,12 @@ def summarise(df: pd.DataFrame, exp: dict) -> dict:
 
 def provenance_line(name: str, preset: dict) -> str:
     data = preset["data"]
-    src = {"hub": f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')})",
-           "local": f"{data['dataset']}/{data['name']} (local mirror {data.get('local_dir')})",
-           "synthetic": "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"}[data["source"]]
+    if data["source"] == "synthetic":
+        src = "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
+    elif data["source"] == "hub":
+        src = f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')})"
+    else:
+        src = f"{data['dataset']}/{data['name']} (local mirror {data.get('local_dir')})"
     return f"Preset **{name}**: data {src}; tokenizer {preset['tokenizer']['name']}."
 
 
