@@ -147,3 +147,13 @@ def test_truncated_raw_parquet_is_named_by_the_stage(tmp_path):
     res = _cli("train-tokenizer", "--train", str(bad), "--vocab-size", "50", "--out", "tok.json", cwd=tmp_path)
     assert res.returncode == 1 and "validation.parquet: not a readable parquet file" in res.stderr
     assert not (tmp_path / "tok.json").exists()
+
+
+def test_trained_tokenizer_is_identical_across_processes(tmp_path):
+    download(SYN, "train", tmp_path / "train.parquet")
+    code = ("import sys; from grassflow.data.tokenize import train_tokenizer; "
+            "train_tokenizer(sys.argv[1], 300, sys.argv[2])")
+    for name in ("a.json", "b.json"):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / "train.parquet"), str(tmp_path / name)],
+                       check=True)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()

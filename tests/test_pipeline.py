@@ -22,6 +22,17 @@ BIN = Path(sys.executable).parent
 COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "envs", "pyproject.toml"]
 
 
+def copy_repo(dst: Path) -> Path:
+    """The files the workflow needs, in a scratch directory (so edits never touch the repo)."""
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst / name)
+    return dst
+
+
 def snakemake(cwd, *args, check=True):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(cwd / "src"), "HF_HUB_OFFLINE": "1"}
@@ -54,11 +65,7 @@ def planned(cwd) -> Counter:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    work = tmp_path_factory.mktemp("repo")
-    for name in COPY:
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(
-            src, work / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if src.is_dir() else {}))
+    work = copy_repo(tmp_path_factory.mktemp("repo"))
     snakemake(work)
     return work
 
@@ -155,3 +162,35 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
     assert rules["train"] == 8 and rules["evaluate"] == 8 and rules["aggregate"] == 1
     assert "download" not in rules
+
+
+def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
+    """Kill the whole Snakemake process group mid-training: half-written run directories
+    (best.pt and metrics.jsonl exist after an epoch, run.json not yet) are never taken as
+    done; the rerun resumes them and the tables equal the uninterrupted run's."""
+    import signal
+    import time
+
+    work = copy_repo(tmp_path)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(work / "src"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = work / "results/demo/runs"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not list(runs.glob("*/metrics.jsonl")):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    half = [d for d in runs.iterdir() if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
+    assert half, "the kill did not land inside a training job"
+    jobs = planned(work)
+    for d in half:
+        assert ("train", d.name) in jobs
+    snakemake(work, "--unlock")  # a SIGKILLed Snakemake leaves its lock, as it documents
+    snakemake(work)
+    cols = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl"]
+    for exp in ("table1", "table2"):
+        a = pd.read_csv(demo / f"results/demo/report/{exp}.csv")[cols]
+        b = pd.read_csv(work / f"results/demo/report/{exp}.csv")[cols]
+        pd.testing.assert_frame_equal(a, b, check_exact=True)

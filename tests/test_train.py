@@ -162,3 +162,63 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     df = pd.read_csv(tmp_path / "report" / "t.csv")
     assert dict(zip(df.run_id, df.status)) == {"t-transformer-s0": "completed", "t-grassmann-s0": "completed",
                                                "t-grassmann-s1": "diverged"}
+
+
+def _wait_for(path, proc, timeout=120):
+    deadline = time.time() + timeout
+    while not path.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tokens, tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    subprocess.run(_cmd(tokens, out), check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.parametrize("how", ["mid-epoch", "during-write", "random-3x"])
+def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, tmp_path):
+    """SIGKILL gives the process no chance to checkpoint: the rerun resumes from the last
+    complete checkpoint and replays the same batches with the same RNG states. A kill during
+    a checkpoint write leaves the previous last.pt (rename is atomic) and a stray temp file;
+    'during-write' reproduces exactly that state, 'random-3x' kills at random moments."""
+    import random
+
+    kills, landed = 3 if how == "random-3x" else 1, 0
+    for _ in range(kills):
+        proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for(tmp_path / "last.pt", proc)
+        time.sleep(random.uniform(0.0, 1.5) if how == "random-3x" else 0.2)
+        proc.kill()
+        proc.wait()
+        if proc.returncode == -signal.SIGKILL:
+            landed += 1
+            assert not (tmp_path / "run.json").exists()  # a killed run never looks complete
+    assert landed >= 1, "every kill came after the run had finished"
+    if how == "during-write":
+        (tmp_path / ".last.pt.killed.tmp").write_bytes((tmp_path / "last.pt").read_bytes()[:1000])
+    subprocess.run(_cmd(tokens, tmp_path), check=True, capture_output=True)
+    assert _metrics(tmp_path) == _metrics(uninterrupted)
+    a = torch.load(uninterrupted / "best.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "best.pt", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_path):
+    args = ["--checkpoint", str(uninterrupted / "best.pt"), "--run-json", str(uninterrupted / "run.json"),
+            "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet")]
+    ref = tmp_path / "ref.json"
+    subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(ref)], check=True)
+    out = tmp_path / "eval.json"
+    for delay in (1.0, 2.0, 3.0):
+        proc = subprocess.Popen([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)])
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        if out.exists():  # only a finished evaluation leaves eval.json, and then it is whole
+            assert proc.returncode == 0
+            json.loads(out.read_text())
+            out.unlink()
+    subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)], check=True)
+    assert json.loads(out.read_text()) == json.loads(ref.read_text())

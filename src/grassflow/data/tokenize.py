@@ -5,7 +5,8 @@ Tokenizers (config `tokenizer.name`):
                      tokenizer.json or vocab.txt
   gpt2               from the hub, or a directory with tokenizer.json or vocab.json + merges.txt
   trained            a WordPiece tokenizer (BERT normalisation: lower-case, strip accents)
-                     trained on the train split with `tokenizer.vocab_size`: the offline choice
+                     built from the train split with `tokenizer.vocab_size` (characters + the
+                     most frequent words; deterministic, see train_tokenizer): the offline choice
 Rows are encoded in batches without special tokens and concatenated in order, as the paper
 treats Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its
 vocabulary size and hash, the source's content hash and the whitespace word count (for
@@ -33,16 +34,36 @@ BATCH_ROWS = 2048
 
 
 def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    """A WordPiece tokenizer with BERT's normalisation and pre-tokenisation, whose vocabulary
+    is: [PAD], [UNK], every character seen (alone and as a ##continuation), then the most
+    frequent words, ties broken alphabetically, up to vocab_size. Deterministic: the
+    tokenizers library's WordPieceTrainer breaks frequency ties in hash order, which gave a
+    different vocabulary (49 of 400 tokens) in every process on the demo corpus."""
+    from collections import Counter
 
-    rows = [r for r in read_rows(train_parquet) if r.strip()]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre = pre_tokenizers.BertPreTokenizer()
+    words = Counter()
+    for row in read_rows(train_parquet):
+        if row.strip():
+            words.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(row)))
+    chars = sorted({c for w in words for c in w})
+    vocab = ["[PAD]", "[UNK]"] + chars + [f"##{c}" for c in chars]
+    if len(vocab) > vocab_size:
+        raise DataError(f"tokenizer.vocab_size: {vocab_size} is smaller than the {len(vocab)} "
+                        f"characters and special tokens of {train_parquet}")
+    seen = set(vocab)
+    for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) == vocab_size:
+            break
+        if w not in seen:
+            vocab.append(w)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]"],
-                                        show_progress=False)
-    tok.train_from_iterator(rows, trainer)
     with atomic_path(out_path) as tmp:
         tok.save(str(tmp))
 
