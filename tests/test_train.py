@@ -222,3 +222,20 @@ def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_p
             out.unlink()
     subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)], check=True)
     assert json.loads(out.read_text()) == json.loads(ref.read_text())
+
+
+def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path):
+    """Snakemake deletes a failed attempt's declared outputs (best.pt, metrics.jsonl) before
+    the retry; the resumed run must write them again, with the best epoch's weights even when
+    that epoch came before the interruption."""
+    proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(tmp_path / "metrics.jsonl", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait() == 75
+    for name in ("best.pt", "metrics.jsonl"):
+        (tmp_path / name).unlink(missing_ok=True)
+    rec = train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == SPEC["train"]["epochs"]
+    best = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert best["epoch"] == rec["best_epoch"] == min(metrics, key=lambda m: m["val_loss"])["epoch"]

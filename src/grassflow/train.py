@@ -8,7 +8,8 @@ RNG states, metrics so far — goes atomically to last.pt, and a restarted job r
 The epoch's batch order is a function of (seed, epoch), so resuming mid-epoch replays exactly
 the batches an uninterrupted run would have seen.
 
-Outputs in the run directory: best.pt, metrics.jsonl, run.json (the provenance record).
+Outputs in the run directory: best.pt, metrics.jsonl, run.json (the provenance record), all
+written when the run ends; working files: last.pt (resume state), best_state.pt (best so far).
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ class DiskSpaceError(RuntimeError):
 
 
 def check_disk(out: Path, n_params: int) -> None:
-    """best.pt (weights) and last.pt (weights + two AdamW moments), each written beside the
-    file it replaces, in fp32: 2 · (1 + 3) · 4 bytes per parameter, plus 10 %."""
-    need = int(2 * (1 + 3) * 4 * n_params * 1.1)
+    """best_state.pt and best.pt (weights) and last.pt (weights + two AdamW moments), each
+    written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""
+    need = int(2 * (1 + 1 + 3) * 4 * n_params * 1.1)
     free = shutil.disk_usage(out).free
     if free < need:
         raise DiskSpaceError(f"{out}: {free / 2**20:.0f} MiB free, but this run's checkpoints need "
@@ -161,12 +162,15 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext())
 
     h = spec_hash(spec)
-    last = out / "last.pt"
+    last = out / "last.pt"  # resume state; best_state.pt: best weights so far (both working files)
+    best_state = out / "best_state.pt"
     state = load_checkpoint(last)
     if state is not None and state["spec_hash"] != h:
         print(f"[train] {last} belongs to another spec ({state['spec_hash']} ≠ {h}); starting fresh",
               file=sys.stderr)
         state = None
+    if state is None:
+        best_state.unlink(missing_ok=True)  # weights of an abandoned attempt are not this run's best
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -245,7 +249,7 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
                             "seconds": elapsed, "tokens_per_s": pos["loss_n"] * B * L / elapsed})
             if val_loss < best_val:
                 best_val = val_loss
-                with atomic_path(out / "best.pt") as tmp:
+                with atomic_path(best_state) as tmp:
                     torch.save({"spec": spec, "model_config": mcfg.to_dict(), "model": model.state_dict(),
                                 "epoch": pos["epoch"] + 1, "val_loss": val_loss}, tmp)
             write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
@@ -259,11 +263,15 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
         status = {"state": "completed"}
     if status["state"] == "diverged":
         checkpoint()
-        write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
-        if not (out / "best.pt").exists():  # diverged in epoch 1: keep the record evaluable
-            with atomic_path(out / "best.pt") as tmp:
-                torch.save({"spec": spec, "model_config": mcfg.to_dict(), "model": None,
-                            "epoch": 0, "val_loss": math.nan}, tmp)
+    # The declared outputs are (re)written from the working files only now: a failed attempt's
+    # outputs are deleted by Snakemake, and a resumed run must still produce all of them.
+    write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
+    with atomic_path(out / "best.pt") as tmp:
+        if best_state.exists():
+            shutil.copyfile(best_state, tmp)
+        else:  # diverged before a first validation: keep the record evaluable
+            torch.save({"spec": spec, "model_config": mcfg.to_dict(), "model": None,
+                        "epoch": 0, "val_loss": math.nan}, tmp)
     best = min(metrics, key=lambda m: m["val_loss"]) if metrics else None
     record = {
         "run_id": spec["run_id"], "spec": spec, "spec_hash": h, "model_config": mcfg.to_dict(),
