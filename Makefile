@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE ?= 1
 PRESET ?= demo
 CORES ?= all
 
-.PHONY: demo test test-all paper report bench lint clean
+.PHONY: demo test test-slurm test-all bench lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,6 +24,12 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# A real single-node SLURM (tests/slurm/start.sh installs Debian's packages as root) runs the
+# demo through profiles/slurm; skipped where SLURM cannot be installed.
+test-slurm: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[slurm]"
+	$(PY) -m pytest -q -m slurm
 
 test-all: $(VENV)/.installed
 	$(PY) -m pytest -q -m "slow or not slow"

@@ -194,3 +194,114 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
         a = pd.read_csv(demo / f"results/demo/report/{exp}.csv")[cols]
         b = pd.read_csv(work / f"results/demo/report/{exp}.csv")[cols]
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+# --- SLURM: the same DAG through profiles/slurm on a real single-node cluster ----------------
+SLURM = ROOT / "tests" / "slurm"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    res = subprocess.run(["bash", str(SLURM / "start.sh")], capture_output=True, text=True, timeout=900)
+    if res.returncode == 3:
+        pytest.skip(f"no SLURM on this machine: {res.stdout.strip()} {res.stderr.strip()}")
+    assert res.returncode == 0, res.stdout + res.stderr
+    yield
+    subprocess.run(["bash", str(SLURM / "stop.sh")], timeout=120)
+
+
+def site_profile(work: Path) -> str:
+    """profiles/slurm as shipped, with only what a 2-core test cluster without accounting
+    needs changed: smaller requests, no account, squeue for status, kept logs."""
+    import yaml
+
+    prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
+    for res in (prof["default-resources"], *prof["set-resources"].values()):
+        res.update(mem_mb=1000, cpus_per_task=1)
+    prof.update({"slurm-no-account": True, "slurm-status-command": "squeue",
+                 "slurm-init-seconds-before-status-checks": 8, "slurm-keep-successful-logs": True,
+                 "latency-wait": 5})
+    (work / "profiles/slurm-site").mkdir(parents=True)
+    (work / "profiles/slurm-site/profile.yaml").write_text(yaml.safe_dump(prof))
+    return "profiles/slurm-site"
+
+
+def rule_and_run(comment: str):
+    """The executor plugin's job comment: rule_<rule>[_wildcards_<values>]."""
+    m = re.match(r"rule_(.+?)(?:_wildcards_(.+))?$", comment)
+    return (m.group(1), m.group(2)) if m else (None, None)
+
+
+def scontrol_jobs() -> dict[str, dict]:
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
+    jobs = {}
+    for line in out.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if "JobId" in fields:
+            jobs[fields["JobId"]] = fields
+    return jobs
+
+
+@pytest.mark.slurm
+def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
+    import threading
+    import time
+
+    work = copy_repo(tmp_path)
+    profile = site_profile(work)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(work / "src"), "HF_HUB_OFFLINE": "1"}
+    seen, cancelled, done = {}, {}, threading.Event()
+    before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
+
+    def watch():  # job records straight from slurmctld, while they exist (MinJobAge=30 s)
+        while not done.is_set():
+            for jid, fields in scontrol_jobs().items():
+                if jid in before:
+                    continue
+                seen.setdefault(jid, {}).update(fields)
+                rule, run = rule_and_run(fields.get("Comment", ""))
+                if (not cancelled and fields.get("JobState") == "RUNNING" and rule == "train"
+                        and (work / "results/demo/runs" / run / "last.pt").exists()):
+                    subprocess.run(["scancel", jid], check=True)  # mid-training, after a checkpoint
+                    cancelled[jid] = run
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--config", "preset=demo"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=1500)
+    time.sleep(1)
+    done.set()
+    watcher.join()
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    by_rule = {}
+    for jid, f in seen.items():
+        rule, run = rule_and_run(f.get("Comment", ""))
+        if rule:
+            by_rule.setdefault(rule, []).append((jid, run, f))
+    runs = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
+    for rule in ("train", "evaluate"):
+        assert {run for _, run, _ in by_rule[rule]} == runs
+        for jid, run, f in by_rule[rule]:
+            assert f["Partition"] == "gpu", (rule, run, f["Partition"])
+            assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (rule, run, f)
+    for rule in ("train_tokenizer", "tokenize", "bench", "aggregate"):
+        assert by_rule[rule], f"{rule} did not run as a SLURM job"
+        for jid, _, f in by_rule[rule]:
+            assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
+    assert "download" not in by_rule  # a localrule: runs where Snakemake runs (login node)
+
+    # scancel mid-training: the job was cancelled, retried, and resumed from its checkpoint
+    assert len(cancelled) == 1, "no train job was cancelled mid-training"
+    (jid, run), = cancelled.items()
+    assert seen[jid]["JobState"] == "CANCELLED"
+    assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text()
+
+    # the cluster run produced the same numbers as the local run
+    cols = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl"]
+    for exp in ("table1", "table2"):
+        a = pd.read_csv(demo / f"results/demo/report/{exp}.csv")[cols]
+        b = pd.read_csv(work / f"results/demo/report/{exp}.csv")[cols]
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
