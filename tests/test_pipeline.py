@@ -284,12 +284,12 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
     runs = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
     for rule in ("train", "evaluate"):
         assert {run for _, run, _ in by_rule[rule]} == runs
-        for jid, run, f in by_rule[rule]:
+        for _jid, run, f in by_rule[rule]:
             assert f["Partition"] == "gpu", (rule, run, f["Partition"])
             assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (rule, run, f)
     for rule in ("train_tokenizer", "tokenize", "bench", "aggregate"):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
-        for jid, _, f in by_rule[rule]:
+        for _jid, _, f in by_rule[rule]:
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
     assert "download" not in by_rule  # a localrule: runs where Snakemake runs (login node)
 
