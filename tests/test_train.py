@@ -116,9 +116,10 @@ def test_evaluate_writes_all_perplexities(tokens, tmp_path):
 def test_too_little_disk_fails_before_training(tokens, tmp_path, monkeypatch):
     import shutil as _shutil
 
+    import grassflow.checkpoint as ckpt
     import grassflow.train as tr
 
-    monkeypatch.setattr(tr.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
     with pytest.raises(tr.DiskSpaceError, match="MiB free, but this run's checkpoints need"):
         train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     assert not any(tmp_path.iterdir())  # failed before writing anything

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +21,7 @@ import torch.nn.functional as F
 from grassflow.data.tokenize import read_tokens
 from grassflow.io import sha256_file, write_json
 from grassflow.models import ModelConfig, build_model
-from grassflow.runtime import configure_torch, pick_device
-
-
-def _autocast(device):
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+from grassflow.runtime import autocast, configure_torch, pick_device
 
 
 @torch.no_grad()
@@ -42,7 +37,7 @@ def chunked_nll(model, ids: np.ndarray, L: int, batch_size: int, device) -> tupl
     model.eval()
     for i in range(0, n_blocks, batch_size):
         x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
-        with _autocast(device):
+        with autocast(device):
             logits = model(x)
         total += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
                                  reduction="sum").item()
@@ -76,12 +71,12 @@ def strided_nll(model, ids: np.ndarray, L: int, stride: int, batch_size: int, de
     full = [w for w in windows if w[1] - w[0] == L]  # all but possibly the last window
     for i in range(0, len(full), batch_size):
         part = full[i : i + batch_size]
-        with _autocast(device):
+        with autocast(device):
             logits = model(torch.stack([data[s:e] for s, e, _ in part]).to(device))
         for j, w in enumerate(part):
             score(logits[j], *w)
     for start, end, skip in windows[len(full):]:
-        with _autocast(device):
+        with autocast(device):
             score(model(data[start:end].unsqueeze(0).to(device))[0], start, end, skip)
     return total, count
 

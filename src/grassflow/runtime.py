@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from contextlib import nullcontext
 
 import torch
 
@@ -14,6 +15,11 @@ def configure_torch(deterministic: bool = False) -> None:
     torch.set_flush_denormal(True)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA; nothing on the CPU (fp32 throughout)."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
 
 def pick_device(name: str) -> torch.device:

@@ -36,29 +36,29 @@ def content_sha256(rows: list[str]) -> str:
     return h.hexdigest()
 
 
-def _from_hub(cfg: dict, split: str) -> list[str]:
+def hub_split(cfg: dict, split: str, key: str = "data"):
+    """One split of a hub dataset (a `datasets.Dataset`); failures name the dataset and the fix."""
     try:
         import datasets
 
-        ds = datasets.load_dataset(cfg["dataset"], cfg["name"], revision=cfg.get("revision"), split=split)
+        return datasets.load_dataset(cfg["dataset"], cfg["name"], revision=cfg.get("revision"), split=split)
     except Exception as e:  # the hub raises many types; all mean the same to the user
         offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else ""
         raise DataError(
             f"could not load {cfg['dataset']}/{cfg['name']} split {split!r} from the Hugging Face "
             f"hub{offline}: {type(e).__name__}: {e}\n"
-            "Fix: run where the hub is reachable, or set data.source: local with data.local_dir "
+            f"Fix: run where the hub is reachable, or set {key}.source: local with {key}.local_dir "
             "pointing at the hub's parquet files, or use the offline demo (preset=demo)."
         ) from None
-    return list(ds["text"])
 
 
-def _local_file(cfg: dict, split: str) -> Path:
+def local_file(cfg: dict, split: str, key: str = "data") -> Path:
     root = Path(cfg["local_dir"]).expanduser()
     for d in (root, root / cfg["name"]):
         for name in (f"{split}.parquet", f"{split}-00000-of-00001.parquet"):
             if (d / name).is_file():
                 return d / name
-    raise DataError(f"data.local_dir: no parquet file for split {split!r} in {root} "
+    raise DataError(f"{key}.local_dir: no parquet file for split {split!r} in {root} "
                     f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)")
 
 
@@ -75,9 +75,9 @@ def read_rows(path) -> list[str]:
 def load_rows(cfg: dict, split: str) -> list[str]:
     source = cfg["source"]
     if source == "hub":
-        return _from_hub(cfg, split)
+        return list(hub_split(cfg, split)["text"])
     if source == "local":
-        return read_rows(_local_file(cfg, split))
+        return read_rows(local_file(cfg, split))
     if source == "synthetic":
         syn = cfg["synthetic"]
         return generate_split(syn["articles"][split], seed=syn["seed"] * 1000 + SPLITS.index(split))

@@ -29,13 +29,19 @@ from grassflow.data import DataError
 from grassflow.data.download import content_sha256, read_rows
 from grassflow.io import atomic_path
 
-HUB_NAMES = {"bert-base-uncased": "bert-base-uncased", "gpt2": "gpt2"}
+HUB_NAMES = {"bert-base-uncased": "bert-base-uncased", "gpt2": "gpt2",
+             "distilbert-base-uncased": "distilbert-base-uncased"}  # SNLI's backbone; BERT's vocabulary
 BATCH_ROWS = 2048
 
 
 def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
+    """The LM's trained tokenizer: build_wordpiece over the rows of the train split."""
+    build_wordpiece(read_rows(train_parquet), vocab_size, out_path, source=train_parquet)
+
+
+def build_wordpiece(rows, vocab_size: int, out_path, specials=("[PAD]", "[UNK]"), source="") -> None:
     """A WordPiece tokenizer with BERT's normalisation and pre-tokenisation, whose vocabulary
-    is: [PAD], [UNK], every character seen (alone and as a ##continuation), then the most
+    is: the special tokens, every character seen (alone and as a ##continuation), then the most
     frequent words, ties broken alphabetically, up to vocab_size. Deterministic: the
     tokenizers library's WordPieceTrainer breaks frequency ties in hash order, which gave a
     different vocabulary (49 of 400 tokens) in every process on the demo corpus."""
@@ -46,14 +52,14 @@ def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
     normalizer = normalizers.BertNormalizer(lowercase=True)
     pre = pre_tokenizers.BertPreTokenizer()
     words = Counter()
-    for row in read_rows(train_parquet):
+    for row in rows:
         if row.strip():
             words.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(row)))
     chars = sorted({c for w in words for c in w})
-    vocab = ["[PAD]", "[UNK]"] + chars + [f"##{c}" for c in chars]
+    vocab = list(specials) + chars + [f"##{c}" for c in chars]
     if len(vocab) > vocab_size:
         raise DataError(f"tokenizer.vocab_size: {vocab_size} is smaller than the {len(vocab)} "
-                        f"characters and special tokens of {train_parquet}")
+                        f"characters and special tokens of {source}")
     seen = set(vocab)
     for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
         if len(vocab) == vocab_size:
@@ -78,19 +84,19 @@ def load_tokenizer(cfg: dict, artifact=None):
             raise DataError(f"tokenizer: trained tokenizer file {artifact} is missing")
         return Tokenizer.from_file(str(artifact))
     if name not in HUB_NAMES:
-        raise DataError(f"tokenizer.name: {name!r} is not one of bert-base-uncased, gpt2, trained")
+        raise DataError(f"tokenizer.name: {name!r} is not one of {sorted(HUB_NAMES)} or trained")
     if path:
         p = Path(path).expanduser()
         if (p / "tokenizer.json").is_file():
             return Tokenizer.from_file(str(p / "tokenizer.json"))
-        needed = ["vocab.txt"] if name == "bert-base-uncased" else ["vocab.json", "merges.txt"]
+        needed = ["vocab.json", "merges.txt"] if name == "gpt2" else ["vocab.txt"]
         missing = [f for f in needed if not (p / f).is_file()]
         if missing:
             raise DataError(f"tokenizer.path: {p} has no tokenizer.json and lacks {missing}")
     try:
         from transformers import BertTokenizerFast, GPT2TokenizerFast
 
-        cls = BertTokenizerFast if name == "bert-base-uncased" else GPT2TokenizerFast
+        cls = GPT2TokenizerFast if name == "gpt2" else BertTokenizerFast
         return cls.from_pretrained(str(Path(path).expanduser()) if path else HUB_NAMES[name]).backend_tokenizer
     except Exception as e:
         raise DataError(f"tokenizer: could not load {name!r} from {path or 'the Hugging Face hub'}: "

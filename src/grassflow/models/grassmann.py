@@ -36,32 +36,39 @@ class GrassmannMixer(nn.Module):
         cfg = self.cfg
         g = plucker_mix(self.reduce(h), self.lags, self.plucker.weight, self.plucker.bias,
                         eps=cfg.eps, empty=cfg.empty_offsets, backend=cfg.plucker_backend)
-        g = g.to(h.dtype)
-        # σ(W_gate [h; g] + b) without materialising [h; g], and α h + (1−α) g as a lerp:
-        # backward then keeps only α beyond tensors it already holds (h, g).
-        d, w = h.shape[-1], self.gate.weight
-        alpha = torch.sigmoid(F.linear(h, w[:, :d], self.gate.bias) + F.linear(g, w[:, d:]))
-        return torch.lerp(g, h, alpha)
+        return gated_mix(self.gate, h, g.to(h.dtype))
+
+
+def gated_mix(gate: nn.Linear, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """α = σ(W_gate [h; g] + b);  α h + (1−α) g.  Without materialising [h; g], and as a
+    lerp: backward then keeps only α beyond tensors it already holds (h, g)."""
+    d, w = h.shape[-1], gate.weight
+    alpha = torch.sigmoid(F.linear(h, w[:, :d], gate.bias) + F.linear(g, w[:, d:]))
+    return torch.lerp(g, h, alpha)
 
 
 class GrassmannBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, lags: tuple[int, ...]):
+    """The post-norm (or pre-norm) block around a mixer: GrassmannMixer here, the windowed
+    mixer in the SNLI head. Extra forward arguments (a padding mask) go to the mixer."""
+
+    def __init__(self, cfg: ModelConfig, mixer: nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
-        self.mix = GrassmannMixer(cfg, lags)
+        self.mix = mixer
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.ffn = FeedForward(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, h):
+    def forward(self, h, *mix_args):
         if self.pre:
-            h = h + self.drop(self.mix(self.ln1(h)))
+            h = h + self.drop(self.mix(self.ln1(h), *mix_args))
             return h + self.ffn(self.ln2(h))
-        h = self.drop(self.ln1(self.mix(h)))
+        h = self.drop(self.ln1(self.mix(h, *mix_args)))
         return self.ln2(h + self.ffn(h))
 
 
 class GrassmannLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg, [GrassmannBlock(cfg, cfg.layer_lags(i)) for i in range(cfg.n_layers)])
+        super().__init__(cfg, [GrassmannBlock(cfg, GrassmannMixer(cfg, cfg.layer_lags(i)))
+                               for i in range(cfg.n_layers)])

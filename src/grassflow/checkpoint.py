@@ -1,0 +1,79 @@
+"""Resume state on disk: self-checksummed checkpoints, RNG states and the disk-space guard."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from grassflow.io import atomic_path
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be trusted; the message names the file."""
+
+
+class DiskSpaceError(RuntimeError):
+    """Too little free disk for the checkpoints a run will write."""
+
+
+def check_disk(out: Path, n_params: int) -> None:
+    """best_state.pt and best.pt (weights) and last.pt (weights + two AdamW moments), each
+    written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""
+    need = int(2 * (1 + 1 + 3) * 4 * n_params * 1.1)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise DiskSpaceError(f"{out}: {free / 2**20:.0f} MiB free, but this run's checkpoints need "
+                             f"~{need / 2**20:.0f} MiB (best.pt, last.pt and their temporary copies); "
+                             "free space or move results/ before training")
+
+
+MAGIC = b"GFCKPT1\n"
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """One file: magic, sha256 of the payload, payload. Written to a temp file, fsynced and
+    renamed, so a kill at any moment leaves either the previous checkpoint or the new one."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+
+
+def load_checkpoint(path: Path):
+    """The checkpoint, or None if absent; a truncated or corrupt one is an error, never loaded."""
+    if not path.exists():
+        return None
+    raw = path.read_bytes()
+    head = len(MAGIC) + 65
+    if raw[: len(MAGIC)] != MAGIC or hashlib.sha256(raw[head:]).hexdigest().encode() != raw[len(MAGIC) : head - 1]:
+        raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
+                              f"delete it to restart this run from scratch")
+    return torch.load(io.BytesIO(raw[head:]), map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)

@@ -1,0 +1,60 @@
+"""The frozen feature extractor of the SNLI experiment.
+
+  pretrained  AutoModel.from_pretrained(path or name, revision) — DistilBERT-base-uncased
+              from the hub, or a local copy of its files
+  random      a randomly initialised DistilBERT of the given size (DistilBertConfig; seeded),
+              the offline stand-in used by the tests and the demo preset
+
+Frozen: no gradients, always in eval mode (dropout off), run under no_grad on the fly. The
+token features are not cached: see README "SNLI" for the measurement behind that choice.
+A sha256 of the weights goes into each run's provenance record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import torch
+import torch.nn as nn
+
+from grassflow.data import DataError
+
+
+def load_backbone(cfg: dict, vocab_size: int, pad_id: int) -> nn.Module:
+    rand = cfg.get("random")
+    if rand:
+        from transformers import DistilBertConfig, DistilBertModel
+
+        conf = DistilBertConfig(vocab_size=vocab_size, n_layers=rand["n_layers"], dim=rand["dim"],
+                                n_heads=rand["n_heads"], hidden_dim=rand["hidden_dim"], pad_token_id=pad_id)
+        with torch.random.fork_rng():
+            torch.manual_seed(rand["seed"])
+            model = DistilBertModel(conf)
+    else:
+        src = cfg.get("path") or cfg["name"]
+        try:
+            from transformers import AutoModel
+
+            model = AutoModel.from_pretrained(os.path.expanduser(src), revision=cfg.get("revision"))
+        except Exception as e:
+            raise DataError(f"snli.backbone: could not load {src!r} ({type(e).__name__}: {e})\nFix: set "
+                            "snli.backbone.path to a local copy of its files, or run where the hub is "
+                            "reachable; offline, snli.backbone.random builds a random stand-in.") from None
+        if model.config.vocab_size != vocab_size:
+            raise DataError(f"snli.backbone: {src!r} has a vocabulary of {model.config.vocab_size} tokens, "
+                            f"but the token files were made by a tokenizer of {vocab_size}; use the "
+                            "backbone's own tokenizer (snli.tokenizer)")
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def weights_sha256(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def hidden_size(model: nn.Module) -> int:
+    return model.config.hidden_size

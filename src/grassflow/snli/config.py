@@ -1,0 +1,76 @@
+"""HeadConfig: the SNLI heads' settings; defaults are the paper's Grassmann–Plücker head
+(d_proj 64, window 8, stride 8, d_model 256, 2 mixing layers, 4 mixing heads, d_ff 512,
+dropout 0.1). Each ambiguity of the paper is a switch; the default comes first."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+CHOICES = {
+    "norm": ("post", "pre"),
+    "pairs": ("bidirectional", "causal"),
+    "empty_offsets": ("zero", "bias"),
+    "pool": ("mean", "cls"),
+    "pair_input": ("joint", "separate"),
+    "plucker_backend": ("auto", "reference", "fast", "cupy", "kernel-cpu"),
+}
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    d_model: int = 256
+    d_ff: int = 512  # GELU FFN
+    n_layers: int = 2  # encoder layers (Transformer) / mixing layers (Grassmann)
+    dropout: float = 0.1
+    norm: str = "post"  # post (as the LM) | pre
+    n_heads: int = 4  # Transformer head: attention heads
+    # --- Grassmann–Plücker head ---
+    d_proj: int = 64  # reduced dimension, split over the mixing heads: r = d_proj / mix_heads
+    mix_heads: int = 4  # each head: its own r-slice of z and its own W_plü (d_model/mix_heads rows)
+    window: int = 8  # tokens per window; a token pairs with the other tokens of its windows
+    stride: int = 8  # windows start every `stride` tokens (= window: non-overlapping)
+    pairs: str = "bidirectional"  # bidirectional: all others, oriented (earlier ∧ later) | causal
+    empty_offsets: str = "zero"  # g of a token with no partner: zero | bias
+    eps: float = 1e-6
+    plucker_backend: str = "auto"
+    # --- both heads ---
+    pool: str = "mean"  # sentence vector: mean over real tokens | the [CLS] position
+    pair_input: str = "joint"  # joint: one sequence [CLS] p [SEP] h [SEP], classifier on its
+    #                            pooled vector | separate: each sentence alone, classifier on
+    #                            [u, v, |u−v|, u⊙v]
+
+    def __post_init__(self):
+        for key, allowed in CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"head.{key}: {getattr(self, key)!r} is not one of {allowed}")
+        for key in ("d_model", "d_ff", "n_layers", "n_heads", "d_proj", "mix_heads", "stride"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"head.{key} must be ≥ 1, got {getattr(self, key)}")
+        for key in ("n_heads", "mix_heads"):
+            if self.d_model % getattr(self, key):
+                raise ValueError(f"head.{key} ({getattr(self, key)}) must divide head.d_model ({self.d_model})")
+        if self.d_proj % self.mix_heads or self.d_proj // self.mix_heads < 2:
+            raise ValueError(f"head.d_proj ({self.d_proj}) must be a multiple of head.mix_heads "
+                             f"({self.mix_heads}) with at least 2 dimensions per head")
+        if self.window < 2 or self.stride > self.window:
+            raise ValueError(f"head.window must be ≥ 2 and head.stride ≤ head.window; got window "
+                             f"{self.window}, stride {self.stride}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"head.dropout must be in [0, 1), got {self.dropout}")
+        if self.eps <= 0:
+            raise ValueError(f"head.eps must be > 0, got {self.eps}")
+
+    @property
+    def r(self) -> int:
+        return self.d_proj // self.mix_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HeadConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"head: unknown key(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)

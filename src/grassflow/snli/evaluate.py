@@ -1,0 +1,56 @@
+"""SNLI evaluation of a run's best checkpoint: accuracy, per-class accuracy and the confusion
+matrix on validation and test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from grassflow.io import sha256_file, write_json
+from grassflow.loop import load_trained
+from grassflow.runtime import configure_torch, pick_device
+from grassflow.snli.data import read_token_pairs
+from grassflow.snli.synthetic import LABELS
+from grassflow.snli.train import build_classifier, predict
+
+
+def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
+    confusion = torch.zeros(3, 3, dtype=torch.long)  # rows: gold, columns: predicted
+    confusion.index_put_((gold, pred), torch.ones_like(gold), accumulate=True)
+    per_class = {name: (100.0 * confusion[i, i].item() / confusion[i].sum().item()) if confusion[i].sum() else None
+                 for i, name in enumerate(LABELS)}
+    return {"accuracy": 100.0 * (pred == gold).float().mean().item(), "n": len(gold),
+            "per_class_accuracy": per_class, "confusion": confusion.tolist(), "labels": list(LABELS)}
+
+
+def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
+    configure_torch()
+    record = json.loads(Path(run_json).read_text())
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    spec = ckpt["spec"]
+    result = {"run_id": spec["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
+              "checkpoint_sha256": sha256_file(checkpoint), "run_record": str(run_json)}
+    if ckpt["model"] is None:  # diverged before a first validation
+        result.update(validation=None, test=None)
+        write_json(out_path, result)
+        return result
+    device = pick_device(spec["train"]["device"])
+    splits = {}
+    for split, path in (("validation", val_tokens), ("test", test_tokens)):
+        splits[split] = (path, *read_token_pairs(path))
+    meta = splits["validation"][2]
+    model, features = build_classifier(spec, meta)
+    if features.get("weights_sha256") != ckpt["features"].get("weights_sha256"):
+        raise RuntimeError(f"{checkpoint}: trained on backbone weights {ckpt['features'].get('weights_sha256')}, "
+                           f"but {features.get('backbone')} now loads {features.get('weights_sha256')}")
+    load_trained(model, ckpt["model"])
+    model = model.to(device)
+    bs = batch_size or spec["train"]["eval_batch_size"]
+    for split, (path, data, meta) in splits.items():
+        pred, nll = predict(model, data, meta, model.cfg.pair_input, bs, device)
+        result[split] = {**accuracy_report(pred, torch.as_tensor(data["label"])), "nll": nll,
+                         "tokens_file": str(path), "tokens_sha256": sha256_file(path)}
+    write_json(out_path, result)
+    return result

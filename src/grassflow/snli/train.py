@@ -1,0 +1,105 @@
+"""SNLI training: one run (experiment × head × seed) from its spec, through grassflow.loop.
+
+Batches: the pairs in a (seed, epoch)-shuffled order, padded to the longest in the batch; the
+last partial batch is dropped so every step is full. After each epoch: validation loss and
+accuracy; best.pt keeps the best-validation-accuracy weights (the frozen backbone is rebuilt
+from the spec, never saved). Outputs: best.pt, metrics.jsonl, run.json.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from grassflow.checkpoint import seed_everything
+from grassflow.data import DataError
+from grassflow.loop import batch_order, fit
+from grassflow.runtime import autocast, configure_torch, pick_device
+from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
+from grassflow.snli.config import HeadConfig
+from grassflow.snli.data import read_token_pairs
+from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
+from grassflow.train import run_record, token_file_record
+
+
+def build_classifier(spec: dict, meta: dict) -> tuple[SNLIClassifier, dict]:
+    """The model of a spec, and what provenance needs to know of its features."""
+    hcfg = HeadConfig.from_dict(spec["head"])
+    feats = spec["features"]
+    if feats["kind"] == "backbone":
+        backbone = load_backbone(spec["backbone"], meta["vocab_size"], meta["pad_id"])
+        model = SNLIClassifier(spec["head_kind"], hcfg, backbone=backbone, feat_dim=hidden_size(backbone))
+        return model, {"kind": "backbone", "backbone": spec["backbone"], "weights_sha256": weights_sha256(backbone)}
+    emb = ScratchEmbedding(meta["vocab_size"], feats["embed_dim"], 2 * meta["max_tokens"], hcfg.dropout)
+    return SNLIClassifier(spec["head_kind"], hcfg, embedding=emb, feat_dim=feats["embed_dim"]), {"kind": "scratch"}
+
+
+@torch.no_grad()
+def predict(model, data, meta, pair_input, batch_size, device) -> tuple[torch.Tensor, float]:
+    """(predicted labels, mean NLL) over a whole split, in file order."""
+    model.eval()
+    preds, nll, n = [], 0.0, len(data["label"])
+    for i in range(0, n, batch_size):
+        batch = make_batch(data, range(i, min(i + batch_size, n)), meta, pair_input, device)
+        with autocast(device):
+            logits = model(batch).float()
+        nll += F.cross_entropy(logits, batch["label"], reduction="sum").item()
+        preds.append(logits.argmax(-1).cpu())
+    return torch.cat(preds), nll / n
+
+
+class SNLITask:
+    rate_key = "examples_per_s"
+
+    def __init__(self, train, val, meta, pair_input, B, seed, eval_batch_size, device, path):
+        n = len(train["label"])
+        if n < B:
+            raise DataError(f"{path}: {n} pairs, fewer than one batch of {B}")
+        self.train, self.val, self.meta, self.pair_input = train, val, meta, pair_input
+        self.B, self.seed, self.n, self.device, self.eval_batch_size = B, seed, n, device, eval_batch_size
+        self.steps_per_epoch, self.items_per_step = n // B, B
+        self._order = (None, None)
+
+    def batch(self, epoch, step):
+        if self._order[0] != epoch:
+            self._order = (epoch, batch_order(self.n, self.seed, epoch))
+        idx = self._order[1][step * self.B : (step + 1) * self.B]
+        return make_batch(self.train, idx, self.meta, self.pair_input, self.device)
+
+    def loss(self, model, batch):
+        return F.cross_entropy(model(batch).float(), batch["label"])
+
+    def validate(self, model):
+        pred, nll = predict(model, self.val, self.meta, self.pair_input, self.eval_batch_size, self.device)
+        return {"val_loss": nll, "val_acc": 100.0 * (pred == torch.as_tensor(self.val["label"])).float().mean().item()}
+
+    def score(self, row):
+        return -row["val_acc"]
+
+
+def train_snli(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
+    t_start = time.time()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tcfg = spec["train"]
+    configure_torch(deterministic=True)
+    device = pick_device(tcfg["device"])
+    train, train_meta = read_token_pairs(train_tokens)
+    val, val_meta = read_token_pairs(val_tokens, vocab_size=train_meta["vocab_size"])
+    if train_meta["tokenizer_sha256"] != val_meta["tokenizer_sha256"]:
+        raise DataError(f"{train_tokens} and {val_tokens} were made by different tokenizers")
+    pair_input = spec["head"].get("pair_input", HeadConfig.pair_input)
+    task = SNLITask(train, val, train_meta, pair_input, tcfg["batch_size"], spec["seed"],
+                    tcfg["eval_batch_size"], device, train_tokens)
+    seed_everything(spec["seed"])
+    model, features = build_classifier(spec, train_meta)
+    model = model.to(device)
+    status, metrics = fit(model, task, spec, out, device, header={"spec": spec, "features": features})
+    best = min(metrics, key=task.score) if metrics else None
+    data = {"train": token_file_record(train_tokens, train_meta),
+            "validation": token_file_record(val_tokens, val_meta)}
+    return run_record(spec, out, model, status, metrics, best, device, data, t_start, features=features,
+                      head_config=model.cfg.to_dict(), best_val_acc=best["val_acc"] if best else None)
