@@ -1,5 +1,6 @@
 # grassflow: the reproduction DAG of arXiv 2512.19428.
 #   download → tokenize → train (one job per run) → evaluate → tables, figures, report
+#   and, for presets with an `snli` part, the same chain for SNLI (paper Table 3)
 # `snakemake --cores all` runs config.yaml's preset (paper); `--config preset=demo` the demo.
 from snakemake.utils import min_version
 
@@ -20,6 +21,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/snli.smk"
 
 
 rule all:

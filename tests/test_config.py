@@ -62,6 +62,21 @@ CASES = [
     ("model.lag_schedule", "per_token", "config presets.demo.model.lag_schedule: 'per_token' is not one of ['all', 'per_layer']"),
     ("train.betas", [0.9, 0.95, 0.99], "config presets.demo.train.betas: [0.9, 0.95, 0.99] is too long"),
     ("model_overrides.grassmann", {"r": "eight"}, "config presets.demo.model_overrides.grassmann.r: 'eight' is not of type 'integer'"),
+    # the SNLI part
+    ("snli.head.window", 1, "config presets.demo.snli.head.window: 1 is less than the minimum of 2"),
+    ("snli.head.stride", 9, "head.stride ≤ head.window; got window 8, stride 9"),
+    ("snli.head.d_proj", 15, "head.d_proj (15) must be a multiple of head.mix_heads (2)"),
+    ("snli.head.pairs", "all", "config presets.demo.snli.head.pairs: 'all' is not one of ['bidirectional', 'causal']"),
+    ("snli.heads", ["lstm"], "config presets.demo.snli.heads.0: 'lstm' is not one of ['transformer', 'grassmann']"),
+    ("snli.seeds", [1, 1], "presets.demo.snli.seeds: duplicate seeds [1, 1]"),
+    ("snli.experiments.table3_scratch", {"features": "scratch", "epochs": 1, "batch_size": 8},
+     "presets.demo.snli.experiments.table3_scratch.embed_dim: required when features is 'scratch'"),
+    ("snli.experiments.table3.features", "glove", "config presets.demo.snli.experiments.table3.features: 'glove' is not one of"),
+    ("snli.backbone", None, "config presets.demo.snli.backbone: None is not of type 'object'"),
+    ("snli.backbone.random.n_heads", 3, "presets.demo.snli.backbone.random.n_heads (3) must divide its dim (32)"),
+    ("snli.max_tokens", 300, "presets.demo.snli.max_tokens: 300 makes joint pairs of up to 599 tokens"),
+    ("snli.tokenizer", {"name": "trained"}, "presets.demo.snli.tokenizer.vocab_size: required for, and only for"),
+    ("snli.experiments.table3.paper_acc", {"grassmann": {"test": 185.0}}, "paper_acc.grassmann.test: 185.0 is greater than the maximum of 100"),
 ]
 
 

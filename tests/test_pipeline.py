@@ -54,7 +54,7 @@ def planned(cwd) -> Counter:
                 jobs[current] += 1
             current = (m.group(1), None)
             continue
-        m = re.match(r"^\s+wildcards: run=(\S+)", line)
+        m = re.match(r"^\s+wildcards: (?:snli_)?run=(\S+)", line)
         if m and current:
             current = (current[0], m.group(1))
     if current:
@@ -96,6 +96,34 @@ def test_demo_produces_tables_figures_and_provenance(demo):
     assert "table1" in summary and "table2" in summary
 
 
+def test_demo_runs_the_snli_chain_end_to_end(demo):
+    """Synthetic pairs → trained tokenizer → token parquet → a random tiny DistilBERT's
+    features → both heads, frozen and from scratch → accuracies → tables with provenance."""
+    import pyarrow.parquet as pq
+
+    rep = demo / "results/demo/report"
+    raw = json.loads((demo / "results/demo/snli/data/raw/checksums.json").read_text())
+    meta = json.loads(pq.ParquetFile(demo / "results/demo/snli/data/tokens/trained/test.parquet")
+                      .schema_arrow.metadata[b"grassflow"])
+    assert meta["source_content_sha256"] == raw["test"]["content_sha256"] and meta["n_pairs"] == raw["test"]["pairs"]
+    for exp, features in (("table3", "backbone"), ("table3_scratch", "scratch")):
+        md = (rep / f"snli_{exp}.md").read_text()
+        assert "SYNTHETIC" in md and "RANDOM tiny backbone" in md
+        assert (rep / f"snli_curves_{exp}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        df = pd.read_csv(rep / f"snli_{exp}.csv")
+        assert set(df.model) == {"transformer", "grassmann"} and (df.status == "completed").all()
+        assert set(df.features) == {features} and (df.test_pairs == raw["test"]["pairs"]).all()
+        assert ((df.test_acc > 0) & (df.test_acc <= 100)).all()
+        for rec_path in df.record:
+            rec = json.loads((demo / rec_path).read_text())
+            ev = json.loads((demo / rec_path).with_name("eval.json").read_text())
+            assert rec["spec"]["task"] == "snli" and rec["features"]["kind"] == features
+            assert (len(rec["features"]["weights_sha256"]) == 64) == (features == "backbone")
+            assert sum(map(sum, ev["test"]["confusion"])) == raw["test"]["pairs"]
+            assert f"({os.path.relpath(demo / rec_path, rep)})" in md
+    assert "table3_scratch" in (rep / "snli_summary.md").read_text()
+
+
 def test_token_files_carry_their_metadata(demo):
     f = demo / "results/demo/data/tokens/trained/test.parquet"
     meta = json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])
@@ -127,7 +155,7 @@ def edited(path: Path, text: str):
 
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
-        assert planned(demo) == Counter({("aggregate", None): 1})
+        assert planned(demo) == Counter({("aggregate", None): 1, ("snli_aggregate", None): 1})
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
@@ -151,6 +179,36 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
     assert not any(run and "transformer" in run for _, run in jobs)
     assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
     assert sum(n for (rule, run), n in jobs.items() if rule == "train") == 4
+    # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
+    assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
+    assert not {"snli_download", "snli_tokenize", "snli_train_tokenizer"} & {rule for rule, _ in jobs}
+
+
+def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
+    cfg = demo / "config.yaml"
+    original = cfg.read_text()
+    cfg.write_text(original.replace("      head: {d_model: 32, d_ff: 64, n_heads: 2, d_proj: 16, mix_heads: 2}\n",
+                                    "      head: {d_model: 32, d_ff: 64, n_heads: 2, d_proj: 16, mix_heads: 2}\n"
+                                    "      head_overrides: {grassmann: {pairs: causal}}\n"))
+    try:
+        jobs = planned(demo)
+    finally:
+        cfg.write_text(original)
+    assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
+                            ("snli_train", "table3_scratch-grassmann-s0"): 1,
+                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1})
+
+
+def test_snli_backbone_setting_never_touches_scratch_runs(demo):
+    cfg = demo / "config.yaml"
+    original = cfg.read_text()
+    cfg.write_text(original.replace("hidden_dim: 64, seed: 0}", "hidden_dim: 64, seed: 1}"))
+    try:
+        jobs = planned(demo)
+    finally:
+        cfg.write_text(original)
+    assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
+    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate"}
 
 
 def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
@@ -193,6 +251,11 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     for exp in ("table1", "table2"):
         a = pd.read_csv(demo / f"results/demo/report/{exp}.csv")[cols]
         b = pd.read_csv(work / f"results/demo/report/{exp}.csv")[cols]
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    cols = ["run_id", "status", "best_epoch", "val_acc", "test_acc"]
+    for exp in ("table3", "table3_scratch"):
+        a = pd.read_csv(demo / f"results/demo/report/snli_{exp}.csv")[cols]
+        b = pd.read_csv(work / f"results/demo/report/snli_{exp}.csv")[cols]
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
@@ -282,16 +345,18 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
         if rule:
             by_rule.setdefault(rule, []).append((jid, run, f))
     runs = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
-    for rule in ("train", "evaluate"):
-        assert {run for _, run, _ in by_rule[rule]} == runs
+    snli_runs = {f"{t}-{m}-s0" for t in ("table3", "table3_scratch") for m in ("transformer", "grassmann")}
+    for rule, expected in (("train", runs), ("evaluate", runs), ("snli_train", snli_runs), ("snli_evaluate", snli_runs)):
+        assert {run for _, run, _ in by_rule[rule]} == expected
         for _jid, run, f in by_rule[rule]:
             assert f["Partition"] == "gpu", (rule, run, f["Partition"])
             assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (rule, run, f)
-    for rule in ("train_tokenizer", "tokenize", "bench", "aggregate"):
+    for rule in ("train_tokenizer", "tokenize", "bench", "aggregate", "snli_train_tokenizer", "snli_tokenize",
+                 "snli_aggregate"):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
         for _jid, _, f in by_rule[rule]:
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
-    assert "download" not in by_rule  # a localrule: runs where Snakemake runs (login node)
+    assert "download" not in by_rule and "snli_download" not in by_rule  # localrules: runs where Snakemake runs (login node)
 
     # scancel mid-training: the job was cancelled, retried, and resumed from its checkpoint
     assert len(cancelled) == 1, "no train job was cancelled mid-training"

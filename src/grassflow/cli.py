@@ -12,13 +12,18 @@ import sys
 from pathlib import Path
 
 
-def _download(a):
-    from grassflow.data.download import download
+def _download_splits(download, a):
     from grassflow.io import write_json
 
     cfg = json.loads(a.data)
     records = {split: download(cfg, split, Path(a.out_dir) / f"{split}.parquet") for split in a.splits}
     write_json(Path(a.out_dir) / "checksums.json", records)
+
+
+def _download(a):
+    from grassflow.data.download import download
+
+    _download_splits(download, a)
 
 
 def _train_tokenizer(a):
@@ -58,6 +63,46 @@ def _bench(a):
     from grassflow.bench import main
 
     main(a.rest)
+
+
+def _snli_download(a):
+    from grassflow.snli.data import download
+
+    _download_splits(download, a)
+
+
+def _snli_train_tokenizer(a):
+    from grassflow.snli.data import train_tokenizer
+
+    train_tokenizer(a.train, a.vocab_size, a.out)
+
+
+def _snli_tokenize(a):
+    from grassflow.snli.data import tokenize_split
+
+    cfg = json.loads(a.tokenizer)
+    for raw in a.raw:
+        meta = tokenize_split(cfg, a.max_tokens, raw, Path(a.out_dir) / Path(raw).name, a.artifact)
+        print(f"{Path(raw).stem}: {meta['n_pairs']} pairs, {meta['truncated_sentences']} sentences "
+              f"truncated, in {meta['seconds']:.2f}s", file=sys.stderr)
+
+
+def _snli_train(a):
+    from grassflow.snli.train import train_snli
+
+    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir)
+
+
+def _snli_evaluate(a):
+    from grassflow.snli.evaluate import evaluate_snli_run
+
+    evaluate_snli_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
+
+
+def _snli_aggregate(a):
+    from grassflow.report.snli import aggregate_snli
+
+    aggregate_snli(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +147,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", help="bench JSON for the scaling figure")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(fn=_aggregate)
+
+    p = sub.add_parser("snli-download", help="SNLI pairs to parquet (label −1 dropped)")
+    p.add_argument("--data", required=True, help="the preset's snli.data section, as JSON")
+    p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_snli_download)
+
+    p = sub.add_parser("snli-train-tokenizer", help="WordPiece tokenizer (with [CLS], [SEP]) from SNLI train")
+    p.add_argument("--train", required=True)
+    p.add_argument("--vocab-size", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=_snli_train_tokenizer)
+
+    p = sub.add_parser("snli-tokenize", help="SNLI pairs to token-id parquet files")
+    p.add_argument("--tokenizer", required=True, help="the preset's snli.tokenizer section, as JSON")
+    p.add_argument("--max-tokens", type=int, required=True)
+    p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")
+    p.add_argument("--raw", nargs="+", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_snli_tokenize)
+
+    p = sub.add_parser("snli-train", help="train one SNLI run from its spec")
+    p.add_argument("--spec", required=True, help="run spec as JSON")
+    p.add_argument("--train-tokens", required=True)
+    p.add_argument("--val-tokens", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_snli_train)
+
+    p = sub.add_parser("snli-evaluate", help="accuracies of an SNLI run's best checkpoint")
+    for k in ("checkpoint", "run-json", "val-tokens", "test-tokens", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.set_defaults(fn=_snli_evaluate)
+
+    p = sub.add_parser("snli-aggregate", help="SNLI tables of a preset")
+    p.add_argument("--preset", required=True, help="the preset, as JSON")
+    p.add_argument("--preset-name", required=True)
+    p.add_argument("--runs", nargs="+", required=True, help="SNLI run directories")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=_snli_aggregate)
 
     p = sub.add_parser("bench", help="core benchmark (see python -m grassflow.bench -h)")
     p.add_argument("rest", nargs=argparse.REMAINDER)

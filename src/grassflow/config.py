@@ -96,6 +96,43 @@ def check_preset(name: str, p: dict) -> None:
             ModelConfig.from_dict({**spec["model"], "vocab_size": 1})
         except ValueError as e:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
+    if p.get("snli"):
+        check_snli(f"{where}.snli", name, p)
+
+
+def check_snli(where: str, name: str, p: dict) -> None:
+    from grassflow.snli.config import HeadConfig
+
+    s = p["snli"]
+    if len(set(s["seeds"])) != len(s["seeds"]):
+        raise ConfigError(f"{where}.seeds: duplicate seeds {s['seeds']}")
+    data = s["data"]
+    if data["source"] == "local" and not data.get("local_dir"):
+        raise ConfigError(f"{where}.data.local_dir: required when snli.data.source is 'local'")
+    if data["source"] == "synthetic" and not data.get("synthetic"):
+        raise ConfigError(f"{where}.data.synthetic: required when snli.data.source is 'synthetic'")
+    tok = s["tokenizer"]
+    if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
+        raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")
+    uses_backbone = any(e["features"] == "backbone" for e in s["experiments"].values())
+    if uses_backbone and not s.get("backbone"):
+        raise ConfigError(f"{where}.backbone: required by an experiment with features: backbone")
+    rand = (s.get("backbone") or {}).get("random")
+    if uses_backbone and rand and rand["dim"] % rand["n_heads"]:
+        raise ConfigError(f"{where}.backbone.random.n_heads ({rand['n_heads']}) must divide its dim ({rand['dim']})")
+    if uses_backbone and not rand and tok["name"] == "trained":
+        raise ConfigError(f"{where}.tokenizer.name: a pretrained backbone needs its own tokenizer, not 'trained'")
+    if 2 * s["max_tokens"] - 1 > 512:
+        raise ConfigError(f"{where}.max_tokens: {s['max_tokens']} makes joint pairs of up to "
+                          f"{2 * s['max_tokens'] - 1} tokens, more than DistilBERT's 512 positions")
+    for exp, e in s["experiments"].items():
+        if e["features"] == "scratch" and not e.get("embed_dim"):
+            raise ConfigError(f"{where}.experiments.{exp}.embed_dim: required when features is 'scratch'")
+    for run_id, spec in snli_runs(name, p).items():
+        try:
+            HeadConfig.from_dict(spec["head"])
+        except ValueError as e:
+            raise ConfigError(f"{where} (run {run_id}): {e}") from None
 
 
 def runs(name: str, p: dict) -> dict[str, dict]:
@@ -115,6 +152,37 @@ def runs(name: str, p: dict) -> dict[str, dict]:
                 out[run_id] = {"run_id": run_id, "preset": name, "experiment": exp, "model_kind": kind,
                                "seed": seed, "model": copy.deepcopy(model), "train": train,
                                "tokenizer": p["tokenizer"]["name"]}
+    return out
+
+
+GRASSMANN_HEAD_KEYS = ("d_proj", "mix_heads", "window", "stride", "pairs", "empty_offsets", "eps", "plucker_backend")
+
+
+def snli_runs(name: str, p: dict) -> dict[str, dict]:
+    """{run_id: spec} of the SNLI part: experiment × head × seed, each spec holding only what
+    that run depends on (a scratch run does not depend on the backbone, a Transformer head
+    not on the Plücker settings)."""
+    s = p.get("snli")
+    if not s:
+        return {}
+    out = {}
+    for exp, e in s["experiments"].items():
+        for kind in s["heads"]:
+            head = {**s.get("head", {}), **(s.get("head_overrides") or {}).get(kind, {})}
+            for k in GRASSMANN_HEAD_KEYS if kind == "transformer" else ("n_heads",):
+                head.pop(k, None)
+            features = {"kind": e["features"]}
+            if e["features"] == "scratch":
+                features["embed_dim"] = e["embed_dim"]
+            train = {**s["train"], "epochs": e["epochs"], "batch_size": e["batch_size"]}
+            for seed in s["seeds"]:
+                run_id = f"{exp}-{kind}-s{seed}"
+                spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "head_kind": kind,
+                        "seed": seed, "head": dict(head), "features": features, "train": train,
+                        "tokenizer": s["tokenizer"]["name"], "max_tokens": s["max_tokens"]}
+                if e["features"] == "backbone":
+                    spec["backbone"] = copy.deepcopy(s["backbone"])
+                out[run_id] = spec
     return out
 
 

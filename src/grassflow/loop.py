@@ -26,7 +26,13 @@ from typing import Any, Protocol
 import torch
 from tqdm import tqdm
 
-from grassflow.checkpoint import check_disk, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from grassflow.checkpoint import (
+    check_disk,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from grassflow.config import spec_hash
 from grassflow.io import atomic_path, write_text
 from grassflow.runtime import autocast
@@ -91,7 +97,7 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict) -> tuple[d
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch).
     `header` goes into best.pt beside the weights (spec, model config)."""
     out = Path(out_dir)
-    tcfg, seed = spec["train"], spec["seed"]
+    tcfg = spec["train"]
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     check_disk(out, n_params)
     for stray in out.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint

@@ -5,7 +5,7 @@ import json
 import shlex
 from pathlib import Path
 
-from grassflow.config import runs, select_preset
+from grassflow.config import runs, select_preset, snli_runs
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
 RUNS = runs(PRESET, P)
@@ -22,8 +22,18 @@ REPORT = f"{RES}/report"
 # below hash exactly the code that runs.
 GF = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} python -m grassflow"
 
+# The SNLI part (paper Table 3), when the preset has one: its own data, runs and tables.
+SNLI = P.get("snli")
+SNLI_RUNS = snli_runs(PRESET, P)
+SNLI_RES = f"{RES}/snli"
+SNLI_RAW = f"{SNLI_RES}/data/raw"
+SNLI_TOKENIZER = SNLI["tokenizer"]["name"] if SNLI else None
+SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI_TOKENIZER}"
+SNLI_RUN_DIR = f"{SNLI_RES}/runs/{{snli_run}}"
+
 wildcard_constraints:
     run="|".join(RUNS),
+    snli_run="|".join(SNLI_RUNS) or "(?!)",
     split="|".join(SPLITS),
 
 # --- code fingerprints -------------------------------------------------------------------
@@ -38,9 +48,13 @@ CODE = {
     "model": ["models/__init__.py", "models/config.py", "models/common.py"],
     "transformer": ["models/transformer.py"],
     "grassmann": ["models/grassmann.py", "ops", KERNELS / "plucker.cu"],
-    "train": SHARED + ["train.py", "evaluate.py", "data/tokenize.py"],
+    "train": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py"],
     "evaluate": SHARED + ["evaluate.py", "train.py", "data/tokenize.py"],
+    "snli_data": SHARED + ["data/__init__.py", "data/download.py", "data/tokenize.py",
+                           "snli/__init__.py", "snli/data.py", "snli/synthetic.py"],
+    "snli": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py", "snli"],
     "report": SHARED + ["report"],
+    "snli_report": SHARED + ["report", "snli/synthetic.py"],
     "bench": SHARED + ["bench.py"],
 }
 
@@ -85,5 +99,20 @@ def figure_outputs():
             + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS] + [f"{REPORT}/scaling.png"])
 
 
+def snli_tokenizer_artifact():
+    return [f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json"] if SNLI_TOKENIZER == "trained" else []
+
+
+def snli_run_outputs(name):
+    return [f"{SNLI_RES}/runs/{run}/{name}" for run in SNLI_RUNS]
+
+
+def snli_table_outputs():
+    exps = list(SNLI["experiments"]) if SNLI else []
+    return ([f"{REPORT}/snli_{exp}.{ext}" for exp in exps for ext in ("md", "csv", "tex")]
+            + [f"{REPORT}/snli_curves_{exp}.png" for exp in exps])
+
+
 def final_outputs():
-    return table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"]
+    snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
+    return table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + snli

@@ -21,14 +21,14 @@ def _save(fig, path):
     plt.close(fig)
 
 
-def curves(df, exp_name, preset, path):
+def curves(df, exp_name, preset, path, key="val_ppl", ylabel="validation perplexity (chunked)", log=True):
     fig, ax = plt.subplots(figsize=(6, 4))
     for _, run in df.iterrows():
         rows = [json.loads(line) for line in Path(run.metrics).read_text().splitlines() if line]
         if rows:
-            ax.plot([r["epoch"] for r in rows], [r["val_ppl"] for r in rows], marker="o", ms=3,
+            ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], marker="o", ms=3,
                     color=COLORS.get(run.model), alpha=0.8, label=f"{run.model} s{run.seed}")
-    ax.set(xlabel="epoch", ylabel="validation perplexity (chunked)", yscale="log",
+    ax.set(xlabel="epoch", ylabel=ylabel, yscale="log" if log else "linear",
            title=f"{exp_name} — preset {preset}")
     ax.legend(fontsize=7)
     _save(fig, path)

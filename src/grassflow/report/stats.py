@@ -43,6 +43,18 @@ def gap_ci(grassmann: list[float], transformer: list[float]) -> dict:
     return {"gap_pct": gap, "ci_low": gap - h, "ci_high": gap + h}
 
 
+def diff_ci(a: list[float], b: list[float]) -> dict:
+    """mean(a) − mean(b) with a 95 % Welch CI (NaN with fewer than two values per side)."""
+    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
+    if len(a) < 2 or len(b) < 2:
+        return {"diff": ma - mb, "ci_low": math.nan, "ci_high": math.nan}
+    va, vb = sa**2 / len(a), sb**2 / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va**2 / (len(a) - 1) if va else 0) + (vb**2 / (len(b) - 1) if vb else 0) or 1e-300)
+    h = t95(df) * se
+    return {"diff": ma - mb, "ci_low": ma - mb - h, "ci_high": ma - mb + h}
+
+
 def verdict(ci_low: float, ci_high: float, gap: float, limit: float = 15.0) -> str:
     """The paper claims Grassmann is within 10–15 % of the Transformer's perplexity."""
     if math.isnan(ci_low):

@@ -21,7 +21,7 @@ def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
     confusion.index_put_((gold, pred), torch.ones_like(gold), accumulate=True)
     per_class = {name: (100.0 * confusion[i, i].item() / confusion[i].sum().item()) if confusion[i].sum() else None
                  for i, name in enumerate(LABELS)}
-    return {"accuracy": 100.0 * (pred == gold).float().mean().item(), "n": len(gold),
+    return {"accuracy": 100.0 * (pred == gold).double().mean().item(), "n": len(gold),
             "per_class_accuracy": per_class, "confusion": confusion.tolist(), "labels": list(LABELS)}
 
 

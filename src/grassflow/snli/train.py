@@ -74,7 +74,7 @@ class SNLITask:
 
     def validate(self, model):
         pred, nll = predict(model, self.val, self.meta, self.pair_input, self.eval_batch_size, self.device)
-        return {"val_loss": nll, "val_acc": 100.0 * (pred == torch.as_tensor(self.val["label"])).float().mean().item()}
+        return {"val_loss": nll, "val_acc": 100.0 * (pred == torch.as_tensor(self.val["label"])).double().mean().item()}
 
     def score(self, row):
         return -row["val_acc"]

@@ -1,0 +1,151 @@
+"""SNLI tables (paper Table 3 and the from-scratch variant): Markdown, CSV, LaTeX, curves.
+
+Per experiment: `snli_<exp>.csv` holds one row per run with its provenance (record, commit,
+data, backbone and checkpoint hashes); `snli_<exp>.md`/`.tex` hold accuracy (mean ± std over
+seeds) beside the paper's, per-class test accuracy, and the Grassmann − Transformer
+difference with a 95 % CI. Diverged runs are listed and left out of the means.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from grassflow.io import atomic_path, write_text
+from grassflow.report import figures
+from grassflow.report.aggregate import MODELS, _fmt
+from grassflow.report.stats import diff_ci, mean_std
+from grassflow.snli.synthetic import LABELS
+
+
+def load_snli_runs(run_dirs) -> pd.DataFrame:
+    rows = []
+    for d in map(Path, run_dirs):
+        rec = json.loads((d / "run.json").read_text())
+        ev = json.loads((d / "eval.json").read_text())
+        spec = rec["spec"]
+        ok = rec["status"]["state"] == "completed" and ev.get("validation")
+        val, test = ev.get("validation") or {}, ev.get("test") or {}
+        per_class = test.get("per_class_accuracy") or {}
+        rows.append({
+            "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["head_kind"],
+            "seed": spec["seed"], "status": rec["status"]["state"], "best_epoch": rec["best_epoch"],
+            "val_acc": val.get("accuracy", math.nan) if ok else math.nan,
+            "test_acc": test.get("accuracy", math.nan) if ok else math.nan,
+            **{f"test_acc_{c}": (per_class.get(c) if ok and per_class.get(c) is not None else math.nan) for c in LABELS},
+            "test_pairs": test.get("n"), "n_params": rec["n_params"], "features": rec["features"]["kind"],
+            "backbone_sha256": rec["features"].get("weights_sha256"), "epochs": rec["epochs_completed"],
+            "wall_s": rec["wall_seconds"], "device": rec["device"], "commit": rec["git"]["commit"],
+            "dirty": rec["git"]["dirty"], "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
+            "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),
+            "metrics": str(d / "metrics.jsonl"),
+        })
+    return pd.DataFrame(rows)
+
+
+def summarise(df: pd.DataFrame, exp: dict) -> dict:
+    out, paper = {"models": {}}, exp.get("paper_acc", {})
+    keys = ["val_acc", "test_acc"] + [f"test_acc_{c}" for c in LABELS]
+    for model in MODELS:
+        sub = df[df.model == model]
+        if sub.empty:
+            continue
+        good = sub[sub.status == "completed"].dropna(subset=["val_acc"])
+        out["models"][model] = {
+            "n": len(sub), "n_ok": len(good), "n_params": int(sub.n_params.iloc[0]),
+            "stats": {k: mean_std(list(good[k].dropna())) if good[k].notna().any() else (math.nan, math.nan) for k in keys},
+            "values": {k: list(good[k]) for k in ("val_acc", "test_acc")},
+            "diverged": sorted(sub[sub.status == "diverged"].run_id), "paper": paper.get(model, {}),
+            "records": list(sub.record)}
+    m = out["models"]
+    if all(k in m and m[k]["n_ok"] for k in MODELS):
+        out["diff"] = {split: diff_ci(m["grassmann"]["values"][split], m["transformer"]["values"][split])
+                       for split in ("val_acc", "test_acc")}
+    if all(paper.get(k, {}).get("test") is not None for k in MODELS):
+        out["paper_diff"] = paper["grassmann"]["test"] - paper["transformer"]["test"]
+    return out
+
+
+def _verdict(d: dict) -> str:
+    if math.isnan(d["ci_low"]):
+        return "no CI (one seed per head)"
+    if d["ci_low"] > 0:
+        return "Grassmann head better at 95 %"
+    if d["ci_high"] < 0:
+        return "Transformer head better at 95 %"
+    return "no significant difference at 95 %"
+
+
+def _paper(paper: dict, split: str) -> str:
+    return f"{paper[split]:.2f}" if paper.get(split) is not None else "—"
+
+
+def markdown_table(exp_name, exp, s, out_dir) -> str:
+    what = "frozen backbone features" if exp["features"] == "backbone" else "from scratch (trainable embeddings)"
+    lines = [f"### SNLI {exp_name}: {what}, {exp['epochs']} epochs, batch {exp['batch_size']}", "",
+             "| head | trainable params | runs ok | val acc (ours) | paper val | test acc (ours) | paper test | "
+             "test acc E / N / C | provenance |", "|---|---|---|---|---|---|---|---|---|"]
+    for model, m in s["models"].items():
+        st, paper = m["stats"], m["paper"]
+        links = " ".join(f"[{Path(r).parent.name}]({os.path.relpath(r, out_dir)})" for r in m["records"])
+        div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
+        per_class = " / ".join(_fmt(st[f"test_acc_{c}"][0], math.nan) for c in LABELS)
+        lines.append(f"| {model} | {m['n_params']:,} | {m['n_ok']}/{m['n']}{div} | {_fmt(*st['val_acc'], digits=2)} | "
+                     f"{_paper(paper, 'validation')} | {_fmt(*st['test_acc'], digits=2)} | {_paper(paper, 'test')} | "
+                     f"{per_class} | {links} |")
+    lines.append("")
+    if "diff" in s:
+        parts = []
+        for split, name in (("val_acc", "validation"), ("test_acc", "test")):
+            d = s["diff"][split]
+            ci = "" if math.isnan(d["ci_low"]) else f" (95 % CI {d['ci_low']:+.2f} … {d['ci_high']:+.2f})"
+            parts.append(f"{name} **{d['diff']:+.2f}** points{ci}: {_verdict(d)}")
+        paper = f" Paper (test): {s['paper_diff']:+.2f} points." if "paper_diff" in s else ""
+        lines.append("Grassmann − Transformer accuracy: " + "; ".join(parts) + "." + paper)
+    else:
+        lines.append("Difference not computed: a head has no completed run.")
+    return "\n".join(lines) + "\n"
+
+
+def latex_table(exp_name, exp, s) -> str:
+    pm = r"$\pm$"
+    rows = []
+    for model, m in s["models"].items():
+        st, paper = m["stats"], m["paper"]
+        val, test = (_fmt(*st[k], digits=2).replace("±", pm) for k in ("val_acc", "test_acc"))
+        rows.append(f"{model} & {m['n_params']:,} & {val} & {_paper(paper, 'validation')} & {test} & "
+                    f"{_paper(paper, 'test')} \\\\".replace("—", "--"))
+    body = "\n".join(rows)
+    cap = f"SNLI {exp_name} ({exp['features']}): accuracy (\\%), mean {pm} std over seeds."
+    return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{lrrrrr}\n\\toprule\n"
+            "Head & Params & Val (ours) & Val (paper) & Test (ours) & Test (paper) \\\\\n\\midrule\n"
+            f"{body}\n\\bottomrule\n\\end{{tabular}}\n\\caption{{{cap}}}\n\\end{{table}}\n")
+
+
+def aggregate_snli(preset: dict, name: str, run_dirs, out_dir) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    snli = preset["snli"]
+    df = load_snli_runs(run_dirs)
+    src = snli["data"]["source"]
+    head = (f"Preset **{name}**: SNLI "
+            + ("from SYNTHETIC pairs with a RANDOM tiny backbone — not comparable to the paper"
+               if src == "synthetic" else f"{snli['data']['dataset']} ({src}, revision {snli['data'].get('revision')})")
+            + f"; tokenizer {snli['tokenizer']['name']}.")
+    summary = [f"# grassflow SNLI results — preset `{name}`", "", head, ""]
+    for exp_name, exp in snli["experiments"].items():
+        sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
+        s = summarise(sub, exp)
+        md = markdown_table(exp_name, exp, s, out)
+        write_text(out / f"snli_{exp_name}.md", f"{head}\n\n{md}")
+        with atomic_path(out / f"snli_{exp_name}.csv") as tmp:
+            sub.assign(preset=name, data_source=src).to_csv(tmp, index=False)
+        write_text(out / f"snli_{exp_name}.tex", f"% {head}\n" + latex_table(exp_name, exp, s))
+        figures.curves(sub, f"SNLI {exp_name}", name, out / f"snli_curves_{exp_name}.png",
+                       key="val_acc", ylabel="validation accuracy (%)", log=False)
+        summary += [md, ""]
+    write_text(out / "snli_summary.md", "\n".join(summary) + "\n")

@@ -1,0 +1,309 @@
+"""SNLI: the windowed Plücker op against its reference, the heads (mixing features real and
+order-sensitive, padding-invariant, sizes), the frozen backbone, data stages, training with
+resume, and evaluation — offline, with synthetic pairs and a random tiny DistilBERT."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from grassflow.data import DataError
+from grassflow.ops.plucker.windowed import windowed_plucker_mix, windowed_plucker_mix_reference
+from grassflow.snli.config import HeadConfig
+from grassflow.snli.data import download, read_token_pairs, tokenize_split, train_tokenizer
+from grassflow.snli.evaluate import evaluate_snli_run
+from grassflow.snli.heads import WindowedGrassmannMixer
+from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
+from grassflow.snli.synthetic import generate_pairs
+from grassflow.snli.train import train_snli
+
+F64 = torch.float64
+TINY = {"d_model": 16, "d_ff": 32, "n_heads": 2, "d_proj": 8, "mix_heads": 2, "dropout": 0.0}
+RANDOM_BACKBONE = {"name": "random-distilbert", "random": {"n_layers": 2, "dim": 32, "n_heads": 2, "hidden_dim": 64, "seed": 0}}
+
+
+# --- the windowed op ------------------------------------------------------------------------
+SHAPES = [  # B, T, r, d, window, stride, pairs, empty
+    (2, 13, 5, 7, 4, 4, "bidirectional", "zero"),
+    (1, 9, 4, 3, 4, 2, "causal", "bias"),  # overlapping windows
+    (3, 5, 6, 4, 8, 8, "bidirectional", "bias"),  # T < window
+    (2, 17, 3, 5, 3, 1, "bidirectional", "zero"),  # stride 1
+    (1, 1, 4, 2, 8, 8, "causal", "zero"),  # T = 1: nobody has a partner
+    (2, 48, 16, 8, 8, 8, "bidirectional", "zero"),  # the paper's window, r of one mixing head
+]
+
+
+@pytest.mark.parametrize("B, T, r, d, window, stride, pairs, empty", SHAPES)
+def test_windowed_op_matches_reference_outputs_and_every_gradient(B, T, r, d, window, stride, pairs, empty, gen):
+    z = torch.randn(B, T, r, dtype=F64, generator=gen).requires_grad_()
+    w = torch.randn(d, r * (r - 1) // 2, dtype=F64, generator=gen).requires_grad_()
+    b = torch.randn(d, dtype=F64, generator=gen).requires_grad_()
+    mask = torch.rand(B, T, generator=gen) > 0.3
+    kw = dict(window=window, stride=stride, pairs=pairs, empty=empty)
+    fast = windowed_plucker_mix(z, mask, w, b, backend="fast", **kw)
+    ref = windowed_plucker_mix_reference(z, mask, w, b, **kw)
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-12)
+    dg = torch.randn(fast.shape, dtype=F64, generator=gen)
+    inputs = (z, w, b)
+    got = torch.autograd.grad(fast, inputs, dg, allow_unused=True)
+    want = torch.autograd.grad(ref, inputs, dg, allow_unused=True)  # T=1: no pair uses z or W
+    for x, g1, g2 in zip(inputs, got, want):
+        zero = torch.zeros_like(x)
+        torch.testing.assert_close(zero if g1 is None else g1, zero if g2 is None else g2, rtol=1e-10, atol=1e-12)
+
+
+def test_windowed_op_gradcheck(gen):
+    z = torch.randn(2, 7, 4, dtype=F64, generator=gen).requires_grad_()
+    w = torch.randn(3, 6, dtype=F64, generator=gen).requires_grad_()
+    b = torch.randn(3, dtype=F64, generator=gen).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 0, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    torch.autograd.gradcheck(lambda z, w, b: windowed_plucker_mix(z, mask, w, b, window=4, stride=3, backend="fast"),
+                             (z, w, b))
+
+
+def test_windowed_op_kernel_backend_matches(gen):
+    pytest.importorskip("grassflow.ops.plucker.cpu_kernel")
+    z = torch.randn(2, 19, 6, dtype=F64, generator=gen)
+    w = torch.randn(5, 15, dtype=F64, generator=gen)
+    mask = torch.rand(2, 19, generator=gen) > 0.2
+    try:
+        k = windowed_plucker_mix(z, mask, w, backend="kernel-cpu")
+    except RuntimeError as e:  # no C++ compiler: the kernel tests of the op skip the same way
+        pytest.skip(str(e))
+    torch.testing.assert_close(k, windowed_plucker_mix_reference(z, mask, w), rtol=1e-10, atol=1e-12)
+
+
+# --- the heads --------------------------------------------------------------------------------
+def _mixing_features_are_real(features, h, mask):
+    """The check a collapsed head fails: mixing features not identically zero, and not a
+    per-token (or bag-of-tokens) function: reordering the tokens changes them beyond reordering."""
+    g = features(h, mask)
+    assert g.abs().amax() > 1e-3, "mixing features are identically zero"
+    perm = torch.randperm(h.shape[1], generator=torch.Generator().manual_seed(0))
+    g_perm = features(h[:, perm], mask[:, perm])
+    assert not torch.allclose(g_perm, g[:, perm], atol=1e-5), "mixing features ignore token order"
+
+
+@pytest.mark.parametrize("pairs", ["bidirectional", "causal"])
+def test_grassmann_head_mixing_features_are_nonzero_and_order_sensitive(pairs, gen):
+    mixer = WindowedGrassmannMixer(HeadConfig(**{**TINY, "pairs": pairs}, plucker_backend="fast"))
+    h = torch.randn(3, 24, 16, generator=gen)
+    mask = torch.ones(3, 24, dtype=torch.bool)
+    _mixing_features_are_real(mixer.features, h, mask)
+    # even swapping two tokens inside one window changes them: the oriented wedge carries order
+    swapped = h.clone()
+    swapped[:, [2, 5]] = h[:, [5, 2]]
+    g, gs = mixer.features(h, mask), mixer.features(swapped, mask)
+    assert not torch.allclose(gs[:, [5, 2]], g[:, [2, 5]], atol=1e-5)
+
+
+def test_the_order_check_fails_a_head_that_collapsed_to_an_mlp(gen):
+    """The failure of earlier reproductions: one pooled vector per sentence, so the Plücker
+    coordinates are of a vector with itself (zero); and a per-token MLP, blind to order."""
+    mixer = WindowedGrassmannMixer(HeadConfig(**TINY, plucker_backend="fast"))
+    h = torch.randn(3, 24, 16, generator=gen)
+    mask = torch.ones(3, 24, dtype=torch.bool)
+    pooled = h.mean(1, keepdim=True)
+    assert mixer.features(pooled, mask[:, :1]).abs().amax() == 0
+    with pytest.raises(AssertionError, match="identically zero"):
+        _mixing_features_are_real(mixer.features, pooled, mask[:, :1])
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU())
+    with pytest.raises(AssertionError, match="ignore token order"):
+        _mixing_features_are_real(lambda x, m: mlp(x), h, mask)
+
+
+def _scratch_model(kind, **head):
+    cfg = HeadConfig(**{**TINY, **head}, plucker_backend="fast")
+    return SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(50, 16, 96, 0.0), feat_dim=16).eval()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+@pytest.mark.parametrize("pair_input", ["joint", "separate"])
+def test_heads_ignore_padding(kind, pair_input, gen):
+    model = _scratch_model(kind, pair_input=pair_input, pool="mean")
+    ids = torch.randint(1, 50, (2, 11), generator=gen)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 7:] = False
+    padded_ids = torch.cat([ids, torch.zeros(2, 13, dtype=torch.long)], 1)
+    padded_mask = torch.cat([mask, torch.zeros(2, 13, dtype=torch.bool)], 1)
+    if pair_input == "joint":
+        a, b = {"ids": ids, "mask": mask}, {"ids": padded_ids, "mask": padded_mask}
+    else:
+        a = {"premise_ids": ids, "premise_mask": mask, "hypothesis_ids": ids.flip(1), "hypothesis_mask": mask}
+        b = {"premise_ids": padded_ids, "premise_mask": padded_mask,
+             "hypothesis_ids": torch.cat([ids.flip(1), torch.zeros(2, 13, dtype=torch.long)], 1),
+             "hypothesis_mask": padded_mask}
+    with torch.no_grad():
+        torch.testing.assert_close(model(a), model(b), rtol=1e-5, atol=1e-5)
+
+
+def test_paper_sized_heads_have_about_the_same_size():
+    """Frozen 768-d features, d_model 256, 2 layers, d_ff 512, joint pairs. Per layer:
+    Transformer 4·(256² + 256) + FFN 262,912 + 2 LN 1,024 = 527,104; Grassmann W_red 16,448
+    + 4 heads · (120·64 + 64) + gate 131,328 + FFN + LN = 442,688. Shared: input projection
+    196,864 and classifier 66,563."""
+    sizes = {kind: SNLIClassifier(kind, HeadConfig(), backbone=torch.nn.Identity(), feat_dim=768).num_params()
+             for kind in ("transformer", "grassmann")}
+    assert sizes == {"transformer": 196_864 + 2 * 527_104 + 66_563, "grassmann": 196_864 + 2 * 442_688 + 66_563}
+    assert 0.8 < sizes["grassmann"] / sizes["transformer"] < 1.0
+
+
+# --- data, backbone, training, evaluation ---------------------------------------------------
+@pytest.fixture(scope="module")
+def snli_tokens(tmp_path_factory):
+    d = tmp_path_factory.mktemp("snli")
+    cfg = {"source": "synthetic", "synthetic": {"seed": 3, "pairs": {"train": 320, "validation": 64, "test": 64}}}
+    for split in ("train", "validation", "test"):
+        download(cfg, split, d / f"raw_{split}.parquet")
+    train_tokenizer(d / "raw_train.parquet", 120, d / "tok.json")
+    for split in ("train", "validation", "test"):
+        tokenize_split({"name": "trained"}, 12, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
+    return d
+
+
+def test_synthetic_pairs_are_deterministic_and_order_dependent():
+    a, b = generate_pairs(300, seed=5), generate_pairs(300, seed=5)
+    assert a == b and set(a["label"]) == {0, 1, 2}
+    swapped = 0
+    for p, h, y in zip(a["premise"], a["hypothesis"], a["label"]):
+        w = p.split()  # "a <adj> <agent> is <verb> a <adj> <patient> <place> ."
+        entailed = f"a {w[2]} is {w[4]} a {w[7]} ."
+        if h == f"a {w[7]} is {w[4]} a {w[2]} .":  # the same words as `entailed`, roles swapped
+            assert y == 2 and sorted(h.split()) == sorted(entailed.split())
+            swapped += 1
+    assert swapped > 10, "no contradiction that differs from an entailment only in word order"
+
+
+def test_download_drops_unlabelled_pairs_and_checks_content(tmp_path):
+    (tmp_path / "mirror").mkdir()
+    pq.write_table(pa.table({"premise": ["a b .", "c d .", "e f ."], "hypothesis": ["a .", "c .", "e ."],
+                             "label": [0, -1, 2]}), tmp_path / "mirror/test.parquet")
+    cfg = {"source": "local", "local_dir": str(tmp_path / "mirror"), "name": "plain_text"}
+    rec = download(cfg, "test", tmp_path / "raw.parquet")
+    assert rec["pairs"] == 2 and pq.read_table(tmp_path / "raw.parquet").column("label").to_pylist() == [0, 2]
+    with pytest.raises(DataError, match="snli.data.expected_sha256.test"):
+        download({**cfg, "expected_sha256": {"test": "0" * 64}}, "test", tmp_path / "other.parquet")
+    assert not (tmp_path / "other.parquet").exists()
+    with pytest.raises(DataError, match="snli.data.local_dir: no parquet file for split 'train'"):
+        download(cfg, "train", tmp_path / "t.parquet")
+
+
+def test_token_files_truncate_sentences_and_record_special_ids(snli_tokens):
+    data, meta = read_token_pairs(snli_tokens / "train.parquet")
+    assert meta["max_tokens"] == 12 and meta["truncated_sentences"] > 0
+    assert max(len(s) for col in ("premise", "hypothesis") for s in data[col]) == 12 - 2
+    assert (meta["pad_id"], meta["cls_id"], meta["sep_id"]) == (0, 2, 3)
+    with pytest.raises(DataError, match="token id .* ≥ vocab_size 5"):
+        read_token_pairs(snli_tokens / "train.parquet", vocab_size=5)
+
+
+def test_backbone_tokenizer_from_a_local_directory(tmp_path):
+    """The real-data path (tokenizer.path: a copy of DistilBERT's files) through
+    BertTokenizerFast, with a small vocab.txt in BERT's format."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "man", "is", "play", "##ing", "guitar", "."]
+    (tmp_path / "distilbert").mkdir()
+    (tmp_path / "distilbert/vocab.txt").write_text("\n".join(words) + "\n")
+    pq.write_table(pa.table({"premise": ["A man is playing a guitar."], "hypothesis": ["A man is singing."],
+                             "label": pa.array([0], pa.int8())}), tmp_path / "raw.parquet")
+    meta = tokenize_split({"name": "distilbert-base-uncased", "path": str(tmp_path / "distilbert")}, 48,
+                          tmp_path / "raw.parquet", tmp_path / "tok.parquet")
+    assert (meta["cls_id"], meta["sep_id"], meta["pad_id"], meta["vocab_size"]) == (2, 3, 0, len(words))
+    data, _ = read_token_pairs(tmp_path / "tok.parquet")
+    assert data["premise"][0] == [words.index(w) for w in ("a", "man", "is", "play", "##ing", "a", "guitar", ".")]
+    assert data["hypothesis"][0] == [5, 6, 7, 1, 11]  # "singing" is unknown
+
+
+def _spec(features, kind="grassmann", **train):
+    spec = {"run_id": f"t-{kind}-s0", "preset": "test", "task": "snli", "experiment": "t", "head_kind": kind,
+            "seed": 0, "head": {**TINY, "dropout": 0.1}, "features": features, "tokenizer": "trained", "max_tokens": 12,
+            "train": {"epochs": 3, "batch_size": 16, "lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01,
+                      "warmup_frac": 0.05, "min_lr_frac": 0.1, "grad_clip": 1.0, "eval_batch_size": 64,
+                      "checkpoint_every": 4, "device": "cpu", **train}}
+    if features["kind"] == "backbone":
+        spec["backbone"] = RANDOM_BACKBONE
+    return spec
+
+
+def test_backbone_stays_frozen_and_out_of_checkpoints(snli_tokens, tmp_path):
+    from grassflow.snli.backbone import weights_sha256
+    from grassflow.snli.train import build_classifier
+
+    _, meta = read_token_pairs(snli_tokens / "train.parquet")
+    model, features = build_classifier(_spec({"kind": "backbone"}), meta)
+    before = weights_sha256(model.backbone)
+    assert features["weights_sha256"] == before
+    model.train()
+    assert not model.backbone.training and model.training
+    assert all(not p.requires_grad for p in model.backbone.parameters())
+    rec = train_snli(_spec({"kind": "backbone"}, epochs=1), snli_tokens / "train.parquet",
+                     snli_tokens / "validation.parquet", tmp_path)
+    ckpt = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert not any(k.startswith("backbone.") for k in ckpt["model"])
+    assert rec["features"]["weights_sha256"] == before and rec["n_params"] == model.num_params()
+
+
+def _cmd(tokens, out, spec):
+    return [sys.executable, "-m", "grassflow", "snli-train", "--spec", json.dumps(spec),
+            "--train-tokens", str(tokens / "train.parquet"), "--val-tokens", str(tokens / "validation.parquet"),
+            "--out-dir", str(out)]
+
+
+def test_sigterm_then_rerun_resumes_bitwise(snli_tokens, tmp_path):
+    spec = _spec({"kind": "backbone"})
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    subprocess.run(_cmd(snli_tokens, full, spec), check=True, capture_output=True)
+    proc = subprocess.Popen(_cmd(snli_tokens, cut, spec), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (cut / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal landed")
+    assert proc.returncode == 75 and "checkpointed" in err and not (cut / "run.json").exists()
+    res = subprocess.run(_cmd(snli_tokens, cut, spec), check=True, capture_output=True, text=True)
+    assert "[train] resuming" in res.stderr
+
+    def rows(d):
+        return [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "examples_per_s")}
+                for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows(cut) == rows(full)
+    a, b = (torch.load(d / "best.pt", weights_only=False)["model"] for d in (full, cut))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("features", [{"kind": "backbone"}, {"kind": "scratch", "embed_dim": 16}])
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_train_and_evaluate_report_accuracy_per_class(features, kind, snli_tokens, tmp_path):
+    rec = train_snli(_spec(features, kind, epochs=2), snli_tokens / "train.parquet",
+                     snli_tokens / "validation.parquet", tmp_path)
+    assert rec["status"] == {"state": "completed"} and rec["epochs_completed"] == 2
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rec["best_epoch"] == max(metrics, key=lambda m: m["val_acc"])["epoch"]
+    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+                           snli_tokens / "test.parquet", tmp_path / "eval.json")
+    assert ev["validation"]["accuracy"] == pytest.approx(rec["best_val_acc"], abs=1e-9)
+    t = ev["test"]
+    conf = torch.tensor(t["confusion"])
+    assert conf.sum() == t["n"] == 64
+    assert t["accuracy"] == pytest.approx(100 * conf.diag().sum().item() / 64)
+    for i, name in enumerate(t["labels"]):
+        assert t["per_class_accuracy"][name] == pytest.approx(100 * conf[i, i].item() / conf[i].sum().item())
+
+
+def test_evaluation_refuses_a_different_backbone(snli_tokens, tmp_path):
+    spec = _spec({"kind": "backbone"}, epochs=1)
+    train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
+    ckpt = torch.load(tmp_path / "best.pt", weights_only=False)
+    ckpt["spec"]["backbone"] = {**RANDOM_BACKBONE, "random": {**RANDOM_BACKBONE["random"], "seed": 1}}
+    torch.save(ckpt, tmp_path / "best.pt")
+    with pytest.raises(RuntimeError, match="trained on backbone weights"):
+        evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+                          snli_tokens / "test.parquet", tmp_path / "eval.json")
+    assert not (tmp_path / "eval.json").exists()

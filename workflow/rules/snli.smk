@@ -1,0 +1,121 @@
+# The SNLI experiment (paper Table 3), for presets with an `snli` part:
+#   snli_download → (snli_train_tokenizer) → snli_tokenize → snli_train (one job per run)
+#   → snli_evaluate → snli_aggregate
+# A run's spec param holds all it depends on; its code param the hash of the code it runs.
+if SNLI:
+
+    localrules:
+        snli_download,
+
+    rule snli_download:
+        output:
+            raw=expand(f"{SNLI_RAW}/{{split}}.parquet", split=SPLITS),
+            checksums=f"{SNLI_RAW}/checksums.json",
+        params:
+            data=quoted_json(SNLI["data"]),
+            code=fingerprint("snli_data"),
+        conda:
+            "../../envs/data.yaml"
+        log:
+            f"{RES}/logs/snli/download.log",
+        shell:
+            "{GF} snli-download --data {params.data} --out-dir {SNLI_RAW} > {log} 2>&1"
+
+    rule snli_train_tokenizer:
+        input:
+            f"{SNLI_RAW}/train.parquet",
+        output:
+            f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json",
+        params:
+            vocab_size=SNLI["tokenizer"].get("vocab_size"),
+            code=fingerprint("snli_data"),
+        conda:
+            "../../envs/data.yaml"
+        log:
+            f"{RES}/logs/snli/train_tokenizer.log",
+        shell:
+            "{GF} snli-train-tokenizer --train {input} --vocab-size {params.vocab_size} --out {output} > {log} 2>&1"
+
+    rule snli_tokenize:
+        input:
+            raw=expand(f"{SNLI_RAW}/{{split}}.parquet", split=SPLITS),
+            artifact=snli_tokenizer_artifact(),
+        output:
+            expand(f"{SNLI_TOKENS}/{{split}}.parquet", split=SPLITS),
+        params:
+            tokenizer=quoted_json(SNLI["tokenizer"]),
+            max_tokens=SNLI["max_tokens"],
+            artifact=" ".join(f"--artifact {a}" for a in snli_tokenizer_artifact()),
+            code=fingerprint("snli_data"),
+        conda:
+            "../../envs/data.yaml"
+        log:
+            f"{RES}/logs/snli/tokenize.log",
+        shell:
+            "{GF} snli-tokenize --tokenizer {params.tokenizer} --max-tokens {params.max_tokens} "
+            "{params.artifact} --raw {input.raw} --out-dir {SNLI_TOKENS} > {log} 2>&1"
+
+    rule snli_train:
+        input:
+            train=f"{SNLI_TOKENS}/train.parquet",
+            val=f"{SNLI_TOKENS}/validation.parquet",
+        output:
+            best=f"{SNLI_RUN_DIR}/best.pt",
+            metrics=f"{SNLI_RUN_DIR}/metrics.jsonl",
+            record=f"{SNLI_RUN_DIR}/run.json",
+        params:
+            spec=lambda wc: quoted_json(SNLI_RUNS[wc.snli_run]),
+            code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
+            out_dir=SNLI_RUN_DIR,
+        resources:
+            gpu=1,
+        conda:
+            "../../envs/train.yaml"
+        log:
+            f"{RES}/logs/snli/train/{{snli_run}}.log",
+        benchmark:
+            f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
+        shell:
+            "{GF} snli-train --spec {params.spec} --train-tokens {input.train} "
+            "--val-tokens {input.val} --out-dir {params.out_dir} > {log} 2>&1"
+
+    rule snli_evaluate:
+        input:
+            best=f"{SNLI_RUN_DIR}/best.pt",
+            record=f"{SNLI_RUN_DIR}/run.json",
+            val=f"{SNLI_TOKENS}/validation.parquet",
+            test=f"{SNLI_TOKENS}/test.parquet",
+        output:
+            f"{SNLI_RUN_DIR}/eval.json",
+        params:
+            code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
+        resources:
+            gpu=1,
+        conda:
+            "../../envs/train.yaml"
+        log:
+            f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
+        shell:
+            "{GF} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
+            "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
+
+    rule snli_aggregate:
+        input:
+            evals=snli_run_outputs("eval.json"),
+            records=snli_run_outputs("run.json"),
+            metrics=snli_run_outputs("metrics.jsonl"),
+        output:
+            tables=[report(t, category="SNLI", labels={"table": Path(t).name}) for t in snli_table_outputs()],
+            summary=report(f"{REPORT}/snli_summary.md", caption="../report/snli.rst", category="SNLI",
+                           labels={"table": "snli_summary"}),
+        params:
+            preset=quoted_json({"snli": SNLI}),  # only the SNLI part: LM edits leave these tables alone
+            runs=" ".join(f"{SNLI_RES}/runs/{r}" for r in SNLI_RUNS),
+            code=fingerprint("snli_report"),
+        conda:
+            "../../envs/report.yaml"
+        log:
+            f"{RES}/logs/snli/aggregate.log",
+        shell:
+            "{GF} snli-aggregate --preset {params.preset} --preset-name {PRESET} "
+            "--runs {params.runs} --out-dir {REPORT} > {log} 2>&1"
