@@ -71,7 +71,7 @@ def main():
         batch = {"ids": ids, "mask": mask.bool()}
         labels = torch.randint(0, 3, (a.batch,), device=device)
 
-        def step():
+        def step(head=head, opt=opt, batch=batch, labels=labels):
             loss = torch.nn.functional.cross_entropy(head(batch), labels)
             opt.zero_grad()
             loss.backward()

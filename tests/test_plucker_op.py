@@ -42,7 +42,7 @@ def rel_err(x, y):
     return ((x.double() - y.double()).abs().max() / y.double().abs().max().clamp_min(1e-300)).item()
 
 
-@pytest.mark.parametrize("backend", ["fast", "kernel-cpu"])
+@pytest.mark.parametrize("backend", ["fast", "kernel-cpu", "fused-cpu"])
 @pytest.mark.parametrize("empty", ["zero", "bias"])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}T{c[1]}r{c[2]}lags{len(c[4])}")
@@ -60,7 +60,7 @@ def test_backend_matches_reference_float64(backend, empty, with_bias, case, gen)
 
 def test_empty_policy_sets_first_positions(gen):
     z, W, b = rand(gen, 2, 6, 4), rand(gen, 3, 6), rand(gen, 3)
-    for backend in ("reference", "fast", "kernel-cpu"):
+    for backend in ("reference", "fast", "kernel-cpu", "fused-cpu"):
         g0 = plucker_mix(z, (2, 4), W, b, empty="zero", backend=backend)
         g1 = plucker_mix(z, (2, 4), W, b, empty="bias", backend=backend)
         assert torch.all(g0[:, :2] == 0)
@@ -68,7 +68,7 @@ def test_empty_policy_sets_first_positions(gen):
         assert torch.allclose(g0[:, 2:], g1[:, 2:])
 
 
-@pytest.mark.parametrize("backend", ["reference", "fast", "kernel-cpu"])
+@pytest.mark.parametrize("backend", ["reference", "fast", "kernel-cpu", "fused-cpu"])
 def test_gradcheck(backend, gen):
     z = rand(gen, 2, 7, 4).requires_grad_()
     W = rand(gen, 3, 6).requires_grad_()
@@ -80,7 +80,7 @@ def test_gradcheck(backend, gen):
         assert torch.autograd.gradcheck(f, (z, W, b), eps=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("backend", ["fast", "kernel-cpu"])
+@pytest.mark.parametrize("backend", ["fast", "kernel-cpu", "fused-cpu"])
 def test_parallel_inputs_are_finite_and_bounded(backend, gen):
     """z_t all parallel: ‖p‖ is roundoff, below eps. Every formulation then amplifies that
     roundoff by 1/eps; the fast path combines offsets before the wedge, so it amplifies it
@@ -114,6 +114,27 @@ def test_kernel_cpu_float32_and_bf16(gen):
             assert x.dtype == dtype
             assert rel_err(x, y) < tol, f"{dtype} {name}: {rel_err(x, y):.3g}"
             assert rel_err(f, y) < tol, f"fast {dtype} {name}: {rel_err(f, y):.3g}"
+
+
+def test_fused_cpu_float32_uses_every_thread_and_refuses_bf16(gen):
+    """The fused C++ loops split tokens over torch's threads: 1 thread and all threads agree."""
+    B, T, r, d = 3, 70, 32, 24
+    z, W, b = rand(gen, B, T, r), rand(gen, d, 496) / 20, rand(gen, d)
+    dg = rand(gen, B, T, d)
+    ref = run("reference", z, PAPER_LAGS, W, b, dg, "zero")
+    f32 = [x.to(torch.float32) for x in (z, W, b, dg)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run("fused-cpu", f32[0], PAPER_LAGS, f32[1], f32[2], f32[3], "zero")
+    finally:
+        torch.set_num_threads(threads)
+    many = run("fused-cpu", f32[0], PAPER_LAGS, f32[1], f32[2], f32[3], "zero")
+    for name, x, y, m in zip(["g", "dz", "dW", "db"], one, ref, many):
+        assert x.dtype == torch.float32 and rel_err(x, y) < 1e-5, f"{name}: {rel_err(x, y):.3g}"
+        assert torch.equal(x, m), f"{name} depends on the thread count"
+    with pytest.raises(TypeError, match="fused-cpu backend takes float32 or float64"):
+        plucker_mix(z.to(torch.bfloat16), PAPER_LAGS, W.to(torch.bfloat16), backend="fused-cpu")
 
 
 def test_backward_saves_no_per_pair_tensor(gen):

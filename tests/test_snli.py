@@ -67,15 +67,12 @@ def test_windowed_op_gradcheck(gen):
                              (z, w, b))
 
 
-def test_windowed_op_kernel_backend_matches(gen):
-    pytest.importorskip("grassflow.ops.plucker.cpu_kernel")
+@pytest.mark.parametrize("backend", ["kernel-cpu", "fused-cpu"])
+def test_windowed_op_kernel_backends_match(backend, gen):
     z = torch.randn(2, 19, 6, dtype=F64, generator=gen)
     w = torch.randn(5, 15, dtype=F64, generator=gen)
     mask = torch.rand(2, 19, generator=gen) > 0.2
-    try:
-        k = windowed_plucker_mix(z, mask, w, backend="kernel-cpu")
-    except RuntimeError as e:  # no C++ compiler: the kernel tests of the op skip the same way
-        pytest.skip(str(e))
+    k = windowed_plucker_mix(z, mask, w, backend=backend)
     torch.testing.assert_close(k, windowed_plucker_mix_reference(z, mask, w), rtol=1e-10, atol=1e-12)
 
 

@@ -13,8 +13,9 @@
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
-static uint3 blockIdx, threadIdx;
-static dim3 blockDim, gridDim;
+// thread_local: the fused CPU path (kernels/cpu_fused/) runs kernels from several threads.
+static thread_local uint3 blockIdx, threadIdx;
+static thread_local dim3 blockDim, gridDim;
 
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }

@@ -3,8 +3,9 @@
 All figures are measured side by side in one run and reported as ratios (never as timed
 tests). Three parts, written to DIR/bench-<device>.json and .md:
   sgemm  achieved fp32 GEMM rate on this machine: the roof the others are measured against
-  op     Plücker op forward+backward, reference vs fast (vs cupy on a GPU)
-  step   one AdamW step, GrassmannLM vs TransformerLM (N=6, vocab 30,522) at a constant
+  op     Plücker op forward+backward, reference vs fast (vs fused-cpu on a CPU, cupy on a GPU)
+  step   one AdamW step, GrassmannLM (with each of those op backends) vs TransformerLM
+         (N=6, vocab 30,522) at a constant
          B·L tokens per step over a range of L: step time, tokens/s, peak memory; the same
          without the LM head ("trunk": loss on the final-LN states)
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -72,7 +75,7 @@ def bench_op(device, B, T, r, d) -> list[dict]:
     z = torch.randn(B, T, r, device=device, generator=gen, requires_grad=True)
     W = (torch.randn(d, r * (r - 1) // 2, device=device, generator=gen) / 20).requires_grad_()
     b = torch.zeros(d, device=device, requires_grad=True)
-    backends = ["reference", "fast"] + (["cupy"] if device.type == "cuda" and cupy_available() else [])
+    backends = ["reference", "fast"] + grassmann_backends(device)[1:]
     rows = []
     for backend in backends:
         def step(backend=backend):
@@ -109,11 +112,18 @@ class SavedBytes:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
 
-def bench_step(device, kind, L, tokens, n_layers, vocab, with_head) -> dict:
+def grassmann_backends(device) -> list[str]:
+    """The op backends worth timing here: `fast` everywhere, plus the device's fused path."""
+    if device.type == "cuda":
+        return ["fast"] + (["cupy"] if cupy_available() else [])
+    return ["fast"] + (["fused-cpu"] if shutil.which(os.environ.get("CXX", "g++")) else [])
+
+
+def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto") -> dict:
     torch.manual_seed(0)
     B = max(1, tokens // L)
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers,
-                                          dropout=0.0)).to(device)
+                                          dropout=0.0, plucker_backend=backend)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, vocab, (B, L + 1), device=device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
@@ -138,7 +148,8 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head) -> dict:
     # on a shared 2-core machine vary by ±20 %; the minimum is the stable estimate.
     t = timeit(step, device, repeat=5, best=True)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
-    return {"model": kind, "L": L, "B": B, "head": with_head, "seconds": t,
+    return {"model": kind, "backend": backend if kind == "grassmann" else None, "L": L, "B": B,
+            "head": with_head, "seconds": t,
             "tokens_per_s": B * L / t, "peak_mem_mb": peak / 2**20,
             "peak_mem_kind": "cuda_max_allocated" if device.type == "cuda" else "saved_activations"}
 
@@ -147,16 +158,18 @@ def step_table(rows) -> list[dict]:
     out = []
     for L in sorted({r["L"] for r in rows}):
         for head in (True, False):
-            pick = {r["model"]: r for r in rows if r["L"] == L and r["head"] == head}
-            if len(pick) < 2:
-                continue
-            g, t = pick["grassmann"], pick["transformer"]
-            out.append({"L": L, "B": g["B"], "head": head,
-                        "transformer_s": t["seconds"], "grassmann_s": g["seconds"],
-                        "time_ratio": g["seconds"] / t["seconds"],
-                        "transformer_tok_s": t["tokens_per_s"], "grassmann_tok_s": g["tokens_per_s"],
-                        "transformer_mem_mb": t["peak_mem_mb"], "grassmann_mem_mb": g["peak_mem_mb"],
-                        "mem_ratio": g["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9)})
+            pick = [r for r in rows if r["L"] == L and r["head"] == head]
+            ts = [r for r in pick if r["model"] == "transformer"]
+            for g in (r for r in pick if r["model"] == "grassmann"):
+                if not ts:
+                    continue
+                t = ts[0]
+                out.append({"L": L, "B": g["B"], "head": head, "backend": g["backend"],
+                            "transformer_s": t["seconds"], "grassmann_s": g["seconds"],
+                            "time_ratio": g["seconds"] / t["seconds"],
+                            "transformer_tok_s": t["tokens_per_s"], "grassmann_tok_s": g["tokens_per_s"],
+                            "transformer_mem_mb": t["peak_mem_mb"], "grassmann_mem_mb": g["peak_mem_mb"],
+                            "mem_ratio": g["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9)})
     return out
 
 
@@ -176,11 +189,12 @@ def to_markdown(res) -> str:
     lines += ["", f"## Training step (AdamW), N={res['n_layers']}, vocab {res['vocab']}, "
               f"{res['tokens']} tokens per step", "",
               f"Peak memory: {res['step_rows'][0]['peak_mem_kind'] if res['step_rows'] else ''}.", "",
-              "| L | B | LM head | Transformer (s) | Grassmann (s) | time ratio G/T | "
+              "| L | B | LM head | Grassmann op backend | Transformer (s) | Grassmann (s) | time ratio G/T | "
               "Transformer tok/s | Grassmann tok/s | Transformer mem (MB) | Grassmann mem (MB) | mem ratio |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["step"]:
-        lines.append(f"| {r['L']} | {r['B']} | {'yes' if r['head'] else 'no'} | {r['transformer_s']:.3f} | "
+        lines.append(f"| {r['L']} | {r['B']} | {'yes' if r['head'] else 'no'} | {r.get('backend')} | "
+                     f"{r['transformer_s']:.3f} | "
                      f"{r['grassmann_s']:.3f} | **{r['time_ratio']:.2f}** | {r['transformer_tok_s']:.0f} | "
                      f"{r['grassmann_tok_s']:.0f} | {r['transformer_mem_mb']:.1f} | "
                      f"{r['grassmann_mem_mb']:.1f} | {r['mem_ratio']:.2f} |")
@@ -211,9 +225,11 @@ def main(argv=None):
     rows = []
     for L in lengths:
         for with_head in (True, False):
-            for kind in ("transformer", "grassmann"):
-                rows.append(bench_step(device, kind, L, tokens, n_layers, vocab, with_head))
-                print(f"step {kind:11s} L={L:5d} head={with_head}: {rows[-1]['seconds']:.3f}s", flush=True)
+            # side by side: the Transformer, then Grassmann with each op backend, same inputs
+            for kind, backend in [("transformer", "auto")] + [("grassmann", b) for b in grassmann_backends(device)]:
+                rows.append(bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend))
+                print(f"step {kind:11s} {backend:9s} L={L:5d} head={with_head}: {rows[-1]['seconds']:.3f}s",
+                      flush=True)
     res["step_rows"] = rows
     res["step"] = step_table(rows)
     out = Path(args.out)

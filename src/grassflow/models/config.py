@@ -29,7 +29,7 @@ class ModelConfig:
     #                             lags[i·len(lags)//n_layers] (N=12: 1,1,2,2,4,4,…,16,16)
     empty_offsets: str = "zero"  # g_t where no offset is valid (t < min Δ): zero | bias
     eps: float = 1e-6  # floor of ‖p‖ in p / max(‖p‖, eps)
-    plucker_backend: str = "auto"  # reference | fast | cupy | kernel-cpu | auto
+    plucker_backend: str = "auto"  # reference | fast | cupy | kernel-cpu | fused-cpu | auto
 
     def __post_init__(self):
         object.__setattr__(self, "lags", tuple(int(d) for d in self.lags))

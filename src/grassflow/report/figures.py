@@ -53,12 +53,14 @@ def best_bars(df, exp, exp_name, preset, path):
 
 def scaling(bench: dict, preset, path):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for model, color in COLORS.items():
-        rows = sorted((r for r in bench["step_rows"] if r["model"] == model and r["head"]),
-                      key=lambda r: r["L"])
+    series = sorted({(r["model"], r.get("backend")) for r in bench["step_rows"]}, key=str)
+    for i, (model, backend) in enumerate(series):
+        rows = sorted((r for r in bench["step_rows"] if (r["model"], r.get("backend")) == (model, backend)
+                       and r["head"]), key=lambda r: r["L"])
+        label, style = (model if backend is None else f"{model} ({backend})"), ("o-", "s--", "^:")[i % 3]
         if rows:
-            a1.plot([r["L"] for r in rows], [r["seconds"] for r in rows], "o-", color=color, label=model)
-            a2.plot([r["L"] for r in rows], [r["peak_mem_mb"] for r in rows], "o-", color=color, label=model)
+            a1.plot([r["L"] for r in rows], [r["seconds"] for r in rows], style, color=COLORS[model], label=label)
+            a2.plot([r["L"] for r in rows], [r["peak_mem_mb"] for r in rows], style, color=COLORS[model], label=label)
     kind = bench["step_rows"][0]["peak_mem_kind"] if bench["step_rows"] else ""
     a1.set(xscale="log", xlabel="sequence length L", ylabel="training step (s)",
            title=f"{bench['tokens']} tokens/step — {bench['device']}")

@@ -12,7 +12,7 @@ CHOICES = {
     "empty_offsets": ("zero", "bias"),
     "pool": ("mean", "cls"),
     "pair_input": ("joint", "separate"),
-    "plucker_backend": ("auto", "reference", "fast", "cupy", "kernel-cpu"),
+    "plucker_backend": ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu"),
 }
 
 

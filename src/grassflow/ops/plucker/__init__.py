@@ -7,6 +7,7 @@ takes z (B, T, r) and weight (d, r(r−1)/2) and returns g (B, T, d):
 
 backends: "reference" (paper-literal loop), "fast" (algebraic form in PyTorch),
 "cupy" (CUDA RawKernels), "kernel-cpu" (the CUDA kernels compiled for the CPU, for tests),
+"fused-cpu" (fused per-token C++ loops with OpenMP, for CPU training),
 "auto" (cupy on CUDA tensors when CuPy is installed, else fast).
 """
 
@@ -16,11 +17,13 @@ from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
 from grassflow.ops.plucker.cupy_backend import CupyStages, cupy_available
 from grassflow.ops.plucker.fast import TorchStages
 from grassflow.ops.plucker.function import PluckerMixFunction
+from grassflow.ops.plucker.fused_cpu import FusedCpuStages
 from grassflow.ops.plucker.reference import plucker_mix_reference
 
-BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu")
+BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu")
 EMPTY_POLICIES = ("zero", "bias")
-_STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelStages()}
+_STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelStages(),
+           "fused-cpu": FusedCpuStages()}
 
 
 def resolve_backend(backend: str, z) -> str:

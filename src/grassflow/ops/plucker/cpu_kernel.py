@@ -24,27 +24,32 @@ def _cache_dir() -> Path:
     return Path(root) / "kernel-cpu"
 
 
-@cache
-def _library() -> ctypes.CDLL:
-    kdir = kernels_dir()
-    sources = [kdir / "plucker.cu", kdir / "cpu_shim" / "cuda_cpu_shim.h",
-               kdir / "cpu_shim" / "plucker_cpu.cpp"]
+def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDLL:
+    """Compile `main` (which includes `extra`) into a shared library once per source hash,
+    compiler and flags, cached under $GRASSFLOW_CACHE (or ~/.cache/grassflow)."""
     cxx = os.environ.get("CXX", "g++")
     if shutil.which(cxx) is None:
-        raise RuntimeError(f"kernel-cpu backend needs a C++ compiler ({cxx!r} not on PATH)")
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + cxx.encode()).hexdigest()
-    lib = _cache_dir() / f"plucker_cpu_{key[:16]}.so"
+        raise RuntimeError(f"{main.name}: needs a C++ compiler ({cxx!r} not on PATH)")
+    sources = [main, *extra]
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + " ".join([cxx, *flags]).encode()).hexdigest()
+    lib = _cache_dir() / f"{main.stem}_{key[:16]}.so"
     if not lib.exists():
         lib.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
             out = Path(tmp) / lib.name
-            cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Werror",
-                   "-o", str(out), str(sources[2])]
+            cmd = [cxx, *flags, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(out), str(main)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
-                raise RuntimeError(f"compiling {sources[2]} failed:\n{res.stderr}")
+                raise RuntimeError(f"compiling {main} failed:\n{res.stderr}")
             os.replace(out, lib)  # atomic: a concurrent build never sees a half-written .so
     return ctypes.CDLL(str(lib))
+
+
+@cache
+def _library() -> ctypes.CDLL:
+    kdir = kernels_dir()
+    return build_library(kdir / "cpu_shim" / "plucker_cpu.cpp",
+                         [kdir / "plucker.cu", kdir / "cpu_shim" / "cuda_cpu_shim.h"], ["-O2"])
 
 
 def _c_arg(x):
@@ -62,9 +67,16 @@ def _c_arg(x):
 class CpuKernelStages(KernelStages):
     name = "kernel-cpu"
 
+    @staticmethod
+    def _library() -> ctypes.CDLL:
+        return _library()
+
+    def _lead_args(self) -> tuple:
+        return ()
+
     def _launch(self, kernel, dtype, n_threads, *args):
         if n_threads == 0:
             return
-        fn = getattr(_library(), f"{kernel.removeprefix('plucker_')}_{KERNEL_TYPES[dtype][1]}")
+        fn = getattr(self._library(), f"{kernel.removeprefix('plucker_')}_{KERNEL_TYPES[dtype][1]}")
         fn.restype = None
-        fn(*(_c_arg(a) for a in args))
+        fn(*self._lead_args(), *(_c_arg(a) for a in args))

@@ -1,0 +1,46 @@
+"""`fused-cpu` backend: the elementwise stages as fused per-token C++ loops, parallel over
+tokens (OpenMP), for training on CPUs (kernels/cpu_fused/plucker_fused.cpp, built with g++
+on first use and cached). Same formulas as `fast` and the CUDA kernels — coeff and lag_bwd
+are plucker.cu's own kernels — but each stage is one pass over memory instead of dozens of
+PyTorch ops. float32 and float64."""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import torch
+
+from grassflow.ops.plucker.cpu_kernel import CpuKernelStages, build_library
+from grassflow.ops.plucker.kernel_stages import kernels_dir
+
+
+@cache
+def _library() -> ctypes.CDLL:
+    kdir = kernels_dir()
+    return build_library(kdir / "cpu_fused" / "plucker_fused.cpp",
+                         [kdir / "plucker.cu", kdir / "cpu_shim" / "cuda_cpu_shim.h"], ["-O3", "-fopenmp"])
+
+
+class FusedCpuStages(CpuKernelStages):
+    name = "fused-cpu"
+
+    @staticmethod
+    def _check(z, *others):
+        if z.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"fused-cpu backend takes float32 or float64, got {z.dtype}")
+        CpuKernelStages._check(z, *others)
+
+    @staticmethod
+    def _library() -> ctypes.CDLL:
+        return _library()
+
+    def _lead_args(self) -> tuple:
+        return (ctypes.c_int(torch.get_num_threads()),)
+
+    def coeff(self, z, lags, eps):
+        return super().coeff(z.contiguous(), lags, eps)
+
+    def wedge(self, z, c):
+        self._check(z)
+        return super().wedge(z, c)
