@@ -47,7 +47,7 @@ CODE = {
     "tokenize": SHARED + ["data/__init__.py", "data/tokenize.py"],
     "model": ["models/__init__.py", "models/config.py", "models/common.py"],
     "transformer": ["models/transformer.py"],
-    "grassmann": ["models/grassmann.py", "ops", KERNELS / "plucker.cu"],
+    "grassmann": ["models/grassmann.py", "ops", KERNELS],
     "train": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py"],
     "evaluate": SHARED + ["evaluate.py", "train.py", "data/tokenize.py"],
     "snli_data": SHARED + ["data/__init__.py", "data/download.py", "data/tokenize.py",
@@ -61,7 +61,7 @@ CODE = {
 
 def _files(entry):
     p = entry if isinstance(entry, Path) else SRC / entry
-    return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in (".py", ".cu", ".h")) if p.is_dir() else [p]
+    return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in (".py", ".cu", ".h", ".cpp")) if p.is_dir() else [p]
 
 
 def fingerprint(*groups):
