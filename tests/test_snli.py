@@ -216,6 +216,32 @@ def test_backbone_tokenizer_from_a_local_directory(tmp_path):
     assert data["hypothesis"][0] == [5, 6, 7, 1, 11]  # "singing" is unknown
 
 
+def test_hub_source_fails_at_once_offline_naming_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = {"source": "hub", "dataset": "stanfordnlp/snli", "name": "plain_text", "revision": None}
+    with pytest.raises(DataError, match=r"stanfordnlp/snli/plain_text split 'test'.*HF_HUB_OFFLINE(.|\n)*snli.data.source: local"):
+        download(cfg, "test", tmp_path / "test.parquet")
+    assert not (tmp_path / "test.parquet").exists()
+
+
+def test_pretrained_backbone_from_a_local_directory(tmp_path):
+    """The real path (AutoModel.from_pretrained) on a local copy of a DistilBERT's files; a
+    vocabulary that does not match the token files is an error naming both sizes."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    from grassflow.snli.backbone import load_backbone, weights_sha256
+
+    DistilBertModel(DistilBertConfig(vocab_size=40, n_layers=1, dim=16, n_heads=2, hidden_dim=32)).save_pretrained(tmp_path)
+    cfg = {"name": "distilbert-base-uncased", "path": str(tmp_path), "revision": None}
+    a, b = load_backbone(cfg, 40, 0), load_backbone(cfg, 40, 0)
+    assert not a.training and not any(p.requires_grad for p in a.parameters())
+    assert weights_sha256(a) == weights_sha256(b)
+    with pytest.raises(DataError, match="vocabulary of 40 tokens, but the token files were made by a tokenizer of 30522"):
+        load_backbone(cfg, 30522, 0)
+    with pytest.raises(DataError, match="could not load"):
+        load_backbone({**cfg, "path": str(tmp_path / "missing")}, 40, 0)
+
+
 def _spec(features, kind="grassmann", **train):
     spec = {"run_id": f"t-{kind}-s0", "preset": "test", "task": "snli", "experiment": "t", "head_kind": kind,
             "seed": 0, "head": {**TINY, "dropout": 0.1}, "features": features, "tokenizer": "trained", "max_tokens": 12,
