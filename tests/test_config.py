@@ -110,3 +110,21 @@ def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert expected in out and "Traceback" not in out and 'File "' not in out
+
+
+def test_paper_preset_holds_the_full_snli_grid():
+    from grassflow.config import snli_runs
+    from grassflow.snli.config import HeadConfig
+
+    cfg = copy.deepcopy(BASE)
+    name, p = select_preset({**cfg, "preset": "paper"})
+    specs = snli_runs(name, p)
+    assert set(specs) == {f"{e}-{h}-s{s}" for e in ("table3", "table3_scratch")
+                          for h in ("transformer", "grassmann") for s in (0, 1, 2)}
+    g = HeadConfig.from_dict(specs["table3-grassmann-s0"]["head"])
+    assert (g.d_proj, g.window, g.stride, g.d_model, g.n_layers, g.mix_heads, g.d_ff, g.dropout) == \
+        (64, 8, 8, 256, 2, 4, 512, 0.1)
+    assert all(s["train"]["epochs"] == 20 for s in specs.values())
+    assert specs["table3-grassmann-s0"]["backbone"]["name"] == "distilbert-base-uncased"
+    assert "backbone" not in specs["table3_scratch-grassmann-s0"]
+    assert p["snli"]["experiments"]["table3"]["paper_acc"]["grassmann"] == {"validation": 85.50, "test": 85.38}

@@ -121,9 +121,9 @@ def _scratch_model(kind, **head):
 
 
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
-@pytest.mark.parametrize("pair_input", ["joint", "separate"])
-def test_heads_ignore_padding(kind, pair_input, gen):
-    model = _scratch_model(kind, pair_input=pair_input, pool="mean")
+@pytest.mark.parametrize("pair_input, pool", [("joint", "mean"), ("separate", "mean"), ("joint", "cls")])
+def test_heads_ignore_padding(kind, pair_input, pool, gen):
+    model = _scratch_model(kind, pair_input=pair_input, pool=pool)
     ids = torch.randint(1, 50, (2, 11), generator=gen)
     mask = torch.ones(2, 11, dtype=torch.bool)
     mask[1, 7:] = False
