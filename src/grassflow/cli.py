@@ -105,88 +105,71 @@ def _snli_aggregate(a):
     aggregate_snli(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-
-    p = sub.add_parser("download", help="raw splits to parquet")
-    p.add_argument("--data", required=True, help="the preset's data section, as JSON")
+def _data_args(p):
+    p.add_argument("--data", required=True, help="the preset's data section (snli.data for SNLI), as JSON")
     p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
     p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_download)
 
-    p = sub.add_parser("train-tokenizer", help="train a WordPiece tokenizer on the train split")
+
+def _tokenizer_training_args(p):
     p.add_argument("--train", required=True)
     p.add_argument("--vocab-size", type=int, required=True)
     p.add_argument("--out", required=True)
-    p.set_defaults(fn=_train_tokenizer)
 
-    p = sub.add_parser("tokenize", help="raw parquet files to token parquet files")
+
+def _tokenize_args(p):
     p.add_argument("--tokenizer", required=True, help="the preset's tokenizer section, as JSON")
     p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")
     p.add_argument("--raw", nargs="+", required=True)
     p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_tokenize)
 
-    p = sub.add_parser("train", help="train one run from its spec")
+
+def _train_args(p):
     p.add_argument("--spec", required=True, help="run spec as JSON")
-    p.add_argument("--train-tokens", required=True)
-    p.add_argument("--val-tokens", required=True)
-    p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_train)
+    for k in ("train-tokens", "val-tokens", "out-dir"):
+        p.add_argument(f"--{k}", required=True)
 
-    p = sub.add_parser("evaluate", help="perplexities of a run's best checkpoint")
+
+def _evaluate_args(p):
     for k in ("checkpoint", "run-json", "val-tokens", "test-tokens", "out"):
         p.add_argument(f"--{k}", required=True)
-    p.set_defaults(fn=_evaluate)
 
-    p = sub.add_parser("aggregate", help="tables and figures of a preset")
+
+def _aggregate_args(p):
     p.add_argument("--preset", required=True, help="the preset, as JSON")
     p.add_argument("--preset-name", required=True)
     p.add_argument("--runs", nargs="+", required=True, help="run directories")
-    p.add_argument("--bench", help="bench JSON for the scaling figure")
     p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_aggregate)
 
-    p = sub.add_parser("snli-download", help="SNLI pairs to parquet (label −1 dropped)")
-    p.add_argument("--data", required=True, help="the preset's snli.data section, as JSON")
-    p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
-    p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_snli_download)
 
-    p = sub.add_parser("snli-train-tokenizer", help="WordPiece tokenizer (with [CLS], [SEP]) from SNLI train")
-    p.add_argument("--train", required=True)
-    p.add_argument("--vocab-size", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.set_defaults(fn=_snli_train_tokenizer)
+# (command, help, function, argument groups): the language-model stages, then SNLI's
+COMMANDS = [
+    ("download", "raw splits to parquet", _download, [_data_args]),
+    ("train-tokenizer", "train a WordPiece tokenizer on the train split", _train_tokenizer, [_tokenizer_training_args]),
+    ("tokenize", "raw parquet files to token parquet files", _tokenize, [_tokenize_args]),
+    ("train", "train one run from its spec", _train, [_train_args]),
+    ("evaluate", "perplexities of a run's best checkpoint", _evaluate, [_evaluate_args]),
+    ("aggregate", "tables and figures of a preset", _aggregate,
+     [_aggregate_args, lambda p: p.add_argument("--bench", help="bench JSON for the scaling figure")]),
+    ("snli-download", "SNLI pairs to parquet (label −1 dropped)", _snli_download, [_data_args]),
+    ("snli-train-tokenizer", "WordPiece tokenizer (with [CLS], [SEP]) from SNLI train", _snli_train_tokenizer,
+     [_tokenizer_training_args]),
+    ("snli-tokenize", "SNLI pairs to token-id parquet files", _snli_tokenize,
+     [_tokenize_args, lambda p: p.add_argument("--max-tokens", type=int, required=True)]),
+    ("snli-train", "train one SNLI run from its spec", _snli_train, [_train_args]),
+    ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate, [_evaluate_args]),
+    ("snli-aggregate", "SNLI tables of a preset", _snli_aggregate, [_aggregate_args]),
+]
 
-    p = sub.add_parser("snli-tokenize", help="SNLI pairs to token-id parquet files")
-    p.add_argument("--tokenizer", required=True, help="the preset's snli.tokenizer section, as JSON")
-    p.add_argument("--max-tokens", type=int, required=True)
-    p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")
-    p.add_argument("--raw", nargs="+", required=True)
-    p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_snli_tokenize)
 
-    p = sub.add_parser("snli-train", help="train one SNLI run from its spec")
-    p.add_argument("--spec", required=True, help="run spec as JSON")
-    p.add_argument("--train-tokens", required=True)
-    p.add_argument("--val-tokens", required=True)
-    p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_snli_train)
-
-    p = sub.add_parser("snli-evaluate", help="accuracies of an SNLI run's best checkpoint")
-    for k in ("checkpoint", "run-json", "val-tokens", "test-tokens", "out"):
-        p.add_argument(f"--{k}", required=True)
-    p.set_defaults(fn=_snli_evaluate)
-
-    p = sub.add_parser("snli-aggregate", help="SNLI tables of a preset")
-    p.add_argument("--preset", required=True, help="the preset, as JSON")
-    p.add_argument("--preset-name", required=True)
-    p.add_argument("--runs", nargs="+", required=True, help="SNLI run directories")
-    p.add_argument("--out-dir", required=True)
-    p.set_defaults(fn=_snli_aggregate)
-
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, help_, fn, groups in COMMANDS:
+        p = sub.add_parser(name, help=help_)
+        for add in groups:
+            add(p)
+        p.set_defaults(fn=fn)
     p = sub.add_parser("bench", help="core benchmark (see python -m grassflow.bench -h)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_bench)

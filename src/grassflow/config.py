@@ -79,13 +79,7 @@ def check_preset(name: str, p: dict) -> None:
         raise ConfigError(f"{where}.models: no model selected (transformer, grassmann)")
     if not p.get("seeds"):
         raise ConfigError(f"{where}.seeds: no seed given")
-    if len(set(p["seeds"])) != len(p["seeds"]):
-        raise ConfigError(f"{where}.seeds: duplicate seeds {p['seeds']}")
-    data = p["data"]
-    if data["source"] == "local" and not data.get("local_dir"):
-        raise ConfigError(f"{where}.data.local_dir: required when data.source is 'local'")
-    if data["source"] == "synthetic" and not data.get("synthetic"):
-        raise ConfigError(f"{where}.data.synthetic: required when data.source is 'synthetic'")
+    _check_seeds_and_source(where, p, "data")
     tok = p["tokenizer"]
     if tok["name"] == "trained" and not tok.get("vocab_size"):
         raise ConfigError(f"{where}.tokenizer.vocab_size: required when tokenizer.name is 'trained'")
@@ -100,17 +94,21 @@ def check_preset(name: str, p: dict) -> None:
         check_snli(f"{where}.snli", name, p)
 
 
+def _check_seeds_and_source(where: str, part: dict, data_key: str) -> None:
+    if len(set(part["seeds"])) != len(part["seeds"]):
+        raise ConfigError(f"{where}.seeds: duplicate seeds {part['seeds']}")
+    data = part["data"]
+    if data["source"] == "local" and not data.get("local_dir"):
+        raise ConfigError(f"{where}.data.local_dir: required when {data_key}.source is 'local'")
+    if data["source"] == "synthetic" and not data.get("synthetic"):
+        raise ConfigError(f"{where}.data.synthetic: required when {data_key}.source is 'synthetic'")
+
+
 def check_snli(where: str, name: str, p: dict) -> None:
     from grassflow.snli.config import HeadConfig
 
     s = p["snli"]
-    if len(set(s["seeds"])) != len(s["seeds"]):
-        raise ConfigError(f"{where}.seeds: duplicate seeds {s['seeds']}")
-    data = s["data"]
-    if data["source"] == "local" and not data.get("local_dir"):
-        raise ConfigError(f"{where}.data.local_dir: required when snli.data.source is 'local'")
-    if data["source"] == "synthetic" and not data.get("synthetic"):
-        raise ConfigError(f"{where}.data.synthetic: required when snli.data.source is 'synthetic'")
+    _check_seeds_and_source(where, s, "snli.data")
     tok = s["tokenizer"]
     if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
         raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")

@@ -90,18 +90,26 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
             "n_tokens": meta["n_tokens"]}
 
 
-def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
-    """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
+def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, bool]:
+    """(best.pt contents, the start of eval.json, whether there is a model to evaluate). A run
+    that diverged before its first validation has none: its eval.json is written here."""
     configure_torch()
     record = json.loads(Path(run_json).read_text())
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    spec = ckpt["spec"]
-    result = {"run_id": spec["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
+    result = {"run_id": ckpt["spec"]["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
               "checkpoint_sha256": sha256_file(checkpoint), "run_record": str(run_json)}
-    if ckpt["model"] is None:  # diverged before a first validation: nothing to evaluate
+    if ckpt["model"] is None:
         result.update(validation=None, test=None)
         write_json(out_path, result)
+    return ckpt, result, ckpt["model"] is not None
+
+
+def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
+    """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
+    ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
+    if not evaluable:
         return result
+    spec = ckpt["spec"]
     cfg = ModelConfig.from_dict(ckpt["model_config"])
     device = pick_device(spec["train"]["device"])
     model = build_model(spec["model_kind"], cfg).to(device)

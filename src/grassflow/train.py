@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from grassflow.checkpoint import CheckpointError, DiskSpaceError, seed_everything
 from grassflow.config import spec_hash
+from grassflow.data import DataError
 from grassflow.data.tokenize import read_tokens
 from grassflow.evaluate import chunked_nll
 from grassflow.io import sha256_file, write_json
@@ -84,18 +85,27 @@ def token_file_record(path, meta) -> dict:
     return {"path": str(path), **meta, "file_sha256": sha256_file(path)}
 
 
-def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
-    t_start = time.time()
+def start_run(spec: dict, out_dir) -> tuple[float, Path, torch.device]:
+    """(start time, run directory, device) of a training job, torch set up for it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tcfg = spec["train"]
     configure_torch(deterministic=True)
-    device = pick_device(tcfg["device"])
+    return time.time(), out, pick_device(spec["train"]["device"])
 
-    train_ids, train_meta = read_tokens(train_tokens)
-    val_ids, val_meta = read_tokens(val_tokens, vocab_size=train_meta["vocab_size"])
+
+def read_train_val(read, train_tokens, val_tokens):
+    """Both token files through `read`, checked to come from one tokenizer."""
+    train, train_meta = read(train_tokens)
+    val, val_meta = read(val_tokens, vocab_size=train_meta["vocab_size"])
     if train_meta["tokenizer_sha256"] != val_meta["tokenizer_sha256"]:
-        raise RuntimeError(f"{train_tokens} and {val_tokens} were made by different tokenizers")
+        raise DataError(f"{train_tokens} and {val_tokens} were made by different tokenizers")
+    return train, train_meta, val, val_meta
+
+
+def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
+    t_start, out, device = start_run(spec, out_dir)
+    tcfg = spec["train"]
+    train_ids, train_meta, val_ids, val_meta = read_train_val(read_tokens, train_tokens, val_tokens)
     mcfg = ModelConfig.from_dict({**spec["model"], "vocab_size": train_meta["vocab_size"]})
     task = LanguageModelTask(train_ids, val_ids, mcfg.context_len, tcfg["batch_size"], spec["seed"],
                              tcfg["eval_batch_size"], device, train_tokens)

@@ -84,16 +84,21 @@ def load_rows(cfg: dict, split: str) -> list[str]:
     raise DataError(f"data.source: unknown source {source!r} (hub, local, synthetic)")
 
 
+def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None:
+    """The split's content hash against `<key>.expected_sha256.<split>`, when one is given."""
+    expected = (cfg.get("expected_sha256") or {}).get(split)
+    if expected and expected != digest:
+        raise DataError(f"{key}: split {split!r} content sha256 {digest} does not match the expected "
+                        f"{expected} ({key}.expected_sha256.{split}); the source changed or is corrupt")
+
+
 def download(cfg: dict, split: str, out_path) -> dict:
     """Write one split's rows to parquet; return its checksum record."""
     rows = load_rows(cfg, split)
     if not any(r.strip() for r in rows):
         raise DataError(f"data: split {split!r} from source {cfg['source']!r} is empty")
     digest = content_sha256(rows)
-    expected = (cfg.get("expected_sha256") or {}).get(split)
-    if expected and expected != digest:
-        raise DataError(f"data: split {split!r} content sha256 {digest} does not match the expected "
-                        f"{expected} (data.expected_sha256.{split}); the source changed or is corrupt")
+    check_content(cfg, split, digest)
     with atomic_path(out_path) as tmp:
         pq.write_table(pa.table({"text": rows}), tmp)
     return {"split": split, "rows": len(rows), "content_sha256": digest,

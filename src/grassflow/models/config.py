@@ -66,8 +66,13 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"model: unknown key(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**d)
+        return from_known_keys(cls, d, "model")
+
+
+def from_known_keys(cls, d: dict, key: str):
+    """cls(**d) for a dataclass, with an error naming any key it does not have."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(known)}")
+    return cls(**d)

@@ -22,14 +22,28 @@ from grassflow.report.stats import gap_ci, mean_std, verdict
 MODELS = ("transformer", "grassmann")
 
 
+def read_run(d: Path) -> tuple[dict, dict, bool, dict, dict]:
+    """(run.json, eval.json, completed and evaluated, validation results, test results)."""
+    rec = json.loads((d / "run.json").read_text())
+    ev = json.loads((d / "eval.json").read_text())
+    ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
+    return rec, ev, ok, ev.get("validation") or {}, ev.get("test") or {}
+
+
+def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
+    """The columns that trace a table row to its run: code, data, weights, record."""
+    return {"epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"], "device": rec["device"],
+            "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
+            "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
+            "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),
+            "metrics": str(d / "metrics.jsonl")}
+
+
 def load_runs(run_dirs) -> pd.DataFrame:
     rows = []
     for d in map(Path, run_dirs):
-        rec = json.loads((d / "run.json").read_text())
-        ev = json.loads((d / "eval.json").read_text())
+        rec, ev, ok, val, test = read_run(d)
         spec = rec["spec"]
-        ok = rec["status"]["state"] == "completed" and ev.get("validation")
-        val, test = ev.get("validation") or {}, ev.get("test") or {}
         rows.append({
             "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["model_kind"],
             "seed": spec["seed"], "status": rec["status"]["state"],
@@ -39,11 +53,7 @@ def load_runs(run_dirs) -> pd.DataFrame:
             "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
             "test_word_ppl": test.get("word_ppl", math.nan) if ok else math.nan,
             "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
-            "epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"], "device": rec["device"],
-            "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
-            "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
-            "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),
-            "metrics": str(d / "metrics.jsonl"),
+            **provenance_columns(d, rec, ev),
         })
     return pd.DataFrame(rows)
 
@@ -97,7 +107,7 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for model, m in s["models"].items():
         st = m["stats"]
-        links = " ".join(f"[{Path(r).parent.name}]({os.path.relpath(r, out_dir)})" for r in m["records"])
+        links = record_links(m["records"], out_dir)
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
         lines.append(f"| {model} | {m['n_params']:,} | {m['n_ok']}/{m['n']}{div} | {_fmt(*st['val_ppl'])} | "
                      f"{m['paper'] if m['paper'] else '—'} | {_fmt(*st['test_ppl'])} | "
@@ -114,22 +124,32 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     return "\n".join(lines) + "\n"
 
 
+PM = r"$\pm$"
+
+
+def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
+    """A booktabs table: first column left-aligned, the rest right; "±" and "—" made LaTeX."""
+    def cells(row):
+        return " & ".join(str(c).replace("±", PM).replace("—", "--") for c in row) + r" \\"
+    body = "\n".join(cells(r) for r in rows)
+    return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{l" + "r" * (len(header) - 1) + "}\n\\toprule\n"
+            f"{cells(header)}\n\\midrule\n{body}\n\\bottomrule\n\\end{{tabular}}\n"
+            f"\\caption{{{caption.replace('±', PM)}}}\n\\end{{table}}\n")
+
+
+def record_links(records, out_dir) -> str:
+    """Markdown links from a table row to the provenance records of its runs."""
+    return " ".join(f"[{Path(r).parent.name}]({os.path.relpath(r, out_dir)})" for r in records)
+
+
 def latex_table(exp_name, exp, s) -> str:
-    pm = r"$\pm$"
-    rows = []
-    for model, m in s["models"].items():
-        st = m["stats"]
-        val, test = _fmt(*st["val_ppl"]).replace("±", pm), _fmt(*st["test_ppl"]).replace("±", pm)
-        rows.append(f"{model} & {m['n_params']:,} & {val} & {m['paper'] or '--'} & {test} \\\\")
-    cap = (f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, "
-           f"mean {pm} std over seeds.")
+    rows = [[model, f"{m['n_params']:,}", _fmt(*m["stats"]["val_ppl"]), m["paper"] or "--", _fmt(*m["stats"]["test_ppl"])]
+            for model, m in s["models"].items()]
+    cap = f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, mean ± std over seeds."
     if "gap" in s:
         verdict_tex = s["gap"]["verdict"].replace("%", r"\%")
         cap += f" Gap {s['gap']['gap_pct']:+.1f}\\,\\%: {verdict_tex}."
-    body = "\n".join(rows)
-    return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{lrrrr}\n\\toprule\n"
-            "Model & Params & Val PPL (ours) & Paper & Test PPL \\\\\n\\midrule\n"
-            f"{body}\n\\bottomrule\n\\end{{tabular}}\n\\caption{{{cap}}}\n\\end{{table}}\n")
+    return latex(["Model", "Params", "Val PPL (ours)", "Paper", "Test PPL"], rows, cap)
 
 
 def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir) -> None:

@@ -8,16 +8,21 @@ difference with a 95 % CI. Diverged runs are listed and left out of the means.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
-from grassflow.report.aggregate import MODELS, _fmt
+from grassflow.report.aggregate import (
+    MODELS,
+    _fmt,
+    latex,
+    provenance_columns,
+    read_run,
+    record_links,
+)
 from grassflow.report.stats import diff_ci, mean_std
 from grassflow.snli.synthetic import LABELS
 
@@ -25,11 +30,8 @@ from grassflow.snli.synthetic import LABELS
 def load_snli_runs(run_dirs) -> pd.DataFrame:
     rows = []
     for d in map(Path, run_dirs):
-        rec = json.loads((d / "run.json").read_text())
-        ev = json.loads((d / "eval.json").read_text())
+        rec, ev, ok, val, test = read_run(d)
         spec = rec["spec"]
-        ok = rec["status"]["state"] == "completed" and ev.get("validation")
-        val, test = ev.get("validation") or {}, ev.get("test") or {}
         per_class = test.get("per_class_accuracy") or {}
         rows.append({
             "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["head_kind"],
@@ -38,11 +40,7 @@ def load_snli_runs(run_dirs) -> pd.DataFrame:
             "test_acc": test.get("accuracy", math.nan) if ok else math.nan,
             **{f"test_acc_{c}": (per_class.get(c) if ok and per_class.get(c) is not None else math.nan) for c in LABELS},
             "test_pairs": test.get("n"), "n_params": rec["n_params"], "features": rec["features"]["kind"],
-            "backbone_sha256": rec["features"].get("weights_sha256"), "epochs": rec["epochs_completed"],
-            "wall_s": rec["wall_seconds"], "device": rec["device"], "commit": rec["git"]["commit"],
-            "dirty": rec["git"]["dirty"], "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
-            "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),
-            "metrics": str(d / "metrics.jsonl"),
+            "backbone_sha256": rec["features"].get("weights_sha256"), **provenance_columns(d, rec, ev),
         })
     return pd.DataFrame(rows)
 
@@ -91,7 +89,7 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
              "test acc E / N / C | provenance |", "|---|---|---|---|---|---|---|---|---|"]
     for model, m in s["models"].items():
         st, paper = m["stats"], m["paper"]
-        links = " ".join(f"[{Path(r).parent.name}]({os.path.relpath(r, out_dir)})" for r in m["records"])
+        links = record_links(m["records"], out_dir)
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
         per_class = " / ".join(_fmt(st[f"test_acc_{c}"][0], math.nan) for c in LABELS)
         lines.append(f"| {model} | {m['n_params']:,} | {m['n_ok']}/{m['n']}{div} | {_fmt(*st['val_acc'], digits=2)} | "
@@ -112,18 +110,10 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
 
 
 def latex_table(exp_name, exp, s) -> str:
-    pm = r"$\pm$"
-    rows = []
-    for model, m in s["models"].items():
-        st, paper = m["stats"], m["paper"]
-        val, test = (_fmt(*st[k], digits=2).replace("±", pm) for k in ("val_acc", "test_acc"))
-        rows.append(f"{model} & {m['n_params']:,} & {val} & {_paper(paper, 'validation')} & {test} & "
-                    f"{_paper(paper, 'test')} \\\\".replace("—", "--"))
-    body = "\n".join(rows)
-    cap = f"SNLI {exp_name} ({exp['features']}): accuracy (\\%), mean {pm} std over seeds."
-    return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{lrrrrr}\n\\toprule\n"
-            "Head & Params & Val (ours) & Val (paper) & Test (ours) & Test (paper) \\\\\n\\midrule\n"
-            f"{body}\n\\bottomrule\n\\end{{tabular}}\n\\caption{{{cap}}}\n\\end{{table}}\n")
+    rows = [[model, f"{m['n_params']:,}", _fmt(*m["stats"]["val_acc"], digits=2), _paper(m["paper"], "validation"),
+             _fmt(*m["stats"]["test_acc"], digits=2), _paper(m["paper"], "test")] for model, m in s["models"].items()]
+    return latex(["Head", "Params", "Val (ours)", "Val (paper)", "Test (ours)", "Test (paper)"], rows,
+                 f"SNLI {exp_name} ({exp['features']}): accuracy (\\%), mean ± std over seeds.")
 
 
 def aggregate_snli(preset: dict, name: str, run_dirs, out_dir) -> None:

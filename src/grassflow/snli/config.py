@@ -4,7 +4,9 @@ dropout 0.1). Each ambiguity of the paper is a switch; the default comes first."
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+
+from grassflow.models.config import from_known_keys
 
 CHOICES = {
     "norm": ("post", "pre"),
@@ -69,8 +71,4 @@ class HeadConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> HeadConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"head: unknown key(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**d)
+        return from_known_keys(cls, d, "head")

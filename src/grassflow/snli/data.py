@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grassflow.data import DataError
-from grassflow.data.download import content_sha256, hub_split, local_file
+from grassflow.data.download import check_content, content_sha256, hub_split, local_file
 from grassflow.data.tokenize import build_wordpiece, load_tokenizer, tokenizer_sha256
 from grassflow.io import atomic_path, sha256_file
 from grassflow.snli.synthetic import generate_pairs
@@ -66,10 +66,7 @@ def download(cfg: dict, split: str, out_path) -> dict:
     if not cols["label"]:
         raise DataError(f"snli.data: split {split!r} from source {cfg['source']!r} has no labelled pairs")
     digest = pairs_sha256(cols)
-    expected = (cfg.get("expected_sha256") or {}).get(split)
-    if expected and expected != digest:
-        raise DataError(f"snli.data: split {split!r} content sha256 {digest} does not match the expected "
-                        f"{expected} (snli.data.expected_sha256.{split}); the source changed or is corrupt")
+    check_content(cfg, split, digest, key="snli.data")
     with atomic_path(out_path) as tmp:
         pq.write_table(pa.table({"premise": cols["premise"], "hypothesis": cols["hypothesis"],
                                  "label": pa.array(cols["label"], pa.int8())}), tmp)

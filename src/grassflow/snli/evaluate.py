@@ -3,14 +3,12 @@ matrix on validation and test."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
+from grassflow.evaluate import open_for_evaluation
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
-from grassflow.runtime import configure_torch, pick_device
+from grassflow.runtime import pick_device
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.synthetic import LABELS
 from grassflow.snli.train import build_classifier, predict
@@ -26,16 +24,10 @@ def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
 
 
 def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
-    configure_torch()
-    record = json.loads(Path(run_json).read_text())
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    spec = ckpt["spec"]
-    result = {"run_id": spec["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
-              "checkpoint_sha256": sha256_file(checkpoint), "run_record": str(run_json)}
-    if ckpt["model"] is None:  # diverged before a first validation
-        result.update(validation=None, test=None)
-        write_json(out_path, result)
+    ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
+    if not evaluable:
         return result
+    spec = ckpt["spec"]
     device = pick_device(spec["train"]["device"])
     splits = {}
     for split, path in (("validation", val_tokens), ("test", test_tokens)):

@@ -8,21 +8,18 @@ from the spec, never saved). Outputs: best.pt, metrics.jsonl, run.json.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 from grassflow.checkpoint import seed_everything
 from grassflow.data import DataError
 from grassflow.loop import batch_order, fit
-from grassflow.runtime import autocast, configure_torch, pick_device
+from grassflow.runtime import autocast
 from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
 from grassflow.snli.config import HeadConfig
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
-from grassflow.train import run_record, token_file_record
+from grassflow.train import read_train_val, run_record, start_run, token_file_record
 
 
 def build_classifier(spec: dict, meta: dict) -> tuple[SNLIClassifier, dict]:
@@ -81,16 +78,9 @@ class SNLITask:
 
 
 def train_snli(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
-    t_start = time.time()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
-    configure_torch(deterministic=True)
-    device = pick_device(tcfg["device"])
-    train, train_meta = read_token_pairs(train_tokens)
-    val, val_meta = read_token_pairs(val_tokens, vocab_size=train_meta["vocab_size"])
-    if train_meta["tokenizer_sha256"] != val_meta["tokenizer_sha256"]:
-        raise DataError(f"{train_tokens} and {val_tokens} were made by different tokenizers")
+    train, train_meta, val, val_meta = read_train_val(read_token_pairs, train_tokens, val_tokens)
     pair_input = spec["head"].get("pair_input", HeadConfig.pair_input)
     task = SNLITask(train, val, train_meta, pair_input, tcfg["batch_size"], spec["seed"],
                     tcfg["eval_batch_size"], device, train_tokens)
