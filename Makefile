@@ -22,7 +22,7 @@ demo: $(VENV)/.installed
 	snakemake --cores $(CORES) --config preset=$(PRESET)
 	mkdir -p reports/$(PRESET)
 	snakemake --cores $(CORES) --config preset=$(PRESET) --report reports/$(PRESET)/report.zip
-	@echo "Tables and figures: results/$(PRESET)/report/  (summary: results/$(PRESET)/report/summary.md)"
+	@echo "Tables and figures: results/$(PRESET)/report/  (summary.md; SNLI: snli_summary.md)"
 	@echo "Browsable report:   reports/$(PRESET)/report.zip"
 
 test: $(VENV)/.installed

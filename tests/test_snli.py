@@ -58,6 +58,16 @@ def test_windowed_op_matches_reference_outputs_and_every_gradient(B, T, r, d, wi
         torch.testing.assert_close(zero if g1 is None else g1, zero if g2 is None else g2, rtol=1e-10, atol=1e-12)
 
 
+def test_windowed_op_bf16_accumulates_in_fp32(gen):
+    z = torch.randn(2, 48, 16, dtype=F64, generator=gen)
+    w = torch.randn(8, 120, dtype=F64, generator=gen) / 10
+    mask = torch.rand(2, 48, generator=gen) > 0.1
+    g = windowed_plucker_mix(z.bfloat16(), mask, w.bfloat16(), backend="fast")
+    ref = windowed_plucker_mix_reference(z, mask, w)
+    assert g.dtype == torch.float32
+    assert ((g.double() - ref).abs().max() / ref.abs().max()).item() < 3e-2
+
+
 def test_windowed_op_gradcheck(gen):
     z = torch.randn(2, 7, 4, dtype=F64, generator=gen).requires_grad_()
     w = torch.randn(3, 6, dtype=F64, generator=gen).requires_grad_()

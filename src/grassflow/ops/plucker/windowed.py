@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from grassflow.ops.plucker import plucker_mix
-from grassflow.ops.plucker.common import pair_indices, valid_counts
+from grassflow.ops.plucker.common import acc_dtype, pair_indices, valid_counts
 
 PAIRS = ("bidirectional", "causal")
 
@@ -55,7 +55,8 @@ def _finish(sums, counts, bias, empty):
 
 def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pairs="bidirectional",
                          eps=1e-6, empty="zero", backend="auto"):
-    """z (B, T, r), mask (B, T) bool, weight (d, r(r−1)/2) → g (B, T, d)."""
+    """z (B, T, r), mask (B, T) bool, weight (d, r(r−1)/2) → g (B, T, d), in fp32 for
+    bf16/fp16 inputs (the sums over pairs and windows are accumulated there)."""
     _check(z, mask, window, stride, pairs, empty)
     B, T, r = z.shape
     starts = window_starts(T, window, stride)
@@ -65,21 +66,22 @@ def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pair
     zw = zp.unfold(1, window, stride).permute(0, 1, 3, 2).reshape(-1, window, r)  # (B·nW, w, r)
     mw = m.unfold(1, window, stride).reshape(-1, window)
     lags = tuple(range(1, window))
-    n = valid_counts(lags, window, z.device).to(z.dtype)[:, None]  # slots per window position
+    acc = acc_dtype(z.dtype)  # sums over pairs and windows in fp32 even under bf16 autocast
+    n = valid_counts(lags, window, z.device).to(acc)[:, None]  # slots per window position
 
     def mix(x):
         return plucker_mix(x, lags, weight, None, eps=eps, empty="zero", backend=backend)
 
-    earlier = mix(zw) * n  # Σ over earlier partners s of W p̂(z_t ∧ z_s)
+    earlier = mix(zw).to(acc) * n  # Σ over earlier partners s of W p̂(z_t ∧ z_s)
     before = torch.cumsum(mw, 1) - mw  # real tokens earlier in the window
     if pairs == "causal":
         sums, counts = earlier, before * mw
     else:
-        later = mix(zw.flip(1)).flip(1) * n.flip(0)  # Σ over later partners of W p̂(z_t ∧ z_s)
+        later = mix(zw.flip(1)).flip(1).to(acc) * n.flip(0)  # Σ over later partners of W p̂(z_t ∧ z_s)
         sums, counts = later - earlier, (mw.sum(1, keepdim=True) - 1) * mw
     pos = (torch.tensor(starts, device=z.device)[:, None] + torch.arange(window, device=z.device)).reshape(-1)
     d = weight.shape[0]
-    total = zp.new_zeros(B, Tp, d).index_add_(1, pos, sums.reshape(B, -1, d))
+    total = zp.new_zeros(B, Tp, d, dtype=acc).index_add_(1, pos, sums.reshape(B, -1, d))
     count = m.new_zeros(B, Tp).index_add_(1, pos, counts.reshape(B, -1))
     return _finish(total, count, bias, empty)[:, :T]
 
