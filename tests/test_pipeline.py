@@ -247,15 +247,16 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
         assert ("train", d.name) in jobs
     snakemake(work, "--unlock")  # a SIGKILLed Snakemake leaves its lock, as it documents
     snakemake(work)
-    cols = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl"]
-    for exp in ("table1", "table2"):
-        a = pd.read_csv(demo / f"results/demo/report/{exp}.csv")[cols]
-        b = pd.read_csv(work / f"results/demo/report/{exp}.csv")[cols]
-        pd.testing.assert_frame_equal(a, b, check_exact=True)
-    cols = ["run_id", "status", "best_epoch", "val_acc", "test_acc"]
-    for exp in ("table3", "table3_scratch"):
-        a = pd.read_csv(demo / f"results/demo/report/snli_{exp}.csv")[cols]
-        b = pd.read_csv(work / f"results/demo/report/snli_{exp}.csv")[cols]
+    assert_same_tables(demo, work)
+
+
+def assert_same_tables(a_dir, b_dir):
+    """The numbers of two demo runs agree exactly: LM perplexities and SNLI accuracies."""
+    lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl"]
+    snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256"]
+    for name, cols in [("table1", lm), ("table2", lm), ("snli_table3", snli), ("snli_table3_scratch", snli)]:
+        a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
+        b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
@@ -365,8 +366,4 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
     assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text()
 
     # the cluster run produced the same numbers as the local run
-    cols = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl"]
-    for exp in ("table1", "table2"):
-        a = pd.read_csv(demo / f"results/demo/report/{exp}.csv")[cols]
-        b = pd.read_csv(work / f"results/demo/report/{exp}.csv")[cols]
-        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert_same_tables(demo, work)
