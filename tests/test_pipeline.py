@@ -153,6 +153,11 @@ def edited(path: Path, text: str):
         path.write_text(original)
 
 
+def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
+    with edited(demo / "src/grassflow/report/snli.py", "\n# edited\n"):
+        assert planned(demo) == Counter({("snli_aggregate", None): 1})
+
+
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
         assert planned(demo) == Counter({("aggregate", None): 1, ("snli_aggregate", None): 1})

@@ -53,8 +53,9 @@ CODE = {
     "snli_data": SHARED + ["data/__init__.py", "data/download.py", "data/tokenize.py",
                            "snli/__init__.py", "snli/data.py", "snli/synthetic.py"],
     "snli": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py", "snli"],
-    "report": SHARED + ["report"],
-    "snli_report": SHARED + ["report", "snli/synthetic.py"],
+    "report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py"],
+    "snli_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
+                             "report/snli.py", "snli/synthetic.py"],
     "bench": SHARED + ["bench.py"],
 }
 

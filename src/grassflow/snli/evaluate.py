@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from grassflow.data import DataError
 from grassflow.evaluate import open_for_evaluation
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
@@ -33,6 +34,8 @@ def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, b
     for split, path in (("validation", val_tokens), ("test", test_tokens)):
         splits[split] = (path, *read_token_pairs(path))
     meta = splits["validation"][2]
+    if splits["test"][2]["tokenizer_sha256"] != meta["tokenizer_sha256"]:
+        raise DataError(f"{val_tokens} and {test_tokens} were made by different tokenizers")
     model, features = build_classifier(spec, meta)
     if features.get("weights_sha256") != ckpt["features"].get("weights_sha256"):
         raise RuntimeError(f"{checkpoint}: trained on backbone weights {ckpt['features'].get('weights_sha256')}, "
