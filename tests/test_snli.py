@@ -340,3 +340,34 @@ def test_evaluation_refuses_a_different_backbone(snli_tokens, tmp_path):
         evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
                           snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert not (tmp_path / "eval.json").exists()
+
+
+# --- on a GPU (pytest -m gpu) ---------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_windowed_op_on_gpu_matches_reference(gen):
+    from grassflow.ops.plucker.cupy_backend import cupy_available
+
+    z = torch.randn(4, 48, 16, dtype=F64, generator=gen)
+    w = torch.randn(64, 120, dtype=F64, generator=gen) / 10
+    b = torch.randn(64, dtype=F64, generator=gen)
+    mask = torch.rand(4, 48, generator=gen) > 0.2
+    ref = windowed_plucker_mix_reference(z, mask, w, b)
+    for backend in ["fast"] + (["cupy"] if cupy_available() else []):
+        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
+            g = windowed_plucker_mix(z.cuda().to(dtype), mask.cuda(), w.cuda().to(dtype), b.cuda().to(dtype),
+                                     backend=backend)
+            err = ((g.double().cpu() - ref).abs().max() / ref.abs().max()).item()
+            assert err < tol, f"{backend} {dtype}: {err:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_snli_trains_on_gpu_under_bf16_autocast(kind, snli_tokens, tmp_path):
+    rec = train_snli(_spec({"kind": "backbone"}, kind, epochs=1, device="cuda"), snli_tokens / "train.parquet",
+                     snli_tokens / "validation.parquet", tmp_path)
+    assert rec["status"] == {"state": "completed"} and "CPU" not in rec["device"]
+    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+                           snli_tokens / "test.parquet", tmp_path / "eval.json")
+    assert 0 <= ev["test"]["accuracy"] <= 100
