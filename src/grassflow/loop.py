@@ -81,14 +81,20 @@ def make_optimizer(model, tcfg: dict) -> torch.optim.AdamW:
                              lr=tcfg["lr"], betas=tuple(tcfg["betas"]))
 
 
+def _owned(model, key: str) -> bool:
+    # a model lists the state-dict prefixes of frozen parts rebuilt from their source
+    # (SNLIClassifier: the backbone), which checkpoints never carry
+    return not key.startswith(tuple(getattr(model, "not_checkpointed", ())))
+
+
 def trained_state(model) -> dict:
-    """The weights a run owns: all but a frozen backbone's, which is rebuilt from its source."""
-    return {k: v for k, v in model.state_dict().items() if not k.startswith("backbone.")}
+    """The weights a run owns: all but those of its frozen, rebuilt parts."""
+    return {k: v for k, v in model.state_dict().items() if _owned(model, k)}
 
 
 def load_trained(model, state: dict) -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
-    bad = [k for k in missing if not k.startswith("backbone.")] + list(unexpected)
+    bad = [k for k in missing if _owned(model, k)] + list(unexpected)
     if bad:
         raise RuntimeError(f"checkpoint does not fit the model: {bad[:5]}")
 

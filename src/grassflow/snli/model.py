@@ -34,6 +34,8 @@ class ScratchEmbedding(nn.Module):
 
 
 class SNLIClassifier(nn.Module):
+    not_checkpointed = ("backbone.",)  # frozen; rebuilt from the spec (its weights hash is checked)
+
     def __init__(self, kind: str, cfg: HeadConfig, *, backbone: nn.Module | None = None,
                  embedding: ScratchEmbedding | None = None, feat_dim: int):
         super().__init__()
@@ -42,7 +44,7 @@ class SNLIClassifier(nn.Module):
         if kind not in HEADS:
             raise ValueError(f"unknown head {kind!r}; choose one of {sorted(HEADS)}")
         self.kind, self.cfg = kind, cfg
-        self.backbone, self.embedding = backbone, embedding  # state-dict prefix "backbone." is never saved
+        self.backbone, self.embedding = backbone, embedding
         self.in_proj = nn.Linear(feat_dim, cfg.d_model)
         self.blocks = nn.ModuleList(HEADS[kind](cfg))
         k = 1 if cfg.pair_input == "joint" else 4
