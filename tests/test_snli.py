@@ -371,3 +371,33 @@ def test_snli_trains_on_gpu_under_bf16_autocast(kind, snli_tokens, tmp_path):
     ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
                            snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert 0 <= ev["test"]["accuracy"] <= 100
+
+
+def test_snli_table_statistics_and_diverged_runs(tmp_path):
+    import math
+
+    import pandas as pd
+
+    from grassflow.report.snli import markdown_table, summarise
+    from grassflow.report.stats import diff_ci
+
+    d = diff_ci([86.0, 86.2, 85.9], [85.0, 85.1, 84.8])
+    assert d["diff"] == pytest.approx(86.0333 - 84.9667, abs=1e-3) and 0 < d["ci_low"] < d["diff"] < d["ci_high"]
+    assert math.isnan(diff_ci([86.0], [85.0])["ci_low"])
+    rows = []
+    for model, accs in (("transformer", [85.0, 85.1, 84.8]), ("grassmann", [86.0, 86.2, 85.9, math.nan])):
+        for seed, acc in enumerate(accs):
+            ok = not math.isnan(acc)
+            rows.append({"run_id": f"t-{model}-s{seed}", "model": model, "seed": seed,
+                         "status": "completed" if ok else "diverged", "val_acc": acc, "test_acc": acc - 0.5,
+                         "test_acc_entailment": acc, "test_acc_neutral": acc, "test_acc_contradiction": acc,
+                         "n_params": 10, "record": str(tmp_path / f"t-{model}-s{seed}" / "run.json")})
+    exp = {"features": "backbone", "epochs": 20, "batch_size": 64,
+           "paper_acc": {"transformer": {"validation": 85.45, "test": 85.11}, "grassmann": {"validation": 85.5, "test": 85.38}}}
+    s = summarise(pd.DataFrame(rows), exp)
+    g = s["models"]["grassmann"]
+    assert (g["n"], g["n_ok"], g["diverged"]) == (4, 3, ["t-grassmann-s3"])
+    assert g["stats"]["val_acc"][0] == pytest.approx(86.0333, abs=1e-3)
+    assert s["diff"]["val_acc"]["diff"] == pytest.approx(d["diff"]) and s["paper_diff"] == pytest.approx(0.27)
+    md = markdown_table("table3", exp, s, tmp_path)
+    assert "3/4 (1 diverged)" in md and "Grassmann head better at 95 %" in md and "85.50" in md
