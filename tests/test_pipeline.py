@@ -138,6 +138,28 @@ def test_report_zip(demo):
     assert (demo / "report.zip").stat().st_size > 10_000
 
 
+def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
+    """The paper preset's hub tokenizers and backbone are fetched by localrules (on a cluster
+    the login node has the internet); the jobs on compute nodes read the fetched files."""
+    work = copy_repo(tmp_path)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(work / "src")}
+    res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    for name in ("bert-base-uncased", "distilbert-base-uncased"):
+        assert f"results/paper/tokenizers/{name}/tokenizer.json" in out
+    assert out.count("rule fetch_tokenizer:") == 2 and out.count("rule snli_fetch_backbone:") == 1
+    # a dry run does not show where a job runs: the rules must be declared local
+    local = re.findall(r"localrules:\n((?:\s+\w+,\n)+)", "".join(
+        p.read_text() for p in (work / "workflow/rules").glob("*.smk")))
+    assert {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone"} <= set(re.findall(r"\w+", "".join(local)))
+    assert "--artifact results/paper/tokenizers/bert-base-uncased/tokenizer.json" in out
+    train = [c for c in out.splitlines() if "snli-train --spec" in c]
+    assert len(train) == 12
+    assert sum("--backbone-dir results/paper/snli/backbone/distilbert-base-uncased" in c for c in train) == 6
+
+
 def test_nothing_to_do_after_a_full_run(demo):
     assert planned(demo) == Counter()
 

@@ -401,3 +401,31 @@ def test_snli_table_statistics_and_diverged_runs(tmp_path):
     assert s["diff"]["val_acc"]["diff"] == pytest.approx(d["diff"]) and s["paper_diff"] == pytest.approx(0.27)
     md = markdown_table("table3", exp, s, tmp_path)
     assert "3/4 (1 diverged)" in md and "Grassmann head better at 95 %" in md and "85.50" in md
+
+
+def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
+    """What the login-node stages save (fetch-tokenizer, snli-fetch-backbone) loads back to
+    the same tokenizer and the same weights; here from local copies, on clusters from the hub."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    from grassflow.data.tokenize import fetch_tokenizer, load_tokenizer, tokenizer_sha256
+    from grassflow.snli.backbone import fetch_backbone, load_backbone, weights_sha256
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "man", "is", "play", "##ing", "."]
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/vocab.txt").write_text("\n".join(words) + "\n")
+    cfg = {"name": "distilbert-base-uncased", "path": str(tmp_path / "src")}
+    fetch_tokenizer(cfg, tmp_path / "tokenizers/distilbert-base-uncased/tokenizer.json")
+    direct, fetched = load_tokenizer(cfg), load_tokenizer(cfg, tmp_path / "tokenizers/distilbert-base-uncased/tokenizer.json")
+    assert tokenizer_sha256(direct) == tokenizer_sha256(fetched)
+    assert fetched.encode("A man is playing.", add_special_tokens=False).ids == [5, 6, 7, 8, 9, 10]
+
+    DistilBertModel(DistilBertConfig(vocab_size=11, n_layers=1, dim=16, n_heads=2, hidden_dim=32)).save_pretrained(tmp_path / "hub")
+    bcfg = {"name": "distilbert-base-uncased", "path": str(tmp_path / "hub"), "revision": None}
+    out = tmp_path / "backbone/distilbert-base-uncased"
+    fetch_backbone(bcfg, out)
+    model = load_backbone({**bcfg, "path": None}, 11, 0, fetched=out)
+    assert weights_sha256(model) == weights_sha256(load_backbone(bcfg, 11, 0)) == (out / "weights.sha256").read_text().strip()
+    with pytest.raises(DataError, match="could not load"):
+        fetch_backbone({**bcfg, "path": str(tmp_path / "missing")}, tmp_path / "backbone/other")
+    assert sorted(p.name for p in (tmp_path / "backbone").iterdir()) == ["distilbert-base-uncased"]  # nothing partial

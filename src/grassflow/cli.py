@@ -90,13 +90,25 @@ def _snli_tokenize(a):
 def _snli_train(a):
     from grassflow.snli.train import train_snli
 
-    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir)
+    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir)
 
 
 def _snli_evaluate(a):
     from grassflow.snli.evaluate import evaluate_snli_run
 
-    evaluate_snli_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
+    evaluate_snli_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out, backbone_dir=a.backbone_dir)
+
+
+def _fetch_tokenizer(a):
+    from grassflow.data.tokenize import fetch_tokenizer
+
+    fetch_tokenizer(json.loads(a.tokenizer), a.out)
+
+
+def _snli_fetch_backbone(a):
+    from grassflow.snli.backbone import fetch_backbone
+
+    fetch_backbone(json.loads(a.backbone), a.out_dir)
 
 
 def _snli_aggregate(a):
@@ -142,9 +154,16 @@ def _aggregate_args(p):
     p.add_argument("--out-dir", required=True)
 
 
+def _backbone_dir_arg(p):
+    p.add_argument("--backbone-dir", help="the pretrained backbone as fetched by snli-fetch-backbone")
+
+
 # (command, help, function, argument groups): the language-model stages, then SNLI's
 COMMANDS = [
     ("download", "raw splits to parquet", _download, [_data_args]),
+    ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", _fetch_tokenizer,
+     [lambda p: p.add_argument("--tokenizer", required=True, help="a tokenizer section, as JSON"),
+      lambda p: p.add_argument("--out", required=True)]),
     ("train-tokenizer", "train a WordPiece tokenizer on the train split", _train_tokenizer, [_tokenizer_training_args]),
     ("tokenize", "raw parquet files to token parquet files", _tokenize, [_tokenize_args]),
     ("train", "train one run from its spec", _train, [_train_args]),
@@ -156,8 +175,12 @@ COMMANDS = [
      [_tokenizer_training_args]),
     ("snli-tokenize", "SNLI pairs to token-id parquet files", _snli_tokenize,
      [_tokenize_args, lambda p: p.add_argument("--max-tokens", type=int, required=True)]),
-    ("snli-train", "train one SNLI run from its spec", _snli_train, [_train_args]),
-    ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate, [_evaluate_args]),
+    ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", _snli_fetch_backbone,
+     [lambda p: p.add_argument("--backbone", required=True, help="the snli.backbone section, as JSON"),
+      lambda p: p.add_argument("--out-dir", required=True)]),
+    ("snli-train", "train one SNLI run from its spec", _snli_train, [_train_args, _backbone_dir_arg]),
+    ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate,
+     [_evaluate_args, _backbone_dir_arg]),
     ("snli-aggregate", "SNLI tables of a preset", _snli_aggregate, [_aggregate_args]),
 ]
 

@@ -2,6 +2,7 @@
 # source fingerprints that make a rule stale when the code it runs changes.
 import hashlib
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -31,8 +32,18 @@ SNLI_TOKENIZER = SNLI["tokenizer"]["name"] if SNLI else None
 SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI_TOKENIZER}"
 SNLI_RUN_DIR = f"{SNLI_RES}/runs/{{snli_run}}"
 
+# Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
+# node, the only one with internet): tokenizers named but not given a local `path`, and a
+# pretrained SNLI backbone without one.
+FETCH_TOKENIZERS = {t["name"]: t for t in (P["tokenizer"], SNLI["tokenizer"] if SNLI else None)
+                    if t and t["name"] != "trained" and not t.get("path")}
+_BACKBONE = (SNLI or {}).get("backbone") or {}
+SNLI_BACKBONE_DIR = (f"{SNLI_RES}/backbone/{_BACKBONE['name']}"
+                     if _BACKBONE and not _BACKBONE.get("random") and not _BACKBONE.get("path") else None)
+
 wildcard_constraints:
     run="|".join(RUNS),
+    tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
     snli_run="|".join(SNLI_RUNS) or "(?!)",
     split="|".join(SPLITS),
 
@@ -83,8 +94,15 @@ def quoted_json(obj):
 
 
 # --- file names ----------------------------------------------------------------------------
+def fetched_tokenizer(name):
+    return f"{RES}/tokenizers/{name}/tokenizer.json"
+
+
 def tokenizer_artifact():
-    return [f"{RES}/data/tokenizer/trained/tokenizer.json"] if TOKENIZER == "trained" else []
+    """The tokenizer file tokenize reads: trained here, fetched from the hub, or none (path)."""
+    if TOKENIZER == "trained":
+        return [f"{RES}/data/tokenizer/trained/tokenizer.json"]
+    return [fetched_tokenizer(TOKENIZER)] if TOKENIZER in FETCH_TOKENIZERS else []
 
 
 def run_outputs(name):
@@ -101,7 +119,19 @@ def figure_outputs():
 
 
 def snli_tokenizer_artifact():
-    return [f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json"] if SNLI_TOKENIZER == "trained" else []
+    if SNLI_TOKENIZER == "trained":
+        return [f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json"]
+    return [fetched_tokenizer(SNLI_TOKENIZER)] if SNLI_TOKENIZER in FETCH_TOKENIZERS else []
+
+
+def snli_backbone_input(wc):
+    """The fetched backbone directory, for runs on frozen features of a hub backbone."""
+    uses = SNLI_RUNS[wc.snli_run]["features"]["kind"] == "backbone"
+    return [SNLI_BACKBONE_DIR] if uses and SNLI_BACKBONE_DIR else []
+
+
+def snli_backbone_arg(wc):
+    return " ".join(f"--backbone-dir {d}" for d in snli_backbone_input(wc))
 
 
 def snli_run_outputs(name):

@@ -1,7 +1,8 @@
-# Stage 1 (download) and 2 (tokenize). download is local: on clusters only the login node
-# has internet.
+# Stage 1 (download) and 2 (tokenize). download and fetch_tokenizer are local: on clusters
+# only the login node has internet.
 localrules:
     download,
+    fetch_tokenizer,
 
 
 rule download:
@@ -19,6 +20,20 @@ rule download:
         f"{RES}/benchmarks/download.tsv"
     shell:
         "{GF} download --data {params.data} --out-dir {RAW} > {log} 2>&1"
+
+
+rule fetch_tokenizer:
+    output:
+        fetched_tokenizer("{tok_name}"),
+    params:
+        tokenizer=lambda wc: quoted_json(FETCH_TOKENIZERS[wc.tok_name]),
+        code=fingerprint("tokenize"),
+    conda:
+        "../../envs/data.yaml"
+    log:
+        f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
+    shell:
+        "{GF} fetch-tokenizer --tokenizer {params.tokenizer} --out {output} > {log} 2>&1"
 
 
 rule train_tokenizer:

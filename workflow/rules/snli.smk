@@ -6,6 +6,7 @@ if SNLI:
 
     localrules:
         snli_download,
+        snli_fetch_backbone,
 
     rule snli_download:
         output:
@@ -20,6 +21,19 @@ if SNLI:
             f"{RES}/logs/snli/download.log",
         shell:
             "{GF} snli-download --data {params.data} --out-dir {SNLI_RAW} > {log} 2>&1"
+
+    rule snli_fetch_backbone:
+        output:
+            directory(f"{SNLI_RES}/backbone/{{name}}"),
+        params:
+            backbone=quoted_json(SNLI.get("backbone")),
+            code=fingerprint("snli_data"),
+        conda:
+            "../../envs/train.yaml"
+        log:
+            f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
+        shell:
+            "{GF} snli-fetch-backbone --backbone {params.backbone} --out-dir {output} > {log} 2>&1"
 
     rule snli_train_tokenizer:
         input:
@@ -59,6 +73,7 @@ if SNLI:
         input:
             train=f"{SNLI_TOKENS}/train.parquet",
             val=f"{SNLI_TOKENS}/validation.parquet",
+            backbone=snli_backbone_input,
         output:
             best=f"{SNLI_RUN_DIR}/best.pt",
             metrics=f"{SNLI_RUN_DIR}/metrics.jsonl",
@@ -67,6 +82,7 @@ if SNLI:
             spec=lambda wc: quoted_json(SNLI_RUNS[wc.snli_run]),
             code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
             out_dir=SNLI_RUN_DIR,
+            backbone=snli_backbone_arg,
         resources:
             gpu=1,
         conda:
@@ -77,7 +93,7 @@ if SNLI:
             f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
         shell:
             "{GF} snli-train --spec {params.spec} --train-tokens {input.train} "
-            "--val-tokens {input.val} --out-dir {params.out_dir} > {log} 2>&1"
+            "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} > {log} 2>&1"
 
     rule snli_evaluate:
         input:
@@ -85,10 +101,12 @@ if SNLI:
             record=f"{SNLI_RUN_DIR}/run.json",
             val=f"{SNLI_TOKENS}/validation.parquet",
             test=f"{SNLI_TOKENS}/test.parquet",
+            backbone=snli_backbone_input,
         output:
             f"{SNLI_RUN_DIR}/eval.json",
         params:
             code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
+            backbone=snli_backbone_arg,
         resources:
             gpu=1,
         conda:
@@ -97,7 +115,7 @@ if SNLI:
             f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
         shell:
             "{GF} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
-            "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
+            "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.backbone} > {log} 2>&1"
 
     rule snli_aggregate:
         input:

@@ -79,9 +79,9 @@ def load_tokenizer(cfg: dict, artifact=None):
     from tokenizers import Tokenizer
 
     name, path = cfg["name"], cfg.get("path")
-    if name == "trained":
+    if artifact is not None or name == "trained":  # trained here, or fetched by fetch_tokenizer
         if artifact is None or not Path(artifact).is_file():
-            raise DataError(f"tokenizer: trained tokenizer file {artifact} is missing")
+            raise DataError(f"tokenizer: {name} tokenizer file {artifact} is missing")
         return Tokenizer.from_file(str(artifact))
     if name not in HUB_NAMES:
         raise DataError(f"tokenizer.name: {name!r} is not one of {sorted(HUB_NAMES)} or trained")
@@ -102,6 +102,14 @@ def load_tokenizer(cfg: dict, artifact=None):
         raise DataError(f"tokenizer: could not load {name!r} from {path or 'the Hugging Face hub'}: "
                         f"{type(e).__name__}: {e}\nFix: set tokenizer.path to a local directory with "
                         "its files, or use tokenizer.name: trained (offline).") from None
+
+
+def fetch_tokenizer(cfg: dict, out_path) -> None:
+    """Save a hub (or local-path) tokenizer as one tokenizer.json, so the jobs that use it need
+    no internet: the pipeline runs this where Snakemake runs (a cluster's login node)."""
+    tok = load_tokenizer(cfg)
+    with atomic_path(out_path) as tmp:
+        tok.save(str(tmp))
 
 
 def tokenizer_sha256(tok) -> str:

@@ -21,7 +21,41 @@ import torch.nn as nn
 from grassflow.data import DataError
 
 
-def load_backbone(cfg: dict, vocab_size: int, pad_id: int) -> nn.Module:
+def fetch_backbone(cfg: dict, out_dir) -> None:
+    """Save the pretrained backbone's files into out_dir, so training jobs need no internet:
+    the pipeline runs this where Snakemake runs (a cluster's login node). Written beside
+    out_dir and renamed into place: a killed fetch never leaves a partial directory."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    model = _pretrained(cfg.get("path") or cfg["name"], cfg.get("revision"))
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        (tmp / "weights.sha256").write_text(weights_sha256(model) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pretrained(src: str, revision=None) -> nn.Module:
+    try:
+        from transformers import AutoModel
+
+        return AutoModel.from_pretrained(os.path.expanduser(src), revision=revision)
+    except Exception as e:
+        raise DataError(f"snli.backbone: could not load {src!r} ({type(e).__name__}: {e})\nFix: set "
+                        "snli.backbone.path to a local copy of its files, or run where the hub is "
+                        "reachable; offline, snli.backbone.random builds a random stand-in.") from None
+
+
+def load_backbone(cfg: dict, vocab_size: int, pad_id: int, fetched=None) -> nn.Module:
+    """The frozen backbone of a spec; `fetched`: the directory fetch_backbone wrote for it."""
     rand = cfg.get("random")
     if rand:
         from transformers import DistilBertConfig, DistilBertModel
@@ -32,15 +66,8 @@ def load_backbone(cfg: dict, vocab_size: int, pad_id: int) -> nn.Module:
             torch.manual_seed(rand["seed"])
             model = DistilBertModel(conf)
     else:
-        src = cfg.get("path") or cfg["name"]
-        try:
-            from transformers import AutoModel
-
-            model = AutoModel.from_pretrained(os.path.expanduser(src), revision=cfg.get("revision"))
-        except Exception as e:
-            raise DataError(f"snli.backbone: could not load {src!r} ({type(e).__name__}: {e})\nFix: set "
-                            "snli.backbone.path to a local copy of its files, or run where the hub is "
-                            "reachable; offline, snli.backbone.random builds a random stand-in.") from None
+        src = str(fetched) if fetched else (cfg.get("path") or cfg["name"])
+        model = _pretrained(src, None if fetched else cfg.get("revision"))
         if model.config.vocab_size != vocab_size:
             raise DataError(f"snli.backbone: {src!r} has a vocabulary of {model.config.vocab_size} tokens, "
                             f"but the token files were made by a tokenizer of {vocab_size}; use the "

@@ -24,7 +24,8 @@ def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
             "per_class_accuracy": per_class, "confusion": confusion.tolist(), "labels": list(LABELS)}
 
 
-def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
+def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None,
+                      backbone_dir=None) -> dict:
     ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
     if not evaluable:
         return result
@@ -36,7 +37,7 @@ def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, b
     meta = splits["validation"][2]
     if splits["test"][2]["tokenizer_sha256"] != meta["tokenizer_sha256"]:
         raise DataError(f"{val_tokens} and {test_tokens} were made by different tokenizers")
-    model, features = build_classifier(spec, meta)
+    model, features = build_classifier(spec, meta, backbone_dir)
     if features.get("weights_sha256") != ckpt["features"].get("weights_sha256"):
         raise RuntimeError(f"{checkpoint}: trained on backbone weights {ckpt['features'].get('weights_sha256')}, "
                            f"but {features.get('backbone')} now loads {features.get('weights_sha256')}")

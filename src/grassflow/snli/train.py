@@ -22,12 +22,13 @@ from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
 from grassflow.train import read_train_val, run_record, start_run, token_file_record
 
 
-def build_classifier(spec: dict, meta: dict) -> tuple[SNLIClassifier, dict]:
-    """The model of a spec, and what provenance needs to know of its features."""
+def build_classifier(spec: dict, meta: dict, backbone_dir=None) -> tuple[SNLIClassifier, dict]:
+    """The model of a spec, and what provenance needs to know of its features;
+    backbone_dir: where the pipeline fetched a pretrained backbone (else its name or path)."""
     hcfg = HeadConfig.from_dict(spec["head"])
     feats = spec["features"]
     if feats["kind"] == "backbone":
-        backbone = load_backbone(spec["backbone"], meta["vocab_size"], meta["pad_id"])
+        backbone = load_backbone(spec["backbone"], meta["vocab_size"], meta["pad_id"], backbone_dir)
         model = SNLIClassifier(spec["head_kind"], hcfg, backbone=backbone, feat_dim=hidden_size(backbone))
         return model, {"kind": "backbone", "backbone": spec["backbone"], "weights_sha256": weights_sha256(backbone)}
     emb = ScratchEmbedding(meta["vocab_size"], feats["embed_dim"], 2 * meta["max_tokens"], hcfg.dropout)
@@ -77,7 +78,7 @@ class SNLITask:
         return -row["val_acc"]
 
 
-def train_snli(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
+def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train, train_meta, val, val_meta = read_train_val(read_token_pairs, train_tokens, val_tokens)
@@ -85,7 +86,7 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
     task = SNLITask(train, val, train_meta, pair_input, tcfg["batch_size"], spec["seed"],
                     tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
-    model, features = build_classifier(spec, train_meta)
+    model, features = build_classifier(spec, train_meta, backbone_dir)
     model = model.to(device)
     status, metrics = fit(model, task, spec, out, device, header={"spec": spec, "features": features})
     best = min(metrics, key=task.score) if metrics else None
