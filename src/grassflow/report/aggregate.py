@@ -152,6 +152,15 @@ def latex_table(exp_name, exp, s) -> str:
     return latex(["Model", "Params", "Val PPL (ours)", "Paper", "Test PPL"], rows, cap)
 
 
+def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, tex: str) -> None:
+    """<stem>.md, .csv (one row per run, with provenance) and .tex, each written atomically;
+    the Markdown and LaTeX open with the provenance line `head`."""
+    write_text(out / f"{stem}.md", f"{head}\n\n{md}")
+    with atomic_path(out / f"{stem}.csv") as tmp:
+        rows.to_csv(tmp, index=False)
+    write_text(out / f"{stem}.tex", f"% {head}\n" + tex)
+
+
 def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,10 +171,8 @@ def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir) -> None:
         sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
         s = summarise(sub, exp)
         md = markdown_table(exp_name, exp, s, out)
-        write_text(out / f"{exp_name}.md", f"{head}\n\n{md}")
-        with atomic_path(out / f"{exp_name}.csv") as tmp:
-            sub.assign(preset=name, data_source=preset["data"]["source"]).to_csv(tmp, index=False)
-        write_text(out / f"{exp_name}.tex", f"% {head}\n" + latex_table(exp_name, exp, s))
+        write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
+                     latex_table(exp_name, exp, s))
         figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")
         figures.best_bars(sub, exp, exp_name, name, out / f"best_ppl_{exp_name}.png")
         summary += [md, ""]

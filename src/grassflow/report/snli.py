@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from grassflow.io import atomic_path, write_text
+from grassflow.io import write_text
 from grassflow.report import figures
 from grassflow.report.aggregate import (
     MODELS,
@@ -22,6 +22,7 @@ from grassflow.report.aggregate import (
     provenance_columns,
     read_run,
     record_links,
+    write_tables,
 )
 from grassflow.report.stats import diff_ci, mean_std
 from grassflow.snli.synthetic import LABELS
@@ -131,10 +132,8 @@ def aggregate_snli(preset: dict, name: str, run_dirs, out_dir) -> None:
         sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
         s = summarise(sub, exp)
         md = markdown_table(exp_name, exp, s, out)
-        write_text(out / f"snli_{exp_name}.md", f"{head}\n\n{md}")
-        with atomic_path(out / f"snli_{exp_name}.csv") as tmp:
-            sub.assign(preset=name, data_source=src).to_csv(tmp, index=False)
-        write_text(out / f"snli_{exp_name}.tex", f"% {head}\n" + latex_table(exp_name, exp, s))
+        write_tables(out, f"snli_{exp_name}", head, md, sub.assign(preset=name, data_source=src),
+                     latex_table(exp_name, exp, s))
         figures.curves(sub, f"SNLI {exp_name}", name, out / f"snli_curves_{exp_name}.png",
                        key="val_acc", ylabel="validation accuracy (%)", log=False)
         summary += [md, ""]

@@ -82,12 +82,11 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None)
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train, train_meta, val, val_meta = read_train_val(read_token_pairs, train_tokens, val_tokens)
-    pair_input = spec["head"].get("pair_input", HeadConfig.pair_input)
-    task = SNLITask(train, val, train_meta, pair_input, tcfg["batch_size"], spec["seed"],
-                    tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
     model, features = build_classifier(spec, train_meta, backbone_dir)
     model = model.to(device)
+    task = SNLITask(train, val, train_meta, model.cfg.pair_input, tcfg["batch_size"], spec["seed"],
+                    tcfg["eval_batch_size"], device, train_tokens)
     status, metrics = fit(model, task, spec, out, device, header={"spec": spec, "features": features})
     best = min(metrics, key=task.score) if metrics else None
     data = {"train": token_file_record(train_tokens, train_meta),
