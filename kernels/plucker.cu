@@ -11,7 +11,7 @@
 // where D is the r×r antisymmetric matrix with D_ij = dq_ij for i<j.
 //
 // Every kernel is barrier-free (no shared memory, no __syncthreads, no warp shuffles, no
-// atomics): each thread owns its outputs, so tests/cuda_cpu_shim.h can run these very
+// atomics): each thread owns its outputs, so kernels/cpu_shim/cuda_cpu_shim.h can run these very
 // sources on the CPU by looping over the grid. Arithmetic is done in acc_t (float for
 // float/bf16 inputs, double for double) and c, da, dc, dz are stored in acc_t.
 //
@@ -73,10 +73,10 @@ struct Pair {
 };
 
 template <typename scalar_t>
-__global__ void plucker_coeff(const scalar_t* __restrict__ z, const int* __restrict__ lags,
-                              int n_lags, long n_tokens, int seq_len, int r,
-                              typename AccOf<scalar_t>::type eps,
-                              typename AccOf<scalar_t>::type* __restrict__ c) {
+__device__ __forceinline__ void plucker_coeff_body(
+    const scalar_t* __restrict__ z, const int* __restrict__ lags, int n_lags, long n_tokens,
+    int seq_len, int r, typename AccOf<scalar_t>::type eps,
+    typename AccOf<scalar_t>::type* __restrict__ c) {
   typedef typename AccOf<scalar_t>::type acc_t;
   long tok = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (tok >= n_tokens) return;
@@ -102,10 +102,10 @@ __device__ __forceinline__ int pair_index(int i, int j, int r) {
 }
 
 template <typename scalar_t>
-__global__ void plucker_wedge(const scalar_t* __restrict__ z,
-                              const typename AccOf<scalar_t>::type* __restrict__ c,
-                              const int* __restrict__ pair_i, const int* __restrict__ pair_j,
-                              long n_tokens, int r, scalar_t* __restrict__ q) {
+__device__ __forceinline__ void plucker_wedge_body(
+    const scalar_t* __restrict__ z, const typename AccOf<scalar_t>::type* __restrict__ c,
+    const int* __restrict__ pair_i, const int* __restrict__ pair_j, long n_tokens, int r,
+    scalar_t* __restrict__ q) {
   typedef typename AccOf<scalar_t>::type acc_t;
   int n_pairs = r * (r - 1) / 2;
   long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -119,11 +119,11 @@ __global__ void plucker_wedge(const scalar_t* __restrict__ z,
 }
 
 template <typename scalar_t>
-__global__ void plucker_wedge_bwd(const scalar_t* __restrict__ dq, const scalar_t* __restrict__ z,
-                                  const typename AccOf<scalar_t>::type* __restrict__ c,
-                                  long n_tokens, int r,
-                                  typename AccOf<scalar_t>::type* __restrict__ da,
-                                  typename AccOf<scalar_t>::type* __restrict__ dc) {
+__device__ __forceinline__ void plucker_wedge_bwd_body(
+    const scalar_t* __restrict__ dq, const scalar_t* __restrict__ z,
+    const typename AccOf<scalar_t>::type* __restrict__ c, long n_tokens, int r,
+    typename AccOf<scalar_t>::type* __restrict__ da,
+    typename AccOf<scalar_t>::type* __restrict__ dc) {
   typedef typename AccOf<scalar_t>::type acc_t;
   long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n_tokens * r) return;
@@ -148,12 +148,11 @@ __global__ void plucker_wedge_bwd(const scalar_t* __restrict__ dq, const scalar_
 // With w = 1/(n_t N), u = dc_t·b and κ = −u w / N² (0 where the norm is clamped):
 //   d/da: κ (‖b−μa‖² a − (a·b)(b − μa))        d/db: w dc_t + κ ‖a‖² (b − μa)
 template <typename scalar_t>
-__global__ void plucker_lag_bwd(const scalar_t* __restrict__ z,
-                                const typename AccOf<scalar_t>::type* __restrict__ dc,
-                                const typename AccOf<scalar_t>::type* __restrict__ da,
-                                const int* __restrict__ lags, int n_lags, long n_tokens,
-                                int seq_len, int r, typename AccOf<scalar_t>::type eps,
-                                typename AccOf<scalar_t>::type* __restrict__ dz) {
+__device__ __forceinline__ void plucker_lag_bwd_body(
+    const scalar_t* __restrict__ z, const typename AccOf<scalar_t>::type* __restrict__ dc,
+    const typename AccOf<scalar_t>::type* __restrict__ da, const int* __restrict__ lags,
+    int n_lags, long n_tokens, int seq_len, int r, typename AccOf<scalar_t>::type eps,
+    typename AccOf<scalar_t>::type* __restrict__ dz) {
   typedef typename AccOf<scalar_t>::type acc_t;
   long tok = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (tok >= n_tokens) return;
@@ -194,20 +193,35 @@ __global__ void plucker_lag_bwd(const scalar_t* __restrict__ z,
   }
 }
 
-// Explicit instantiations, for ahead-of-time builds (the nvcc PTX test). CuPy instantiates
-// through name_expressions instead.
-#ifdef PLUCKER_EXPLICIT_INSTANTIATION
-#define PLUCKER_INSTANTIATE(T)                                                                \
-  template __global__ void plucker_coeff<T>(const T*, const int*, int, long, int, int,        \
-                                            AccOf<T>::type, AccOf<T>::type*);                 \
-  template __global__ void plucker_wedge<T>(const T*, const AccOf<T>::type*, const int*,      \
-                                            const int*, long, int, T*);                       \
-  template __global__ void plucker_wedge_bwd<T>(const T*, const T*, const AccOf<T>::type*,    \
-                                                long, int, AccOf<T>::type*, AccOf<T>::type*); \
-  template __global__ void plucker_lag_bwd<T>(const T*, const AccOf<T>::type*,                \
-                                              const AccOf<T>::type*, const int*, int, long,   \
-                                              int, int, AccOf<T>::type, AccOf<T>::type*);
-PLUCKER_INSTANTIATE(float)
-PLUCKER_INSTANTIATE(double)
-PLUCKER_INSTANTIATE(bf16_t)
-#endif
+// The kernels: one extern "C" __global__ per stage and type, so that CuPy compiles the module
+// without name_expressions (and so keeps the binary in its on-disk cache) and launches the
+// kernels by these plain names; nvcc, NVRTC and the CPU shim see the same symbols.
+//   plucker_<stage>_<suffix>, suffix f32 (float), f64 (double), bf16 (bf16_t: the raw bits)
+// Parameter types are spelled out (ACC is AccOf<T>::type) so that the signatures can be read
+// off the preprocessed source (grassflow.ops.plucker.kernel_abi).
+#define PLUCKER_KERNELS(T, ACC, SUFFIX)                                                        \
+  extern "C" __global__ void plucker_coeff_##SUFFIX(                                           \
+      const T* __restrict__ z, const int* __restrict__ lags, int n_lags, long n_tokens,         \
+      int seq_len, int r, ACC eps, ACC* __restrict__ c) {                                       \
+    plucker_coeff_body<T>(z, lags, n_lags, n_tokens, seq_len, r, eps, c);                       \
+  }                                                                                             \
+  extern "C" __global__ void plucker_wedge_##SUFFIX(                                           \
+      const T* __restrict__ z, const ACC* __restrict__ c, const int* __restrict__ pair_i,       \
+      const int* __restrict__ pair_j, long n_tokens, int r, T* __restrict__ q) {                \
+    plucker_wedge_body<T>(z, c, pair_i, pair_j, n_tokens, r, q);                                \
+  }                                                                                             \
+  extern "C" __global__ void plucker_wedge_bwd_##SUFFIX(                                       \
+      const T* __restrict__ dq, const T* __restrict__ z, const ACC* __restrict__ c,             \
+      long n_tokens, int r, ACC* __restrict__ da, ACC* __restrict__ dc) {                       \
+    plucker_wedge_bwd_body<T>(dq, z, c, n_tokens, r, da, dc);                                   \
+  }                                                                                             \
+  extern "C" __global__ void plucker_lag_bwd_##SUFFIX(                                         \
+      const T* __restrict__ z, const ACC* __restrict__ dc, const ACC* __restrict__ da,          \
+      const int* __restrict__ lags, int n_lags, long n_tokens, int seq_len, int r, ACC eps,     \
+      ACC* __restrict__ dz) {                                                                   \
+    plucker_lag_bwd_body<T>(z, dc, da, lags, n_lags, n_tokens, seq_len, r, eps, dz);            \
+  }
+
+PLUCKER_KERNELS(float, float, f32)
+PLUCKER_KERNELS(double, double, f64)
+PLUCKER_KERNELS(bf16_t, float, bf16)

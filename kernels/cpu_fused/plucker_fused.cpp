@@ -3,8 +3,8 @@
 // coeff and lag_bwd run the very kernels of plucker.cu (one "thread" per token, launched in
 // parallel); wedge and its backward are the same formulas as plucker_wedge /
 // plucker_wedge_bwd, reorganised per token so the inner loops run over contiguous memory.
-// float and double only: CPU training runs in fp32. The entry points take the arguments of
-// kernels/cpu_shim/plucker_cpu.cpp's, after the number of threads.
+// float and double only: CPU training runs in fp32. The entry points take the stage's
+// arguments (those of plucker.cu's kernels, eps as a double) after the number of threads.
 #include <omp.h>
 
 #include "../cpu_shim/cuda_cpu_shim.h"
@@ -72,7 +72,7 @@ static void wedge_bwd(int n_threads, const T* dq, const T* z, const acc_t<T>* c,
 #define PLUCKER_FUSED_EXPORT(T, NAME)                                                          \
   extern "C" void coeff_##NAME(int nt, const T* z, const int* lags, int n_lags, long n_tokens, \
                                int seq_len, int r, double eps, acc_t<T>* c) {                  \
-    parallel_tokens(nt, n_tokens, plucker_coeff<T>, z, lags, n_lags, n_tokens, seq_len, r,     \
+    parallel_tokens(nt, n_tokens, plucker_coeff_body<T>, z, lags, n_lags, n_tokens, seq_len, r, \
                     (acc_t<T>)eps, c);                                                         \
   }                                                                                            \
   extern "C" void wedge_##NAME(int nt, const T* z, const acc_t<T>* c, const int*, const int*,  \
@@ -86,7 +86,7 @@ static void wedge_bwd(int n_threads, const T* dq, const T* z, const acc_t<T>* c,
   extern "C" void lag_bwd_##NAME(int nt, const T* z, const acc_t<T>* dc, const acc_t<T>* da,   \
                                  const int* lags, int n_lags, long n_tokens, int seq_len,      \
                                  int r, double eps, acc_t<T>* dz) {                            \
-    parallel_tokens(nt, n_tokens, plucker_lag_bwd<T>, z, dc, da, lags, n_lags, n_tokens,       \
+    parallel_tokens(nt, n_tokens, plucker_lag_bwd_body<T>, z, dc, da, lags, n_lags, n_tokens,   \
                     seq_len, r, (acc_t<T>)eps, dz);                                            \
   }
 

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.plucker import plucker_mix
-from grassflow.ops.plucker.cupy_backend import cupy_available
-from grassflow.runtime import configure_torch, device_name
+from grassflow.ops.plucker import cupy_backend
+from grassflow.runtime import autocast, configure_torch, device_name, pick_device
 
 LAGS = (1, 2, 4, 8, 12, 16)
 
@@ -115,7 +115,7 @@ class SavedBytes:
 def grassmann_backends(device) -> list[str]:
     """The op backends worth timing here: `fast` everywhere, plus the device's fused path."""
     if device.type == "cuda":
-        return ["fast"] + (["cupy"] if cupy_available() else [])
+        return ["fast"] + (["cupy"] if cupy_backend.usable(device) else [])
     return ["fast"] + (["fused-cpu"] if shutil.which(os.environ.get("CXX", "g++")) else [])
 
 
@@ -126,11 +126,10 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="aut
                                           dropout=0.0, plucker_backend=backend)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, vocab, (B, L + 1), device=device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     meter = SavedBytes(model.parameters())
 
     def step():
-        with autocast, meter.hooks():
+        with autocast(device), meter.hooks():
             if with_head:
                 logits = model(x[:, :-1])
                 loss = F.cross_entropy(logits.reshape(-1, vocab).float(), x[:, 1:].reshape(-1))
@@ -204,7 +203,8 @@ def to_markdown(res) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m grassflow.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="reports/bench", help="directory for bench-<device>.json/.md")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="what to time: the device the training jobs use (train.device)")
     ap.add_argument("--lengths", default="128,256,512,1024,2048,4096")
     ap.add_argument("--tokens", type=int, default=4096, help="B·L per training step")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
@@ -212,11 +212,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     configure_torch()
-    device = torch.device(args.device)
+    device = pick_device(args.device, log=True)
     q = args.quick
     lengths = [32, 64] if q else [int(x) for x in args.lengths.split(",")]
     tokens, n_layers, vocab = (128, 2, 500) if q else (args.tokens, 6, 30522)
-    res = {"device": device_name(device), "torch": torch.__version__,
+    res = {"device": device_name(device), "device_type": device.type, "torch": torch.__version__,
            "threads": torch.get_num_threads(), "flush_denormal": device.type == "cpu",
            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d"),
            "tokens": tokens, "n_layers": n_layers, "vocab": vocab, "quick": q}

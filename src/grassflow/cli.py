@@ -44,7 +44,7 @@ def _tokenize(a):
 def _train(a):
     from grassflow.train import train
 
-    train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir)
+    train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight)
 
 
 def _evaluate(a):
@@ -90,7 +90,7 @@ def _snli_tokenize(a):
 def _snli_train(a):
     from grassflow.snli.train import train_snli
 
-    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir)
+    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, preflight=a.preflight)
 
 
 def _snli_evaluate(a):
@@ -117,6 +117,19 @@ def _snli_aggregate(a):
     aggregate_snli(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
 
 
+def _preflight(a):
+    from grassflow.preflight import main
+
+    main(a.device, a.backend, a.snli, a.out)
+
+
+def _preflight_args(p):
+    p.add_argument("--device", nargs="+", default=["auto"], help="train.device value(s): auto, cpu, cuda")
+    p.add_argument("--backend", nargs="+", default=["auto"], help="the Plücker op backend(s) the jobs use")
+    p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
+    p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
+
+
 def _data_args(p):
     p.add_argument("--data", required=True, help="the preset's data section (snli.data for SNLI), as JSON")
     p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
@@ -140,6 +153,7 @@ def _train_args(p):
     p.add_argument("--spec", required=True, help="run spec as JSON")
     for k in ("train-tokens", "val-tokens", "out-dir"):
         p.add_argument(f"--{k}", required=True)
+    p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
 
 
 def _evaluate_args(p):
@@ -182,6 +196,8 @@ COMMANDS = [
     ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate,
      [_evaluate_args, _backbone_dir_arg]),
     ("snli-aggregate", "SNLI tables of a preset", _snli_aggregate, [_aggregate_args]),
+    ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
+     [_preflight_args]),
 ]
 
 
@@ -202,12 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from grassflow.config import ConfigError
     from grassflow.data import DataError
+    from grassflow.preflight import PreflightError
     from grassflow.train import CheckpointError, DiskSpaceError
 
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
-    except (DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError) as e:
+    except (DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import sys
 from contextlib import nullcontext
 
 import torch
@@ -17,18 +18,31 @@ def configure_torch(deterministic: bool = False) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+# Device type -> the autocast its training, evaluation and benchmark steps run under: bf16 on
+# CUDA, none on the CPU (fp32 throughout). One table, so that the tests can put under "cpu"
+# a rehearsal of CUDA's bf16 policy (tests/cuda_autocast.py) or the real CPU bf16 autocast
+# and run the very code a GPU runs.
+AUTOCAST = {"cuda": lambda: torch.autocast("cuda", dtype=torch.bfloat16)}
+
+
 def autocast(device: torch.device):
-    """bf16 autocast on CUDA; nothing on the CPU (fp32 throughout)."""
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    factory = AUTOCAST.get(device.type)
+    return factory() if factory else nullcontext()
 
 
-def pick_device(name: str) -> torch.device:
-    """`auto` | `cpu` | `cuda` (config key train.device)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def pick_device(name: str, log: bool = False) -> torch.device:
+    """`auto` | `cpu` | `cuda` (config key train.device). With log=True, one stderr line says
+    what was picked, so that an `auto` run that fell to the CPU is visible in its log."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"train.device must be auto, cpu or cuda, got {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
+        raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available "
+                           f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+    device = torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+    if log:
+        why = " (no CUDA device visible: this run is on the CPU)" if name == "auto" and device.type == "cpu" else ""
+        print(f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}", file=sys.stderr)
+    return device
 
 
 def device_name(device: torch.device) -> str:

@@ -8,6 +8,7 @@ when the run ends; working files: last.pt (resume state), best_state.pt (best so
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from grassflow.evaluate import chunked_nll
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import batch_order, fit
 from grassflow.models import ModelConfig, build_model
+from grassflow.ops.plucker import resolve_backend
 from grassflow.provenance import git_state, machine, package_versions
 from grassflow.runtime import configure_torch, device_name, pick_device
 
@@ -66,14 +68,20 @@ class LanguageModelTask:
         return row["val_loss"]
 
 
-def run_record(spec, out, model, status, metrics, best, device, data, t_start, **extra) -> dict:
-    """run.json: what this run is, how it ended, and where every input came from."""
+def run_record(spec, out, model, status, metrics, best, device, data, t_start, *, op_backend=None,
+               preflight=None, **extra) -> dict:
+    """run.json: what this run is, how it ended, and where every input came from; also the
+    device asked for and the one used, the Plücker op backend that ran (what `auto` became)
+    and the preflight record of the job's environment, if the pipeline made one."""
     record = {
         "run_id": spec["run_id"], "spec": spec, "spec_hash": spec_hash(spec), **extra,
         "n_params": model.num_params(), "status": status, "epochs_completed": len(metrics),
         "best_epoch": best["epoch"] if best else None,
         "git": git_state(Path(__file__).parent), "packages": package_versions(), "machine": machine(),
-        "device": device_name(device), "seed": spec["seed"], "data": data,
+        "device": device_name(device), "device_requested": spec["train"]["device"],
+        "device_type": device.type, "plucker_backend": op_backend,
+        "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
+        "seed": spec["seed"], "data": data,
         "wall_seconds": time.time() - t_start,
         "checkpoint_sha256": sha256_file(Path(out) / "best.pt"),
     }
@@ -90,7 +98,12 @@ def start_run(spec: dict, out_dir) -> tuple[float, Path, torch.device]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     configure_torch(deterministic=True)
-    return time.time(), out, pick_device(spec["train"]["device"])
+    return time.time(), out, pick_device(spec["train"]["device"], log=True)
+
+
+def op_backend(kind: str, backend: str, device) -> str | None:
+    """The Plücker op backend a Grassmann model runs with on `device` (None: no Plücker op)."""
+    return resolve_backend(backend, device) if kind == "grassmann" else None
 
 
 def read_train_val(read, train_tokens, val_tokens):
@@ -102,7 +115,7 @@ def read_train_val(read, train_tokens, val_tokens):
     return train, train_meta, val, val_meta
 
 
-def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
+def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train_ids, train_meta, val_ids, val_meta = read_train_val(read_tokens, train_tokens, val_tokens)
@@ -117,4 +130,6 @@ def train(spec: dict, train_tokens, val_tokens, out_dir) -> dict:
     data = {"train": token_file_record(train_tokens, train_meta),
             "validation": token_file_record(val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, data, t_start,
-                      model_config=mcfg.to_dict(), best_val_ppl=best["val_ppl"] if best else None)
+                      op_backend=op_backend(spec["model_kind"], mcfg.plucker_backend, device),
+                      preflight=preflight, model_config=mcfg.to_dict(),
+                      best_val_ppl=best["val_ppl"] if best else None)

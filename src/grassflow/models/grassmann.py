@@ -36,15 +36,18 @@ class GrassmannMixer(nn.Module):
         cfg = self.cfg
         g = plucker_mix(self.reduce(h), self.lags, self.plucker.weight, self.plucker.bias,
                         eps=cfg.eps, empty=cfg.empty_offsets, backend=cfg.plucker_backend)
-        return gated_mix(self.gate, h, g.to(h.dtype))
+        return gated_mix(self.gate, h, g)
 
 
 def gated_mix(gate: nn.Linear, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """α = σ(W_gate [h; g] + b);  α h + (1−α) g.  Without materialising [h; g], and as a
-    lerp: backward then keeps only α beyond tensors it already holds (h, g)."""
+    lerp: backward then keeps only α beyond tensors it already holds (h, g).
+    lerp has no autocast rule and wants one dtype, while under autocast the gate's linear
+    gives bf16 beside an fp32 h (a LayerNorm's output): the mix is taken in h's dtype."""
     d, w = h.shape[-1], gate.weight
+    g = g.to(h.dtype)
     alpha = torch.sigmoid(F.linear(h, w[:, :d], gate.bias) + F.linear(g, w[:, d:]))
-    return torch.lerp(g, h, alpha)
+    return torch.lerp(g, h, alpha.to(h.dtype))
 
 
 class GrassmannBlock(nn.Module):

@@ -33,6 +33,7 @@ def read_run(d: Path) -> tuple[dict, dict, bool, dict, dict]:
 def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
     """The columns that trace a table row to its run: code, data, weights, record."""
     return {"epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"], "device": rec["device"],
+            "device_type": rec.get("device_type"), "op_backend": rec.get("plucker_backend"),
             "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
             "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
             "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),

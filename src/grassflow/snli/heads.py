@@ -38,7 +38,7 @@ class WindowedGrassmannMixer(nn.Module):
                           for k, p in enumerate(self.plucker)], -1)
 
     def forward(self, h, mask):
-        return gated_mix(self.gate, h, self.features(h, mask).to(h.dtype))
+        return gated_mix(self.gate, h, self.features(h, mask))
 
 
 def grassmann_blocks(cfg: HeadConfig) -> list[nn.Module]:

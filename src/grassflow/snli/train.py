@@ -19,7 +19,7 @@ from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
 from grassflow.snli.config import HeadConfig
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
-from grassflow.train import read_train_val, run_record, start_run, token_file_record
+from grassflow.train import op_backend, read_train_val, run_record, start_run, token_file_record
 
 
 def build_classifier(spec: dict, meta: dict, backbone_dir=None) -> tuple[SNLIClassifier, dict]:
@@ -78,7 +78,7 @@ class SNLITask:
         return -row["val_acc"]
 
 
-def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None) -> dict:
+def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None, preflight=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train, train_meta, val, val_meta = read_train_val(read_token_pairs, train_tokens, val_tokens)
@@ -92,4 +92,6 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None)
     data = {"train": token_file_record(train_tokens, train_meta),
             "validation": token_file_record(val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, data, t_start, features=features,
+                      op_backend=op_backend(spec["head_kind"], model.cfg.plucker_backend, device),
+                      preflight=preflight,
                       head_config=model.cfg.to_dict(), best_val_acc=best["val_acc"] if best else None)

@@ -8,13 +8,17 @@ takes z (B, T, r) and weight (d, r(r−1)/2) and returns g (B, T, d):
 backends: "reference" (paper-literal loop), "fast" (algebraic form in PyTorch),
 "cupy" (CUDA RawKernels), "kernel-cpu" (the CUDA kernels compiled for the CPU, for tests),
 "fused-cpu" (fused per-token C++ loops with OpenMP, for CPU training),
-"auto" (cupy on CUDA tensors when CuPy is installed, else fast).
+"auto" (cupy on CUDA tensors when CuPy is installed and compiles the kernels there, else
+fast; `resolve_backend` says which one a device gets).
 """
 
 from __future__ import annotations
 
+import torch
+
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
-from grassflow.ops.plucker.cupy_backend import CupyStages, cupy_available
+from grassflow.ops.plucker import cupy_backend
+from grassflow.ops.plucker.cupy_backend import CupyStages
 from grassflow.ops.plucker.fast import TorchStages
 from grassflow.ops.plucker.function import PluckerMixFunction
 from grassflow.ops.plucker.fused_cpu import FusedCpuStages
@@ -26,13 +30,16 @@ _STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelS
            "fused-cpu": FusedCpuStages()}
 
 
-def resolve_backend(backend: str, z) -> str:
+def resolve_backend(backend: str, device) -> str:
+    """The backend that runs on `device` (a torch.device or a tensor) when `backend` is asked
+    for: `auto` becomes cupy or fast; an explicit cupy that cannot run there is an error."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    device = device.device if isinstance(device, torch.Tensor) else torch.device(device)
     if backend == "auto":
-        return "cupy" if z.is_cuda and cupy_available() else "fast"
-    if backend == "cupy" and not (z.is_cuda and cupy_available()):
-        raise RuntimeError("backend='cupy' needs CUDA tensors and CuPy (pip install grassflow[gpu])")
+        return "cupy" if cupy_backend.usable(device) else "fast"
+    if backend == "cupy":
+        cupy_backend.require(device)
     return backend
 
 

@@ -1,6 +1,7 @@
 """`kernel-cpu` backend: kernels/plucker.cu compiled with g++ through the CUDA-on-CPU shim
-(kernels/cpu_shim/) and called with ctypes. Slow (one "thread" at a time); it exists so the
-GPU kernels' arithmetic is tested on machines without a GPU."""
+(kernels/cpu_shim/) and launched with ctypes, grid, block and CUDA's argument array, every
+argument checked against the kernel's signature (kernel_abi). Slow (one "thread" at a time);
+it exists so the GPU kernels' arithmetic and calling convention are tested without a GPU."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from grassflow.ops.plucker.kernel_stages import KERNEL_TYPES, KernelStages, kernels_dir
+from grassflow.ops.plucker import kernel_abi
+from grassflow.ops.plucker.kernel_stages import (
+    BLOCK,
+    KernelStages,
+    grid_for,
+    kernel_name,
+    kernels_dir,
+)
 
 
 def _cache_dir() -> Path:
@@ -52,31 +59,28 @@ def _library() -> ctypes.CDLL:
                          [kdir / "plucker.cu", kdir / "cpu_shim" / "cuda_cpu_shim.h"], ["-O2"])
 
 
-def _c_arg(x):
-    if isinstance(x, torch.Tensor):
-        if x.device.type != "cpu":
-            raise ValueError("kernel-cpu backend runs on CPU tensors only")
-        return ctypes.c_void_p(x.data_ptr())
-    if isinstance(x, np.int32):
-        return ctypes.c_int(int(x))
-    if isinstance(x, np.int64):
-        return ctypes.c_long(int(x))
-    return ctypes.c_double(float(x))
+def launch_on_cpu(name: str, grid: int, block: int, args: tuple, array_info, pointer_of) -> None:
+    """Launch extern "C" kernel `name` of plucker.cu through the shim, as CUDA would: the
+    arguments checked against its signature, then packed into CUDA's argument array."""
+    params = kernel_abi.signatures(kernels_dir() / "plucker.cu")[name]
+    kernel_abi.check(name, params, args, array_info)
+    packed, _keep = kernel_abi.pack(params, args, pointer_of)
+    fn = getattr(_library(), f"launch_{name}")
+    fn.restype = None
+    fn(ctypes.c_uint(grid), ctypes.c_uint(block), packed)
+
+
+def _tensor_info(x):
+    return (x.dtype, x.is_contiguous()) if isinstance(x, torch.Tensor) else None
 
 
 class CpuKernelStages(KernelStages):
     name = "kernel-cpu"
 
-    @staticmethod
-    def _library() -> ctypes.CDLL:
-        return _library()
-
-    def _lead_args(self) -> tuple:
-        return ()
-
     def _launch(self, kernel, dtype, n_threads, *args):
         if n_threads == 0:
             return
-        fn = getattr(self._library(), f"{kernel.removeprefix('plucker_')}_{KERNEL_TYPES[dtype][1]}")
-        fn.restype = None
-        fn(*self._lead_args(), *(_c_arg(a) for a in args))
+        if any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in args):
+            raise ValueError("kernel-cpu backend runs on CPU tensors only")
+        launch_on_cpu(kernel_name(kernel, dtype), grid_for(n_threads), BLOCK, args, _tensor_info,
+                      lambda t: t.data_ptr())

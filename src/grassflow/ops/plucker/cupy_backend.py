@@ -1,23 +1,66 @@
-"""`cupy` backend: kernels/plucker.cu compiled once per device by CuPy (NVRTC; CuPy also
-caches the binary on disk) and launched on PyTorch's current CUDA stream."""
+"""`cupy` backend: kernels/plucker.cu compiled by CuPy (NVRTC) once per device and launched on
+PyTorch's current CUDA stream.
+
+The kernels are extern "C" (plucker_<stage>_<suffix>), so the module is compiled without
+`name_expressions` and CuPy keeps the binary in its on-disk cache ($CUPY_CACHE_DIR, default
+~/.cupy/kernel_cache): a new process loads it instead of recompiling.
+
+Contracts with torch and CuPy, each rehearsed on the CPU by tests/fake_cupy.py:
+  - torch refuses `__cuda_array_interface__` for a tensor that requires grad (inside an
+    autograd.Function the inputs and saved tensors still do): tensors are detached first.
+  - CuPy has no bfloat16: a bf16 tensor is handed over as the same bytes in int16.
+  - kernel arguments are NumPy scalars of the parameter's exact type (kernel_abi).
+  - a CuPy wheel needs NVRTC at its first compile, which a driver-only node lacks: `usable()`
+    compiles once per device; `auto` then falls back to `fast` with one warning line, and an
+    explicit `cupy` fails with the cause.
+"""
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 
 import torch
 
-from grassflow.ops.plucker.kernel_stages import KERNEL_TYPES, KERNELS, KernelStages, kernels_dir
+from grassflow.ops.plucker.kernel_stages import (
+    BLOCK,
+    KernelStages,
+    grid_for,
+    kernel_name,
+    kernels_dir,
+)
 
-BLOCK = 256
+
+class TorchCuda:
+    """What the backend asks of torch about CUDA devices. The tests swap in an object that
+    answers for CPU tensors, to run this backend end to end against a CuPy stand-in."""
+
+    @staticmethod
+    def available() -> bool:
+        return torch.cuda.is_available()
+
+    @staticmethod
+    def is_cuda(device: torch.device) -> bool:
+        return device.type == "cuda"
+
+    @staticmethod
+    def index(device: torch.device) -> int:
+        return device.index if device.index is not None else torch.cuda.current_device()
+
+    @staticmethod
+    def stream(device: torch.device) -> int:
+        return torch.cuda.current_stream(device).cuda_stream
 
 
-def cupy_available() -> bool:
+CUDA = TorchCuda()
+
+
+def cupy_installed() -> bool:
     try:
         import cupy  # noqa: F401
     except Exception:
         return False
-    return torch.cuda.is_available()
+    return True
 
 
 @cache
@@ -25,18 +68,62 @@ def _module(device_index: int):
     import cupy
 
     src = (kernels_dir() / "plucker.cu").read_text()
-    names = [f"{k}<{ctype}>" for k in KERNELS for ctype, _ in KERNEL_TYPES.values()]
     with cupy.cuda.Device(device_index):
-        mod = cupy.RawModule(code=src, options=("-std=c++17",), name_expressions=names)
+        mod = cupy.RawModule(code=src, options=("-std=c++17",))
         mod.compile()
     return mod
+
+
+@cache
+def _compile_error(device_index: int) -> str | None:
+    """None if the kernels compile on this device, else why not (asked once per process)."""
+    try:
+        _module(device_index)
+    except Exception as e:  # NVRTC missing (RuntimeError/OSError), CompileException, driver errors
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return None
+
+
+@cache
+def _warn_fallback(device_index: int, why: str) -> None:
+    print(f"[grassflow] warning: CuPy cannot compile kernels/plucker.cu on cuda:{device_index} ({why}); "
+          "plucker_backend 'auto' uses 'fast' instead", file=sys.stderr)
+
+
+def usable(device: torch.device, *, warn: bool = True) -> bool:
+    """CuPy installed, a CUDA device, and the kernels compile on it."""
+    if not (CUDA.is_cuda(device) and CUDA.available() and cupy_installed()):
+        return False
+    idx = CUDA.index(device)
+    why = _compile_error(idx)
+    if why is not None and warn:
+        _warn_fallback(idx, why)
+    return why is None
+
+
+def require(device: torch.device) -> None:
+    """Raise, naming the cause, unless the backend can run on `device`."""
+    if not CUDA.is_cuda(device):
+        raise RuntimeError(f"plucker_backend 'cupy' needs CUDA tensors, got a tensor on {device}")
+    if not CUDA.available():
+        raise RuntimeError("plucker_backend 'cupy': no CUDA device is available")
+    if not cupy_installed():
+        raise RuntimeError("plucker_backend 'cupy' needs CuPy (pip install grassflow[gpu])")
+    why = _compile_error(CUDA.index(device))
+    if why is not None:
+        raise RuntimeError(f"plucker_backend 'cupy': CuPy cannot compile kernels/plucker.cu ({why})")
+
+
+def cupy_available() -> bool:
+    """True where `auto` would pick CuPy on the current CUDA device."""
+    return CUDA.available() and usable(torch.device("cuda"), warn=False)
 
 
 def _as_cupy(x):
     import cupy
 
     if isinstance(x, torch.Tensor):
-        # CuPy has no bfloat16: hand it the same bytes as int16.
+        x = x.detach()  # torch's __cuda_array_interface__ refuses tensors that require grad
         return cupy.asarray(x.view(torch.int16) if x.dtype == torch.bfloat16 else x)
     return x
 
@@ -50,7 +137,7 @@ class CupyStages(KernelStages):
         if n_threads == 0:
             return
         dev = args[0].device
-        fn = _module(dev.index).get_function(f"{kernel}<{KERNEL_TYPES[dtype][0]}>")
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream)
-        with cupy.cuda.Device(dev.index), stream:
-            fn(((n_threads + BLOCK - 1) // BLOCK,), (BLOCK,), tuple(_as_cupy(a) for a in args))
+        idx = CUDA.index(dev)
+        fn = _module(idx).get_function(kernel_name(kernel, dtype))
+        with cupy.cuda.Device(idx), cupy.cuda.ExternalStream(CUDA.stream(dev)):
+            fn((grid_for(n_threads),), (BLOCK,), tuple(_as_cupy(a) for a in args))

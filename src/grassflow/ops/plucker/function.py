@@ -10,6 +10,12 @@ the two projections by W are plain matmuls (cuBLAS/MKL) here:
               da, dc = wedge_bwd(dq, z, c);  dz = lag_bwd(z, dc, da)
 
 Saved for backward: z, c (2·r values per token) and W.
+
+Under autocast z arrives in bf16 (it is a Linear's output) and the forward computes in z's
+dtype. There is deliberately no custom_fwd/custom_bwd: they would re-enter autocast in the
+backward, where the fast stages' fp32 bmm would drop to bf16. Without them the backward runs
+with autocast off (autograd's engine does not carry it), every dtype is chosen here, and it
+behaves the same on CUDA, on the CPU and under the CPU rehearsal of CUDA's autocast.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ def _bias_mask(lags, T, empty, device, dtype):
 
 class PluckerMixFunction(torch.autograd.Function):
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, z, weight, bias, lags, eps, empty, stages):
         z = z.contiguous()
         B, T, r = z.shape
@@ -44,7 +49,6 @@ class PluckerMixFunction(torch.autograd.Function):
         return g
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, dg):
         z, c, weight = ctx.saved_tensors
         stages, lags, eps = ctx.stages, ctx.lags, ctx.eps

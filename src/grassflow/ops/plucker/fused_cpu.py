@@ -9,10 +9,11 @@ from __future__ import annotations
 import ctypes
 from functools import cache
 
+import numpy as np
 import torch
 
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages, build_library
-from grassflow.ops.plucker.kernel_stages import kernels_dir
+from grassflow.ops.plucker.kernel_stages import KERNEL_TYPES, kernels_dir
 
 
 @cache
@@ -31,12 +32,13 @@ class FusedCpuStages(CpuKernelStages):
             raise TypeError(f"fused-cpu backend takes float32 or float64, got {z.dtype}")
         CpuKernelStages._check(z, *others)
 
-    @staticmethod
-    def _library() -> ctypes.CDLL:
-        return _library()
-
-    def _lead_args(self) -> tuple:
-        return (ctypes.c_int(torch.get_num_threads()),)
+    def _launch(self, kernel, dtype, n_threads, *args):
+        # entry points of plucker_fused.cpp: the stage's arguments after the thread count
+        if n_threads == 0:
+            return
+        fn = getattr(_library(), f"{kernel.removeprefix('plucker_')}_{KERNEL_TYPES[dtype][1]}")
+        fn.restype = None
+        fn(ctypes.c_int(torch.get_num_threads()), *(_c_arg(a) for a in args))
 
     def coeff(self, z, lags, eps):
         return super().coeff(z.contiguous(), lags, eps)
@@ -44,3 +46,15 @@ class FusedCpuStages(CpuKernelStages):
     def wedge(self, z, c):
         self._check(z)
         return super().wedge(z, c)
+
+
+def _c_arg(x):
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            raise ValueError("fused-cpu backend runs on CPU tensors only")
+        return ctypes.c_void_p(x.data_ptr())
+    if isinstance(x, np.int32):
+        return ctypes.c_int(int(x))
+    if isinstance(x, np.int64):
+        return ctypes.c_long(int(x))
+    return ctypes.c_double(float(x))  # eps: the entry points take a double and narrow it

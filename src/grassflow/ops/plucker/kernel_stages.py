@@ -12,13 +12,24 @@ import torch
 
 from grassflow.ops.plucker.common import acc_dtype, pair_indices
 
-# dtype -> (C++ type in plucker.cu, suffix of the CPU entry points)
+# dtype -> (C++ type in plucker.cu, suffix of its extern "C" kernels: plucker_<stage>_<suffix>)
 KERNEL_TYPES = {
     torch.float32: ("float", "f32"),
     torch.float64: ("double", "f64"),
     torch.bfloat16: ("bf16_t", "bf16"),
 }
 KERNELS = ("plucker_coeff", "plucker_wedge", "plucker_wedge_bwd", "plucker_lag_bwd")
+
+
+BLOCK = 256  # threads per block of every launch
+
+
+def kernel_name(kernel: str, dtype: torch.dtype) -> str:
+    return f"{kernel}_{KERNEL_TYPES[dtype][1]}"
+
+
+def grid_for(n_threads: int) -> int:
+    return (n_threads + BLOCK - 1) // BLOCK
 
 
 def kernels_dir() -> Path:
@@ -34,6 +45,7 @@ class KernelStages:
     name = "kernel"
 
     def _launch(self, kernel: str, dtype: torch.dtype, n_threads: int, *args) -> None:
+        """Run kernel_name(kernel, dtype) on grid_for(n_threads) blocks of BLOCK threads."""
         raise NotImplementedError
 
     @staticmethod

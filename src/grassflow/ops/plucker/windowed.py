@@ -61,12 +61,15 @@ def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pair
     B, T, r = z.shape
     starts = window_starts(T, window, stride)
     Tp = starts[-1] + window
-    m = F.pad(mask, (0, Tp - T)).to(z.dtype)
-    zp = F.pad(z, (0, 0, 0, Tp - T)) * m[..., None]
+    # Sums over pairs and windows, and the counts, in fp32 (fp64 for fp64 z), never in z's
+    # bf16: also because CUDA autocast turns cumsum/sum of bf16 into fp32 while index_add_
+    # wants one dtype, and the counts are exact integers in the accumulation dtype.
+    acc = acc_dtype(z.dtype)
+    m = F.pad(mask, (0, Tp - T))
+    zp = F.pad(z, (0, 0, 0, Tp - T)) * m.to(z.dtype)[..., None]
     zw = zp.unfold(1, window, stride).permute(0, 1, 3, 2).reshape(-1, window, r)  # (B·nW, w, r)
-    mw = m.unfold(1, window, stride).reshape(-1, window)
+    mw = m.to(acc).unfold(1, window, stride).reshape(-1, window)
     lags = tuple(range(1, window))
-    acc = acc_dtype(z.dtype)  # sums over pairs and windows in fp32 even under bf16 autocast
     n = valid_counts(lags, window, z.device).to(acc)[:, None]  # slots per window position
 
     def mix(x):
@@ -81,8 +84,8 @@ def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pair
         sums, counts = later - earlier, (mw.sum(1, keepdim=True) - 1) * mw
     pos = (torch.tensor(starts, device=z.device)[:, None] + torch.arange(window, device=z.device)).reshape(-1)
     d = weight.shape[0]
-    total = zp.new_zeros(B, Tp, d, dtype=acc).index_add_(1, pos, sums.reshape(B, -1, d))
-    count = m.new_zeros(B, Tp).index_add_(1, pos, counts.reshape(B, -1))
+    total = torch.zeros(B, Tp, d, dtype=acc, device=z.device).index_add_(1, pos, sums.to(acc).reshape(B, -1, d))
+    count = torch.zeros(B, Tp, dtype=acc, device=z.device).index_add_(1, pos, counts.to(acc).reshape(B, -1))
     return _finish(total, count, bias, empty)[:, :T]
 
 
