@@ -7,9 +7,8 @@ import subprocess
 import pytest
 import torch
 
-from grassflow.ops.plucker import plucker_mix, plucker_mix_reference
+from grassflow.ops.plucker import kernel_abi, plucker_mix, plucker_mix_reference
 from grassflow.ops.plucker.cupy_backend import cupy_available
-from grassflow.ops.plucker import kernel_abi
 from grassflow.ops.plucker.kernel_stages import KERNELS, kernels_dir
 
 PAPER_LAGS = (1, 2, 4, 8, 12, 16)

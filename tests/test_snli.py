@@ -16,16 +16,16 @@ import torch
 from grassflow.data import DataError
 from grassflow.ops.plucker.windowed import windowed_plucker_mix, windowed_plucker_mix_reference
 from grassflow.snli.config import HeadConfig
-from grassflow.snli.data import download, read_token_pairs, tokenize_split, train_tokenizer
+from grassflow.snli.data import download, read_token_pairs, tokenize_split
 from grassflow.snli.evaluate import evaluate_snli_run
 from grassflow.snli.heads import WindowedGrassmannMixer
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 from grassflow.snli.synthetic import generate_pairs
 from grassflow.snli.train import train_snli
+from specs import RANDOM_BACKBONE, SNLI_TINY_HEAD, snli_spec
 
 F64 = torch.float64
-TINY = {"d_model": 16, "d_ff": 32, "n_heads": 2, "d_proj": 8, "mix_heads": 2, "dropout": 0.0}
-RANDOM_BACKBONE = {"name": "random-distilbert", "random": {"n_layers": 2, "dim": 32, "n_heads": 2, "hidden_dim": 64, "seed": 0}}
+TINY = SNLI_TINY_HEAD
 
 
 # --- the windowed op ------------------------------------------------------------------------
@@ -162,18 +162,6 @@ def test_paper_sized_heads_have_about_the_same_size():
 
 
 # --- data, backbone, training, evaluation ---------------------------------------------------
-@pytest.fixture(scope="module")
-def snli_tokens(tmp_path_factory):
-    d = tmp_path_factory.mktemp("snli")
-    cfg = {"source": "synthetic", "synthetic": {"seed": 3, "pairs": {"train": 320, "validation": 64, "test": 64}}}
-    for split in ("train", "validation", "test"):
-        download(cfg, split, d / f"raw_{split}.parquet")
-    train_tokenizer(d / "raw_train.parquet", 120, d / "tok.json")
-    for split in ("train", "validation", "test"):
-        tokenize_split({"name": "trained"}, 12, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
-    return d
-
-
 def test_synthetic_pairs_are_deterministic_and_order_dependent():
     a, b = generate_pairs(300, seed=5), generate_pairs(300, seed=5)
     assert a == b and set(a["label"]) == {0, 1, 2}
@@ -252,15 +240,7 @@ def test_pretrained_backbone_from_a_local_directory(tmp_path):
         load_backbone({**cfg, "path": str(tmp_path / "missing")}, 40, 0)
 
 
-def _spec(features, kind="grassmann", **train):
-    spec = {"run_id": f"t-{kind}-s0", "preset": "test", "task": "snli", "experiment": "t", "head_kind": kind,
-            "seed": 0, "head": {**TINY, "dropout": 0.1}, "features": features, "tokenizer": "trained", "max_tokens": 12,
-            "train": {"epochs": 3, "batch_size": 16, "lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01,
-                      "warmup_frac": 0.05, "min_lr_frac": 0.1, "grad_clip": 1.0, "eval_batch_size": 64,
-                      "checkpoint_every": 4, "device": "cpu", **train}}
-    if features["kind"] == "backbone":
-        spec["backbone"] = RANDOM_BACKBONE
-    return spec
+_spec = snli_spec
 
 
 def test_backbone_stays_frozen_and_out_of_checkpoints(snli_tokens, tmp_path):

@@ -30,8 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from grassflow.models import ModelConfig, build_model
-from grassflow.ops.plucker import plucker_mix
-from grassflow.ops.plucker import cupy_backend
+from grassflow.ops.plucker import cupy_backend, plucker_mix
 from grassflow.runtime import autocast, configure_torch, device_name, pick_device
 
 LAGS = (1, 2, 4, 8, 12, 16)

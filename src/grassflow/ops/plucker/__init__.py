@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
 from grassflow.ops.plucker import cupy_backend
+from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
 from grassflow.ops.plucker.cupy_backend import CupyStages
 from grassflow.ops.plucker.fast import TorchStages
 from grassflow.ops.plucker.function import PluckerMixFunction

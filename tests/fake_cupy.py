@@ -1,0 +1,239 @@
+"""A CuPy stand-in that runs the `cupy` backend end to end on the CPU, holding it to the real
+contracts, which the CPU paths otherwise never meet:
+
+  asarray(tensor)       goes through the tensor's array interface as CuPy does, and refuses
+                        what torch's __cuda_array_interface__ refuses: a tensor that requires
+                        grad (CuPy 13 then falls back to numpy.array(tensor), which fails with
+                        "can't convert cuda:0 device type tensor to numpy"), and dtypes the
+                        interface has no type string for (bfloat16)
+  RawModule             compiles nothing here, but knows exactly the kernels a real compile
+                        would export: the extern "C" __global__ functions of the source, or
+                        the given name_expressions; get_function of any other name fails as
+                        CUDA's module lookup does (CUDA_ERROR_NOT_FOUND)
+  kernel launch         (grid, block, args): args must be this module's arrays or NumPy
+                        scalars whose types match the kernel's __global__ signature (parsed
+                        from kernels/plucker.cu); a launch outside an ExternalStream/Device
+                        context is refused (the backend must use torch's current stream)
+  nvrtc_missing=True    the first compile raises as a CuPy wheel does on a driver-only node
+
+Launches run the kernels of kernels/plucker.cu through the CPU shim (kernels/cpu_shim/), so
+the numbers are the GPU kernels' own arithmetic. `install(monkeypatch)` puts it in sys.modules
+and tells the backend that CPU tensors are CUDA tensors (cupy_backend.CUDA).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from grassflow.ops.plucker import cupy_backend, kernel_abi
+from grassflow.ops.plucker.cpu_kernel import launch_on_cpu
+from grassflow.ops.plucker.kernel_stages import kernels_dir
+
+STREAM = 0x5EED  # the stream handle "torch" reports; every launch must be on it
+_TYPESTR = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8", torch.int8: "|i1",
+            torch.int16: "<i2", torch.int32: "<i4", torch.int64: "<i8", torch.uint8: "|u1", torch.bool: "|b1"}
+
+
+class CUDADriverError(RuntimeError):
+    pass
+
+
+class CudaArrayInterfaceError(TypeError):
+    pass
+
+
+def cuda_array_interface(t: torch.Tensor) -> dict:
+    """What torch's Tensor.__cuda_array_interface__ gives, with its refusals."""
+    if t.requires_grad:
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. "
+                           "If gradients aren't required, use var.detach() to get Variable that doesn't require grad.")
+    if t.dtype not in _TYPESTR:
+        raise TypeError(f"dtype {t.dtype} is not supported by __cuda_array_interface__")
+    item = t.element_size()
+    return {"typestr": _TYPESTR[t.dtype], "shape": tuple(t.shape), "data": (t.data_ptr(), False),
+            "strides": tuple(s * item for s in t.stride()), "version": 2}
+
+
+class ndarray:
+    """A device array over a tensor's memory (zero-copy, as cupy.asarray of a CUDA tensor)."""
+
+    def __init__(self, tensor: torch.Tensor, iface: dict):
+        self._tensor = tensor  # keeps the memory alive
+        self.dtype = np.dtype(iface["typestr"])
+        self.shape = iface["shape"]
+        self.ptr = iface["data"][0]
+        contiguous = 1
+        self.flags_c_contiguous = True
+        for n, stride in reversed(list(zip(self.shape, iface["strides"]))):
+            if n > 1 and stride != contiguous * self.dtype.itemsize:
+                self.flags_c_contiguous = False
+            contiguous *= n
+
+
+def asarray(obj):
+    if isinstance(obj, ndarray):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        try:
+            iface = cuda_array_interface(obj)
+        except (RuntimeError, TypeError) as e:
+            # CuPy 13 then tries numpy.array(obj), which a CUDA tensor refuses
+            raise TypeError(f"can't convert cuda:0 device type tensor to numpy ({e})") from e
+        return ndarray(obj, iface)
+    raise TypeError(f"stand-in asarray takes tensors or arrays, got {type(obj).__name__}")
+
+
+class _State:
+    def __init__(self):
+        self.device, self.stream = None, None
+        self.launches = []  # (kernel name, grid, block, stream)
+        self.compiles = 0
+        self.nvrtc_missing = False
+
+
+STATE = _State()
+
+
+class Device:
+    def __init__(self, index=0):
+        self.id = index
+
+    def __enter__(self):
+        self._prev, STATE.device = STATE.device, self.id
+        return self
+
+    def __exit__(self, *exc):
+        STATE.device = self._prev
+
+
+class ExternalStream:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __enter__(self):
+        self._prev, STATE.stream = STATE.stream, self.ptr
+        return self
+
+    def __exit__(self, *exc):
+        STATE.stream = self._prev
+
+
+class RawKernel:
+    def __init__(self, name, params):
+        self.name, self.params = name, params
+
+    def __call__(self, grid, block, args, **kwargs):
+        if kwargs:
+            raise TypeError(f"stand-in kernel call: unsupported {sorted(kwargs)}")
+        if STATE.stream is None or STATE.device is None:
+            raise RuntimeError(f"{self.name}: launched outside a Device/ExternalStream context")
+        if not (isinstance(grid, tuple) and isinstance(block, tuple) and isinstance(args, tuple)):
+            raise TypeError("kernel call takes (grid tuple, block tuple, args tuple)")
+        grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+        if grid[1:] != (1, 1) or block[1:] != (1, 1):
+            raise ValueError(f"{self.name}: plucker kernels are 1-D, got grid {grid}, block {block}")
+        info = lambda a: (a.dtype, a.flags_c_contiguous) if isinstance(a, ndarray) else None  # noqa: E731
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                raise TypeError(f"{self.name}: argument {i} is a torch.Tensor; CuPy launches take arrays")
+        kernel_abi.check(self.name, self.params, args, info)
+        STATE.launches.append((self.name, grid[0], block[0], STATE.stream))
+        launch_on_cpu(self.name, grid[0], block[0], args, info, lambda a: a.ptr)
+
+
+class RawModule:
+    def __init__(self, code=None, options=(), name_expressions=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"stand-in RawModule: unsupported {sorted(kwargs)}")
+        self.code, self.options, self.name_expressions = code, tuple(options), name_expressions
+        self._compiled = None
+
+    def compile(self, log_stream=None):
+        if self._compiled is None:
+            if STATE.nvrtc_missing:
+                raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
+                                   "cannot open shared object file: No such file or directory")
+            STATE.compiles += 1
+            # what the real compile exports: the source's extern "C" kernels (signatures from
+            # the preprocessed file) and the instantiations named in name_expressions
+            sigs = kernel_abi.signatures(kernels_dir() / "plucker.cu")
+            if self.code != (kernels_dir() / "plucker.cu").read_text():
+                sigs = {n: p for n, p in sigs.items() if re.search(rf"\b{n}\b", self.code or "")}
+            self._compiled = dict(sigs)
+            for expr in self.name_expressions or ():
+                self._compiled.setdefault(expr, None)
+        return self
+
+    def get_function(self, name):
+        self.compile()
+        if name not in self._compiled:
+            raise CUDADriverError(f"CUDA_ERROR_NOT_FOUND: named symbol not found ({name!r})")
+        params = self._compiled[name]
+        if params is None:
+            raise NotImplementedError(f"stand-in: launching template instantiation {name!r} is not modelled")
+        return RawKernel(name, params)
+
+
+def _module():
+    cupy = types.ModuleType("cupy")
+    cupy.__version__ = "13.99-standin"
+    cupy.asarray, cupy.ndarray, cupy.RawModule, cupy.RawKernel = asarray, ndarray, RawModule, RawKernel
+    cuda = types.SimpleNamespace(Device=Device, ExternalStream=ExternalStream)
+    cuda.runtime = types.SimpleNamespace(runtimeGetVersion=lambda: 12040)
+    cuda.nvrtc = types.SimpleNamespace(getVersion=_nvrtc_version)
+    cuda.driver = types.SimpleNamespace(CUDADriverError=CUDADriverError)
+    cupy.cuda = cuda
+    return cupy
+
+
+def _nvrtc_version():
+    if STATE.nvrtc_missing:
+        raise RuntimeError("CuPy failed to load libnvrtc.so.12")
+    return (12, 4)
+
+
+class CpuAsCuda(cupy_backend.TorchCuda):
+    """Tells the backend that CPU tensors live on CUDA device 0 with stream STREAM."""
+
+    @staticmethod
+    def available():
+        return True
+
+    @staticmethod
+    def is_cuda(device):
+        return True
+
+    @staticmethod
+    def index(device):
+        return 0
+
+    @staticmethod
+    def stream(device):
+        return STREAM
+
+
+def _clear_caches():
+    cupy_backend._module.cache_clear()
+    cupy_backend._compile_error.cache_clear()
+    cupy_backend._warn_fallback.cache_clear()
+
+
+@contextmanager
+def installed(monkeypatch, nvrtc_missing=False):
+    """The stand-in as `cupy`, CPU tensors as CUDA tensors; yields its state."""
+    global STATE
+    STATE = _State()
+    STATE.nvrtc_missing = nvrtc_missing
+    monkeypatch.setitem(sys.modules, "cupy", _module())
+    monkeypatch.setattr(cupy_backend, "CUDA", CpuAsCuda())
+    _clear_caches()
+    try:
+        yield STATE
+    finally:
+        _clear_caches()

@@ -1,0 +1,299 @@
+"""The GPU path, rehearsed on the CPU: the code a GPU runs, under CUDA's autocast rules
+(tests/cuda_autocast.py) and the real CPU bf16 autocast, and the `cupy` backend end to end
+through a CuPy stand-in that enforces CuPy's and torch's contracts (tests/fake_cupy.py).
+
+Each of these would have failed the first GPU run: a bf16 gate beside fp32 activations in
+torch.lerp (gated_mix), fp32 counts index-added into a bf16 tensor (windowed op), tensors that
+require grad handed to cupy.asarray (cupy backend). What is left only to a GPU (pytest -m gpu,
+make gpu-check): the real CUDA kernels' compile and speed, cuBLAS/cuDNN, and memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fake_cupy
+from cuda_autocast import POLICIES, CudaAutocast
+from grassflow import runtime
+from grassflow.bench import bench_step
+from grassflow.evaluate import chunked_nll
+from grassflow.models import ModelConfig, build_model
+from grassflow.models.grassmann import gated_mix
+from grassflow.ops.plucker import kernel_abi, plucker_mix, plucker_mix_reference
+from grassflow.ops.plucker.windowed import windowed_plucker_mix, windowed_plucker_mix_reference
+from grassflow.preflight import PreflightError, preflight
+from grassflow.snli.config import HeadConfig
+from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
+from grassflow.snli.train import predict, train_snli
+from grassflow.train import train
+from specs import LM_SPEC, snli_spec
+
+CPU = torch.device("cpu")
+BF16 = torch.bfloat16
+
+
+@pytest.fixture(params=sorted(POLICIES))
+def policy(request, monkeypatch):
+    """CPU steps run under CUDA's bf16 autocast rules, or under the real CPU bf16 autocast."""
+    monkeypatch.setitem(runtime.AUTOCAST, "cpu", POLICIES[request.param])
+    return request.param
+
+
+@pytest.fixture
+def cuda_rules(monkeypatch):
+    monkeypatch.setitem(runtime.AUTOCAST, "cpu", CudaAutocast)
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    with fake_cupy.installed(monkeypatch) as state:
+        yield state
+
+
+def rel_err(x, y):
+    return ((x.double() - y.double()).abs().max() / y.double().abs().max().clamp_min(1e-300)).item()
+
+
+# --- the rehearsal itself is CUDA's policy ------------------------------------------------------
+def test_cuda_rules_cast_as_aten_lists_them(gen):
+    x = torch.randn(4, 8, generator=gen)
+    lin = torch.nn.Linear(8, 8)
+    with CudaAutocast():
+        assert lin(x).dtype == BF16  # lower_precision_fp
+        xb = x.to(BF16)
+        assert F.layer_norm(xb, (8,)).dtype == torch.float32  # fp32
+        assert xb.cumsum(1).dtype == torch.float32 and xb.sum().dtype == torch.float32  # fp32_set_opt_dtype
+        assert torch.softmax(xb, -1).dtype == torch.float32
+        assert (xb * xb).dtype == BF16 and torch.sigmoid(xb).dtype == BF16  # unlisted: input dtype
+        assert torch.cat([xb, x]).dtype == torch.float32  # promote
+        assert x.double().sum().dtype == torch.float64  # float64 is never cast
+        with pytest.raises(RuntimeError):  # lerp has no rule: mixed dtypes fail, as on CUDA
+            torch.lerp(x, x, torch.sigmoid(lin(x)))
+        with pytest.raises(RuntimeError):  # index_add_ is in place: no rule either
+            torch.zeros(4, dtype=BF16).index_add_(0, torch.arange(4), xb.sum(1))
+
+
+# --- models, heads and the windowed op under autocast --------------------------------------------
+def _lm(kind, norm, backend="fast"):
+    torch.manual_seed(0)
+    return build_model(kind, ModelConfig(vocab_size=80, context_len=24, n_layers=2, d_model=32, d_ff=64,
+                                         n_heads=4, r=6, lags=(1, 2, 4), norm=norm, dropout=0.0,
+                                         plucker_backend=backend))
+
+
+def _step(model, loss_fn):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with runtime.autocast(CPU):
+        loss = loss_fn()
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    opt.step()
+    return loss.item()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_lm_trains_and_evaluates_under_autocast(kind, norm, policy, gen):
+    model = _lm(kind, norm)
+    x = torch.randint(0, 80, (4, 25), generator=gen)
+    _step(model, lambda: F.cross_entropy(model(x[:, :-1]).float().reshape(-1, 80), x[:, 1:].reshape(-1)))
+    nll, n = chunked_nll(model, np.asarray(torch.randint(0, 80, (200,), generator=gen)), 24, 4, CPU)
+    assert n > 0 and math.isfinite(nll)
+
+
+def test_gated_mix_takes_one_dtype(cuda_rules, gen):
+    """The defect: under CUDA autocast the gate's linear is bf16, h (a LayerNorm's output) fp32."""
+    gate = torch.nn.Linear(16, 8)
+    h, g = torch.randn(2, 5, 8, generator=gen), torch.randn(2, 5, 8, generator=gen, dtype=BF16)
+    with runtime.autocast(CPU):
+        out = gated_mix(gate, F.layer_norm(h, (8,)), g)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("kind, pairs", [("transformer", "bidirectional"), ("grassmann", "bidirectional"),
+                                         ("grassmann", "causal")])  # pairs: a Grassmann-head switch
+def test_snli_heads_train_and_predict_under_autocast(kind, pairs, policy, gen):
+    torch.manual_seed(0)
+    cfg = HeadConfig(d_model=16, d_ff=32, n_heads=2, d_proj=8, mix_heads=2, dropout=0.0, pairs=pairs,
+                     plucker_backend="fast")
+    model = SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(50, 12, 40, 0.0), feat_dim=12)
+    ids = torch.randint(0, 50, (6, 21), generator=gen)
+    mask = torch.arange(21)[None] < torch.tensor([21, 3, 9, 17, 1, 12])[:, None]
+    label = torch.tensor([0, 1, 2, 0, 1, 2])
+    _step(model, lambda: F.cross_entropy(model({"ids": ids, "mask": mask}).float(), label))
+    data = {"premise": [[5, 6, 7]] * 3, "hypothesis": [[8, 9], [10], [11, 12, 13, 14]], "label": np.array([0, 1, 2])}
+    meta = {"cls_id": 1, "sep_id": 2, "pad_id": 0}
+    pred, nll = predict(model, data, meta, "joint", 2, CPU)
+    assert pred.shape == (3,) and math.isfinite(nll)
+
+
+@pytest.mark.parametrize("pairs", ["bidirectional", "causal"])
+def test_windowed_op_under_autocast(pairs, policy, gen):
+    """z as the head makes it (a Linear's output: bf16 under autocast), against the fp64 loop."""
+    lin = torch.nn.Linear(12, 6).double()
+    h = torch.randn(3, 19, 12, generator=gen, dtype=torch.float64)
+    W, b = torch.randn(5, 15, generator=gen, dtype=torch.float64) / 4, torch.randn(5, generator=gen, dtype=torch.float64)
+    mask = torch.arange(19)[None] < torch.tensor([19, 10, 4])[:, None]
+    ref = windowed_plucker_mix_reference(lin(h), mask, W, b, pairs=pairs)
+    lin32, W32, b32 = lin.float(), W.float().requires_grad_(), b.float().requires_grad_()
+    with runtime.autocast(CPU):
+        g = windowed_plucker_mix(lin32(h.float()), mask, W32, b32, pairs=pairs, backend="fast")
+    g.float().square().sum().backward()
+    assert rel_err(g, ref) < 5e-2
+    assert torch.isfinite(W32.grad).all() and torch.isfinite(lin32.weight.grad).all()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+@pytest.mark.parametrize("with_head", [True, False])
+def test_bench_step_under_autocast(kind, with_head, policy):
+    row = bench_step(CPU, kind, L=32, tokens=64, n_layers=1, vocab=100, with_head=with_head, backend="fast")
+    assert row["seconds"] > 0 and row["peak_mem_mb"] > 0
+
+
+def test_training_loop_under_autocast_lm(policy, tokens, tmp_path):
+    spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1}}
+    rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    assert rec["status"] == {"state": "completed"} and math.isfinite(rec["best_val_ppl"])
+
+
+def test_training_loop_under_autocast_snli(policy, snli_tokens, tmp_path):
+    rec = train_snli(snli_spec({"kind": "backbone"}, epochs=1), snli_tokens / "train.parquet",
+                     snli_tokens / "validation.parquet", tmp_path)
+    assert rec["status"] == {"state": "completed"} and math.isfinite(rec["best_val_acc"])
+
+
+# --- the cupy backend through the CuPy stand-in ------------------------------------------------------
+CASES = [(2, 37, 8, 5, (1, 2, 4, 8, 12, 16)), (1, 1, 6, 3, (1, 2)), (3, 5, 4, 7, (1, 1, 3)), (2, 9, 5, 2, (4, 40))]
+
+
+def _grads(backend, z, lags, W, b, dg):
+    leaves = [x.detach().requires_grad_() for x in (z, W, b)]
+    g = plucker_mix(leaves[0], lags, leaves[1], leaves[2], backend=backend)
+    if not g.requires_grad:  # the reference where no offset is valid (T=1): zero, a constant
+        return [g.detach(), *(torch.zeros_like(x) for x in leaves)]
+    return [g.detach(), *torch.autograd.grad((g * dg.to(g.dtype)).sum(), leaves, materialize_grads=True)]
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 1e-5), (BF16, 3e-2)])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}T{c[1]}r{c[2]}")
+def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, standin, gen):
+    B, T, r, d, lags = case
+    z, W, b, dg = (torch.randn(*s, generator=gen, dtype=torch.float64)
+                   for s in ((B, T, r), (d, r * (r - 1) // 2), (d,), (B, T, d)))
+    ref = [x.detach() for x in _grads("reference", z, lags, W, b, dg)]
+    got = _grads("cupy", z.to(dtype), lags, W.to(dtype), b.to(dtype), dg.to(dtype))
+    for name, x, y in zip(("g", "dz", "dW", "db"), got, ref):
+        assert x.dtype == dtype and rel_err(x, y) < tol, f"{name}: {rel_err(x, y):.3g}"
+    assert standin.compiles == 1  # once per device and process
+    assert {s for *_, s in standin.launches} == {fake_cupy.STREAM}  # on torch's current stream
+    suffix = {torch.float64: "f64", torch.float32: "f32", BF16: "bf16"}[dtype]
+    assert {n for n, *_ in standin.launches} == {f"plucker_{k}_{suffix}" for k in ("coeff", "wedge", "wedge_bwd", "lag_bwd")}
+
+
+def test_cupy_backend_in_an_lm_training_step_under_cuda_rules(standin, cuda_rules, gen):
+    """GrassmannLM with backend cupy: same loss and gradients as fast on the same weights."""
+    x = torch.randint(0, 80, (4, 25), generator=gen)
+    out = {}
+    for backend in ("fast", "cupy"):
+        model = _lm("grassmann", "post", backend)
+        loss = _step(model, lambda m=model: F.cross_entropy(m(x[:, :-1]).float().reshape(-1, 80), x[:, 1:].reshape(-1)))
+        out[backend] = (loss, model.blocks[0].mix.reduce.weight.detach().clone())
+    assert standin.launches, "the cupy backend never launched"
+    assert abs(out["cupy"][0] - out["fast"][0]) < 1e-2 * abs(out["fast"][0])
+    assert rel_err(out["cupy"][1], out["fast"][1]) < 1e-2
+
+
+def test_run_json_records_the_backend_that_ran(standin, cuda_rules, tokens, tmp_path):
+    spec = {**LM_SPEC, "model": {**LM_SPEC["model"], "plucker_backend": "auto"}, "train": {**LM_SPEC["train"], "epochs": 1}}
+    rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    assert rec["plucker_backend"] == "cupy" and rec["device_requested"] == "cpu"
+    assert json.loads((tmp_path / "run.json").read_text())["plucker_backend"] == "cupy"
+
+
+def test_auto_falls_back_to_fast_once_when_nvrtc_is_missing(monkeypatch, capfd, gen):
+    from grassflow.ops.plucker import resolve_backend
+
+    with fake_cupy.installed(monkeypatch, nvrtc_missing=True):
+        z, W = torch.randn(2, 9, 4, generator=gen), torch.randn(3, 6, generator=gen)
+        assert resolve_backend("auto", z) == "fast"
+        g = plucker_mix(z, (1, 2), W)  # auto: runs, on fast
+        assert torch.allclose(g, plucker_mix_reference(z, (1, 2), W), atol=1e-5)
+        err = capfd.readouterr().err
+        assert err.count("warning: CuPy cannot compile") == 1 and "libnvrtc" in err
+        with pytest.raises(RuntimeError, match="plucker_backend 'cupy': CuPy cannot compile.*libnvrtc"):
+            plucker_mix(z, (1, 2), W, backend="cupy")
+
+
+def test_the_standin_holds_cupys_contracts(standin):
+    import cupy
+
+    t = torch.zeros(4, requires_grad=True)
+    with pytest.raises(TypeError, match="can't convert cuda:0 device type tensor to numpy"):
+        cupy.asarray(t)
+    with pytest.raises(TypeError):
+        cupy.asarray(torch.zeros(4, dtype=BF16))  # no bfloat16 in the array interface
+    mod = cupy.RawModule(code=open(fake_cupy.kernels_dir() / "plucker.cu").read(), options=("-std=c++17",))
+    with pytest.raises(fake_cupy.CUDADriverError, match="CUDA_ERROR_NOT_FOUND"):
+        mod.get_function("plucker_coeff<float>")  # templates are not exported without name_expressions
+    fn = mod.get_function("plucker_coeff_f32")
+    z, c, lags = (cupy.asarray(torch.zeros(2, 3, 4)), cupy.asarray(torch.zeros(2, 3, 4)),
+                  cupy.asarray(torch.ones(1, dtype=torch.int32)))
+    good = (z, lags, np.int32(1), np.int64(6), np.int32(3), np.int32(4), np.float32(1e-6), c)
+    with pytest.raises(RuntimeError, match="outside a Device/ExternalStream"):
+        fn((1,), (256,), good)
+    with cupy.cuda.Device(0), cupy.cuda.ExternalStream(fake_cupy.STREAM):
+        fn((1,), (256,), good)
+        # a Python int (CuPy: 64 bits) for `int`, an int64 for `int`, a Python float (a double)
+        # or a float64 for `float eps`, an int array for `const float*`
+        for i, bad in [(2, 1), (2, np.int64(1)), (6, 1e-6), (6, np.float64(1e-6)), (0, lags)]:
+            args = list(good)
+            args[i] = bad
+            with pytest.raises(kernel_abi.KernelArgumentError):
+                fn((1,), (256,), tuple(args))
+        with pytest.raises(kernel_abi.KernelArgumentError):  # a non-contiguous array
+            fn((1,), (256,), (cupy.asarray(torch.zeros(4, 3, 2).transpose(0, 1)), *good[1:]))
+
+
+# --- preflight ------------------------------------------------------------------------------------
+def test_preflight_gpu_branch_through_the_standin(standin, cuda_rules):
+    rec = preflight(["cpu"], ["auto", "cupy", "fast"], snli=True)
+    dev = rec["devices"][0]
+    assert rec["ok"] and [b["resolved"] for b in dev["backends"]] == ["cupy", "cupy", "fast"]
+    assert {"float32/dz", "bfloat16/dz"} <= set(dev["backends"][1]["rel_err"])
+    assert "grassmann_lm[cupy]" in dev["steps"] and "snli_grassmann_head[cupy]" in dev["steps"]
+    assert rec["versions"]["cupy"] == "13.99-standin" and rec["versions"]["nvrtc"] == "12.4"
+
+
+def test_preflight_names_a_broken_cupy(monkeypatch, cuda_rules):
+    with fake_cupy.installed(monkeypatch, nvrtc_missing=True):
+        with pytest.raises(PreflightError, match="plucker_backend 'cupy'.*libnvrtc"):
+            preflight(["cpu"], ["cupy"])
+        rec = preflight(["cpu"], ["auto"])  # auto falls back, and says so in the record
+        assert rec["devices"][0]["backends"][0]["resolved"] == "fast"
+        assert rec["versions"]["nvrtc"].startswith("unavailable")
+
+
+def test_preflight_command_on_a_cpu_node(tmp_path):
+    out = tmp_path / "preflight.json"
+    res = subprocess.run([sys.executable, "-m", "grassflow", "preflight", "--device", "cpu", "auto",
+                          "--backend", "auto", "fused-cpu", "--snli", "--out", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(out.read_text())
+    assert [d["requested"] for d in rec["devices"]] == ["cpu", "auto"]
+    assert all(d["type"] == "cpu" for d in rec["devices"]) and "train on the CPU" in rec["devices"][1]["note"]
+    assert "train.device=auto -> cpu" in res.stdout
+    if not torch.cuda.is_available():
+        res = subprocess.run([sys.executable, "-m", "grassflow", "preflight", "--device", "cuda",
+                              "--out", str(tmp_path / "gpu.json")], capture_output=True, text=True)
+        assert res.returncode == 1 and not (tmp_path / "gpu.json").exists()
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: preflight:") and "no CUDA device" in lines[0]
