@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: demo test test-slurm test-all bench lint clean
+.PHONY: demo test test-slurm test-all bench gpu-check lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -39,6 +39,14 @@ test-all: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) -m grassflow.bench --out reports/bench
+
+# What the first user with a GPU runs first: the GPU tests, the preflight of this machine (its
+# record: reports/bench/preflight-cuda.json), and the benchmark (reports/bench/bench-cuda.md).
+gpu-check: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[gpu]"
+	$(PY) -m pytest -q -m gpu
+	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
+	$(PY) -m grassflow.bench --device cuda --out reports/bench
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

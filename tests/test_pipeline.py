@@ -91,6 +91,12 @@ def test_demo_produces_tables_figures_and_provenance(demo):
             assert len(rec["data"]["train"]["file_sha256"]) == 64
             assert rec["model_config"]["vocab_size"] == rec["data"]["train"]["vocab_size"]
             assert f"({os.path.relpath(demo / rec_path, rep)})" in md
+            # the device asked for and used, the op backend that ran, the preflight it followed
+            assert rec["device_requested"] == "cpu" and rec["device_type"] == "cpu"
+            assert rec["plucker_backend"] == ("fast" if rec["spec"]["model_kind"] == "grassmann" else None)
+            assert rec["preflight"]["ok"] and rec["preflight"]["devices"][0]["type"] == "cpu"
+            assert rec["preflight"]["devices"][0]["backends"][0]["requested"] == "auto"
+        assert set(df.device_type) == {"cpu"} and set(df.op_backend.dropna()) == {"fast"}
     assert (rep / "scaling.png").exists()
     summary = (rep / "summary.md").read_text()
     assert "table1" in summary and "table2" in summary
@@ -178,6 +184,28 @@ def edited(path: Path, text: str):
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
     with edited(demo / "src/grassflow/report/snli.py", "\n# edited\n"):
         assert planned(demo) == Counter({("snli_aggregate", None): 1})
+
+
+def test_editing_preflight_code_reruns_nothing(demo):
+    """The preflight is a check of the machine, rerun only when its record is missing: never a
+    reason to retrain (and never masking another job's own reason to rerun)."""
+    with edited(demo / "src/grassflow/preflight.py", "\n# edited\n"):
+        assert planned(demo) == Counter()
+
+
+def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
+    cfg = demo / "config.yaml"
+    original = cfg.read_text()
+    cfg.write_text(original.replace(
+        "      checkpoint_every: 0\n      device: cpu\n",
+        "      checkpoint_every: 0\n      device: cpu\n    model_overrides: {grassmann: {plucker_backend: fused-cpu}}\n", 1))
+    try:
+        jobs = planned(demo)
+    finally:
+        cfg.write_text(original)
+    assert {run for (rule, run) in jobs if rule == "train"} == {f"{t}-grassmann-s{s}" for t in ("table1", "table2")
+                                                                for s in (0, 1)}
+    assert jobs[("preflight", None)] == 1 and {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate"}
 
 
 def test_editing_report_code_plans_only_aggregate(demo):
@@ -374,12 +402,13 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
             by_rule.setdefault(rule, []).append((jid, run, f))
     runs = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
     snli_runs = {f"{t}-{m}-s0" for t in ("table3", "table3_scratch") for m in ("transformer", "grassmann")}
-    for rule, expected in (("train", runs), ("evaluate", runs), ("snli_train", snli_runs), ("snli_evaluate", snli_runs)):
+    for rule, expected in (("train", runs), ("evaluate", runs), ("snli_train", snli_runs), ("snli_evaluate", snli_runs),
+                           ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
         assert {run for _, run, _ in by_rule[rule]} == expected
         for _jid, run, f in by_rule[rule]:
             assert f["Partition"] == "gpu", (rule, run, f["Partition"])
             assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (rule, run, f)
-    for rule in ("train_tokenizer", "tokenize", "bench", "aggregate", "snli_train_tokenizer", "snli_tokenize",
+    for rule in ("train_tokenizer", "tokenize", "aggregate", "snli_train_tokenizer", "snli_tokenize",
                  "snli_aggregate"):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
         for _jid, _, f in by_rule[rule]:

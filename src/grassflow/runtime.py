@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import sys
 from contextlib import nullcontext
 
 import torch
@@ -41,7 +40,8 @@ def pick_device(name: str, log: bool = False) -> torch.device:
     device = torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
     if log:
         why = " (no CUDA device visible: this run is on the CPU)" if name == "auto" and device.type == "cpu" else ""
-        print(f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}", file=sys.stderr)
+        # stdout: the job log holds it first; stderr keeps to the one `error:` line of a failure
+        print(f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}", flush=True)
     return device
 
 

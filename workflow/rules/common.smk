@@ -46,6 +46,8 @@ wildcard_constraints:
     tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
     snli_run="|".join(SNLI_RUNS) or "(?!)",
     split="|".join(SPLITS),
+    pf_device="auto|cpu|cuda",
+    pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
 
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries a hash of the
@@ -68,6 +70,7 @@ CODE = {
     "snli_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
                              "report/snli.py", "snli/synthetic.py"],
     "bench": SHARED + ["bench.py"],
+    "preflight": SHARED + ["preflight.py", "snli/config.py", "snli/heads.py", "snli/model.py"],
 }
 
 
@@ -91,6 +94,30 @@ def model_code(kind):
 
 def quoted_json(obj):
     return shlex.quote(json.dumps(obj, sort_keys=True))
+
+
+# --- preflight ---------------------------------------------------------------------------
+# One cheap job on the kind of node the GPU jobs use checks the device, a Plücker op backend
+# and a training step of each model first; every GPU job depends on the preflight of its
+# (train.device, backend): a Transformer's on the backend `auto`. The preflight has no params
+# or code fingerprint: it reruns only when its record is missing (then all it guards rerun:
+# Snakemake cannot order a job before others without their rerunning after it). ancient()
+# would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
+# jobs' own rerun reasons (changed params), so they would silently stay stale.
+def preflight_file(device, backend="auto"):
+    return f"{RES}/preflight/{device}_{backend}.json"
+
+
+def lm_preflight(wc):
+    spec = RUNS[wc.run]
+    backend = spec["model"].get("plucker_backend", "auto") if spec["model_kind"] == "grassmann" else "auto"
+    return preflight_file(spec["train"]["device"], backend)
+
+
+def snli_preflight(wc):
+    spec = SNLI_RUNS[wc.snli_run]
+    backend = spec["head"].get("plucker_backend", "auto") if spec["head_kind"] == "grassmann" else "auto"
+    return preflight_file(spec["train"]["device"], backend)
 
 
 # --- file names ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ rule evaluate:
         record=f"{RUN_DIR}/run.json",
         val=f"{TOKENS}/validation.parquet",
         test=f"{TOKENS}/test.parquet",
+        preflight=lm_preflight,
     output:
         f"{RUN_DIR}/eval.json",
     params:

@@ -1,20 +1,26 @@
-# Stage 5: the scaling benchmark on the executing machine, then tables, figures, summary.
+# Stage 5: the scaling benchmark on the device the training jobs use (train.device; under
+# profiles/slurm a `gpu` node), then tables, figures, summary.
 
 
 rule bench:
+    input:
+        preflight=preflight_file(P["train"]["device"]),
     output:
         f"{RES}/bench/bench.json",
     params:
         quick="--quick" if P["bench"]["quick"] else "",
+        device=P["train"]["device"],
         code=fingerprint("bench", "model", "transformer", "grassmann"),
+    resources:
+        gpu=1,
     conda:
-        "../../envs/report.yaml"
+        "../../envs/train.yaml"
     log:
         f"{RES}/logs/bench.log",
     benchmark:
         f"{RES}/benchmarks/bench.tsv"
     shell:
-        "{GF}.bench {params.quick} --out {RES}/bench --name bench > {log} 2>&1"
+        "{GF}.bench {params.quick} --device {params.device} --out {RES}/bench --name bench > {log} 2>&1"
 
 
 rule aggregate:

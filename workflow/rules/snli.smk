@@ -74,6 +74,7 @@ if SNLI:
             train=f"{SNLI_TOKENS}/train.parquet",
             val=f"{SNLI_TOKENS}/validation.parquet",
             backbone=snli_backbone_input,
+            preflight=snli_preflight,
         output:
             best=f"{SNLI_RUN_DIR}/best.pt",
             metrics=f"{SNLI_RUN_DIR}/metrics.jsonl",
@@ -93,7 +94,8 @@ if SNLI:
             f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
         shell:
             "{GF} snli-train --spec {params.spec} --train-tokens {input.train} "
-            "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} > {log} 2>&1"
+            "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} "
+            "--preflight {input.preflight} > {log} 2>&1"
 
     rule snli_evaluate:
         input:
@@ -102,6 +104,7 @@ if SNLI:
             val=f"{SNLI_TOKENS}/validation.parquet",
             test=f"{SNLI_TOKENS}/test.parquet",
             backbone=snli_backbone_input,
+            preflight=snli_preflight,
         output:
             f"{SNLI_RUN_DIR}/eval.json",
         params:

@@ -1,4 +1,5 @@
-# Stage 3: one training job per run (experiment × model × seed). The spec param holds all
+# Stage 3: one training job per run (experiment × model × seed), after the preflight of its
+# device and op backend (whose record it keeps in run.json; see common.smk). The spec param holds all
 # the run depends on; the code param the hash of its model's source: changing a Grassmann
 # setting or file reruns Grassmann runs only.
 
@@ -7,6 +8,7 @@ rule train:
     input:
         train=f"{TOKENS}/train.parquet",
         val=f"{TOKENS}/validation.parquet",
+        preflight=lm_preflight,
     output:
         best=f"{RUN_DIR}/best.pt",
         metrics=f"{RUN_DIR}/metrics.jsonl",
@@ -25,4 +27,18 @@ rule train:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
         "{GF} train --spec {params.spec} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} > {log} 2>&1"
+        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} > {log} 2>&1"
+
+
+rule preflight:
+    output:
+        preflight_file("{pf_device}", "{pf_backend}"),
+    resources:
+        gpu=1,
+    conda:
+        "../../envs/train.yaml"
+    log:
+        f"{RES}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
+    shell:
+        "{GF} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
+        "--out {output} > {log} 2>&1"

@@ -1,0 +1,89 @@
+"""On a GPU (pytest -m gpu; `make gpu-check` runs these first): the models and heads under the
+real bf16 autocast, and the CUDA kernels against `fast` inside a model. The CPU rehearsal of
+the same code is tests/test_gpu_rehearsal.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grassflow.models import ModelConfig, build_model
+from grassflow.ops.plucker import cupy_backend
+from grassflow.preflight import preflight
+from grassflow.runtime import autocast
+from grassflow.snli.config import HeadConfig
+from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+CUDA = torch.device("cuda")
+BACKENDS = ["fast"] + (["cupy"] if cupy_backend.cupy_available() else [])
+
+
+def _lm(kind, backend, norm="post"):
+    torch.manual_seed(0)
+    return build_model(kind, ModelConfig(vocab_size=200, context_len=32, n_layers=2, d_model=64, d_ff=128,
+                                         n_heads=4, r=8, norm=norm, init="small", dropout=0.0,
+                                         plucker_backend=backend)).to(CUDA)
+
+
+def _losses(model, loss_fn, steps=25):
+    """AdamW on one fixed batch under the jobs' autocast: the loss of every step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    out = []
+    for _ in range(steps):
+        with autocast(CUDA):
+            loss = loss_fn()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def _lm_loss(model, x):
+    return lambda: F.cross_entropy(model(x[:, :-1]).float().reshape(-1, 200), x[:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_lm_learns_a_batch_under_bf16_autocast(kind, backend, norm):
+    model = _lm(kind, backend, norm)
+    x = torch.randint(0, 200, (8, 33), device=CUDA, generator=torch.Generator(CUDA).manual_seed(0))
+    losses = _losses(model, _lm_loss(model, x))
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.7 * losses[0], losses
+
+
+@pytest.mark.parametrize("kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS])
+def test_snli_head_learns_a_batch_under_bf16_autocast(kind, backend):
+    torch.manual_seed(0)
+    cfg = HeadConfig(d_model=32, d_ff=64, n_heads=2, d_proj=16, mix_heads=2, dropout=0.0, plucker_backend=backend)
+    model = SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(100, 32, 40, 0.0), feat_dim=32).to(CUDA)
+    gen = torch.Generator(CUDA).manual_seed(0)
+    ids = torch.randint(0, 100, (16, 23), device=CUDA, generator=gen)
+    mask = torch.arange(23, device=CUDA)[None] < torch.randint(3, 24, (16, 1), device=CUDA, generator=gen)
+    label = torch.randint(0, 3, (16,), device=CUDA, generator=gen)
+    losses = _losses(model, lambda: F.cross_entropy(model({"ids": ids, "mask": mask}).float(), label))
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.7 * losses[0], losses
+
+
+@pytest.mark.skipif("cupy" not in BACKENDS, reason="needs CuPy compiling on this device")
+def test_cupy_and_fast_agree_on_the_same_weights():
+    x = torch.randint(0, 200, (8, 33), device=CUDA, generator=torch.Generator(CUDA).manual_seed(0))
+    fast, cupy = _lm("grassmann", "fast"), _lm("grassmann", "cupy")
+    cupy.load_state_dict(fast.state_dict())
+    grads = {}
+    for name, model in (("fast", fast), ("cupy", cupy)):
+        with autocast(CUDA):
+            loss = _lm_loss(model, x)()
+        loss.backward()
+        grads[name] = (loss.item(), model.blocks[0].mix.reduce.weight.grad.float())
+    assert abs(grads["cupy"][0] - grads["fast"][0]) < 1e-2 * abs(grads["fast"][0])
+    err = (grads["cupy"][1] - grads["fast"][1]).abs().max() / grads["fast"][1].abs().max()
+    assert err < 5e-2, err.item()
+
+
+def test_preflight_passes_on_this_gpu():
+    rec = preflight(["cuda", "auto"], ["auto", *BACKENDS], snli=True)
+    assert rec["ok"] and {d["type"] for d in rec["devices"]} == {"cuda"}
+    assert rec["versions"]["torch_cuda"]
