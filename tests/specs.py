@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "published.yaml"
+
 LM_SPEC = {
     "run_id": "t-grassmann-s0", "preset": "test", "experiment": "t", "model_kind": "grassmann", "seed": 0,
     "tokenizer": "trained",

@@ -140,8 +140,69 @@ def test_token_files_carry_their_metadata(demo):
 
 
 def test_report_zip(demo):
+    import zipfile
+
     snakemake(demo, "--report", "report.zip")
-    assert (demo / "report.zip").stat().st_size > 10_000
+    names = zipfile.ZipFile(demo / "report.zip").namelist()
+    assert any(n.endswith("ablations.md") for n in names) and any(n.endswith("ablations.png") for n in names)
+
+
+def test_every_preset_is_lint_clean(tmp_path):
+    """snakemake --lint (the snakemake-workflow-catalog's bar for a standardized workflow)."""
+    import yaml
+
+    work = copy_repo(tmp_path)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(work / "src")}
+    for preset in yaml.safe_load((work / "config.yaml").read_text())["presets"]:
+        res = subprocess.run([str(BIN / "snakemake"), "--lint", "--config", f"preset={preset}"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, (preset, res.stdout[-3000:])
+
+
+def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
+    """`snakemake ablations` on the paper preset: 6 variants × 2 models × 3 seeds at Table 1
+    size, each distinct run once: the `paper` variant is the main table's runs, and a
+    Transformer under a Grassmann-only switch is the paper variant's Transformer."""
+    work = copy_repo(tmp_path)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(work / "src")}
+    res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    trained = re.findall(r"wildcards: run=(\S+)", res.stdout)
+    train_jobs = Counter(re.findall(r"rule (train|evaluate):", res.stdout))
+    assert train_jobs == Counter({"train": 30, "evaluate": 30}) and len(set(trained)) == 30
+    assert {f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)} <= set(trained)
+    assert not any(r.startswith(("table1_paper", "table1_per_layer_lags-transformer", "table1_bias_empty-transformer"))
+                   for r in trained)
+    assert not any(r.startswith("table2") for r in trained)  # just the grid
+    assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
+
+
+def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
+    cfg = demo / "config.yaml"
+    original = cfg.read_text()
+    cfg.write_text(original.replace("        pre_norm: {norm: pre}\n    bench:\n      quick: true",
+                                    "        pre_norm: {norm: pre, init: small}\n    bench:\n      quick: true"))
+    try:
+        jobs = planned(demo)
+    finally:
+        cfg.write_text(original)
+    assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
+                            ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
+                            ("ablation_aggregate", None): 1})
+
+
+def test_demo_ablation_table_and_figure(demo):
+    rep = demo / "results/demo/report"
+    md = (rep / "ablations.md").read_text()
+    assert "SYNTHETIC" in md and "| paper | (the base) |" in md and "| pre_norm | norm: pre |" in md
+    assert "Published results" in md and "youdie006/grassmann" in md  # ours beside everyone's
+    assert "cannot be compared with the paper's" in md and "Unigram baseline" in md
+    assert (rep / "ablations.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    df = pd.read_csv(rep / "ablations.csv")
+    assert set(df.variant) == {"paper", "pre_norm"} and set(df.model) == {"transformer", "grassmann"}
+    assert set(df[df.variant == "paper"].run_id) == {"table1-transformer-s0", "table1-grassmann-s0"}
+    assert df.record.map(lambda r: (demo / r).exists()).all() and df.weights_sha256.str.len().eq(64).all()
 
 
 def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
@@ -307,9 +368,11 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
 
 def assert_same_tables(a_dir, b_dir):
     """The numbers of two demo runs agree exactly: LM perplexities and SNLI accuracies."""
-    lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl"]
-    snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256"]
-    for name, cols in [("table1", lm), ("table2", lm), ("snli_table3", snli), ("snli_table3_scratch", snli)]:
+    # equal weights, equal weights_sha256, wherever and however the checkpoints were written
+    lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
+    snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
+    for name, cols in [("table1", lm), ("table2", lm), ("ablations", ["variant"] + lm), ("snli_table3", snli),
+                       ("snli_table3_scratch", snli)]:
         a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
         b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
         pd.testing.assert_frame_equal(a, b, check_exact=True)

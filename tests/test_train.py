@@ -11,9 +11,10 @@ import time
 import pytest
 import torch
 
+from grassflow.data.unigram import unigram_baseline
 from grassflow.evaluate import evaluate_run
 from grassflow.train import CheckpointError, train
-from specs import LM_SPEC
+from specs import LM_SPEC, PUBLISHED
 
 SPEC = LM_SPEC
 
@@ -131,12 +132,19 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
                      d / "eval.json")
         dirs.append(d)
     bench_main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--name", "bench"])
-    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"},
-              "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}}}
-    aggregate(preset, "test", dirs, tmp_path / "bench.json", tmp_path / "report")
+    unigram_baseline(tokens / "train.parquet", {"validation": tokens / "validation.parquet",
+                                                "test": tokens / "test.parquet"}, tmp_path / "unigram.json")
+    (tmp_path / "checksums.json").write_text(json.dumps({"test": {"content_sha256": "0" * 64}}))
+    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"}, "models": ["transformer", "grassmann"],
+              "model": SPEC["model"], "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}}}
+    aggregate(preset, "test", dirs, tmp_path / "bench.json", tmp_path / "report", tmp_path / "unigram.json",
+              tmp_path / "checksums.json", PUBLISHED)
     md = (tmp_path / "report" / "t.md").read_text()
     assert "| grassmann | " in md and "1/2 (1 diverged)" in md and "| transformer | " in md
     assert "Grassmann vs Transformer" in md  # the completed runs are still compared
+    assert "Unigram baseline" in md
+    # one seed per model, synthetic data, not the paper's scale: no verdict, and why not
+    assert "**not comparable: not the paper's data" in md and "fewer than 2 seeds" in md
     import pandas as pd
 
     df = pd.read_csv(tmp_path / "report" / "t.csv")

@@ -22,6 +22,18 @@ class DiskSpaceError(RuntimeError):
     """Too little free disk for the checkpoints a run will write."""
 
 
+def state_sha256(state: dict | None) -> str | None:
+    """sha256 of weights themselves: every tensor's name and bytes, in key order. Equal weights
+    give equal hashes wherever and under whatever file name they were saved (a checkpoint file's
+    own hash also covers the archive name torch.save takes from the file it writes)."""
+    if state is None:
+        return None
+    h = hashlib.sha256()
+    for k, v in sorted(state.items()):
+        h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def check_disk(out: Path, n_params: int) -> None:
     """best_state.pt and best.pt (weights) and last.pt (weights + two AdamW moments), each
     written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""

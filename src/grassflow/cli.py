@@ -47,6 +47,12 @@ def _train(a):
     train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight)
 
 
+def _unigram(a):
+    from grassflow.data.unigram import unigram_baseline
+
+    unigram_baseline(a.train_tokens, {"validation": a.val_tokens, "test": a.test_tokens}, a.out)
+
+
 def _evaluate(a):
     from grassflow.evaluate import evaluate_run
 
@@ -56,7 +62,20 @@ def _evaluate(a):
 def _aggregate(a):
     from grassflow.report.aggregate import aggregate
 
-    aggregate(json.loads(a.preset), a.preset_name, a.runs, a.bench, a.out_dir)
+    aggregate(json.loads(a.preset), a.preset_name, a.runs, a.bench, a.out_dir, a.unigram, a.checksums, a.published)
+
+
+def _ablations(a):
+    from grassflow.report.ablations import aggregate_ablations
+
+    aggregate_ablations(json.loads(a.preset), a.preset_name, json.loads(a.grid), a.runs_dir, a.unigram,
+                        a.checksums, a.published, a.out_dir)
+
+
+def _baseline_args(p):
+    p.add_argument("--unigram", required=True, help="unigram.json of the evaluation tokens")
+    p.add_argument("--checksums", required=True, help="the download stage's checksums.json")
+    p.add_argument("--published", required=True, help="workflow/resources/published.yaml")
 
 
 def _bench(a):
@@ -180,10 +199,15 @@ COMMANDS = [
       lambda p: p.add_argument("--out", required=True)]),
     ("train-tokenizer", "train a WordPiece tokenizer on the train split", _train_tokenizer, [_tokenizer_training_args]),
     ("tokenize", "raw parquet files to token parquet files", _tokenize, [_tokenize_args]),
+    ("unigram", "the unigram-perplexity baseline of the validation and test tokens", _unigram,
+     [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
     ("train", "train one run from its spec", _train, [_train_args]),
     ("evaluate", "perplexities of a run's best checkpoint", _evaluate, [_evaluate_args]),
     ("aggregate", "tables and figures of a preset", _aggregate,
-     [_aggregate_args, lambda p: p.add_argument("--bench", help="bench JSON for the scaling figure")]),
+     [_aggregate_args, _baseline_args, lambda p: p.add_argument("--bench", help="bench JSON for the scaling figure")]),
+    ("ablations", "the ablation table and figure of a preset", _ablations,
+     [_baseline_args,
+      lambda p: [p.add_argument(f"--{k}", required=True) for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),
     ("snli-download", "SNLI pairs to parquet (label −1 dropped)", _snli_download, [_data_args]),
     ("snli-train-tokenizer", "WordPiece tokenizer (with [CLS], [SEP]) from SNLI train", _snli_train_tokenizer,
      [_tokenizer_training_args]),

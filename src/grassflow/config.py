@@ -85,6 +85,7 @@ def check_preset(name: str, p: dict) -> None:
         raise ConfigError(f"{where}.tokenizer.vocab_size: required when tokenizer.name is 'trained'")
     if tok["name"] != "trained" and tok.get("vocab_size"):
         raise ConfigError(f"{where}.tokenizer.vocab_size: only for tokenizer.name 'trained'")
+    check_ablations(where, p)
     for run_id, spec in runs(name, p).items():
         try:
             ModelConfig.from_dict({**spec["model"], "vocab_size": 1})
@@ -92,6 +93,17 @@ def check_preset(name: str, p: dict) -> None:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
     if p.get("snli"):
         check_snli(f"{where}.snli", name, p)
+
+
+def check_ablations(where: str, p: dict) -> None:
+    a = p.get("ablations")
+    if not a:
+        return
+    if a["base"] not in p["experiments"]:
+        raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
+                          f"({sorted(p['experiments'])})")
+    if len(set(a["seeds"])) != len(a["seeds"]):
+        raise ConfigError(f"{where}.ablations.seeds: duplicate seeds {a['seeds']}")
 
 
 def _check_seeds_and_source(where: str, part: dict, data_key: str) -> None:
@@ -133,23 +145,68 @@ def check_snli(where: str, name: str, p: dict) -> None:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
 
 
+GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")
+
+
+def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict) -> dict:
+    """The spec of one language-model run: everything it depends on, and nothing else, so
+    that editing one model's settings (or one ablation variant) changes only those specs."""
+    e = p["experiments"][exp]
+    model = {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
+             "n_layers": e["n_layers"], "context_len": e["context_len"]}
+    if kind == "transformer":  # Grassmann-only keys cannot make a Transformer stale
+        for k in GRASSMANN_MODEL_KEYS:
+            model.pop(k, None)
+    return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "experiment": exp, "model_kind": kind,
+            "seed": seed, "model": model, "train": {**p["train"], "epochs": e["epochs"], "batch_size": e["batch_size"]},
+            "tokenizer": p["tokenizer"]["name"]}
+
+
+def _content(spec: dict) -> str:
+    return spec_hash({k: v for k, v in spec.items() if k != "run_id"})
+
+
+def main_run_ids(p: dict) -> list[str]:
+    """The main tables' runs: experiment × model × seed."""
+    return [f"{exp}-{kind}-s{seed}" for exp in p["experiments"] for kind in p["models"] for seed in p["seeds"]]
+
+
 def runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec}: experiment × model × seed. A spec holds everything that run depends
-    on, and nothing else, so editing one model's settings changes only that model's specs."""
+    """{run_id: spec}: experiment × model × seed, then the ablation grid's runs that are not
+    already among them (see ablation_runs)."""
     out = {}
-    for exp, e in p["experiments"].items():
+    for exp in p["experiments"]:
         for kind in p["models"]:
-            model = {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}),
-                     "n_layers": e["n_layers"], "context_len": e["context_len"]}
-            if kind == "transformer":  # Grassmann-only keys cannot make a Transformer stale
-                for k in ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend"):
-                    model.pop(k, None)
-            train = {**p["train"], "epochs": e["epochs"], "batch_size": e["batch_size"]}
             for seed in p["seeds"]:
-                run_id = f"{exp}-{kind}-s{seed}"
-                out[run_id] = {"run_id": run_id, "preset": name, "experiment": exp, "model_kind": kind,
-                               "seed": seed, "model": copy.deepcopy(model), "train": train,
-                               "tokenizer": p["tokenizer"]["name"]}
+                spec = _run_spec(name, p, exp, kind, seed, {})
+                out[spec["run_id"]] = spec
+    for variant in ablation_runs(name, p, out).values():
+        for specs in variant.values():
+            for spec in specs:
+                out.setdefault(spec["run_id"], spec)
+    return out
+
+
+def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:
+    """{variant: {model: [spec per seed]}} of the preset's `ablations` section: each variant's
+    switches applied to the base experiment, for both models where a switch applies. A run
+    whose spec equals another's is that run (the `paper` variant is the main table's runs; a
+    Transformer is the same under a Grassmann-only switch): it is trained once."""
+    a = p.get("ablations")
+    if not a:
+        return {}
+    by_content = {_content(s): s["run_id"] for s in (main or {}).values()}
+    out = {}
+    for variant, switches in a["variants"].items():
+        out[variant] = {}
+        for kind in p["models"]:
+            specs = []
+            for seed in a["seeds"]:
+                spec = _run_spec(name, p, a["base"], kind, seed, switches or {})
+                key = _content(spec)
+                spec["run_id"] = by_content.setdefault(key, f"{a['base']}_{variant}-{kind}-s{seed}")
+                specs.append(spec)
+            out[variant][kind] = specs
     return out
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from grassflow.checkpoint import state_sha256
 from grassflow.data.tokenize import read_tokens
 from grassflow.io import sha256_file, write_json
 from grassflow.models import ModelConfig, build_model
@@ -97,7 +98,8 @@ def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, boo
     record = json.loads(Path(run_json).read_text())
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
     result = {"run_id": ckpt["spec"]["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
-              "checkpoint_sha256": sha256_file(checkpoint), "run_record": str(run_json)}
+              "weights_sha256": state_sha256(ckpt["model"]), "checkpoint_file_sha256": sha256_file(checkpoint),
+              "run_record": str(run_json)}
     if ckpt["model"] is None:
         result.update(validation=None, test=None)
         write_json(out_path, result)

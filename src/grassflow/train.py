@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from grassflow.checkpoint import CheckpointError, DiskSpaceError, seed_everything
+from grassflow.checkpoint import CheckpointError, DiskSpaceError, seed_everything, state_sha256
 from grassflow.config import spec_hash
 from grassflow.data import DataError
 from grassflow.data.tokenize import read_tokens
@@ -83,7 +83,8 @@ def run_record(spec, out, model, status, metrics, best, device, data, t_start, *
         "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
         "seed": spec["seed"], "data": data,
         "wall_seconds": time.time() - t_start,
-        "checkpoint_sha256": sha256_file(Path(out) / "best.pt"),
+        "weights_sha256": state_sha256(torch.load(Path(out) / "best.pt", map_location="cpu", weights_only=False)["model"]),
+        "checkpoint_file_sha256": sha256_file(Path(out) / "best.pt"),
     }
     write_json(Path(out) / "run.json", record)
     return record

@@ -6,11 +6,17 @@ import re
 import shlex
 from pathlib import Path
 
-from grassflow.config import runs, select_preset, snli_runs
+from grassflow.config import ablation_runs, main_run_ids, runs, select_preset, snli_runs
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
-RUNS = runs(PRESET, P)
+RUNS = runs(PRESET, P)  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P["experiments"])
+MAIN_RUNS = main_run_ids(P)
+# {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
+ABLATIONS = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
+             for v, models in ablation_runs(PRESET, P, RUNS).items()}
+ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
+PUBLISHED = str(Path("workflow", "resources", "published.yaml"))  # the paper's setup, published numbers
 SPLITS = ["train", "validation", "test"]
 TOKENIZER = P["tokenizer"]["name"]
 
@@ -58,6 +64,7 @@ SHARED = ["__init__.py", "io.py", "runtime.py", "provenance.py", "config.py", "c
 CODE = {
     "download": SHARED + ["data/__init__.py", "data/download.py", "data/synthetic.py"],
     "tokenize": SHARED + ["data/__init__.py", "data/tokenize.py"],
+    "unigram": SHARED + ["data/__init__.py", "data/tokenize.py", "data/unigram.py"],
     "model": ["models/__init__.py", "models/config.py", "models/common.py"],
     "transformer": ["models/transformer.py"],
     "grassmann": ["models/grassmann.py", "ops", KERNELS],
@@ -66,7 +73,10 @@ CODE = {
     "snli_data": SHARED + ["data/__init__.py", "data/download.py", "data/tokenize.py",
                            "snli/__init__.py", "snli/data.py", "snli/synthetic.py"],
     "snli": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py", "snli"],
-    "report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py"],
+    "report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
+                        "report/setup.py"],
+    "ablation_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py",
+                                 "report/stats.py", "report/setup.py", "report/ablations.py", "models/config.py"],
     "snli_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
                              "report/snli.py", "snli/synthetic.py"],
     "bench": SHARED + ["bench.py"],
@@ -84,7 +94,9 @@ def fingerprint(*groups):
     for group in groups:
         for entry in CODE[group]:
             for f in _files(entry):
-                h.update(str(f.relative_to(workflow.basedir)).encode() + b"\0" + f.read_bytes())
+                h.update(str(f.relative_to(workflow.basedir)).encode())
+                h.update(b"\0")
+                h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -132,8 +144,14 @@ def tokenizer_artifact():
     return [fetched_tokenizer(TOKENIZER)] if TOKENIZER in FETCH_TOKENIZERS else []
 
 
-def run_outputs(name):
-    return [f"{RES}/runs/{run}/{name}" for run in RUNS]
+def run_outputs(name, run_ids=None):
+    return [f"{RES}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
+
+
+def ablation_outputs():
+    if not ABLATIONS:
+        return []
+    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex")] + [f"{REPORT}/ablations.png"]
 
 
 def table_outputs():
@@ -173,4 +191,4 @@ def snli_table_outputs():
 
 def final_outputs():
     snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
-    return table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + snli
+    return table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() + snli

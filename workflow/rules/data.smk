@@ -10,6 +10,8 @@ rule download:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
         checksums=f"{RAW}/checksums.json",
     params:
+        gf=GF,
+        out_dir=lambda wc, output: Path(output.checksums).parent,
         data=quoted_json(P["data"]),
         code=fingerprint("download"),
     conda:
@@ -19,13 +21,14 @@ rule download:
     benchmark:
         f"{RES}/benchmarks/download.tsv"
     shell:
-        "{GF} download --data {params.data} --out-dir {RAW} > {log} 2>&1"
+        "{params.gf} download --data {params.data} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule fetch_tokenizer:
     output:
         fetched_tokenizer("{tok_name}"),
     params:
+        gf=GF,
         tokenizer=lambda wc: quoted_json(FETCH_TOKENIZERS[wc.tok_name]),
         code=fingerprint("tokenize"),
     conda:
@@ -33,7 +36,7 @@ rule fetch_tokenizer:
     log:
         f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
     shell:
-        "{GF} fetch-tokenizer --tokenizer {params.tokenizer} --out {output} > {log} 2>&1"
+        "{params.gf} fetch-tokenizer --tokenizer {params.tokenizer} --out {output} > {log} 2>&1"
 
 
 rule train_tokenizer:
@@ -42,6 +45,7 @@ rule train_tokenizer:
     output:
         f"{RES}/data/tokenizer/trained/tokenizer.json",
     params:
+        gf=GF,
         vocab_size=P["tokenizer"].get("vocab_size"),
         code=fingerprint("tokenize"),
     conda:
@@ -51,7 +55,7 @@ rule train_tokenizer:
     benchmark:
         f"{RES}/benchmarks/train_tokenizer.tsv"
     shell:
-        "{GF} train-tokenizer --train {input} --vocab-size {params.vocab_size} "
+        "{params.gf} train-tokenizer --train {input} --vocab-size {params.vocab_size} "
         "--out {output} > {log} 2>&1"
 
 
@@ -62,6 +66,8 @@ rule tokenize:
     output:
         expand(f"{TOKENS}/{{split}}.parquet", split=SPLITS),
     params:
+        gf=GF,
+        out_dir=lambda wc, output: Path(output[0]).parent,
         tokenizer=quoted_json(P["tokenizer"]),
         artifact=" ".join(f"--artifact {a}" for a in tokenizer_artifact()),
         code=fingerprint("tokenize"),
@@ -72,5 +78,26 @@ rule tokenize:
     benchmark:
         f"{RES}/benchmarks/tokenize.tsv"
     shell:
-        "{GF} tokenize --tokenizer {params.tokenizer} {params.artifact} "
-        "--raw {input.raw} --out-dir {TOKENS} > {log} 2>&1"
+        "{params.gf} tokenize --tokenizer {params.tokenizer} {params.artifact} "
+        "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+# The unigram baseline of the evaluation tokens (training-split counts): the perplexity a model
+# must beat to have learned anything; the tables mark runs that do not.
+rule unigram:
+    input:
+        train=f"{TOKENS}/train.parquet",
+        val=f"{TOKENS}/validation.parquet",
+        test=f"{TOKENS}/test.parquet",
+    output:
+        f"{TOKENS}/unigram.json",
+    params:
+        gf=GF,
+        code=fingerprint("unigram"),
+    conda:
+        "../../envs/data.yaml"
+    log:
+        f"{RES}/logs/unigram.log",
+    shell:
+        "{params.gf} unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
+        "--out {output} > {log} 2>&1"

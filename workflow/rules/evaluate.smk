@@ -11,6 +11,7 @@ rule evaluate:
     output:
         f"{RUN_DIR}/eval.json",
     params:
+        gf=GF,
         code=lambda wc: fingerprint("evaluate", *model_code(RUNS[wc.run]["model_kind"])),
     resources:
         gpu=1,
@@ -21,5 +22,5 @@ rule evaluate:
     benchmark:
         f"{RES}/benchmarks/evaluate/{{run}}.tsv"
     shell:
-        "{GF} evaluate --checkpoint {input.best} --run-json {input.record} "
+        "{params.gf} evaluate --checkpoint {input.best} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"

@@ -8,6 +8,8 @@ rule bench:
     output:
         f"{RES}/bench/bench.json",
     params:
+        gf=GF,
+        out_dir=lambda wc, output: Path(output[0]).parent,
         quick="--quick" if P["bench"]["quick"] else "",
         device=P["train"]["device"],
         code=fingerprint("bench", "model", "transformer", "grassmann"),
@@ -20,7 +22,7 @@ rule bench:
     benchmark:
         f"{RES}/benchmarks/bench.tsv"
     shell:
-        "{GF}.bench {params.quick} --device {params.device} --out {RES}/bench --name bench > {log} 2>&1"
+        "{params.gf}.bench {params.quick} --device {params.device} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:
@@ -29,6 +31,9 @@ rule aggregate:
         records=run_outputs("run.json"),
         metrics=run_outputs("metrics.jsonl"),
         bench=f"{RES}/bench/bench.json",
+        unigram=f"{TOKENS}/unigram.json",
+        checksums=f"{RAW}/checksums.json",
+        published=PUBLISHED,
     output:
         tables=[report(t, category="Tables", labels={"table": Path(t).name}) for t in table_outputs()],
         figures=[report(f, caption="../report/figure.rst", category="Figures",
@@ -36,8 +41,12 @@ rule aggregate:
         summary=report(f"{REPORT}/summary.md", caption="../report/summary.rst", category="Summary",
                        labels={"table": "summary"}),
     params:
-        preset=quoted_json({k: v for k, v in P.items() if k != "snli"}),  # SNLI edits leave these alone
-        runs=" ".join(f"{RES}/runs/{r}" for r in RUNS),
+        gf=GF,
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output.summary).parent,
+        # SNLI and ablation edits leave these tables alone
+        preset=quoted_json({k: v for k, v in P.items() if k not in ("snli", "ablations")}),
+        runs=" ".join(f"{RES}/runs/{r}" for r in MAIN_RUNS),
         code=fingerprint("report"),
     conda:
         "../../envs/report.yaml"
@@ -46,5 +55,45 @@ rule aggregate:
     benchmark:
         f"{RES}/benchmarks/aggregate.tsv"
     shell:
-        "{GF} aggregate --preset {params.preset} --preset-name {PRESET} "
-        "--runs {params.runs} --bench {input.bench} --out-dir {REPORT} > {log} 2>&1"
+        "{params.gf} aggregate --preset {params.preset} --preset-name {params.preset_name} "
+        "--runs {params.runs} --bench {input.bench} --unigram {input.unigram} --checksums {input.checksums} "
+        "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+if ABLATIONS:
+
+    rule ablation_aggregate:
+        input:
+            evals=run_outputs("eval.json", ABLATION_RUNS),
+            records=run_outputs("run.json", ABLATION_RUNS),
+            unigram=f"{TOKENS}/unigram.json",
+            checksums=f"{RAW}/checksums.json",
+            published=PUBLISHED,
+        output:
+            tables=[report(t, category="Ablations", labels={"table": Path(t).name})
+                    for t in ablation_outputs() if not t.endswith(".png")],
+            figure=report(f"{REPORT}/ablations.png", caption="../report/ablations.rst", category="Ablations",
+                          labels={"figure": "ablations"}),
+        params:
+            gf=GF,
+            preset_name=PRESET,
+            out_dir=lambda wc, output: Path(output.figure).parent,
+            runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
+            # what the table reads of the preset: editing another experiment leaves it alone
+            preset=quoted_json({**{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
+                                "model_overrides": P.get("model_overrides") or {},
+                                "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]}}),
+            grid=quoted_json(ABLATIONS),
+            code=fingerprint("ablation_report"),
+        conda:
+            "../../envs/report.yaml"
+        log:
+            f"{RES}/logs/ablation_aggregate.log",
+        shell:
+            "{params.gf} ablations --preset {params.preset} --preset-name {params.preset_name} --grid {params.grid} "
+            "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
+            "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+
+    rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
+        input:
+            ablation_outputs(),

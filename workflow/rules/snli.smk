@@ -13,6 +13,8 @@ if SNLI:
             raw=expand(f"{SNLI_RAW}/{{split}}.parquet", split=SPLITS),
             checksums=f"{SNLI_RAW}/checksums.json",
         params:
+            gf=GF,
+            out_dir=lambda wc, output: Path(output.checksums).parent,
             data=quoted_json(SNLI["data"]),
             code=fingerprint("snli_data"),
         conda:
@@ -20,12 +22,13 @@ if SNLI:
         log:
             f"{RES}/logs/snli/download.log",
         shell:
-            "{GF} snli-download --data {params.data} --out-dir {SNLI_RAW} > {log} 2>&1"
+            "{params.gf} snli-download --data {params.data} --out-dir {params.out_dir} > {log} 2>&1"
 
     rule snli_fetch_backbone:
         output:
             directory(f"{SNLI_RES}/backbone/{{name}}"),
         params:
+            gf=GF,
             backbone=quoted_json(SNLI.get("backbone")),
             code=fingerprint("snli_data"),
         conda:
@@ -33,7 +36,7 @@ if SNLI:
         log:
             f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
         shell:
-            "{GF} snli-fetch-backbone --backbone {params.backbone} --out-dir {output} > {log} 2>&1"
+            "{params.gf} snli-fetch-backbone --backbone {params.backbone} --out-dir {output} > {log} 2>&1"
 
     rule snli_train_tokenizer:
         input:
@@ -41,6 +44,7 @@ if SNLI:
         output:
             f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json",
         params:
+            gf=GF,
             vocab_size=SNLI["tokenizer"].get("vocab_size"),
             code=fingerprint("snli_data"),
         conda:
@@ -48,7 +52,7 @@ if SNLI:
         log:
             f"{RES}/logs/snli/train_tokenizer.log",
         shell:
-            "{GF} snli-train-tokenizer --train {input} --vocab-size {params.vocab_size} --out {output} > {log} 2>&1"
+            "{params.gf} snli-train-tokenizer --train {input} --vocab-size {params.vocab_size} --out {output} > {log} 2>&1"
 
     rule snli_tokenize:
         input:
@@ -57,6 +61,8 @@ if SNLI:
         output:
             expand(f"{SNLI_TOKENS}/{{split}}.parquet", split=SPLITS),
         params:
+            gf=GF,
+            out_dir=lambda wc, output: Path(output[0]).parent,
             tokenizer=quoted_json(SNLI["tokenizer"]),
             max_tokens=SNLI["max_tokens"],
             artifact=" ".join(f"--artifact {a}" for a in snli_tokenizer_artifact()),
@@ -66,8 +72,8 @@ if SNLI:
         log:
             f"{RES}/logs/snli/tokenize.log",
         shell:
-            "{GF} snli-tokenize --tokenizer {params.tokenizer} --max-tokens {params.max_tokens} "
-            "{params.artifact} --raw {input.raw} --out-dir {SNLI_TOKENS} > {log} 2>&1"
+            "{params.gf} snli-tokenize --tokenizer {params.tokenizer} --max-tokens {params.max_tokens} "
+            "{params.artifact} --raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
     rule snli_train:
         input:
@@ -80,6 +86,7 @@ if SNLI:
             metrics=f"{SNLI_RUN_DIR}/metrics.jsonl",
             record=f"{SNLI_RUN_DIR}/run.json",
         params:
+            gf=GF,
             spec=lambda wc: quoted_json(SNLI_RUNS[wc.snli_run]),
             code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
             out_dir=SNLI_RUN_DIR,
@@ -93,7 +100,7 @@ if SNLI:
         benchmark:
             f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
         shell:
-            "{GF} snli-train --spec {params.spec} --train-tokens {input.train} "
+            "{params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
             "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} "
             "--preflight {input.preflight} > {log} 2>&1"
 
@@ -108,6 +115,7 @@ if SNLI:
         output:
             f"{SNLI_RUN_DIR}/eval.json",
         params:
+            gf=GF,
             code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
             backbone=snli_backbone_arg,
         resources:
@@ -117,7 +125,7 @@ if SNLI:
         log:
             f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
         shell:
-            "{GF} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
+            "{params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.backbone} > {log} 2>&1"
 
     rule snli_aggregate:
@@ -130,6 +138,9 @@ if SNLI:
             summary=report(f"{REPORT}/snli_summary.md", caption="../report/snli.rst", category="SNLI",
                            labels={"table": "snli_summary"}),
         params:
+            gf=GF,
+            preset_name=PRESET,
+            out_dir=lambda wc, output: Path(output.summary).parent,
             preset=quoted_json({"snli": SNLI}),  # only the SNLI part: LM edits leave these tables alone
             runs=" ".join(f"{SNLI_RES}/runs/{r}" for r in SNLI_RUNS),
             code=fingerprint("snli_report"),
@@ -138,5 +149,5 @@ if SNLI:
         log:
             f"{RES}/logs/snli/aggregate.log",
         shell:
-            "{GF} snli-aggregate --preset {params.preset} --preset-name {PRESET} "
-            "--runs {params.runs} --out-dir {REPORT} > {log} 2>&1"
+            "{params.gf} snli-aggregate --preset {params.preset} --preset-name {params.preset_name} "
+            "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"

@@ -14,6 +14,7 @@ rule train:
         metrics=f"{RUN_DIR}/metrics.jsonl",
         record=f"{RUN_DIR}/run.json",
     params:
+        gf=GF,
         spec=lambda wc: quoted_json(RUNS[wc.run]),
         code=lambda wc: fingerprint("train", *model_code(RUNS[wc.run]["model_kind"])),
         out_dir=RUN_DIR,
@@ -26,13 +27,15 @@ rule train:
     benchmark:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
-        "{GF} train --spec {params.spec} --train-tokens {input.train} "
+        "{params.gf} train --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} > {log} 2>&1"
 
 
 rule preflight:
     output:
         preflight_file("{pf_device}", "{pf_backend}"),
+    params:
+        gf=GF,
     resources:
         gpu=1,
     conda:
@@ -40,5 +43,5 @@ rule preflight:
     log:
         f"{RES}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
     shell:
-        "{GF} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
+        "{params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
         "--out {output} > {log} 2>&1"

@@ -1,9 +1,11 @@
 """Tables (Markdown, CSV, LaTeX), figures and a summary for one preset.
 
 Per experiment: `<exp>.csv` holds one row per run with its provenance (record path, commit,
-data and checkpoint hashes); `<exp>.md`/`.tex` hold ours (mean ± std over seeds) beside the
-paper, the Grassmann-vs-Transformer gap with a 95 % CI, and the verdict on the paper's claim.
-Diverged runs are listed as such and left out of the means.
+data and weights hashes); `<exp>.md`/`.tex` hold ours (mean ± std over seeds) beside the
+paper, the unigram baseline of the same tokens, the Grassmann-vs-Transformer gap with a 95 % CI,
+and the verdict on the paper's claim, given only where the table can carry one (report.setup).
+Diverged runs are listed as such and left out of the means; a run whose validation perplexity
+is not below the unigram baseline is marked "did not learn".
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
+from grassflow.report.setup import data_label, load_checksums, load_published, not_comparable
 from grassflow.report.stats import gap_ci, mean_std, verdict
 
 MODELS = ("transformer", "grassmann")
@@ -36,11 +39,13 @@ def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
             "device_type": rec.get("device_type"), "op_backend": rec.get("plucker_backend"),
             "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
             "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
-            "checkpoint_sha256": ev["checkpoint_sha256"], "record": str(d / "run.json"),
+            "weights_sha256": ev["weights_sha256"], "record": str(d / "run.json"),
             "metrics": str(d / "metrics.jsonl")}
 
 
-def load_runs(run_dirs) -> pd.DataFrame:
+def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
+    """One row per run; `learned`: completed with validation PPL below the unigram baseline."""
+    baseline = (unigram or {}).get("validation", {}).get("unigram_ppl", math.inf)
     rows = []
     for d in map(Path, run_dirs):
         rec, ev, ok, val, test = read_run(d)
@@ -54,6 +59,7 @@ def load_runs(run_dirs) -> pd.DataFrame:
             "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
             "test_word_ppl": test.get("word_ppl", math.nan) if ok else math.nan,
             "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
+            "learned": bool(ok and val.get("chunked_ppl", math.inf) < baseline),
             **provenance_columns(d, rec, ev),
         })
     return pd.DataFrame(rows)
@@ -77,6 +83,8 @@ def summarise(df: pd.DataFrame, exp: dict) -> dict:
         stats = {k: mean_std(list(good[k])) if len(good) else (math.nan, math.nan)
                  for k in ("val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl")}
         out["models"][model] = {"n": len(sub), "n_ok": len(good), "stats": stats,
+                                "n_learned": int(good.learned.sum()),
+                                "not_learned": sorted(good[~good.learned].run_id),
                                 "diverged": sorted(sub[sub.status == "diverged"].run_id),
                                 "paper": paper.get(model), "n_params": int(sub.n_params.iloc[0]),
                                 "records": list(sub.record), "val_values": list(good.val_ppl)}
@@ -89,28 +97,35 @@ def summarise(df: pd.DataFrame, exp: dict) -> dict:
     return out
 
 
-def provenance_line(name: str, preset: dict) -> str:
-    data = preset["data"]
-    if data["source"] == "synthetic":
-        src = "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
-    elif data["source"] == "hub":
-        src = f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')})"
-    else:
-        src = f"{data['dataset']}/{data['name']} (local mirror {data.get('local_dir')})"
-    return f"Preset **{name}**: data {src}; tokenizer {preset['tokenizer']['name']}."
+def provenance_line(name: str, preset: dict, checksums: dict, setup: dict) -> str:
+    return (f"Preset **{name}**: data {data_label(preset, checksums, setup)}; "
+            f"tokenizer {preset['tokenizer']['name']}.")
+
+
+def judge(s: dict, why: list[str]) -> None:
+    """The verdict on the paper's claim, or why the table cannot give one."""
+    if "gap" in s:
+        s["gap"]["verdict"] = ("not comparable: " + "; ".join(why)) if why else s["gap"]["verdict"]
+
+
+def baseline_line(unigram: dict) -> str:
+    return (f"Unigram baseline (training-split token frequencies, add-one): validation PPL "
+            f"**{unigram['validation']['unigram_ppl']:.1f}**, test {unigram['test']['unigram_ppl']:.1f}. "
+            "A run not below it did not learn.")
 
 
 def markdown_table(exp_name, exp, s, out_dir) -> str:
     lines = [f"### {exp_name}: N={exp['n_layers']}, L={exp['context_len']}, B={exp['batch_size']}, "
              f"{exp['epochs']} epochs", "",
-             "| model | params | runs ok | best val PPL (ours) | paper | test PPL | test strided | "
+             "| model | params | runs learned / ok / all | best val PPL (ours) | paper | test PPL | test strided | "
              "test word-level | provenance |",
              "|---|---|---|---|---|---|---|---|---|"]
     for model, m in s["models"].items():
         st = m["stats"]
         links = record_links(m["records"], out_dir)
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
-        lines.append(f"| {model} | {m['n_params']:,} | {m['n_ok']}/{m['n']}{div} | {_fmt(*st['val_ppl'])} | "
+        div += f" (did not learn: {', '.join(m['not_learned'])})" if m["not_learned"] else ""
+        lines.append(f"| {model} | {m['n_params']:,} | {m['n_learned']} / {m['n_ok']} / {m['n']}{div} | {_fmt(*st['val_ppl'])} | "
                      f"{m['paper'] if m['paper'] else '—'} | {_fmt(*st['test_ppl'])} | "
                      f"{_fmt(*st['test_strided_ppl'])} | {_fmt(*st['test_word_ppl'])} | {links} |")
     lines.append("")
@@ -162,16 +177,21 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
     write_text(out / f"{stem}.tex", f"% {head}\n" + tex)
 
 
-def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir) -> None:
+def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir, unigram_json, checksums_json,
+              published_yaml) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    df = load_runs(run_dirs)
-    head = provenance_line(name, preset)
-    summary = [f"# grassflow results — preset `{name}`", "", head, ""]
+    unigram = json.loads(Path(unigram_json).read_text())
+    checksums, setup = load_checksums(checksums_json), load_published(published_yaml)["paper_setup"]
+    df = load_runs(run_dirs, unigram)
+    df = df[df.experiment.isin(list(preset["experiments"]))]  # the main tables' runs, not ablations'
+    head = provenance_line(name, preset, checksums, setup)
+    summary = [f"# grassflow results — preset `{name}`", "", head, "", baseline_line(unigram), ""]
     for exp_name, exp in preset["experiments"].items():
-        sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
+        sub = df[(df.experiment == exp_name) & df.run_id.str.startswith(f"{exp_name}-")].sort_values(["model", "seed"])
         s = summarise(sub, exp)
-        md = markdown_table(exp_name, exp, s, out)
+        judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]))
+        md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
         write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
                      latex_table(exp_name, exp, s))
         figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")

@@ -69,3 +69,24 @@ def scaling(bench: dict, preset, path):
     a1.legend()
     a2.legend()
     _save(fig, path)
+
+
+def ablation_gaps(rows, paper_gap, preset, path):
+    """Grassmann − Transformer gap (%) per ablation variant, with its 95 % CI where there is one."""
+    import math
+
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(rows)), 4))
+    xs = list(range(len(rows)))
+    for x, r in zip(xs, rows):
+        g = r.get("gap")
+        if not g:
+            continue
+        err = None if math.isnan(g["ci_low"]) else [[g["gap_pct"] - g["ci_low"]], [g["ci_high"] - g["gap_pct"]]]
+        ax.errorbar([x], [g["gap_pct"]], yerr=err, fmt="o", capsize=4, color=COLORS["grassmann"])
+    ax.axhline(0, color="grey", lw=0.8)
+    if paper_gap is not None:
+        ax.axhline(paper_gap, color="tab:red", ls="--", lw=1, label=f"paper {paper_gap:+.1f} %")
+        ax.legend()
+    ax.set_xticks(xs, [r["variant"] for r in rows], rotation=30, ha="right")
+    ax.set(ylabel="gap in best val PPL, G − T (%)", title=f"Ablations — preset {preset} (95 % CI where ≥ 2 seeds)")
+    _save(fig, path)

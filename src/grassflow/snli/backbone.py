@@ -12,12 +12,12 @@ A sha256 of the weights goes into each run's provenance record.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import torch
 import torch.nn as nn
 
+from grassflow.checkpoint import state_sha256
 from grassflow.data import DataError
 
 
@@ -77,10 +77,7 @@ def load_backbone(cfg: dict, vocab_size: int, pad_id: int, fetched=None) -> nn.M
 
 
 def weights_sha256(model: nn.Module) -> str:
-    h = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    return state_sha256(model.state_dict())
 
 
 def hidden_size(model: nn.Module) -> int:

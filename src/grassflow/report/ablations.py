@@ -1,0 +1,146 @@
+"""The ablation table: which of the paper's ambiguities makes the Grassmann − Transformer gap.
+
+`ablations.md/.csv/.tex` and `ablations.png`: per variant (model switches on the base
+experiment), both models' best validation and test perplexity (mean ± std over seeds), the gap
+with its 95 % CI, diverged and did-not-learn runs counted, and the Grassmann variant's receptive
+field in tokens (Σ over layers of the layer's largest offset: N·max Δ when every layer has all
+offsets). The CSV has one row per variant × run with the run's provenance (a run shared by two
+variants appears under each). Under the table: the published numbers (published.yaml), so ours
+are read beside everyone's, and what the table can carry (report.setup).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from grassflow.models.config import ModelConfig
+from grassflow.report import figures
+from grassflow.report.aggregate import (
+    _fmt,
+    baseline_line,
+    latex,
+    load_runs,
+    record_links,
+    write_tables,
+)
+from grassflow.report.setup import data_label, load_checksums, load_published, not_comparable
+from grassflow.report.stats import gap_ci, mean_std
+
+MODELS = ("transformer", "grassmann")
+
+
+def receptive_field(preset: dict, switches: dict) -> int:
+    """Tokens a Grassmann model's last position can reach back: Σ_layers max offset."""
+    e = preset["experiments"][preset["ablations"]["base"]]
+    cfg = ModelConfig.from_dict({**preset["model"], **(preset.get("model_overrides") or {}).get("grassmann", {}),
+                                 **(switches or {}), "n_layers": e["n_layers"], "context_len": e["context_len"],
+                                 "vocab_size": 2})
+    return sum(max(cfg.layer_lags(i)) for i in range(cfg.n_layers))
+
+
+def _model_stats(sub: pd.DataFrame) -> dict:
+    good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
+    return {"n": len(sub), "n_ok": len(good), "n_learned": int(good.learned.sum()),
+            "not_learned": sorted(good[~good.learned].run_id), "diverged": int((sub.status == "diverged").sum()),
+            "val": mean_std(list(good.val_ppl)) if len(good) else (math.nan, math.nan),
+            "test": mean_std(list(good.test_ppl)) if len(good) else (math.nan, math.nan),
+            "val_values": list(good.val_ppl), "records": list(sub.record)}
+
+
+def summarise(df: pd.DataFrame, preset: dict, grid: dict) -> list[dict]:
+    rows = []
+    for variant, models in grid.items():
+        m = {k: _model_stats(df[df.run_id.isin(ids)]) for k, ids in models.items()}
+        row = {"variant": variant, "switches": preset["ablations"]["variants"][variant] or {}, "models": m,
+               "receptive_field": receptive_field(preset, preset["ablations"]["variants"][variant])}
+        if all(k in m and m[k]["n_ok"] for k in MODELS):
+            row["gap"] = gap_ci(m["grassmann"]["val_values"], m["transformer"]["val_values"])
+        rows.append(row)
+    return rows
+
+
+def _switches(sw: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sw.items()) or "(the base)"
+
+
+def _gap(row) -> str:
+    g = row.get("gap")
+    if not g:
+        return "—"
+    ci = "" if math.isnan(g["ci_low"]) else f" ({g['ci_low']:+.1f} … {g['ci_high']:+.1f})"
+    return f"{g['gap_pct']:+.1f} %{ci}"
+
+
+def _runs_cell(m: dict) -> str:
+    cell = f"{m['n_learned']}/{m['n_ok']}/{m['n']}"
+    if m["diverged"]:
+        cell += f", {m['diverged']} diverged"
+    if m["not_learned"]:
+        cell += f", {len(m['not_learned'])} did not learn"
+    return cell
+
+
+def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[str], unigram: dict, out: Path) -> str:
+    a = preset["ablations"]
+    e = preset["experiments"][a["base"]]
+    lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, {e['epochs']} epochs, "
+             f"seeds {a['seeds']}", "",
+             "| variant | switches | Transformer val PPL | Transformer test PPL | Grassmann val PPL | "
+             "Grassmann test PPL | gap G−T (95 % CI) | runs T (learned/ok/all) | runs G | "
+             "Grassmann receptive field (tokens) | provenance |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t, g = r["models"].get("transformer"), r["models"].get("grassmann")
+        links = record_links((t["records"] if t else []) + (g["records"] if g else []), out)
+        lines.append(f"| {r['variant']} | {_switches(r['switches'])} | {_fmt(*t['val']) if t else '—'} | "
+                     f"{_fmt(*t['test']) if t else '—'} | {_fmt(*g['val']) if g else '—'} | {_fmt(*g['test']) if g else '—'} | "
+                     f"{_gap(r)} | {_runs_cell(t) if t else '—'} | {_runs_cell(g) if g else '—'} | "
+                     f"{r['receptive_field']} | {links} |")
+    lines += ["", baseline_line(unigram), "",
+              ("**These numbers cannot be compared with the paper's:** " + "; ".join(why) + ".") if why else
+              "Same data, tokenizer and scale as the paper's Table; every run learned.", "",
+              "#### Published results (Grassmann − Transformer, best validation PPL unless noted)", "",
+              "| source | setup | Transformer | Grassmann | gap |", "|---|---|---|---|---|"]
+    for p in published:
+        gap = (f"{100 * (p['grassmann'] - p['transformer']) / p['transformer']:+.1f} %"
+               if p.get("transformer") and p.get("grassmann") else "—")
+        lines.append(f"| {p['source']} | {p['setup']} | {p.get('transformer') or '—'} | {p.get('grassmann') or '—'} | {gap} |")
+    return "\n".join(lines) + "\n"
+
+
+def tex(rows: list[dict], preset: dict) -> str:
+    body = [[r["variant"], _fmt(*r["models"]["transformer"]["val"]) if "transformer" in r["models"] else "--",
+             _fmt(*r["models"]["grassmann"]["val"]) if "grassmann" in r["models"] else "--",
+             _gap(r).replace("%", r"\%").replace("…", "--"), str(r["receptive_field"])] for r in rows]
+    a = preset["ablations"]
+    return latex(["Variant", "Transformer val PPL", "Grassmann val PPL", "Gap (95 % CI)", "Receptive field"], body,
+                 f"Ablations of {a['base']}: best validation perplexity, mean ± std over seeds {a['seeds']}.")
+
+
+def aggregate_ablations(preset: dict, name: str, grid: dict, runs_dir, unigram_json, checksums_json,
+                        published_yaml, out_dir) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    unigram = json.loads(Path(unigram_json).read_text())
+    checksums, pub = load_checksums(checksums_json), load_published(published_yaml)
+    ids = sorted({r for models in grid.values() for rs in models.values() for r in rs})
+    df = load_runs([Path(runs_dir) / r for r in ids], unigram)
+    rows = summarise(df, preset, grid)
+    base = preset["ablations"]["base"]
+    worst = {k: {"n_learned": min(r["models"][k]["n_learned"] for r in rows if k in r["models"]),
+                 "not_learned": sorted({x for r in rows if k in r["models"] for x in r["models"][k]["not_learned"]})}
+             for k in preset["models"]}
+    why = not_comparable(preset, base, preset["experiments"][base], checksums, pub["paper_setup"], worst)
+    head = (f"Preset **{name}**: data {data_label(preset, checksums, pub['paper_setup'])}; "
+            f"tokenizer {preset['tokenizer']['name']}.")
+    per_run = pd.concat([df[df.run_id.isin([x for rs in models.values() for x in rs])].assign(variant=v)
+                         for v, models in grid.items()], ignore_index=True)
+    write_tables(out, "ablations", head, markdown(rows, preset, pub["published"], why, unigram, out),
+                 per_run.assign(preset=name, data_source=preset["data"]["source"]), tex(rows, preset))
+    paper = next((p for p in pub["published"] if p["source"] == f"paper (Table {base[-1]})"), None)
+    paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None
+    figures.ablation_gaps(rows, paper_gap, name, out / "ablations.png")

@@ -1,0 +1,69 @@
+"""What a table's numbers can carry: where the data came from (said as what it is), and whether
+a table is comparable with the paper's, against the paper's setup in
+workflow/resources/published.yaml. A verdict on the paper's claim is given only when every
+condition holds: the paper's data and tokenizer, its scale, at least two seeds per model, and
+runs that learned (beat the unigram baseline); otherwise the table says why not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+MIN_SEEDS = 2
+
+
+def load_published(path) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def load_checksums(path) -> dict:
+    """{split: content sha256} recorded by the download stage."""
+    return {split: rec["content_sha256"] for split, rec in json.loads(Path(path).read_text()).items()}
+
+
+def data_is_papers(checksums: dict, setup: dict) -> bool:
+    pinned = setup["data"]["content_sha256"]
+    return all(checksums.get(split) == digest for split, digest in pinned.items())
+
+
+def data_label(preset: dict, checksums: dict, setup: dict) -> str:
+    data = preset["data"]
+    if data["source"] == "synthetic":
+        return "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
+    match = ("its content hashes match the pinned hub ones" if data_is_papers(checksums, setup)
+             else "its content hashes do NOT match the pinned hub ones: not the paper's data")
+    if data["source"] == "hub":
+        return f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')}; {match})"
+    return f"local directory `{data.get('local_dir')}` ({match})"
+
+
+def scale_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> list[str]:
+    paper_exp = setup["experiments"].get(exp_name)
+    if paper_exp is None:
+        return [f"the paper has no experiment {exp_name!r}"]
+    want = {**setup["model"], **paper_exp}
+    diffs = []
+    for kind in preset["models"]:
+        ours = {**preset["model"], **(preset.get("model_overrides") or {}).get(kind, {}), **exp}
+        diffs += [f"{k} {ours.get(k)} (paper {v})" for k, v in want.items()
+                  if ours.get(k) != v and f"{k} {ours.get(k)} (paper {v})" not in diffs]
+    return ["not the paper's scale: " + ", ".join(diffs)] if diffs else []
+
+
+def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setup: dict, models: dict) -> list[str]:
+    """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`:
+    {model: {"n_learned": int, "not_learned": [run ids]}}."""
+    why = []
+    if not data_is_papers(checksums, setup):
+        why.append("not the paper's data (Wikitext-2 content hashes differ)")
+    if preset["tokenizer"]["name"] != setup["tokenizer"]:
+        why.append(f"tokenizer {preset['tokenizer']['name']} (paper {setup['tokenizer']})")
+    why += scale_differences(preset, exp_name, exp, setup)
+    not_learned = sum(len(m["not_learned"]) for m in models.values())
+    if not_learned:
+        why.append(f"{not_learned} run(s) did not beat the unigram baseline")
+    if any(m["n_learned"] < MIN_SEEDS for m in models.values()):
+        why.append(f"fewer than {MIN_SEEDS} seeds per model that learned")
+    return why
