@@ -45,7 +45,7 @@ def test_verdict_only_where_the_table_can_carry_one():
                          {"transformer": {"n_learned": 0, "not_learned": ["a", "b"]},
                           "grassmann": {"n_learned": 0, "not_learned": ["c", "d"]}})
     assert any("not the paper's data" in w for w in why)
-    assert any("not the paper's scale" in w and "d_model 128 (paper 256)" in w and "n_layers 2 (paper 6)" in w
+    assert any("not the paper's setup" in w and "d_model 128 (paper 256)" in w and "n_layers 2 (paper 6)" in w
                and "epochs 3 (paper 30)" in w for w in why)
     assert "4 run(s) did not beat the unigram baseline" in why
     one_seed = {"transformer": {"n_learned": 1, "not_learned": []}, "grassmann": {"n_learned": 3, "not_learned": []}}

@@ -109,7 +109,8 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict) -> tuple[d
     for stray in out.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
         stray.unlink()
     opt = make_optimizer(model, tcfg)
-    steps, total_steps = task.steps_per_epoch, task.steps_per_epoch * tcfg["epochs"]
+    steps = min(task.steps_per_epoch, tcfg.get("max_steps_per_epoch") or task.steps_per_epoch)
+    total_steps = steps * tcfg["epochs"]
 
     h = spec_hash(spec)
     last = out / "last.pt"

@@ -11,6 +11,7 @@ rule bench:
         gf=GF,
         out_dir=lambda wc, output: Path(output[0]).parent,
         quick="--quick" if P["bench"]["quick"] else "",
+        lengths=",".join(map(str, P["bench"]["lengths"])),
         device=P["train"]["device"],
         code=fingerprint("bench", "model", "transformer", "grassmann"),
     resources:
@@ -22,7 +23,7 @@ rule bench:
     benchmark:
         f"{RES}/benchmarks/bench.tsv"
     shell:
-        "{params.gf}.bench {params.quick} --device {params.device} --out {params.out_dir} --name bench > {log} 2>&1"
+        "{params.gf}.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:

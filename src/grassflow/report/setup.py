@@ -12,6 +12,8 @@ from pathlib import Path
 import yaml
 
 MIN_SEEDS = 2
+# the switches' defaults (grassflow.models.config), for presets that leave them unset
+DEFAULTS = {"norm": "post", "init": "default", "lag_schedule": "all", "empty_offsets": "zero"}
 
 
 def load_published(path) -> dict:
@@ -39,17 +41,17 @@ def data_label(preset: dict, checksums: dict, setup: dict) -> str:
     return f"local directory `{data.get('local_dir')}` ({match})"
 
 
-def scale_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> list[str]:
+def setup_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> list[str]:
     paper_exp = setup["experiments"].get(exp_name)
     if paper_exp is None:
         return [f"the paper has no experiment {exp_name!r}"]
     want = {**setup["model"], **paper_exp}
     diffs = []
     for kind in preset["models"]:
-        ours = {**preset["model"], **(preset.get("model_overrides") or {}).get(kind, {}), **exp}
+        ours = {**DEFAULTS, **preset["model"], **(preset.get("model_overrides") or {}).get(kind, {}), **exp}
         diffs += [f"{k} {ours.get(k)} (paper {v})" for k, v in want.items()
                   if ours.get(k) != v and f"{k} {ours.get(k)} (paper {v})" not in diffs]
-    return ["not the paper's scale: " + ", ".join(diffs)] if diffs else []
+    return ["not the paper's setup: " + ", ".join(diffs)] if diffs else []
 
 
 def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setup: dict, models: dict) -> list[str]:
@@ -60,7 +62,7 @@ def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setu
         why.append("not the paper's data (Wikitext-2 content hashes differ)")
     if preset["tokenizer"]["name"] != setup["tokenizer"]:
         why.append(f"tokenizer {preset['tokenizer']['name']} (paper {setup['tokenizer']})")
-    why += scale_differences(preset, exp_name, exp, setup)
+    why += setup_differences(preset, exp_name, exp, setup)
     not_learned = sum(len(m["not_learned"]) for m in models.values())
     if not_learned:
         why.append(f"{not_learned} run(s) did not beat the unigram baseline")
