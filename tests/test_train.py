@@ -140,7 +140,7 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     aggregate(preset, "test", dirs, tmp_path / "bench.json", tmp_path / "report", tmp_path / "unigram.json",
               tmp_path / "checksums.json", PUBLISHED)
     md = (tmp_path / "report" / "t.md").read_text()
-    assert "| grassmann | " in md and "1/2 (1 diverged)" in md and "| transformer | " in md
+    assert "| grassmann | " in md and "/ 1 / 2 (1 diverged)" in md and "| transformer | " in md
     assert "Grassmann vs Transformer" in md  # the completed runs are still compared
     assert "Unigram baseline" in md
     # one seed per model, synthetic data, not the paper's scale: no verdict, and why not
@@ -229,3 +229,34 @@ def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path)
     assert len(metrics) == SPEC["train"]["epochs"]
     best = torch.load(tmp_path / "best.pt", weights_only=False)
     assert best["epoch"] == rec["best_epoch"] == min(metrics, key=lambda m: m["val_loss"])["epoch"]
+
+
+def test_max_steps_per_epoch_caps_every_epoch(tmp_path):
+    """train.max_steps_per_epoch: each epoch runs that many steps of its own shuffled order."""
+    from grassflow.loop import fit
+
+    class Counting:
+        steps_per_epoch, items_per_step, rate_key = 10, 4, "items_per_s"
+
+        def __init__(self):
+            self.calls = []
+
+        def batch(self, epoch, step):
+            self.calls.append((epoch, step))
+            return torch.ones(4, 3)
+
+        def loss(self, model, batch):
+            return model(batch).square().mean()
+
+        def validate(self, model):
+            return {"val_loss": 1.0}
+
+        def score(self, row):
+            return row["val_loss"]
+
+    model = torch.nn.Linear(3, 1)
+    task = Counting()
+    spec = {"run_id": "cap", "train": {**SPEC["train"], "epochs": 2, "max_steps_per_epoch": 3, "checkpoint_every": 0}}
+    status, metrics = fit(model, task, spec, tmp_path, torch.device("cpu"), header={})
+    assert status == {"state": "completed"} and len(metrics) == 2
+    assert task.calls == [(e, s) for e in range(2) for s in range(3)]
