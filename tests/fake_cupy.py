@@ -100,28 +100,32 @@ class _State:
 STATE = _State()
 
 
-class Device:
+class _Current:
+    """A context that sets one of STATE's current values (device, stream) and restores it."""
+
+    attr = ""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self._prev = getattr(STATE, self.attr)
+        setattr(STATE, self.attr, self.value)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(STATE, self.attr, self._prev)
+
+
+class Device(_Current):
+    attr = "device"
+
     def __init__(self, index=0):
-        self.id = index
-
-    def __enter__(self):
-        self._prev, STATE.device = STATE.device, self.id
-        return self
-
-    def __exit__(self, *exc):
-        STATE.device = self._prev
+        super().__init__(index)
 
 
-class ExternalStream:
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    def __enter__(self):
-        self._prev, STATE.stream = STATE.stream, self.ptr
-        return self
-
-    def __exit__(self, *exc):
-        STATE.stream = self._prev
+class ExternalStream(_Current):
+    attr = "stream"
 
 
 class RawKernel:

@@ -33,26 +33,26 @@ def snli_spec(features, kind="grassmann", head=None, **train):
     return spec
 
 
+def _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, vocab_size, *limit):
+    """raw parquet splits → a trained tokenizer → token files, through the stages' own functions."""
+    for split in ("train", "validation", "test"):
+        download(cfg, split, d / f"raw_{split}.parquet")
+    train_tokenizer(d / "raw_train.parquet", vocab_size, d / "tok.json")
+    for split in ("train", "validation", "test"):
+        tokenize_split({"name": "trained"}, *limit, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
+    return d
+
+
 def make_lm_tokens(d):
     from grassflow.data.download import download
     from grassflow.data.tokenize import tokenize_split, train_tokenizer
 
     cfg = {"source": "synthetic", "synthetic": {"seed": 1, "articles": {"train": 150, "validation": 10, "test": 10}}}
-    for split in ("train", "validation", "test"):
-        download(cfg, split, d / f"raw_{split}.parquet")
-    train_tokenizer(d / "raw_train.parquet", 300, d / "tok.json")
-    for split in ("train", "validation", "test"):
-        tokenize_split({"name": "trained"}, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
-    return d
+    return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 300)
 
 
 def make_snli_tokens(d):
     from grassflow.snli.data import download, tokenize_split, train_tokenizer
 
     cfg = {"source": "synthetic", "synthetic": {"seed": 3, "pairs": {"train": 320, "validation": 64, "test": 64}}}
-    for split in ("train", "validation", "test"):
-        download(cfg, split, d / f"raw_{split}.parquet")
-    train_tokenizer(d / "raw_train.parquet", 120, d / "tok.json")
-    for split in ("train", "validation", "test"):
-        tokenize_split({"name": "trained"}, 12, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
-    return d
+    return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 120, 12)  # 12 tokens per sentence

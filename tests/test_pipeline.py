@@ -183,14 +183,9 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
 
 
 def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
-    cfg = demo / "config.yaml"
-    original = cfg.read_text()
-    cfg.write_text(original.replace("        pre_norm: {norm: pre}\n    bench:\n      quick: true",
-                                    "        pre_norm: {norm: pre, init: small}\n    bench:\n      quick: true"))
-    try:
+    with replaced(demo / "config.yaml", "        pre_norm: {norm: pre}\n    bench:\n      quick: true",
+                  "        pre_norm: {norm: pre, init: small}\n    bench:\n      quick: true"):
         jobs = planned(demo)
-    finally:
-        cfg.write_text(original)
     assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
                             ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
                             ("ablation_aggregate", None): 1})
@@ -236,14 +231,20 @@ def test_nothing_to_do_after_a_full_run(demo):
 
 
 @contextmanager
-def edited(path: Path, text: str):
-    """Append text to a file for the duration of the block."""
+def replaced(path: Path, old: str, new: str):
+    """Replace the first `old` in a file with `new` for the duration of the block."""
     original = path.read_text()
-    path.write_text(original + text)
+    assert old in original, f"{path}: {old!r} not found"
+    path.write_text(original.replace(old, new, 1))
     try:
         yield
     finally:
         path.write_text(original)
+
+
+def edited(path: Path, text: str):
+    """Append text to a file for the duration of the block."""
+    return replaced(path, original := path.read_text(), original + text)
 
 
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
@@ -259,15 +260,9 @@ def test_editing_preflight_code_reruns_nothing(demo):
 
 
 def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
-    cfg = demo / "config.yaml"
-    original = cfg.read_text()
-    cfg.write_text(original.replace(
-        "      checkpoint_every: 0\n      device: cpu\n",
-        "      checkpoint_every: 0\n      device: cpu\n    model_overrides: {grassmann: {plucker_backend: fused-cpu}}\n", 1))
-    try:
+    with replaced(demo / "config.yaml", "      checkpoint_every: 0\n      device: cpu\n",
+                  "      checkpoint_every: 0\n      device: cpu\n    model_overrides: {grassmann: {plucker_backend: fused-cpu}}\n"):
         jobs = planned(demo)
-    finally:
-        cfg.write_text(original)
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
     assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "ablation_aggregate"}
@@ -280,15 +275,9 @@ def test_editing_report_code_plans_only_aggregate(demo):
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
-    cfg = demo / "config.yaml"
-    original = cfg.read_text()
-    cfg.write_text(original.replace(
-        "      checkpoint_every: 0\n      device: cpu\n",
-        "      checkpoint_every: 0\n      device: cpu\n    model_overrides: {grassmann: {empty_offsets: bias}}\n"))
-    try:
+    with replaced(demo / "config.yaml", "      checkpoint_every: 0\n      device: cpu\n",
+                  "      checkpoint_every: 0\n      device: cpu\n    model_overrides: {grassmann: {empty_offsets: bias}}\n"):
         jobs = planned(demo)
-    finally:
-        cfg.write_text(original)
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
     assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "ablation_aggregate"}
@@ -306,28 +295,18 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
 
 
 def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
-    cfg = demo / "config.yaml"
-    original = cfg.read_text()
-    cfg.write_text(original.replace("      head: {d_model: 32, d_ff: 64, n_heads: 2, d_proj: 16, mix_heads: 2}\n",
-                                    "      head: {d_model: 32, d_ff: 64, n_heads: 2, d_proj: 16, mix_heads: 2}\n"
-                                    "      head_overrides: {grassmann: {pairs: causal}}\n"))
-    try:
+    with replaced(demo / "config.yaml", "      head: {d_model: 32, d_ff: 64, n_heads: 2, d_proj: 16, mix_heads: 2}\n",
+                  "      head: {d_model: 32, d_ff: 64, n_heads: 2, d_proj: 16, mix_heads: 2}\n"
+                  "      head_overrides: {grassmann: {pairs: causal}}\n"):
         jobs = planned(demo)
-    finally:
-        cfg.write_text(original)
     assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
                             ("snli_train", "table3_scratch-grassmann-s0"): 1,
                             ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1})
 
 
 def test_snli_backbone_setting_never_touches_scratch_runs(demo):
-    cfg = demo / "config.yaml"
-    original = cfg.read_text()
-    cfg.write_text(original.replace("hidden_dim: 64, seed: 0}", "hidden_dim: 64, seed: 1}"))
-    try:
+    with replaced(demo / "config.yaml", "hidden_dim: 64, seed: 0}", "hidden_dim: 64, seed: 1}"):
         jobs = planned(demo)
-    finally:
-        cfg.write_text(original)
     assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
     assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate"}
 
