@@ -448,6 +448,7 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
         if rule:
             by_rule.setdefault(rule, []).append((jid, run, f))
     runs = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
+    runs |= {f"table1_pre_norm-{m}-s0" for m in ("transformer", "grassmann")}  # the demo's ablation
     snli_runs = {f"{t}-{m}-s0" for t in ("table3", "table3_scratch") for m in ("transformer", "grassmann")}
     for rule, expected in (("train", runs), ("evaluate", runs), ("snli_train", snli_runs), ("snli_evaluate", snli_runs),
                            ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
@@ -455,8 +456,8 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
         for _jid, run, f in by_rule[rule]:
             assert f["Partition"] == "gpu", (rule, run, f["Partition"])
             assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (rule, run, f)
-    for rule in ("train_tokenizer", "tokenize", "aggregate", "snli_train_tokenizer", "snli_tokenize",
-                 "snli_aggregate"):
+    for rule in ("train_tokenizer", "tokenize", "unigram", "aggregate", "ablation_aggregate", "snli_train_tokenizer",
+                 "snli_tokenize", "snli_aggregate"):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
         for _jid, _, f in by_rule[rule]:
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
