@@ -6,10 +6,11 @@ contracts, which the CPU paths otherwise never meet:
                         grad (CuPy 13 then falls back to numpy.array(tensor), which fails with
                         "can't convert cuda:0 device type tensor to numpy"), and dtypes the
                         interface has no type string for (bfloat16)
-  RawModule             compiles nothing here, but knows exactly the kernels a real compile
-                        would export: the extern "C" __global__ functions of the source, or
-                        the given name_expressions; get_function of any other name fails as
-                        CUDA's module lookup does (CUDA_ERROR_NOT_FOUND)
+  RawModule             compiles nothing here, but knows exactly the kernels a real compile of
+                        kernels/plucker.cu exports: its extern "C" __global__ functions;
+                        get_function of any other name (a template's, say) fails as CUDA's
+                        module lookup does (CUDA_ERROR_NOT_FOUND). Other sources and
+                        name_expressions are refused: the backend uses neither.
   kernel launch         (grid, block, args): args must be this module's arrays or NumPy
                         scalars whose types match the kernel's __global__ signature (parsed
                         from kernels/plucker.cu); a launch outside an ExternalStream/Device
@@ -23,7 +24,6 @@ and tells the backend that CPU tensors are CUDA tensors (cupy_backend.CUDA).
 
 from __future__ import annotations
 
-import re
 import sys
 import types
 from contextlib import contextmanager
@@ -153,9 +153,11 @@ class RawKernel:
 
 class RawModule:
     def __init__(self, code=None, options=(), name_expressions=None, **kwargs):
-        if kwargs:
-            raise TypeError(f"stand-in RawModule: unsupported {sorted(kwargs)}")
-        self.code, self.options, self.name_expressions = code, tuple(options), name_expressions
+        if kwargs or name_expressions is not None:
+            raise NotImplementedError(f"stand-in RawModule: unsupported {sorted(kwargs) or 'name_expressions'}")
+        if code != (kernels_dir() / "plucker.cu").read_text():
+            raise NotImplementedError("stand-in RawModule: models kernels/plucker.cu only")
+        self.options = tuple(options)
         self._compiled = None
 
     def compile(self, log_stream=None):
@@ -164,24 +166,14 @@ class RawModule:
                 raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
                                    "cannot open shared object file: No such file or directory")
             STATE.compiles += 1
-            # what the real compile exports: the source's extern "C" kernels (signatures from
-            # the preprocessed file) and the instantiations named in name_expressions
-            sigs = kernel_abi.signatures(kernels_dir() / "plucker.cu")
-            if self.code != (kernels_dir() / "plucker.cu").read_text():
-                sigs = {n: p for n, p in sigs.items() if re.search(rf"\b{n}\b", self.code or "")}
-            self._compiled = dict(sigs)
-            for expr in self.name_expressions or ():
-                self._compiled.setdefault(expr, None)
+            self._compiled = kernel_abi.signatures(kernels_dir() / "plucker.cu")  # its exports
         return self
 
     def get_function(self, name):
         self.compile()
         if name not in self._compiled:
             raise CUDADriverError(f"CUDA_ERROR_NOT_FOUND: named symbol not found ({name!r})")
-        params = self._compiled[name]
-        if params is None:
-            raise NotImplementedError(f"stand-in: launching template instantiation {name!r} is not modelled")
-        return RawKernel(name, params)
+        return RawKernel(name, self._compiled[name])
 
 
 def _module():

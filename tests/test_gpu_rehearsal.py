@@ -241,9 +241,12 @@ def test_the_standin_holds_cupys_contracts(standin):
         cupy.asarray(t)
     with pytest.raises(TypeError):
         cupy.asarray(torch.zeros(4, dtype=BF16))  # no bfloat16 in the array interface
-    mod = cupy.RawModule(code=open(fake_cupy.kernels_dir() / "plucker.cu").read(), options=("-std=c++17",))
+    mod_code = (fake_cupy.kernels_dir() / "plucker.cu").read_text()
+    mod = cupy.RawModule(code=mod_code, options=("-std=c++17",))
     with pytest.raises(fake_cupy.CUDADriverError, match="CUDA_ERROR_NOT_FOUND"):
         mod.get_function("plucker_coeff<float>")  # templates are not exported without name_expressions
+    with pytest.raises(NotImplementedError):  # and name_expressions bypass CuPy's disk cache
+        cupy.RawModule(code=mod_code, options=("-std=c++17",), name_expressions=["plucker_coeff<float>"])
     fn = mod.get_function("plucker_coeff_f32")
     z, c, lags = (cupy.asarray(torch.zeros(2, 3, 4)), cupy.asarray(torch.zeros(2, 3, 4)),
                   cupy.asarray(torch.ones(1, dtype=torch.int32)))

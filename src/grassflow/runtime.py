@@ -30,8 +30,9 @@ def autocast(device: torch.device):
 
 
 def pick_device(name: str, log: bool = False) -> torch.device:
-    """`auto` | `cpu` | `cuda` (config key train.device). With log=True, one stderr line says
-    what was picked, so that an `auto` run that fell to the CPU is visible in its log."""
+    """`auto` | `cpu` | `cuda` (config key train.device). With log=True, one line says
+    what was picked (stdout: a job's log holds it first, and stderr keeps to the one `error:`
+    line of a failure), so that an `auto` run that fell to the CPU is visible in its log."""
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train.device must be auto, cpu or cuda, got {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
@@ -40,7 +41,6 @@ def pick_device(name: str, log: bool = False) -> torch.device:
     device = torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
     if log:
         why = " (no CUDA device visible: this run is on the CPU)" if name == "auto" and device.type == "cpu" else ""
-        # stdout: the job log holds it first; stderr keeps to the one `error:` line of a failure
         print(f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}", flush=True)
     return device
 

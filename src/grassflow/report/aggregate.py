@@ -184,11 +184,10 @@ def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir, unigram_js
     unigram = json.loads(Path(unigram_json).read_text())
     checksums, setup = load_checksums(checksums_json), load_published(published_yaml)["paper_setup"]
     df = load_runs(run_dirs, unigram)
-    df = df[df.experiment.isin(list(preset["experiments"]))]  # the main tables' runs, not ablations'
     head = provenance_line(name, preset, checksums, setup)
-    summary = [f"# grassflow results — preset `{name}`", "", head, "", baseline_line(unigram), ""]
+    summary = [f"# grassflow results — preset `{name}`", "", head, ""]
     for exp_name, exp in preset["experiments"].items():
-        sub = df[(df.experiment == exp_name) & df.run_id.str.startswith(f"{exp_name}-")].sort_values(["model", "seed"])
+        sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
         s = summarise(sub, exp)
         judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]))
         md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"

@@ -74,49 +74,55 @@ def _module(device_index: int):
     return mod
 
 
+COMPILE_FAILED = "CuPy cannot compile kernels/plucker.cu"
+
+
 @cache
 def _compile_error(device_index: int) -> str | None:
     """None if the kernels compile on this device, else why not (asked once per process)."""
     try:
         _module(device_index)
     except Exception as e:  # NVRTC missing (RuntimeError/OSError), CompileException, driver errors
-        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{COMPILE_FAILED} ({type(e).__name__}: {first})"
     return None
 
 
+def why_not(device: torch.device) -> str | None:
+    """None if the backend can run on `device`, else why not."""
+    if not CUDA.is_cuda(device):
+        return f"needs CUDA tensors, got a tensor on {device}"
+    if not CUDA.available():
+        return "no CUDA device is available"
+    if not cupy_installed():
+        return "needs CuPy (pip install grassflow[gpu])"
+    return _compile_error(CUDA.index(device))
+
+
 @cache
-def _warn_fallback(device_index: int, why: str) -> None:
-    print(f"[grassflow] warning: CuPy cannot compile kernels/plucker.cu on cuda:{device_index} ({why}); "
-          "plucker_backend 'auto' uses 'fast' instead", file=sys.stderr)
+def _warn_fallback(why: str) -> None:
+    print(f"[grassflow] warning: {why}; plucker_backend 'auto' uses 'fast' instead", file=sys.stderr)
 
 
 def usable(device: torch.device, *, warn: bool = True) -> bool:
-    """CuPy installed, a CUDA device, and the kernels compile on it."""
-    if not (CUDA.is_cuda(device) and CUDA.available() and cupy_installed()):
-        return False
-    idx = CUDA.index(device)
-    why = _compile_error(idx)
-    if why is not None and warn:
-        _warn_fallback(idx, why)
+    """CuPy installed, a CUDA device, and the kernels compile on it. A failed compile (CuPy is
+    there but cannot build) is the one reason worth a warning where `auto` falls back."""
+    why = why_not(device)
+    if why is not None and warn and why.startswith(COMPILE_FAILED):
+        _warn_fallback(why)
     return why is None
 
 
 def require(device: torch.device) -> None:
     """Raise, naming the cause, unless the backend can run on `device`."""
-    if not CUDA.is_cuda(device):
-        raise RuntimeError(f"plucker_backend 'cupy' needs CUDA tensors, got a tensor on {device}")
-    if not CUDA.available():
-        raise RuntimeError("plucker_backend 'cupy': no CUDA device is available")
-    if not cupy_installed():
-        raise RuntimeError("plucker_backend 'cupy' needs CuPy (pip install grassflow[gpu])")
-    why = _compile_error(CUDA.index(device))
+    why = why_not(device)
     if why is not None:
-        raise RuntimeError(f"plucker_backend 'cupy': CuPy cannot compile kernels/plucker.cu ({why})")
+        raise RuntimeError(f"plucker_backend 'cupy': {why}")
 
 
 def cupy_available() -> bool:
     """True where `auto` would pick CuPy on the current CUDA device."""
-    return CUDA.available() and usable(torch.device("cuda"), warn=False)
+    return usable(torch.device("cuda"), warn=False)
 
 
 def _as_cupy(x):

@@ -48,19 +48,16 @@ def parse_signatures(preprocessed: str) -> dict[str, tuple[str, ...]]:
 
 
 @cache
-def _signatures_of(path: str, digest: int) -> dict[str, tuple[str, ...]]:
+def signatures(source: Path) -> dict[str, tuple[str, ...]]:
+    """The kernels' signatures, preprocessed once per process (as the library is built once)."""
     cxx = os.environ.get("CXX", "g++")
-    res = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", path], capture_output=True, text=True)
+    res = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", str(source)], capture_output=True, text=True)
     if res.returncode != 0:
-        raise RuntimeError(f"preprocessing {path} failed:\n{res.stderr}")
+        raise RuntimeError(f"preprocessing {source} failed:\n{res.stderr}")
     sigs = parse_signatures(res.stdout)
     if not sigs:
-        raise RuntimeError(f"{path}: no extern \"C\" __global__ kernels found")
+        raise RuntimeError(f"{source}: no extern \"C\" __global__ kernels found")
     return sigs
-
-
-def signatures(source: Path) -> dict[str, tuple[str, ...]]:
-    return _signatures_of(str(source), hash(Path(source).read_bytes()))
 
 
 def element_kind(dtype) -> tuple[str, int]:

@@ -84,8 +84,8 @@ def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pair
         sums, counts = later - earlier, (mw.sum(1, keepdim=True) - 1) * mw
     pos = (torch.tensor(starts, device=z.device)[:, None] + torch.arange(window, device=z.device)).reshape(-1)
     d = weight.shape[0]
-    total = torch.zeros(B, Tp, d, dtype=acc, device=z.device).index_add_(1, pos, sums.to(acc).reshape(B, -1, d))
-    count = torch.zeros(B, Tp, dtype=acc, device=z.device).index_add_(1, pos, counts.to(acc).reshape(B, -1))
+    total = torch.zeros(B, Tp, d, dtype=acc, device=z.device).index_add_(1, pos, sums.reshape(B, -1, d))
+    count = torch.zeros(B, Tp, dtype=acc, device=z.device).index_add_(1, pos, counts.reshape(B, -1))
     return _finish(total, count, bias, empty)[:, :T]
 
 
