@@ -120,16 +120,17 @@ def preflight_file(device, backend="auto"):
     return f"{RES}/preflight/{device}_{backend}.json"
 
 
-def lm_preflight(wc):
-    spec = RUNS[wc.run]
-    backend = spec["model"].get("plucker_backend", "auto") if spec["model_kind"] == "grassmann" else "auto"
+def _preflight_of(spec, kind_key, cfg_key):
+    backend = spec[cfg_key].get("plucker_backend", "auto") if spec[kind_key] == "grassmann" else "auto"
     return preflight_file(spec["train"]["device"], backend)
+
+
+def lm_preflight(wc):
+    return _preflight_of(RUNS[wc.run], "model_kind", "model")
 
 
 def snli_preflight(wc):
-    spec = SNLI_RUNS[wc.snli_run]
-    backend = spec["head"].get("plucker_backend", "auto") if spec["head_kind"] == "grassmann" else "auto"
-    return preflight_file(spec["train"]["device"], backend)
+    return _preflight_of(SNLI_RUNS[wc.snli_run], "head_kind", "head")
 
 
 # --- file names ----------------------------------------------------------------------------
