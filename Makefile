@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: demo test test-slurm test-all bench gpu-check lint clean
+.PHONY: demo test test-slurm test-all bench gpu-check gpu-check-run lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,7 +44,12 @@ bench: $(VENV)/.installed
 # record: reports/bench/preflight-cuda.json), and the benchmark (reports/bench/bench-cuda.md).
 gpu-check: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[gpu]"
-	$(PY) -m pytest -q -m gpu
+	$(MAKE) gpu-check-run PY=$(PY)
+
+# The same without installing, for a machine whose Python already holds torch (CUDA) and CuPy:
+#   make gpu-check-run PY=python3 PYTHONPATH=src
+gpu-check-run:
+	$(PY) -m pytest -q -p no:cacheprovider -m gpu
 	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
 

@@ -13,8 +13,11 @@ contracts, which the CPU paths otherwise never meet:
                         name_expressions are refused: the backend uses neither.
   kernel launch         (grid, block, args): args must be this module's arrays or NumPy
                         scalars whose types match the kernel's __global__ signature (parsed
-                        from kernels/plucker.cu); a launch outside an ExternalStream/Device
+                        from kernels/plucker.cu); a launch outside a Device and a stream
                         context is refused (the backend must use torch's current stream)
+  streams               as CuPy 14 (`cupy_major=14`, the default): Stream.from_external takes an
+                        object with __cuda_stream__ returning (0, ptr), and ExternalStream
+                        warns DeprecationWarning; as CuPy 13: only ExternalStream(ptr)
   nvrtc_missing=True    the first compile raises as a CuPy wheel does on a driver-only node
 
 Launches run the kernels of kernels/plucker.cu through the CPU shim (kernels/cpu_shim/), so
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
@@ -95,6 +99,7 @@ class _State:
         self.launches = []  # (kernel name, grid, block, stream)
         self.compiles = 0
         self.nvrtc_missing = False
+        self.cupy_major = 14
 
 
 STATE = _State()
@@ -127,6 +132,27 @@ class Device(_Current):
 class ExternalStream(_Current):
     attr = "stream"
 
+    def __init__(self, ptr, device_id=-1):
+        if STATE.cupy_major >= 14:
+            warnings.warn("ExternalStream is deprecated. Use Stream.from_external() instead to interoperate "
+                          "with external streams that implement the CUDA stream protocol.",
+                          DeprecationWarning, stacklevel=2)
+        super().__init__(ptr)
+
+
+class Stream(_Current):
+    attr = "stream"
+
+    @classmethod
+    def from_external(cls, obj):
+        proto = getattr(obj, "__cuda_stream__", None)
+        if proto is None:
+            raise TypeError(f"{type(obj).__name__} does not implement __cuda_stream__")
+        got = proto()
+        if not (isinstance(got, tuple) and len(got) == 2 and all(type(v) is int for v in got)) or got[0] != 0:
+            raise TypeError(f"__cuda_stream__ must return (0, stream pointer), got {got!r}")
+        return cls(got[1])
+
 
 class RawKernel:
     def __init__(self, name, params):
@@ -136,7 +162,7 @@ class RawKernel:
         if kwargs:
             raise TypeError(f"stand-in kernel call: unsupported {sorted(kwargs)}")
         if STATE.stream is None or STATE.device is None:
-            raise RuntimeError(f"{self.name}: launched outside a Device/ExternalStream context")
+            raise RuntimeError(f"{self.name}: launched outside a Device and a stream context")
         if not (isinstance(grid, tuple) and isinstance(block, tuple) and isinstance(args, tuple)):
             raise TypeError("kernel call takes (grid tuple, block tuple, args tuple)")
         grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
@@ -178,9 +204,13 @@ class RawModule:
 
 def _module():
     cupy = types.ModuleType("cupy")
-    cupy.__version__ = "13.99-standin"
+    cupy.__version__ = f"{STATE.cupy_major}.0-standin"
     cupy.asarray, cupy.ndarray, cupy.RawModule, cupy.RawKernel = asarray, ndarray, RawModule, RawKernel
     cuda = types.SimpleNamespace(Device=Device, ExternalStream=ExternalStream)
+    if STATE.cupy_major >= 14:
+        cuda.Stream = Stream
+    else:
+        cuda.Stream = type("Stream", (), {})  # CuPy 13's Stream has no from_external
     cuda.runtime = types.SimpleNamespace(runtimeGetVersion=lambda: 12040)
     cuda.nvrtc = types.SimpleNamespace(getVersion=_nvrtc_version)
     cuda.driver = types.SimpleNamespace(CUDADriverError=CUDADriverError)
@@ -221,11 +251,11 @@ def _clear_caches():
 
 
 @contextmanager
-def installed(monkeypatch, nvrtc_missing=False):
+def installed(monkeypatch, nvrtc_missing=False, cupy_major=14):
     """The stand-in as `cupy`, CPU tensors as CUDA tensors; yields its state."""
     global STATE
     STATE = _State()
-    STATE.nvrtc_missing = nvrtc_missing
+    STATE.nvrtc_missing, STATE.cupy_major = nvrtc_missing, cupy_major
     monkeypatch.setitem(sys.modules, "cupy", _module())
     monkeypatch.setattr(cupy_backend, "CUDA", CpuAsCuda())
     _clear_caches()

@@ -251,9 +251,13 @@ def test_the_standin_holds_cupys_contracts(standin):
     z, c, lags = (cupy.asarray(torch.zeros(2, 3, 4)), cupy.asarray(torch.zeros(2, 3, 4)),
                   cupy.asarray(torch.ones(1, dtype=torch.int32)))
     good = (z, lags, np.int32(1), np.int64(6), np.int32(3), np.int32(4), np.float32(1e-6), c)
-    with pytest.raises(RuntimeError, match="outside a Device/ExternalStream"):
+    with pytest.raises(RuntimeError, match="outside a Device and a stream"):
         fn((1,), (256,), good)
-    with cupy.cuda.Device(0), cupy.cuda.ExternalStream(fake_cupy.STREAM):
+    with pytest.raises(TypeError, match="__cuda_stream__"):
+        cupy.cuda.Stream.from_external(fake_cupy.STREAM)  # a bare pointer is not the protocol
+    with pytest.warns(DeprecationWarning, match="ExternalStream is deprecated"):
+        cupy.cuda.ExternalStream(fake_cupy.STREAM)
+    with cupy.cuda.Device(0), cupy.cuda.Stream.from_external(fake_cupy.cupy_backend._StreamRef(fake_cupy.STREAM)):
         fn((1,), (256,), good)
         # a Python int (CuPy: 64 bits) for `int`, an int64 for `int`, a Python float (a double)
         # or a float64 for `float eps`, an int array for `const float*`
@@ -266,6 +270,17 @@ def test_the_standin_holds_cupys_contracts(standin):
             fn((1,), (256,), (cupy.asarray(torch.zeros(4, 3, 2).transpose(0, 1)), *good[1:]))
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")
+@pytest.mark.parametrize("cupy_major", [13, 14])
+def test_cupy_backend_uses_each_cupys_stream_api(cupy_major, monkeypatch, gen):
+    """CuPy 14 deprecates ExternalStream for Stream.from_external (seen on the H100: one
+    warning per launch); CuPy 13 has only ExternalStream. Either way: torch's stream, no warning."""
+    with fake_cupy.installed(monkeypatch, cupy_major=cupy_major) as state:
+        z, W = torch.randn(2, 9, 4, generator=gen, requires_grad=True), torch.randn(3, 6, generator=gen)
+        plucker_mix(z, (1, 2), W, backend="cupy").sum().backward()
+        assert state.launches and {s for *_, s in state.launches} == {fake_cupy.STREAM}
+
+
 # --- preflight ------------------------------------------------------------------------------------
 def test_preflight_gpu_branch_through_the_standin(standin, cuda_rules):
     rec = preflight(["cpu"], ["auto", "cupy", "fast"], snli=True)
@@ -273,7 +288,7 @@ def test_preflight_gpu_branch_through_the_standin(standin, cuda_rules):
     assert rec["ok"] and [b["resolved"] for b in dev["backends"]] == ["cupy", "cupy", "fast"]
     assert {"float32/dz", "bfloat16/dz"} <= set(dev["backends"][1]["rel_err"])
     assert "grassmann_lm[cupy]" in dev["steps"] and "snli_grassmann_head[cupy]" in dev["steps"]
-    assert rec["versions"]["cupy"] == "13.99-standin" and rec["versions"]["nvrtc"] == "12.4"
+    assert rec["versions"]["cupy"] == "14.0-standin" and rec["versions"]["nvrtc"] == "12.4"
 
 
 def test_preflight_names_a_broken_cupy(monkeypatch, cuda_rules):

@@ -10,6 +10,8 @@ Contracts with torch and CuPy, each rehearsed on the CPU by tests/fake_cupy.py:
     autograd.Function the inputs and saved tensors still do): tensors are detached first.
   - CuPy has no bfloat16: a bf16 tensor is handed over as the same bytes in int16.
   - kernel arguments are NumPy scalars of the parameter's exact type (kernel_abi).
+  - kernels launch on torch's current stream, handed to CuPy through the CUDA stream protocol
+    (`Stream.from_external`, CuPy >= 14, which deprecates `ExternalStream`), else as a pointer.
   - a CuPy wheel needs NVRTC at its first compile, which a driver-only node lacks: `usable()`
     compiles once per device; `auto` then falls back to `fast` with one warning line, and an
     explicit `cupy` fails with the cause.
@@ -125,6 +127,21 @@ def cupy_available() -> bool:
     return usable(torch.device("cuda"), warn=False)
 
 
+class _StreamRef:
+    """A raw cudaStream_t under the CUDA stream protocol (version 0)."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def _cupy_stream(cupy, ptr: int):
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    return from_external(_StreamRef(ptr)) if from_external else cupy.cuda.ExternalStream(ptr)
+
+
 def _as_cupy(x):
     import cupy
 
@@ -145,5 +162,5 @@ class CupyStages(KernelStages):
         dev = args[0].device
         idx = CUDA.index(dev)
         fn = _module(idx).get_function(kernel_name(kernel, dtype))
-        with cupy.cuda.Device(idx), cupy.cuda.ExternalStream(CUDA.stream(dev)):
+        with cupy.cuda.Device(idx), _cupy_stream(cupy, CUDA.stream(dev)):
             fn((grid_for(n_threads),), (BLOCK,), tuple(_as_cupy(a) for a in args))
