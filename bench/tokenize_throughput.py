@@ -8,8 +8,11 @@ import os
 import time
 from pathlib import Path
 
-from grassflow.data.download import read_rows
-from grassflow.data.tokenize import encode_rows, load_tokenizer
+import numpy as np
+
+from grassflow.data.sources import read_rows
+from grassflow.data.tokenizers import load_tokenizer
+from grassflow.lm.data import encode_rows
 from grassflow.runtime import device_name
 
 
@@ -30,7 +33,7 @@ def main():
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            ids = encode_rows(tok, rows)
+            ids = np.concatenate(encode_rows(tok, rows))
             times.append(time.perf_counter() - t0)
         t = sorted(times)[1]
         lines.append(f"| {name} | `{path}` | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | {len(ids) / t:,.0f} |")

@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from grassflow.data import DataError
-from grassflow.data.download import content_sha256, download, read_rows
-from grassflow.data.synthetic import generate_split
-from grassflow.data.tokenize import load_tokenizer, read_tokens, tokenize_split, train_tokenizer
+from grassflow.data.sources import content_sha256, read_rows
+from grassflow.data.tokenizers import load_tokenizer
+from grassflow.lm.data import download, leading_rows, read_tokens, tokenize_split, train_tokenizer
+from grassflow.lm.synthetic import generate_split
 
 SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
 SYN = {"source": "synthetic", "synthetic": {"seed": 3, "articles": {"train": 20, "validation": 3, "test": 3}}}
@@ -49,7 +50,7 @@ def test_local_mirror_layout(tmp_path):
 
 
 def test_hub_offline_fails_at_once_with_the_fix(tmp_path):
-    code = ("from grassflow.data.download import download\n"
+    code = ("from grassflow.lm.data import download\n"
             "download({'source': 'hub', 'dataset': 'Salesforce/wikitext', 'name': 'wikitext-2-raw-v1',"
             " 'revision': None}, 'test', 'x.parquet')")
     t0 = time.perf_counter()
@@ -99,6 +100,34 @@ def test_corrupt_token_file_names_the_file(tmp_path):
         read_tokens(f)
     with pytest.raises(DataError, match="bad.parquet"):
         read_rows(f)
+
+
+def test_eval_max_tokens_cuts_validation_and_test_to_leading_rows(tmp_path):
+    for split in ("train", "validation", "test"):
+        download(SYN, split, tmp_path / f"{split}.parquet")
+    train_tokenizer(tmp_path / "train.parquet", 200, tmp_path / "tok.json")
+    full = {s: tokenize_split({"name": "trained"}, tmp_path / f"{s}.parquet", tmp_path / f"full_{s}.parquet",
+                              tmp_path / "tok.json") for s in ("train", "validation")}
+    cap = full["validation"]["n_tokens"] // 3
+    out = tmp_path / "tokens"
+    r = _cli("tokenize", "--tokenizer", '{"name": "trained"}', "--artifact", str(tmp_path / "tok.json"),
+             "--eval-max-tokens", str(cap), "--raw", *(str(tmp_path / f"{s}.parquet") for s in ("train", "validation")),
+             "--out-dir", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    train_ids, train_meta = read_tokens(out / "train.parquet")
+    assert "cut" not in train_meta and len(train_ids) == full["train"]["n_tokens"]  # train is never cut
+    ids, meta = read_tokens(out / "validation.parquet")
+    full_ids, _ = read_tokens(tmp_path / "full_validation.parquet")
+    rows = read_rows(tmp_path / "validation.parquet")
+    k = meta["cut"]["rows"]
+    assert 0 < len(ids) <= cap and np.array_equal(ids, full_ids[: len(ids)])  # a prefix of whole rows
+    assert meta["cut"] == {"max_tokens": cap, "rows": k, "of_rows": len(rows), "of_tokens": len(full_ids),
+                           "content_sha256": content_sha256(rows[:k])}
+    assert meta["n_words"] == sum(len(x.split()) for x in rows[:k])
+    assert meta["source_content_sha256"] == content_sha256(rows)  # still names the split it came from
+    rows_of = lambda *n: [np.zeros(k, dtype=np.int64) for k in n]  # noqa: E731
+    assert [leading_rows(rows_of(3, 0, 4, 2), cap) for cap in (9, 8, 6, 2)] == [4, 3, 2, 1]
+    assert leading_rows(rows_of(0, 5, 1), 2) == 2  # at least one non-blank row, even over the cap
 
 
 @pytest.mark.skipif(not SHARED_TEST.exists(), reason="../shared/data not present")
@@ -151,7 +180,7 @@ def test_truncated_raw_parquet_is_named_by_the_stage(tmp_path):
 
 def test_trained_tokenizer_is_identical_across_processes(tmp_path):
     download(SYN, "train", tmp_path / "train.parquet")
-    code = ("import sys; from grassflow.data.tokenize import train_tokenizer; "
+    code = ("import sys; from grassflow.lm.data import train_tokenizer; "
             "train_tokenizer(sys.argv[1], 300, sys.argv[2])")
     for name in ("a.json", "b.json"):
         subprocess.run([sys.executable, "-c", code, str(tmp_path / "train.parquet"), str(tmp_path / name)],

@@ -24,7 +24,8 @@ import fake_cupy
 from cuda_autocast import POLICIES, CudaAutocast
 from grassflow import runtime
 from grassflow.bench import bench_step
-from grassflow.evaluate import chunked_nll
+from grassflow.lm.evaluate import chunked_nll
+from grassflow.lm.train import train
 from grassflow.models import ModelConfig, build_model
 from grassflow.models.grassmann import gated_mix
 from grassflow.ops.plucker import kernel_abi, plucker_mix, plucker_mix_reference
@@ -33,7 +34,6 @@ from grassflow.preflight import PreflightError, preflight
 from grassflow.snli.config import HeadConfig
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 from grassflow.snli.train import predict, train_snli
-from grassflow.train import train
 from specs import LM_SPEC, snli_spec
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ import torch
 
 from grassflow.checkpoint import state_sha256
 from grassflow.config import ablation_runs, runs
-from grassflow.data.unigram import unigram_ppl
+from grassflow.lm.unigram import unigram_ppl
 from grassflow.report.ablations import receptive_field
 from grassflow.report.setup import data_label, load_published, not_comparable
 from specs import PUBLISHED
@@ -19,7 +19,8 @@ PAPER_DATA = {"test": SETUP["data"]["content_sha256"]["test"]}
 PAPER_PRESET = {"data": {"source": "hub", "dataset": "Salesforce/wikitext", "name": "wikitext-2-raw-v1",
                          "revision": "b08601e"},
                 "tokenizer": {"name": "bert-base-uncased"}, "models": ["transformer", "grassmann"],
-                "model": {"d_model": 256, "d_ff": 1024, "n_heads": 4, "r": 32, "lags": [1, 2, 4, 8, 12, 16]}}
+                "model": {"d_model": 256, "d_ff": 1024, "n_heads": 4, "r": 32, "lags": [1, 2, 4, 8, 12, 16]},
+                "train": {"lr": 3.0e-4, "max_steps_per_epoch": None}}
 TABLE1 = {"n_layers": 6, "context_len": 128, "batch_size": 32, "epochs": 30}
 LEARNED = {"transformer": {"n_learned": 3, "not_learned": []}, "grassmann": {"n_learned": 3, "not_learned": []}}
 
@@ -49,6 +50,16 @@ def test_verdict_only_where_the_table_can_carry_one():
     one_seed = {"transformer": {"n_learned": 1, "not_learned": []}, "grassmann": {"n_learned": 3, "not_learned": []}}
     assert not_comparable(PAPER_PRESET, "table1", TABLE1, PAPER_DATA, SETUP, one_seed) == [
         "fewer than 2 seeds per model that learned"]
+    # the laptop preset's departures: what the paper states, and what only our paper preset assumes
+    laptop = {**PAPER_PRESET, "data": {**PAPER_PRESET["data"], "eval_max_tokens": 50000},
+              "model": {**PAPER_PRESET["model"], "norm": "pre", "tie_weights": False, "dropout": 0.0},
+              "train": {"lr": 3e-3, "max_steps_per_epoch": 200}}
+    why = not_comparable(laptop, "table1", {**TABLE1, "batch_size": 8}, PAPER_DATA, SETUP, LEARNED)
+    assert why[0] == "validation and test cut to their leading rows of at most 50,000 tokens"
+    assert why[1] == ("not the paper's setup: norm pre (paper post), dropout 0.0 (paper preset 0.1), "
+                      "tie_weights False (paper preset True), batch_size 8 (paper preset 32), "
+                      "lr 0.003 (paper preset 0.0003), max_steps_per_epoch 200 (paper preset None)")
+    assert "cut to their leading rows of at most 50,000 tokens" in data_label(laptop, PAPER_DATA, SETUP)
     gpt2 = {**PAPER_PRESET, "tokenizer": {"name": "gpt2"}}
     assert not_comparable(gpt2, "table1", TABLE1, PAPER_DATA, SETUP, LEARNED) == ["tokenizer gpt2 (paper bert-base-uncased)"]
 

@@ -388,7 +388,7 @@ def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
     the same tokenizer and the same weights; here from local copies, on clusters from the hub."""
     from transformers import DistilBertConfig, DistilBertModel
 
-    from grassflow.data.tokenize import fetch_tokenizer, load_tokenizer, tokenizer_sha256
+    from grassflow.data.tokenizers import fetch_tokenizer, load_tokenizer, tokenizer_sha256
     from grassflow.snli.backbone import fetch_backbone, load_backbone, weights_sha256
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "man", "is", "play", "##ing", "."]

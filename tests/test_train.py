@@ -11,9 +11,10 @@ import time
 import pytest
 import torch
 
-from grassflow.data.unigram import unigram_baseline
-from grassflow.evaluate import evaluate_run
-from grassflow.train import CheckpointError, train
+from grassflow.checkpoint import CheckpointError
+from grassflow.lm.evaluate import evaluate_run
+from grassflow.lm.train import train
+from grassflow.lm.unigram import unigram_baseline
 from specs import LM_SPEC, PUBLISHED
 
 SPEC = LM_SPEC
@@ -97,10 +98,9 @@ def test_too_little_disk_fails_before_training(tokens, tmp_path, monkeypatch):
     import shutil as _shutil
 
     import grassflow.checkpoint as ckpt
-    import grassflow.train as tr
 
     monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
-    with pytest.raises(tr.DiskSpaceError, match="MiB free, but this run's checkpoints need"):
+    with pytest.raises(ckpt.DiskSpaceError, match="MiB free, but this run's checkpoints need"):
         train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     assert not any(tmp_path.iterdir())  # failed before writing anything
 

@@ -21,40 +21,41 @@ def _download_splits(download, a):
 
 
 def _download(a):
-    from grassflow.data.download import download
+    from grassflow.lm.data import download
 
     _download_splits(download, a)
 
 
 def _train_tokenizer(a):
-    from grassflow.data.tokenize import train_tokenizer
+    from grassflow.lm.data import train_tokenizer
 
     train_tokenizer(a.train, a.vocab_size, a.out)
 
 
 def _tokenize(a):
-    from grassflow.data.tokenize import tokenize_split
+    from grassflow.lm.data import tokenize_split
 
     cfg = json.loads(a.tokenizer)
     for raw in a.raw:
-        meta = tokenize_split(cfg, raw, Path(a.out_dir) / Path(raw).name, a.artifact)
+        cut = a.eval_max_tokens if Path(raw).stem in ("validation", "test") else None
+        meta = tokenize_split(cfg, raw, Path(a.out_dir) / Path(raw).name, a.artifact, max_tokens=cut)
         print(f"{Path(raw).stem}: {meta['n_tokens']} tokens in {meta['seconds']:.2f}s", file=sys.stderr)
 
 
 def _train(a):
-    from grassflow.train import train
+    from grassflow.lm.train import train
 
     train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight)
 
 
 def _unigram(a):
-    from grassflow.data.unigram import unigram_baseline
+    from grassflow.lm.unigram import unigram_baseline
 
     unigram_baseline(a.train_tokens, {"validation": a.val_tokens, "test": a.test_tokens}, a.out)
 
 
 def _evaluate(a):
-    from grassflow.evaluate import evaluate_run
+    from grassflow.lm.evaluate import evaluate_run
 
     evaluate_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
 
@@ -119,7 +120,7 @@ def _snli_evaluate(a):
 
 
 def _fetch_tokenizer(a):
-    from grassflow.data.tokenize import fetch_tokenizer
+    from grassflow.data.tokenizers import fetch_tokenizer
 
     fetch_tokenizer(json.loads(a.tokenizer), a.out)
 
@@ -134,6 +135,40 @@ def _snli_aggregate(a):
     from grassflow.report.snli import aggregate_snli
 
     aggregate_snli(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
+
+
+def _recall_data(a):
+    from grassflow.recall.data import make_splits
+
+    sizes = json.loads(a.examples)
+    meta = make_splits(a.vocab, a.seq_len, a.kv, sizes, a.seed, a.out_dir)
+    print(f"L={a.seq_len} kv={a.kv}: " + ", ".join(f"{s} {m['n_examples']} examples" for s, m in meta.items()),
+          file=sys.stderr)
+
+
+def _recall_train(a):
+    from grassflow.recall.train import train_recall
+
+    train_recall(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight)
+
+
+def _recall_evaluate(a):
+    from grassflow.recall.evaluate import evaluate_recall_run
+
+    evaluate_recall_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
+
+
+def _recall_aggregate(a):
+    from grassflow.report.recall import aggregate_recall
+
+    aggregate_recall(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
+
+
+def _recall_data_args(p):
+    for k in ("vocab", "seq-len", "kv", "seed"):
+        p.add_argument(f"--{k}", type=int, required=True)
+    p.add_argument("--examples", required=True, help='{"train": n, "validation": n, "test": n}, as JSON')
+    p.add_argument("--out-dir", required=True)
 
 
 def _preflight(a):
@@ -191,14 +226,16 @@ def _backbone_dir_arg(p):
     p.add_argument("--backbone-dir", help="the pretrained backbone as fetched by snli-fetch-backbone")
 
 
-# (command, help, function, argument groups): the language-model stages, then SNLI's
+# (command, help, function, argument groups): the language-model stages, then SNLI's, then recall's
 COMMANDS = [
     ("download", "raw splits to parquet", _download, [_data_args]),
     ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", _fetch_tokenizer,
      [lambda p: p.add_argument("--tokenizer", required=True, help="a tokenizer section, as JSON"),
       lambda p: p.add_argument("--out", required=True)]),
     ("train-tokenizer", "train a WordPiece tokenizer on the train split", _train_tokenizer, [_tokenizer_training_args]),
-    ("tokenize", "raw parquet files to token parquet files", _tokenize, [_tokenize_args]),
+    ("tokenize", "raw parquet files to token parquet files", _tokenize,
+     [_tokenize_args, lambda p: p.add_argument("--eval-max-tokens", type=int,
+                                               help="cut validation and test to their leading rows of at most N tokens")]),
     ("unigram", "the unigram-perplexity baseline of the validation and test tokens", _unigram,
      [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
     ("train", "train one run from its spec", _train, [_train_args]),
@@ -220,6 +257,12 @@ COMMANDS = [
     ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate,
      [_evaluate_args, _backbone_dir_arg]),
     ("snli-aggregate", "SNLI tables of a preset", _snli_aggregate, [_aggregate_args]),
+    ("recall-data", "MQAR train/validation/test parquet files of one (seq_len, kv) cell", _recall_data,
+     [_recall_data_args]),
+    ("recall-train", "train one MQAR run from its spec", _recall_train, [_train_args]),
+    ("recall-evaluate", "MQAR accuracy (overall and by key-query distance) of a run's best checkpoint",
+     _recall_evaluate, [_evaluate_args]),
+    ("recall-aggregate", "the recall table and figures of a preset", _recall_aggregate, [_aggregate_args]),
     ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
      [_preflight_args]),
 ]
@@ -240,10 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from grassflow.checkpoint import CheckpointError, DiskSpaceError
     from grassflow.config import ConfigError
     from grassflow.data import DataError
     from grassflow.preflight import PreflightError
-    from grassflow.train import CheckpointError, DiskSpaceError
 
     args = build_parser().parse_args(argv)
     try:

@@ -73,8 +73,22 @@ def select_preset(config: dict) -> tuple[str, dict]:
 
 def check_preset(name: str, p: dict) -> None:
     where = f"presets.{name}"
-    if not p.get("experiments"):
-        raise ConfigError(f"{where}.experiments: the run grid is empty")
+    if not (p.get("experiments") or p.get("snli") or p.get("recall")):
+        raise ConfigError(f"{where}: nothing to run (no experiments, snli or recall part)")
+    if p.get("ablations") and not p.get("experiments"):
+        raise ConfigError(f"{where}.ablations: needs the language-model experiments it varies")
+    if p.get("experiments"):
+        check_lm(where, name, p)
+    if p.get("snli"):
+        check_snli(f"{where}.snli", name, p)
+    if p.get("recall"):
+        check_recall(f"{where}.recall", name, p)
+
+
+def check_lm(where: str, name: str, p: dict) -> None:
+    for key in ("data", "tokenizer", "model"):
+        if key not in p:
+            raise ConfigError(f"{where}.{key}: required by the language-model experiments")
     if not p.get("models"):
         raise ConfigError(f"{where}.models: no model selected (transformer, grassmann)")
     if not p.get("seeds"):
@@ -91,8 +105,6 @@ def check_preset(name: str, p: dict) -> None:
             ModelConfig.from_dict({**spec["model"], "vocab_size": 1})
         except ValueError as e:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
-    if p.get("snli"):
-        check_snli(f"{where}.snli", name, p)
 
 
 def check_ablations(where: str, p: dict) -> None:
@@ -154,11 +166,11 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     e = p["experiments"][exp]
     model = {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
              "n_layers": e["n_layers"], "context_len": e["context_len"]}
-    if kind == "transformer":  # Grassmann-only keys cannot make a Transformer stale
-        for k in GRASSMANN_MODEL_KEYS:
-            model.pop(k, None)
+    # keys of the other model cannot make a run stale
+    for k in GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",):
+        model.pop(k, None)
     return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "experiment": exp, "model_kind": kind,
-            "seed": seed, "model": model, "train": {**p["train"], "epochs": e["epochs"], "batch_size": e["batch_size"]},
+            "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]},
             "tokenizer": p["tokenizer"]["name"]}
 
 
@@ -168,14 +180,23 @@ def _content(spec: dict) -> str:
 
 def main_run_ids(p: dict) -> list[str]:
     """The main tables' runs: experiment × model × seed."""
-    return [f"{exp}-{kind}-s{seed}" for exp in p["experiments"] for kind in p["models"] for seed in p["seeds"]]
+    return [f"{exp}-{kind}-s{seed}" for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
+
+
+# How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing.
+EXECUTION_KEYS = ("threads",)
+
+
+def run_train(train: dict) -> dict:
+    """A preset's train section as a run spec holds it (without the execution keys)."""
+    return {k: v for k, v in train.items() if k not in EXECUTION_KEYS}
 
 
 def runs(name: str, p: dict) -> dict[str, dict]:
     """{run_id: spec}: experiment × model × seed, then the ablation grid's runs that are not
     already among them (see ablation_runs)."""
     out = {}
-    for exp in p["experiments"]:
+    for exp in p.get("experiments") or {}:
         for kind in p["models"]:
             for seed in p["seeds"]:
                 spec = _run_spec(name, p, exp, kind, seed, {})
@@ -229,7 +250,7 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
             features = {"kind": e["features"]}
             if e["features"] == "scratch":
                 features["embed_dim"] = e["embed_dim"]
-            train = {**s["train"], "epochs": e["epochs"], "batch_size": e["batch_size"]}
+            train = {**run_train(s["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]}
             for seed in s["seeds"]:
                 run_id = f"{exp}-{kind}-s{seed}"
                 spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "head_kind": kind,
@@ -243,3 +264,66 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
 
 def spec_hash(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- multi-query associative recall (grassflow.recall) ------------------------------------
+def recall_cell(cell: dict) -> str:
+    return f"L{cell['seq_len']}-kv{cell['kv']}"
+
+
+def geometric_lags(L: int) -> list[int]:
+    """1, 2, 4, … up to L/2: offsets whose sum of reaches covers the whole context."""
+    lags = [1]
+    while lags[-1] * 2 <= L // 2:
+        lags.append(lags[-1] * 2)
+    return lags
+
+
+def recall_runs(name: str, p: dict) -> dict[str, dict]:
+    """{run_id: spec}: (seq_len, kv) cell × d_model × named model × learning rate × seed."""
+    r = p.get("recall")
+    if not r:
+        return {}
+    out = {}
+    for cell in r["cells"]:
+        for d in r["d_models"]:
+            for mname, m in r["models"].items():
+                kind = m["kind"]
+                # (.get: the semantic checks run before the schema's defaults are filled in)
+                model = {**r.get("model", {}), **(m.get("switches") or {}), "d_model": d,
+                         "d_ff": r.get("ffn_mult", 4) * d, "n_layers": r.get("n_layers", 2),
+                         "context_len": cell["seq_len"]}
+                if m.get("geometric_lags"):
+                    model["lags"] = geometric_lags(cell["seq_len"])
+                for k in GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",):
+                    model.pop(k, None)
+                for lr in r["lrs"]:
+                    train = {**run_train(r.get("train") or {}), "lr": lr, "epochs": r["epochs"],
+                             "batch_size": r["batch_size"]}
+                    for seed in r["seeds"]:
+                        run_id = f"{recall_cell(cell)}-d{d}-{mname}-lr{lr:g}-s{seed}"
+                        out[run_id] = {"run_id": run_id, "preset": name, "task": "recall", "cell": dict(cell),
+                                       "model_name": mname, "model_kind": kind, "seed": seed, "model": model,
+                                       "train": train}
+    return out
+
+
+def check_recall(where: str, name: str, p: dict) -> None:
+    from grassflow.data import DataError
+    from grassflow.recall.data import check_params
+
+    r = p["recall"]
+    if len(set(r["seeds"])) != len(r["seeds"]):
+        raise ConfigError(f"{where}.seeds: duplicate seeds {r['seeds']}")
+    for i, cell in enumerate(r["cells"]):
+        try:
+            check_params(r["data"]["vocab"], cell["seq_len"], cell["kv"], key=f"{where}.cells[{i}]")
+        except DataError as e:
+            raise ConfigError(str(e)) from None
+    if len({recall_cell(c) for c in r["cells"]}) != len(r["cells"]):
+        raise ConfigError(f"{where}.cells: a (seq_len, kv) cell is listed twice")
+    for run_id, spec in recall_runs(name, p).items():
+        try:
+            ModelConfig.from_dict({**spec["model"], "vocab_size": r["data"]["vocab"]})
+        except ValueError as e:
+            raise ConfigError(f"{where} (run {run_id}): {e}") from None

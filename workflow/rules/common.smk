@@ -6,11 +6,23 @@ import re
 import shlex
 from pathlib import Path
 
-from grassflow.config import ablation_runs, main_run_ids, runs, select_preset, snli_runs
+from grassflow.config import (
+    ablation_runs,
+    main_run_ids,
+    recall_cell,
+    recall_runs,
+    run_train,
+    runs,
+    select_preset,
+    snli_runs,
+)
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
+# The language-modelling part (Tables 1-2, ablations), when the preset has one: a preset may
+# hold only SNLI or only recall.
+LM = bool(P.get("experiments"))
 RUNS = runs(PRESET, P)  # the main tables' runs, then the ablation grid's (each trained once)
-EXPERIMENTS = list(P["experiments"])
+EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
 # {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
 ABLATIONS = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
@@ -18,7 +30,7 @@ ABLATIONS = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
 ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
 PUBLISHED = str(Path("workflow", "resources", "published.yaml"))  # the paper's setup, published numbers
 SPLITS = ["train", "validation", "test"]
-TOKENIZER = P["tokenizer"]["name"]
+TOKENIZER = P["tokenizer"]["name"] if LM else None
 
 RES = f"results/{PRESET}"
 RAW = f"{RES}/data/raw"
@@ -38,10 +50,19 @@ SNLI_TOKENIZER = SNLI["tokenizer"]["name"] if SNLI else None
 SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI_TOKENIZER}"
 SNLI_RUN_DIR = f"{SNLI_RES}/runs/{{snli_run}}"
 
+# Multi-query associative recall, when the preset has a `recall` part: one data job per
+# (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed.
+RECALL = P.get("recall")
+RECALL_RUNS = recall_runs(PRESET, P)
+RECALL_CELLS = {recall_cell(c): c for c in RECALL["cells"]} if RECALL else {}
+RECALL_RES = f"{RES}/recall"
+RECALL_DATA = f"{RECALL_RES}/data/{{recall_cell}}"
+RECALL_RUN_DIR = f"{RECALL_RES}/runs/{{recall_run}}"
+
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
 # node, the only one with internet): tokenizers named but not given a local `path`, and a
 # pretrained SNLI backbone without one.
-FETCH_TOKENIZERS = {t["name"]: t for t in (P["tokenizer"], SNLI["tokenizer"] if SNLI else None)
+FETCH_TOKENIZERS = {t["name"]: t for t in (P["tokenizer"] if LM else None, SNLI["tokenizer"] if SNLI else None)
                     if t and t["name"] != "trained" and not t.get("path")}
 _BACKBONE = (SNLI or {}).get("backbone") or {}
 SNLI_BACKBONE_DIR = (f"{SNLI_RES}/backbone/{_BACKBONE['name']}"
@@ -51,6 +72,8 @@ wildcard_constraints:
     run="|".join(RUNS),
     tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
     snli_run="|".join(SNLI_RUNS) or "(?!)",
+    recall_run="|".join(map(re.escape, RECALL_RUNS)) or "(?!)",
+    recall_cell="|".join(map(re.escape, RECALL_CELLS)) or "(?!)",
     split="|".join(SPLITS),
     pf_device="auto|cpu|cuda",
     pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
@@ -62,23 +85,28 @@ SRC = Path(workflow.basedir) / "src" / "grassflow"
 KERNELS = Path(workflow.basedir) / "kernels"
 SHARED = ["__init__.py", "io.py", "runtime.py", "provenance.py", "config.py", "cli.py"]
 CODE = {
-    "download": SHARED + ["data/__init__.py", "data/download.py", "data/synthetic.py"],
-    "tokenize": SHARED + ["data/__init__.py", "data/tokenize.py"],
-    "unigram": SHARED + ["data/__init__.py", "data/tokenize.py", "data/unigram.py"],
+    "download": SHARED + ["data/__init__.py", "data/sources.py", "lm/__init__.py", "lm/data.py", "lm/synthetic.py"],
+    "tokenize": SHARED + ["data/__init__.py", "data/sources.py", "data/tokenizers.py", "lm/__init__.py", "lm/data.py"],
+    "unigram": SHARED + ["data/__init__.py", "lm/__init__.py", "lm/data.py", "lm/unigram.py"],
     "model": ["models/__init__.py", "models/config.py", "models/common.py"],
     "transformer": ["models/transformer.py"],
     "grassmann": ["models/grassmann.py", "ops", KERNELS],
-    "train": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py"],
-    "evaluate": SHARED + ["evaluate.py", "train.py", "data/tokenize.py"],
-    "snli_data": SHARED + ["data/__init__.py", "data/download.py", "data/tokenize.py",
+    "run": SHARED + ["runs.py", "loop.py", "checkpoint.py", "data/__init__.py"],
+    "train": ["lm/__init__.py", "lm/train.py", "lm/evaluate.py", "lm/data.py"],
+    "evaluate": ["lm/__init__.py", "lm/evaluate.py", "lm/data.py"],
+    "snli_data": SHARED + ["data/__init__.py", "data/sources.py", "data/tokenizers.py",
                            "snli/__init__.py", "snli/data.py", "snli/synthetic.py"],
-    "snli": SHARED + ["train.py", "loop.py", "checkpoint.py", "evaluate.py", "data/tokenize.py", "snli"],
+    "snli": ["snli", "data/sources.py", "data/tokenizers.py"],
     "report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
                         "report/setup.py"],
     "ablation_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py",
                                  "report/stats.py", "report/setup.py", "report/ablations.py", "models/config.py"],
     "snli_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
                              "report/snli.py", "snli/synthetic.py"],
+    "recall_data": SHARED + ["data/__init__.py", "recall/__init__.py", "recall/data.py"],
+    "recall": ["recall"],
+    "recall_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
+                               "report/recall.py"],
     "bench": SHARED + ["bench.py"],
     "preflight": SHARED + ["preflight.py", "snli/config.py", "snli/heads.py", "snli/model.py"],
 }
@@ -101,7 +129,7 @@ def fingerprint(*groups):
 
 
 def model_code(kind):
-    return ["model", kind]
+    return ["run", "model", kind]
 
 
 def quoted_json(obj):
@@ -116,6 +144,10 @@ def quoted_json(obj):
 # Snakemake cannot order a job before others without their rerunning after it). ancient()
 # would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
 # jobs' own rerun reasons (changed params), so they would silently stay stale.
+# the preflight's threads: those of the preset's training jobs (the LM's, else SNLI's or recall's)
+PREFLIGHT_THREADS = next(part["train"]["threads"] for part in (P if LM else None, SNLI, RECALL) if part)
+
+
 def preflight_file(device, backend="auto"):
     return f"{RES}/preflight/{device}_{backend}.json"
 
@@ -131,6 +163,10 @@ def lm_preflight(wc):
 
 def snli_preflight(wc):
     return _preflight_of(SNLI_RUNS[wc.snli_run], "head_kind", "head")
+
+
+def recall_preflight(wc):
+    return _preflight_of(RECALL_RUNS[wc.recall_run], "model_kind", "model")
 
 
 # --- file names ----------------------------------------------------------------------------
@@ -190,6 +226,22 @@ def snli_table_outputs():
             + [f"{REPORT}/snli_curves_{exp}.png" for exp in exps])
 
 
+def recall_run_outputs(name):
+    return [f"{RECALL_RES}/runs/{run}/{name}" for run in RECALL_RUNS]
+
+
+def recall_cell_file(split):
+    return lambda wc: f"{RECALL_RES}/data/{recall_cell(RECALL_RUNS[wc.recall_run]['cell'])}/{split}.parquet"
+
+
+def recall_outputs():
+    if not RECALL:
+        return []
+    return [f"{REPORT}/recall.{ext}" for ext in ("md", "csv", "tex")] + [
+        f"{REPORT}/recall_vs_dmodel.png", f"{REPORT}/recall_by_distance.png"]
+
+
 def final_outputs():
+    lm = table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() if LM else []
     snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
-    return table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() + snli
+    return lm + snli + recall_outputs()

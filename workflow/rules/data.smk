@@ -70,6 +70,7 @@ rule tokenize:
         out_dir=lambda wc, output: Path(output[0]).parent,
         tokenizer=quoted_json(P["tokenizer"]),
         artifact=" ".join(f"--artifact {a}" for a in tokenizer_artifact()),
+        cut=f"--eval-max-tokens {P['data']['eval_max_tokens']}" if P["data"].get("eval_max_tokens") else "",
         code=fingerprint("tokenize"),
     conda:
         "../../envs/data.yaml"
@@ -78,7 +79,7 @@ rule tokenize:
     benchmark:
         f"{RES}/benchmarks/tokenize.tsv"
     shell:
-        "{params.gf} tokenize --tokenizer {params.tokenizer} {params.artifact} "
+        "{params.gf} tokenize --tokenizer {params.tokenizer} {params.artifact} {params.cut} "
         "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 

@@ -10,6 +10,7 @@ rule evaluate:
         preflight=lm_preflight,
     output:
         f"{RUN_DIR}/eval.json",
+    threads: P["train"]["threads"]
     params:
         gf=GF,
         code=lambda wc: fingerprint("evaluate", *model_code(RUNS[wc.run]["model_kind"])),
@@ -22,5 +23,5 @@ rule evaluate:
     benchmark:
         f"{RES}/benchmarks/evaluate/{{run}}.tsv"
     shell:
-        "{params.gf} evaluate --checkpoint {input.best} --run-json {input.record} "
+        "OMP_NUM_THREADS={threads} {params.gf} evaluate --checkpoint {input.best} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"

@@ -7,6 +7,7 @@ rule bench:
         preflight=preflight_file(P["train"]["device"]),
     output:
         f"{RES}/bench/bench.json",
+    threads: P["train"]["threads"]
     params:
         gf=GF,
         out_dir=lambda wc, output: Path(output[0]).parent,
@@ -23,7 +24,7 @@ rule bench:
     benchmark:
         f"{RES}/benchmarks/bench.tsv"
     shell:
-        "{params.gf}.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gf}.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:
@@ -45,8 +46,9 @@ rule aggregate:
         gf=GF,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.summary).parent,
-        # SNLI and ablation edits leave these tables alone
-        preset=quoted_json({k: v for k, v in P.items() if k not in ("snli", "ablations")}),
+        # SNLI, ablation and recall edits (and train.threads) leave these tables alone
+        preset=quoted_json({k: run_train(v) if k == "train" else v for k, v in P.items()
+                            if k not in ("snli", "ablations", "recall")}),
         runs=" ".join(f"{RES}/runs/{r}" for r in MAIN_RUNS),
         code=fingerprint("report"),
     conda:
@@ -82,7 +84,7 @@ if ABLATIONS:
             runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
             # what the table reads of the preset: editing another experiment leaves it alone
             preset=quoted_json({**{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
-                                "model_overrides": P.get("model_overrides") or {},
+                                "model_overrides": P.get("model_overrides") or {}, "train": run_train(P["train"]),
                                 "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]}}),
             grid=quoted_json(ABLATIONS),
             code=fingerprint("ablation_report"),

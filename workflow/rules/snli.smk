@@ -85,6 +85,7 @@ if SNLI:
             best=f"{SNLI_RUN_DIR}/best.pt",
             metrics=f"{SNLI_RUN_DIR}/metrics.jsonl",
             record=f"{SNLI_RUN_DIR}/run.json",
+        threads: SNLI["train"]["threads"]
         params:
             gf=GF,
             spec=lambda wc: quoted_json(SNLI_RUNS[wc.snli_run]),
@@ -100,7 +101,7 @@ if SNLI:
         benchmark:
             f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
         shell:
-            "{params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
+            "OMP_NUM_THREADS={threads} {params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
             "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} "
             "--preflight {input.preflight} > {log} 2>&1"
 
@@ -114,6 +115,7 @@ if SNLI:
             preflight=snli_preflight,
         output:
             f"{SNLI_RUN_DIR}/eval.json",
+        threads: SNLI["train"]["threads"]
         params:
             gf=GF,
             code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
@@ -125,7 +127,7 @@ if SNLI:
         log:
             f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
         shell:
-            "{params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
+            "OMP_NUM_THREADS={threads} {params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.backbone} > {log} 2>&1"
 
     rule snli_aggregate:

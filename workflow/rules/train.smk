@@ -13,6 +13,7 @@ rule train:
         best=f"{RUN_DIR}/best.pt",
         metrics=f"{RUN_DIR}/metrics.jsonl",
         record=f"{RUN_DIR}/run.json",
+    threads: P["train"]["threads"]
     params:
         gf=GF,
         spec=lambda wc: quoted_json(RUNS[wc.run]),
@@ -27,21 +28,6 @@ rule train:
     benchmark:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
-        "{params.gf} train --spec {params.spec} --train-tokens {input.train} "
+        "OMP_NUM_THREADS={threads} {params.gf} train --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} > {log} 2>&1"
 
-
-rule preflight:
-    output:
-        preflight_file("{pf_device}", "{pf_backend}"),
-    params:
-        gf=GF,
-    resources:
-        gpu=1,
-    conda:
-        "../../envs/train.yaml"
-    log:
-        f"{RES}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
-    shell:
-        "{params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
-        "--out {output} > {log} 2>&1"

@@ -22,6 +22,9 @@ class ModelConfig:
     lags: tuple[int, ...] = (1, 2, 4, 8, 12, 16)  # Grassmann: offsets Δ (pairs z_t, z_{t−Δ})
     dropout: float = 0.1
     tie_weights: bool = True  # LM head shares the token embedding
+    ffn: bool = True  # the GELU FFN sublayer of every block (off: zoology's mixer-only blocks)
+    attention_window: int | None = None  # Transformer: attend to offsets 0..window only (a
+    #                                      sliding window; reach N·window) | None: all of t's past
     # --- switches; the paper-literal choice is the first of each ---
     norm: str = "post"  # post: LN after each residual (paper) | pre: pre-LN with residuals
     init: str = "default"  # default: PyTorch's init | small: N(0, 0.02), zero biases
@@ -51,6 +54,8 @@ class ModelConfig:
                 raise ValueError(f"model.lags: offset {d} must be in 1..context_len-1 ({self.context_len - 1})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.attention_window is not None and self.attention_window < 1:
+            raise ValueError(f"model.attention_window must be ≥ 1 or null, got {self.attention_window}")
         if self.eps <= 0:
             raise ValueError(f"model.eps must be > 0, got {self.eps}")
 

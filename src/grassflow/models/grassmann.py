@@ -59,16 +59,16 @@ class GrassmannBlock(nn.Module):
         self.pre = cfg.norm == "pre"
         self.mix = mixer
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.ffn = FeedForward(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model) if cfg.ffn else None
+        self.ffn = FeedForward(cfg) if cfg.ffn else None
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, h, *mix_args):
         if self.pre:
             h = h + self.drop(self.mix(self.ln1(h), *mix_args))
-            return h + self.ffn(self.ln2(h))
+            return h if self.ffn is None else h + self.ffn(self.ln2(h))
         h = self.drop(self.ln1(self.mix(h, *mix_args)))
-        return self.ln2(h + self.ffn(h))
+        return h if self.ffn is None else self.ln2(h + self.ffn(h))
 
 
 class GrassmannLM(LanguageModel):

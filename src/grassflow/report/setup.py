@@ -13,7 +13,8 @@ import yaml
 
 MIN_SEEDS = 2
 # the switches' defaults (grassflow.models.config), for presets that leave them unset
-DEFAULTS = {"norm": "post", "init": "default", "lag_schedule": "all", "empty_offsets": "zero"}
+DEFAULTS = {"norm": "post", "init": "default", "lag_schedule": "all", "empty_offsets": "zero",
+            "dropout": 0.1, "tie_weights": True}
 
 
 def load_published(path) -> dict:
@@ -36,21 +37,39 @@ def data_label(preset: dict, checksums: dict, setup: dict) -> str:
         return "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
     match = ("its content hashes match the pinned hub ones" if data_is_papers(checksums, setup)
              else "its content hashes do NOT match the pinned hub ones: not the paper's data")
+    cut = f"; {eval_cut(data)}" if eval_cut(data) else ""
     if data["source"] == "hub":
-        return f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')}; {match})"
-    return f"local directory `{data.get('local_dir')}` ({match})"
+        return f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')}; {match}{cut})"
+    return f"local directory `{data.get('local_dir')}` ({match}{cut})"
+
+
+def eval_cut(data: dict) -> str | None:
+    n = data.get("eval_max_tokens")
+    return f"validation and test cut to their leading rows of at most {n:,} tokens" if n else None
 
 
 def setup_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> list[str]:
+    """The settings that differ from the paper's (what it states) and from our `paper`
+    preset's (what it leaves unstated and we assume: setup["assumed"])."""
     paper_exp = setup["experiments"].get(exp_name)
     if paper_exp is None:
         return [f"the paper has no experiment {exp_name!r}"]
-    want = {**setup["model"], **paper_exp}
+    assumed = setup.get("assumed") or {}
+    stated = {**setup["model"], **paper_exp}
+    unstated = {**(assumed.get("model") or {}), **(assumed.get("experiments") or {}).get(exp_name, {})}
     diffs = []
+
+    def differ(ours: dict, want: dict, whose: str):
+        for k, v in want.items():
+            d = f"{k} {ours.get(k)} ({whose} {v})"
+            if ours.get(k) != v and d not in diffs:
+                diffs.append(d)
+
     for kind in preset["models"]:
         ours = {**DEFAULTS, **preset["model"], **(preset.get("model_overrides") or {}).get(kind, {}), **exp}
-        diffs += [f"{k} {ours.get(k)} (paper {v})" for k, v in want.items()
-                  if ours.get(k) != v and f"{k} {ours.get(k)} (paper {v})" not in diffs]
+        differ(ours, stated, "paper")
+        differ(ours, unstated, "paper preset")
+    differ(preset.get("train") or {}, assumed.get("train") or {}, "paper preset")
     return ["not the paper's setup: " + ", ".join(diffs)] if diffs else []
 
 
@@ -62,6 +81,8 @@ def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setu
         why.append("not the paper's data (Wikitext-2 content hashes differ)")
     if preset["tokenizer"]["name"] != setup["tokenizer"]:
         why.append(f"tokenizer {preset['tokenizer']['name']} (paper {setup['tokenizer']})")
+    if eval_cut(preset["data"]):
+        why.append(eval_cut(preset["data"]))
     why += setup_differences(preset, exp_name, exp, setup)
     not_learned = sum(len(m["not_learned"]) for m in models.values())
     if not_learned:

@@ -22,6 +22,7 @@ CHOICES = {
 class HeadConfig:
     d_model: int = 256
     d_ff: int = 512  # GELU FFN
+    ffn: bool = True  # the FFN sublayer of each block (the blocks are the LM's)
     n_layers: int = 2  # encoder layers (Transformer) / mixing layers (Grassmann)
     dropout: float = 0.1
     norm: str = "post"  # post (as the LM) | pre

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grassflow.data import DataError
-from grassflow.data.download import check_content, content_sha256, hub_split, local_file
-from grassflow.data.tokenize import build_wordpiece, load_tokenizer, tokenizer_sha256
+from grassflow.data.sources import check_content, content_sha256, hub_split, local_file
+from grassflow.data.tokenizers import build_wordpiece, load_tokenizer, tokenizer_sha256
 from grassflow.io import atomic_path, sha256_file
 from grassflow.snli.synthetic import generate_pairs
 

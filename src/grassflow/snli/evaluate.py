@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from grassflow.data import DataError
-from grassflow.evaluate import open_for_evaluation
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
+from grassflow.runs import open_for_evaluation
 from grassflow.runtime import pick_device
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.synthetic import LABELS

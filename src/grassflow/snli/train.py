@@ -14,12 +14,12 @@ import torch.nn.functional as F
 from grassflow.checkpoint import seed_everything
 from grassflow.data import DataError
 from grassflow.loop import batch_order, fit
+from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
 from grassflow.runtime import autocast
 from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
 from grassflow.snli.config import HeadConfig
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
-from grassflow.train import op_backend, read_train_val, run_record, start_run, token_file_record
 
 
 def build_classifier(spec: dict, meta: dict, backbone_dir=None) -> tuple[SNLIClassifier, dict]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grassflow.data.tokenize import read_tokens
 from grassflow.io import sha256_file, write_json
+from grassflow.lm.data import read_tokens
 
 
 def unigram_ppl(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: int) -> float:

@@ -8,27 +8,17 @@ when the run ends; working files: last.pt (resume state), best_state.pt (best so
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from grassflow.checkpoint import CheckpointError, DiskSpaceError, seed_everything, state_sha256
-from grassflow.config import spec_hash
-from grassflow.data import DataError
-from grassflow.data.tokenize import read_tokens
-from grassflow.evaluate import chunked_nll
-from grassflow.io import sha256_file, write_json
+from grassflow.checkpoint import seed_everything
+from grassflow.lm.data import read_tokens
+from grassflow.lm.evaluate import chunked_nll
 from grassflow.loop import batch_order, fit
 from grassflow.models import ModelConfig, build_model
-from grassflow.ops.plucker import resolve_backend
-from grassflow.provenance import git_state, machine, package_versions
-from grassflow.runtime import configure_torch, device_name, pick_device
-
-__all__ = ["CheckpointError", "DiskSpaceError", "LanguageModelTask", "train", "run_record"]
+from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
 
 
 class LanguageModelTask:
@@ -66,54 +56,6 @@ class LanguageModelTask:
 
     def score(self, row):
         return row["val_loss"]
-
-
-def run_record(spec, out, model, status, metrics, best, device, data, t_start, *, op_backend=None,
-               preflight=None, **extra) -> dict:
-    """run.json: what this run is, how it ended, and where every input came from; also the
-    device asked for and the one used, the Plücker op backend that ran (what `auto` became)
-    and the preflight record of the job's environment, if the pipeline made one."""
-    record = {
-        "run_id": spec["run_id"], "spec": spec, "spec_hash": spec_hash(spec), **extra,
-        "n_params": model.num_params(), "status": status, "epochs_completed": len(metrics),
-        "best_epoch": best["epoch"] if best else None,
-        "git": git_state(Path(__file__).parent), "packages": package_versions(), "machine": machine(),
-        "device": device_name(device), "device_requested": spec["train"]["device"],
-        "device_type": device.type, "plucker_backend": op_backend,
-        "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
-        "seed": spec["seed"], "data": data,
-        "wall_seconds": time.time() - t_start,
-        "weights_sha256": state_sha256(torch.load(Path(out) / "best.pt", map_location="cpu", weights_only=False)["model"]),
-        "checkpoint_file_sha256": sha256_file(Path(out) / "best.pt"),
-    }
-    write_json(Path(out) / "run.json", record)
-    return record
-
-
-def token_file_record(path, meta) -> dict:
-    return {"path": str(path), **meta, "file_sha256": sha256_file(path)}
-
-
-def start_run(spec: dict, out_dir) -> tuple[float, Path, torch.device]:
-    """(start time, run directory, device) of a training job, torch set up for it."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    configure_torch(deterministic=True)
-    return time.time(), out, pick_device(spec["train"]["device"], log=True)
-
-
-def op_backend(kind: str, backend: str, device) -> str | None:
-    """The Plücker op backend a Grassmann model runs with on `device` (None: no Plücker op)."""
-    return resolve_backend(backend, device) if kind == "grassmann" else None
-
-
-def read_train_val(read, train_tokens, val_tokens):
-    """Both token files through `read`, checked to come from one tokenizer."""
-    train, train_meta = read(train_tokens)
-    val, val_meta = read(val_tokens, vocab_size=train_meta["vocab_size"])
-    if train_meta["tokenizer_sha256"] != val_meta["tokenizer_sha256"]:
-        raise DataError(f"{train_tokens} and {val_tokens} were made by different tokenizers")
-    return train, train_meta, val, val_meta
 
 
 def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None) -> dict:

@@ -1,14 +1,6 @@
-"""Stage 1, download: Wikitext-2 rows (or a synthetic stand-in) to results/.../raw/{split}.parquet.
-
-Sources:
-  hub        datasets.load_dataset(dataset, name, revision=<pinned>) — needs the Hugging Face hub
-  local      a directory of the hub's parquet files (an HPC mirror): {split}.parquet or
-             {split}-00000-of-00001.parquet, directly or under <name>/
-  synthetic  grassflow.data.synthetic, deterministic, offline
-
-Each split's content hash (sha256 over its rows) is recorded beside the file hash; when the
-config gives an expected content hash, a mismatch is an error.
-"""
+"""Raw rows from where a dataset lives, shared by the tasks that read text from the hub:
+the Hugging Face hub (pinned revision), a local mirror of its parquet files, and the content
+hash that identifies a split independently of its file encoding."""
 
 from __future__ import annotations
 
@@ -16,14 +8,9 @@ import hashlib
 import os
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grassflow.data import DataError
-from grassflow.data.synthetic import generate_split
-from grassflow.io import atomic_path, sha256_file
-
-SPLITS = ("train", "validation", "test")
 
 
 def content_sha256(rows: list[str]) -> str:
@@ -72,34 +59,9 @@ def read_rows(path) -> list[str]:
     return table.column("text").to_pylist()
 
 
-def load_rows(cfg: dict, split: str) -> list[str]:
-    source = cfg["source"]
-    if source == "hub":
-        return list(hub_split(cfg, split)["text"])
-    if source == "local":
-        return read_rows(local_file(cfg, split))
-    if source == "synthetic":
-        syn = cfg["synthetic"]
-        return generate_split(syn["articles"][split], seed=syn["seed"] * 1000 + SPLITS.index(split))
-    raise DataError(f"data.source: unknown source {source!r} (hub, local, synthetic)")
-
-
 def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None:
     """The split's content hash against `<key>.expected_sha256.<split>`, when one is given."""
     expected = (cfg.get("expected_sha256") or {}).get(split)
     if expected and expected != digest:
         raise DataError(f"{key}: split {split!r} content sha256 {digest} does not match the expected "
                         f"{expected} ({key}.expected_sha256.{split}); the source changed or is corrupt")
-
-
-def download(cfg: dict, split: str, out_path) -> dict:
-    """Write one split's rows to parquet; return its checksum record."""
-    rows = load_rows(cfg, split)
-    if not any(r.strip() for r in rows):
-        raise DataError(f"data: split {split!r} from source {cfg['source']!r} is empty")
-    digest = content_sha256(rows)
-    check_content(cfg, split, digest)
-    with atomic_path(out_path) as tmp:
-        pq.write_table(pa.table({"text": rows}), tmp)
-    return {"split": split, "rows": len(rows), "content_sha256": digest,
-            "file_sha256": sha256_file(out_path), "source": cfg["source"]}

@@ -1,42 +1,17 @@
-"""Stage 2, tokenize: raw rows → one flat token-id column in results/.../tokens/{tok}/{split}.parquet.
-
-Tokenizers (config `tokenizer.name`):
-  bert-base-uncased  the paper's; from the hub, or `tokenizer.path`: a directory with
-                     tokenizer.json or vocab.txt
-  gpt2               from the hub, or a directory with tokenizer.json or vocab.json + merges.txt
-  trained            a WordPiece tokenizer (BERT normalisation: lower-case, strip accents)
-                     built from the train split with `tokenizer.vocab_size` (characters + the
-                     most frequent words; deterministic, see train_tokenizer): the offline choice
-Rows are encoded in batches without special tokens and concatenated in order, as the paper
-treats Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its
-vocabulary size and hash, the source's content hash and the whitespace word count (for
-word-level perplexity).
-"""
+"""Tokenizers shared by the tasks: the hub's (bert-base-uncased, gpt2, distilbert's), from the
+hub or a local directory, and deterministic WordPiece tokenizers built from rows (the offline
+choice). `fetch_tokenizer` saves a hub tokenizer as one file on the login node."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from tqdm import tqdm
-
 from grassflow.data import DataError
-from grassflow.data.download import content_sha256, read_rows
 from grassflow.io import atomic_path
 
 HUB_NAMES = {"bert-base-uncased": "bert-base-uncased", "gpt2": "gpt2",
              "distilbert-base-uncased": "distilbert-base-uncased"}  # SNLI's backbone; BERT's vocabulary
-BATCH_ROWS = 2048
-
-
-def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
-    """The LM's trained tokenizer: build_wordpiece over the rows of the train split."""
-    build_wordpiece(read_rows(train_parquet), vocab_size, out_path, source=train_parquet)
 
 
 def build_wordpiece(rows, vocab_size: int, out_path, specials=("[PAD]", "[UNK]"), source="") -> None:
@@ -114,50 +89,3 @@ def fetch_tokenizer(cfg: dict, out_path) -> None:
 
 def tokenizer_sha256(tok) -> str:
     return hashlib.sha256(tok.to_str().encode()).hexdigest()
-
-
-def encode_rows(tok, rows: list[str], desc="tokenize") -> np.ndarray:
-    texts = [r for r in rows if r.strip()]
-    parts = []
-    for i in tqdm(range(0, len(texts), BATCH_ROWS), desc=desc, unit="batch", mininterval=2):
-        for enc in tok.encode_batch(texts[i : i + BATCH_ROWS], add_special_tokens=False):
-            parts.append(np.asarray(enc.ids, dtype=np.int64))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
-    t0 = time.perf_counter()
-    tok = load_tokenizer(cfg, artifact)
-    rows = read_rows(raw_parquet)
-    ids = encode_rows(tok, rows, desc=f"tokenize {Path(raw_parquet).stem}")
-    if ids.size == 0:
-        raise DataError(f"{raw_parquet}: no tokens (empty split)")
-    vocab = tok.get_vocab_size()
-    dtype = np.uint16 if vocab <= 65535 else np.int32
-    meta = {"tokenizer": cfg["name"], "vocab_size": vocab, "tokenizer_sha256": tokenizer_sha256(tok),
-            "source_content_sha256": content_sha256(rows), "n_tokens": int(ids.size),
-            "n_words": sum(len(r.split()) for r in rows)}
-    table = pa.table({"ids": ids.astype(dtype)})
-    table = table.replace_schema_metadata({"grassflow": json.dumps(meta)})
-    with atomic_path(out_path) as tmp:
-        pq.write_table(table, tmp)
-    meta["seconds"] = time.perf_counter() - t0
-    return meta
-
-
-def read_tokens(path, vocab_size: int | None = None) -> tuple[np.ndarray, dict]:
-    """Token ids and their metadata; checks that they fit the model's vocabulary."""
-    try:
-        pf = pq.ParquetFile(path)
-        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
-        ids = pf.read().column("ids").to_numpy().astype(np.int64)
-    except (KeyError, TypeError):
-        raise DataError(f"{path}: not a grassflow token file (no 'grassflow' metadata)") from None
-    except Exception as e:
-        raise DataError(f"{path}: unreadable token file ({type(e).__name__}: {e})") from None
-    if ids.size != meta["n_tokens"]:
-        raise DataError(f"{path}: holds {ids.size} tokens, its metadata says {meta['n_tokens']}")
-    if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
-        raise DataError(f"{path}: token id {int(ids.max())} ≥ vocab_size {vocab_size}; the token file "
-                        "does not belong to this tokenizer/model")
-    return ids, meta

@@ -10,19 +10,17 @@ The stream's first token has no context and is never scored; token counts are re
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from grassflow.checkpoint import state_sha256
-from grassflow.data.tokenize import read_tokens
 from grassflow.io import sha256_file, write_json
+from grassflow.lm.data import read_tokens
 from grassflow.models import ModelConfig, build_model
-from grassflow.runtime import autocast, configure_torch, pick_device
+from grassflow.runs import open_for_evaluation
+from grassflow.runtime import autocast, pick_device
 
 
 @torch.no_grad()
@@ -89,21 +87,6 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
             "strided_ppl": math.exp(s_nll / s_n), "strided_tokens": s_n,
             "word_ppl": math.exp(s_nll / meta["n_words"]), "n_words": meta["n_words"],
             "n_tokens": meta["n_tokens"]}
-
-
-def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, bool]:
-    """(best.pt contents, the start of eval.json, whether there is a model to evaluate). A run
-    that diverged before its first validation has none: its eval.json is written here."""
-    configure_torch()
-    record = json.loads(Path(run_json).read_text())
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    result = {"run_id": ckpt["spec"]["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
-              "weights_sha256": state_sha256(ckpt["model"]), "checkpoint_file_sha256": sha256_file(checkpoint),
-              "run_record": str(run_json)}
-    if ckpt["model"] is None:
-        result.update(validation=None, test=None)
-        write_json(out_path, result)
-    return ckpt, result, ckpt["model"] is not None
 
 
 def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:

@@ -1,0 +1,144 @@
+"""Language-modelling data: Wikitext-2 rows (hub, local mirror, or the synthetic stand-in) to
+results/.../raw/{split}.parquet (stage 1), and the rows to one flat token-id column in
+results/.../tokens/{tok}/{split}.parquet (stage 2).
+
+Sources:
+  hub        datasets.load_dataset(dataset, name, revision=<pinned>) — needs the Hugging Face hub
+  local      a directory of the hub's parquet files (an HPC mirror): {split}.parquet or
+             {split}-00000-of-00001.parquet, directly or under <name>/
+  synthetic  grassflow.lm.synthetic, deterministic, offline
+
+Each split's content hash (sha256 over its rows) is recorded beside the file hash; when the
+config gives an expected content hash, a mismatch is an error.
+
+Tokenizers (config `tokenizer.name`; grassflow.data.tokenizers):
+  bert-base-uncased  the paper's; from the hub, or `tokenizer.path`: a directory with
+                     tokenizer.json or vocab.txt
+  gpt2               from the hub, or a directory with tokenizer.json or vocab.json + merges.txt
+  trained            a WordPiece tokenizer (BERT normalisation: lower-case, strip accents)
+                     built from the train split with `tokenizer.vocab_size` (characters + the
+                     most frequent words; deterministic, see train_tokenizer): the offline choice
+Rows are encoded in batches without special tokens and concatenated in order, as the paper
+treats Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its
+vocabulary size and hash, the source's content hash and the whitespace word count (for
+word-level perplexity). `data.eval_max_tokens` cuts validation and test to their leading rows
+(whole rows, at most that many tokens), for CPU-sized presets; the metadata's `cut` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from grassflow.data import DataError
+from grassflow.data.sources import check_content, content_sha256, hub_split, local_file, read_rows
+from grassflow.data.tokenizers import build_wordpiece, load_tokenizer, tokenizer_sha256
+from grassflow.io import atomic_path, sha256_file
+from grassflow.lm.synthetic import generate_split
+
+SPLITS = ("train", "validation", "test")
+BATCH_ROWS = 2048
+
+
+def load_rows(cfg: dict, split: str) -> list[str]:
+    source = cfg["source"]
+    if source == "hub":
+        return list(hub_split(cfg, split)["text"])
+    if source == "local":
+        return read_rows(local_file(cfg, split))
+    if source == "synthetic":
+        syn = cfg["synthetic"]
+        return generate_split(syn["articles"][split], seed=syn["seed"] * 1000 + SPLITS.index(split))
+    raise DataError(f"data.source: unknown source {source!r} (hub, local, synthetic)")
+
+
+def download(cfg: dict, split: str, out_path) -> dict:
+    """Write one split's rows to parquet; return its checksum record."""
+    rows = load_rows(cfg, split)
+    if not any(r.strip() for r in rows):
+        raise DataError(f"data: split {split!r} from source {cfg['source']!r} is empty")
+    digest = content_sha256(rows)
+    check_content(cfg, split, digest)
+    with atomic_path(out_path) as tmp:
+        pq.write_table(pa.table({"text": rows}), tmp)
+    return {"split": split, "rows": len(rows), "content_sha256": digest,
+            "file_sha256": sha256_file(out_path), "source": cfg["source"]}
+
+
+def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
+    """The LM's trained tokenizer: build_wordpiece over the rows of the train split."""
+    build_wordpiece(read_rows(train_parquet), vocab_size, out_path, source=train_parquet)
+
+
+def encode_rows(tok, rows: list[str], desc="tokenize") -> list[np.ndarray]:
+    """The token ids of each row (an empty array for a blank row)."""
+    out = [np.zeros(0, dtype=np.int64)] * len(rows)
+    texts = [(i, r) for i, r in enumerate(rows) if r.strip()]
+    for b in tqdm(range(0, len(texts), BATCH_ROWS), desc=desc, unit="batch", mininterval=2):
+        batch = texts[b : b + BATCH_ROWS]
+        for (i, _), enc in zip(batch, tok.encode_batch([r for _, r in batch], add_special_tokens=False)):
+            out[i] = np.asarray(enc.ids, dtype=np.int64)
+    return out
+
+
+def leading_rows(row_ids: list[np.ndarray], max_tokens: int) -> int:
+    """How many leading rows hold at most max_tokens tokens (at least one non-blank row)."""
+    total, k = 0, 0
+    for k, ids in enumerate(row_ids, start=1):
+        if total + ids.size > max_tokens and total > 0:
+            return k - 1
+        total += ids.size
+    return k
+
+
+def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None, max_tokens: int | None = None) -> dict:
+    """Encode one split. With max_tokens (data.eval_max_tokens, for validation and test), keep
+    only its leading rows holding at most that many tokens, and say so in the metadata."""
+    t0 = time.perf_counter()
+    tok = load_tokenizer(cfg, artifact)
+    rows = read_rows(raw_parquet)
+    row_ids = encode_rows(tok, rows, desc=f"tokenize {Path(raw_parquet).stem}")
+    n_all = sum(ids.size for ids in row_ids)
+    if n_all == 0:
+        raise DataError(f"{raw_parquet}: no tokens (empty split)")
+    meta = {"source_content_sha256": content_sha256(rows)}
+    if max_tokens is not None and n_all > max_tokens:
+        k = leading_rows(row_ids, max_tokens)
+        meta["cut"] = {"max_tokens": max_tokens, "rows": k, "of_rows": len(rows), "of_tokens": int(n_all),
+                       "content_sha256": content_sha256(rows[:k])}
+        rows, row_ids = rows[:k], row_ids[:k]
+    ids = np.concatenate(row_ids)
+    vocab = tok.get_vocab_size()
+    dtype = np.uint16 if vocab <= 65535 else np.int32
+    meta = {"tokenizer": cfg["name"], "vocab_size": vocab, "tokenizer_sha256": tokenizer_sha256(tok), **meta,
+            "n_tokens": int(ids.size), "n_words": sum(len(r.split()) for r in rows)}
+    table = pa.table({"ids": ids.astype(dtype)})
+    table = table.replace_schema_metadata({"grassflow": json.dumps(meta)})
+    with atomic_path(out_path) as tmp:
+        pq.write_table(table, tmp)
+    meta["seconds"] = time.perf_counter() - t0
+    return meta
+
+
+def read_tokens(path, vocab_size: int | None = None) -> tuple[np.ndarray, dict]:
+    """Token ids and their metadata; checks that they fit the model's vocabulary."""
+    try:
+        pf = pq.ParquetFile(path)
+        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
+        ids = pf.read().column("ids").to_numpy().astype(np.int64)
+    except (KeyError, TypeError):
+        raise DataError(f"{path}: not a grassflow token file (no 'grassflow' metadata)") from None
+    except Exception as e:
+        raise DataError(f"{path}: unreadable token file ({type(e).__name__}: {e})") from None
+    if ids.size != meta["n_tokens"]:
+        raise DataError(f"{path}: holds {ids.size} tokens, its metadata says {meta['n_tokens']}")
+    if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
+        raise DataError(f"{path}: token id {int(ids.max())} ≥ vocab_size {vocab_size}; the token file "
+                        "does not belong to this tokenizer/model")
+    return ids, meta

@@ -1,0 +1,1 @@
+"""Multi-query associative recall (MQAR, zoology): data, training, accuracy by distance."""

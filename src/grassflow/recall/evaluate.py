@@ -1,0 +1,68 @@
+"""MQAR evaluation of a run's best checkpoint: exact-match accuracy at the answer positions of
+validation and test, overall and by key–query distance (buckets [1, 2), [2, 4), [4, 8), …),
+and the model's reach: how many tokens back its last layer can see (report.ablations'
+receptive field for Grassmann, N·window for a windowed Transformer, the context otherwise)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from grassflow.io import sha256_file, write_json
+from grassflow.loop import load_trained
+from grassflow.models import ModelConfig, build_model
+from grassflow.recall.data import IGNORE, read_split
+from grassflow.recall.train import predict
+from grassflow.runs import open_for_evaluation
+from grassflow.runtime import pick_device
+
+
+def reach(kind: str, cfg: ModelConfig) -> int:
+    """Tokens back the last layer's output can depend on (at most the context)."""
+    if kind == "grassmann":
+        r = sum(max(cfg.layer_lags(i)) for i in range(cfg.n_layers))
+    elif cfg.attention_window is not None:
+        r = cfg.n_layers * cfg.attention_window
+    else:
+        r = cfg.context_len - 1
+    return min(r, cfg.context_len - 1)
+
+
+def distance_buckets(L: int) -> list[tuple[int, int]]:
+    edges = [1]
+    while edges[-1] < L:
+        edges.append(edges[-1] * 2)
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
+    hits = hits.numpy().astype(bool)
+    by = []
+    for lo, hi in distance_buckets(L):
+        sel = (distance >= lo) & (distance < hi)
+        by.append({"lo": lo, "hi": hi, "n": int(sel.sum()),
+                   "accuracy": 100.0 * hits[sel].mean() if sel.any() else None})
+    return {"accuracy": 100.0 * hits.mean(), "n": int(hits.size), "by_distance": by}
+
+
+def evaluate_recall_run(checkpoint, run_json, val_file, test_file, out_path, batch_size=None) -> dict:
+    ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
+    cfg = ModelConfig.from_dict(ckpt["model_config"])
+    spec = ckpt["spec"]
+    result["reach"] = reach(spec["model_kind"], cfg)
+    if not evaluable:
+        write_json(out_path, result)
+        return result
+    device = pick_device(spec["train"]["device"])
+    model = build_model(spec["model_kind"], cfg)
+    load_trained(model, ckpt["model"])
+    model = model.to(device)
+    bs = batch_size or spec["train"]["eval_batch_size"]
+    for split, path in (("validation", val_file), ("test", test_file)):
+        data, meta = read_split(path)
+        hits, nll = predict(model, data, bs, device)
+        answers = data["distance"][data["labels"] != IGNORE]  # row-major, as predict's mask
+        result[split] = {**accuracy_report(hits, answers, meta["seq_len"]), "nll": nll,
+                         "file": str(path), "file_sha256": sha256_file(path), "content_sha256": meta["content_sha256"]}
+    write_json(out_path, result)
+    return result

@@ -1,0 +1,94 @@
+"""MQAR training: one run (model × (L, kv) × d_model × learning rate × seed) through
+grassflow.loop, on the task's parquet files.
+
+Batches: examples in a (seed, epoch)-shuffled order; the loss is the cross-entropy at the
+answer positions only (every other target is IGNORE), as in zoology. After each epoch: the
+validation loss and accuracy at the answer positions; best.pt keeps the best-accuracy weights.
+Optimiser as zoology: AdamW (weight decay from the spec, 0.1 in the presets), cosine schedule.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from grassflow.checkpoint import seed_everything
+from grassflow.data import DataError
+from grassflow.loop import batch_order, fit
+from grassflow.models import ModelConfig, build_model
+from grassflow.recall.data import IGNORE, read_split
+from grassflow.runs import op_backend, run_record, start_run, token_file_record
+from grassflow.runtime import autocast
+
+
+def model_config(spec: dict, meta: dict) -> ModelConfig:
+    return ModelConfig.from_dict({**spec["model"], "vocab_size": meta["vocab"], "context_len": meta["seq_len"]})
+
+
+@torch.no_grad()
+def predict(model, data: dict, batch_size: int, device) -> tuple[torch.Tensor, float]:
+    """(whether each answer was predicted exactly, in file order; mean NLL over answers)."""
+    model.eval()
+    hits, nll, n = [], 0.0, 0
+    for i in range(0, len(data["inputs"]), batch_size):
+        x = torch.as_tensor(data["inputs"][i : i + batch_size]).to(device)
+        y = torch.as_tensor(data["labels"][i : i + batch_size]).to(device)
+        with autocast(device):
+            logits = model(x).float()
+        at = y != IGNORE
+        nll += F.cross_entropy(logits[at], y[at], reduction="sum").item()
+        n += int(at.sum())
+        hits.append((logits[at].argmax(-1) == y[at]).cpu())
+    return torch.cat(hits), nll / max(1, n)
+
+
+class RecallTask:
+    rate_key = "examples_per_s"
+
+    def __init__(self, train, val, B, seed, eval_batch_size, device, path):
+        n = len(train["inputs"])
+        if n < B:
+            raise DataError(f"{path}: {n} examples, fewer than one batch of {B}")
+        self.inputs, self.labels = torch.as_tensor(train["inputs"]), torch.as_tensor(train["labels"])
+        self.val, self.B, self.seed, self.n = val, B, seed, n
+        self.device, self.eval_batch_size = device, eval_batch_size
+        self.steps_per_epoch, self.items_per_step = n // B, B
+        self._order = (None, None)
+
+    def batch(self, epoch, step):
+        if self._order[0] != epoch:
+            self._order = (epoch, batch_order(self.n, self.seed, epoch))
+        idx = self._order[1][step * self.B : (step + 1) * self.B]
+        return self.inputs[idx].to(self.device), self.labels[idx].to(self.device)
+
+    def loss(self, model, batch):
+        x, y = batch
+        logits = model(x)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE)
+
+    def validate(self, model):
+        hits, nll = predict(model, self.val, self.eval_batch_size, self.device)
+        return {"val_loss": nll, "val_acc": 100.0 * hits.double().mean().item()}
+
+    def score(self, row):
+        return -row["val_acc"]
+
+
+def train_recall(spec: dict, train_file, val_file, out_dir, preflight=None) -> dict:
+    t_start, out, device = start_run(spec, out_dir)
+    tcfg = spec["train"]
+    train, train_meta = read_split(train_file)
+    val, val_meta = read_split(val_file)
+    if (val_meta["vocab"], val_meta["seq_len"], val_meta["kv"]) != (train_meta["vocab"], train_meta["seq_len"], train_meta["kv"]):
+        raise DataError(f"{train_file} and {val_file} are different MQAR settings")
+    mcfg = model_config(spec, train_meta)
+    task = RecallTask(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_file)
+    seed_everything(spec["seed"])
+    model = build_model(spec["model_kind"], mcfg).to(device)
+    status, metrics = fit(model, task, spec, out, device, header={"spec": spec, "model_config": mcfg.to_dict()})
+    best = min(metrics, key=task.score) if metrics else None
+    data = {"train": token_file_record(train_file, train_meta), "validation": token_file_record(val_file, val_meta)}
+    return run_record(spec, out, model, status, metrics, best, device, data, t_start,
+                      op_backend=op_backend(spec["model_kind"], mcfg.plucker_backend, device),
+                      preflight=preflight, model_config=mcfg.to_dict(),
+                      best_val_acc=best["val_acc"] if best else None)

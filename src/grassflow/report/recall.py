@@ -1,0 +1,134 @@
+"""The recall (MQAR) table and figures: `recall.md/.csv/.tex`, `recall_vs_dmodel.png`,
+`recall_by_distance.png`.
+
+Per (seq_len, kv) cell × d_model × model, the learning rate whose runs have the best mean
+validation accuracy is chosen (zoology reports the best learning rate too; choosing on
+validation keeps test out of the choice), and its test accuracy is reported as mean ± std over
+seeds, beside the model's reach (tokens back it can see). The CSV holds one row per run, every
+learning rate included, with provenance. A cell whose runs all diverged says so.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from grassflow.report.aggregate import _fmt, latex, provenance_columns, read_run, record_links, write_tables
+from grassflow.report.figures import _save
+from grassflow.report.stats import mean_std
+
+
+def load_recall_runs(run_dirs) -> pd.DataFrame:
+    rows = []
+    for d in map(Path, run_dirs):
+        rec, ev, ok, val, test = read_run(d)
+        spec = rec["spec"]
+        rows.append({
+            "run_id": rec["run_id"], "cell": f"L{spec['cell']['seq_len']}-kv{spec['cell']['kv']}",
+            "seq_len": spec["cell"]["seq_len"], "kv": spec["cell"]["kv"], "d_model": spec["model"]["d_model"],
+            "model": spec["model_name"], "kind": spec["model_kind"], "lr": spec["train"]["lr"], "seed": spec["seed"],
+            "status": rec["status"]["state"], "reach": ev.get("reach"),
+            "val_acc": val.get("accuracy", math.nan) if ok else math.nan,
+            "test_acc": test.get("accuracy", math.nan) if ok else math.nan,
+            "test_answers": test.get("n"), "n_params": rec["n_params"],
+            "test_by_distance": test.get("by_distance") if ok else None,
+            "test_content_sha256": test.get("content_sha256"), **provenance_columns(d, rec, ev),
+        })
+    return pd.DataFrame(rows)
+
+
+def best_lr(df: pd.DataFrame) -> pd.DataFrame:
+    """Per cell × d_model × model: the runs of the learning rate with the best mean validation
+    accuracy (diverged runs count as 0 %, so a learning rate that diverges is not chosen)."""
+    keys = ["cell", "d_model", "model"]
+    scored = df.assign(val_score=df.val_acc.fillna(0.0))
+    means = scored.groupby(keys + ["lr"], as_index=False).val_score.mean()
+    pick = means.sort_values(["val_score", "lr"], ascending=[False, True]).drop_duplicates(keys)
+    return df.merge(pick[keys + ["lr"]], on=keys + ["lr"])
+
+
+def summarise(chosen: pd.DataFrame) -> list[dict]:
+    out = []
+    for (cell, d, model), g in chosen.groupby(["cell", "d_model", "model"], sort=False):
+        good = g[g.status == "completed"].dropna(subset=["test_acc"])
+        out.append({"cell": cell, "seq_len": int(g.seq_len.iloc[0]), "kv": int(g.kv.iloc[0]), "d_model": int(d),
+                    "model": model, "lr": float(g.lr.iloc[0]), "reach": g.reach.iloc[0], "n": len(g), "n_ok": len(good),
+                    "test": mean_std(list(good.test_acc)) if len(good) else (math.nan, math.nan),
+                    "val": mean_std(list(good.val_acc)) if len(good) else (math.nan, math.nan),
+                    "records": list(g.record)})
+    return out
+
+
+def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
+    lines = ["| cell | d_model | model | reach (tokens) | best lr | runs ok | val acc % | test acc % | provenance |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['cell']} | {r['d_model']} | {r['model']} | {r['reach']} | {r['lr']:g} | {r['n_ok']}/{r['n']} | "
+                     f"{_fmt(*r['val'])} | {_fmt(*r['test'])} | {record_links(r['records'], out_dir)} |")
+    lines += ["", f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) with "
+              "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how many "
+              "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; a "
+              "windowed Transformer: layers × window; full attention: the whole context)."]
+    return "\n".join(lines) + "\n"
+
+
+def figure_vs_dmodel(rows: list[dict], preset: str, path) -> None:
+    cells = sorted({(r["seq_len"], r["kv"]) for r in rows})
+    fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3.5), squeeze=False)
+    for ax, (L, kv) in zip(axes[0], cells):
+        for model in dict.fromkeys(r["model"] for r in rows):
+            pts = sorted((r["d_model"], r["test"][0]) for r in rows if (r["seq_len"], r["kv"], r["model"]) == (L, kv, model))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
+        ax.set(title=f"L={L}, kv={kv}", xlabel="d_model", ylabel="test accuracy (%)", xscale="log", ylim=(-2, 102))
+        ax.set_xticks(sorted({r["d_model"] for r in rows}), labels=[str(d) for d in sorted({r["d_model"] for r in rows})])
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"MQAR accuracy vs model width — preset {preset}")
+    _save(fig, path)
+
+
+def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
+    """Test accuracy by key–query distance, per model, at each cell's largest d_model; each
+    model's reach drawn as a dashed line in its colour."""
+    cells = sorted({(r.seq_len, r.kv) for r in chosen.itertuples()})
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.5 * len(cells), 3.5), squeeze=False)
+    for ax, (L, kv) in zip(axes[0], cells):
+        sub = chosen[(chosen.seq_len == L) & (chosen.kv == kv)]
+        sub = sub[sub.d_model == sub.d_model.max()]
+        for i, (model, g) in enumerate(sub.groupby("model", sort=False)):
+            color = f"C{i}"
+            buckets = {}
+            for by in g.test_by_distance.dropna():
+                for b in by:
+                    if b["accuracy"] is not None:
+                        buckets.setdefault(math.sqrt(b["lo"] * b["hi"]), []).append(b["accuracy"])
+            xs = sorted(buckets)
+            ax.plot(xs, [sum(buckets[x]) / len(buckets[x]) for x in xs], marker="o", color=color, label=model)
+            if g.reach.notna().any():
+                ax.axvline(float(g.reach.iloc[0]), color=color, ls="--", lw=1)
+        ax.set(title=f"L={L}, kv={kv}, d_model={int(sub.d_model.max()) if len(sub) else '?'}",
+               xlabel="key–query distance (tokens)", ylabel="test accuracy (%)", xscale="log", ylim=(-2, 102))
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"MQAR accuracy by distance (dashed: each model's reach) — preset {preset}")
+    _save(fig, path)
+
+
+def aggregate_recall(preset: dict, name: str, run_dirs, out_dir) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    r = preset["recall"]
+    df = load_recall_runs(run_dirs)
+    chosen = best_lr(df)
+    rows = summarise(chosen)
+    head = (f"Preset **{name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "
+            f"{r['data']['vocab']}, {r['data']['examples']['train']:,} training examples per cell, "
+            f"{r['n_layers']} layers, {len(r['seeds'])} seed(s).")
+    md = markdown_table(rows, len(r["lrs"]), out)
+    tex = latex(["Cell", "d", "Model", "Reach", "lr", "Test acc"],
+                [[x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", _fmt(*x["test"])] for x in rows],
+                "MQAR test accuracy (\\%), best learning rate by validation accuracy, mean ± std over seeds.")
+    write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=name), tex)
+    figure_vs_dmodel(rows, name, out / "recall_vs_dmodel.png")
+    figure_by_distance(chosen, name, out / "recall_by_distance.png")

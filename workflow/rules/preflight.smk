@@ -1,0 +1,17 @@
+# One cheap job per (device, op backend) on the kind of node the GPU jobs use: it checks the
+# device, the Plücker op backend and a training step of each model first (see common.smk).
+rule preflight:
+    output:
+        preflight_file("{pf_device}", "{pf_backend}"),
+    threads: PREFLIGHT_THREADS
+    params:
+        gf=GF,
+    resources:
+        gpu=1,
+    conda:
+        "../../envs/train.yaml"
+    log:
+        f"{RES}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
+    shell:
+        "OMP_NUM_THREADS={threads} {params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
+        "--out {output} > {log} 2>&1"
