@@ -16,7 +16,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from grassflow.report.aggregate import _fmt, latex, provenance_columns, read_run, record_links, write_tables
+from grassflow.report.aggregate import (
+    _fmt,
+    latex,
+    provenance_columns,
+    read_run,
+    record_links,
+    write_tables,
+)
 from grassflow.report.figures import _save
 from grassflow.report.stats import mean_std
 
