@@ -54,7 +54,7 @@ def planned(cwd) -> Counter:
                 jobs[current] += 1
             current = (m.group(1), None)
             continue
-        m = re.match(r"^\s+wildcards: (?:snli_)?run=(\S+)", line)
+        m = re.match(r"^\s+wildcards: (?:snli_|recall_)?run=(\S+)", line)
         if m and current:
             current = (current[0], m.group(1))
     if current:
@@ -132,6 +132,48 @@ def test_demo_runs_the_snli_chain_end_to_end(demo):
             assert sum(map(sum, ev["test"]["confusion"])) == raw["test"]["pairs"]
             assert f"({os.path.relpath(demo / rec_path, rep)})" in md
     assert "table3_scratch" in (rep / "snli_summary.md").read_text()
+
+
+DEMO_RECALL_RUNS = {f"L32-kv4-d32-{m}-lr0.001-s0" for m in
+                    ("transformer", "transformer_window2", "grassmann", "grassmann_geometric")}
+
+
+def test_demo_runs_the_recall_chain(demo):
+    """MQAR parquet files → one run per model → accuracy by distance → table and figures."""
+    rep = demo / "results/demo/report"
+    df = pd.read_csv(rep / "recall.csv")
+    assert set(df.run_id) == DEMO_RECALL_RUNS and (df.status == "completed").all()
+    assert dict(zip(df.model, df.reach)) == {"transformer": 31, "transformer_window2": 4, "grassmann": 4,
+                                             "grassmann_geometric": 31}
+    md = (rep / "recall.md").read_text()
+    for run in DEMO_RECALL_RUNS:
+        rec = json.loads((demo / f"results/demo/recall/runs/{run}/run.json").read_text())
+        ev = json.loads((demo / f"results/demo/recall/runs/{run}/eval.json").read_text())
+        assert rec["spec"]["task"] == "recall" and rec["threads"] == 1
+        assert sum(b["n"] for b in ev["test"]["by_distance"]) == ev["test"]["n"] == 200 * 4  # every answer, once
+        assert f"[{run}](../recall/runs/{run}/run.json)" in md
+    for fig in ("recall_vs_dmodel.png", "recall_by_distance.png"):
+        assert (rep / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
+    """`snakemake -n recall` on the paper preset: 3 (L, kv) cells × 3 widths × 5 models × 4
+    learning rates × 2 seeds, one data job per cell, one table."""
+    work = copy_repo(tmp_path)
+    res = snakemake(work, "-n", "recall", preset="paper")
+    jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
+    assert jobs == Counter({"recall_train": 360, "recall_evaluate": 360, "recall_data": 3, "recall_aggregate": 1,
+                            "preflight": 1, "recall": 1}), jobs
+    runs = set(re.findall(r"wildcards: recall_run=(\S+)", res.stdout))
+    assert len(runs) == 360 and "L256-kv16-d256-grassmann_geometric-lr0.01-s1" in runs
+
+
+def test_recall_model_setting_plans_only_its_runs(demo):
+    with replaced(demo / "config.yaml", "grassmann: {kind: grassmann, switches: {lags: [1, 2]}}",
+                  "grassmann: {kind: grassmann, switches: {lags: [1, 3]}}"):
+        jobs = planned(demo)
+    assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
+                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1})
 
 
 def test_token_files_carry_their_metadata(demo):
@@ -271,7 +313,7 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
         assert planned(demo) == Counter({("aggregate", None): 1, ("ablation_aggregate", None): 1,
-                                         ("snli_aggregate", None): 1})
+                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
@@ -528,5 +570,5 @@ def test_laptop_preset_learns_real_text(tmp_path):
     for name in ("table1.md", "ablations.md"):
         md = (rep / name).read_text()
         assert f"local directory `{PSEUDO_SPLITS}`" in md and "do NOT match" in md  # what the data is
-        assert "not comparable" in md and "not the paper's setup" in md and "norm pre (paper post)" in md
+        assert ("not comparable" in md or "cannot be compared" in md) and "norm pre (paper post)" in md
         assert "Unigram baseline" in md
