@@ -393,12 +393,13 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
 
 
 def assert_same_tables(a_dir, b_dir):
-    """The numbers of two demo runs agree exactly: LM perplexities and SNLI accuracies."""
+    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies."""
     # equal weights, equal weights_sha256, wherever and however the checkpoints were written
     lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
     snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
+    recall = ["run_id", "status", "lr", "val_acc", "test_acc", "reach", "weights_sha256"]
     for name, cols in [("table1", lm), ("table2", lm), ("ablations", ["variant"] + lm), ("snli_table3", snli),
-                       ("snli_table3_scratch", snli)]:
+                       ("snli_table3_scratch", snli), ("recall", recall)]:
         a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
         b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
         pd.testing.assert_frame_equal(a, b, check_exact=True)
@@ -426,6 +427,7 @@ def site_profile(work: Path) -> str:
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     for res in (prof["default-resources"], *prof["set-resources"].values()):
         res.update(mem_mb=1000, cpus_per_task=1)
+    prof["set-threads"] = {rule: 1 for rule in prof["set-threads"]}
     prof.update({"slurm-no-account": True, "slurm-status-command": "squeue",
                  "slurm-init-seconds-before-status-checks": 8, "slurm-keep-successful-logs": True,
                  "latency-wait": 5})
@@ -492,14 +494,16 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
     runs = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
     runs |= {f"table1_pre_norm-{m}-s0" for m in ("transformer", "grassmann")}  # the demo's ablation
     snli_runs = {f"{t}-{m}-s0" for t in ("table3", "table3_scratch") for m in ("transformer", "grassmann")}
+    recall_runs = DEMO_RECALL_RUNS
     for rule, expected in (("train", runs), ("evaluate", runs), ("snli_train", snli_runs), ("snli_evaluate", snli_runs),
+                           ("recall_train", recall_runs), ("recall_evaluate", recall_runs),
                            ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
         assert {run for _, run, _ in by_rule[rule]} == expected
         for _jid, run, f in by_rule[rule]:
             assert f["Partition"] == "gpu", (rule, run, f["Partition"])
             assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (rule, run, f)
     for rule in ("train_tokenizer", "tokenize", "unigram", "aggregate", "ablation_aggregate", "snli_train_tokenizer",
-                 "snli_tokenize", "snli_aggregate"):
+                 "snli_tokenize", "snli_aggregate", "recall_data", "recall_aggregate"):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
         for _jid, _, f in by_rule[rule]:
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)

@@ -62,6 +62,22 @@ def batch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
+class ShuffledBatches:
+    """The item indices of (epoch, step): n items in a (seed, epoch)-shuffled order, in batches
+    of B, the last partial batch dropped so every step is full. A task's batches are a function
+    of (seed, epoch, step), which is what makes resuming mid-epoch exact."""
+
+    def __init__(self, n: int, B: int, seed: int):
+        self.n, self.B, self.seed = n, B, seed
+        self.steps_per_epoch = n // B
+        self._order = (None, None)
+
+    def __call__(self, epoch: int, step: int) -> torch.Tensor:
+        if self._order[0] != epoch:
+            self._order = (epoch, batch_order(self.n, self.seed, epoch))
+        return self._order[1][step * self.B : (step + 1) * self.B]
+
+
 class StopRequest:
     """SIGTERM/SIGUSR1 (preemption, time limit) set a flag; the loop checkpoints at the next
     step boundary and exits with 75 (EX_TEMPFAIL), so a retry resumes exactly there."""

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from grassflow.checkpoint import seed_everything
 from grassflow.lm.data import read_tokens
 from grassflow.lm.evaluate import chunked_nll
-from grassflow.loop import batch_order, fit
+from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model
 from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
 
@@ -31,17 +31,14 @@ class LanguageModelTask:
         if n_blocks < B:
             raise RuntimeError(f"{path}: {len(train_ids)} tokens make {n_blocks} blocks of {L}, "
                                f"fewer than one batch of {B}")
-        self.L, self.B, self.seed, self.device = L, B, seed, device
-        self.n_blocks, self.val_ids, self.eval_batch_size = n_blocks, val_ids, eval_batch_size
-        self.steps_per_epoch = n_blocks // B  # drop the last partial batch: every step is full
-        self.items_per_step = B * L
+        self.L, self.device = L, device
+        self.val_ids, self.eval_batch_size = val_ids, eval_batch_size
+        self.order = ShuffledBatches(n_blocks, B, seed)
+        self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B * L
         self.data = torch.as_tensor(train_ids[: n_blocks * L + 1], dtype=torch.long)
-        self._order = (None, None)
 
     def batch(self, epoch, step):
-        if self._order[0] != epoch:
-            self._order = (epoch, batch_order(self.n_blocks, self.seed, epoch))
-        idx = self._order[1][step * self.B : (step + 1) * self.B]
+        idx = self.order(epoch, step)
         rows = idx[:, None] * self.L + torch.arange(self.L + 1)[None, :]
         return self.data[rows[:, :-1]].to(self.device), self.data[rows[:, 1:]].to(self.device)
 

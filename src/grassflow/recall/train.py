@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from grassflow.checkpoint import seed_everything
 from grassflow.data import DataError
-from grassflow.loop import batch_order, fit
+from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model
 from grassflow.recall.data import IGNORE, read_split
 from grassflow.runs import op_backend, run_record, start_run, token_file_record
@@ -50,15 +50,12 @@ class RecallTask:
         if n < B:
             raise DataError(f"{path}: {n} examples, fewer than one batch of {B}")
         self.inputs, self.labels = torch.as_tensor(train["inputs"]), torch.as_tensor(train["labels"])
-        self.val, self.B, self.seed, self.n = val, B, seed, n
-        self.device, self.eval_batch_size = device, eval_batch_size
-        self.steps_per_epoch, self.items_per_step = n // B, B
-        self._order = (None, None)
+        self.val, self.device, self.eval_batch_size = val, device, eval_batch_size
+        self.order = ShuffledBatches(n, B, seed)
+        self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B
 
     def batch(self, epoch, step):
-        if self._order[0] != epoch:
-            self._order = (epoch, batch_order(self.n, self.seed, epoch))
-        idx = self._order[1][step * self.B : (step + 1) * self.B]
+        idx = self.order(epoch, step)
         return self.inputs[idx].to(self.device), self.labels[idx].to(self.device)
 
     def loss(self, model, batch):

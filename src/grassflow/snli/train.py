@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from grassflow.checkpoint import seed_everything
 from grassflow.data import DataError
-from grassflow.loop import batch_order, fit
+from grassflow.loop import ShuffledBatches, fit
 from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
 from grassflow.runtime import autocast
 from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
@@ -57,15 +57,12 @@ class SNLITask:
         if n < B:
             raise DataError(f"{path}: {n} pairs, fewer than one batch of {B}")
         self.train, self.val, self.meta, self.pair_input = train, val, meta, pair_input
-        self.B, self.seed, self.n, self.device, self.eval_batch_size = B, seed, n, device, eval_batch_size
-        self.steps_per_epoch, self.items_per_step = n // B, B
-        self._order = (None, None)
+        self.device, self.eval_batch_size = device, eval_batch_size
+        self.order = ShuffledBatches(n, B, seed)
+        self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B
 
     def batch(self, epoch, step):
-        if self._order[0] != epoch:
-            self._order = (epoch, batch_order(self.n, self.seed, epoch))
-        idx = self._order[1][step * self.B : (step + 1) * self.B]
-        return make_batch(self.train, idx, self.meta, self.pair_input, self.device)
+        return make_batch(self.train, self.order(epoch, step), self.meta, self.pair_input, self.device)
 
     def loss(self, model, batch):
         return F.cross_entropy(model(batch).float(), batch["label"])
