@@ -110,6 +110,24 @@ def test_lm_trains_and_evaluates_under_autocast(kind, norm, policy, gen):
     assert n > 0 and math.isfinite(nll)
 
 
+@pytest.mark.parametrize("kind, switches", [("transformer", {"attention_window": 3}), ("transformer", {"ffn": False}),
+                                            ("grassmann", {"ffn": False})], ids=["window", "no-ffn-T", "no-ffn-G"])
+def test_recall_switches_train_and_recall_under_autocast(kind, switches, policy, gen):
+    """The recall task's model switches (the windowed attention's boolean mask beside bf16 q/k/v;
+    blocks without an FFN) and its loss and accuracy at the answer positions, under both policies."""
+    from grassflow.recall.data import IGNORE
+    from grassflow.recall.train import predict
+
+    torch.manual_seed(0)
+    model = build_model(kind, ModelConfig(vocab_size=80, context_len=24, n_layers=2, d_model=32, d_ff=64, n_heads=4,
+                                          r=6, lags=(1, 2, 4), dropout=0.0, **switches))
+    x = torch.randint(0, 80, (4, 24), generator=gen)
+    y = torch.full((4, 24), IGNORE).index_fill_(1, torch.tensor([9, 15, 21]), 5)
+    _step(model, lambda: F.cross_entropy(model(x).float().reshape(-1, 80), y.reshape(-1), ignore_index=IGNORE))
+    hits, nll = predict(model, {"inputs": x.numpy(), "labels": y.numpy()}, 2, CPU)
+    assert hits.shape == (12,) and math.isfinite(nll)
+
+
 def test_gated_mix_takes_one_dtype(cuda_rules, gen):
     """The defect: under CUDA autocast the gate's linear is bf16, h (a LayerNorm's output) fp32."""
     gate = torch.nn.Linear(16, 8)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from grassflow.report.aggregate import (
     _fmt,
@@ -82,6 +83,14 @@ def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _log2_axis(ax, ticks) -> None:
+    """A log axis labelled only at the given integers: matplotlib's own log labels collide
+    (minor labels like 6×10¹ next to 64) on the narrow ranges these figures span."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def figure_vs_dmodel(rows: list[dict], preset: str, path) -> None:
     cells = sorted({(r["seq_len"], r["kv"]) for r in rows})
     fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3.5), squeeze=False)
@@ -89,8 +98,8 @@ def figure_vs_dmodel(rows: list[dict], preset: str, path) -> None:
         for model in dict.fromkeys(r["model"] for r in rows):
             pts = sorted((r["d_model"], r["test"][0]) for r in rows if (r["seq_len"], r["kv"], r["model"]) == (L, kv, model))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
-        ax.set(title=f"L={L}, kv={kv}", xlabel="d_model", ylabel="test accuracy (%)", xscale="log", ylim=(-2, 102))
-        ax.set_xticks(sorted({r["d_model"] for r in rows}), labels=[str(d) for d in sorted({r["d_model"] for r in rows})])
+        ax.set(title=f"L={L}, kv={kv}", xlabel="d_model", ylabel="test accuracy (%)", ylim=(-2, 102))
+        _log2_axis(ax, sorted({r["d_model"] for r in rows}))
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"MQAR accuracy vs model width — preset {preset}")
     _save(fig, path)
@@ -116,7 +125,9 @@ def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
             if g.reach.notna().any():
                 ax.axvline(float(g.reach.iloc[0]), color=color, ls="--", lw=1)
         ax.set(title=f"L={L}, kv={kv}, d_model={int(sub.d_model.max()) if len(sub) else '?'}",
-               xlabel="key–query distance (tokens)", ylabel="test accuracy (%)", xscale="log", ylim=(-2, 102))
+               xlabel="key–query distance (tokens; points at bucket centres)", ylabel="test accuracy (%)",
+               ylim=(-2, 102))
+        _log2_axis(ax, [2 ** k for k in range(int(L).bit_length())])   # the distance buckets' edges
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"MQAR accuracy by distance (dashed: each model's reach) — preset {preset}")
     _save(fig, path)
