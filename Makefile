@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: demo test test-slurm test-all bench gpu-check gpu-check-run lint clean
+.PHONY: demo test test-slow test-slurm test-all bench gpu-check gpu-check-run lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The slow tests (the laptop preset on real Wikitext-2 prose from ../shared; skipped without it).
+test-slow: $(VENV)/.installed
+	$(PY) -m pytest -q -m slow
 
 # A real single-node SLURM (tests/slurm/start.sh installs Debian's packages as root) runs the
 # demo through profiles/slurm; skipped where SLURM cannot be installed.

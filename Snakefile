@@ -3,9 +3,22 @@
 #   and, for presets with an `snli` part, the same chain for SNLI (paper Table 3); for
 #   presets with a `recall` part, multi-query associative recall (MQAR)
 # `snakemake --cores all` runs config.yaml's preset (paper); `--config preset=demo` the demo.
+import os
+import sys
+
 from snakemake.utils import min_version
 
-from grassflow.config import validate_or_exit
+# This checkout's package, for this file and (through the environment, which cluster jobs
+# inherit and re-derive) every job, whatever else is installed. An environment variable, not a
+# rule param: a param holding this absolute path made every job look changed after the project
+# directory moved.
+_SRC = os.path.join(workflow.basedir, "src")
+sys.path.insert(0, _SRC)
+_PATH = os.environ.get("PYTHONPATH")
+if not _PATH or _PATH.split(os.pathsep)[0] != _SRC:  # set, not required: no envvars directive
+    os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (_SRC, _PATH) if p))
+
+from grassflow.config import validate_or_exit  # noqa: E402
 
 min_version("9.0")
 

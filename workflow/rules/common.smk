@@ -37,9 +37,9 @@ RAW = f"{RES}/data/raw"
 TOKENS = f"{RES}/data/tokens/{TOKENIZER}"
 RUN_DIR = f"{RES}/runs/{{run}}"
 REPORT = f"{RES}/report"
-# Rules run this checkout's src/ (whatever else is installed), so the code fingerprints
-# below hash exactly the code that runs.
-GF = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} python -m grassflow"
+# Rules run this checkout's src/ (the Snakefile puts it first on PYTHONPATH), so the code
+# fingerprints below hash exactly the code that runs.
+GF = "python -m grassflow"
 
 # The SNLI part (paper Table 3), when the preset has one: its own data, runs and tables.
 SNLI = P.get("snli")
@@ -242,6 +242,10 @@ def recall_outputs():
 
 
 def final_outputs():
+    """The tables and figures, and every run's evaluation too: Snakemake (>= 7.7, by design,
+    snakemake#1978) does not redo a deleted intermediate file whose consumers look up to date,
+    so without these a deleted or failed run would leave the old tables standing."""
     lm = table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() if LM else []
     snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
-    return lm + snli + recall_outputs()
+    runs = [f"{RES}/runs/{run}/eval.json" for run in RUNS] if LM else []
+    return lm + snli + recall_outputs() + runs + snli_run_outputs("eval.json") + recall_run_outputs("eval.json")
