@@ -33,11 +33,14 @@ def copy_repo(dst: Path) -> Path:
     return dst
 
 
+def pipeline_env():
+    """The venv's snakemake first, offline; no PYTHONPATH: the Snakefile puts the copy's src/ first."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+
+
 def snakemake(cwd, *args, check=True, preset="demo"):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "HF_HUB_OFFLINE": "1"}  # no PYTHONPATH: the Snakefile puts the copy's src/ first
     res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--config", f"preset={preset}", *args],
-                         cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+                         cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=900)
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
     return res
@@ -198,7 +201,7 @@ def test_every_preset_is_lint_clean(tmp_path):
     import yaml
 
     work = copy_repo(tmp_path)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(work / "src")}
+    env = pipeline_env()
     for preset in yaml.safe_load((work / "config.yaml").read_text())["presets"]:
         res = subprocess.run([str(BIN / "snakemake"), "--lint", "--config", f"preset={preset}"], cwd=work, env=env,
                              capture_output=True, text=True, timeout=300)
@@ -210,7 +213,7 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     size, each distinct run once: the `paper` variant is the main table's runs, and a
     Transformer under a Grassmann-only switch is the paper variant's Transformer."""
     work = copy_repo(tmp_path)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(work / "src")}
+    env = pipeline_env()
     res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -250,7 +253,7 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
     """The paper preset's hub tokenizers and backbone are fetched by localrules (on a cluster
     the login node has the internet); the jobs on compute nodes read the fetched files."""
     work = copy_repo(tmp_path)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(work / "src")}
+    env = pipeline_env()
     res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -384,8 +387,7 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     assert {("evaluate", name) for name in redo} | {("aggregate", None)} <= set(jobs), jobs
     table = work / "results/demo/report/table1.csv"
     old_table = table.stat().st_mtime_ns
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "HF_HUB_OFFLINE": "1"}
+    env = pipeline_env()
     proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     runs = [work / "results/demo/runs" / name for name in redo]
@@ -472,8 +474,7 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "HF_HUB_OFFLINE": "1"}
+    env = pipeline_env()
     seen, cancelled, done = {}, {}, threading.Event()
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 

@@ -247,5 +247,5 @@ def final_outputs():
     so without these a deleted or failed run would leave the old tables standing."""
     lm = table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() if LM else []
     snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
-    runs = [f"{RES}/runs/{run}/eval.json" for run in RUNS] if LM else []
+    runs = run_outputs("eval.json", RUNS) if LM else []
     return lm + snli + recall_outputs() + runs + snli_run_outputs("eval.json") + recall_run_outputs("eval.json")
