@@ -1,13 +1,17 @@
 """Benchmarks of the core: `python -m grassflow.bench [--out DIR] [--quick]`.
 
 All figures are measured side by side in one run and reported as ratios (never as timed
-tests). Three parts, written to DIR/bench-<device>.json and .md:
-  sgemm  achieved fp32 GEMM rate on this machine: the roof the others are measured against
-  op     Plücker op forward+backward, reference vs fast (vs fused-cpu on a CPU, cupy on a GPU)
-  step   one AdamW step, GrassmannLM (with each of those op backends) vs TransformerLM
-         (N=6, vocab 30,522) at a constant
-         B·L tokens per step over a range of L: step time, tokens/s, peak memory; the same
-         without the LM head ("trunk": loss on the final-LN states)
+tests). Parts, written to DIR/bench-<device>.json and .md:
+  sgemm     achieved fp32 GEMM rate on this machine: the roof the others are measured against
+  op        Plücker op forward+backward, reference vs fast (vs fused-cpu on a CPU, cupy on a GPU)
+  settings  the training step at the shortest L, both models: default vs fused AdamW, the
+            reference LM head + loss vs the head op, eager vs compiled: time, tokens/s, G/T, memory
+  launches  per layer and training step: the Plücker op's kernel launches, ATen ops per block
+  peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench_peer.py)
+  step      one AdamW step as training takes it, GrassmannLM (with each op backend) vs
+            TransformerLM (N=6, vocab 30,522) at a constant B·L tokens per step over a range
+            of L: step time, tokens/s, peak memory; the same without the LM head ("trunk":
+            loss on the final-LN states)
 
 Peak memory: on CUDA, torch.cuda.max_memory_allocated over the step. On the CPU, PyTorch
 keeps no allocator statistics, so we report the peak of the bytes held by tensors saved for
@@ -27,10 +31,15 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from grassflow.bench_peer import peer_step
+from grassflow.compiled import Compiled
+from grassflow.loop import make_optimizer
 from grassflow.models import ModelConfig, build_model
+from grassflow.ops.linear_ce import linear_cross_entropy
+from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.ops.plucker import cupy_backend, plucker_mix
+from grassflow.ops.plucker.kernel_stages import KernelStages
 from grassflow.runtime import autocast, configure_torch, device_name, pick_device
 
 LAGS = (1, 2, 4, 8, 12, 16)
@@ -118,38 +127,106 @@ def grassmann_backends(device) -> list[str]:
     return ["fast"] + (["fused-cpu"] if shutil.which(os.environ.get("CXX", "g++")) else [])
 
 
-def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto") -> dict:
+def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto", *, compile=False,
+               optimizer="train", head_loss="auto", dropout=0.0) -> dict:
+    """One training step as the training loop takes it: make_optimizer's AdamW (`train`: fused
+    where the loop uses it; `default`: PyTorch's default form), the LM loss of the LM task
+    (its head and loss as one op, ops.linear_ce, `head_loss` backend) or, without the head, a
+    loss on the final-LN states; eager or compiled (grassflow.compiled)."""
     torch.manual_seed(0)
     B = max(1, tokens // L)
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers,
-                                          dropout=0.0, plucker_backend=backend)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                                          dropout=dropout, plucker_backend=backend)).to(device)
+    tcfg = {"lr": 1e-4, "betas": (0.9, 0.95), "weight_decay": 0.01}
+    if optimizer == "train":
+        opt, opt_impl = make_optimizer(model, tcfg, device)
+    else:
+        opt, opt_impl = torch.optim.AdamW(model.parameters(), lr=1e-4), "default"
     x = torch.randint(0, vocab, (B, L + 1), device=device)
     meter = SavedBytes(model.parameters())
 
+    class Task:
+        def loss(self, model, x):
+            h = model.hidden(x[:, :-1])
+            if not with_head:
+                return h.float().square().mean()
+            return linear_cross_entropy(h.reshape(B * L, -1), model.head.weight, x[:, 1:].reshape(-1),
+                                        backend=head_loss)
+
+    compiled = Compiled(model, Task(), compile, "default", device)
+
     def step():
         with autocast(device), meter.hooks():
-            if with_head:
-                logits = model(x[:, :-1])
-                loss = F.cross_entropy(logits.reshape(-1, vocab).float(), x[:, 1:].reshape(-1))
-            else:
-                loss = model.hidden(x[:, :-1]).float().square().mean()
+            loss = compiled.loss(x)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         meter.end_step()
 
+    step()  # the first step compiles (if it does) and allocates AdamW's state
     if device.type == "cuda":
-        step()
         torch.cuda.reset_peak_memory_stats(device)
     # best of 5: the 30,522-way head's ~0.5 GB of logits and gradients makes single steps
     # on a shared 2-core machine vary by ±20 %; the minimum is the stable estimate.
-    t = timeit(step, device, repeat=5, best=True)
+    t = timeit(step, device, repeat=5, best=True, warmup=0)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
     return {"model": kind, "backend": backend if kind == "grassmann" else None, "L": L, "B": B,
-            "head": with_head, "seconds": t,
+            "head": with_head, "seconds": t, "compile": compiled.enabled, "optimizer": opt_impl,
+            "head_loss": resolve_head_loss(head_loss, device) if with_head else None,
             "tokens_per_s": B * L / t, "peak_mem_mb": peak / 2**20,
             "peak_mem_kind": "cuda_max_allocated" if device.type == "cuda" else "saved_activations"}
+
+
+def bench_settings(device, L, tokens, n_layers, vocab) -> list[dict]:
+    """The training step's settings side by side (with the head, dropout 0.1 as in training):
+    before this project's step work (default AdamW, reference head), then each change."""
+    backend = grassmann_backends(device)[-1]
+    settings = [("default AdamW, reference head", {"optimizer": "default", "head_loss": "reference"}),
+                ("fused AdamW, reference head", {"head_loss": "reference"}),
+                ("fused AdamW, head op auto", {}),
+                ("compiled, fused AdamW, head op auto", {"compile": True})]
+    rows = []
+    for label, kw in settings:
+        for kind in ("transformer", "grassmann"):
+            row = bench_step(device, kind, L, tokens, n_layers, vocab, True, backend if kind == "grassmann" else "auto",
+                             dropout=0.1, **kw)
+            rows.append({"setting": label, **row})
+            print(f"settings {label:38s} {kind:11s}: {row['seconds']:.3f}s", flush=True)
+    return rows
+
+
+def count_launches(device, r=32, d=256, T=128, B=2) -> dict:
+    """Per layer and training step (forward + backward): the Plücker op's own kernel launches,
+    and every ATen op (each one kernel launch, or more, on a GPU) of one Grassmann block and
+    one Transformer block, views excluded."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    backend = "cupy" if device.type == "cuda" and cupy_backend.usable(device) else "kernel-cpu"
+    out = {"plucker_backend": backend}
+    for kind in ("grassmann", "transformer"):
+        cfg = ModelConfig(vocab_size=64, context_len=T, n_layers=1, d_model=d, r=r, dropout=0.0, plucker_backend=backend)
+        block = build_model(kind, cfg).blocks[0].to(device)
+        h = torch.randn(B, T, d, device=device, requires_grad=True)
+        block(h).square().mean().backward()  # warm-up: what is made once per shape is not counted
+        block.zero_grad(set_to_none=True)
+        h.grad = None
+        before = KernelStages.launches.copy()
+        with Ops() as ops:
+            block(h).square().mean().backward()
+        out[kind] = {"aten_ops": ops.n}
+        if kind == "grassmann":
+            out[kind]["plucker_kernels"] = dict(KernelStages.launches - before)
+    return out
 
 
 def step_table(rows) -> list[dict]:
@@ -174,28 +251,71 @@ def step_table(rows) -> list[dict]:
 def to_markdown(res) -> str:
     lines = [f"# Core benchmark — {res['device']}", "",
              f"torch {res['torch']}, {res['threads']} threads, flush-denormal {res['flush_denormal']}; "
-             "op: median of 3, training step: best of 5. "
-             f"Generated by `python -m grassflow.bench` ({res['date']}).", "",
-             f"**sgemm roof**: {res['sgemm']['gflops']:.1f} GFLOP/s (fp32, n={res['sgemm']['n']}).", "",
-             "## Plücker op, forward + backward", "",
-             "| backend | B | T | r | d | time (ms) | speed-up vs reference | GEMM GFLOP/s | % of sgemm |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in res["op"]:
-        lines.append(f"| {r['backend']} | {r['B']} | {r['T']} | {r['r']} | {r['d']} | "
-                     f"{r['seconds'] * 1e3:.1f} | {r['speedup_vs_reference']:.2f}× | {r['gflops']:.1f} | "
-                     f"{100 * r['gflops'] / res['sgemm']['gflops']:.0f} % |")
-    lines += ["", f"## Training step (AdamW), N={res['n_layers']}, vocab {res['vocab']}, "
-              f"{res['tokens']} tokens per step", "",
-              f"Peak memory: {res['step_rows'][0]['peak_mem_kind'] if res['step_rows'] else ''}.", "",
-              "| L | B | LM head | Grassmann op backend | Transformer (s) | Grassmann (s) | time ratio G/T | "
-              "Transformer tok/s | Grassmann tok/s | Transformer mem (MB) | Grassmann mem (MB) | mem ratio |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in res["step"]:
-        lines.append(f"| {r['L']} | {r['B']} | {'yes' if r['head'] else 'no'} | {r.get('backend')} | "
-                     f"{r['transformer_s']:.3f} | "
-                     f"{r['grassmann_s']:.3f} | **{r['time_ratio']:.2f}** | {r['transformer_tok_s']:.0f} | "
-                     f"{r['grassmann_tok_s']:.0f} | {r['transformer_mem_mb']:.1f} | "
-                     f"{r['grassmann_mem_mb']:.1f} | {r['mem_ratio']:.2f} |")
+             "op: median of 3, training step: best of 5, after one step that compiles (where it does) "
+             f"and allocates AdamW's state. Generated by `python -m grassflow.bench` ({res['date']}).", "",
+             f"**sgemm roof**: {res['sgemm']['gflops']:.1f} GFLOP/s (fp32, n={res['sgemm']['n']}).", ""]
+    if res.get("op"):
+        lines += ["## Plücker op, forward + backward", "",
+                  "| backend | B | T | r | d | time (ms) | speed-up vs reference | GEMM GFLOP/s | % of sgemm |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["op"]:
+            lines.append(f"| {r['backend']} | {r['B']} | {r['T']} | {r['r']} | {r['d']} | "
+                         f"{r['seconds'] * 1e3:.1f} | {r['speedup_vs_reference']:.2f}× | {r['gflops']:.1f} | "
+                         f"{100 * r['gflops'] / res['sgemm']['gflops']:.0f} % |")
+        lines.append("")
+    if res.get("settings"):
+        rows = res["settings"]
+        r0 = rows[0]
+        lines += [f"## The training step's settings, side by side (L={r0['L']}, B={r0['B']}, N={res['n_layers']}, "
+                  f"vocab {res['vocab']}, with the LM head, dropout 0.1)", "",
+                  "Each row changes one thing from the row above. Head op: the LM head and its loss as one "
+                  "op (`ops/linear_ce`); `auto` is what training uses on this device.", "",
+                  "| setting | Transformer (s) | Grassmann (s) | G/T | Transformer tok/s | Grassmann tok/s | "
+                  "speed-up vs first row (T / G) | Grassmann mem (MB) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        first = {r["model"]: r["seconds"] for r in rows if r["setting"] == r0["setting"]}
+        for label in dict.fromkeys(r["setting"] for r in rows):
+            t, g = (next(r for r in rows if r["setting"] == label and r["model"] == m) for m in ("transformer", "grassmann"))
+            lines.append(f"| {label} ({g['optimizer']}, head {g['head_loss']}, {'compiled' if g['compile'] else 'eager'}, "
+                         f"op {g['backend']}) | {t['seconds']:.3f} | {g['seconds']:.3f} | **{g['seconds'] / t['seconds']:.2f}** | "
+                         f"{t['tokens_per_s']:.0f} | {g['tokens_per_s']:.0f} | "
+                         f"{first['transformer'] / t['seconds']:.2f}× / {first['grassmann'] / g['seconds']:.2f}× | "
+                         f"{g['peak_mem_mb']:.1f} |")
+        lines.append("")
+    if res.get("peer"):
+        peer = res["peer"][0]
+        lines += ["## Against a public reimplementation (same machine, same run)", "",
+                  "kanenorman/grassmann's GrassmannLM step as its train.py takes it, beside ours as our training "
+                  "loop takes it (N=6, L=128, B=32, vocab 30,522, dropout 0.1).", "",
+                  "| Grassmann step | time (s) | tokens/s | speed-up vs kanenorman |", "|---|---|---|---|",
+                  f"| {peer['model']} | {peer['seconds']:.3f} | {peer['tokens_per_s']:.0f} | 1.00× |"]
+        for r in res["peer"][1:]:
+            lines.append(f"| ours, op {r['backend']} ({r['optimizer']}, head {r['head_loss']}) | {r['seconds']:.3f} | "
+                         f"{r['tokens_per_s']:.0f} | **{peer['seconds'] / r['seconds']:.2f}×** |")
+        lines.append("")
+    if res.get("launches"):
+        la = res["launches"]
+        g = la["grassmann"]
+        kernels = ", ".join(f"{k} {v}" for k, v in g["plucker_kernels"].items())
+        lines += ["## Launches per layer and training step (forward + backward)", "",
+                  f"The Plücker op's own kernels ({la['plucker_backend']}, the `cupy` backend's launch plan): "
+                  f"{sum(g['plucker_kernels'].values())} ({kernels}). ATen ops of one block (each at least one "
+                  f"kernel on a GPU; views excluded): Grassmann {g['aten_ops']}, Transformer "
+                  f"{la['transformer']['aten_ops']}.", ""]
+    if res.get("step"):
+        lines += [f"## Training step (AdamW), N={res['n_layers']}, vocab {res['vocab']}, "
+                  f"{res['tokens']} tokens per step", "",
+                  "With the training loop's settings (the last eager row above), dropout 0.", "",
+                  f"Peak memory: {res['step_rows'][0]['peak_mem_kind'] if res['step_rows'] else ''}.", "",
+                  "| L | B | LM head | Grassmann op backend | Transformer (s) | Grassmann (s) | time ratio G/T | "
+                  "Transformer tok/s | Grassmann tok/s | Transformer mem (MB) | Grassmann mem (MB) | mem ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in res["step"]:
+            lines.append(f"| {r['L']} | {r['B']} | {'yes' if r['head'] else 'no'} | {r.get('backend')} | "
+                         f"{r['transformer_s']:.3f} | "
+                         f"{r['grassmann_s']:.3f} | **{r['time_ratio']:.2f}** | {r['transformer_tok_s']:.0f} | "
+                         f"{r['grassmann_tok_s']:.0f} | {r['transformer_mem_mb']:.1f} | "
+                         f"{r['grassmann_mem_mb']:.1f} | {r['mem_ratio']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -208,11 +328,15 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=4096, help="B·L per training step")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
     ap.add_argument("--name", help="file stem (default bench-[quick-]<device>)")
+    ap.add_argument("--peer", help="a checkout of kanenorman/grassmann: its Grassmann step beside ours (L=128, B=32)")
+    ap.add_argument("--parts", default="op,step,settings,launches",
+                    help="comma-separated parts to run (op, step, settings, launches)")
     args = ap.parse_args(argv)
 
     configure_torch()
     device = pick_device(args.device, log=True)
     q = args.quick
+    parts = set(args.parts.split(","))
     lengths = [32, 64] if q else [int(x) for x in args.lengths.split(",")]
     tokens, n_layers, vocab = (128, 2, 500) if q else (args.tokens, 6, 30522)
     res = {"device": device_name(device), "device_type": device.type, "torch": torch.__version__,
@@ -220,17 +344,28 @@ def main(argv=None):
            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d"),
            "tokens": tokens, "n_layers": n_layers, "vocab": vocab, "quick": q}
     res["sgemm"] = bench_sgemm(device, 256 if q else 2048)
-    res["op"] = bench_op(device, *((2, 32, 8, 16) if q else (32, 256, 32, 256)))
-    rows = []
-    for L in lengths:
-        for with_head in (True, False):
-            # side by side: the Transformer, then Grassmann with each op backend, same inputs
-            for kind, backend in [("transformer", "auto")] + [("grassmann", b) for b in grassmann_backends(device)]:
-                rows.append(bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend))
-                print(f"step {kind:11s} {backend:9s} L={L:5d} head={with_head}: {rows[-1]['seconds']:.3f}s",
-                      flush=True)
-    res["step_rows"] = rows
-    res["step"] = step_table(rows)
+    if "op" in parts:
+        res["op"] = bench_op(device, *((2, 32, 8, 16) if q else (32, 256, 32, 256)))
+    if "launches" in parts:
+        res["launches"] = count_launches(device, *((8, 16, 32, 2) if q else (32, 256, 128, 2)))
+    if "settings" in parts:
+        res["settings"] = bench_settings(device, lengths[0], tokens, n_layers, vocab)
+    if args.peer:
+        res["peer"] = [peer_step(args.peer, device, 128, 32, 30522, timeit)]
+        for backend in grassmann_backends(device):
+            res["peer"].append({"ours": True, **bench_step(device, "grassmann", 128, 4096, 6, 30522, True, backend,
+                                                            dropout=0.1)})
+    if "step" in parts:
+        rows = []
+        for L in lengths:
+            for with_head in (True, False):
+                # side by side: the Transformer, then Grassmann with each op backend, same inputs
+                for kind, backend in [("transformer", "auto")] + [("grassmann", b) for b in grassmann_backends(device)]:
+                    rows.append(bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend))
+                    print(f"step {kind:11s} {backend:9s} L={L:5d} head={with_head}: {rows[-1]['seconds']:.3f}s",
+                          flush=True)
+        res["step_rows"] = rows
+        res["step"] = step_table(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = args.name or "bench-" + ("quick-" if q else "") + device.type

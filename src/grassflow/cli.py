@@ -45,7 +45,7 @@ def _tokenize(a):
 def _train(a):
     from grassflow.lm.train import train
 
-    train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight)
+    train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight, execution=_execution(a))
 
 
 def _unigram(a):
@@ -110,7 +110,8 @@ def _snli_tokenize(a):
 def _snli_train(a):
     from grassflow.snli.train import train_snli
 
-    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, preflight=a.preflight)
+    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, preflight=a.preflight,
+               execution=_execution(a))
 
 
 def _snli_evaluate(a):
@@ -149,7 +150,8 @@ def _recall_data(a):
 def _recall_train(a):
     from grassflow.recall.train import train_recall
 
-    train_recall(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight)
+    train_recall(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight,
+                 execution=_execution(a))
 
 
 def _recall_evaluate(a):
@@ -208,6 +210,14 @@ def _train_args(p):
     for k in ("train-tokens", "val-tokens", "out-dir"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
+    p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
+                   help="train.compile: torch.compile the training loss and validation forward")
+    p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
+
+
+def _execution(a) -> dict:
+    """How a training job runs, not what it computes (train.compile, train.compile_mode)."""
+    return {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode}
 
 
 def _evaluate_args(p):

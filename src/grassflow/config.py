@@ -183,8 +183,14 @@ def main_run_ids(p: dict) -> list[str]:
     return [f"{exp}-{kind}-s{seed}" for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
 
 
-# How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing.
-EXECUTION_KEYS = ("threads",)
+# How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
+# (the rules hand compile and compile_mode to the training jobs through exec_args()).
+EXECUTION_KEYS = ("threads", "compile", "compile_mode")
+
+
+def exec_args(train: dict) -> str:
+    """The training CLI's flags for a train section's execution keys."""
+    return f"--compile {str(train['compile']).lower()} --compile-mode {train['compile_mode']}"
 
 
 def run_train(train: dict) -> dict:

@@ -103,7 +103,7 @@ if SNLI:
         shell:
             "OMP_NUM_THREADS={threads} {params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
             "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} "
-            "--preflight {input.preflight} > {log} 2>&1"
+            "--preflight {input.preflight} {SNLI_EXEC} > {log} 2>&1"
 
     rule snli_evaluate:
         input:

@@ -29,5 +29,5 @@ rule train:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
         "OMP_NUM_THREADS={threads} {params.gf} train --spec {params.spec} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} > {log} 2>&1"
+        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} {LM_EXEC} > {log} 2>&1"
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from grassflow.checkpoint import seed_everything
 from grassflow.lm.data import read_tokens
 from grassflow.lm.evaluate import chunked_nll
 from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model
+from grassflow.ops.linear_ce import linear_cross_entropy
+from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
 
 
@@ -32,20 +33,23 @@ class LanguageModelTask:
             raise RuntimeError(f"{path}: {len(train_ids)} tokens make {n_blocks} blocks of {L}, "
                                f"fewer than one batch of {B}")
         self.L, self.device = L, device
+        self.head_loss = resolve_head_loss("auto", device)
         self.val_ids, self.eval_batch_size = val_ids, eval_batch_size
-        self.order = ShuffledBatches(n_blocks, B, seed)
+        self.order = ShuffledBatches(n_blocks, B, seed, device)
         self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B * L
-        self.data = torch.as_tensor(train_ids[: n_blocks * L + 1], dtype=torch.long)
+        self.data = torch.as_tensor(train_ids[: n_blocks * L + 1], dtype=torch.long).to(device)
+        self.offsets = torch.arange(L + 1, device=device)
 
     def batch(self, epoch, step):
-        idx = self.order(epoch, step)
-        rows = idx[:, None] * self.L + torch.arange(self.L + 1)[None, :]
-        return self.data[rows[:, :-1]].to(self.device), self.data[rows[:, 1:]].to(self.device)
+        rows = self.order(epoch, step)[:, None] * self.L + self.offsets[None, :]
+        return self.data[rows[:, :-1]], self.data[rows[:, 1:]]
 
     def loss(self, model, batch):
+        """Mean next-token cross-entropy; the head and its loss as one op (ops.linear_ce)."""
         x, y = batch
-        logits = model(x)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        h = model.hidden(x)
+        return linear_cross_entropy(h.reshape(-1, h.shape[-1]), model.head.weight, y.reshape(-1),
+                                    backend=self.head_loss)
 
     def validate(self, model):
         nll, n = chunked_nll(model, self.val_ids, self.L, self.eval_batch_size, self.device)
@@ -55,7 +59,7 @@ class LanguageModelTask:
         return row["val_loss"]
 
 
-def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None) -> dict:
+def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train_ids, train_meta, val_ids, val_meta = read_train_val(read_tokens, train_tokens, val_tokens)
@@ -64,12 +68,13 @@ def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None) -> dict
                              tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
-    status, metrics = fit(model, task, spec, out, device,
-                          header={"spec": spec, "model_config": mcfg.to_dict()})
+    status, metrics, ran = fit(model, task, spec, out, device,
+                                     header={"spec": spec, "model_config": mcfg.to_dict()}, execution=execution)
     best = min(metrics, key=lambda m: m["val_loss"]) if metrics else None
     data = {"train": token_file_record(train_tokens, train_meta),
             "validation": token_file_record(val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, data, t_start,
                       op_backend=op_backend(spec["model_kind"], mcfg.plucker_backend, device),
-                      preflight=preflight, model_config=mcfg.to_dict(),
+                      preflight=preflight, model_config=mcfg.to_dict(), **ran,
+                      head_loss=task.head_loss,
                       best_val_ppl=best["val_ppl"] if best else None)

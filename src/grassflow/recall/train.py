@@ -49,14 +49,15 @@ class RecallTask:
         n = len(train["inputs"])
         if n < B:
             raise DataError(f"{path}: {n} examples, fewer than one batch of {B}")
-        self.inputs, self.labels = torch.as_tensor(train["inputs"]), torch.as_tensor(train["labels"])
+        self.inputs = torch.as_tensor(train["inputs"]).to(device)
+        self.labels = torch.as_tensor(train["labels"]).to(device)
         self.val, self.device, self.eval_batch_size = val, device, eval_batch_size
-        self.order = ShuffledBatches(n, B, seed)
+        self.order = ShuffledBatches(n, B, seed, device)
         self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B
 
     def batch(self, epoch, step):
         idx = self.order(epoch, step)
-        return self.inputs[idx].to(self.device), self.labels[idx].to(self.device)
+        return self.inputs[idx], self.labels[idx]
 
     def loss(self, model, batch):
         x, y = batch
@@ -71,7 +72,7 @@ class RecallTask:
         return -row["val_acc"]
 
 
-def train_recall(spec: dict, train_file, val_file, out_dir, preflight=None) -> dict:
+def train_recall(spec: dict, train_file, val_file, out_dir, preflight=None, execution=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train, train_meta = read_split(train_file)
@@ -82,10 +83,11 @@ def train_recall(spec: dict, train_file, val_file, out_dir, preflight=None) -> d
     task = RecallTask(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_file)
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
-    status, metrics = fit(model, task, spec, out, device, header={"spec": spec, "model_config": mcfg.to_dict()})
+    status, metrics, ran = fit(model, task, spec, out, device,
+                                     header={"spec": spec, "model_config": mcfg.to_dict()}, execution=execution)
     best = min(metrics, key=task.score) if metrics else None
     data = {"train": token_file_record(train_file, train_meta), "validation": token_file_record(val_file, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, data, t_start,
                       op_backend=op_backend(spec["model_kind"], mcfg.plucker_backend, device),
-                      preflight=preflight, model_config=mcfg.to_dict(),
+                      preflight=preflight, model_config=mcfg.to_dict(), **ran,
                       best_val_acc=best["val_acc"] if best else None)

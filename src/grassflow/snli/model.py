@@ -85,23 +85,35 @@ class SNLIClassifier(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-def make_batch(data: dict, idx, meta: dict, pair_input: str, device) -> dict:
-    """Padded tensors for the pairs `idx` of a token file (see grassflow.snli.data)."""
+def padded_len(meta: dict, pair_input: str) -> int:
+    """The longest sequence a batch can hold: the fixed length of static-shape batches."""
+    return 2 * meta["max_tokens"] - 1 if pair_input == "joint" else meta["max_tokens"]
+
+
+def _to(x: torch.Tensor, device) -> torch.Tensor:
+    # from pinned memory without blocking: a plain copy to a GPU waits for it, every step
+    return x.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else x.to(device)
+
+
+def make_batch(data: dict, idx, meta: dict, pair_input: str, device, static: bool = False) -> dict:
+    """Padded tensors for the pairs `idx` of a token file (see grassflow.snli.data): padded to
+    the longest pair of the batch, or with static=True to padded_len (for torch.compile,
+    which would otherwise compile once per length)."""
     cls, sep, pad = meta["cls_id"], meta["sep_id"], meta["pad_id"]
 
     def padded(seqs):
-        T = max(len(s) for s in seqs)
+        T = padded_len(meta, pair_input) if static else max(len(s) for s in seqs)
         ids = torch.full((len(seqs), T), pad, dtype=torch.long)
         mask = torch.zeros(len(seqs), T, dtype=torch.bool)
         for i, s in enumerate(seqs):
             ids[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
             mask[i, : len(s)] = True
-        return ids.to(device), mask.to(device)
+        return _to(ids, device), _to(mask, device)
 
     idx = [int(i) for i in idx]
     p = [[cls, *data["premise"][i], sep] for i in idx]
     h = [[cls, *data["hypothesis"][i], sep] for i in idx]
-    out = {"label": torch.as_tensor(data["label"][idx], dtype=torch.long).to(device)}
+    out = {"label": _to(torch.as_tensor(data["label"][idx], dtype=torch.long), device)}
     if pair_input == "joint":
         out["ids"], out["mask"] = padded([a + b[1:] for a, b in zip(p, h)])
     else:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from grassflow.checkpoint import seed_everything
+from grassflow.compiled import use_compile
 from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
 from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
@@ -36,12 +37,12 @@ def build_classifier(spec: dict, meta: dict, backbone_dir=None) -> tuple[SNLICla
 
 
 @torch.no_grad()
-def predict(model, data, meta, pair_input, batch_size, device) -> tuple[torch.Tensor, float]:
+def predict(model, data, meta, pair_input, batch_size, device, static=False) -> tuple[torch.Tensor, float]:
     """(predicted labels, mean NLL) over a whole split, in file order."""
     model.eval()
     preds, nll, n = [], 0.0, len(data["label"])
     for i in range(0, n, batch_size):
-        batch = make_batch(data, range(i, min(i + batch_size, n)), meta, pair_input, device)
+        batch = make_batch(data, range(i, min(i + batch_size, n)), meta, pair_input, device, static)
         with autocast(device):
             logits = model(batch).float()
         nll += F.cross_entropy(logits, batch["label"], reduction="sum").item()
@@ -52,30 +53,32 @@ def predict(model, data, meta, pair_input, batch_size, device) -> tuple[torch.Te
 class SNLITask:
     rate_key = "examples_per_s"
 
-    def __init__(self, train, val, meta, pair_input, B, seed, eval_batch_size, device, path):
+    def __init__(self, train, val, meta, pair_input, B, seed, eval_batch_size, device, path, static=False):
         n = len(train["label"])
         if n < B:
             raise DataError(f"{path}: {n} pairs, fewer than one batch of {B}")
         self.train, self.val, self.meta, self.pair_input = train, val, meta, pair_input
-        self.device, self.eval_batch_size = device, eval_batch_size
+        self.device, self.eval_batch_size, self.static = device, eval_batch_size, static
         self.order = ShuffledBatches(n, B, seed)
         self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B
 
     def batch(self, epoch, step):
-        return make_batch(self.train, self.order(epoch, step), self.meta, self.pair_input, self.device)
+        return make_batch(self.train, self.order(epoch, step), self.meta, self.pair_input, self.device,
+                          self.static)
 
     def loss(self, model, batch):
         return F.cross_entropy(model(batch).float(), batch["label"])
 
     def validate(self, model):
-        pred, nll = predict(model, self.val, self.meta, self.pair_input, self.eval_batch_size, self.device)
+        pred, nll = predict(model, self.val, self.meta, self.pair_input, self.eval_batch_size, self.device,
+                            self.static)
         return {"val_loss": nll, "val_acc": 100.0 * (pred == torch.as_tensor(self.val["label"])).double().mean().item()}
 
     def score(self, row):
         return -row["val_acc"]
 
 
-def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None, preflight=None) -> dict:
+def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None, preflight=None, execution=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
     train, train_meta, val, val_meta = read_train_val(read_token_pairs, train_tokens, val_tokens)
@@ -83,12 +86,14 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None,
     model, features = build_classifier(spec, train_meta, backbone_dir)
     model = model.to(device)
     task = SNLITask(train, val, train_meta, model.cfg.pair_input, tcfg["batch_size"], spec["seed"],
-                    tcfg["eval_batch_size"], device, train_tokens)
-    status, metrics = fit(model, task, spec, out, device, header={"spec": spec, "features": features})
+                    tcfg["eval_batch_size"], device, train_tokens,
+                    static=use_compile((execution or {}).get("compile", "auto"), device))
+    status, metrics, ran = fit(model, task, spec, out, device, header={"spec": spec, "features": features},
+                               execution=execution)
     best = min(metrics, key=task.score) if metrics else None
     data = {"train": token_file_record(train_tokens, train_meta),
             "validation": token_file_record(val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, data, t_start, features=features,
                       op_backend=op_backend(spec["head_kind"], model.cfg.plucker_backend, device),
-                      preflight=preflight,
+                      preflight=preflight, **ran,
                       head_config=model.cfg.to_dict(), best_val_acc=best["val_acc"] if best else None)

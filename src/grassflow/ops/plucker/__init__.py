@@ -9,38 +9,19 @@ backends: "reference" (paper-literal loop), "fast" (algebraic form in PyTorch),
 "cupy" (CUDA RawKernels), "kernel-cpu" (the CUDA kernels compiled for the CPU, for tests),
 "fused-cpu" (fused per-token C++ loops with OpenMP, for CPU training),
 "auto" (cupy on CUDA tensors when CuPy is installed and compiles the kernels there, else
-fast; `resolve_backend` says which one a device gets).
+fast; `resolve_backend` says which one a device gets). Under torch.compile every backend but
+the reference is one custom op, `grassflow::plucker_mix` (function.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from grassflow.ops.plucker import cupy_backend
-from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
-from grassflow.ops.plucker.cupy_backend import CupyStages
-from grassflow.ops.plucker.fast import TorchStages
-from grassflow.ops.plucker.function import PluckerMixFunction
-from grassflow.ops.plucker.fused_cpu import FusedCpuStages
+from grassflow.ops.plucker.backends import BACKENDS, check_backend, resolve_backend, stages_for
+from grassflow.ops.plucker.function import PluckerMixFunction, plucker_mix_op
 from grassflow.ops.plucker.reference import plucker_mix_reference
 
-BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu")
 EMPTY_POLICIES = ("zero", "bias")
-_STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelStages(),
-           "fused-cpu": FusedCpuStages()}
-
-
-def resolve_backend(backend: str, device) -> str:
-    """The backend that runs on `device` (a torch.device or a tensor) when `backend` is asked
-    for: `auto` becomes cupy or fast; an explicit cupy that cannot run there is an error."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    device = device.device if isinstance(device, torch.Tensor) else torch.device(device)
-    if backend == "auto":
-        return "cupy" if cupy_backend.usable(device) else "fast"
-    if backend == "cupy":
-        cupy_backend.require(device)
-    return backend
 
 
 def plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="auto"):
@@ -58,10 +39,13 @@ def plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="
         raise ValueError(f"lags must be positive integers, got {lags}")
     if empty not in EMPTY_POLICIES:
         raise ValueError(f"empty must be one of {EMPTY_POLICIES}, got {empty!r}")
-    backend = resolve_backend(backend, z)
-    if backend == "reference":
+    check_backend(backend)
+    if backend == "reference":  # plain PyTorch: eager and compiled alike
         return plucker_mix_reference(z, lags, weight, bias, eps=eps, empty=empty)
-    return PluckerMixFunction.apply(z, weight, bias, lags, eps, empty, _STAGES[backend])
+    if torch.compiler.is_compiling():  # one opaque op for Dynamo; the backend resolves inside
+        return plucker_mix_op(z, weight, bias, list(lags), float(eps), empty, backend)[0]
+    backend = resolve_backend(backend, z)
+    return PluckerMixFunction.apply(z, weight, bias, lags, eps, empty, stages_for(backend))
 
 
 __all__ = ["BACKENDS", "plucker_mix", "plucker_mix_reference", "resolve_backend"]

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import torch
-
-
-@cache
-def _pairs(r: int):
-    return torch.triu_indices(r, r, offset=1)
 
 
 def pair_indices(r: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(I, J) with I < J, row-major upper triangle: the order of the r(r−1)/2 coordinates."""
-    ij = _pairs(r).to(device)
+    ij = torch.triu_indices(r, r, offset=1, device=device)
     return ij[0], ij[1]
 
 

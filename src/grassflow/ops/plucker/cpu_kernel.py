@@ -77,9 +77,7 @@ def _tensor_info(x):
 class CpuKernelStages(KernelStages):
     name = "kernel-cpu"
 
-    def _launch(self, kernel, dtype, n_threads, *args):
-        if n_threads == 0:
-            return
+    def _run(self, kernel, dtype, n_threads, *args):
         if any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in args):
             raise ValueError("kernel-cpu backend runs on CPU tensors only")
         launch_on_cpu(kernel_name(kernel, dtype), grid_for(n_threads), BLOCK, args, _tensor_info,

@@ -154,11 +154,9 @@ def _as_cupy(x):
 class CupyStages(KernelStages):
     name = "cupy"
 
-    def _launch(self, kernel, dtype, n_threads, *args):
+    def _run(self, kernel, dtype, n_threads, *args):
         import cupy
 
-        if n_threads == 0:
-            return
         dev = args[0].device
         idx = CUDA.index(dev)
         fn = _module(idx).get_function(kernel_name(kernel, dtype))

@@ -4,6 +4,7 @@ without a GPU). Subclasses only say how one kernel is launched."""
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -43,9 +44,17 @@ def kernels_dir() -> Path:
 
 class KernelStages:
     name = "kernel"
+    # kernel launches so far, by kernel: read by the benchmark (launches per layer and step)
+    launches: Counter = Counter()
 
     def _launch(self, kernel: str, dtype: torch.dtype, n_threads: int, *args) -> None:
         """Run kernel_name(kernel, dtype) on grid_for(n_threads) blocks of BLOCK threads."""
+        if n_threads == 0:
+            return
+        KernelStages.launches[kernel] += 1
+        self._run(kernel, dtype, n_threads, *args)
+
+    def _run(self, kernel: str, dtype: torch.dtype, n_threads: int, *args) -> None:
         raise NotImplementedError
 
     @staticmethod
