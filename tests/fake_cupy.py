@@ -19,6 +19,11 @@ contracts, which the CPU paths otherwise never meet:
                         object with __cuda_stream__ returning (0, ptr), and ExternalStream
                         warns DeprecationWarning; as CuPy 13: only ExternalStream(ptr)
   nvrtc_missing=True    the first compile raises as a CuPy wheel does on a driver-only node
+  capturing()           a CUDA graph capture on stream CAPTURE (torch.cuda.graph's side
+                        stream): torch's current stream is then CAPTURE, a launch on any
+                        other stream is refused (on a GPU it would silently be missing from
+                        the graph), and so are a compile and a CuPy allocation (cupy.empty,
+                        cupy.zeros: its pool is not the capture's), which a capture forbids
 
 Launches run the kernels of kernels/plucker.cu through the CPU shim (kernels/cpu_shim/), so
 the numbers are the GPU kernels' own arithmetic. `install(monkeypatch)` puts it in sys.modules
@@ -40,6 +45,7 @@ from grassflow.ops.plucker.cpu_kernel import launch_on_cpu
 from grassflow.ops.plucker.kernel_stages import kernels_dir
 
 STREAM = 0x5EED  # the stream handle "torch" reports; every launch must be on it
+CAPTURE = 0xCA97  # torch's current stream while a CUDA graph is being captured
 _TYPESTR = {torch.float16: "<f2", torch.float32: "<f4", torch.float64: "<f8", torch.int8: "|i1",
             torch.int16: "<i2", torch.int32: "<i4", torch.int64: "<i8", torch.uint8: "|u1", torch.bool: "|b1"}
 
@@ -100,6 +106,8 @@ class _State:
         self.compiles = 0
         self.nvrtc_missing = False
         self.cupy_major = 14
+        self.capturing = False
+        self.allocations = 0
 
 
 STATE = _State()
@@ -173,6 +181,9 @@ class RawKernel:
             if isinstance(a, torch.Tensor):
                 raise TypeError(f"{self.name}: argument {i} is a torch.Tensor; CuPy launches take arrays")
         kernel_abi.check(self.name, self.params, args, info)
+        if STATE.capturing and STATE.stream != CAPTURE:
+            raise RuntimeError(f"{self.name}: launched on stream {STATE.stream:#x} during a capture on "
+                               f"{CAPTURE:#x}: it would be missing from the graph")
         STATE.launches.append((self.name, grid[0], block[0], STATE.stream))
         launch_on_cpu(self.name, grid[0], block[0], args, info, lambda a: a.ptr)
 
@@ -188,6 +199,8 @@ class RawModule:
 
     def compile(self, log_stream=None):
         if self._compiled is None:
+            if STATE.capturing:
+                raise RuntimeError("cudaErrorStreamCaptureUnsupported: a module compiled and loaded during a capture")
             if STATE.nvrtc_missing:
                 raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
                                    "cannot open shared object file: No such file or directory")
@@ -202,8 +215,17 @@ class RawModule:
         return RawKernel(name, self._compiled[name])
 
 
+def _allocate(shape, dtype=np.float32):
+    if STATE.capturing:
+        raise RuntimeError("cudaErrorStreamCaptureUnsupported: CuPy's memory pool allocates during a capture")
+    STATE.allocations += 1
+    t = torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name))
+    return ndarray(t, cuda_array_interface(t))
+
+
 def _module():
     cupy = types.ModuleType("cupy")
+    cupy.empty = cupy.zeros = _allocate
     cupy.__version__ = f"{STATE.cupy_major}.0-standin"
     cupy.asarray, cupy.ndarray, cupy.RawModule, cupy.RawKernel = asarray, ndarray, RawModule, RawKernel
     cuda = types.SimpleNamespace(Device=Device, ExternalStream=ExternalStream)
@@ -241,7 +263,17 @@ class CpuAsCuda(cupy_backend.TorchCuda):
 
     @staticmethod
     def stream(device):
-        return STREAM
+        return CAPTURE if STATE.capturing else STREAM
+
+
+@contextmanager
+def capturing():
+    """Inside: a CUDA graph capture (see the module's docstring)."""
+    STATE.capturing = True
+    try:
+        yield STATE
+    finally:
+        STATE.capturing = False
 
 
 def _clear_caches():

@@ -184,13 +184,13 @@ def main_run_ids(p: dict) -> list[str]:
 
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
-# (the rules hand compile and compile_mode to the training jobs through exec_args()).
+# (the rules hand compile and compile_mode to the training jobs as resources: exec_resources).
 EXECUTION_KEYS = ("threads", "compile", "compile_mode")
 
 
-def exec_args(train: dict) -> str:
-    """The training CLI's flags for a train section's execution keys."""
-    return f"--compile {str(train['compile']).lower()} --compile-mode {train['compile_mode']}"
+def exec_resources(train: dict) -> dict:
+    """A train section's execution keys as the training rules' resources (strings)."""
+    return {"compile": str(train["compile"]).lower(), "compile_mode": train["compile_mode"]}
 
 
 def run_train(train: dict) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grassflow.config import (
     ablation_runs,
-    exec_args,
+    exec_resources,
     main_run_ids,
     recall_cell,
     recall_runs,
@@ -60,12 +60,12 @@ RECALL_RES = f"{RES}/recall"
 RECALL_DATA = f"{RECALL_RES}/data/{{recall_cell}}"
 RECALL_RUN_DIR = f"{RECALL_RES}/runs/{{recall_run}}"
 
-# How each task's training jobs run, not what they compute (train.compile, compile_mode): the
-# shell commands name these globals, whose values are neither params nor the commands' text,
-# so changing them reruns nothing (as train.threads).
-LM_EXEC = exec_args(P["train"]) if LM else ""
-SNLI_EXEC = exec_args(SNLI["train"]) if SNLI else ""
-RECALL_EXEC = exec_args(RECALL["train"]) if RECALL else ""
+# How each task's training jobs run, not what they compute (train.compile, compile_mode): handed
+# to the jobs as resources, which are not rerun triggers (params are), so changing them reruns
+# nothing, as train.threads; a profile may set them per rule (set-resources).
+LM_EXEC = exec_resources(P["train"]) if LM else {}
+SNLI_EXEC = exec_resources(SNLI["train"]) if SNLI else {}
+RECALL_EXEC = exec_resources(RECALL["train"]) if RECALL else {}
 
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
 # node, the only one with internet): tokenizers named but not given a local `path`, and a

@@ -41,6 +41,7 @@ if RECALL:
             out_dir=RECALL_RUN_DIR,
         resources:
             gpu=1,
+            **RECALL_EXEC,
         conda:
             "../../envs/train.yaml"
         log:
@@ -49,7 +50,7 @@ if RECALL:
             f"{RES}/benchmarks/recall/train/{{recall_run}}.tsv"
         shell:
             "OMP_NUM_THREADS={threads} {params.gf} recall-train --spec {params.spec} --train-tokens {input.train} "
-            "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} {RECALL_EXEC} > {log} 2>&1"
+            "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} > {log} 2>&1"
 
     rule recall_evaluate:
         input:

@@ -94,6 +94,7 @@ if SNLI:
             backbone=snli_backbone_arg,
         resources:
             gpu=1,
+            **SNLI_EXEC,
         conda:
             "../../envs/train.yaml"
         log:
@@ -103,7 +104,7 @@ if SNLI:
         shell:
             "OMP_NUM_THREADS={threads} {params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
             "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} "
-            "--preflight {input.preflight} {SNLI_EXEC} > {log} 2>&1"
+            "--preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} > {log} 2>&1"
 
     rule snli_evaluate:
         input:

@@ -21,6 +21,7 @@ rule train:
         out_dir=RUN_DIR,
     resources:
         gpu=1,
+        **LM_EXEC,
     conda:
         "../../envs/train.yaml"
     log:
@@ -29,5 +30,5 @@ rule train:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
         "OMP_NUM_THREADS={threads} {params.gf} train --spec {params.spec} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} {LM_EXEC} > {log} 2>&1"
+        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} > {log} 2>&1"
 

@@ -1,0 +1,52 @@
+"""The GPU install path, checked without a GPU: the `gpu` extra's CuPy wheel and the CUDA
+toolkit wheels torch's CUDA build pins load side by side, agree on the CUDA major, and NVRTC
+compiles kernels/plucker.cu — none of which needs a driver (measured: `import cupy`,
+nvrtc.getVersion() and nvrtc.compileProgram work on a machine without one; only device
+queries and module loads fail). Builds a throwaway venv from PyPI: slow, and needs the index."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+# What torch==2.13.0's CUDA wheel on PyPI requires (its metadata: cuda-toolkit[..., nvrtc]==13.0.3);
+# the CPU wheel CI installs has no such requirement to read it from.
+TORCH_CUDA_TOOLKIT = "13.0.3"
+TORCH_CUDA_MAJOR = 13
+
+CHECK = r"""
+import sys
+from cupy.cuda import nvrtc
+major, minor = nvrtc.getVersion()
+src = open(sys.argv[1]).read()
+prog = nvrtc.createProgram(src, "plucker.cu", [], [])
+nvrtc.compileProgram(prog, ["-std=c++17", "-arch=compute_90"])
+ptx = nvrtc.getPTX(prog)
+print(major, minor, len(ptx), ptx.count(b".entry") if isinstance(ptx, bytes) else ptx.count(".entry"))
+"""
+
+
+@pytest.mark.slow
+def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    cupy_req = next(r for r in extra if r.startswith("cupy"))
+    assert re.match(rf"cupy-cuda{TORCH_CUDA_MAJOR}x\b", cupy_req), f"gpu extra {cupy_req!r}: not CUDA {TORCH_CUDA_MAJOR}"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    # the extra's CuPy without [ctk] (its full toolkit is ~1 GB), beside the NVRTC torch pins
+    res = subprocess.run([str(py), "-m", "pip", "install", "-q", re.sub(r"\[.*?\]", "", cupy_req),
+                          f"cuda-toolkit[nvrtc,cudart]=={TORCH_CUDA_TOOLKIT}"], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"PyPI not reachable or wheels missing: {res.stderr.strip().splitlines()[-1:]}")
+    res = subprocess.run([str(py), "-c", CHECK, str(ROOT / "kernels" / "plucker.cu")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    major, _minor, ptx_bytes, entries = map(int, res.stdout.split())
+    assert major == TORCH_CUDA_MAJOR
+    assert ptx_bytes > 0 and entries == 12  # 4 stages × (f32, f64, bf16), all extern "C"

@@ -1,0 +1,335 @@
+"""The training step's speed work, held on the CPU: no host sync per step, divergence still
+found at its exact step, fused AdamW's tensor LR, the LM head op, torch.compile without graph
+breaks or recompiles (the Plücker op as custom ops, every backend, the CuPy stand-in's
+included), checkpoints across compile settings, and what a CUDA graph capture demands of the
+cupy backend (rehearsed by the stand-in). Compiled tests are few and tiny: compiling costs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import fake_cupy
+from grassflow.bench import count_launches
+from grassflow.lm.train import LanguageModelTask, train
+from grassflow.loop import fit, make_optimizer, set_lr, tensor_lr
+from grassflow.models import ModelConfig, build_model
+from grassflow.ops.linear_ce import linear_cross_entropy
+from grassflow.ops.plucker import plucker_mix
+from grassflow.ops.plucker.function import _has_offsets
+from grassflow.ops.plucker.kernel_stages import KernelStages
+from specs import LM_SPEC
+
+CPU = torch.device("cpu")
+SYNCS = {"aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.item.default"}
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts what makes the host wait for the device: .item(), a tensor in an `if`, float()."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += str(func) in SYNCS
+        return func(*args, **(kwargs or {}))
+
+
+class Toy:
+    """A task of fixed batches whose loss can be made non-finite at one (epoch, step)."""
+
+    steps_per_epoch, items_per_step, rate_key = 10, 4, "items_per_s"
+
+    def __init__(self, nan_at=None):
+        self.nan_at, self.losses = nan_at, {}
+
+    def batch(self, epoch, step):
+        x = torch.linspace(-1, 1, 12).reshape(4, 3) * (1 + step)
+        return x, (math.nan if (epoch, step) == self.nan_at else 1.0)
+
+    def loss(self, model, batch):
+        x, scale = batch
+        return model(x).square().mean() * scale
+
+    def validate(self, model):
+        with torch.no_grad():
+            return {"val_loss": float(model(torch.ones(2, 3)).square().mean())}
+
+    def score(self, row):
+        return row["val_loss"]
+
+
+def _toy_spec(**train):
+    return {"run_id": "toy", "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0, "log_every": 100,
+                                       "max_steps_per_epoch": None, **train}}
+
+
+# --- the loop -------------------------------------------------------------------------------------
+def test_training_steps_take_no_host_sync(tokens, tmp_path):
+    """The syncs of a run do not grow with its steps: none per step, only the periodic read."""
+    counts = []
+    for steps in (3, 9):
+        spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": steps,
+                                     "checkpoint_every": 0, "log_every": 100}}
+        with HostSyncs() as syncs:
+            train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path / str(steps))
+        counts.append(syncs.n)
+    assert counts[0] == counts[1]
+
+
+def test_divergence_is_found_at_its_exact_step(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    status, metrics, _ = fit(model, Toy(nan_at=(1, 5)), _toy_spec(log_every=4), tmp_path, CPU, header={})
+    assert status["state"] == "diverged"
+    # epoch 2, its 6th step (index 5), seen by the check after step 8
+    assert (status["epoch"], status["step"], status["detected_at_step"]) == (2, 5, 8)
+    assert len(metrics) == 1 and math.isfinite(status["last_finite_loss"])
+    best = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert best["epoch"] == 1 and all(torch.isfinite(v).all() for v in best["model"].values())
+
+
+def test_last_finite_loss_is_the_mean_before_the_bad_step(tmp_path):
+    seen = []
+
+    class Recording(Toy):
+        def loss(self, model, batch):
+            loss = super().loss(model, batch)
+            seen.append(loss.item())
+            return loss
+
+    torch.manual_seed(0)
+    status, _, _ = fit(torch.nn.Linear(3, 1), Recording(nan_at=(0, 3)), _toy_spec(log_every=5), tmp_path, CPU,
+                       header={})
+    assert (status["epoch"], status["step"], status["detected_at_step"]) == (1, 3, 5)
+    assert status["last_finite_loss"] == sum(seen[:3]) / 3
+
+
+def test_fused_adamw_lr_is_a_tensor_set_in_place_and_survives_a_checkpoint():
+    model = torch.nn.Linear(3, 2)
+    opt, impl = make_optimizer(model, {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}, CPU)
+    assert impl == "fused" and opt.defaults["fused"]
+    lr = opt.param_groups[0]["lr"]
+    set_lr(opt, 5e-4)
+    assert opt.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(5e-4)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    again, _ = make_optimizer(model, {"lr": 1.0, "betas": [0.9, 0.95], "weight_decay": 0.1}, CPU)
+    again.load_state_dict(saved)
+    tensor_lr(again, CPU)
+    assert all(isinstance(g["lr"], torch.Tensor) and g["lr"].item() == pytest.approx(5e-4) for g in again.param_groups)
+
+
+# --- the LM head op ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("N, V, chunk_floats", [(37, 53, 200), (5, 11, 10**6), (64, 30, 30)])
+def test_linear_cross_entropy_chunked_matches_reference(N, V, chunk_floats, gen, monkeypatch):
+    import grassflow.ops.linear_ce as lce
+
+    monkeypatch.setattr(lce, "BUFFER_FLOATS", chunk_floats)  # several chunks, a ragged last one
+    h = (torch.randn(N, 8, generator=gen, dtype=torch.float64) * 3).requires_grad_()
+    W = torch.randn(V, 8, generator=gen, dtype=torch.float64).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=gen)
+    out = {}
+    for backend in ("reference", "chunked"):
+        loss = linear_cross_entropy(h.float(), W.float(), y, backend=backend)
+        out[backend] = (loss, *torch.autograd.grad(loss * 1.7, (h, W)))
+    for a, b in zip(out["chunked"], out["reference"]):
+        assert torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6)
+
+
+def test_linear_cross_entropy_is_finite_on_untrained_logits(gen):
+    """Logits tens of units apart (an untrained model with N(0, 1) embeddings): softmax terms
+    underflow, the loss must not (the chunked op takes ATen's (log_)softmax, never -log p)."""
+    h, W = torch.randn(16, 64, generator=gen) * 4, torch.randn(100, 64, generator=gen) * 4
+    y = torch.randint(0, 100, (16,), generator=gen)
+    got = linear_cross_entropy(h, W, y, backend="chunked")
+    assert torch.isfinite(got) and torch.allclose(got, F.cross_entropy(h @ W.t(), y), rtol=1e-5)
+
+
+# --- torch.compile -----------------------------------------------------------------------------------
+def _tiny_lm(kind, **kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=40, context_len=12, n_layers=2, d_model=16, d_ff=32, n_heads=2, r=4, lags=(1, 2, 4),
+               dropout=0.0)
+    return build_model(kind, ModelConfig(**{**cfg, **kw}))
+
+
+def _lm_task(model, device=CPU):
+    ids = np.arange(600) % 37
+    return LanguageModelTask(ids, ids[:100], model.cfg.context_len, 4, 0, 8, device, "t")
+
+
+@pytest.mark.parametrize("kind, switches", [
+    ("transformer", {"norm": "post"}), ("transformer", {"norm": "pre"}),
+    ("grassmann", {"norm": "post"}), ("grassmann", {"norm": "pre", "plucker_backend": "fused-cpu"}),
+    ("grassmann", {"plucker_backend": "kernel-cpu", "lag_schedule": "per_layer"}),
+    ("transformer", {"attention_window": 3, "ffn": False}), ("grassmann", {"ffn": False, "lags": (1, 2)}),
+], ids=["T-post", "T-pre", "G-post", "G-pre-fused", "G-kernel-per-layer", "recall-window", "recall-G-noffn"])
+def test_lm_and_recall_losses_trace_without_graph_breaks(kind, switches):
+    model = _tiny_lm(kind, **switches)
+    task = _lm_task(model)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda b: task.loss(model, b))(task.batch(0, 0))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_snli_heads_trace_without_graph_breaks(kind, snli_tokens):
+    from grassflow.snli.data import read_token_pairs
+    from grassflow.snli.train import SNLITask, build_classifier
+    from specs import snli_spec
+
+    spec = snli_spec({"kind": "scratch", "embed_dim": 16}, kind=kind, head={"dropout": 0.0})
+    train, meta = read_token_pairs(snli_tokens / "train.parquet")
+    torch.manual_seed(0)
+    model, _ = build_classifier(spec, meta)
+    task = SNLITask(train, train, meta, model.cfg.pair_input, 8, 0, 8, CPU, "t", static=True)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda b: task.loss(model, b))(task.batch(0, 0))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    assert task.batch(0, 0)["ids"].shape == task.batch(0, 1)["ids"].shape  # static: one shape, one graph
+
+
+def _loss_and_grads(model, loss_fn, batch):
+    model.zero_grad(set_to_none=True)
+    loss = loss_fn(batch)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind, backend", [("grassmann", "fused-cpu"), ("transformer", "auto")])
+def test_compiled_loss_and_every_gradient_equal_eager(kind, backend):
+    """Inductor on the CPU: the loss (forward, the Plücker custom op, the LM head op) and the
+    gradient of every parameter, against eager, within fp32 tolerance."""
+    model = _tiny_lm(kind, plucker_backend=backend, norm="pre")
+    task = _lm_task(model)
+    batch = task.batch(0, 0)
+    eager = _loss_and_grads(model, lambda b: task.loss(model, b), batch)
+    torch._dynamo.reset()
+    compiled = _loss_and_grads(model, torch.compile(lambda b: task.loss(model, b), fullgraph=True, dynamic=False), batch)
+    assert torch.allclose(compiled[0], eager[0], rtol=1e-5)
+    for name, g in eager[1].items():
+        assert torch.allclose(compiled[1][name], g, rtol=1e-4, atol=1e-6), name
+
+
+def test_cupy_backend_runs_as_the_custom_op_under_compile(monkeypatch, gen):
+    """The custom op resolves `cupy` inside (the stand-in: CPU tensors as CUDA ones) and its
+    launches run under torch.compile; the result equals the eager fast path."""
+    z = torch.randn(2, 11, 4, generator=gen, requires_grad=True)
+    W = torch.randn(3, 6, generator=gen, requires_grad=True)
+    want = torch.autograd.grad(plucker_mix(z, (1, 2, 4), W, backend="fast").square().sum(), (z, W))
+    with fake_cupy.installed(monkeypatch) as state:
+        torch._dynamo.reset()
+        f = torch.compile(lambda z, W: plucker_mix(z, (1, 2, 4), W, backend="cupy").square().sum(), fullgraph=True)
+        got = torch.autograd.grad(f(z, W), (z, W))
+        assert state.launches and {s for *_, s in state.launches} == {fake_cupy.STREAM}
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _compiled_frames() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(tokens, tmp_path, monkeypatch):
+    """A compiled run compiles once (training loss, validation forward), never again across
+    steps and epochs; a run stopped under compile resumes eagerly, and the other way round, to
+    the metrics of an uninterrupted run (fp32 tolerance: compiled kernels sum in another order)."""
+    # no dropout: compiled code draws its dropout masks from another random stream than eager
+    spec = {**LM_SPEC, "model": {**LM_SPEC["model"], "dropout": 0.0},
+            "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0}}
+    paths = (tokens / "train.parquet", tokens / "validation.parquet")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    full = train(spec, *paths, tmp_path / "full", execution={"compile": True})
+    assert full["compile"] == {"setting": True, "enabled": True, "mode": "default"}
+    uninterrupted = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert len(uninterrupted) == 3
+    graphs = _compiled_frames()
+    assert 2 <= graphs <= 3  # the loss; the validation forward (and its last, smaller batch)
+
+    import grassflow.loop as loop
+
+    for first, then in ((True, False), (False, True)):
+        out = tmp_path / f"{first}-{then}"
+        stop_in_epoch_two = _stop_at_call(_steps_per_epoch(tokens, spec) + 2, loop.lr_at)  # a step into epoch 2
+        real = loop.lr_at
+        monkeypatch.setattr(loop, "lr_at", stop_in_epoch_two)
+        with pytest.raises(SystemExit) as stopped:
+            train(spec, *paths, out, execution={"compile": first})
+        assert stopped.value.code == 75
+        monkeypatch.setattr(loop, "lr_at", real)
+        rec = train(spec, *paths, out, execution={"compile": then})
+        assert rec["compile"]["enabled"] is then and rec["status"] == {"state": "completed"}
+        got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        assert [m["epoch"] for m in got] == [1, 2, 3]
+        for a, b in zip(got, uninterrupted):
+            assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    torch._dynamo.reset()
+
+
+def _stop_at_call(n: int, real):
+    """lr_at that sends this process SIGTERM at its n-th call (one call per step, one per epoch's row)."""
+    calls = [0]
+
+    def lr_at(step, total, cfg):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(step, total, cfg)
+
+    return lr_at
+
+
+def _steps_per_epoch(tokens, spec) -> int:
+    from grassflow.lm.data import read_tokens
+
+    ids, _ = read_tokens(tokens / "train.parquet")
+    return ((len(ids) - 1) // spec["model"]["context_len"]) // spec["train"]["batch_size"]
+
+
+# --- CUDA graphs and kernel launches, through the CuPy stand-in -----------------------------------------
+def test_a_captured_step_launches_only_on_the_capture_stream_and_compiles_nothing(monkeypatch, gen):
+    """torch.cuda.graph captures on a side stream: every launch must be on it (one on another
+    stream would be missing from the graph), and nothing may be compiled or allocated by CuPy,
+    nor any of the op's cached device tensors be made (a host-to-device copy) during capture."""
+    model = _tiny_lm("grassmann", plucker_backend="cupy")
+    x = torch.randint(0, 40, (2, 12), generator=gen)
+    caches = (KernelStages._int_tensor, KernelStages._pairs, _has_offsets)
+    with fake_cupy.installed(monkeypatch) as state:
+        model(x).square().mean().backward()  # warm-up, as before torch.cuda.graph
+        misses = [c.cache_info().misses for c in caches]
+        state.launches.clear()
+        with fake_cupy.capturing():
+            model(x).square().mean().backward()
+        assert state.launches and {s for *_, s in state.launches} == {fake_cupy.CAPTURE}
+        assert state.compiles == 1 and state.allocations == 0
+        assert [c.cache_info().misses for c in caches] == misses
+        with fake_cupy.capturing(), pytest.raises(RuntimeError, match="CaptureUnsupported"):
+            __import__("cupy").empty((4,))
+
+
+def test_kernel_launches_per_layer_and_step(monkeypatch, gen):
+    """Two launches forward (coeff, wedge), three backward (wedge again for dW, wedge_bwd,
+    lag_bwd) per Grassmann layer and step, counted at the stand-in and by the benchmark."""
+    model = _tiny_lm("grassmann", plucker_backend="cupy", n_layers=3)
+    x = torch.randint(0, 40, (2, 12), generator=gen)
+    with fake_cupy.installed(monkeypatch) as state:
+        model(x).square().mean().backward()
+        kernels = [name.rsplit("_", 1)[0] for name, *_ in state.launches]
+    assert len(kernels) == 3 * 5
+    assert kernels.count("plucker_wedge") == 6 and kernels.count("plucker_lag_bwd") == 3
+    counted = count_launches(CPU, r=4, d=16, T=12, B=2)
+    assert sum(counted["grassmann"]["plucker_kernels"].values()) == 5
+    assert counted["grassmann"]["aten_ops"] > counted["transformer"]["aten_ops"] > 0
