@@ -407,6 +407,47 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     assert_same_tables(demo, work)
 
 
+def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
+    """A results tree is shared: whoever can write one file in it must not run code as the
+    next user. Crafted pickles (they would create a marker file) as best.pt of an LM, an SNLI
+    and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
+    job fails with one `error:` line naming its file, the marker is never created, and the
+    other jobs still run (--keep-going). A copy of the same tree re-evaluated without the
+    crafted files gives the demo's numbers (a results tree copied from another user)."""
+    from payload import crafted_best, crafted_last
+
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)
+    marker = tmp_path / "marker"
+    res = work / "results/demo"
+    evaluated = {"evaluate/table1-grassmann-s0": res / "runs/table1-grassmann-s0",
+                 "snli/evaluate/table3-grassmann-s0": res / "snli/runs/table3-grassmann-s0",
+                 "recall/evaluate/L32-kv4-d32-grassmann_geometric-lr0.001-s0":
+                     res / "recall/runs/L32-kv4-d32-grassmann_geometric-lr0.001-s0"}
+    for run_dir in evaluated.values():
+        crafted_best(run_dir / "best.pt", marker, header={"spec": {"run_id": run_dir.name}})
+        (run_dir / "eval.json").unlink()
+    resumed = res / "runs/table1-transformer-s1"
+    crafted_last(resumed / "last.pt", marker)
+    (resumed / "run.json").unlink()
+    out = snakemake(work, "--keep-going", check=False)
+    assert out.returncode != 0
+    assert not marker.exists(), "a crafted checkpoint ran its code"
+    for log, path in [*((k, v / "best.pt") for k, v in evaluated.items()),
+                      ("train/table1-transformer-s1", resumed / "last.pt")]:
+        errors = [x for x in (res / "logs" / f"{log}.log").read_text().splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and f"{path.relative_to(work)}: refused: not a data-only checkpoint" in errors[0], errors
+    assert (res / "runs/table2-grassmann-s0/eval.json").exists()  # the other jobs ran
+
+    # the same tree without the crafted files, every evaluation and table redone: same numbers
+    clean = tmp_path / "clean"
+    shutil.copytree(demo, clean, symlinks=True)
+    for ev in (clean / "results/demo").glob("**/runs/*/eval.json"):
+        ev.unlink()
+    snakemake(clean)
+    assert_same_tables(demo, clean)
+
+
 def assert_same_tables(a_dir, b_dir):
     """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies."""
     # equal weights, equal weights_sha256, wherever and however the checkpoints were written

@@ -76,7 +76,7 @@ def test_weights_hash_identifies_weights_not_files(tmp_path):
     state = torch.nn.Linear(4, 3).state_dict()
     torch.save({"model": state}, tmp_path / "a.pt")
     torch.save({"model": state}, tmp_path / "b_other_name.pt")
-    a, b = (torch.load(tmp_path / n, weights_only=False)["model"] for n in ("a.pt", "b_other_name.pt"))
+    a, b = (torch.load(tmp_path / n, weights_only=True)["model"] for n in ("a.pt", "b_other_name.pt"))
     assert (tmp_path / "a.pt").read_bytes() != (tmp_path / "b_other_name.pt").read_bytes()  # torch.save names its archive
     assert state_sha256(a) == state_sha256(b) == state_sha256(state)
     changed = {**state, "bias": state["bias"] + 1e-7}

@@ -256,7 +256,7 @@ def test_backbone_stays_frozen_and_out_of_checkpoints(snli_tokens, tmp_path):
     assert all(not p.requires_grad for p in model.backbone.parameters())
     rec = train_snli(_spec({"kind": "backbone"}, epochs=1), snli_tokens / "train.parquet",
                      snli_tokens / "validation.parquet", tmp_path)
-    ckpt = torch.load(tmp_path / "best.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "best.pt", weights_only=True)
     assert not any(k.startswith("backbone.") for k in ckpt["model"])
     assert rec["features"]["weights_sha256"] == before and rec["n_params"] == model.num_params()
 
@@ -287,7 +287,7 @@ def test_sigterm_then_rerun_resumes_bitwise(snli_tokens, tmp_path):
         return [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "examples_per_s")}
                 for line in (d / "metrics.jsonl").read_text().splitlines()]
     assert rows(cut) == rows(full)
-    a, b = (torch.load(d / "best.pt", weights_only=False)["model"] for d in (full, cut))
+    a, b = (torch.load(d / "best.pt", weights_only=True)["model"] for d in (full, cut))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -313,7 +313,7 @@ def test_train_and_evaluate_report_accuracy_per_class(features, kind, snli_token
 def test_evaluation_refuses_a_different_backbone(snli_tokens, tmp_path):
     spec = _spec({"kind": "backbone"}, epochs=1)
     train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
-    ckpt = torch.load(tmp_path / "best.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "best.pt", weights_only=True)
     ckpt["spec"]["backbone"] = {**RANDOM_BACKBONE, "random": {**RANDOM_BACKBONE["random"], "seed": 1}}
     torch.save(ckpt, tmp_path / "best.pt")
     with pytest.raises(RuntimeError, match="trained on backbone weights"):

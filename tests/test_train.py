@@ -46,8 +46,8 @@ def test_sigterm_then_rerun_resumes_bitwise(tokens, tmp_path):
     res = subprocess.run(_cmd(tokens, cut), capture_output=True, text=True, check=True)
     assert "resuming" in res.stderr
     assert _metrics(cut) == _metrics(full)
-    a = torch.load(full / "best.pt", weights_only=False)["model"]
-    b = torch.load(cut / "best.pt", weights_only=False)["model"]
+    a = torch.load(full / "best.pt", weights_only=True)["model"]
+    b = torch.load(cut / "best.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -189,8 +189,8 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
         (tmp_path / ".last.pt.killed.tmp").write_bytes((tmp_path / "last.pt").read_bytes()[:1000])
     subprocess.run(_cmd(tokens, tmp_path), check=True, capture_output=True)
     assert _metrics(tmp_path) == _metrics(uninterrupted)
-    a = torch.load(uninterrupted / "best.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "best.pt", weights_only=False)["model"]
+    a = torch.load(uninterrupted / "best.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "best.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -227,7 +227,7 @@ def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path)
     rec = train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == SPEC["train"]["epochs"]
-    best = torch.load(tmp_path / "best.pt", weights_only=False)
+    best = torch.load(tmp_path / "best.pt", weights_only=True)
     assert best["epoch"] == rec["best_epoch"] == min(metrics, key=lambda m: m["val_loss"])["epoch"]
 
 

@@ -1,9 +1,16 @@
-"""Resume state on disk: self-checksummed checkpoints, RNG states and the disk-space guard."""
+"""Resume state on disk: self-checksummed checkpoints, RNG states and the disk-space guard.
+
+Every checkpoint is read as data only (`load_data`: torch.load with weights_only=True):
+tensors, dicts, lists, tuples, numbers, strings. A results tree is shared between users, and
+unpickling anything else runs code chosen by whoever wrote the file; such a file is refused
+with an error naming it, and nothing in it runs. So everything we save is of those types
+(the RNG states included: NumPy's as a tensor and numbers, see rng_state)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -67,11 +74,36 @@ def load_checkpoint(path: Path):
     if raw[: len(MAGIC)] != MAGIC or hashlib.sha256(raw[head:]).hexdigest().encode() != raw[len(MAGIC) : head - 1]:
         raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
                               f"delete it to restart this run from scratch")
-    return torch.load(io.BytesIO(raw[head:]), map_location="cpu", weights_only=False)
+    return load_data(io.BytesIO(raw[head:]), path)
+
+
+def load_data(source, path=None):
+    """torch.load as data only (weights_only=True). What it refuses — a pickle that would build
+    an object by running code, or a checkpoint of another format — is a CheckpointError naming
+    the file, raised before anything in it has run."""
+    path = path or source
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+        # torch's own advice (load with weights_only=False) is the one thing not to do: keep
+        # only the line that says what the file holds
+        why = next((x for x in lines if "nsupported" in x), "it holds objects other than tensors and plain data")
+        raise CheckpointError(f"{path}: refused: not a data-only checkpoint ({why}); nothing in it was run. "
+                              "A file written by grassflow before checkpoints became data-only, or by "
+                              "someone else: delete it and rerun the run that writes it") from None
+    except (RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({str(e).strip().splitlines()[0]}); "
+                              "delete it and rerun the run that writes it") from None
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every RNG's state as data: torch's (a uint8 tensor), Python's (a tuple of ints),
+    NumPy's (its MT19937 key as a tensor, and numbers), CUDA's (uint8 tensors)."""
+    kind, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -80,7 +112,9 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

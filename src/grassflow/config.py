@@ -39,8 +39,47 @@ def schema_errors(config: dict, schema_path) -> list[str]:
     return lines
 
 
+def resolve_bases(config: dict) -> None:
+    """Presets that name a `base` become that preset, deep-merged with their own keys (in
+    place, before any check; a null removes a key): `paper_v1` is `paper` on other data, and
+    stays so when `paper` changes. A missing base or a cycle is a ConfigError naming the key."""
+    presets = config.get("presets") or {}
+
+    def resolved(name, seen=()):
+        p = presets[name]
+        if not isinstance(p, dict) or "base" not in p:
+            return p
+        base = p["base"]
+        if base not in presets:
+            raise ConfigError(f"presets.{name}.base: {base!r} is not a preset; choose one of {sorted(presets)}")
+        if base in seen or base == name:
+            raise ConfigError(f"presets.{name}.base: presets {' → '.join((*seen, name, base))} form a cycle")
+        own = {k: v for k, v in p.items() if k != "base"}
+        return deep_merge(copy.deepcopy(resolved(base, (*seen, name))), own)
+
+    for name in list(presets):
+        presets[name] = resolved(name)
+
+
+def deep_merge(into: dict, over: dict) -> dict:
+    """`over` into `into`, recursively; a null in `over` removes the key (the schema's default
+    applies: null for every nullable key, absent for optional parts such as `ablations`)."""
+    for k, v in over.items():
+        if v is None:
+            into.pop(k, None)
+        elif isinstance(v, dict) and isinstance(into.get(k), dict):
+            into[k] = deep_merge(into[k], v)
+        else:
+            into[k] = copy.deepcopy(v)
+    return into
+
+
 def config_errors(config: dict, schema_path) -> list[str]:
     """Schema errors, then the semantic checks of the selected preset."""
+    try:
+        resolve_bases(config)
+    except ConfigError as e:
+        return [f"config {e}"]
     errors = schema_errors(config, schema_path)
     if errors:
         return errors
@@ -95,6 +134,9 @@ def check_lm(where: str, name: str, p: dict) -> None:
         raise ConfigError(f"{where}.seeds: no seed given")
     _check_seeds_and_source(where, p, "data")
     tok = p["tokenizer"]
+    if map_unk(p) and tok["name"] == "gpt2":
+        raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
+                          "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
     if tok["name"] == "trained" and not tok.get("vocab_size"):
         raise ConfigError(f"{where}.tokenizer.vocab_size: required when tokenizer.name is 'trained'")
     if tok["name"] != "trained" and tok.get("vocab_size"):
@@ -155,6 +197,20 @@ def check_snli(where: str, name: str, p: dict) -> None:
             HeadConfig.from_dict(spec["head"])
         except ValueError as e:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
+
+
+V1_NAMES = ("wikitext-2-v1",)  # releases whose rare words read `<unk>` (the tokenized ones)
+
+
+def map_unk(p: dict) -> bool:
+    """tokenizer.map_unk resolved: auto maps `<unk>` for the tokenized releases (data.name)."""
+    setting = p["tokenizer"].get("map_unk", "auto")
+    return p["data"].get("name") in V1_NAMES if setting == "auto" else bool(setting)
+
+
+def tokenizer_spec(p: dict) -> dict:
+    """The tokenizer section the tokenize stage runs, map_unk resolved."""
+    return {**p["tokenizer"], "map_unk": map_unk(p)}
 
 
 GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from grassflow.checkpoint import state_sha256
+from grassflow.checkpoint import load_data, state_sha256
 from grassflow.config import spec_hash
 from grassflow.data import DataError
 from grassflow.io import sha256_file, write_json
@@ -34,7 +34,7 @@ def run_record(spec, out, model, status, metrics, best, device, data, t_start, *
         "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
         "seed": spec["seed"], "data": data,
         "wall_seconds": time.time() - t_start,
-        "weights_sha256": state_sha256(torch.load(Path(out) / "best.pt", map_location="cpu", weights_only=False)["model"]),
+        "weights_sha256": state_sha256(load_data(Path(out) / "best.pt")["model"]),
         "checkpoint_file_sha256": sha256_file(Path(out) / "best.pt"),
     }
     write_json(Path(out) / "run.json", record)
@@ -72,7 +72,7 @@ def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, boo
     that diverged before its first validation has none: its eval.json is written here."""
     configure_torch()
     record = json.loads(Path(run_json).read_text())
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    ckpt = load_data(checkpoint)
     result = {"run_id": ckpt["spec"]["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
               "weights_sha256": state_sha256(ckpt["model"]), "checkpoint_file_sha256": sha256_file(checkpoint),
               "run_record": str(run_json)}

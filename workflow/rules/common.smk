@@ -16,6 +16,7 @@ from grassflow.config import (
     runs,
     select_preset,
     snli_runs,
+    tokenizer_spec,
 )
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile

@@ -68,7 +68,7 @@ rule tokenize:
     params:
         gf=GF,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        tokenizer=quoted_json(P["tokenizer"]),
+        tokenizer=quoted_json(tokenizer_spec(P)),
         artifact=" ".join(f"--artifact {a}" for a in tokenizer_artifact()),
         cut=f"--eval-max-tokens {P['data']['eval_max_tokens']}" if P["data"].get("eval_max_tokens") else "",
         code=fingerprint("tokenize"),

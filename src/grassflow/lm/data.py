@@ -21,7 +21,8 @@ Tokenizers (config `tokenizer.name`; grassflow.data.tokenizers):
 Rows are encoded in batches without special tokens and concatenated in order, as the paper
 treats Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its
 vocabulary size and hash, the source's content hash and the whitespace word count (for
-word-level perplexity). `data.eval_max_tokens` cuts validation and test to their leading rows
+word-level perplexity), and how many literal `<unk>` (Wikitext-2 v1's rare words) became the
+tokenizer's unknown token (`tokenizer.map_unk`; None: not mapped). `data.eval_max_tokens` cuts validation and test to their leading rows
 (whole rows, at most that many tokens), for CPU-sized presets; the metadata's `cut` says so.
 """
 
@@ -76,15 +77,38 @@ def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
     build_wordpiece(read_rows(train_parquet), vocab_size, out_path, source=train_parquet)
 
 
-def encode_rows(tok, rows: list[str], desc="tokenize") -> list[np.ndarray]:
-    """The token ids of each row (an empty array for a blank row)."""
+UNK_LITERAL = "<unk>"  # Wikitext-2 v1's rare words
+
+
+def encode_rows(tok, rows: list[str], desc="tokenize", unk_id: int | None = None) -> list[np.ndarray]:
+    """The token ids of each row (an empty array for a blank row). With unk_id, every literal
+    `<unk>` becomes that one id: the text between them is encoded as usual (in v1 `<unk>` is a
+    whitespace-separated word, so nothing else changes)."""
     out = [np.zeros(0, dtype=np.int64)] * len(rows)
-    texts = [(i, r) for i, r in enumerate(rows) if r.strip()]
-    for b in tqdm(range(0, len(texts), BATCH_ROWS), desc=desc, unit="batch", mininterval=2):
-        batch = texts[b : b + BATCH_ROWS]
-        for (i, _), enc in zip(batch, tok.encode_batch([r for _, r in batch], add_special_tokens=False)):
-            out[i] = np.asarray(enc.ids, dtype=np.int64)
+    parts = [(i, r.split(UNK_LITERAL) if unk_id is not None else [r]) for i, r in enumerate(rows) if r.strip()]
+    pieces = [(i, j, p) for i, ps in parts for j, p in enumerate(ps) if p.strip()]
+    ids = {}
+    for b in tqdm(range(0, len(pieces), BATCH_ROWS), desc=desc, unit="batch", mininterval=2):
+        batch = pieces[b : b + BATCH_ROWS]
+        for (i, j, _), enc in zip(batch, tok.encode_batch([p for *_, p in batch], add_special_tokens=False)):
+            ids[i, j] = enc.ids
+    unk = [unk_id] if unk_id is not None else []
+    for i, ps in parts:
+        row = []
+        for j in range(len(ps)):
+            row += (unk if j else []) + ids.get((i, j), [])
+        out[i] = np.asarray(row, dtype=np.int64)
     return out
+
+
+def unk_id_of(tok, name: str) -> int:
+    """The tokenizer's unknown token's id, for tokenizer.map_unk."""
+    unk = getattr(tok.model, "unk_token", None)
+    uid = tok.token_to_id(unk) if unk else None
+    if uid is None:
+        raise DataError(f"tokenizer.map_unk: {name} has no unknown token to map `<unk>` to; set "
+                        "tokenizer.map_unk: false to let it split `<unk>` into pieces")
+    return uid
 
 
 def leading_rows(row_ids: list[np.ndarray], max_tokens: int) -> int:
@@ -103,7 +127,8 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None, max_tokens: 
     t0 = time.perf_counter()
     tok = load_tokenizer(cfg, artifact)
     rows = read_rows(raw_parquet)
-    row_ids = encode_rows(tok, rows, desc=f"tokenize {Path(raw_parquet).stem}")
+    unk_id = unk_id_of(tok, cfg["name"]) if cfg.get("map_unk") else None
+    row_ids = encode_rows(tok, rows, desc=f"tokenize {Path(raw_parquet).stem}", unk_id=unk_id)
     n_all = sum(ids.size for ids in row_ids)
     if n_all == 0:
         raise DataError(f"{raw_parquet}: no tokens (empty split)")
@@ -117,7 +142,8 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None, max_tokens: 
     vocab = tok.get_vocab_size()
     dtype = np.uint16 if vocab <= 65535 else np.int32
     meta = {"tokenizer": cfg["name"], "vocab_size": vocab, "tokenizer_sha256": tokenizer_sha256(tok), **meta,
-            "n_tokens": int(ids.size), "n_words": sum(len(r.split()) for r in rows)}
+            "n_tokens": int(ids.size), "n_words": sum(len(r.split()) for r in rows),
+            "unk_mapped": sum(r.count(UNK_LITERAL) for r in rows) if unk_id is not None else None}
     table = pa.table({"ids": ids.astype(dtype)})
     table = table.replace_schema_metadata({"grassflow": json.dumps(meta)})
     with atomic_path(out_path) as tmp:

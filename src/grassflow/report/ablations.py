@@ -27,7 +27,13 @@ from grassflow.report.aggregate import (
     record_links,
     write_tables,
 )
-from grassflow.report.setup import data_label, load_checksums, load_published, not_comparable
+from grassflow.report.setup import (
+    data_label,
+    load_checksums,
+    load_published,
+    not_comparable,
+    verdict_scope,
+)
 from grassflow.report.stats import gap_ci, mean_std
 
 MODELS = ("transformer", "grassmann")
@@ -84,7 +90,8 @@ def _runs_cell(m: dict) -> str:
     return cell
 
 
-def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[str], unigram: dict, out: Path) -> str:
+def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[str], unigram: dict, out: Path,
+             scope: str | None = None) -> str:
     a = preset["ablations"]
     e = preset["experiments"][a["base"]]
     lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, {e['epochs']} epochs, "
@@ -102,7 +109,9 @@ def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[st
                      f"{r['receptive_field']} | {links} |")
     lines += ["", baseline_line(unigram), "",
               ("**These numbers cannot be compared with the paper's:** " + "; ".join(why) + ".") if why else
-              "Same data, tokenizer and scale as the paper's Table; every run learned.", "",
+              (f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with the paper's, "
+               "the perplexities do not." if scope else
+               "Same data, tokenizer and scale as the paper's Table; every run learned."), "",
               "#### Published results (Grassmann − Transformer, best validation PPL unless noted)", "",
               "| source | setup | Transformer | Grassmann | gap |", "|---|---|---|---|---|"]
     for p in published:
@@ -139,7 +148,8 @@ def aggregate_ablations(preset: dict, name: str, grid: dict, runs_dir, unigram_j
             f"tokenizer {preset['tokenizer']['name']}.")
     per_run = pd.concat([df[df.run_id.isin([x for rs in models.values() for x in rs])].assign(variant=v)
                          for v, models in grid.items()], ignore_index=True)
-    write_tables(out, "ablations", head, markdown(rows, preset, pub["published"], why, unigram, out),
+    scope = verdict_scope(checksums, pub["paper_setup"])
+    write_tables(out, "ablations", head, markdown(rows, preset, pub["published"], why, unigram, out, scope),
                  per_run.assign(preset=name, data_source=preset["data"]["source"]), tex(rows, preset))
     paper = next((p for p in pub["published"] if p["source"] == f"paper (Table {base[-1]})"), None)
     paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None

@@ -19,7 +19,13 @@ import pandas as pd
 
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
-from grassflow.report.setup import data_label, load_checksums, load_published, not_comparable
+from grassflow.report.setup import (
+    data_label,
+    load_checksums,
+    load_published,
+    not_comparable,
+    verdict_scope,
+)
 from grassflow.report.stats import gap_ci, mean_std, verdict
 
 MODELS = ("transformer", "grassmann")
@@ -102,10 +108,14 @@ def provenance_line(name: str, preset: dict, checksums: dict, setup: dict) -> st
             f"tokenizer {preset['tokenizer']['name']}.")
 
 
-def judge(s: dict, why: list[str]) -> None:
-    """The verdict on the paper's claim, or why the table cannot give one."""
+def judge(s: dict, why: list[str], scope: str | None = None) -> None:
+    """The verdict on the paper's claim, or why the table cannot give one; `scope`: what a
+    verdict must say it was measured on (verdict_scope)."""
     if "gap" in s:
-        s["gap"]["verdict"] = ("not comparable: " + "; ".join(why)) if why else s["gap"]["verdict"]
+        if why:
+            s["gap"]["verdict"] = "not comparable: " + "; ".join(why)
+        elif scope:
+            s["gap"]["verdict"] += f" — {scope}"
 
 
 def baseline_line(unigram: dict) -> str:
@@ -189,7 +199,7 @@ def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir, unigram_js
     for exp_name, exp in preset["experiments"].items():
         sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
         s = summarise(sub, exp)
-        judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]))
+        judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), verdict_scope(checksums, setup))
         md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
         write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
                      latex_table(exp_name, exp, s))

@@ -2,7 +2,9 @@
 a table is comparable with the paper's, against the paper's setup in
 workflow/resources/published.yaml. A verdict on the paper's claim is given only when every
 condition holds: the paper's data and tokenizer, its scale, at least two seeds per model, and
-runs that learned (beat the unigram baseline); otherwise the table says why not."""
+runs that learned (beat the unigram baseline); otherwise the table says why not. On the paper's
+articles in another release (Wikitext-2 v1: `same_articles` in published.yaml) the verdict is
+on the gap between the models only, and says so (verdict_scope)."""
 
 from __future__ import annotations
 
@@ -31,12 +33,32 @@ def data_is_papers(checksums: dict, setup: dict) -> bool:
     return all(checksums.get(split) == digest for split, digest in pinned.items())
 
 
+def same_articles(checksums: dict, setup: dict) -> dict | None:
+    """The entry of setup["same_articles"] (another release of the paper's articles: v1)
+    whose content hashes the data matches, every split; None if none."""
+    for name, rel in (setup.get("same_articles") or {}).items():
+        if all(checksums.get(split) == digest for split, digest in rel["content_sha256"].items()):
+            return {"name": name, **rel}
+    return None
+
+
+def unk_note(preset: dict) -> str:
+    from grassflow.config import map_unk
+
+    return "`<unk>` → `[UNK]`, one token" if map_unk(preset) else "`<unk>` split by the tokenizer"
+
+
 def data_label(preset: dict, checksums: dict, setup: dict) -> str:
     data = preset["data"]
     if data["source"] == "synthetic":
         return "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
-    match = ("its content hashes match the pinned hub ones" if data_is_papers(checksums, setup)
-             else "its content hashes do NOT match the pinned hub ones: not the paper's data")
+    release = same_articles(checksums, setup)
+    if release:
+        match = (f"{release['label']}; {unk_note(preset)}: its content hashes match that release's, every split — "
+                 "the paper's articles, NOT the paper's raw text")
+    else:
+        match = ("its content hashes match the pinned hub ones" if data_is_papers(checksums, setup)
+                 else "its content hashes do NOT match the pinned hub ones: not the paper's data")
     cut = f"; {eval_cut(data)}" if eval_cut(data) else ""
     if data["source"] == "hub":
         return f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')}; {match}{cut})"
@@ -46,6 +68,13 @@ def data_label(preset: dict, checksums: dict, setup: dict) -> str:
 def eval_cut(data: dict) -> str | None:
     n = data.get("eval_max_tokens")
     return f"validation and test cut to their leading rows of at most {n:,} tokens" if n else None
+
+
+def verdict_scope(checksums: dict, setup: dict) -> str | None:
+    """What a verdict on the paper's claim must say it is measured on, when the data is the
+    paper's articles in another release (v1); None for the paper's own data."""
+    release = same_articles(checksums, setup)
+    return release["scope"] if release else None
 
 
 def setup_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> list[str]:
@@ -77,7 +106,13 @@ def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setu
     """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`:
     {model: {"n_learned": int, "not_learned": [run ids]}}."""
     why = []
-    if not data_is_papers(checksums, setup):
+    release = same_articles(checksums, setup)
+    if release:
+        from grassflow.config import map_unk
+
+        if not map_unk(preset):  # `<unk>`'s 4 pieces, 3 free to predict, would flatter both models
+            why.append(f"{release['name']} with `<unk>` split into pieces (tokenizer.map_unk: false)")
+    elif not data_is_papers(checksums, setup):
         why.append("not the paper's data (Wikitext-2 content hashes differ)")
     if preset["tokenizer"]["name"] != setup["tokenizer"]:
         why.append(f"tokenizer {preset['tokenizer']['name']} (paper {setup['tokenizer']})")

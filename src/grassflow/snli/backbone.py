@@ -47,7 +47,9 @@ def _pretrained(src: str, revision=None) -> nn.Module:
     try:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(os.path.expanduser(src), revision=revision)
+        # safetensors only: a pytorch_model.bin is a pickle, and the backbone directory sits in
+        # a shared results tree (see checkpoint.load_data)
+        return AutoModel.from_pretrained(os.path.expanduser(src), revision=revision, use_safetensors=True)
     except Exception as e:
         raise DataError(f"snli.backbone: could not load {src!r} ({type(e).__name__}: {e})\nFix: set "
                         "snli.backbone.path to a local copy of its files, or run where the hub is "

@@ -1,0 +1,142 @@
+"""What is read from a results tree or a cache is data, never code: checkpoints load with
+weights_only=True (a crafted pickle is refused, its code never runs), and compiled CPU kernels
+are loaded only from a private cache whose bytes match what was built. The pipeline-level
+checks (snakemake evaluate/aggregate and a resumed train over crafted files) are in
+test_pipeline.py."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from grassflow.checkpoint import MAGIC, CheckpointError, load_checkpoint, rng_state, set_rng_state
+from grassflow.ops.plucker import cpu_kernel
+from grassflow.runs import open_for_evaluation
+from payload import crafted_best, crafted_last
+
+
+def test_crafted_best_pt_is_refused_before_anything_runs(tmp_path):
+    marker = tmp_path / "marker"
+    crafted_best(tmp_path / "best.pt", marker)
+    (tmp_path / "run.json").write_text('{"status": {"state": "completed"}}')
+    with pytest.raises(CheckpointError, match=r"best\.pt: refused: not a data-only checkpoint"):
+        open_for_evaluation(tmp_path / "best.pt", tmp_path / "run.json", tmp_path / "eval.json")
+    assert not marker.exists() and not (tmp_path / "eval.json").exists()
+
+
+def test_crafted_last_pt_with_a_valid_checksum_is_refused(tmp_path):
+    marker = tmp_path / "marker"
+    crafted_last(tmp_path / "last.pt", marker)
+    with pytest.raises(CheckpointError, match=r"last\.pt: refused"):
+        load_checkpoint(tmp_path / "last.pt")
+    assert not marker.exists()
+
+
+def test_a_last_pt_of_the_previous_format_is_refused_with_how_to_recover(tmp_path):
+    """Before: RNG states as NumPy's tuple with an ndarray (a pickle global). Decided: refuse,
+    naming the file; deleting it restarts the run from scratch."""
+    state = {"spec_hash": "h", "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                                       "numpy": np.random.get_state()}}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    (tmp_path / "last.pt").write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    with pytest.raises(CheckpointError, match=r"last\.pt: refused.*delete it and rerun") as err:
+        load_checkpoint(tmp_path / "last.pt")
+    assert "\n" not in str(err.value)  # one line, for the job's `error:` line
+
+
+def test_rng_states_round_trip_as_data(tmp_path):
+    torch.manual_seed(1)
+    random.seed(2)
+    np.random.seed(3)
+    np.random.normal()  # a cached Gaussian in NumPy's state
+    buf = io.BytesIO()
+    torch.save(rng_state(), buf)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    want = (torch.rand(3), random.random(), np.random.normal(), np.random.randint(1 << 30))
+    set_rng_state(saved)
+    assert torch.equal(torch.rand(3), want[0]) and random.random() == want[1]
+    assert np.random.normal() == want[2] and np.random.randint(1 << 30) == want[3]
+
+
+# --- the compiled-kernel cache ----------------------------------------------------------------
+PLANT = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
+"""
+
+
+def _planted_library(tmp_path, marker):
+    """A shared library that creates `marker` the moment it is loaded."""
+    src = tmp_path / "plant.c"
+    src.write_text(PLANT % marker)
+    out = tmp_path / "plant.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    return out
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("GRASSFLOW_CACHE", str(root))
+    cpu_kernel._library.cache_clear()
+    yield root / "kernel-cpu"
+    cpu_kernel._library.cache_clear()
+
+
+def _entry(cache):
+    (entry,) = [p for p in cache.iterdir() if p.name.startswith("plucker_cpu_")]
+    return entry
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_a_swapped_library_is_refused_and_never_loaded(cache, tmp_path):
+    cpu_kernel._library()  # builds a private entry: lib.so and the sha256 of its bytes
+    cpu_kernel._library.cache_clear()
+    entry = _entry(cache)
+    assert (entry / "lib.so.sha256").read_text().strip() == hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest()
+    marker = tmp_path / "loaded"
+    shutil.copyfile(_planted_library(tmp_path, marker), entry / "lib.so")
+    with pytest.raises(cpu_kernel.UnsafeKernelCache, match=r"lib\.so: its bytes do not match.*Delete"):
+        cpu_kernel._library()
+    assert not marker.exists()
+    # the planted library is a working one: loading it would have run it
+    subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(entry / 'lib.so')!r})"], check=True)
+    assert marker.exists()
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+@pytest.mark.parametrize("where", ["cache", "entry", "ancestor"])
+def test_a_cache_others_can_write_is_refused(cache, tmp_path, where):
+    cpu_kernel._library()
+    cpu_kernel._library.cache_clear()
+    entry = _entry(cache)
+    marker = tmp_path / "loaded"
+    shutil.copyfile(_planted_library(tmp_path, marker), entry / "lib.so")
+    (entry / "lib.so.sha256").write_text(hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest() + "\n")
+    target = {"cache": cache, "entry": entry, "ancestor": cache.parent}[where]
+    os.chmod(target, 0o777 if where == "ancestor" else 0o770)  # an ancestor: others, not sticky
+    with pytest.raises(cpu_kernel.UnsafeKernelCache, match=r"is writable by .*not private"):
+        cpu_kernel._library()
+    assert not marker.exists()
+    os.chmod(target, 0o700)
+
+
+def test_a_sticky_shared_ancestor_is_accepted(cache, tmp_path):
+    """/tmp-like: everyone may write it, but nobody can rename what is ours inside it."""
+    os.chmod(cache.parent.parent, 0o1777)
+    try:
+        cpu_kernel._library()
+    finally:
+        os.chmod(cache.parent.parent, 0o700)
