@@ -227,6 +227,39 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
 
 
+def job_stats(stdout: str) -> Counter:
+    """The 'Job stats' table of a dry run: rule → count."""
+    table = stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return Counter({m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)})
+
+
+def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
+    """`snakemake -n --configfile workflow/overlays/wikitext2-v1-local.yaml`: the paper preset's
+    jobs, rule for rule (Tables 1-2, the ablation grid, SNLI, recall), on Wikitext-2 v1 from a
+    local directory with `<unk>` mapped; bert-base-uncased read from its local copy instead of
+    fetched."""
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+
+    def dry(*args):
+        res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2", *args], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout
+
+    paper, v1 = dry(), dry("--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
+    a, b = job_stats(paper), job_stats(v1)
+    assert a["train"] == b["train"] == 36 and a["evaluate"] == b["evaluate"] == 36
+    assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1  # bert from tokenizer.path
+    assert a == b
+    assert "results/paper_v1/" in v1 and "results/paper/" not in v1
+    download = next(x for x in v1.splitlines() if "grassflow download" in x)
+    assert '"name": "wikitext-2-v1"' in download and '"local_dir": "../shared/data/wikitext-2-v1"' in download
+    tokenize = next(x for x in v1.splitlines() if "grassflow tokenize" in x)
+    assert '"map_unk": true' in tokenize and '"map_unk": false' in next(
+        x for x in paper.splitlines() if "grassflow tokenize" in x)
+
+
 def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
     with replaced(demo / "config.yaml", "        pre_norm: {norm: pre}\n    bench:\n      quick: true",
                   "        pre_norm: {norm: pre, init: small}\n    bench:\n      quick: true"):
@@ -632,3 +665,44 @@ def test_laptop_preset_learns_real_text(tmp_path):
         assert f"local directory `{PSEUDO_SPLITS}`" in md and "do NOT match" in md  # what the data is
         assert ("not comparable" in md or "cannot be compared" in md) and "norm pre (paper post)" in md
         assert "Unigram baseline" in md
+
+
+V1_SPLITS = SHARED_DATA / "wikitext-2-v1"
+
+
+@pytest.mark.slow  # ~4 min: in CI through `make test-slow`
+@pytest.mark.skipif(not (V1_SPLITS.is_dir() and (BERT_VOCAB / "vocab.txt").is_file()),
+                    reason="needs ../shared/data (Wikitext-2 v1 and the bert-base-uncased vocabulary)")
+def test_full_v1_splits_through_the_dag(tmp_path):
+    """All of Wikitext-2 v1 through the real DAG: the laptop_v1 preset (laptop size) trimmed to
+    the laptop test's steps (1 seed, 2 × 100 steps) and evaluation cut, on the full splits from
+    ../shared: every training token tokenized with `<unk>` mapped, both models below the
+    unigram baseline, and tables that say the data is v1, not the paper's raw text."""
+    import yaml
+
+    work = copy_repo(tmp_path)
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    v1 = cfg["presets"]["laptop_v1"]
+    v1["data"].update(source="local", local_dir=str(V1_SPLITS), eval_max_tokens=40000)  # nothing copied
+    v1["tokenizer"] = {"path": str(BERT_VOCAB)}
+    v1["experiments"] = {"table1": {"epochs": 2}}
+    v1["train"] = {"max_steps_per_epoch": 100}
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(work, preset="laptop_v1", check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    toks = work / "results/laptop_v1/data/tokens/bert-base-uncased"
+    meta = {s: json.loads(pq.ParquetFile(toks / f"{s}.parquet").schema_arrow.metadata[b"grassflow"])
+            for s in ("train", "validation", "test")}
+    assert meta["train"]["n_tokens"] == 2_228_766 and meta["train"]["unk_mapped"] == 54_625
+    assert meta["validation"]["cut"]["of_tokens"] == 225_018 and meta["test"]["cut"]["of_tokens"] == 253_653
+    unigram = json.loads((toks / "unigram.json").read_text())["validation"]["unigram_ppl"]
+    df = pd.read_csv(work / "results/laptop_v1/report/table1.csv")
+    done = df[df.status == "completed"]
+    assert set(done.model) == {"transformer", "grassmann"}
+    assert (done.val_ppl < LEARNED_MARGIN * unigram).all(), (unigram, done[["run_id", "val_ppl"]])
+    print(f"v1: unigram val PPL {unigram:.1f}; " + ", ".join(
+        f"{r.run_id}: {r.val_ppl:.1f} ({r.val_ppl / unigram:.2f}x)" for r in done.itertuples()))
+    md = (work / "results/laptop_v1/report/table1.md").read_text()
+    assert "Wikitext-2 v1" in md and "`<unk>` → `[UNK]`" in md and "NOT the paper's raw text" in md
+    assert "not comparable" in md  # laptop size and the evaluation cut
