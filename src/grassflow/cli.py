@@ -289,7 +289,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="core benchmark (see python -m grassflow.bench -h)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_bench)
+    p = sub.add_parser("plan", help="a preset's jobs, estimated device-hours and memory before it runs "
+                                    "(see grassflow plan -h)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=_plan)
     return ap
+
+
+def _plan(a):
+    from grassflow.plan import main as plan_main
+
+    plan_main(a.rest)
 
 
 def main(argv=None) -> int:

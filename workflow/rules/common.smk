@@ -61,6 +61,28 @@ RECALL_RES = f"{RES}/recall"
 RECALL_DATA = f"{RECALL_RES}/data/{{recall_cell}}"
 RECALL_RUN_DIR = f"{RECALL_RES}/runs/{{recall_run}}"
 
+# Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
+# the job, computed from its spec and data; the token files' own counts once they exist
+# (Snakemake evaluates resources again when a job's inputs are ready). Longer on every retry.
+ESTIMATE = config.get("estimate") or {}
+
+
+def estimated(rule, run_of, files=None):
+    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for `rule`."""
+    from grassflow.estimate import job_estimate
+
+    def est(wc):
+        spec = run_of(wc)
+        return job_estimate(rule, spec, P, ESTIMATE, files(spec) if files else None)
+
+    return {"runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
+            "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt)}
+
+
+LM_FILES = lambda spec: {s: f"{TOKENS}/{s}.parquet" for s in SPLITS}  # noqa: E731
+SNLI_FILES = lambda spec: {s: f"{SNLI_TOKENS}/{s}.parquet" for s in SPLITS}  # noqa: E731
+
+
 # How each task's training jobs run, not what they compute (train.compile, compile_mode): handed
 # to the jobs as resources, which are not rerun triggers (params are), so changing them reruns
 # nothing, as train.threads; a profile may set them per rule (set-resources).

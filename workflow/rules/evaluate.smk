@@ -16,6 +16,7 @@ rule evaluate:
         code=lambda wc: fingerprint("evaluate", *model_code(RUNS[wc.run]["model_kind"])),
     resources:
         gpu=1,
+        **estimated("evaluate", lambda wc: RUNS[wc.run], LM_FILES),
     conda:
         "../../envs/train.yaml"
     log:

@@ -42,6 +42,7 @@ if RECALL:
         resources:
             gpu=1,
             **RECALL_EXEC,
+            **estimated("recall_train", lambda wc: RECALL_RUNS[wc.recall_run]),
         conda:
             "../../envs/train.yaml"
         log:
@@ -67,10 +68,13 @@ if RECALL:
             code=lambda wc: fingerprint("recall", *model_code(RECALL_RUNS[wc.recall_run]["model_kind"])),
         resources:
             gpu=1,
+            **estimated("recall_evaluate", lambda wc: RECALL_RUNS[wc.recall_run]),
         conda:
             "../../envs/train.yaml"
         log:
             f"{RES}/logs/recall/evaluate/{{recall_run}}.log",
+        benchmark:
+            f"{RES}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
         shell:
             "OMP_NUM_THREADS={threads} {params.gf} recall-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"

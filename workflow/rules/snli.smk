@@ -95,6 +95,7 @@ if SNLI:
         resources:
             gpu=1,
             **SNLI_EXEC,
+            **estimated("snli_train", lambda wc: SNLI_RUNS[wc.snli_run], SNLI_FILES),
         conda:
             "../../envs/train.yaml"
         log:
@@ -123,10 +124,13 @@ if SNLI:
             backbone=snli_backbone_arg,
         resources:
             gpu=1,
+            **estimated("snli_evaluate", lambda wc: SNLI_RUNS[wc.snli_run], SNLI_FILES),
         conda:
             "../../envs/train.yaml"
         log:
             f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
+        benchmark:
+            f"{RES}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
         shell:
             "OMP_NUM_THREADS={threads} {params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.backbone} > {log} 2>&1"

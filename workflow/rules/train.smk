@@ -22,6 +22,7 @@ rule train:
     resources:
         gpu=1,
         **LM_EXEC,
+        **estimated("train", lambda wc: RUNS[wc.run], LM_FILES),
     conda:
         "../../envs/train.yaml"
     log:

@@ -1,0 +1,249 @@
+"""What a job will cost before it runs: wall time and host memory of each training and
+evaluation job, from the run's spec, the size of its data and a table of measured throughputs.
+
+Data, not code: `workflow/resources/throughput.csv` (training tokens/s per device kind, model
+kind, depth, width, context, from our bench records) and `workflow/resources/datasets.csv`
+(token or pair counts of the splits; once the token files exist their own counts are used).
+
+Model. A training step's arithmetic is ~6 FLOPs per parameter and token (forward + backward)
+plus attention's 6·N·L·d per token; a throughput row gives the rate the device reached on a
+measured model (tokens/s × its FLOPs per token), and a run's time is its FLOPs at the rate of
+the nearest row (in FLOPs per token and context), never faster than the row's step time scaled
+by depth (GPUs are launch-bound at these sizes: per-step overhead, not arithmetic). Validation
+(every epoch) and evaluation are forward passes: a third of a training token each; evaluation
+reads validation and test chunked and strided (three passes). A device kind missing from the
+table takes the H100's rows slowed by UNKNOWN_DEVICE_SLOWDOWN. The request pads the estimate
+by `estimate.safety`, with a floor, and grows with Snakemake's attempt, so a job stopped at its
+limit (it checkpoints on SIGTERM) is retried with a longer one and resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
+DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
+UNKNOWN_DEVICE_SLOWDOWN = 3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
+DEFAULTS = {"device": "h100", "safety": 2.0, "min_minutes": 5, "base_mem_mb": 3000}
+BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding parameters
+SNLI_TOKENS_PER_PAIR = 28  # joint pairs: ~27 tokens of SNLI's (reports/bench/snli_backbone.md)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float  # expected wall time
+    items: int  # training tokens (or examples) seen, 0 for evaluation
+    mem_mb: int  # expected peak host memory
+    basis: str  # the throughput row (or assumption) it rests on
+
+    def minutes(self, settings: dict, attempt: int = 1) -> int:
+        """The time limit to request: padded, floored, longer on every retry."""
+        s = {**DEFAULTS, **(settings or {})}
+        return int(math.ceil(max(s["min_minutes"], self.seconds / 60 * s["safety"]) * attempt))
+
+    def request_mb(self, attempt: int = 1) -> int:
+        """The memory to request: rounded up to 500 MB, half as much again on every retry."""
+        return int(math.ceil(self.mem_mb * (1 + 0.5 * (attempt - 1)) / 500) * 500)
+
+
+# --- FLOPs ---------------------------------------------------------------------------------------
+def layer_params(kind: str, d: int, d_ff: int, r: int, ffn: bool = True) -> int:
+    ff = 2 * d * d_ff if ffn else 0
+    if kind == "grassmann":
+        return d * r + r * (r - 1) // 2 * d + 2 * d * d + ff
+    return 4 * d * d + ff
+
+
+def train_flops_per_token(kind: str, n_layers: int, d: int, d_ff: int, L: int, vocab: int, r: int = 32,
+                          ffn: bool = True) -> float:
+    """FLOPs of one training token (forward + backward) of an LM with its head."""
+    attention = 6 * n_layers * L * d if kind == "transformer" else 0
+    return 6 * (n_layers * layer_params(kind, d, d_ff, r, ffn) + d * vocab) + attention
+
+
+@cache
+def _rows(path=THROUGHPUT) -> tuple[dict, ...]:
+    with open(path, newline="") as f:
+        return tuple(dict(r) for r in csv.DictReader(f))
+
+
+def rate(device: str, kind: str, flops: float, L: int, n_layers: int, threads: int = 1) -> tuple[float, float, str]:
+    """(FLOP/s, seconds per step at least, the row's source) for a model of `flops` per token."""
+    rows = [r for r in _rows() if r["device"] == device and r["model"] == kind]
+    slow = 1.0
+    if not rows:
+        rows = [r for r in _rows() if r["device"] == DEFAULTS["device"] and r["model"] == kind]
+        slow = UNKNOWN_DEVICE_SLOWDOWN
+    if not rows:
+        raise ValueError(f"{THROUGHPUT}: no throughput row for model {kind!r}")
+
+    def flops_of(r):
+        return train_flops_per_token(kind, int(r["n_layers"]), int(r["d_model"]), 4 * int(r["d_model"]),
+                                     int(r["context_len"]), int(r["vocab"]))
+
+    row = min(rows, key=lambda r: abs(math.log(flops_of(r) / flops)) + abs(math.log(int(r["context_len"]) / L)))
+    tok_s = float(row["tokens_per_s"]) / slow
+    if row["threads"]:  # CPU rows: the rate scales with the job's threads
+        tok_s *= threads / int(row["threads"])
+    step_floor = int(row["tokens_per_step"]) / tok_s * n_layers / int(row["n_layers"]) if device != "cpu" else 0.0
+    basis = f"{device if slow == 1 else device + ' (unlisted: ' + DEFAULTS['device'] + ' ÷ ' + str(slow) + ')'}: {row['source']}"
+    return tok_s * flops_of(row), step_floor, basis
+
+
+# --- data sizes ------------------------------------------------------------------------------------
+def split_sizes(task: str, dataset: str, tokenizer: str, files: dict | None = None) -> tuple[dict, str]:
+    """({split: tokens or pairs}, where from): the token files' metadata where they exist, else
+    the datasets table (its `*` rows for data it does not list)."""
+    if files and all(Path(p).is_file() for p in files.values()):
+        import pyarrow.parquet as pq
+
+        sizes = {}
+        for split, p in files.items():
+            meta = json.loads(pq.ParquetFile(p).schema_arrow.metadata[b"grassflow"])
+            sizes[split] = meta.get("n_tokens", meta.get("n_pairs"))
+        return sizes, "token files"
+    with open(DATASETS, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["task"] == task]
+    for r in rows:
+        if r["dataset"] in (dataset, "*") and r["tokenizer"] in (tokenizer, "*"):
+            return {s: int(r[s]) for s in ("train", "validation", "test")}, f"datasets.csv ({r['source']})"
+    raise ValueError(f"{DATASETS}: no row for task {task!r}")
+
+
+def device_kind(spec: dict, settings: dict) -> tuple[str, int]:
+    """(device kind, threads): a CPU run's rows are `cpu`; a GPU run's `estimate.device`."""
+    s = {**DEFAULTS, **(settings or {})}
+    return ("cpu", spec["train"].get("threads", 1)) if spec["train"]["device"] == "cpu" else (s["device"], 1)
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+def _lm_model(spec: dict, vocab: int, L: int | None = None) -> tuple:
+    m = spec["model"]
+    return (spec["model_kind"], m.get("n_layers", 6), m.get("d_model", 256), m.get("d_ff", 4 * m.get("d_model", 256)),
+            L or m.get("context_len", 128), vocab, m.get("r", 32), m.get("ffn", True))
+
+
+def _memory(settings, params: int, items_host: int, activations: float) -> int:
+    """Host memory: the runtime, the model with AdamW's state and a checkpoint being written
+    (5 copies of fp32 parameters), the data as int64 (twice: read, then copied), and on the CPU
+    the activations."""
+    s = {**DEFAULTS, **(settings or {})}
+    return int(s["base_mem_mb"] + (5 * 4 * params + 16 * items_host + activations) / 2**20)
+
+
+def _params(kind, n_layers, d, d_ff, L, vocab, r, ffn) -> int:
+    return n_layers * layer_params(kind, d, d_ff, r, ffn) + 2 * d * vocab + L * d
+
+
+def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
+    dev, threads = device_kind(spec, settings)
+    model = _lm_model(spec, vocab)
+    kind, n_layers, d, _, L, *_ = model
+    flops = train_flops_per_token(*model)
+    fps, floor, basis = rate(dev, kind, flops, L, n_layers, threads)
+    t = spec["train"]
+    B = t["batch_size"]
+    steps = min(sizes["train"] // (B * L), t.get("max_steps_per_epoch") or sizes["train"])
+    tokens = steps * B * L * t["epochs"]
+    seconds = max(tokens * flops / fps, steps * t["epochs"] * floor)
+    seconds += t["epochs"] * sizes["validation"] * flops / 3 / fps  # validation, every epoch
+    act = 70 * B * L * n_layers * d * 4 if dev == "cpu" else 0  # bytes saved for backward (bench-cpu.md)
+    return Estimate(seconds, tokens, _memory(settings, _params(*model), sizes["train"], act), basis)
+
+
+def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
+    dev, threads = device_kind(spec, settings)
+    model = _lm_model(spec, vocab)
+    kind, n_layers, d, _, L, *_ = model
+    flops = train_flops_per_token(*model)
+    fps, floor, basis = rate(dev, kind, flops, L, n_layers, threads)
+    tokens = 3 * (sizes["validation"] + sizes["test"])  # chunked once, strided twice over
+    seconds = max(tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3)
+    return Estimate(seconds, 0, _memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
+
+
+def recall_train(spec: dict, examples: dict, vocab: int, settings: dict) -> Estimate:
+    L = spec["cell"]["seq_len"]
+    lm = {**spec, "model": {**spec["model"], "context_len": L}}
+    sizes = {s: n * L for s, n in examples.items()}
+    est = lm_train(lm, sizes, vocab, settings)
+    return Estimate(est.seconds, est.items // L, est.mem_mb, est.basis)
+
+
+def recall_evaluate(spec: dict, examples: dict, vocab: int, settings: dict) -> Estimate:
+    L = spec["cell"]["seq_len"]
+    lm = {**spec, "model": {**spec["model"], "context_len": L}}
+    est = lm_evaluate(lm, {s: n * L // 3 for s, n in examples.items()}, vocab, settings)  # one pass, not three
+    return est
+
+
+def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) -> Estimate:
+    """Pairs × tokens through the frozen backbone (forward) and the head (forward + backward)."""
+    dev, threads = device_kind(spec, settings)
+    h = spec["head"]
+    d = h.get("d_model", 256)
+    head = train_flops_per_token("transformer", h.get("n_layers", 2), d, h.get("d_ff", 2 * d), 48, 0)
+    backbone = BACKBONE_FLOPS_PER_TOKEN if spec["features"]["kind"] == "backbone" else 0
+    fps, _, basis = rate(dev, "transformer", head + 3 * backbone, 64, 6, threads)
+    t = spec["train"]
+    if evaluate:
+        tokens = (pairs["validation"] + pairs["test"]) * SNLI_TOKENS_PER_PAIR
+        seconds = tokens * (head / 3 + backbone) / fps
+        items = 0
+    else:
+        items = pairs["train"] // t["batch_size"] * t["batch_size"] * t["epochs"]
+        tokens = items * SNLI_TOKENS_PER_PAIR
+        seconds = tokens * (head + backbone) / fps + t["epochs"] * pairs["validation"] * SNLI_TOKENS_PER_PAIR * (
+            head / 3 + backbone) / fps
+    backbone_mb = 66.4e6 * 4 if backbone else 0
+    return Estimate(seconds, items, _memory(settings, int(backbone_mb / 4) + 2_000_000, 100 * pairs["train"], 0),
+                    basis + " (SNLI: the LM Transformer's rate at equal FLOPs)")
+
+
+# --- a pipeline job's estimate, from its rule and spec -------------------------------------------------
+TOKENIZER_VOCAB = {"bert-base-uncased": 30522, "gpt2": 50257}
+TRAIN_RULES = {"train", "snli_train", "recall_train"}
+
+
+def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
+    """({split: tokens} as training and evaluation read them, vocabulary, where from)."""
+    data, tok = preset["data"], preset["tokenizer"]
+    dataset = "synthetic" if data["source"] == "synthetic" else data.get("name", "")
+    sizes, source = split_sizes("lm", dataset, tok["name"], files)
+    cut = data.get("eval_max_tokens")
+    if cut:
+        sizes = {s: (min(n, cut) if s != "train" else n) for s, n in sizes.items()}
+    vocab = tok.get("vocab_size") or TOKENIZER_VOCAB.get(tok["name"], 30522)
+    if files and Path(files["train"]).is_file():
+        import pyarrow.parquet as pq
+
+        vocab = json.loads(pq.ParquetFile(files["train"]).schema_arrow.metadata[b"grassflow"])["vocab_size"]
+    return sizes, vocab, source
+
+
+def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
+                 files: dict | None = None) -> Estimate:
+    """The estimate of one job of `rule` (train, evaluate, snli_*, recall_*) for its run's spec;
+    `settings`: the config's `estimate` section; `files`: the job's token files by split (their
+    counts are exact once they exist)."""
+    if rule in ("train", "evaluate"):
+        sizes, vocab, source = lm_sizes(preset, files)
+        est = (lm_train if rule == "train" else lm_evaluate)(spec, sizes, vocab, settings)
+    elif rule in ("snli_train", "snli_evaluate"):
+        s = preset["snli"]
+        name = "synthetic" if s["data"]["source"] == "synthetic" else s["data"].get("name", "")
+        pairs, source = split_sizes("snli", name, s["tokenizer"]["name"], files)
+        est = snli_train(spec, pairs, settings, evaluate=rule == "snli_evaluate")
+    elif rule in ("recall_train", "recall_evaluate"):
+        r = preset["recall"]
+        examples, source = dict(r["data"]["examples"]), "config (recall.data.examples)"
+        est = (recall_train if rule == "recall_train" else recall_evaluate)(spec, examples, r["data"]["vocab"], settings)
+    else:
+        raise ValueError(f"no estimate for rule {rule!r}")
+    return Estimate(est.seconds, est.items, est.mem_mb, f"{est.basis}; data: {source}")

@@ -1,0 +1,184 @@
+"""`grassflow plan`: what a preset will do and cost, before anything runs.
+
+Jobs come from Snakemake's own plan (`snakemake -n` in the project directory, with the same
+--config / --configfile), so the table never disagrees with what `snakemake` will schedule:
+per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours
+(grassflow.estimate, the same function the rules request their time limits with), the time
+limits requested, the largest memory request, and the tokens (or examples) trained on.
+With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
+estimate, so the throughput table can be corrected with real numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from grassflow.estimate import job_estimate
+
+RUN_WILDCARD = {"train": "run", "evaluate": "run", "snli_train": "snli_run", "snli_evaluate": "snli_run",
+                "recall_train": "recall_run", "recall_evaluate": "recall_run"}
+
+
+def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
+    """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
+    then preset=...; bases resolved, checked, defaults filled."""
+    from grassflow.config import deep_merge, validate_or_exit
+
+    config = yaml.safe_load((project / "config.yaml").read_text())
+    for f in configfiles:
+        deep_merge(config, yaml.safe_load(Path(f).read_text()))
+    if preset:
+        config["preset"] = preset
+    validate_or_exit(config, project / "workflow" / "schemas" / "config.schema.yaml")
+    return config
+
+
+def dry_run(project: Path, args: list[str]) -> list[dict]:
+    """Every job of `snakemake -n`: rule, whether local, wildcards, resources."""
+    res = subprocess.run(["snakemake", "-n", "--cores", "1", *args], cwd=project, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"error: snakemake -n failed:\n{(res.stderr or res.stdout)[-3000:]}")
+    jobs, job = [], None
+    for line in res.stdout.splitlines():
+        m = re.match(r"^(local)?rule (\w+):", line)
+        if m:
+            job = {"rule": m.group(2), "local": bool(m.group(1)), "wildcards": {}, "resources": {}}
+            jobs.append(job)
+        elif job and (m := re.match(r"^\s+(wildcards|resources): (.*)$", line)):
+            job[m.group(1)] = dict(kv.split("=", 1) for kv in m.group(2).split(", ") if "=" in kv)
+    return [j for j in jobs if j["rule"] != "all"]
+
+
+def local_rules(project: Path) -> set[str]:
+    """The rules the workflow declares `localrules` (run where Snakemake runs: the login node)."""
+    names = set()
+    for smk in (project / "workflow" / "rules").glob("*.smk"):
+        for block in re.findall(r"localrules:\s*\n((?:\s+\w+,?\s*\n)+)", smk.read_text()):
+            names |= set(re.findall(r"\w+", block))
+    return names
+
+
+def cluster_resources(profile: Path | None) -> tuple[dict, dict]:
+    """({rule: resources set by the profile}, the profile's default resources). On the cluster a
+    profile's set-resources override a rule's own (so it sets no time or memory for the rules
+    whose estimates the workflow computes)."""
+    if profile is None or not (profile / "profile.yaml").is_file():
+        return {}, {"slurm_partition": "local"}
+    prof = yaml.safe_load((profile / "profile.yaml").read_text())
+    return prof.get("set-resources") or {}, prof.get("default-resources") or {}
+
+
+def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
+    """{rule: [wall seconds]} from Snakemake's benchmark files of finished jobs."""
+    out = defaultdict(list)
+    root = project / "results" / preset / "benchmarks"
+    for tsv in root.glob("**/*.tsv"):  # <rule>.tsv, <rule>/<job>.tsv or <task>/<rule>/<job>.tsv
+        rel = tsv.relative_to(root)
+        rule = "_".join(rel.parts[:-1]) if len(rel.parts) > 1 else rel.stem
+        with open(tsv, newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        if rows:
+            out[rule].append(float(rows[-1]["s"]))
+    return out
+
+
+def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
+         measured=False) -> list[dict]:
+    from grassflow.config import recall_runs, runs, select_preset, snli_runs
+
+    config = load_config(project, configfiles, preset)
+    name, P = select_preset(config)
+    specs = {"run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
+    settings = config.get("estimate") or {}
+    by_rule, default = cluster_resources(profile)
+    local = local_rules(project)
+    rows = {}
+    for job in dry_run(project, snakemake_args):
+        rule = job["rule"]
+        res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
+        row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "limit_hours": 0.0,
+                                     "max_mem_mb": 0, "items": 0, "estimated": rule in RUN_WILDCARD,
+                                     "partition": "login node (local)" if rule in local else res.get("slurm_partition")})
+        row["jobs"] += 1
+        if rule not in local:
+            row["limit_hours"] += int(res.get("runtime", 0)) / 60
+            row["max_mem_mb"] = max(row["max_mem_mb"], int(res.get("mem_mb", 0)))
+        if rule in RUN_WILDCARD:
+            wc = RUN_WILDCARD[rule]
+            spec = specs[wc][job["wildcards"][wc]]
+            est = job_estimate(rule, spec, P, settings, _files(project, name, P, rule))
+            row["est_hours"] += est.seconds / 3600
+            row["items"] += est.items
+    out = list(rows.values())
+    if measured:
+        wall = measured_seconds(project, name)
+        for row in out:
+            row["measured_hours"] = sum(wall.get(row["rule"], [])) / 3600 if row["rule"] in wall else None
+    return out
+
+
+def _files(project, name, P, rule):
+    if rule in ("train", "evaluate"):
+        d = project / "results" / name / "data" / "tokens" / P["tokenizer"]["name"]
+    elif rule.startswith("snli"):
+        d = project / "results" / name / "snli" / "data" / "tokens" / P["snli"]["tokenizer"]["name"]
+    else:
+        return None
+    return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
+
+
+def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
+    from grassflow.estimate import DEFAULTS
+
+    s = {**DEFAULTS, **settings}
+    has_measured = any(r.get("measured_hours") is not None for r in rows)
+    lines = [f"Plan of preset **{preset}** (from `snakemake -n`; estimates for device `{s['device']}`, "
+             f"time limits = estimate × {s['safety']:g}, at least {s['min_minutes']} min):", "",
+             "| rule | jobs | partition | estimated device-hours | requested hours (limits) | max memory per job (MB) "
+             "| tokens / examples trained |" + (" measured hours |" if has_measured else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if has_measured else "")]
+    for r in sorted(rows, key=lambda r: (-r["est_hours"], r["rule"])):
+        est = f"{r['est_hours']:.2f}" if r["estimated"] else "—"
+        items = f"{r['items']:,}" if r["items"] else "—"
+        mem = f"{r['max_mem_mb']:,}" if r["max_mem_mb"] else "—"
+        line = (f"| {r['rule']} | {r['jobs']} | {r['partition']} | {est} | {r['limit_hours']:.2f} | {mem} | {items} |")
+        if has_measured:
+            m = r.get("measured_hours")
+            line += f" {m:.3f} |" if m is not None else " — |"
+        lines.append(line)
+    total = sum(r["est_hours"] for r in rows)
+    gpu = sum(r["est_hours"] for r in rows if r["partition"] == "gpu")
+    lines += ["", f"Total: {sum(r['jobs'] for r in rows)} jobs; estimated {total:.1f} device-hours"
+              + (f", {gpu:.1f} of them on the `gpu` partition" if gpu else "") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="grassflow plan", description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", help="the preset to plan (default: config.yaml's, or the configfiles')")
+    ap.add_argument("--configfile", nargs="*", default=[], help="config overlays, as snakemake --configfile")
+    ap.add_argument("--profile", default="profiles/slurm", help="cluster profile whose partitions to show")
+    ap.add_argument("--measured", action="store_true", help="add measured wall time from benchmark files")
+    ap.add_argument("--project", default=".", help="the project directory (where the Snakefile is)")
+    ap.add_argument("targets", nargs="*", help="snakemake targets (default: all)")
+    a = ap.parse_args(argv)
+    project = Path(a.project).resolve()
+    args = [*a.targets]
+    configfiles = [str(Path(f).resolve()) for f in a.configfile]
+    if configfiles:
+        args += ["--configfile", *configfiles]
+    if a.preset:
+        args += ["--config", f"preset={a.preset}"]
+    rows = plan(project, args, configfiles, a.preset, project / a.profile if a.profile else None, a.measured)
+    config = load_config(project, configfiles, a.preset)
+    print(to_markdown(rows, config["preset"], config.get("estimate") or {}))
+    return 0
