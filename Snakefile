@@ -44,6 +44,7 @@ if LM:
 
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
+include: "workflow/rules/estimates.smk"
 
 
 rule all:

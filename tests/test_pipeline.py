@@ -166,7 +166,7 @@ def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
     res = snakemake(work, "-n", "recall", preset="paper")
     jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
     assert jobs == Counter({"recall_train": 360, "recall_evaluate": 360, "recall_data": 3, "recall_aggregate": 1,
-                            "preflight": 1, "recall": 1}), jobs
+                            "preflight": 1, "recall": 1}), jobs  # the target `recall`: no estimates table
     runs = set(re.findall(r"wildcards: recall_run=(\S+)", res.stdout))
     assert len(runs) == 360 and "L256-kv16-d256-grassmann_geometric-lr0.01-s1" in runs
 
@@ -176,7 +176,8 @@ def test_recall_model_setting_plans_only_its_runs(demo):
                   "grassmann: {kind: grassmann, switches: {lags: [1, 3]}}"):
         jobs = planned(demo)
     assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
-                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1})
+                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1,
+                            ("estimates", None): 1})
 
 
 def test_token_files_carry_their_metadata(demo):
@@ -230,7 +231,8 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
 def job_stats(stdout: str) -> Counter:
     """The 'Job stats' table of a dry run: rule → count."""
     table = stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
-    return Counter({m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)})
+    return Counter({m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+                    if m.group(1) != "total"})
 
 
 def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
@@ -260,13 +262,50 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
         x for x in paper.splitlines() if "grassflow tokenize" in x)
 
 
+def _plan_rows(md: str) -> dict[str, list[str]]:
+    return {cells[0]: cells for line in md.splitlines() if line.startswith("| ") and not line.startswith("| rule")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+
+
+def test_plan_counts_what_snakemake_will_schedule(tmp_path):
+    """`grassflow plan` on the demo and on the paper preset (dry): per rule the job counts of
+    `snakemake -n`, the profile's partitions, device-hours for the training and evaluation rules."""
+    work = copy_repo(tmp_path)
+    env = {**pipeline_env(), "PYTHONPATH": str(work / "src")}
+    for preset in ("demo", "paper"):
+        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", preset], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = _plan_rows(res.stdout)
+        dry = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", f"preset={preset}"], cwd=work,
+                             env=env, capture_output=True, text=True, timeout=600)
+        stats = job_stats(dry.stdout)
+        stats.pop("all")
+        assert {rule: int(cells[1]) for rule, cells in rows.items()} == dict(stats), preset
+        assert rows["train"][2] == "gpu" and float(rows["train"][3]) > 0 and rows["download"][2] == "login node (local)"
+        assert f"Total: {sum(stats.values())} jobs" in res.stdout
+    assert rows["recall_train"][1] == "360" and int(rows["train"][6].replace(",", "")) > 10**9  # tokens trained
+
+
+def test_demo_reports_estimated_beside_measured_times(demo):
+    rep = demo / "results/demo/report"
+    rows = _plan_rows((rep / "estimates.md").read_text())
+    for rule in ("train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate"):
+        assert rule in rows and rows[rule][4] != "—" and float(rows[rule][5]) > 0, rows.get(rule)
+    df = pd.read_csv(rep / "estimates.csv")
+    assert len(df) == 10 + 10 + 4 + 4 + 4 + 4 and (df.measured_s > 0).all() and (df.limit_min >= 5).all()
+    recall = df.rule.str.startswith("recall")
+    assert df[~recall].basis.str.contains("token files").all() and df[recall].basis.str.contains("config").all()
+
+
 def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
     with replaced(demo / "config.yaml", "        pre_norm: {norm: pre}\n    bench:\n      quick: true",
                   "        pre_norm: {norm: pre, init: small}\n    bench:\n      quick: true"):
         jobs = planned(demo)
     assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
                             ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
-                            ("ablation_aggregate", None): 1})
+                            ("ablation_aggregate", None): 1,
+                            ("estimates", None): 1})
 
 
 def test_demo_ablation_table_and_figure(demo):
@@ -343,7 +382,7 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
         jobs = planned(demo)
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
-    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "ablation_aggregate"}
+    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "ablation_aggregate", "estimates"}
 
 
 def test_editing_report_code_plans_only_aggregate(demo):
@@ -358,7 +397,7 @@ def test_grassmann_setting_plans_only_grassmann_runs(demo):
         jobs = planned(demo)
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
-    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "ablation_aggregate"}
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "ablation_aggregate", "estimates"}
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
@@ -379,14 +418,15 @@ def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
         jobs = planned(demo)
     assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
                             ("snli_train", "table3_scratch-grassmann-s0"): 1,
-                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1})
+                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1,
+                            ("estimates", None): 1})
 
 
 def test_snli_backbone_setting_never_touches_scratch_runs(demo):
     with replaced(demo / "config.yaml", "hidden_dim: 64, seed: 0}", "hidden_dim: 64, seed: 1}"):
         jobs = planned(demo)
     assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
-    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate"}
+    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate", "estimates"}
 
 
 def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
@@ -514,8 +554,10 @@ def site_profile(work: Path) -> str:
     import yaml
 
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
-    for res in (prof["default-resources"], *prof["set-resources"].values()):
-        res.update(mem_mb=1000, cpus_per_task=1)
+    for rule, res in [("default", prof["default-resources"]), *prof["set-resources"].items()]:
+        res.update(cpus_per_task=1)
+        if rule not in RUN_RULES:  # the run jobs ask for their estimates: as shipped
+            res.update(mem_mb=1000)
     prof["set-threads"] = {rule: 1 for rule in prof["set-threads"]}
     prof.update({"slurm-no-account": True, "slurm-status-command": "squeue",
                  "slurm-init-seconds-before-status-checks": 8, "slurm-keep-successful-logs": True,
@@ -523,6 +565,9 @@ def site_profile(work: Path) -> str:
     (work / "profiles/slurm-site").mkdir(parents=True)
     (work / "profiles/slurm-site/profile.yaml").write_text(yaml.safe_dump(prof))
     return "profiles/slurm-site"
+
+
+RUN_RULES = ("train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate")
 
 
 def rule_and_run(comment: str):

@@ -205,6 +205,12 @@ def _tokenize_args(p):
     p.add_argument("--out-dir", required=True)
 
 
+def _estimates(a):
+    from grassflow.plan import estimates_report
+
+    estimates_report(json.loads(a.preset), a.preset_name, json.loads(a.estimate), a.results, a.out)
+
+
 def _train_args(p):
     p.add_argument("--spec", required=True, help="run spec as JSON")
     for k in ("train-tokens", "val-tokens", "out-dir"):
@@ -275,6 +281,9 @@ COMMANDS = [
     ("recall-aggregate", "the recall table and figures of a preset", _recall_aggregate, [_aggregate_args]),
     ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
      [_preflight_args]),
+    ("estimates", "every training/evaluation job's estimated time beside its measured wall time", _estimates,
+     [lambda p: [p.add_argument(f"--{k}", required=True)
+                 for k in ("preset", "preset-name", "estimate", "results", "out")]]),
 ]
 
 
@@ -308,6 +317,16 @@ def main(argv=None) -> int:
     from grassflow.data import DataError
     from grassflow.preflight import PreflightError
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plan"]:  # its own parser: its options are not this one's
+        from grassflow.plan import main as plan_main
+
+        return plan_main(argv[1:])
+    if argv[:1] == ["bench"]:
+        from grassflow.bench import main as bench_main
+
+        bench_main(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)

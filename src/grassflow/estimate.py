@@ -11,7 +11,7 @@ measured model (tokens/s × its FLOPs per token), and a run's time is its FLOPs 
 the nearest row (in FLOPs per token and context), never faster than the row's step time scaled
 by depth (GPUs are launch-bound at these sizes: per-step overhead, not arithmetic). Validation
 (every epoch) and evaluation are forward passes: a third of a training token each; evaluation
-reads validation and test chunked and strided (three passes). A device kind missing from the
+reads validation and test chunked and strided (three passes). Each job adds STARTUP_S. A device kind missing from the
 table takes the H100's rows slowed by UNKNOWN_DEVICE_SLOWDOWN. The request pads the estimate
 by `estimate.safety`, with a floor, and grows with Snakemake's attempt, so a job stopped at its
 limit (it checkpoints on SIGTERM) is retried with a longer one and resumes.
@@ -30,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
 DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
 UNKNOWN_DEVICE_SLOWDOWN = 3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
+# Every job: process start, imports (torch, CUDA), reading its data, building the model. The demo's
+# tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (report/estimates.md).
+STARTUP_S = 20.0
 DEFAULTS = {"device": "h100", "safety": 2.0, "min_minutes": 5, "base_mem_mb": 3000}
 BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding parameters
 SNLI_TOKENS_PER_PAIR = 28  # joint pairs: ~27 tokens of SNLI's (reports/bench/snli_backbone.md)
@@ -189,7 +192,10 @@ def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) 
     h = spec["head"]
     d = h.get("d_model", 256)
     head = train_flops_per_token("transformer", h.get("n_layers", 2), d, h.get("d_ff", 2 * d), 48, 0)
-    backbone = BACKBONE_FLOPS_PER_TOKEN if spec["features"]["kind"] == "backbone" else 0
+    backbone = 0
+    if spec["features"]["kind"] == "backbone":
+        rand = spec["backbone"].get("random")
+        backbone = 2 * rand["n_layers"] * 12 * rand["dim"] ** 2 if rand else BACKBONE_FLOPS_PER_TOKEN
     fps, _, basis = rate(dev, "transformer", head + 3 * backbone, 64, 6, threads)
     t = spec["train"]
     if evaluate:
@@ -201,7 +207,7 @@ def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) 
         tokens = items * SNLI_TOKENS_PER_PAIR
         seconds = tokens * (head + backbone) / fps + t["epochs"] * pairs["validation"] * SNLI_TOKENS_PER_PAIR * (
             head / 3 + backbone) / fps
-    backbone_mb = 66.4e6 * 4 if backbone else 0
+    backbone_mb = 4 * backbone / 2 * 1.5 if backbone else 0  # its weights, embeddings included (~1.5×)
     return Estimate(seconds, items, _memory(settings, int(backbone_mb / 4) + 2_000_000, 100 * pairs["train"], 0),
                     basis + " (SNLI: the LM Transformer's rate at equal FLOPs)")
 
@@ -232,6 +238,9 @@ def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = No
     """The estimate of one job of `rule` (train, evaluate, snli_*, recall_*) for its run's spec;
     `settings`: the config's `estimate` section; `files`: the job's token files by split (their
     counts are exact once they exist)."""
+    part = {"snli": preset.get("snli"), "recall": preset.get("recall")}.get(rule.split("_")[0], preset)
+    threads = (part.get("train") or {}).get("threads", 1)  # an execution key: not in the spec
+    spec = {**spec, "train": {**spec["train"], "threads": threads}}
     if rule in ("train", "evaluate"):
         sizes, vocab, source = lm_sizes(preset, files)
         est = (lm_train if rule == "train" else lm_evaluate)(spec, sizes, vocab, settings)
@@ -246,4 +255,4 @@ def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = No
         est = (recall_train if rule == "recall_train" else recall_evaluate)(spec, examples, r["data"]["vocab"], settings)
     else:
         raise ValueError(f"no estimate for rule {rule!r}")
-    return Estimate(est.seconds, est.items, est.mem_mb, f"{est.basis}; data: {source}")
+    return Estimate(est.seconds + STARTUP_S, est.items, est.mem_mb, f"{est.basis}; data: {source}")

@@ -182,3 +182,52 @@ def main(argv=None) -> int:
     config = load_config(project, configfiles, a.preset)
     print(to_markdown(rows, config["preset"], config.get("estimate") or {}))
     return 0
+
+
+# --- after a run: the estimates beside the measured wall times (rule `estimates`) -------------------
+BENCH_DIRS = {"train": "train", "evaluate": "evaluate", "snli_train": "snli/train", "snli_evaluate": "snli/evaluate",
+              "recall_train": "recall/train", "recall_evaluate": "recall/evaluate"}
+
+
+def estimates_report(preset: dict, name: str, settings: dict, results, out_md) -> list[dict]:
+    """Every training and evaluation job's estimate, requested limit and memory beside its
+    measured wall time; per rule the totals and the ratio measured / estimated."""
+    import pandas as pd
+
+    from grassflow.config import recall_runs, runs, snli_runs
+    from grassflow.io import write_text
+
+    results = Path(results)
+    specs = {"run": runs(name, preset) if preset.get("experiments") else {},
+             "snli_run": snli_runs(name, preset), "recall_run": recall_runs(name, preset)}
+    rows = []
+    for rule, wc in RUN_WILDCARD.items():
+        files = _files(results.parent.parent, name, preset, rule)
+        for run_id, spec in specs[wc].items():
+            est = job_estimate(rule, spec, preset, settings, files)
+            tsv = results / "benchmarks" / BENCH_DIRS[rule] / f"{run_id}.tsv"
+            measured = float(pd.read_csv(tsv, sep="\t")["s"].iloc[-1]) if tsv.is_file() else None
+            rows.append({"rule": rule, "run": run_id, "estimate_s": round(est.seconds, 1),
+                         "limit_min": est.minutes(settings), "mem_mb": est.request_mb(), "measured_s": measured,
+                         "measured_over_estimate": round(measured / est.seconds, 2) if measured and est.seconds else None,
+                         "basis": est.basis})
+    df = pd.DataFrame(rows)
+    out_md = Path(out_md)
+    df.to_csv(out_md.with_suffix(".csv"), index=False)
+    lines = [f"# Estimated and measured wall time — preset `{name}`", "",
+             "Each training and evaluation job asked for its estimate × safety as its time limit "
+             "(grassflow.estimate); the measured times are Snakemake's benchmark files. A ratio far from 1 "
+             "means workflow/resources/throughput.csv needs a row for this device or size "
+             "(per job: `estimates.csv`).", "",
+             "| rule | jobs | estimated (min) | requested limits (min) | measured (min) | measured / estimated | "
+             "worst job (measured / estimated) |", "|---|---|---|---|---|---|---|"]
+    for rule, g in df.groupby("rule", sort=False):
+        done = g.dropna(subset=["measured_s"])
+        est, meas = g.estimate_s.sum() / 60, done.measured_s.sum() / 60
+        ratio = f"{done.measured_s.sum() / done.estimate_s.sum():.2f}" if len(done) else "—"
+        worst = f"{done.measured_over_estimate.max():.2f}" if len(done) else "—"
+        lines.append(f"| {rule} | {len(g)} | {est:.1f} | {g.limit_min.sum()} | "
+                     f"{meas:.1f} | {ratio} | {worst} |")
+    lines += ["", f"Basis of the estimates: {df.basis.iloc[0]}." if len(df) else ""]
+    write_text(out_md, "\n".join(lines) + "\n")
+    return rows

@@ -122,8 +122,8 @@ CODE = {
     "model": ["models/__init__.py", "models/config.py", "models/common.py"],
     "transformer": ["models/transformer.py"],
     "grassmann": ["models/grassmann.py", "ops", KERNELS],
-    "run": SHARED + ["runs.py", "loop.py", "checkpoint.py", "data/__init__.py"],
-    "train": ["lm/__init__.py", "lm/train.py", "lm/evaluate.py", "lm/data.py"],
+    "run": SHARED + ["runs.py", "loop.py", "compiled.py", "checkpoint.py", "data/__init__.py"],
+    "train": ["lm/__init__.py", "lm/train.py", "lm/evaluate.py", "lm/data.py", "ops/linear_ce"],
     "evaluate": ["lm/__init__.py", "lm/evaluate.py", "lm/data.py"],
     "snli_data": SHARED + ["data/__init__.py", "data/sources.py", "data/tokenizers.py",
                            "snli/__init__.py", "snli/data.py", "snli/synthetic.py"],
@@ -140,6 +140,7 @@ CODE = {
                                "report/recall.py"],
     "bench": SHARED + ["bench.py"],
     "preflight": SHARED + ["preflight.py", "snli/config.py", "snli/heads.py", "snli/model.py"],
+    "estimates": SHARED + ["estimate.py", "plan.py"],
 }
 
 
@@ -272,6 +273,16 @@ def recall_outputs():
         f"{REPORT}/recall_vs_dmodel.png", f"{REPORT}/recall_by_distance.png"]
 
 
+def estimate_benchmarks():
+    """The benchmark file (wall time) of every training and evaluation job, of every task."""
+    out = []
+    for rule, run_ids in (("train", RUNS if LM else {}), ("evaluate", RUNS if LM else {}),
+                          ("snli/train", SNLI_RUNS), ("snli/evaluate", SNLI_RUNS),
+                          ("recall/train", RECALL_RUNS), ("recall/evaluate", RECALL_RUNS)):
+        out += [f"{RES}/benchmarks/{rule}/{r}.tsv" for r in run_ids]
+    return out
+
+
 def final_outputs():
     """The tables and figures, and every run's evaluation too: Snakemake (>= 7.7, by design,
     snakemake#1978) does not redo a deleted intermediate file whose consumers look up to date,
@@ -279,4 +290,5 @@ def final_outputs():
     lm = table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() if LM else []
     snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
     runs = run_outputs("eval.json", RUNS) if LM else []
-    return lm + snli + recall_outputs() + runs + snli_run_outputs("eval.json") + recall_run_outputs("eval.json")
+    return (lm + snli + recall_outputs() + runs + snli_run_outputs("eval.json") + recall_run_outputs("eval.json")
+            + [f"{REPORT}/estimates.md"])

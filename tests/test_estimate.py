@@ -1,0 +1,95 @@
+"""Job estimates (grassflow.estimate): time limits and memory from a run's spec, the size of its
+data and the throughput table. Through SLURM (requested limits equal the estimates, one
+allocation per run, a retry at a longer limit) in test_pipeline.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from grassflow.config import resolve_bases, runs, select_preset
+from grassflow.estimate import (
+    STARTUP_S,
+    UNKNOWN_DEVICE_SLOWDOWN,
+    job_estimate,
+    train_flops_per_token,
+)
+from specs import LM_SPEC
+from test_wikitext_v1 import ROOT, SCHEMA
+
+
+def _paper(preset="paper_v1"):
+    from snakemake.utils import validate
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["preset"] = preset
+    resolve_bases(cfg)
+    validate(cfg, str(SCHEMA))  # the schema's defaults, as the Snakefile sees them
+    name, p = select_preset(cfg)
+    return name, p, cfg["estimate"]
+
+
+def test_a_table1_run_on_the_h100_is_its_tokens_at_the_measured_rate():
+    """The paper's Table 1 Transformer is the benchmarked model: its estimate is its tokens at the
+    H100 row's tokens/s, plus a third of a token per validation token every epoch, plus start-up."""
+    name, p, settings = _paper()
+    spec = runs(name, p)["table1-transformer-s0"]
+    est = job_estimate("train", spec, p, settings)
+    steps = 2_228_766 // (32 * 128)  # v1's training tokens (datasets.csv), blocks of B·L
+    want = (steps * 32 * 128 * 30 + 30 * 225_018 / 3) / 228_946 + STARTUP_S
+    assert est.seconds == pytest.approx(want, rel=1e-9)
+    assert est.items == steps * 32 * 128 * 30
+    assert est.minutes(settings) == math.ceil(want / 60 * settings["safety"])
+    assert "bench-cuda.md" in est.basis and "datasets.csv" in est.basis
+
+
+def test_grassmann_and_longer_runs_cost_more_and_retries_ask_for_longer():
+    name, p, settings = _paper()
+    r = runs(name, p)
+    t1, g1, g2 = (job_estimate("train", r[k], p, settings) for k in
+                  ("table1-transformer-s0", "table1-grassmann-s0", "table2-grassmann-s0"))
+    assert t1.seconds < g1.seconds < g2.seconds
+    assert g1.minutes(settings, 2) >= 2 * g1.minutes(settings, 1) - 1 and g1.request_mb(2) > g1.request_mb(1)
+    assert job_estimate("evaluate", r["table1-grassmann-s0"], p, settings).minutes(settings) == settings["min_minutes"]
+
+
+def test_an_unlisted_device_takes_the_h100_rates_slowed_down():
+    name, p, settings = _paper()
+    spec = runs(name, p)["table1-grassmann-s0"]
+    h100 = job_estimate("train", spec, p, settings).seconds - STARTUP_S
+    other = job_estimate("train", spec, p, {**settings, "device": "a40"})
+    assert other.seconds - STARTUP_S == pytest.approx(UNKNOWN_DEVICE_SLOWDOWN * h100)
+    assert "unlisted" in other.basis
+
+
+def test_cpu_runs_scale_with_their_threads():
+    name, p, settings = _paper("laptop")
+    spec = runs(name, p)["table1-grassmann-s0"]
+    one = job_estimate("train", spec, p, settings).seconds - STARTUP_S
+    two = job_estimate("train", spec, {**p, "train": {**p["train"], "threads": 2}}, settings).seconds - STARTUP_S
+    assert spec["train"]["device"] == "cpu" and p["train"]["threads"] == 1 and two == pytest.approx(one / 2)
+
+
+def test_existing_token_files_give_exact_counts(tokens):
+    """Once tokenized (Snakemake evaluates resources again when a job's inputs exist), the token
+    files' own counts replace the table's."""
+    files = {s: tokens / f"{s}.parquet" for s in ("train", "validation", "test")}
+    n = {s: json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])["n_tokens"] for s, f in files.items()}
+    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained", "vocab_size": 300}, "train": {}}
+    spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "max_steps_per_epoch": None}}
+    est = job_estimate("train", spec, preset, {}, files)
+    L, B = spec["model"]["context_len"], spec["train"]["batch_size"]
+    assert est.items == n["train"] // (B * L) * B * L * spec["train"]["epochs"] and "token files" in est.basis
+    assert job_estimate("train", spec, preset, {}).items != est.items  # the table's Wikitext-2-sized default
+
+
+def test_flops_per_token_counts_the_head_and_attention():
+    t = train_flops_per_token("transformer", 6, 256, 1024, 128, 30522)
+    g = train_flops_per_token("grassmann", 6, 256, 1024, 128, 30522)
+    head = 6 * 256 * 30522
+    assert t - head == pytest.approx(6 * 6 * (4 * 256**2 + 2 * 256 * 1024) + 6 * 6 * 128 * 256)
+    assert g > t - 6 * 6 * 128 * 256  # the Plücker projection and the gate outweigh attention's 4d²

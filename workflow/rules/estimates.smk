@@ -1,0 +1,25 @@
+# Estimated against measured: every training and evaluation job's estimate (the time limit and
+# memory it asked for, grassflow.estimate) beside its wall time from Snakemake's benchmark files,
+# per job and per rule, so workflow/resources/throughput.csv can be corrected with real numbers.
+
+
+rule estimates:
+    input:
+        estimate_benchmarks(),
+    output:
+        md=report(f"{REPORT}/estimates.md", category="Summary", labels={"table": "estimates"}),
+        csv=f"{REPORT}/estimates.csv",
+    params:
+        gf=GF,
+        preset_name=PRESET,
+        preset=quoted_json({k: run_train(v) if k == "train" else v for k, v in P.items()}),
+        estimate=quoted_json(ESTIMATE),
+        results=lambda wc, output: Path(output.md).parent.parent,
+        code=fingerprint("estimates"),
+    conda:
+        "../../envs/report.yaml"
+    log:
+        f"{RES}/logs/estimates.log",
+    shell:
+        "{params.gf} estimates --preset {params.preset} --preset-name {params.preset_name} "
+        "--estimate {params.estimate} --results {params.results} --out {output.md} > {log} 2>&1"
