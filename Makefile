@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: demo test test-slow test-slurm test-all bench gpu-check gpu-check-run lint clean
+.PHONY: demo test test-slow test-slurm test-all bench gpu-check gpu-check-run plan lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -56,6 +56,10 @@ gpu-check-run:
 	$(PY) -m pytest -q -p no:cacheprovider -m gpu
 	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
+
+# What a preset will do and cost before it runs: jobs per rule and partition, device-hours, memory
+plan: $(VENV)/.installed
+	$(PY) -m grassflow plan --preset $(PRESET)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
