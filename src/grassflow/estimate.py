@@ -144,12 +144,18 @@ def _params(kind, n_layers, d, d_ff, L, vocab, r, ffn) -> int:
     return n_layers * layer_params(kind, d, d_ff, r, ffn) + 2 * d * vocab + L * d
 
 
-def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
+def _lm_rate(spec: dict, vocab: int, settings: dict):
+    """(device kind, model tuple, FLOPs per training token, FLOP/s, step floor, basis)."""
     dev, threads = device_kind(spec, settings)
     model = _lm_model(spec, vocab)
-    kind, n_layers, d, _, L, *_ = model
+    kind, n_layers, _, _, L, *_ = model
     flops = train_flops_per_token(*model)
-    fps, floor, basis = rate(dev, kind, flops, L, n_layers, threads)
+    return (dev, model, flops, *rate(dev, kind, flops, L, n_layers, threads))
+
+
+def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
+    dev, model, flops, fps, floor, basis = _lm_rate(spec, vocab, settings)
+    _, n_layers, d, _, L, *_ = model
     t = spec["train"]
     B = t["batch_size"]
     steps = min(sizes["train"] // (B * L), t.get("max_steps_per_epoch") or sizes["train"])
@@ -161,11 +167,8 @@ def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
 
 
 def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
-    dev, threads = device_kind(spec, settings)
-    model = _lm_model(spec, vocab)
-    kind, n_layers, d, _, L, *_ = model
-    flops = train_flops_per_token(*model)
-    fps, floor, basis = rate(dev, kind, flops, L, n_layers, threads)
+    _, model, flops, fps, floor, basis = _lm_rate(spec, vocab, settings)
+    L = model[4]
     tokens = 3 * (sizes["validation"] + sizes["test"])  # chunked once, strided twice over
     seconds = max(tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3)
     return Estimate(seconds, 0, _memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
