@@ -86,6 +86,14 @@ def _planted_library(tmp_path, marker):
     return out
 
 
+def _swap(src, dst):
+    """Put src at dst as a new file: the library this process loaded from dst is mapped from
+    its old inode, which an in-place overwrite would truncate under it (SIGBUS)."""
+    tmp = dst.with_name(dst.name + ".new")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     root = tmp_path / "cache"
@@ -107,7 +115,7 @@ def test_a_swapped_library_is_refused_and_never_loaded(cache, tmp_path):
     entry = _entry(cache)
     assert (entry / "lib.so.sha256").read_text().strip() == hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest()
     marker = tmp_path / "loaded"
-    shutil.copyfile(_planted_library(tmp_path, marker), entry / "lib.so")
+    _swap(_planted_library(tmp_path, marker), entry / "lib.so")
     with pytest.raises(cpu_kernel.UnsafeKernelCache, match=r"lib\.so: its bytes do not match.*Delete"):
         cpu_kernel._library()
     assert not marker.exists()
@@ -123,7 +131,7 @@ def test_a_cache_others_can_write_is_refused(cache, tmp_path, where):
     cpu_kernel._library.cache_clear()
     entry = _entry(cache)
     marker = tmp_path / "loaded"
-    shutil.copyfile(_planted_library(tmp_path, marker), entry / "lib.so")
+    _swap(_planted_library(tmp_path, marker), entry / "lib.so")
     (entry / "lib.so.sha256").write_text(hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest() + "\n")
     target = {"cache": cache, "entry": entry, "ancestor": cache.parent}[where]
     os.chmod(target, 0o777 if where == "ancestor" else 0o770)  # an ancestor: others, not sticky
