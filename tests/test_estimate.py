@@ -93,3 +93,20 @@ def test_flops_per_token_counts_the_head_and_attention():
     head = 6 * 256 * 30522
     assert t - head == pytest.approx(6 * 6 * (4 * 256**2 + 2 * 256 * 1024) + 6 * 6 * 128 * 256)
     assert g > t - 6 * 6 * 128 * 256  # the Plücker projection and the gate outweigh attention's 4d²
+
+
+def test_estimates_report_of_a_preset_without_snli_or_recall(tmp_path):
+    """A preset with only language-model runs (laptop): rows for train and evaluate, measured
+    times where a benchmark file exists, nothing for the parts it does not have."""
+    from grassflow.plan import estimates_report
+
+    name, p, settings = _paper("laptop")
+    results = tmp_path / "results" / name
+    (results / "benchmarks" / "train").mkdir(parents=True)
+    (results / "benchmarks" / "train" / "table1-grassmann-s0.tsv").write_text("s\th:m:s\n123.4\t0:02:03\n")
+    rows = estimates_report(p, name, settings, results, results / "report" / "estimates.md")
+    assert {r["rule"] for r in rows} == {"train", "evaluate"} and len(rows) == 2 * len(runs(name, p))
+    measured = [r for r in rows if r["measured_s"] is not None]
+    assert [(r["rule"], r["run"], r["measured_s"]) for r in measured] == [("train", "table1-grassmann-s0", 123.4)]
+    md = (results / "report" / "estimates.md").read_text()
+    assert "| train | 10 |" in md and "| evaluate | 10 | " in md

@@ -202,6 +202,8 @@ def estimates_report(preset: dict, name: str, settings: dict, results, out_md) -
              "snli_run": snli_runs(name, preset), "recall_run": recall_runs(name, preset)}
     rows = []
     for rule, wc in RUN_WILDCARD.items():
+        if not specs[wc]:  # the preset has no such part
+            continue
         files = _files(results.parent.parent, name, preset, rule)
         for run_id, spec in specs[wc].items():
             est = job_estimate(rule, spec, preset, settings, files)
@@ -213,6 +215,7 @@ def estimates_report(preset: dict, name: str, settings: dict, results, out_md) -
                          "basis": est.basis})
     df = pd.DataFrame(rows)
     out_md = Path(out_md)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_md.with_suffix(".csv"), index=False)
     lines = [f"# Estimated and measured wall time — preset `{name}`", "",
              "Each training and evaluation job asked for its estimate × safety as its time limit "
