@@ -333,3 +333,22 @@ def test_preflight_command_on_a_cpu_node(tmp_path):
         assert res.returncode == 1 and not (tmp_path / "gpu.json").exists()
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: preflight:") and "no CUDA device" in lines[0]
+
+
+@pytest.mark.parametrize("backend", ["reference", "chunked"])
+def test_lm_head_loss_under_autocast(backend, policy, gen):
+    """The LM task's loss (the head and its loss as one op): `reference` is what CUDA runs
+    (auto), `chunked` the CPU's; under either autocast the loss is fp32 and finite and the
+    gradients reach the final LayerNorm's input and the (tied) head weight in their dtypes."""
+    from grassflow.ops.linear_ce import linear_cross_entropy
+
+    x = torch.randn(24, 16, generator=gen, requires_grad=True)
+    W = torch.nn.Parameter(torch.randn(50, 16, generator=gen) * 0.1)
+    y = torch.randint(0, 50, (24,), generator=gen)
+    with runtime.autocast(CPU):
+        h = F.layer_norm(x, (16,))
+        loss = linear_cross_entropy(h, W, y, backend=backend)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert x.grad.dtype == torch.float32 and W.grad.dtype == torch.float32
+    assert torch.isfinite(x.grad).all() and torch.isfinite(W.grad).all()
