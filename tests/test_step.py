@@ -184,13 +184,15 @@ def test_lm_and_recall_losses_trace_without_graph_breaks(kind, switches):
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
 
 
+@pytest.mark.parametrize("features", [{"kind": "scratch", "embed_dim": 16}, {"kind": "backbone"}],
+                         ids=["scratch", "backbone"])
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
-def test_snli_heads_trace_without_graph_breaks(kind, snli_tokens):
+def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
     from grassflow.snli.data import read_token_pairs
     from grassflow.snli.train import SNLITask, build_classifier
     from specs import snli_spec
 
-    spec = snli_spec({"kind": "scratch", "embed_dim": 16}, kind=kind, head={"dropout": 0.0})
+    spec = snli_spec(features, kind=kind, head={"dropout": 0.0})  # backbone: a random DistilBERT
     train, meta = read_token_pairs(snli_tokens / "train.parquet")
     torch.manual_seed(0)
     model, _ = build_classifier(spec, meta)

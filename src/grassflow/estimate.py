@@ -166,10 +166,12 @@ def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
     return Estimate(seconds, tokens, _memory(settings, _params(*model), sizes["train"], act), basis)
 
 
-def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
+def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int = 3) -> Estimate:
+    """Forward passes over validation and test: the LM reads them chunked once and strided
+    (twice over), recall once."""
     _, model, flops, fps, floor, basis = _lm_rate(spec, vocab, settings)
     L = model[4]
-    tokens = 3 * (sizes["validation"] + sizes["test"])  # chunked once, strided twice over
+    tokens = passes * (sizes["validation"] + sizes["test"])
     seconds = max(tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3)
     return Estimate(seconds, 0, _memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
 
@@ -185,8 +187,7 @@ def recall_train(spec: dict, examples: dict, vocab: int, settings: dict) -> Esti
 def recall_evaluate(spec: dict, examples: dict, vocab: int, settings: dict) -> Estimate:
     L = spec["cell"]["seq_len"]
     lm = {**spec, "model": {**spec["model"], "context_len": L}}
-    est = lm_evaluate(lm, {s: n * L // 3 for s, n in examples.items()}, vocab, settings)  # one pass, not three
-    return est
+    return lm_evaluate(lm, {s: n * L for s, n in examples.items()}, vocab, settings, passes=1)
 
 
 def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) -> Estimate:

@@ -109,7 +109,8 @@ def make_optimizer(model, tcfg: dict, device) -> tuple[torch.optim.AdamW, str]:
 
 def fused_adamw(device) -> bool:
     """Fused AdamW on CUDA (PyTorch's own measurements: 2.7–3× foreach) and on the CPU, where
-    ours measured it faster than the default loop (`python -m grassflow.bench`, optimizer rows)."""
+    ours measured it faster than the default loop (reports/bench/bench-cpu.md, settings rows:
+    a whole step 1.10× (Transformer) and 1.03× (Grassmann) faster)."""
     return device.type in ("cuda", "cpu")
 
 
@@ -137,17 +138,16 @@ class EpochLoss:
     checkpoints and at the end of the epoch. float64 holds the fp32 losses' sum exactly as
     the Python float it is checkpointed as, so a resumed sum is bitwise the uninterrupted one."""
 
-    def __init__(self, device, loss_sum: float, step: int):
+    def __init__(self, device, loss_sum: float):
         self.sum = torch.tensor(loss_sum, dtype=torch.float64, device=device)
-        self.step = torch.tensor(step, dtype=torch.int64, device=device)
         self.first_bad = torch.tensor(-1, dtype=torch.int64, device=device)
 
-    def add(self, loss: torch.Tensor) -> None:
+    def add(self, loss: torch.Tensor, step: int) -> None:
+        """The loss of step `step` (an int: a kernel argument, not a copy to the device)."""
         loss = loss.detach().to(torch.float64)
         bad = ~torch.isfinite(loss) & (self.first_bad < 0)
-        self.first_bad.copy_(torch.where(bad, self.step, self.first_bad))
+        self.first_bad.copy_(torch.where(bad, step, self.first_bad))
         self.sum.add_(torch.where(self.first_bad < 0, loss, 0.0))
-        self.step.add_(1)
 
     def read(self) -> tuple[float, int | None]:
         """(sum of the finite losses so far, step of the first non-finite one or None)."""
@@ -202,7 +202,7 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
         state = None
     if state is None:
         best_state.unlink(missing_ok=True)  # weights of an abandoned attempt are not this run's best
-        pos = {"epoch": 0, "step": 0, "loss_sum": 0.0, "loss_n": 0, "seconds": 0.0}
+        pos = {"epoch": 0, "step": 0, "loss_sum": 0.0, "seconds": 0.0}
         metrics, best, status = [], math.inf, {"state": "running"}
     else:
         load_trained(model, state["model"])
@@ -243,7 +243,7 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
         while pos["epoch"] < tcfg["epochs"] and status["state"] == "running":
             model.train()
             t0 = time.perf_counter() - pos["seconds"]
-            losses = EpochLoss(device, pos["loss_sum"], pos["step"])
+            losses = EpochLoss(device, pos["loss_sum"])
             bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
                        desc=f"{spec['run_id']} epoch {pos['epoch'] + 1}", file=sys.stderr)
             while pos["step"] < steps:
@@ -263,16 +263,15 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
                 opt.step()
-                losses.add(loss)
+                losses.add(loss, pos["step"])
                 pos["step"] += 1
-                pos["loss_n"] += 1
                 at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
                 if pos["step"] % log_every == 0 or pos["step"] == steps or at_checkpoint:
                     if sync(losses):
                         break
                     bar.update(pos["step"] - bar.n)
-                    rate = pos["loss_n"] * task.items_per_step / (time.perf_counter() - t0)
-                    bar.set_postfix(loss=f"{pos['loss_sum'] / pos['loss_n']:.3f}", per_s=f"{rate:.0f}",
+                    rate = pos["step"] * task.items_per_step / (time.perf_counter() - t0)
+                    bar.set_postfix(loss=f"{pos['loss_sum'] / pos['step']:.3f}", per_s=f"{rate:.0f}",
                                     refresh=False)
                 if at_checkpoint:
                     pos["seconds"] = time.perf_counter() - t0
@@ -280,7 +279,7 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
             bar.close()
             if status["state"] != "running":
                 break
-            train_loss = pos["loss_sum"] / max(1, pos["loss_n"])
+            train_loss = pos["loss_sum"] / max(1, pos["step"])
             val = task.validate(compiled.eval_model)
             if not math.isfinite(val["val_loss"]):
                 status = diverged(train_loss)
@@ -288,7 +287,7 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
             elapsed = time.perf_counter() - t0
             row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val, "lr": lr_at(
                    pos["epoch"] * steps + steps - 1, total_steps, tcfg),
-                   "seconds": elapsed, task.rate_key: pos["loss_n"] * task.items_per_step / elapsed}
+                   "seconds": elapsed, task.rate_key: pos["step"] * task.items_per_step / elapsed}
             metrics.append(row)
             if task.score(row) < best:
                 best = task.score(row)
@@ -296,7 +295,7 @@ def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
                     torch.save({**header, "model": trained_state(model), "epoch": row["epoch"],
                                 "val_loss": row["val_loss"], "val_metrics": val}, tmp)
             write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
-            pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": 0.0, "loss_n": 0, "seconds": 0.0}
+            pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": 0.0, "seconds": 0.0}
             checkpoint()
     finally:
         for s, handler in old.items():

@@ -75,6 +75,15 @@ def cluster_resources(profile: Path | None) -> tuple[dict, dict]:
     return prof.get("set-resources") or {}, prof.get("default-resources") or {}
 
 
+def benchmark_seconds(tsv: Path) -> float | None:
+    """A Snakemake benchmark file's wall seconds (its last row), None if there is none."""
+    if not tsv.is_file():
+        return None
+    with open(tsv, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    return float(rows[-1]["s"]) if rows else None
+
+
 def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
     """{rule: [wall seconds]} from Snakemake's benchmark files of finished jobs."""
     out = defaultdict(list)
@@ -82,10 +91,9 @@ def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
     for tsv in root.glob("**/*.tsv"):  # <rule>.tsv, <rule>/<job>.tsv or <task>/<rule>/<job>.tsv
         rel = tsv.relative_to(root)
         rule = "_".join(rel.parts[:-1]) if len(rel.parts) > 1 else rel.stem
-        with open(tsv, newline="") as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-        if rows:
-            out[rule].append(float(rows[-1]["s"]))
+        seconds = benchmark_seconds(tsv)
+        if seconds is not None:
+            out[rule].append(seconds)
     return out
 
 
@@ -208,7 +216,7 @@ def estimates_report(preset: dict, name: str, settings: dict, results, out_md) -
         for run_id, spec in specs[wc].items():
             est = job_estimate(rule, spec, preset, settings, files)
             tsv = results / "benchmarks" / BENCH_DIRS[rule] / f"{run_id}.tsv"
-            measured = float(pd.read_csv(tsv, sep="\t")["s"].iloc[-1]) if tsv.is_file() else None
+            measured = benchmark_seconds(tsv)
             rows.append({"rule": rule, "run": run_id, "estimate_s": round(est.seconds, 1),
                          "limit_min": est.minutes(settings), "mem_mb": est.request_mb(), "measured_s": measured,
                          "measured_over_estimate": round(measured / est.seconds, 2) if measured and est.seconds else None,
