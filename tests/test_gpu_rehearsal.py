@@ -352,3 +352,29 @@ def test_lm_head_loss_under_autocast(backend, policy, gen):
     loss.backward()
     assert x.grad.dtype == torch.float32 and W.grad.dtype == torch.float32
     assert torch.isfinite(x.grad).all() and torch.isfinite(W.grad).all()
+
+
+def test_compiled_cupy_op_under_bf16_autocast(standin):
+    """The compiled path of the GPU: the Plücker custom op (its `cupy` backend through the
+    stand-in, bf16 handed to CuPy as int16) inside a torch.compile'd LM loss under bf16 autocast
+    (the real CPU one: Dynamo does not trace the CUDA-rules TorchFunctionMode). Same loss as
+    eager under the same autocast, finite gradients, every launch on torch's stream."""
+    import torch._dynamo
+
+    from test_step import _lm_task, _tiny_lm
+
+    model = _tiny_lm("grassmann", plucker_backend="cupy")
+    task = _lm_task(model)
+    batch = task.batch(0, 0)
+    with torch.autocast("cpu", dtype=BF16):
+        eager = task.loss(model, batch).detach()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda b: task.loss(model, b), fullgraph=True, dynamic=False)
+    standin.launches.clear()
+    with torch.autocast("cpu", dtype=BF16):
+        loss = compiled(batch)
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.allclose(loss.detach(), eager, rtol=1e-3)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert any(name.endswith("_bf16") for name, *_ in standin.launches)
+    assert {s for *_, s in standin.launches} == {fake_cupy.STREAM}
