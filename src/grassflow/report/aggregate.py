@@ -97,7 +97,6 @@ def summarise(df: pd.DataFrame, exp: dict) -> dict:
     m = out["models"]
     if all(k in m and m[k]["n_ok"] for k in MODELS):
         out["gap"] = gap_ci(m["grassmann"]["val_values"], m["transformer"]["val_values"])
-        out["gap"]["verdict"] = verdict(out["gap"]["ci_low"], out["gap"]["ci_high"], out["gap"]["gap_pct"])
     if all(paper.get(k) for k in MODELS):
         out["paper_gap_pct"] = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"]
     return out
@@ -108,10 +107,13 @@ def provenance_line(name: str, preset: dict, checksums: dict, setup: dict) -> st
             f"tokenizer {preset['tokenizer']['name']}.")
 
 
-def judge(s: dict, why: list[str], scope: str | None = None) -> None:
-    """The verdict on the paper's claim, or why the table cannot give one; `scope`: what a
-    verdict must say it was measured on (verdict_scope)."""
+def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> None:
+    """The verdict on the paper's claim (a gap within `limit` %: published.yaml's
+    claim_limit_pct), or why the table cannot give one; `scope`: what a verdict must say it was
+    measured on (verdict_scope)."""
     if "gap" in s:
+        g = s["gap"]
+        g["verdict"] = verdict(g["ci_low"], g["ci_high"], g["gap_pct"], limit)
         if why:
             s["gap"]["verdict"] = "not comparable: " + "; ".join(why)
         elif scope:
@@ -199,7 +201,8 @@ def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir, unigram_js
     for exp_name, exp in preset["experiments"].items():
         sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
         s = summarise(sub, exp)
-        judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), verdict_scope(checksums, setup))
+        judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
+              verdict_scope(checksums, setup))
         md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
         write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
                      latex_table(exp_name, exp, s))
