@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -123,7 +124,7 @@ def test_eval_max_tokens_cuts_validation_and_test_to_leading_rows(tmp_path):
     assert 0 < len(ids) <= cap and np.array_equal(ids, full_ids[: len(ids)])  # a prefix of whole rows
     assert meta["cut"] == {"max_tokens": cap, "rows": k, "of_rows": len(rows), "of_tokens": len(full_ids),
                            "content_sha256": content_sha256(rows[:k])}
-    assert meta["n_words"] == sum(len(x.split()) for x in rows[:k])
+    assert meta["n_words"] == len(re.split(r"\s+", "\n".join(rows[:k])))
     assert meta["source_content_sha256"] == content_sha256(rows)  # still names the split it came from
     rows_of = lambda *n: [np.zeros(k, dtype=np.int64) for k in n]  # noqa: E731
     assert [leading_rows(rows_of(3, 0, 4, 2), cap) for cap in (9, 8, 6, 2)] == [4, 3, 2, 1]
@@ -139,7 +140,7 @@ def test_real_wikitext_test_split(tmp_path):
     meta = tokenize_split({"name": "trained"}, tmp_path / "train.parquet", tmp_path / "ids.parquet",
                           tmp_path / "tok.json")
     ids, _ = read_tokens(tmp_path / "ids.parquet")
-    assert meta["n_words"] == sum(len(r.split()) for r in rows) and np.all(ids < meta["vocab_size"])
+    assert meta["n_words"] == len(re.split(r"\s+", "\n".join(rows))) and np.all(ids < meta["vocab_size"])
 
 
 def _cli(*args, cwd):

@@ -29,6 +29,7 @@ tokenizer's unknown token (`tokenizer.map_unk`; None: not mapped). `data.eval_ma
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -101,6 +102,14 @@ def encode_rows(tok, rows: list[str], desc="tokenize", unk_id: int | None = None
     return out
 
 
+def harness_word_count(rows: list[str]) -> int:
+    """Words as lm-evaluation-harness counts them for word perplexity (its wikitext task:
+    `len(re.split(r"\\s+", page))` on the text before detokenization), the split's rows taken as
+    one document: whitespace-separated words, plus one empty field for leading and one for
+    trailing whitespace (Wikitext rows start with a space and end in a newline)."""
+    return len(re.split(r"\s+", "\n".join(rows)))
+
+
 def unk_id_of(tok, name: str) -> int:
     """The tokenizer's unknown token's id, for tokenizer.map_unk."""
     unk = getattr(tok.model, "unk_token", None)
@@ -142,7 +151,7 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None, max_tokens: 
     vocab = tok.get_vocab_size()
     dtype = np.uint16 if vocab <= 65535 else np.int32
     meta = {"tokenizer": cfg["name"], "vocab_size": vocab, "tokenizer_sha256": tokenizer_sha256(tok), **meta,
-            "n_tokens": int(ids.size), "n_words": sum(len(r.split()) for r in rows),
+            "n_tokens": int(ids.size), "n_words": harness_word_count(rows),
             "unk_mapped": sum(r.count(UNK_LITERAL) for r in rows) if unk_id is not None else None}
     table = pa.table({"ids": ids.astype(dtype)})
     table = table.replace_schema_metadata({"grassflow": json.dumps(meta)})
