@@ -71,12 +71,19 @@ class CudaAutocast(TorchFunctionMode):
         super().__init__()
         self.dtype = dtype
         self.seen = set()  # names of the listed ops that ran under it (for the tests' sanity)
+        self.lowered = []  # (op, output dtype) of each lower-precision op on eligible inputs
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
         if name in LOWER:
+            eligible_in = any(eligible(x) for x in tree_flatten_tensors((args, kwargs)))
             args, kwargs = _cast(args, self.dtype), _cast(kwargs, self.dtype)
+            if eligible_in:
+                self.seen.add(name)
+                out = func(*args, **kwargs)
+                self.lowered.append((name, getattr(out, "dtype", None)))
+                return out
         elif name in FP32:
             args, kwargs = _cast(args, torch.float32), _cast(kwargs, torch.float32)
         elif name in FP32_SET_OPT_DTYPE:
@@ -101,9 +108,61 @@ def tree_flatten_tensors(tree) -> list:
     return out
 
 
-def cpu_bf16_autocast():
-    """The real CPU autocast, for the same tests under PyTorch's own (CPU) op lists."""
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+class _LowerProbe(TorchFunctionMode):
+    """Records the output dtype of each lower-precision op that ran on eligible inputs."""
+
+    def __init__(self, lowered: list):
+        super().__init__()
+        self.lowered = lowered
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in LOWER and any(eligible(x) for x in tree_flatten_tensors((args, kwargs or {}))):
+            self.lowered.append((name, getattr(out, "dtype", None)))
+        return out
+
+
+class cpu_bf16_autocast:
+    """The real CPU autocast, for the same tests under PyTorch's own (CPU) op lists, with a
+    probe of what its lower-precision ops produced."""
+
+    def __init__(self):
+        self.lowered = []
+        self._autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+        self._probe = _LowerProbe(self.lowered)
+
+    def __enter__(self):
+        self._autocast.__enter__()
+        self._probe.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._probe.__exit__(*exc)
+        return self._autocast.__exit__(*exc)
+
+
+class Recorded:
+    """A factory for runtime.AUTOCAST that keeps every context it made, so that a test can
+    assert afterwards that the policy ran: it was entered, lower-precision ops ran under it on
+    eligible inputs, and each of them produced the policy's dtype."""
+
+    def __init__(self, factory, dtype=torch.bfloat16):
+        self.factory, self.dtype, self.made = factory, dtype, []
+        self.expect_lowered = True  # False: the code under test is documented to compute in fp32
+
+    def __call__(self):
+        ctx = self.factory()
+        self.made.append(ctx)
+        return ctx
+
+    def check(self) -> None:
+        lowered = [x for ctx in self.made for x in ctx.lowered]
+        assert self.made, "the step never entered runtime.autocast: the policy did not run"
+        if self.expect_lowered:
+            assert lowered, "no lower-precision op ran under the policy: the rehearsal rehearsed nothing"
+        wrong = sorted({f"{op} -> {dtype}" for op, dtype in lowered if dtype != self.dtype})
+        assert not wrong, f"lower-precision ops did not produce {self.dtype}: {wrong}"
 
 
 # name -> factory of the context a "cpu" device's steps run under (grassflow.runtime.AUTOCAST)

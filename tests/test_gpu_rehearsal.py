@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import fake_cupy
-from cuda_autocast import POLICIES, CudaAutocast
+from cuda_autocast import POLICIES, CudaAutocast, Recorded
 from grassflow import runtime
 from grassflow.bench import bench_step
 from grassflow.lm.evaluate import chunked_nll
@@ -42,14 +42,20 @@ BF16 = torch.bfloat16
 
 @pytest.fixture(params=sorted(POLICIES))
 def policy(request, monkeypatch):
-    """CPU steps run under CUDA's bf16 autocast rules, or under the real CPU bf16 autocast."""
-    monkeypatch.setitem(runtime.AUTOCAST, "cpu", POLICIES[request.param])
-    return request.param
+    """CPU steps run under CUDA's bf16 autocast rules, or under the real CPU bf16 autocast;
+    afterwards the test fails unless the policy ran (Recorded.check)."""
+    recorded = Recorded(POLICIES[request.param])
+    monkeypatch.setitem(runtime.AUTOCAST, "cpu", recorded)
+    yield recorded
+    recorded.check()
 
 
 @pytest.fixture
 def cuda_rules(monkeypatch):
-    monkeypatch.setitem(runtime.AUTOCAST, "cpu", CudaAutocast)
+    recorded = Recorded(CudaAutocast)
+    monkeypatch.setitem(runtime.AUTOCAST, "cpu", recorded)
+    yield
+    recorded.check()
 
 
 @pytest.fixture
@@ -207,8 +213,9 @@ def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, st
     B, T, r, d, lags = case
     z, W, b, dg = (torch.randn(*s, generator=gen, dtype=torch.float64)
                    for s in ((B, T, r), (d, r * (r - 1) // 2), (d,), (B, T, d)))
-    ref = [x.detach() for x in _grads("reference", z, lags, W, b, dg)]
-    got = _grads("cupy", z.to(dtype), lags, W.to(dtype), b.to(dtype), dg.to(dtype))
+    z, W, b, dg = (x.to(dtype) for x in (z, W, b, dg))  # the reference sees the inputs the backend sees
+    ref = [x.detach() for x in _grads("reference", z.double(), lags, W.double(), b.double(), dg.double())]
+    got = _grads("cupy", z, lags, W, b, dg)
     for name, x, y in zip(("g", "dz", "dW", "db"), got, ref):
         assert x.dtype == dtype and rel_err(x, y) < tol, f"{name}: {rel_err(x, y):.3g}"
     assert standin.compiles == 1  # once per device and process
@@ -342,6 +349,7 @@ def test_lm_head_loss_under_autocast(backend, policy, gen):
     gradients reach the final LayerNorm's input and the (tied) head weight in their dtypes."""
     from grassflow.ops.linear_ce import linear_cross_entropy
 
+    policy.expect_lowered = backend == "reference"  # chunked: one opaque op, fp32 by design
     x = torch.randn(24, 16, generator=gen, requires_grad=True)
     W = torch.nn.Parameter(torch.randn(50, 16, generator=gen) * 0.1)
     y = torch.randint(0, 50, (24,), generator=gen)

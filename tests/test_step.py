@@ -16,7 +16,6 @@ import pytest
 import torch
 import torch._dynamo
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import fake_cupy
 from grassflow.bench import count_launches
@@ -27,24 +26,10 @@ from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.plucker import plucker_mix
 from grassflow.ops.plucker.function import _has_offsets
 from grassflow.ops.plucker.kernel_stages import KernelStages
+from host_syncs import HostSyncs
 from specs import LM_SPEC
 
 CPU = torch.device("cpu")
-SYNCS = {"aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.item.default"}
-
-
-class HostSyncs(TorchDispatchMode):
-    """Counts what makes the host wait for the device: .item(), a tensor in an `if`, float()."""
-
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += str(func) in SYNCS
-        return func(*args, **(kwargs or {}))
-
-
 class Toy:
     """A task of fixed batches whose loss can be made non-finite at one (epoch, step)."""
 
@@ -75,16 +60,51 @@ def _toy_spec(**train):
 
 
 # --- the loop -------------------------------------------------------------------------------------
-def test_training_steps_take_no_host_sync(tokens, tmp_path):
-    """The syncs of a run do not grow with its steps: none per step, only the periodic read."""
+def _syncs_of_lm_runs(tokens, tmp_path, steps=(3, 9)) -> list[int]:
     counts = []
-    for steps in (3, 9):
-        spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": steps,
+    for n in steps:
+        spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": n,
                                      "checkpoint_every": 0, "log_every": 100}}
         with HostSyncs() as syncs:
-            train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path / str(steps))
+            train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path / str(n))
         counts.append(syncs.n)
-    assert counts[0] == counts[1]
+    return counts
+
+
+def test_training_steps_take_no_host_sync(tokens, tmp_path):
+    """The syncs of a run do not grow with its steps: none per step, only the periodic read."""
+    counts = _syncs_of_lm_runs(tokens, tmp_path)
+    assert counts[0] == counts[1] > 0  # > 0: the epoch-end read is seen
+
+
+def test_a_per_step_read_would_be_caught(tokens, tmp_path, monkeypatch):
+    """The premise of the test above: a `.tolist()` per step (what the periodic read uses, and
+    invisible to ATen's sync ops on the CPU) makes the count grow with the steps."""
+    loss = LanguageModelTask.loss
+
+    def reading(self, model, batch):
+        out = loss(self, model, batch)
+        out.detach().tolist()
+        return out
+
+    monkeypatch.setattr(LanguageModelTask, "loss", reading)
+    counts = _syncs_of_lm_runs(tokens, tmp_path)
+    assert counts[1] - counts[0] == 6
+
+
+@pytest.mark.parametrize("read", [
+    lambda t: t.item(), lambda t: t.tolist(), lambda t: t.numpy(), lambda t: t.cpu(), lambda t: bool(t),
+    lambda t: 1 if t else 0, lambda t: float(t), lambda t: int(t), lambda t: [0, 1, 2][t.long()],
+    lambda t: np.asarray(t), lambda t: f"{t:.3f}", lambda t: torch.ones(1)[0].item() + t.sum().item(),
+], ids=["item", "tolist", "numpy", "cpu", "bool", "if", "float", "int", "index", "asarray", "format", "aten-item"])
+def test_the_detector_catches_every_host_read(read):
+    t = torch.tensor(1.0)
+    with HostSyncs() as syncs:
+        read(t)
+    assert syncs.n >= 1, syncs.seen
+    with HostSyncs() as syncs:  # and device-side work alone is not a read
+        (t * 2 + 1).sum().sqrt()
+    assert syncs.n == 0, syncs.seen
 
 
 def test_divergence_is_found_at_its_exact_step(tmp_path):
