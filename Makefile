@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: demo test test-slow test-slurm test-all bench gpu-check gpu-check-run plan lint clean
+.PHONY: demo test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run plan lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +27,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The randomized tests (those drawing from `gen`) under N fresh seeds and the regression seeds
+# (tests/regression_seeds.txt), with each test's worst margin (error / tolerance) at the end.
+# ~11 s per seed on 2 cores. Replay one seed: GRASSFLOW_TEST_SEED=<seed> pytest <test>.
+N ?= 200
+test-seeds: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider --seeds $(N)
 
 # The slow tests (the laptop preset on real Wikitext-2 prose from ../shared; skipped without it).
 test-slow: $(VENV)/.installed

@@ -1,17 +1,78 @@
-import secrets
+"""Seeds, replay and margins.
 
+Every test runs under one seed: GRASSFLOW_TEST_SEED when set (to replay a printed seed), else a
+fresh one. It seeds the global RNGs (torch, numpy, random) and the `gen` fixture's generator,
+and is printed with the command that replays it. `pytest --seeds N` runs each randomized test
+(one that takes `gen`) under N fresh seeds plus the regression seeds in
+tests/regression_seeds.txt, and prints each test's worst margin (error / tolerance, as
+recorded by margins.within): `make test-seeds N=200`."""
+
+import os
+import random
+import secrets
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
+import margins
 from specs import make_lm_tokens, make_snli_tokens
+
+REGRESSION_SEEDS = Path(__file__).with_name("regression_seeds.txt")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seeds", type=int, default=0,
+                     help="run the randomized tests (those taking `gen`) under N fresh seeds and the "
+                          "regression seeds, and print each test's worst margin")
+
+
+def _regression_seeds() -> list[int]:
+    return [int(x.split("#")[0]) for x in REGRESSION_SEEDS.read_text().splitlines() if x.split("#")[0].strip()]
+
+
+def pytest_generate_tests(metafunc):
+    n = metafunc.config.getoption("seeds")
+    if n and "gen" in metafunc.fixturenames:
+        seeds = _regression_seeds() + [secrets.randbits(31) for _ in range(n)]
+        metafunc.parametrize("seed_override", seeds, indirect=True, ids=[f"seed{s}" for s in seeds])
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("seeds"):
+        keep = [i for i in items if "gen" in getattr(i, "fixturenames", ())]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
 
 
 @pytest.fixture
-def gen(request):
-    """A fresh random generator per test run; the seed is printed so a failure can be replayed."""
-    seed = secrets.randbits(31)
-    print(f"[{request.node.name}] seed={seed}")
-    return torch.Generator().manual_seed(seed)
+def seed_override(request):
+    return getattr(request, "param", None)
+
+
+@pytest.fixture(autouse=True)
+def test_seed(request, seed_override):
+    """This test's seed; the global RNGs are seeded with it."""
+    env = os.environ.get("GRASSFLOW_TEST_SEED")
+    seed = seed_override if seed_override is not None else int(env) if env else secrets.randbits(31)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    margins.begin(request.node.nodeid, seed)
+    print(f"[{request.node.name}] seed={seed}  (replay: GRASSFLOW_TEST_SEED={seed} pytest '{margins.running()}')")
+    return seed
+
+
+@pytest.fixture
+def gen(test_seed):
+    """A random generator seeded with this test's seed."""
+    return torch.Generator().manual_seed(test_seed)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("seeds") and margins.RECORDED:
+        terminalreporter.write_line(margins.summary())
 
 
 @pytest.fixture(scope="session")

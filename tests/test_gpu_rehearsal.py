@@ -34,6 +34,7 @@ from grassflow.preflight import PreflightError, preflight
 from grassflow.snli.config import HeadConfig
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 from grassflow.snli.train import predict, train_snli
+from margins import close
 from specs import LM_SPEC, snli_spec
 
 CPU = torch.device("cpu")
@@ -64,8 +65,6 @@ def standin(monkeypatch):
         yield state
 
 
-def rel_err(x, y):
-    return ((x.double() - y.double()).abs().max() / y.double().abs().max().clamp_min(1e-300)).item()
 
 
 # --- the rehearsal itself is CUDA's policy ------------------------------------------------------
@@ -172,7 +171,7 @@ def test_windowed_op_under_autocast(pairs, policy, gen):
     with runtime.autocast(CPU):
         g = windowed_plucker_mix(lin32(h.float()), mask, W32, b32, pairs=pairs, backend="fast")
     g.float().square().sum().backward()
-    assert rel_err(g, ref) < 5e-2
+    close(g, ref, 5e-2, "windowed op under autocast")
     assert torch.isfinite(W32.grad).all() and torch.isfinite(lin32.weight.grad).all()
 
 
@@ -217,7 +216,8 @@ def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, st
     ref = [x.detach() for x in _grads("reference", z.double(), lags, W.double(), b.double(), dg.double())]
     got = _grads("cupy", z, lags, W, b, dg)
     for name, x, y in zip(("g", "dz", "dW", "db"), got, ref):
-        assert x.dtype == dtype and rel_err(x, y) < tol, f"{name}: {rel_err(x, y):.3g}"
+        assert x.dtype == dtype
+        close(x, y, tol, name)
     assert standin.compiles == 1  # once per device and process
     assert {s for *_, s in standin.launches} == {fake_cupy.STREAM}  # on torch's current stream
     suffix = {torch.float64: "f64", torch.float32: "f32", BF16: "bf16"}[dtype]
@@ -225,16 +225,23 @@ def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, st
 
 
 def test_cupy_backend_in_an_lm_training_step_under_cuda_rules(standin, cuda_rules, gen):
-    """GrassmannLM with backend cupy: same loss and gradients as fast on the same weights."""
+    """GrassmannLM with backend cupy: same loss and gradients as fast on the same weights, under
+    CUDA's bf16 rules. Gradients, not weights after an optimizer step: AdamW's first step moves
+    each weight by ±lr·sign(g), so two backends' weights differ by 0 or by ≥ 2·lr wherever a
+    gradient is near zero, whatever their agreement (seed 970887284 once failed that way)."""
     x = torch.randint(0, 80, (4, 25), generator=gen)
     out = {}
     for backend in ("fast", "cupy"):
         model = _lm("grassmann", "post", backend)
-        loss = _step(model, lambda m=model: F.cross_entropy(m(x[:, :-1]).float().reshape(-1, 80), x[:, 1:].reshape(-1)))
-        out[backend] = (loss, model.blocks[0].mix.reduce.weight.detach().clone())
+        with runtime.autocast(CPU):
+            loss = F.cross_entropy(model(x[:, :-1]).float().reshape(-1, 80), x[:, 1:].reshape(-1))
+        loss.backward()
+        out[backend] = (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert standin.launches, "the cupy backend never launched"
-    assert abs(out["cupy"][0] - out["fast"][0]) < 1e-2 * abs(out["fast"][0])
-    assert rel_err(out["cupy"][1], out["fast"][1]) < 1e-2
+    close(out["cupy"][0], out["fast"][0], 1e-2, "loss")
+    assert out["cupy"][1].keys() == out["fast"][1].keys()
+    for name, g in out["fast"][1].items():  # bf16 on both sides: relative to the largest element
+        close(out["cupy"][1][name], g, 5e-2, name)
 
 
 def test_run_json_records_the_backend_that_ran(standin, cuda_rules, tokens, tmp_path):

@@ -27,6 +27,7 @@ from grassflow.ops.plucker import plucker_mix
 from grassflow.ops.plucker.function import _has_offsets
 from grassflow.ops.plucker.kernel_stages import KernelStages
 from host_syncs import HostSyncs
+from margins import close, within
 from specs import LM_SPEC
 
 CPU = torch.device("cpu")
@@ -164,8 +165,8 @@ def test_linear_cross_entropy_chunked_matches_reference(N, V, chunk_floats, gen,
     for backend in ("reference", "chunked"):
         loss = linear_cross_entropy(h.float(), W.float(), y, backend=backend)
         out[backend] = (loss, *torch.autograd.grad(loss * 1.7, (h, W)))
-    for a, b in zip(out["chunked"], out["reference"]):
-        assert torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6)
+    for what, a, b in zip(("loss", "dh", "dW"), out["chunked"], out["reference"]):
+        close(a, b, 1e-5, what)  # fp32 on both sides, summed in another order
 
 
 def test_linear_cross_entropy_is_finite_on_untrained_logits(gen):
@@ -240,9 +241,9 @@ def test_compiled_loss_and_every_gradient_equal_eager(kind, backend):
     eager = _loss_and_grads(model, lambda b: task.loss(model, b), batch)
     torch._dynamo.reset()
     compiled = _loss_and_grads(model, torch.compile(lambda b: task.loss(model, b), fullgraph=True, dynamic=False), batch)
-    assert torch.allclose(compiled[0], eager[0], rtol=1e-5)
-    for name, g in eager[1].items():
-        assert torch.allclose(compiled[1][name], g, rtol=1e-4, atol=1e-6), name
+    close(compiled[0], eager[0], 1e-5, "loss")
+    for name, g in eager[1].items():  # relative to each gradient's largest element, not 1e-6 absolute
+        close(compiled[1][name], g, 1e-4, name)
 
 
 def test_cupy_backend_runs_as_the_custom_op_under_compile(monkeypatch, gen):
@@ -256,8 +257,8 @@ def test_cupy_backend_runs_as_the_custom_op_under_compile(monkeypatch, gen):
         f = torch.compile(lambda z, W: plucker_mix(z, (1, 2, 4), W, backend="cupy").square().sum(), fullgraph=True)
         got = torch.autograd.grad(f(z, W), (z, W))
         assert state.launches and {s for *_, s in state.launches} == {fake_cupy.STREAM}
-    for a, b in zip(got, want):
-        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    for what, a, b in zip(("dz", "dW"), got, want):
+        close(a, b, 1e-5, what)
 
 
 def _compiled_frames() -> int:
@@ -275,10 +276,15 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     full = train(spec, *paths, tmp_path / "full", execution={"compile": True})
+    graphs = _compiled_frames()
+    # the scale of a legitimate difference: the same run eager, uninterrupted; a resumed run
+    # may differ from the compiled one by no more than (twice) that
+    train(spec, *paths, tmp_path / "eager", execution={"compile": False})
     assert full["compile"] == {"setting": True, "enabled": True, "mode": "default"}
     uninterrupted = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     assert len(uninterrupted) == 3
-    graphs = _compiled_frames()
+    eager = [json.loads(x) for x in (tmp_path / "eager" / "metrics.jsonl").read_text().splitlines()]
+    drift = max(abs(e["val_loss"] / u["val_loss"] - 1) for e, u in zip(eager, uninterrupted))
     assert 2 <= graphs <= 3  # the loss; the validation forward (and its last, smaller batch)
 
     import grassflow.loop as loop
@@ -297,7 +303,7 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
         got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         assert [m["epoch"] for m in got] == [1, 2, 3]
         for a, b in zip(got, uninterrupted):
-            assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+            within(abs(a["val_loss"] / b["val_loss"] - 1), max(2 * drift, 1e-5), f"epoch {a['epoch']} val_loss")
     torch._dynamo.reset()
 
 
