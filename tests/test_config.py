@@ -110,7 +110,7 @@ def test_transformer_specs_carry_no_grassmann_keys():
 def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     res = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "--cores", "1", *args],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert expected in out and "Traceback" not in out and 'File "' not in out

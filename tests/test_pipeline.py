@@ -40,7 +40,7 @@ def pipeline_env():
 
 def snakemake(cwd, *args, check=True, preset="demo"):
     res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--config", f"preset={preset}", *args],
-                         cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=900)
+                         cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=2700)
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
     return res
@@ -205,7 +205,7 @@ def test_every_preset_is_lint_clean(tmp_path):
     env = pipeline_env()
     for preset in yaml.safe_load((work / "config.yaml").read_text())["presets"]:
         res = subprocess.run([str(BIN / "snakemake"), "--lint", "--config", f"preset={preset}"], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=1200)
         assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, (preset, res.stdout[-3000:])
 
 
@@ -216,7 +216,7 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     work = copy_repo(tmp_path)
     env = pipeline_env()
     res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     trained = re.findall(r"wildcards: run=(\S+)", res.stdout)
     train_jobs = Counter(re.findall(r"rule (train|evaluate):", res.stdout))
@@ -245,7 +245,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
 
     def dry(*args):
         res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2", *args], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=1200)
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stdout
 
@@ -274,11 +274,11 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
     env = {**pipeline_env(), "PYTHONPATH": str(work / "src")}
     for preset in ("demo", "paper"):
         res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", preset], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=1800)
         assert res.returncode == 0, res.stderr[-3000:]
         rows = _plan_rows(res.stdout)
         dry = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", f"preset={preset}"], cwd=work,
-                             env=env, capture_output=True, text=True, timeout=600)
+                             env=env, capture_output=True, text=True, timeout=1800)
         stats = job_stats(dry.stdout)
         stats.pop("all")
         assert {rule: int(cells[1]) for rule, cells in rows.items()} == dict(stats), preset
@@ -327,7 +327,7 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
     work = copy_repo(tmp_path)
     env = pipeline_env()
     res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout
     for name in ("bert-base-uncased", "distilbert-base-uncased"):
@@ -464,7 +464,7 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     runs = [work / "results/demo/runs" / name for name in redo]
-    deadline = time.time() + 300
+    deadline = time.time() + 1200
     while time.time() < deadline and proc.poll() is None and not any((d / "metrics.jsonl").exists() for d in runs):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -540,7 +540,7 @@ SLURM = ROOT / "tests" / "slurm"
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    res = subprocess.run(["bash", str(SLURM / "start.sh")], capture_output=True, text=True, timeout=900)
+    res = subprocess.run(["bash", str(SLURM / "start.sh")], capture_output=True, text=True, timeout=2700)
     if res.returncode == 3:
         pytest.skip(f"no SLURM on this machine: {res.stdout.strip()} {res.stderr.strip()}")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -669,7 +669,7 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--config", "preset=demo"],
-                         cwd=work, env=env, capture_output=True, text=True, timeout=1500)
+                         cwd=work, env=env, capture_output=True, text=True, timeout=3600)
     time.sleep(1)
     done.set()
     watcher.join()

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +21,7 @@ from grassflow.snli.heads import WindowedGrassmannMixer
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 from grassflow.snli.synthetic import generate_pairs
 from grassflow.snli.train import train_snli
+from procs import HANG, _wait_for, stop_then_signal
 from specs import RANDOM_BACKBONE, SNLI_TINY_HEAD, snli_spec
 
 F64 = torch.float64
@@ -272,13 +272,9 @@ def test_sigterm_then_rerun_resumes_bitwise(snli_tokens, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     subprocess.run(_cmd(snli_tokens, full, spec), check=True, capture_output=True)
     proc = subprocess.Popen(_cmd(snli_tokens, cut, spec), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (cut / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before the signal landed")
+    _wait_for(cut / "last.pt", proc)
+    stop_then_signal(proc, signal.SIGTERM)  # frozen first: the run cannot finish before it lands
+    _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 75 and "checkpointed" in err and not (cut / "run.json").exists()
     res = subprocess.run(_cmd(snli_tokens, cut, spec), check=True, capture_output=True, text=True)
     assert "[train] resuming" in res.stderr

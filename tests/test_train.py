@@ -6,15 +6,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
 from grassflow.checkpoint import CheckpointError
+from grassflow.io import KILL_WRITING
 from grassflow.lm.evaluate import evaluate_run
 from grassflow.lm.train import train
 from grassflow.lm.unigram import unigram_baseline
+from procs import HANG, _wait_for, _wait_for_checkpoints, stop_then_signal
 from specs import LM_SPEC, PUBLISHED
 
 SPEC = LM_SPEC
@@ -35,11 +36,9 @@ def test_sigterm_then_rerun_resumes_bitwise(tokens, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     subprocess.run(_cmd(tokens, full), check=True, capture_output=True)
     proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (cut / "last.pt").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _wait_for(cut / "last.pt", proc)
+    stop_then_signal(proc, signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 75, err[-2000:]
     assert "checkpointed at epoch" in err
     assert not (cut / "run.json").exists()  # an interrupted run never looks complete
@@ -152,12 +151,6 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
                                                "t-grassmann-s1": "diverged"}
 
 
-def _wait_for(path, proc, timeout=120):
-    deadline = time.time() + timeout
-    while not path.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tokens, tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
@@ -170,14 +163,14 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
     """SIGKILL gives the process no chance to checkpoint: the rerun resumes from the last
     complete checkpoint and replays the same batches with the same RNG states. A kill during
     a checkpoint write leaves the previous last.pt (rename is atomic) and a stray temp file;
-    'during-write' reproduces exactly that state, 'random-3x' kills at random moments."""
+    'during-write' reproduces exactly that state, 'random-3x' kills three times, each right
+    after a checkpoint drawn from the test's seed (1st to 4th new one: replayable)."""
     import random
 
     kills, landed = 3 if how == "random-3x" else 1, 0
     for _ in range(kills):
         proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for(tmp_path / "last.pt", proc)
-        time.sleep(random.uniform(0.0, 1.5) if how == "random-3x" else 0.2)
+        _wait_for_checkpoints(tmp_path / "last.pt", proc, random.randint(1, 4) if how == "random-3x" else 1)
         proc.kill()
         proc.wait()
         # run.json is the run's last write: absent, the run is incomplete whatever happened; a
@@ -195,23 +188,42 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
 
 
 def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_path):
+    """A kill inside the write of eval.json (half its bytes down: io's fault hook) leaves no
+    eval.json, nor a temporary file that looks like one; the rerun writes it whole. A write that
+    were not atomic would leave the half file in place and fail this."""
     args = ["--checkpoint", str(uninterrupted / "best.pt"), "--run-json", str(uninterrupted / "run.json"),
             "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet")]
-    ref = tmp_path / "ref.json"
+    ref = tmp_path / "ref" / "eval.json"
     subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(ref)], check=True)
     out = tmp_path / "eval.json"
-    for delay in (1.0, 2.0, 3.0):
-        proc = subprocess.Popen([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)])
-        time.sleep(delay)
-        proc.kill()
-        proc.wait()
-        # eval.json appears only whole (atomic rename), whenever the kill lands: even one that
-        # lands after the rename, before the interpreter exits (returncode −9)
-        if out.exists():
-            assert json.loads(out.read_text()) == json.loads(ref.read_text())
-            out.unlink()
+    out.write_text("stale")  # an earlier result must survive a failed run untouched
+    res = subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)],
+                         env={**os.environ, KILL_WRITING: "eval.json"}, capture_output=True)
+    assert res.returncode == -signal.SIGKILL
+    assert out.read_text() == "stale"
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".eval.json.")]
+    assert all(p.suffix == ".tmp" for p in leftovers)  # a killed process leaves at most a *.tmp
+    out.unlink()
+    res = subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)],
+                         env={**os.environ, KILL_WRITING: "eval.json"}, capture_output=True)
+    assert res.returncode == -signal.SIGKILL and not out.exists()
     subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)], check=True)
     assert json.loads(out.read_text()) == json.loads(ref.read_text())
+
+
+def test_the_fault_hook_would_catch_a_non_atomic_write(tmp_path, monkeypatch):
+    """The premise of the test above: with the write going straight to the file, the same kill
+    leaves a half-written file behind."""
+    import grassflow.io as gio
+
+    code = ("import grassflow.io as io, pathlib, sys\n"
+            "io.write_text = lambda p, t: io._write_bytes(pathlib.Path(p), t.encode(), pathlib.Path(p).name)\n"
+            "io.write_json(sys.argv[1], {'k': list(range(100))})\n")
+    out = tmp_path / "eval.json"
+    res = subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, gio.KILL_WRITING: "eval.json"})
+    assert res.returncode == -signal.SIGKILL and out.exists()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out.read_text())
 
 
 def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,9 +28,23 @@ def atomic_path(path):
             os.unlink(tmp)
 
 
+# Fault injection for the tests: GRASSFLOW_KILL_WRITING=<file name> makes this process SIGKILL
+# itself while writing that file, half of its bytes down — the worst moment for a reader.
+KILL_WRITING = "GRASSFLOW_KILL_WRITING"
+
+
+def _write_bytes(target: Path, data: bytes, name: str) -> None:
+    with open(target, "wb") as f:
+        if os.environ.get(KILL_WRITING) == name:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        f.write(data)
+
+
 def write_text(path, text: str) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(text)
+        _write_bytes(tmp, text.encode(), Path(path).name)
 
 
 def write_json(path, obj) -> None:

@@ -1,0 +1,44 @@
+"""Waiting on a child process by events (a file, a checkpoint), never by fixed sleeps; deadlines
+that only catch hangs."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+HANG = 900  # seconds: a deadline that only catches a hang, never a slow machine
+
+
+def _wait_for(path, proc, timeout=HANG):
+    deadline = time.time() + timeout
+    while not path.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is not None or path.exists(), f"no {path.name} after {timeout} s: hung"
+
+
+def _version(path):
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _wait_for_checkpoints(path, proc, k: int, timeout=HANG) -> None:
+    """Until `path` has been replaced k times (each checkpoint is a new file renamed into
+    place), or the process ended."""
+    deadline, seen, last = time.time() + timeout, 0, None
+    while seen < k and proc.poll() is None and time.time() < deadline:
+        v = _version(path)
+        if v is not None and v != last:
+            seen, last = seen + 1, v
+        time.sleep(0.005)
+    assert proc.poll() is not None or seen >= k, f"{seen} of {k} checkpoints after {timeout} s: hung"
+
+
+def stop_then_signal(proc, sig) -> None:
+    """Deliver `sig` to a frozen process: SIGSTOP, the signal, SIGCONT. Whatever it was doing
+    when frozen, it handles the signal from there, so a fast run cannot finish first."""
+    proc.send_signal(signal.SIGSTOP)
+    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
