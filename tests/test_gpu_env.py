@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from procs import skip_or_fail_in_ci
+
 ROOT = Path(__file__).resolve().parents[1]
 # What torch==2.13.0's CUDA wheel on PyPI requires (its metadata: cuda-toolkit[..., nvrtc]==13.0.3);
 # the CPU wheel CI installs has no such requirement to read it from.
@@ -44,7 +46,8 @@ def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
     res = subprocess.run([str(py), "-m", "pip", "install", "-q", re.sub(r"\[.*?\]", "", cupy_req),
                           f"cuda-toolkit[nvrtc,cudart]=={TORCH_CUDA_TOOLKIT}"], capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.skip(f"PyPI not reachable or wheels missing: {res.stderr.strip().splitlines()[-1:]}")
+        skip_or_fail_in_ci(f"the gpu extra did not install (PyPI unreachable, or its wheels missing): "
+                           f"{res.stderr.strip().splitlines()[-1:]}")
     res = subprocess.run([str(py), "-c", CHECK, str(ROOT / "kernels" / "plucker.cu")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     major, _minor, ptx_bytes, entries = map(int, res.stdout.split())
