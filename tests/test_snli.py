@@ -306,6 +306,22 @@ def test_train_and_evaluate_report_accuracy_per_class(features, kind, snli_token
         assert t["per_class_accuracy"][name] == pytest.approx(100 * conf[i, i].item() / conf[i].sum().item())
 
 
+def test_accuracy_report_on_known_answers():
+    """Rows are gold, columns predicted; per-class accuracy is recall per gold class. Worked by
+    hand (and gold and predicted swapped would give 50 / 50 / 66.7, so the order is checked)."""
+    from grassflow.snli.evaluate import accuracy_report
+
+    gold = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    pred = torch.tensor([0, 1, 2, 1, 1, 2, 2, 0, 1])
+    r = accuracy_report(pred, gold)
+    assert r["confusion"] == [[1, 1, 1], [0, 2, 0], [1, 1, 2]]
+    assert r["n"] == 9 and r["accuracy"] == pytest.approx(500 / 9)
+    assert list(r["per_class_accuracy"].values()) == pytest.approx([100 / 3, 100.0, 50.0])
+    assert r["labels"] == ["entailment", "neutral", "contradiction"]
+    none = accuracy_report(torch.tensor([0, 1]), torch.tensor([0, 0]))  # no gold example of 1 and 2
+    assert none["per_class_accuracy"] == {"entailment": 50.0, "neutral": None, "contradiction": None}
+
+
 def test_evaluation_refuses_a_different_backbone(snli_tokens, tmp_path):
     spec = _spec({"kind": "backbone"}, epochs=1)
     train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)

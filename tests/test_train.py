@@ -73,12 +73,22 @@ def test_corrupt_checkpoint_is_reported(tokens, tmp_path):
     assert res.returncode == 1 and res.stderr.startswith("error:") and "Traceback" not in res.stderr
 
 
-def test_changed_spec_does_not_resume_foreign_state(tokens, tmp_path):
+def test_a_same_shape_foreign_spec_is_not_resumed(tokens, tmp_path, capfd):
+    """last.pt of another spec whose tensors have the same shapes (another lr): loading it would
+    work, silently, and continue the other run. It is refused with its message and the run
+    starts fresh: its metrics equal a fresh run's in an empty directory."""
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
-    train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
-    other = {**spec, "model": {**spec["model"], "r": 6}}
-    rec = train(other, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
-    assert rec["model_config"]["r"] == 6 and rec["status"]["state"] == "completed"
+    paths = (tokens / "train.parquet", tokens / "validation.parquet")
+    train(spec, *paths, tmp_path / "run")
+    assert (tmp_path / "run" / "last.pt").exists()
+    other = {**spec, "train": {**spec["train"], "lr": spec["train"]["lr"] / 3}}
+    capfd.readouterr()
+    train(other, *paths, tmp_path / "run")
+    err = capfd.readouterr().err
+    assert f"[train] {tmp_path / 'run' / 'last.pt'} belongs to another spec" in err and "starting fresh" in err
+    assert "resuming" not in err
+    train(other, *paths, tmp_path / "fresh")
+    assert _metrics(tmp_path / "run") == _metrics(tmp_path / "fresh")
 
 
 def test_evaluate_writes_all_perplexities(tokens, tmp_path):
