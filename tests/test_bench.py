@@ -19,3 +19,64 @@ def test_bench_quick_reports_every_part(tmp_path):
         assert row["time_ratio"] > 0 and row["transformer_mem_mb"] > 0 and row["grassmann_mem_mb"] > 0
     md = (tmp_path / "b.md").read_text()
     assert "sgemm roof" in md and "| fast |" in md
+
+
+# A stand-in for a checkout of kanenorman/grassmann: its model.py's interface (LMConfig with
+# their field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours:
+# loading their file, building their config from the paper's setting, their training step, and
+# the table beside ours. The real checkout is what a user passes (see bench_peer.py).
+PEER_MODEL = '''
+from dataclasses import dataclass
+import torch
+
+@dataclass
+class LMConfig:
+    vocab_size: int
+    max_context_len: int
+    num_layers: int
+    tensor_lifting_strategy: str
+    lags: list
+    d_model: int
+    num_heads: int
+    expansion_ratio: int
+    dropout_rate: float
+    weight_tying: bool
+    d_low: int
+
+class Transformer(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        assert cfg.tensor_lifting_strategy == "grassmann" and cfg.lags == [1, 2, 4, 8, 12, 16]
+        self.emb = torch.nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.mix = torch.nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return self.mix(self.emb(x)) @ self.emb.weight.t()
+'''
+
+
+def test_bench_peer_through_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    peer = tmp_path / "grassmann"
+    peer.mkdir()
+    (peer / "model.py").write_text(PEER_MODEL)
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--parts", "op",
+                          "--peer", str(peer), "--out", str(out), "--name", "p"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    saved = json.loads((out / "p.json").read_text())
+    theirs, *ours = saved["peer"]
+    assert theirs["model"].startswith("kanenorman/grassmann") and theirs["tokens_per_s"] > 0
+    assert [r["backend"] for r in ours] == grassmann_backends(torch.device("cpu"))
+    assert all(r["ours"] and r["L"] == theirs["L"] == 32 and r["seconds"] > 0 for r in ours)
+    md = (out / "p.md").read_text()
+    assert "| kanenorman/grassmann GrassmannLM |" in md and "1.00×" in md
+
+    (peer / "model.py").write_text("import einops_is_not_installed_here\n" + PEER_MODEL)
+    res = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--parts", "op",
+                          "--peer", str(peer), "--out", str(out), "--name", "q"], capture_output=True, text=True)
+    assert res.returncode == 1 and not (out / "q.json").exists()
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install einops_is_not_installed_here)")

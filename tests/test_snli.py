@@ -306,6 +306,19 @@ def test_train_and_evaluate_report_accuracy_per_class(features, kind, snli_token
         assert t["per_class_accuracy"][name] == pytest.approx(100 * conf[i, i].item() / conf[i].sum().item())
 
 
+def test_pair_input_separate_end_to_end(snli_tokens, tmp_path):
+    """`pair_input: separate` (premise and hypothesis encoded apart, [u; v; |u−v|; u⊙v]) through
+    training and evaluation: the evaluation takes the run's own pair input, so its validation
+    accuracy is the best epoch's, and its record says which input it had."""
+    spec = _spec({"kind": "backbone"}, "grassmann", head={"pair_input": "separate"}, epochs=2)
+    rec = train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
+    assert rec["status"] == {"state": "completed"} and rec["spec"]["head"]["pair_input"] == "separate"
+    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+                           snli_tokens / "test.parquet", tmp_path / "eval.json")
+    assert ev["validation"]["accuracy"] == pytest.approx(rec["best_val_acc"], abs=1e-9)
+    assert ev["test"]["n"] == 64 and sum(map(sum, ev["test"]["confusion"])) == 64
+
+
 def test_accuracy_report_on_known_answers():
     """Rows are gold, columns predicted; per-class accuracy is recall per gold class. Worked by
     hand (and gold and predicted swapped would give 50 / 50 / 66.7, so the order is checked)."""

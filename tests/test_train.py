@@ -32,12 +32,15 @@ def _metrics(out):
             for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
 
 
-def test_sigterm_then_rerun_resumes_bitwise(tokens, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, tmp_path):
+    """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
+    a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise."""
     full, cut = tmp_path / "full", tmp_path / "cut"
     subprocess.run(_cmd(tokens, full), check=True, capture_output=True)
     proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
     _wait_for(cut / "last.pt", proc)
-    stop_then_signal(proc, signal.SIGTERM)
+    stop_then_signal(proc, sig)
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 75, err[-2000:]
     assert "checkpointed at epoch" in err

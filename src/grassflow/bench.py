@@ -330,7 +330,8 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=4096, help="B·L per training step")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
     ap.add_argument("--name", help="file stem (default bench-[quick-]<device>)")
-    ap.add_argument("--peer", help="a checkout of kanenorman/grassmann: its Grassmann step beside ours (L=128, B=32)")
+    ap.add_argument("--peer", help="a checkout of kanenorman/grassmann: its Grassmann step beside ours (L=128, "
+                                   "B=32; with --quick the smoke sizes)")
     ap.add_argument("--parts", default="op,step,settings,launches",
                     help="comma-separated parts to run (op, step, settings, launches)")
     args = ap.parse_args(argv)
@@ -352,11 +353,12 @@ def main(argv=None):
         res["launches"] = count_launches(device, *((8, 16, 32, 2) if q else (32, 256, 128, 2)))
     if "settings" in parts:
         res["settings"] = bench_settings(device, lengths[0], tokens, n_layers, vocab, compile=not q)
-    if args.peer:
-        res["peer"] = [peer_step(args.peer, device, 128, 32, 30522, timeit)]
+    if args.peer:  # the paper's Table 1 step (L=128, B=32); --quick: the smoke sizes
+        L, B = (32, 4) if q else (128, 32)
+        res["peer"] = [peer_step(args.peer, device, L, B, vocab, n_layers, timeit)]
         for backend in grassmann_backends(device):
-            res["peer"].append({"ours": True, **bench_step(device, "grassmann", 128, 4096, 6, 30522, True, backend,
-                                                            dropout=0.1)})
+            res["peer"].append({"ours": True, **bench_step(device, "grassmann", L, B * L, n_layers, vocab, True,
+                                                            backend, dropout=0.1)})
     if "step" in parts:
         rows = []
         for L in lengths:

@@ -30,10 +30,10 @@ def load_peer_model(checkout) -> object:
     return module
 
 
-def peer_step(checkout, device, L, B, vocab, timeit) -> dict:
+def peer_step(checkout, device, L, B, vocab, n_layers, timeit) -> dict:
     peer = load_peer_model(checkout)
     torch.manual_seed(0)
-    cfg = peer.LMConfig(vocab_size=vocab, max_context_len=L, num_layers=6, tensor_lifting_strategy="grassmann",
+    cfg = peer.LMConfig(vocab_size=vocab, max_context_len=L, num_layers=n_layers, tensor_lifting_strategy="grassmann",
                         lags=[1, 2, 4, 8, 12, 16], d_model=256, num_heads=4, expansion_ratio=4, dropout_rate=0.1,
                         weight_tying=True, d_low=32)
     model = peer.Transformer(cfg).to(device)
