@@ -12,7 +12,7 @@ import numpy as np
 
 from grassflow.data.sources import read_rows
 from grassflow.data.tokenizers import load_tokenizer
-from grassflow.lm.data import encode_rows
+from grassflow.lm.tokenize import encode_rows
 from grassflow.runtime import device_name
 
 

@@ -16,8 +16,9 @@ import pytest
 from grassflow.data import DataError
 from grassflow.data.sources import content_sha256, read_rows
 from grassflow.data.tokenizers import load_tokenizer
-from grassflow.lm.data import download, leading_rows, read_tokens, tokenize_split, train_tokenizer
+from grassflow.lm.data import download, read_tokens
 from grassflow.lm.synthetic import generate_split
+from grassflow.lm.tokenize import leading_rows, tokenize_split, train_tokenizer
 
 SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
 SYN = {"source": "synthetic", "synthetic": {"seed": 3, "articles": {"train": 20, "validation": 3, "test": 3}}}
@@ -181,7 +182,7 @@ def test_truncated_raw_parquet_is_named_by_the_stage(tmp_path):
 
 def test_trained_tokenizer_is_identical_across_processes(tmp_path):
     download(SYN, "train", tmp_path / "train.parquet")
-    code = ("import sys; from grassflow.lm.data import train_tokenizer; "
+    code = ("import sys; from grassflow.lm.tokenize import train_tokenizer; "
             "train_tokenizer(sys.argv[1], 300, sys.argv[2])")
     for name in ("a.json", "b.json"):
         subprocess.run([sys.executable, "-c", code, str(tmp_path / "train.parquet"), str(tmp_path / name)],

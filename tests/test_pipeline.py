@@ -40,9 +40,9 @@ def pipeline_env():
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
 
 
-def snakemake(cwd, *args, check=True, preset="demo"):
+def snakemake(cwd, *args, check=True, preset="demo", env=None):
     res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--config", f"preset={preset}", *args],
-                         cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=2700)
+                         cwd=cwd, env={**pipeline_env(), **(env or {})}, capture_output=True, text=True, timeout=2700)
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
     return res
@@ -74,9 +74,50 @@ DEMO_GRASSMANN_RUNS = {f"{t}-grassmann-s{s}" for t in ("table1", "table2") for s
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
+    """The demo, run once; every job records the grassflow files it imported (imports/)."""
     work = copy_repo(tmp_path_factory.mktemp("repo"))
-    snakemake(work)
+    snakemake(work, env={"GRASSFLOW_RECORD_IMPORTS": str(work / "imports")})
     return work
+
+
+RUN_COMMANDS = {"train", "evaluate", "snli-train", "snli-evaluate", "recall-train", "recall-evaluate"}
+
+
+def test_every_demo_job_loaded_only_fingerprinted_code(demo):
+    """The import closure each rule fingerprints holds all that its job really loaded (less the
+    other model kinds' code), for every job of the demo: the static reading misses nothing."""
+    from test_staleness import assert_closure_holds
+
+    records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
+    commands = Counter(r["argv"][0] for r in records)
+    assert {"download", "tokenize", "train", "evaluate", "aggregate", "bench", "snli-train", "recall-train",
+            "snli-aggregate", "recall-aggregate", "estimates", "preflight"} <= set(commands), commands
+    for r in records:
+        cmd, line = r["argv"][0], " ".join(r["argv"])
+        if cmd == "preflight":  # no fingerprint: a check of the machine
+            continue
+        kinds = ("transformer", "grassmann") if cmd == "bench" else \
+            tuple(k for k in ("transformer", "grassmann") if k in line) if cmd in RUN_COMMANDS else ()
+        assert cmd not in RUN_COMMANDS or len(kinds) == 1, line
+        r["files"] = [f.replace(str(demo), str(ROOT)) for f in r["files"]]
+        assert_closure_holds(r, cmd, kinds)
+
+
+def test_editing_report_setup_plans_every_table(demo):
+    """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
+    with edited(demo / "src/grassflow/report/setup.py", "\n# edited\n"):
+        assert planned(demo) == Counter({("aggregate", None): 1, ("ablation_aggregate", None): 1,
+                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+
+
+def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
+    with edited(demo / "src/grassflow/loop.py", "\n# edited\n"):
+        jobs = planned(demo)
+    rules = Counter()
+    for (rule, _), n in jobs.items():
+        rules[rule] += n
+    assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
+    assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
 
 
 def test_demo_produces_tables_figures_and_provenance(demo):
@@ -387,6 +428,32 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
     assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "ablation_aggregate", "estimates"}
 
 
+def test_execution_keys_rerun_nothing(demo):
+    """train.threads, compile and compile_mode say how to run, not what to compute: changing
+    them on a finished demo plans nothing."""
+    with replaced(demo / "config.yaml", "      checkpoint_every: 0\n      device: cpu\n",
+                  "      checkpoint_every: 0\n      device: cpu\n      threads: 2\n      compile: true\n"
+                  "      compile_mode: reduce-overhead\n"):
+        assert planned(demo) == Counter()
+
+
+def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
+    """After a finished run: every rule of the preset, with the measured hours of its jobs from
+    Snakemake's benchmark files (the sum of the files, to the rounding of the table)."""
+    from grassflow.plan import measured_seconds
+
+    env = {**pipeline_env(), "PYTHONPATH": str(demo / "src")}
+    res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--measured"], cwd=demo,
+                         env=env, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _plan_rows(res.stdout)
+    assert "| measured hours |" in res.stdout
+    wall = measured_seconds(demo, "demo")
+    for rule in ("train", "evaluate", "snli_train", "recall_train", "bench", "aggregate"):
+        assert float(rows[rule][-1]) == pytest.approx(sum(wall[rule]) / 3600, abs=6e-4), rule
+    assert int(rows["train"][1]) == len(wall["train"]) == 10
+
+
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
         assert planned(demo) == Counter({("aggregate", None): 1, ("ablation_aggregate", None): 1,
@@ -408,6 +475,11 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
     assert not any(run and "transformer" in run for _, run in jobs)
     assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
+    assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
+    assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
+                                          "recall_evaluate", "aggregate", "ablation_aggregate", "snli_aggregate",
+                                          "recall_aggregate", "estimates", "bench"}
+    assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
     # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
     assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
     assert not {"snli_download", "snli_tokenize", "snli_train_tokenizer"} & {rule for rule, _ in jobs}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,13 +28,13 @@ def _download(a):
 
 
 def _train_tokenizer(a):
-    from grassflow.lm.data import train_tokenizer
+    from grassflow.lm.tokenize import train_tokenizer
 
     train_tokenizer(a.train, a.vocab_size, a.out)
 
 
 def _tokenize(a):
-    from grassflow.lm.data import tokenize_split
+    from grassflow.lm.tokenize import tokenize_split
 
     cfg = json.loads(a.tokenizer)
     for raw in a.raw:
@@ -308,25 +309,33 @@ def build_parser() -> argparse.ArgumentParser:
 def _plan(a):
     from grassflow.plan import main as plan_main
 
-    plan_main(a.rest)
+    return plan_main(a.rest)
+
+
+RECORD_IMPORTS = "GRASSFLOW_RECORD_IMPORTS"  # a directory: each command writes the grassflow files it loaded
+
+
+def _record_imports(directory: str, argv: list[str]) -> None:
+    """For the staleness tests: what this command actually imported, beside its argv."""
+    files = sorted({m.__file__ for n, m in list(sys.modules.items())
+                    if n.split(".")[0] == "grassflow" and getattr(m, "__file__", None)})
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / f"{os.getpid()}.json").write_text(json.dumps({"argv": argv, "files": files}))
 
 
 def main(argv=None) -> int:
     from grassflow.checkpoint import CheckpointError, DiskSpaceError
     from grassflow.config import ConfigError
     from grassflow.data import DataError
-    from grassflow.preflight import PreflightError
+    from grassflow.errors import PreflightError
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["plan"]:  # its own parser: its options are not this one's
-        from grassflow.plan import main as plan_main
+    if RECORD_IMPORTS in os.environ:
+        import atexit
 
-        return plan_main(argv[1:])
-    if argv[:1] == ["bench"]:
-        from grassflow.bench import main as bench_main
-
-        bench_main(argv[1:])
-        return 0
+        atexit.register(_record_imports, os.environ[RECORD_IMPORTS], argv)
+    if argv[:1] in (["plan"], ["bench"]):  # their own parsers: their options are not this one's
+        return (_plan if argv[0] == "plan" else _bench)(argparse.Namespace(rest=argv[1:])) or 0
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)

@@ -175,7 +175,9 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", help="the preset to plan (default: config.yaml's, or the configfiles')")
     ap.add_argument("--configfile", nargs="*", default=[], help="config overlays, as snakemake --configfile")
     ap.add_argument("--profile", default="profiles/slurm", help="cluster profile whose partitions to show")
-    ap.add_argument("--measured", action="store_true", help="add measured wall time from benchmark files")
+    ap.add_argument("--measured", action="store_true",
+                    help="plan every job (--forceall) and add the measured wall time of those that ran "
+                         "(Snakemake's benchmark files)")
     ap.add_argument("--project", default=".", help="the project directory (where the Snakefile is)")
     ap.add_argument("targets", nargs="*", help="snakemake targets (default: all)")
     a = ap.parse_args(argv)
@@ -186,6 +188,8 @@ def main(argv=None) -> int:
         args += ["--configfile", *configfiles]
     if a.preset:
         args += ["--config", f"preset={a.preset}"]
+    if a.measured:  # after a run nothing is left to plan: every job, to put its measured time beside
+        args += ["--forceall"]
     rows = plan(project, args, configfiles, a.preset, project / a.profile if a.profile else None, a.measured)
     config = load_config(project, configfiles, a.preset)
     print(to_markdown(rows, config["preset"], config.get("estimate") or {}))

@@ -24,6 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from grassflow.errors import PreflightError  # raised here, caught by the CLI
 from grassflow.io import write_json
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.plucker import plucker_mix, plucker_mix_reference, resolve_backend
@@ -34,10 +35,6 @@ LAGS = (1, 2, 4, 8, 12, 16)
 # relative error of a backend against the float64 reference, per input dtype
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 BF16_BACKENDS = ("fast", "cupy", "kernel-cpu")  # fused-cpu: float32/float64 only
-
-
-class PreflightError(RuntimeError):
-    pass
 
 
 def versions() -> dict:

@@ -1,6 +1,6 @@
 # Helpers shared by the rules: the selected preset, the run grid, file names, and the
 # source fingerprints that make a rule stale when the code it runs changes.
-import hashlib
+import functools
 import json
 import re
 import shlex
@@ -18,6 +18,7 @@ from grassflow.config import (
     snli_runs,
     tokenizer_spec,
 )
+from grassflow.staleness import command_files, fingerprint, kind_code
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
 # The language-modelling part (Tables 1-2, ablations), when the preset has one: a preset may
@@ -110,58 +111,16 @@ wildcard_constraints:
     pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
 
 # --- code fingerprints -------------------------------------------------------------------
-# Snakemake cannot see code imported by a command, so each rule carries a hash of the
-# source files its stage runs, as a param: edit a file and exactly the stages using it rerun.
-SRC = Path(workflow.basedir) / "src" / "grassflow"
-KERNELS = Path(workflow.basedir) / "kernels"
-SHARED = ["__init__.py", "io.py", "runtime.py", "provenance.py", "config.py", "cli.py"]
-CODE = {
-    "download": SHARED + ["data/__init__.py", "data/sources.py", "lm/__init__.py", "lm/data.py", "lm/synthetic.py"],
-    "tokenize": SHARED + ["data/__init__.py", "data/sources.py", "data/tokenizers.py", "lm/__init__.py", "lm/data.py"],
-    "unigram": SHARED + ["data/__init__.py", "lm/__init__.py", "lm/data.py", "lm/unigram.py"],
-    "model": ["models/__init__.py", "models/config.py", "models/common.py"],
-    "transformer": ["models/transformer.py"],
-    "grassmann": ["models/grassmann.py", "ops", KERNELS],
-    "run": SHARED + ["runs.py", "loop.py", "compiled.py", "checkpoint.py", "data/__init__.py"],
-    "train": ["lm/__init__.py", "lm/train.py", "lm/evaluate.py", "lm/data.py", "ops/linear_ce"],
-    "evaluate": ["lm/__init__.py", "lm/evaluate.py", "lm/data.py"],
-    "snli_data": SHARED + ["data/__init__.py", "data/sources.py", "data/tokenizers.py",
-                           "snli/__init__.py", "snli/data.py", "snli/synthetic.py"],
-    "snli": ["snli", "data/sources.py", "data/tokenizers.py"],
-    "report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
-                        "report/setup.py"],
-    "ablation_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py",
-                                 "report/stats.py", "report/setup.py", "report/ablations.py", "models/config.py"],
-    "snli_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
-                             "report/snli.py", "snli/synthetic.py"],
-    "recall_data": SHARED + ["data/__init__.py", "recall/__init__.py", "recall/data.py"],
-    "recall": ["recall"],
-    "recall_report": SHARED + ["report/__init__.py", "report/aggregate.py", "report/figures.py", "report/stats.py",
-                               "report/recall.py"],
-    "bench": SHARED + ["bench.py"],
-    "preflight": SHARED + ["preflight.py", "snli/config.py", "snli/heads.py", "snli/model.py"],
-    "estimates": SHARED + ["estimate.py", "plan.py"],
-}
+# Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
+# the code its command runs: derived from the command's imports (grassflow.staleness), with of
+# the models' code only the kind the job runs. Edit a file and exactly the stages that import it
+# rerun: `python -m grassflow.staleness <command> --kinds <kind>` lists a stage's files.
+MODEL_KINDS = tuple(kind_code())
 
 
-def _files(entry):
-    p = entry if isinstance(entry, Path) else SRC / entry
-    return sorted(x for x in p.rglob("*") if x.is_file() and x.suffix in (".py", ".cu", ".h", ".cpp")) if p.is_dir() else [p]
-
-
-def fingerprint(*groups):
-    h = hashlib.sha256()
-    for group in groups:
-        for entry in CODE[group]:
-            for f in _files(entry):
-                h.update(str(f.relative_to(workflow.basedir)).encode())
-                h.update(b"\0")
-                h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def model_code(kind):
-    return ["run", "model", kind]
+@functools.cache
+def code_of(command, *kinds):
+    return fingerprint(command_files(command, kinds), Path(workflow.basedir))
 
 
 def quoted_json(obj):

@@ -13,7 +13,7 @@ rule download:
         gf=GF,
         out_dir=lambda wc, output: Path(output.checksums).parent,
         data=quoted_json(P["data"]),
-        code=fingerprint("download"),
+        code=code_of("download"),
     conda:
         "../../envs/data.yaml"
     log:
@@ -30,7 +30,7 @@ rule fetch_tokenizer:
     params:
         gf=GF,
         tokenizer=lambda wc: quoted_json(FETCH_TOKENIZERS[wc.tok_name]),
-        code=fingerprint("tokenize"),
+        code=code_of("fetch-tokenizer"),
     conda:
         "../../envs/data.yaml"
     log:
@@ -47,7 +47,7 @@ rule train_tokenizer:
     params:
         gf=GF,
         vocab_size=P["tokenizer"].get("vocab_size"),
-        code=fingerprint("tokenize"),
+        code=code_of("train-tokenizer"),
     conda:
         "../../envs/data.yaml"
     log:
@@ -71,7 +71,7 @@ rule tokenize:
         tokenizer=quoted_json(tokenizer_spec(P)),
         artifact=" ".join(f"--artifact {a}" for a in tokenizer_artifact()),
         cut=f"--eval-max-tokens {P['data']['eval_max_tokens']}" if P["data"].get("eval_max_tokens") else "",
-        code=fingerprint("tokenize"),
+        code=code_of("tokenize"),
     conda:
         "../../envs/data.yaml"
     log:
@@ -94,7 +94,7 @@ rule unigram:
         f"{TOKENS}/unigram.json",
     params:
         gf=GF,
-        code=fingerprint("unigram"),
+        code=code_of("unigram"),
     conda:
         "../../envs/data.yaml"
     log:

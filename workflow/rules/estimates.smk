@@ -15,7 +15,7 @@ rule estimates:
         preset=quoted_json({k: run_train(v) if k == "train" else v for k, v in P.items()}),
         estimate=quoted_json(ESTIMATE),
         results=lambda wc, output: Path(output.md).parent.parent,
-        code=fingerprint("estimates"),
+        code=code_of("estimates"),
     conda:
         "../../envs/report.yaml"
     log:

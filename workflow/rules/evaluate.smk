@@ -13,7 +13,7 @@ rule evaluate:
     threads: P["train"]["threads"]
     params:
         gf=GF,
-        code=lambda wc: fingerprint("evaluate", *model_code(RUNS[wc.run]["model_kind"])),
+        code=lambda wc: code_of("evaluate", RUNS[wc.run]["model_kind"]),
     resources:
         gpu=1,
         **estimated("evaluate", lambda wc: RUNS[wc.run], LM_FILES),

@@ -15,7 +15,7 @@ if RECALL:
             seq_len=lambda wc: RECALL_CELLS[wc.recall_cell]["seq_len"],
             kv=lambda wc: RECALL_CELLS[wc.recall_cell]["kv"],
             out_dir=lambda wc, output: Path(output[0]).parent,
-            code=fingerprint("recall_data"),
+            code=code_of("recall-data"),
         conda:
             "../../envs/data.yaml"
         log:
@@ -37,7 +37,7 @@ if RECALL:
         params:
             gf=GF,
             spec=lambda wc: quoted_json(RECALL_RUNS[wc.recall_run]),
-            code=lambda wc: fingerprint("recall", *model_code(RECALL_RUNS[wc.recall_run]["model_kind"])),
+            code=lambda wc: code_of("recall-train", RECALL_RUNS[wc.recall_run]["model_kind"]),
             out_dir=RECALL_RUN_DIR,
         resources:
             gpu=1,
@@ -65,7 +65,7 @@ if RECALL:
         threads: RECALL["train"]["threads"]
         params:
             gf=GF,
-            code=lambda wc: fingerprint("recall", *model_code(RECALL_RUNS[wc.recall_run]["model_kind"])),
+            code=lambda wc: code_of("recall-evaluate", RECALL_RUNS[wc.recall_run]["model_kind"]),
         resources:
             gpu=1,
             **estimated("recall_evaluate", lambda wc: RECALL_RUNS[wc.recall_run]),
@@ -94,7 +94,7 @@ if RECALL:
             out_dir=lambda wc, output: Path(output.tables[0]).parent,
             preset=quoted_json({"recall": {**RECALL, "train": run_train(RECALL["train"])}}),
             runs=" ".join(f"{RECALL_RES}/runs/{r}" for r in RECALL_RUNS),
-            code=fingerprint("recall_report"),
+            code=code_of("recall-aggregate"),
         conda:
             "../../envs/report.yaml"
         log:

@@ -14,7 +14,7 @@ rule bench:
         quick="--quick" if P["bench"]["quick"] else "",
         lengths=",".join(map(str, P["bench"]["lengths"])),
         device=P["train"]["device"],
-        code=fingerprint("bench", "model", "transformer", "grassmann"),
+        code=code_of("bench", *MODEL_KINDS),
     resources:
         gpu=1,
     conda:
@@ -24,7 +24,7 @@ rule bench:
     benchmark:
         f"{RES}/benchmarks/bench.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.gf}.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:
@@ -50,7 +50,7 @@ rule aggregate:
         preset=quoted_json({k: run_train(v) if k == "train" else v for k, v in P.items()
                             if k not in ("snli", "ablations", "recall")}),
         runs=" ".join(f"{RES}/runs/{r}" for r in MAIN_RUNS),
-        code=fingerprint("report"),
+        code=code_of("aggregate"),
     conda:
         "../../envs/report.yaml"
     log:
@@ -87,7 +87,7 @@ if ABLATIONS:
                                 "model_overrides": P.get("model_overrides") or {}, "train": run_train(P["train"]),
                                 "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]}}),
             grid=quoted_json(ABLATIONS),
-            code=fingerprint("ablation_report"),
+            code=code_of("ablations"),
         conda:
             "../../envs/report.yaml"
         log:

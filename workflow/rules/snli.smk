@@ -16,7 +16,7 @@ if SNLI:
             gf=GF,
             out_dir=lambda wc, output: Path(output.checksums).parent,
             data=quoted_json(SNLI["data"]),
-            code=fingerprint("snli_data"),
+            code=code_of("snli-download"),
         conda:
             "../../envs/data.yaml"
         log:
@@ -30,7 +30,7 @@ if SNLI:
         params:
             gf=GF,
             backbone=quoted_json(SNLI.get("backbone")),
-            code=fingerprint("snli_data"),
+            code=code_of("snli-fetch-backbone"),
         conda:
             "../../envs/train.yaml"
         log:
@@ -46,7 +46,7 @@ if SNLI:
         params:
             gf=GF,
             vocab_size=SNLI["tokenizer"].get("vocab_size"),
-            code=fingerprint("snli_data"),
+            code=code_of("snli-train-tokenizer"),
         conda:
             "../../envs/data.yaml"
         log:
@@ -66,7 +66,7 @@ if SNLI:
             tokenizer=quoted_json(SNLI["tokenizer"]),
             max_tokens=SNLI["max_tokens"],
             artifact=" ".join(f"--artifact {a}" for a in snli_tokenizer_artifact()),
-            code=fingerprint("snli_data"),
+            code=code_of("snli-tokenize"),
         conda:
             "../../envs/data.yaml"
         log:
@@ -89,7 +89,7 @@ if SNLI:
         params:
             gf=GF,
             spec=lambda wc: quoted_json(SNLI_RUNS[wc.snli_run]),
-            code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
+            code=lambda wc: code_of("snli-train", SNLI_RUNS[wc.snli_run]["head_kind"]),
             out_dir=SNLI_RUN_DIR,
             backbone=snli_backbone_arg,
         resources:
@@ -120,7 +120,7 @@ if SNLI:
         threads: SNLI["train"]["threads"]
         params:
             gf=GF,
-            code=lambda wc: fingerprint("snli", *model_code(SNLI_RUNS[wc.snli_run]["head_kind"])),
+            code=lambda wc: code_of("snli-evaluate", SNLI_RUNS[wc.snli_run]["head_kind"]),
             backbone=snli_backbone_arg,
         resources:
             gpu=1,
@@ -150,7 +150,7 @@ if SNLI:
             out_dir=lambda wc, output: Path(output.summary).parent,
             preset=quoted_json({"snli": SNLI}),  # only the SNLI part: LM edits leave these tables alone
             runs=" ".join(f"{SNLI_RES}/runs/{r}" for r in SNLI_RUNS),
-            code=fingerprint("snli_report"),
+            code=code_of("snli-aggregate"),
         conda:
             "../../envs/report.yaml"
         log:

@@ -17,7 +17,7 @@ rule train:
     params:
         gf=GF,
         spec=lambda wc: quoted_json(RUNS[wc.run]),
-        code=lambda wc: fingerprint("train", *model_code(RUNS[wc.run]["model_kind"])),
+        code=lambda wc: code_of("train", RUNS[wc.run]["model_kind"]),
         out_dir=RUN_DIR,
     resources:
         gpu=1,

@@ -4,7 +4,7 @@
   strided   windows of L moved by L/2; each token is scored once, with ≥ L/2 tokens of context
             (except in the first window)
   word      lm-evaluation-harness's word perplexity, exp(−Σ loglik / Σ words) with its word count
-            (lm.data.harness_word_count), over the split taken as one document, with the
+            (lm.tokenize.harness_word_count), over the split taken as one document, with the
             strided NLL (every token scored once). Two differences from the harness's wikitext
             task, both stated rather than hidden: it scores each article as its own document
             (so its count has two more empty fields per article, and each article restarts

@@ -98,11 +98,15 @@ def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDL
     return ctypes.CDLL(str(lib))
 
 
+# What this backend builds, under kernels/: the source compiled first, then what it includes.
+# Read (without importing) by grassflow.staleness: an edit to any of them reruns what runs this.
+KERNEL_SOURCES = ("cpu_shim/plucker_cpu.cpp", "plucker.cu", "cpu_shim/cuda_cpu_shim.h")
+
+
 @cache
 def _library() -> ctypes.CDLL:
-    kdir = kernels_dir()
-    return build_library(kdir / "cpu_shim" / "plucker_cpu.cpp",
-                         [kdir / "plucker.cu", kdir / "cpu_shim" / "cuda_cpu_shim.h"], ["-O2"])
+    main, *deps = (kernels_dir() / s for s in KERNEL_SOURCES)
+    return build_library(main, deps, ["-O2"])
 
 
 def launch_on_cpu(name: str, grid: int, block: int, args: tuple, array_info, pointer_of) -> None:

@@ -65,11 +65,14 @@ def cupy_installed() -> bool:
     return True
 
 
+KERNEL_SOURCES = ("plucker.cu",)  # what NVRTC compiles, under kernels/ (read by grassflow.staleness)
+
+
 @cache
 def _module(device_index: int):
     import cupy
 
-    src = (kernels_dir() / "plucker.cu").read_text()
+    src = (kernels_dir() / KERNEL_SOURCES[0]).read_text()
     with cupy.cuda.Device(device_index):
         mod = cupy.RawModule(code=src, options=("-std=c++17",))
         mod.compile()

@@ -15,12 +15,14 @@ import torch
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages, build_library
 from grassflow.ops.plucker.kernel_stages import KERNEL_TYPES, kernels_dir
 
+# What this backend builds, under kernels/ (read by grassflow.staleness, as cpu_kernel's)
+KERNEL_SOURCES = ("cpu_fused/plucker_fused.cpp", "plucker.cu", "cpu_shim/cuda_cpu_shim.h")
+
 
 @cache
 def _library() -> ctypes.CDLL:
-    kdir = kernels_dir()
-    return build_library(kdir / "cpu_fused" / "plucker_fused.cpp",
-                         [kdir / "plucker.cu", kdir / "cpu_shim" / "cuda_cpu_shim.h"], ["-O3", "-fopenmp"])
+    main, *deps = (kernels_dir() / s for s in KERNEL_SOURCES)
+    return build_library(main, deps, ["-O3", "-fopenmp"])
 
 
 class FusedCpuStages(CpuKernelStages):

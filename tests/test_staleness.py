@@ -1,0 +1,146 @@
+"""Staleness from imports (grassflow.staleness): each rule fingerprints the code of the very
+command its shell runs; that code is the command's import closure, which holds everything a
+real run of the command loads (recorded by the CLI's GRASSFLOW_RECORD_IMPORTS hook), less only
+the other model kinds' code; the kernels the ops load are declared where they are loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grassflow import staleness
+from specs import LM_SPEC
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "grassflow"
+
+
+def rule_blocks():
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"(?m)^(?=(?:    )?rule )", smk.read_text()):
+            m = re.match(r"(?:    )?rule (\w+):", block)
+            if m:
+                yield m.group(1), block
+
+
+def test_every_rule_fingerprints_the_command_its_shell_runs():
+    seen = {}
+    for rule, block in rule_blocks():
+        shell = re.search(r"\{params\.gf\} ([a-z-]+)", block)
+        code = re.search(r'code=(?:lambda wc: )?code_of\("([a-z-]+)"(.*)\),?\n', block)
+        if rule == "preflight":  # a check of the machine: no fingerprint, rerun only when missing
+            assert code is None
+            continue
+        if shell is None:  # a rule that runs no grassflow command (`all`)
+            assert code is None, rule
+            continue
+        assert code, f"rule {rule} runs `grassflow {shell.group(1)}` but fingerprints no code"
+        assert code.group(1) == shell.group(1), rule
+        seen[rule] = code.group(2)
+    # the jobs of one run fingerprint their run's model kind; bench, every kind; the rest, none
+    runs = {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate"}
+    assert {r for r, kinds in seen.items() if "kind" in kinds} == runs
+    assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 22
+
+
+def files(command, *kinds) -> set[str]:
+    return {str(p.relative_to(ROOT)) for p in staleness.command_files(command, kinds)}
+
+
+def test_closures_hold_what_the_hand_kept_lists_missed():
+    """The drift that hand-kept lists had: the SNLI and recall tables import report/setup.py
+    through report/aggregate.py; bench imports loop.py, compiled.py and bench_peer.py."""
+    for command in ("aggregate", "snli-aggregate", "recall-aggregate", "ablations"):
+        assert "src/grassflow/report/setup.py" in files(command), command
+    assert {"src/grassflow/loop.py", "src/grassflow/compiled.py", "src/grassflow/bench_peer.py"} <= files(
+        "bench", "transformer", "grassmann")
+
+
+def test_a_job_holds_its_own_model_kinds_code_only():
+    t, g = files("train", "transformer"), files("train", "grassmann")
+    grassmann_only = {"src/grassflow/models/grassmann.py", "src/grassflow/ops/plucker/function.py", "kernels/plucker.cu",
+                      "kernels/cpu_fused/plucker_fused.cpp", "kernels/cpu_shim/plucker_cpu.cpp"}
+    assert grassmann_only <= g and not grassmann_only & t
+    assert "src/grassflow/models/transformer.py" in t and "src/grassflow/models/transformer.py" not in g
+    assert not {"src/grassflow/models/grassmann.py", "src/grassflow/models/transformer.py"} & files("download")
+    assert "src/grassflow/preflight.py" not in t | g | files("bench", "transformer", "grassmann")
+    with pytest.raises(ValueError, match="unknown model kind"):
+        staleness.command_files("train", ("mamba",))
+    with pytest.raises(ValueError, match="no grassflow command 'trian'"):
+        staleness.command_files("trian")
+
+
+def test_data_stages_do_not_import_training_or_tokenizer_code():
+    d = files("download")
+    assert "src/grassflow/data/tokenizers.py" not in d and "src/grassflow/loop.py" not in d
+    assert "src/grassflow/data/tokenizers.py" in files("tokenize")
+
+
+def test_every_kernel_source_is_declared_where_it_is_loaded():
+    declared = set()
+    for py in SRC.rglob("*.py"):
+        text = py.read_text()
+        sources = staleness._literal(py, "KERNEL_SOURCES")
+        if "kernels_dir()" in text and py.name != "kernel_stages.py":  # kernel_stages defines it
+            assert sources, f"{py} loads from kernels/ but declares no KERNEL_SOURCES"
+        declared |= {str(Path("kernels") / s) for s in sources or ()}
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "kernels").rglob("*") if p.is_file()}
+    assert declared == on_disk
+
+
+def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
+    rec = tmp_path / "imports"
+    env = {**os.environ, "GRASSFLOW_RECORD_IMPORTS": str(rec), **(env_extra or {})}
+    res = subprocess.run([sys.executable, "-m", "grassflow", *argv], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (one,) = rec.glob("*.json")
+    out = json.loads(one.read_text())
+    one.unlink()
+    return out
+
+
+def assert_closure_holds(record: dict, command: str, kinds=()) -> None:
+    """What the command loaded ⊆ its closure, less the other kinds' code and what only that
+    code imports (loaded with the models package, never run by this job)."""
+    others = [k for k in staleness.kind_code() if k not in kinds]
+    theirs = staleness.closure([m for k in others for m in staleness.kind_code()[k]], others)
+    loaded = {Path(f).resolve() for f in record["files"]}
+    missing = loaded - theirs - set(staleness.command_files(command, kinds))
+    assert not missing, f"{command} {kinds}: loaded but not fingerprinted: {sorted(map(str, missing))}"
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_what_real_commands_load_is_in_their_closure(kind, tokens, tmp_path):
+    """Train, evaluate and unigram, run for real through the CLI, record their imports."""
+    spec = {**LM_SPEC, "model_kind": kind, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": 2}}
+    run = tmp_path / "run"
+    argv = ["train", "--spec", json.dumps(spec), "--train-tokens", str(tokens / "train.parquet"),
+            "--val-tokens", str(tokens / "validation.parquet"), "--out-dir", str(run)]
+    assert_closure_holds(_recorded(tmp_path, argv), "train", (kind,))
+    argv = ["evaluate", "--checkpoint", str(run / "best.pt"), "--run-json", str(run / "run.json"),
+            "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
+            "--out", str(run / "eval.json")]
+    assert_closure_holds(_recorded(tmp_path, argv), "evaluate", (kind,))
+    if kind == "transformer":
+        argv = ["unigram", "--train-tokens", str(tokens / "train.parquet"), "--val-tokens",
+                str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
+                "--out", str(tmp_path / "unigram.json")]
+        assert_closure_holds(_recorded(tmp_path, argv), "unigram")
+
+
+def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_path, monkeypatch):
+    """The premise of the test above: with an import the static reading cannot see (a module
+    named at run time), the loaded module is reported as not fingerprinted."""
+    argv = ["unigram", "--train-tokens", str(tokens / "train.parquet"), "--val-tokens",
+            str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
+            "--out", str(tmp_path / "unigram.json")]
+    record = _recorded(tmp_path, argv)
+    record["files"].append(str(SRC / "report" / "stats.py"))  # as if unigram had imported it dynamically
+    with pytest.raises(AssertionError, match="report/stats.py"):
+        assert_closure_holds(record, "unigram")
