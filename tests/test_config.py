@@ -132,3 +132,34 @@ def test_paper_preset_holds_the_full_snli_grid():
     assert specs["table3-grassmann-s0"]["backbone"]["name"] == "distilbert-base-uncased"
     assert "backbone" not in specs["table3_scratch-grassmann-s0"]
     assert p["snli"]["experiments"]["table3"]["paper_acc"]["grassmann"] == {"validation": 85.50, "test": 85.38}
+
+
+def test_plucker_backends_are_one_list():
+    """models.config.PLUCKER_BACKENDS is the list; the op's own, the SNLI head's and both of the
+    schema's enums (model and snli.head) must equal it, and ModelConfig refuses the rest."""
+    from grassflow.models.config import PLUCKER_BACKENDS, ModelConfig
+    from grassflow.ops.plucker.backends import BACKENDS
+    from grassflow.snli.config import CHOICES
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    enums = [node["plucker_backend"]["enum"] for node in _walk(schema)
+             if isinstance(node, dict) and isinstance(node.get("plucker_backend"), dict)]
+    assert len(enums) == 2 and all(tuple(e) == PLUCKER_BACKENDS for e in enums)
+    assert BACKENDS == CHOICES["plucker_backend"] == PLUCKER_BACKENDS
+    with pytest.raises(ValueError, match="model.plucker_backend: 'cuda' is not one of"):
+        ModelConfig(plucker_backend="cuda")
+
+
+def _walk(node):
+    yield node
+    for v in node.values() if isinstance(node, dict) else node if isinstance(node, list) else ():
+        yield from _walk(v)
+
+
+def test_snli_head_ffn_is_settable_and_reaches_the_runs():
+    from grassflow.config import snli_runs
+
+    cfg = demo(lambda c, d: d["snli"].setdefault("head", {}).update(ffn=False))
+    assert config_errors(cfg, SCHEMA) == []
+    specs = snli_runs(*select_preset(cfg))
+    assert specs and all(s["head"]["ffn"] is False for s in specs.values())

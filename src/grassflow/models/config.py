@@ -8,6 +8,9 @@ NORMS = ("post", "pre")
 INITS = ("default", "small")
 LAG_SCHEDULES = ("all", "per_layer")
 EMPTY_OFFSETS = ("zero", "bias")
+# The Plücker op's backends (grassflow.ops.plucker): the one list every config check uses; the
+# op's own BACKENDS and the JSON schema's enums are checked against it (tests/test_config.py).
+PLUCKER_BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu")
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class ModelConfig:
     def __post_init__(self):
         object.__setattr__(self, "lags", tuple(int(d) for d in self.lags))
         for key, allowed in (("norm", NORMS), ("init", INITS), ("lag_schedule", LAG_SCHEDULES),
-                             ("empty_offsets", EMPTY_OFFSETS)):
+                             ("empty_offsets", EMPTY_OFFSETS), ("plucker_backend", PLUCKER_BACKENDS)):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"model.{key}: {getattr(self, key)!r} is not one of {allowed}")
         for key in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads"):

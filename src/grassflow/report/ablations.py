@@ -151,6 +151,6 @@ def aggregate_ablations(preset: dict, name: str, grid: dict, runs_dir, unigram_j
     scope = verdict_scope(checksums, pub["paper_setup"])
     write_tables(out, "ablations", head, markdown(rows, preset, pub["published"], why, unigram, out, scope),
                  per_run.assign(preset=name, data_source=preset["data"]["source"]), tex(rows, preset))
-    paper = next((p for p in pub["published"] if p["source"] == f"paper (Table {base[-1]})"), None)
+    paper = next((p for p in pub["published"] if p.get("experiment") == base), None)
     paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None
     figures.ablation_gaps(rows, paper_gap, name, out / "ablations.png")

@@ -24,6 +24,7 @@ from grassflow.report.setup import (
     load_checksums,
     load_published,
     not_comparable,
+    paper_ppl,
     verdict_scope,
 )
 from grassflow.report.stats import gap_ci, mean_std, verdict
@@ -77,10 +78,9 @@ def _fmt(mean, std, digits=1):
     return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
 
 
-def summarise(df: pd.DataFrame, exp: dict) -> dict:
-    """Per-model statistics and the gap for one experiment."""
+def summarise(df: pd.DataFrame, paper: dict) -> dict:
+    """Per-model statistics and the gap for one experiment; `paper`: the paper's PPL per model."""
     out = {"models": {}}
-    paper = exp.get("paper_ppl", {})
     for model in MODELS:
         sub = df[df.model == model]
         if sub.empty:
@@ -194,20 +194,22 @@ def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir, unigram_js
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     unigram = json.loads(Path(unigram_json).read_text())
-    checksums, setup = load_checksums(checksums_json), load_published(published_yaml)["paper_setup"]
+    checksums, published = load_checksums(checksums_json), load_published(published_yaml)
+    setup = published["paper_setup"]
     df = load_runs(run_dirs, unigram)
     head = provenance_line(name, preset, checksums, setup)
     summary = [f"# grassflow results — preset `{name}`", "", head, ""]
     for exp_name, exp in preset["experiments"].items():
         sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
-        s = summarise(sub, exp)
+        paper = paper_ppl(published, exp_name)
+        s = summarise(sub, paper)
         judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
               verdict_scope(checksums, setup))
         md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
         write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
                      latex_table(exp_name, exp, s))
         figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")
-        figures.best_bars(sub, exp, exp_name, name, out / f"best_ppl_{exp_name}.png")
+        figures.best_bars(sub, paper, exp_name, name, out / f"best_ppl_{exp_name}.png")
         summary += [md, ""]
     figures.scaling(json.loads(Path(bench_json).read_text()), name, out / "scaling.png")
     summary += ["Figures: " + ", ".join(f"`{p.name}`" for p in sorted(out.glob("*.png")))]

@@ -34,9 +34,8 @@ def curves(df, exp_name, preset, path, key="val_ppl", ylabel="validation perplex
     _save(fig, path)
 
 
-def best_bars(df, exp, exp_name, preset, path):
+def best_bars(df, paper, exp_name, preset, path):
     fig, ax = plt.subplots(figsize=(4.5, 4))
-    paper = exp.get("paper_ppl", {})
     for i, model in enumerate(m for m in COLORS if m in set(df.model)):
         vals = df[(df.model == model) & (df.status == "completed")].val_ppl.dropna()
         if len(vals):

@@ -23,6 +23,13 @@ def load_published(path) -> dict:
     return yaml.safe_load(Path(path).read_text())
 
 
+def paper_ppl(published: dict, exp_name: str) -> dict:
+    """{model: best validation PPL} the paper reports for our experiment `exp_name` (the
+    `published` rows that name it: published.yaml is the only place they are written); {}."""
+    row = next((r for r in published["published"] if r.get("experiment") == exp_name), None)
+    return {m: row[m] for m in ("transformer", "grassmann")} if row else {}
+
+
 def load_checksums(path) -> dict:
     """{split: content sha256} recorded by the download stage."""
     return {split: rec["content_sha256"] for split, rec in json.loads(Path(path).read_text()).items()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from grassflow.models.config import from_known_keys
+from grassflow.models.config import PLUCKER_BACKENDS, from_known_keys
 
 CHOICES = {
     "norm": ("post", "pre"),
@@ -14,7 +14,7 @@ CHOICES = {
     "empty_offsets": ("zero", "bias"),
     "pool": ("mean", "cls"),
     "pair_input": ("joint", "separate"),
-    "plucker_backend": ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu"),
+    "plucker_backend": PLUCKER_BACKENDS,
 }
 
 
