@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: demo test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run plan lint clean
+.PHONY: audit demo test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run plan lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -67,6 +67,12 @@ gpu-check-run:
 # What a preset will do and cost before it runs: jobs per rule and partition, device-hours, memory
 plan: $(VENV)/.installed
 	$(PY) -m grassflow plan --preset $(PRESET)
+
+# Known vulnerabilities in the installed environment (pip-audit asks PyPI's advisory database:
+# needs the network, so CI does not run it).
+audit: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[audit]"
+	$(VENV)/bin/pip-audit --skip-editable
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -148,3 +148,30 @@ def test_a_sticky_shared_ancestor_is_accepted(cache, tmp_path):
         cpu_kernel._library()
     finally:
         os.chmod(cache.parent.parent, 0o700)
+
+
+@pytest.mark.parametrize("version", ["2.9.1+cu128", "2.5.1", "1.13.0"])
+def test_checkpoints_are_not_opened_on_an_unsafe_torch(version, tmp_path, monkeypatch):
+    """torch < 2.10: one error naming the file, the CVEs and the fix; torch.load is never called."""
+    from grassflow import checkpoint
+
+    path = tmp_path / "best.pt"
+    torch.save({"model": {"w": torch.zeros(2)}}, path)
+    monkeypatch.setattr(checkpoint.torch, "__version__", version)
+    monkeypatch.setattr(checkpoint.torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.load_data(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: not opened: torch {version}") and "CVE-2025-32434" in msg
+    assert "CVE-2026-24747" in msg and "pip install 'torch>=2.10'" in msg and "\n" not in msg
+
+
+def test_the_floor_admits_this_torch_and_pyproject_says_it():
+    import tomllib
+    from pathlib import Path
+
+    from grassflow import checkpoint
+
+    assert checkpoint._torch_version(torch.__version__) >= checkpoint.SAFE_TORCH
+    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "torch>=2.10" in deps and "pyarrow>=14.0.1" in deps

@@ -12,6 +12,7 @@ import hashlib
 import io
 import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -77,11 +78,27 @@ def load_checkpoint(path: Path):
     return load_data(io.BytesIO(raw[head:]), path)
 
 
+# The oldest torch whose weights-only loader we trust with a results tree others can write to:
+# before 2.6 torch.load(weights_only=True) could be made to run code (CVE-2025-32434), before
+# 2.10 its unpickler could be made to corrupt memory (CVE-2026-24747).
+SAFE_TORCH = (2, 10)
+
+
+def _torch_version(v: str) -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", v).groups()
+    return int(major), int(minor)
+
+
 def load_data(source, path=None):
     """torch.load as data only (weights_only=True). What it refuses — a pickle that would build
     an object by running code, or a checkpoint of another format — is a CheckpointError naming
-    the file, raised before anything in it has run."""
+    the file, raised before anything in it has run; on a torch older than SAFE_TORCH it opens
+    nothing."""
     path = path or source
+    if _torch_version(torch.__version__) < SAFE_TORCH:
+        raise CheckpointError(f"{path}: not opened: torch {torch.__version__} can be made to run code or corrupt "
+                              "memory while loading a checkpoint (CVE-2025-32434, CVE-2026-24747); "
+                              "upgrade: pip install 'torch>=2.10'")
     try:
         return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
