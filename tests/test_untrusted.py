@@ -167,8 +167,9 @@ def test_checkpoints_are_not_opened_on_an_unsafe_torch(version, tmp_path, monkey
 
 
 def test_the_floor_admits_this_torch_and_pyproject_says_it():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     from grassflow import checkpoint
 
