@@ -106,7 +106,7 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 def test_editing_report_setup_plans_every_table(demo):
     """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
     with edited(demo / "src/grassflow/report/setup.py", "\n# edited\n"):
-        assert planned(demo) == Counter({("aggregate", None): 1, ("ablation_aggregate", None): 1,
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
                                          ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
 
 
@@ -271,6 +271,29 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
 
 
+def test_a_target_per_table_plans_only_its_runs(tmp_path):
+    """`snakemake table1` (and table2, snli, ablations, recall): that table, its runs and their
+    data, nothing else; on Wikitext-2 v1 without the hub (the local overlay), Table 1's 6 runs."""
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+
+    def stats(*args):
+        res = subprocess.run([str(BIN / "snakemake"), *args, "-n", "--cores", "2"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=1200)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return job_stats(res.stdout)
+
+    for table, other in (("table1", "table2"), ("table2", "table1")):
+        got = stats(table, "--config", "preset=demo")
+        assert got["train"] == got["evaluate"] == 4 and got["aggregate"] == 1 and got[table] == 1
+        assert not {r for r in got if r.startswith(("snli", "recall", "ablation", "bench", "summary", other))}
+    got = stats("snli", "--config", "preset=demo")
+    assert got["snli_train"] == 4 and got["snli_aggregate"] == 1 and not {"train", "recall_train", "aggregate"} & set(got)
+    got = stats("table1", "--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
+    assert got["train"] == got["evaluate"] == 6 and got["aggregate"] == 1 and got["download"] == 1
+    assert not {r for r in got if r.startswith(("snli", "recall", "ablation", "fetch"))}, got
+
+
 def job_stats(stdout: str) -> Counter:
     """The 'Job stats' table of a dry run: rule → count."""
     table = stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
@@ -425,7 +448,8 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
         jobs = planned(demo)
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
-    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "ablation_aggregate", "estimates"}
+    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate",
+                                          "estimates"}
 
 
 def test_execution_keys_rerun_nothing(demo):
@@ -456,7 +480,7 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
 
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
-        assert planned(demo) == Counter({("aggregate", None): 1, ("ablation_aggregate", None): 1,
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
                                          ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
 
 
@@ -466,7 +490,7 @@ def test_grassmann_setting_plans_only_grassmann_runs(demo):
         jobs = planned(demo)
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
-    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "ablation_aggregate", "estimates"}
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate", "estimates"}
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
@@ -477,7 +501,7 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
     assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
-                                          "recall_evaluate", "aggregate", "ablation_aggregate", "snli_aggregate",
+                                          "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "snli_aggregate",
                                           "recall_aggregate", "estimates", "bench"}
     assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
     # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
@@ -510,7 +534,7 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     for (rule, _), n in jobs.items():
         rules[rule] += n
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
-    assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 1  # 8 main + 2 ablation
+    assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 2  # 8 main + 2 ablation; a table each
     assert "download" not in rules
 
 

@@ -121,7 +121,7 @@ def _table(root, grassmann: list[float], transformer: list[float], test_hash=Non
              "checksums": {"test": {"content_sha256": test_hash or SETUP["data"]["content_sha256"]["test"]}}}
     for name, obj in files.items():
         (root / f"{name}.json").write_text(json.dumps(obj))
-    aggregate(PRESET, "paper", runs, root / "bench.json", root / "report", root / "unigram.json",
+    aggregate(PRESET, "paper", "table1", runs, root / "report", root / "unigram.json",
               root / "checksums.json", PUBLISHED)
     csv = (root / "report" / "table1.csv").read_text()
     assert all(str(d / "run.json") in csv for d in runs)  # every number traces to its record

@@ -127,7 +127,7 @@ def test_stray_temp_file_from_a_killed_write_is_ignored(tokens, tmp_path):
 
 def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     from grassflow.bench import main as bench_main
-    from grassflow.report.aggregate import aggregate
+    from grassflow.report.aggregate import aggregate, summary
 
     base = {**SPEC, "train": {**SPEC["train"], "epochs": 1, "checkpoint_every": 0}}
     variants = {
@@ -149,10 +149,14 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     (tmp_path / "checksums.json").write_text(json.dumps({"test": {"content_sha256": "0" * 64}}))
     preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"}, "models": ["transformer", "grassmann"],
               "model": SPEC["model"], "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}}}
-    aggregate(preset, "test", dirs, tmp_path / "bench.json", tmp_path / "report", tmp_path / "unigram.json",
+    aggregate(preset, "test", "t", dirs, tmp_path / "report", tmp_path / "unigram.json",
               tmp_path / "checksums.json", PUBLISHED)
     md = (tmp_path / "report" / "t.md").read_text()
     assert "| grassmann | " in md and "/ 1 / 2 (1 diverged)" in md and "| transformer | " in md
+    summary("test", [tmp_path / "report" / "t.md"], tmp_path / "bench.json", tmp_path / "report")
+    whole = (tmp_path / "report" / "summary.md").read_text()
+    assert whole.startswith("# grassflow results — preset `test`\n\nPreset **test**: data") and md.split("\n\n", 1)[1] in whole
+    assert "`scaling.png`" in whole and "`curves_t.png`" in whole
     assert "Grassmann vs Transformer" in md  # the completed runs are still compared
     assert "Unigram baseline" in md
     # one seed per model, synthetic data, not the paper's scale: no verdict, and why not

@@ -64,7 +64,14 @@ def _evaluate(a):
 def _aggregate(a):
     from grassflow.report.aggregate import aggregate
 
-    aggregate(json.loads(a.preset), a.preset_name, a.runs, a.bench, a.out_dir, a.unigram, a.checksums, a.published)
+    aggregate(json.loads(a.preset), a.preset_name, a.experiment, a.runs, a.out_dir, a.unigram, a.checksums,
+              a.published)
+
+
+def _summary(a):
+    from grassflow.report.aggregate import summary
+
+    summary(a.preset_name, a.tables, a.bench, a.out_dir)
 
 
 def _ablations(a):
@@ -257,8 +264,13 @@ COMMANDS = [
      [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
     ("train", "train one run from its spec", _train, [_train_args]),
     ("evaluate", "perplexities of a run's best checkpoint", _evaluate, [_evaluate_args]),
-    ("aggregate", "tables and figures of a preset", _aggregate,
-     [_aggregate_args, _baseline_args, lambda p: p.add_argument("--bench", help="bench JSON for the scaling figure")]),
+    ("aggregate", "one experiment's table and figures", _aggregate,
+     [_aggregate_args, _baseline_args, lambda p: p.add_argument("--experiment", required=True)]),
+    ("summary", "summary.md of a preset's tables, and the scaling figure", _summary,
+     [lambda p: [p.add_argument("--preset-name", required=True), p.add_argument("--tables", nargs="+", required=True,
+                                                                               help="the tables' .md files"),
+                 p.add_argument("--bench", required=True, help="bench JSON for the scaling figure"),
+                 p.add_argument("--out-dir", required=True)]]),
     ("ablations", "the ablation table and figure of a preset", _ablations,
      [_baseline_args,
       lambda p: [p.add_argument(f"--{k}", required=True) for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),

@@ -27,6 +27,7 @@ LM = bool(P.get("experiments"))
 RUNS = runs(PRESET, P)  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
+EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}  # a table's runs
 # {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
 ABLATIONS = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
              for v, models in ablation_runs(PRESET, P, RUNS).items()}
@@ -102,6 +103,7 @@ SNLI_BACKBONE_DIR = (f"{SNLI_RES}/backbone/{_BACKBONE['name']}"
 
 wildcard_constraints:
     run="|".join(RUNS),
+    exp="|".join(map(re.escape, EXPERIMENTS)) or "(?!)",
     tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
     snli_run="|".join(SNLI_RUNS) or "(?!)",
     recall_run="|".join(map(re.escape, RECALL_RUNS)) or "(?!)",

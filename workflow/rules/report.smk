@@ -27,40 +27,75 @@ rule bench:
         "OMP_NUM_THREADS={threads} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
-rule aggregate:
+rule aggregate:  # one experiment's table: a table's target plans only its own runs
     input:
-        evals=run_outputs("eval.json"),
-        records=run_outputs("run.json"),
-        metrics=run_outputs("metrics.jsonl"),
-        bench=f"{RES}/bench/bench.json",
+        evals=lambda wc: run_outputs("eval.json", EXP_RUNS[wc.exp]),
+        records=lambda wc: run_outputs("run.json", EXP_RUNS[wc.exp]),
+        metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
     output:
-        tables=[report(t, category="Tables", labels={"table": Path(t).name}) for t in table_outputs()],
-        figures=[report(f, caption="../report/figure.rst", category="Figures",
-                        labels={"figure": Path(f).stem}) for f in figure_outputs()],
-        summary=report(f"{REPORT}/summary.md", caption="../report/summary.rst", category="Summary",
-                       labels={"table": "summary"}),
+        tables=[report(f"{REPORT}/{{exp}}.{ext}", category="Tables", labels={"table": f"{{exp}}.{ext}"})
+                for ext in ("md", "csv", "tex")],
+        figures=[report(f"{REPORT}/{kind}_{{exp}}.png", caption="../report/figure.rst", category="Figures",
+                        labels={"figure": f"{kind}_{{exp}}"}) for kind in ("curves", "best_ppl")],
     params:
         gf=GF,
         preset_name=PRESET,
-        out_dir=lambda wc, output: Path(output.summary).parent,
-        # SNLI, ablation and recall edits (and train.threads) leave these tables alone
-        preset=quoted_json({k: run_train(v) if k == "train" else v for k, v in P.items()
-                            if k not in ("snli", "ablations", "recall")}),
-        runs=" ".join(f"{RES}/runs/{r}" for r in MAIN_RUNS),
+        out_dir=REPORT,
+        # this experiment only: the other tables', SNLI, ablation and recall edits (and
+        # train.threads) leave this table alone
+        preset=lambda wc: quoted_json({**{k: run_train(v) if k == "train" else v for k, v in P.items()
+                                          if k not in ("snli", "ablations", "recall", "experiments")},
+                                       "experiments": {wc.exp: P["experiments"][wc.exp]}}),
+        runs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in EXP_RUNS[wc.exp]),
         code=code_of("aggregate"),
     conda:
         "../../envs/report.yaml"
     log:
-        f"{RES}/logs/aggregate.log",
+        f"{RES}/logs/aggregate/{{exp}}.log",
     benchmark:
-        f"{RES}/benchmarks/aggregate.tsv"
+        f"{RES}/benchmarks/aggregate/{{exp}}.tsv"
     shell:
-        "{params.gf} aggregate --preset {params.preset} --preset-name {params.preset_name} "
-        "--runs {params.runs} --bench {input.bench} --unigram {input.unigram} --checksums {input.checksums} "
+        "{params.gf} aggregate --preset {params.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
+        "--runs {params.runs} --unigram {input.unigram} --checksums {input.checksums} "
         "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule summary:
+    input:
+        tables=[f"{REPORT}/{exp}.md" for exp in EXPERIMENTS],
+        figures=[f for f in figure_outputs() if not f.endswith("scaling.png")],
+        bench=f"{RES}/bench/bench.json",
+    output:
+        summary=report(f"{REPORT}/summary.md", caption="../report/summary.rst", category="Summary",
+                       labels={"table": "summary"}),
+        scaling=report(f"{REPORT}/scaling.png", caption="../report/figure.rst", category="Figures",
+                       labels={"figure": "scaling"}),
+    params:
+        gf=GF,
+        preset_name=PRESET,
+        out_dir=REPORT,
+        code=code_of("summary"),
+    conda:
+        "../../envs/report.yaml"
+    log:
+        f"{RES}/logs/summary.log",
+    shell:
+        "{params.gf} summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
+        "--out-dir {params.out_dir} > {log} 2>&1"
+
+
+# `snakemake table1` (a target per experiment, named after it): that table, its runs and their data
+for _exp in EXPERIMENTS:
+
+    rule:
+        name:
+            _exp
+        input:
+            [f"{REPORT}/{_exp}.{ext}" for ext in ("md", "csv", "tex")],
+            [f"{REPORT}/{kind}_{_exp}.png" for kind in ("curves", "best_ppl")],
 
 
 if ABLATIONS:

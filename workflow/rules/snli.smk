@@ -135,6 +135,11 @@ if SNLI:
             "OMP_NUM_THREADS={threads} {params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.backbone} > {log} 2>&1"
 
+    rule snli:  # `snakemake snli`: the SNLI tables, their runs and their data only
+        input:
+            snli_table_outputs(),
+            f"{REPORT}/snli_summary.md",
+
     rule snli_aggregate:
         input:
             evals=snli_run_outputs("eval.json"),

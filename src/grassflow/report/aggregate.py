@@ -189,28 +189,40 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
     write_text(out / f"{stem}.tex", f"% {head}\n" + tex)
 
 
-def aggregate(preset: dict, name: str, run_dirs, bench_json, out_dir, unigram_json, checksums_json,
+def aggregate(preset: dict, name: str, exp_name: str, run_dirs, out_dir, unigram_json, checksums_json,
               published_yaml) -> None:
+    """One experiment's table (<exp>.md/.csv/.tex) and figures (curves_, best_ppl_<exp>.png)
+    from its runs: one job per table, so that a table's target plans only its own runs."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     unigram = json.loads(Path(unigram_json).read_text())
     checksums, published = load_checksums(checksums_json), load_published(published_yaml)
     setup = published["paper_setup"]
+    exp = preset["experiments"][exp_name]
     df = load_runs(run_dirs, unigram)
+    if set(df.experiment) != {exp_name}:
+        raise ValueError(f"aggregate --experiment {exp_name}: runs of {sorted(set(df.experiment) - {exp_name})} given")
     head = provenance_line(name, preset, checksums, setup)
-    summary = [f"# grassflow results — preset `{name}`", "", head, ""]
-    for exp_name, exp in preset["experiments"].items():
-        sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
-        paper = paper_ppl(published, exp_name)
-        s = summarise(sub, paper)
-        judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
-              verdict_scope(checksums, setup))
-        md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
-        write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
-                     latex_table(exp_name, exp, s))
-        figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")
-        figures.best_bars(sub, paper, exp_name, name, out / f"best_ppl_{exp_name}.png")
-        summary += [md, ""]
+    sub = df.sort_values(["model", "seed"])
+    paper = paper_ppl(published, exp_name)
+    s = summarise(sub, paper)
+    judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
+          verdict_scope(checksums, setup))
+    md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
+    write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
+                 latex_table(exp_name, exp, s))
+    figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")
+    figures.best_bars(sub, paper, exp_name, name, out / f"best_ppl_{exp_name}.png")
+
+
+def summary(name: str, tables, bench_json, out_dir) -> None:
+    """summary.md (every table of the preset, under their one provenance line) and the scaling
+    figure from the benchmark."""
+    out = Path(out_dir)
     figures.scaling(json.loads(Path(bench_json).read_text()), name, out / "scaling.png")
-    summary += ["Figures: " + ", ".join(f"`{p.name}`" for p in sorted(out.glob("*.png")))]
-    write_text(out / "summary.md", "\n".join(summary) + "\n")
+    texts = [Path(t).read_text().split("\n\n", 1) for t in tables]  # (provenance line, table)
+    lines = [f"# grassflow results — preset `{name}`", "", texts[0][0], ""]
+    for _, md in texts:
+        lines += [md.rstrip("\n") + "\n", ""]
+    lines += ["Figures: " + ", ".join(f"`{p.name}`" for p in sorted(out.glob("*.png")))]
+    write_text(out / "summary.md", "\n".join(lines) + "\n")
