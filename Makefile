@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,slurm]"  # slurm: the docs test plans the SLURM command as written
 	touch $@
 
 demo: $(VENV)/.installed

@@ -34,3 +34,219 @@ def test_license_is_mit_as_pyproject_says():
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "WITHOUT WARRANTY" in text
     assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+
+
+# --- the docs hold: commands, links, make targets, config keys, the rule graph -------------------
+import re  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+import schema_keys  # noqa: E402
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BIN = Path(sys.executable).parent
+
+
+def code_blocks(text: str, lang=r"\w*") -> list[str]:
+    return re.findall(rf"(?ms)^```{lang}\n(.*?)^```", text)
+
+
+def shell_commands(text: str) -> list[str]:
+    """The commands of a page's shell code blocks (continuations joined, comments dropped)."""
+    out = []
+    for block in code_blocks(text, "(?:bash|sh|console)"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def snakemake_commands(text: str) -> list[str]:
+    return [c for c in shell_commands(text) if c.startswith("snakemake ")]
+
+
+# commands that need a finished run or another machine's state to mean anything: not dry-run
+NEEDS_RESULTS = ("--report", "--unlock", "--cleanup-metadata")
+
+
+def dry_run_problems(command: str, cwd: Path) -> list[str]:
+    if any(flag in command for flag in NEEDS_RESULTS):
+        return []
+    argv = shlex.split(command)
+    res = subprocess.run([str(BIN / "snakemake"), "-n", *argv[1:]], cwd=cwd, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PATH": f"{BIN}:{__import__('os').environ['PATH']}",
+                              "HF_HUB_OFFLINE": "1"}, timeout=1200)
+    return [] if res.returncode == 0 else [f"`{command}` fails to plan: {(res.stderr or res.stdout).strip()[-600:]}"]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return s.replace(" ", "-")
+
+
+def link_problems(page: Path, text: str) -> list[str]:
+    problems = []
+    prose = re.sub(r"(?ms)^```.*?^```", "", text)
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if re.match(r"[a-z]+://", target) or target.startswith("mailto:"):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            problems.append(f"{page.name}: link to {target}: no such file")
+        elif anchor:
+            headings = re.findall(r"(?m)^#+ (.+)$", re.sub(r"(?ms)^```.*?^```", "", dest.read_text()))
+            if anchor not in {slug(h) for h in headings}:
+                problems.append(f"{page.name}: link to {target}: no such heading in {dest.name}")
+    return problems
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"(?m)^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text()))
+
+
+def make_problems(page: Path, text: str, targets: set[str]) -> list[str]:
+    named = re.findall(r"(?:^|`)make ([A-Za-z][\w-]*)", text, re.M)
+    named += [c.split()[1] for c in shell_commands(text) if c.startswith("make ") and len(c.split()) > 1]
+    return [f"{page.name}: `make {t}`: no such target" for t in sorted(set(named)) if t not in targets]
+
+
+PRESET_SECTIONS = ("data", "tokenizer", "models", "seeds", "model", "model_overrides", "experiments", "train",
+                   "ablations", "bench", "snli", "recall", "estimate", "base")
+
+
+FILE_SUFFIX = re.compile(r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|tsv|parquet|cu|cpp|h|so|txt|zip|log)$")
+
+
+def _expand(token: str) -> list[str]:
+    m = re.search(r"\{([\w,]+)\}", token)
+    if m:
+        return [x for alt in m.group(1).split(",") for x in _expand(token.replace(m.group(0), alt))]
+    return [token.rstrip(".")]
+
+
+def _pattern(key: str, below: bool = False) -> re.Pattern:
+    """A key with placeholders (`<split>`, `<name>`) or `*` segments, as a regex over key paths;
+    below: the keys under it match too."""
+    parts = ["[^.]+" if p.startswith("<") or p == "*" else re.escape(p) for p in key.split(".")]
+    return re.compile(r"\.".join(parts) + (r"(\..+)?" if below else ""))
+
+
+def key_problems(page: Path, text: str, known: set[str]) -> list[str]:
+    """Backticked config keys (`train.threads`, `model.*`, `snli.head_overrides.{grassmann,transformer}`,
+    `data.expected_sha256.<split>`) that the schema does not have. File names are not keys."""
+    problems = []
+    for token in re.findall(r"`([a-z_]+(?:\.(?:[a-z_0-9]+|\*|<[a-z_]+>|\{[\w,]+\}))+)`", text):
+        if token.split(".")[0] not in PRESET_SECTIONS or FILE_SUFFIX.search(token):
+            continue
+        for key in _expand(token):
+            pat = _pattern(key, below=True)  # a page may name a section: `model_overrides.grassmann`
+            # a schema key spelled with <name> matches any name in the page's key, and vice versa
+            if not any(pat.fullmatch(k) or _pattern(k).fullmatch(key) for k in known):
+                problems.append(f"{page.name}: `{token}` is no config key")
+    return problems
+
+
+def known_keys() -> set[str]:
+    ks = {k.replace("(top level) ", "") for k in schema_keys.keys()}
+    # a key under a map read through another definition: model_overrides.grassmann.norm and the like
+    for k, node in schema_keys.keys().items():
+        if node.get("same_keys_as"):
+            base = node["same_keys_as"]
+            ks |= {k + sub[len(base):] for sub in list(ks) if sub.startswith(base + ".")}
+    return ks
+
+
+def rule_graph(cwd: Path) -> str:
+    res = subprocess.run([str(BIN / "snakemake"), "--rulegraph", "mermaid-js", "--config", "preset=paper"], cwd=cwd,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout.strip()
+
+
+def test_every_relative_link_and_anchor_resolves():
+    problems = [p for page in DOCS for p in link_problems(page, page.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_make_target_named_exists():
+    targets = make_targets()
+    problems = [p for page in DOCS for p in make_problems(page, page.read_text(), targets)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_config_key_is_on_the_configuration_page_and_no_page_names_another():
+    page = ROOT / "docs" / "configuration.md"
+    assert schema_keys.table() in page.read_text(), "docs/configuration.md: regenerate: python tests/schema_keys.py"
+    known = known_keys()
+    problems = [p for doc in DOCS for p in key_problems(doc, doc.read_text(), known)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readme_is_short_and_its_rule_graph_is_todays(tmp_path):
+    from test_pipeline import copy_repo
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 210
+    (graph,) = code_blocks(readme, "mermaid")
+    assert as_graph(graph) == as_graph(rule_graph(copy_repo(tmp_path))), \
+        "README's DAG: paste `snakemake --rulegraph mermaid-js --config preset=paper`"
+
+
+def as_graph(mermaid: str) -> tuple[frozenset, frozenset]:
+    """(rule names, edges by name) of a mermaid rule graph: Snakemake prints its edges (and may
+    number its nodes) in hash order, which differs between runs."""
+    names = dict(re.findall(r"(?m)^\s*(id\d+)\[(\w+)\]", mermaid))
+    edges = {(names[a], names[b]) for a, b in re.findall(r"(?m)^\s*(id\d+) --> (id\d+)", mermaid)}
+    return frozenset(names.values()), frozenset(edges)
+
+
+def test_the_graph_comparison_sees_a_missing_edge():
+    (graph,) = code_blocks((ROOT / "README.md").read_text(), "mermaid")
+    nodes, edges = as_graph(graph)
+    assert len(nodes) > 15 and ("train", "evaluate") in edges and ("summary", "all") in edges
+    first_edge = re.search(r"(?m)^\s*id\d+ --> id\d+\n", graph).group(0)
+    assert as_graph(graph.replace(first_edge, "", 1)) != as_graph(graph)
+
+
+def test_every_snakemake_command_in_the_docs_plans(tmp_path):
+    from test_pipeline import copy_repo
+
+    work = copy_repo(tmp_path)
+    commands = sorted({c for page in DOCS for c in snakemake_commands(page.read_text())})
+    assert len(commands) >= 5
+    problems = [p for c in commands for p in dry_run_problems(c, work)]
+    assert not problems, "\n".join(problems)
+
+
+# --- and each check fails on a broken page -------------------------------------------------------
+BROKEN = ROOT / "docs" / "broken.md"
+
+
+def test_the_checks_catch_a_broken_page(tmp_path):
+    from test_pipeline import copy_repo
+
+    page = ("# Broken\n\n[gone](nowhere.md) [bad anchor](configuration.md#no-such-heading) "
+            "[ok](configuration.md#every-key)\n\nRun `make no-such-target`, set `train.no_such_key` "
+            "and `model_overrides.grassmann.norm`.\n\n```bash\nsnakemake --config preset=no-such-preset\n```\n")
+    assert link_problems(BROKEN, page) == ["broken.md: link to nowhere.md: no such file",
+                                          "broken.md: link to configuration.md#no-such-heading: no such heading "
+                                          "in configuration.md"]
+    assert make_problems(BROKEN, page, make_targets()) == ["broken.md: `make no-such-target`: no such target"]
+    assert key_problems(BROKEN, page, known_keys()) == ["broken.md: `train.no_such_key` is no config key"]
+    (cmd,) = snakemake_commands(page)
+    assert dry_run_problems(cmd, copy_repo(tmp_path))  # an unknown preset does not plan
+
+
+@pytest.mark.parametrize("heading, anchor", [("Quick start", "quick-start"),
+                                             ("The paper's ambiguities, and our defaults",
+                                              "the-papers-ambiguities-and-our-defaults"),
+                                             ("GPUs: `make gpu-check`, and what is verified where",
+                                              "gpus-make-gpu-check-and-what-is-verified-where")])
+def test_anchors_are_githubs(heading, anchor):
+    assert slug(heading) == anchor
