@@ -72,7 +72,6 @@ def table() -> str:
 
 
 if __name__ == "__main__":
-    import re
 
     page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
     text = page.read_text()

@@ -37,8 +37,8 @@ def test_license_is_mit_as_pyproject_says():
 
 
 # --- the docs hold: commands, links, make targets, config keys, the rule graph -------------------
+import os  # noqa: E402
 import re  # noqa: E402
-import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -76,10 +76,10 @@ NEEDS_RESULTS = ("--report", "--unlock", "--cleanup-metadata")
 def dry_run_problems(command: str, cwd: Path) -> list[str]:
     if any(flag in command for flag in NEEDS_RESULTS):
         return []
-    argv = shlex.split(command)
-    res = subprocess.run([str(BIN / "snakemake"), "-n", *argv[1:]], cwd=cwd, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PATH": f"{BIN}:{__import__('os').environ['PATH']}",
-                              "HF_HUB_OFFLINE": "1"}, timeout=1200)
+    # through bash, as a reader pastes it (`$(grassflow gpus)` expands), dry: -n after the name
+    res = subprocess.run(["bash", "-c", "snakemake -n" + command[len("snakemake"):]], cwd=cwd, capture_output=True,
+                         text=True, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
+                                         "PYTHONPATH": str(cwd / "src")}, timeout=1200)
     return [] if res.returncode == 0 else [f"`{command}` fails to plan: {(res.stderr or res.stdout).strip()[-600:]}"]
 
 

@@ -103,6 +103,39 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
         assert_closure_holds(r, cmd, kinds)
 
 
+@pytest.mark.slow  # a second demo run (~6 min): in CI through make test-slow
+def test_demo_on_a_stand_in_pool_of_two_gpus_with_two_runs_each(demo, tmp_path):
+    """GRASSFLOW_GPUS=0,1 and train.runs_per_gpu: 2, with `grassflow gpus`'s flag: every GPU job
+    took a slot; jobs that ran at the same time held distinct (GPU, slot) pairs, never more than
+    4 at once; the benchmark had its GPU to itself; the tables equal the unpacked demo's."""
+    work = copy_repo(tmp_path / "work")
+    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
+    env = {"GRASSFLOW_GPUS": "0,1", "GRASSFLOW_SLOTS_DIR": str(tmp_path / "slots")}
+    flag = subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
+                           str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
+                          env={**pipeline_env(), "PYTHONPATH": str(work / "src"), **env}).stdout.split()
+    assert flag == ["--resources", "gpu=4"]
+    snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
+    res = work / "results/demo"
+    held = []  # (gpu, slot, start, end) of every run's training and evaluation
+    for rec in res.glob("**/runs/*/run.json"):
+        r = json.loads(rec.read_text())
+        ev = json.loads(rec.with_name("eval.json").read_text())
+        s = r["gpu_slot"]
+        assert s["source"] == "override" and s["runs_per_gpu"] == 2 and r["device_type"] == "cpu"
+        held.append((s["gpu"], s["slot"], s["acquired_at"], r["finished_at"]))
+        assert ev["gpu_slot"]["slot"] in (0, 1)
+    assert len(held) == 18
+    bench = json.loads((res / "bench/bench.json").read_text())["gpu_slot"]
+    assert bench["slot"] == "all"
+    for g, _slot, a, b in held:
+        at_once = [h for h in held if h[2] < b and a < h[3]]
+        assert len(at_once) <= 4
+        assert len({(h[0], h[1]) for h in at_once}) == len(at_once), at_once  # a slot each
+        assert not (g == bench["gpu"] and a < bench["finished_at"] and bench["acquired_at"] < b)
+    assert_same_tables(demo, work)
+
+
 def test_editing_report_setup_plans_every_table(demo):
     """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
     with edited(demo / "src/grassflow/report/setup.py", "\n# edited\n"):

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from grassflow import gpu_slots
 from grassflow.bench_peer import peer_step
 from grassflow.compiled import Compiled
 from grassflow.loop import make_optimizer
@@ -337,7 +338,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     configure_torch()
-    device = pick_device(args.device, log=True)
+    device = pick_device(args.device, log=True, exclusive=True)  # it times the device: alone on it
     q = args.quick
     parts = set(args.parts.split(","))
     lengths = [32, 64] if q else [int(x) for x in args.lengths.split(",")]
@@ -370,6 +371,9 @@ def main(argv=None):
                           flush=True)
         res["step_rows"] = rows
         res["step"] = step_table(rows)
+    res["gpu_slot"] = gpu_slots.current()  # every slot of its GPU, for all the timing above
+    if res["gpu_slot"]:
+        res["gpu_slot"]["finished_at"] = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = args.name or "bench-" + ("quick-" if q else "") + device.type

@@ -68,6 +68,17 @@ def _aggregate(a):
               a.published)
 
 
+def _gpus(a):
+    """Snakemake's --resources for this machine's GPUs × the preset's train.runs_per_gpu."""
+    from grassflow.config import select_preset
+    from grassflow.gpu_slots import flag
+    from grassflow.plan import load_config
+
+    _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
+    part = next(x for x in (p if p.get("experiments") else None, p.get("snli"), p.get("recall")) if x)
+    print(flag(a.runs_per_gpu or part["train"]["runs_per_gpu"]))
+
+
 def _summary(a):
     from grassflow.report.aggregate import summary
 
@@ -266,6 +277,10 @@ COMMANDS = [
     ("evaluate", "perplexities of a run's best checkpoint", _evaluate, [_evaluate_args]),
     ("aggregate", "one experiment's table and figures", _aggregate,
      [_aggregate_args, _baseline_args, lambda p: p.add_argument("--experiment", required=True)]),
+    ("gpus", "the --resources flag that runs K GPU jobs per GPU of this machine: snakemake $(grassflow gpus)", _gpus,
+     [lambda p: [p.add_argument("--preset"), p.add_argument("--configfile", nargs="*", default=[]),
+                 p.add_argument("--project", default="."),
+                 p.add_argument("--runs-per-gpu", type=int, help="K (default: the preset's train.runs_per_gpu)")]]),
     ("summary", "summary.md of a preset's tables, and the scaling figure", _summary,
      [lambda p: [p.add_argument("--preset-name", required=True), p.add_argument("--tables", nargs="+", required=True,
                                                                                help="the tables' .md files"),

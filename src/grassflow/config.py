@@ -241,7 +241,7 @@ def main_run_ids(p: dict) -> list[str]:
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
 # (the rules hand compile and compile_mode to the training jobs as resources: exec_resources).
-EXECUTION_KEYS = ("threads", "compile", "compile_mode")
+EXECUTION_KEYS = ("threads", "compile", "compile_mode", "runs_per_gpu")
 
 
 def exec_resources(train: dict) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from grassflow import gpu_slots
 from grassflow.checkpoint import load_data, state_sha256
 from grassflow.config import spec_hash
 from grassflow.data import DataError
@@ -31,6 +32,7 @@ def run_record(spec, out, model, status, metrics, best, device, data, t_start, *
         "git": git_state(Path(__file__).parent), "packages": package_versions(), "machine": machine(),
         "device": device_name(device), "device_requested": spec["train"]["device"],
         "device_type": device.type, "plucker_backend": op_backend, "threads": torch.get_num_threads(),
+        "gpu_slot": gpu_slots.current(), "finished_at": time.time(),
         "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
         "seed": spec["seed"], "data": data,
         "wall_seconds": time.time() - t_start,
@@ -67,9 +69,10 @@ def read_train_val(read, train_tokens, val_tokens):
     return train, train_meta, val, val_meta
 
 
-def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, bool]:
-    """(best.pt contents, the start of eval.json, whether there is a model to evaluate). A run
-    that diverged before its first validation has none: its eval.json is written here."""
+def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, bool, torch.device | None]:
+    """(best.pt contents, the start of eval.json, whether there is a model to evaluate, the
+    device it runs on: its GPU slot taken and recorded). A run that diverged before its first
+    validation has none: its eval.json is written here."""
     configure_torch()
     record = json.loads(Path(run_json).read_text())
     ckpt = load_data(checkpoint)
@@ -79,4 +82,7 @@ def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, boo
     if ckpt["model"] is None:
         result.update(validation=None, test=None)
         write_json(out_path, result)
-    return ckpt, result, ckpt["model"] is not None
+        return ckpt, result, False, None
+    device = pick_device(ckpt["spec"]["train"]["device"])
+    result["gpu_slot"] = gpu_slots.current()
+    return ckpt, result, True, device

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from contextlib import nullcontext
 
 import torch
+
+from grassflow import gpu_slots
 
 
 def configure_torch(deterministic: bool = False) -> None:
@@ -29,16 +32,23 @@ def autocast(device: torch.device):
     return factory() if factory else nullcontext()
 
 
-def pick_device(name: str, log: bool = False) -> torch.device:
+def pick_device(name: str, log: bool = False, exclusive: bool = False) -> torch.device:
     """`auto` | `cpu` | `cuda` (config key train.device). With log=True, one line says
     what was picked (stdout: a job's log holds it first, and stderr keeps to the one `error:`
-    line of a failure), so that an `auto` run that fell to the CPU is visible in its log."""
+    line of a failure), so that an `auto` run that fell to the CPU is visible in its log.
+    A job on a GPU (or under the GRASSFLOW_GPUS stand-in) first takes a GPU slot
+    (grassflow.gpu_slots; exclusive: every slot of its GPU, for a job that times the device)."""
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train.device must be auto, cpu or cuda, got {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available "
                            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
     device = torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+    if device.type == "cuda" or os.environ.get(gpu_slots.OVERRIDE):
+        slot = gpu_slots.claim(exclusive=exclusive)
+        if log and slot:
+            print(f"[grassflow] GPU slot: GPU {slot['gpu']} ({slot['name']}), slot {slot['slot']} of "
+                  f"{slot['runs_per_gpu']}", flush=True)
     if log:
         why = " (no CUDA device visible: this run is on the CPU)" if name == "auto" and device.type == "cpu" else ""
         print(f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}", flush=True)

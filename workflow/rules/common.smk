@@ -138,6 +138,8 @@ def quoted_json(obj):
 # would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
 # jobs' own rerun reasons (changed params), so they would silently stay stale.
 # the preflight's threads: those of the preset's training jobs (the LM's, else SNLI's or recall's)
+# K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run
+RUNS_PER_GPU = next(part["train"]["runs_per_gpu"] for part in (P if LM else None, SNLI, RECALL) if part)
 PREFLIGHT_THREADS = next(part["train"]["threads"] for part in (P if LM else None, SNLI, RECALL) if part)
 
 

@@ -16,6 +16,7 @@ rule evaluate:
         code=lambda wc: code_of("evaluate", RUNS[wc.run]["model_kind"]),
     resources:
         gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
         **estimated("evaluate", lambda wc: RUNS[wc.run], LM_FILES),
     conda:
         "../../envs/train.yaml"
@@ -24,5 +25,5 @@ rule evaluate:
     benchmark:
         f"{RES}/benchmarks/evaluate/{{run}}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.gf} evaluate --checkpoint {input.best} --run-json {input.record} "
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} evaluate --checkpoint {input.best} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"

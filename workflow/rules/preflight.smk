@@ -8,10 +8,11 @@ rule preflight:
         gf=GF,
     resources:
         gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
     conda:
         "../../envs/train.yaml"
     log:
         f"{RES}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
     shell:
-        "OMP_NUM_THREADS={threads} {params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
         "--out {output} > {log} 2>&1"

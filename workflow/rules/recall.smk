@@ -41,6 +41,7 @@ if RECALL:
             out_dir=RECALL_RUN_DIR,
         resources:
             gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
             **RECALL_EXEC,
             **estimated("recall_train", lambda wc: RECALL_RUNS[wc.recall_run]),
         conda:
@@ -50,7 +51,7 @@ if RECALL:
         benchmark:
             f"{RES}/benchmarks/recall/train/{{recall_run}}.tsv"
         shell:
-            "OMP_NUM_THREADS={threads} {params.gf} recall-train --spec {params.spec} --train-tokens {input.train} "
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} recall-train --spec {params.spec} --train-tokens {input.train} "
             "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} > {log} 2>&1"
 
     rule recall_evaluate:
@@ -68,6 +69,7 @@ if RECALL:
             code=lambda wc: code_of("recall-evaluate", RECALL_RUNS[wc.recall_run]["model_kind"]),
         resources:
             gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
             **estimated("recall_evaluate", lambda wc: RECALL_RUNS[wc.recall_run]),
         conda:
             "../../envs/train.yaml"
@@ -76,7 +78,7 @@ if RECALL:
         benchmark:
             f"{RES}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
         shell:
-            "OMP_NUM_THREADS={threads} {params.gf} recall-evaluate --checkpoint {input.best} --run-json {input.record} "
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} recall-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
 
     rule recall_aggregate:

@@ -17,6 +17,7 @@ rule bench:
         code=code_of("bench", *MODEL_KINDS),
     resources:
         gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
     conda:
         "../../envs/train.yaml"
     log:
@@ -24,7 +25,7 @@ rule bench:
     benchmark:
         f"{RES}/benchmarks/bench.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:  # one experiment's table: a table's target plans only its own runs

@@ -94,6 +94,7 @@ if SNLI:
             backbone=snli_backbone_arg,
         resources:
             gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
             **SNLI_EXEC,
             **estimated("snli_train", lambda wc: SNLI_RUNS[wc.snli_run], SNLI_FILES),
         conda:
@@ -103,7 +104,7 @@ if SNLI:
         benchmark:
             f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
         shell:
-            "OMP_NUM_THREADS={threads} {params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} snli-train --spec {params.spec} --train-tokens {input.train} "
             "--val-tokens {input.val} --out-dir {params.out_dir} {params.backbone} "
             "--preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} > {log} 2>&1"
 
@@ -124,6 +125,7 @@ if SNLI:
             backbone=snli_backbone_arg,
         resources:
             gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
             **estimated("snli_evaluate", lambda wc: SNLI_RUNS[wc.snli_run], SNLI_FILES),
         conda:
             "../../envs/train.yaml"
@@ -132,7 +134,7 @@ if SNLI:
         benchmark:
             f"{RES}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
         shell:
-            "OMP_NUM_THREADS={threads} {params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} snli-evaluate --checkpoint {input.best} --run-json {input.record} "
             "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.backbone} > {log} 2>&1"
 
     rule snli:  # `snakemake snli`: the SNLI tables, their runs and their data only

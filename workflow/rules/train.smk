@@ -21,6 +21,7 @@ rule train:
         out_dir=RUN_DIR,
     resources:
         gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
         **LM_EXEC,
         **estimated("train", lambda wc: RUNS[wc.run], LM_FILES),
     conda:
@@ -30,6 +31,6 @@ rule train:
     benchmark:
         f"{RES}/benchmarks/train/{{run}}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {params.gf} train --spec {params.spec} --train-tokens {input.train} "
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} train --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} > {log} 2>&1"
 

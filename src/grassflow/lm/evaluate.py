@@ -27,7 +27,7 @@ from grassflow.io import sha256_file, write_json
 from grassflow.lm.data import read_tokens
 from grassflow.models import ModelConfig, build_model
 from grassflow.runs import open_for_evaluation
-from grassflow.runtime import autocast, pick_device
+from grassflow.runtime import autocast
 
 
 @torch.no_grad()
@@ -98,12 +98,11 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
 
 def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
     """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
-    ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
+    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out_path)
     if not evaluable:
         return result
     spec = ckpt["spec"]
     cfg = ModelConfig.from_dict(ckpt["model_config"])
-    device = pick_device(spec["train"]["device"])
     model = build_model(spec["model_kind"], cfg).to(device)
     model.load_state_dict(ckpt["model"])
     bs = batch_size or spec["train"]["eval_batch_size"]

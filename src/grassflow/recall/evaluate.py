@@ -14,7 +14,6 @@ from grassflow.models import ModelConfig, build_model
 from grassflow.recall.data import IGNORE, read_split
 from grassflow.recall.train import predict
 from grassflow.runs import open_for_evaluation
-from grassflow.runtime import pick_device
 
 
 def reach(kind: str, cfg: ModelConfig) -> int:
@@ -46,14 +45,13 @@ def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
 
 
 def evaluate_recall_run(checkpoint, run_json, val_file, test_file, out_path, batch_size=None) -> dict:
-    ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
+    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out_path)
     cfg = ModelConfig.from_dict(ckpt["model_config"])
     spec = ckpt["spec"]
     result["reach"] = reach(spec["model_kind"], cfg)
     if not evaluable:
         write_json(out_path, result)
         return result
-    device = pick_device(spec["train"]["device"])
     model = build_model(spec["model_kind"], cfg)
     load_trained(model, ckpt["model"])
     model = model.to(device)

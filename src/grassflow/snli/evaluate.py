@@ -9,7 +9,6 @@ from grassflow.data import DataError
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
 from grassflow.runs import open_for_evaluation
-from grassflow.runtime import pick_device
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.synthetic import LABELS
 from grassflow.snli.train import build_classifier, predict
@@ -26,11 +25,10 @@ def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
 
 def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None,
                       backbone_dir=None) -> dict:
-    ckpt, result, evaluable = open_for_evaluation(checkpoint, run_json, out_path)
+    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out_path)
     if not evaluable:
         return result
     spec = ckpt["spec"]
-    device = pick_device(spec["train"]["device"])
     splits = {}
     for split, path in (("validation", val_tokens), ("test", test_tokens)):
         splits[split] = (path, *read_token_pairs(path))
