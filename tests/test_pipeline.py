@@ -103,7 +103,6 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
         assert_closure_holds(r, cmd, kinds)
 
 
-@pytest.mark.slow  # a second demo run (~6 min): in CI through make test-slow
 def test_demo_on_a_stand_in_pool_of_two_gpus_with_two_runs_each(demo, tmp_path):
     """GRASSFLOW_GPUS=0,1 and train.runs_per_gpu: 2, with `grassflow gpus`'s flag: every GPU job
     took a slot; jobs that ran at the same time held distinct (GPU, slot) pairs, never more than
