@@ -107,6 +107,7 @@ def test_demo_on_a_stand_in_pool_of_two_gpus_with_two_runs_each(demo, tmp_path):
     """GRASSFLOW_GPUS=0,1 and train.runs_per_gpu: 2, with `grassflow gpus`'s flag: every GPU job
     took a slot; jobs that ran at the same time held distinct (GPU, slot) pairs, never more than
     4 at once; the benchmark had its GPU to itself; the tables equal the unpacked demo's."""
+    (tmp_path / "work").mkdir()
     work = copy_repo(tmp_path / "work")
     (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
     env = {"GRASSFLOW_GPUS": "0,1", "GRASSFLOW_SLOTS_DIR": str(tmp_path / "slots")}
