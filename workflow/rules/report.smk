@@ -44,7 +44,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
     params:
         gf=GF,
         preset_name=PRESET,
-        out_dir=REPORT,
+        out_dir=lambda wc, output: Path(output.tables[0]).parent,
         # this experiment only: the other tables', SNLI, ablation and recall edits (and
         # train.threads) leave this table alone
         preset=lambda wc: quoted_json({**{k: run_train(v) if k == "train" else v for k, v in P.items()
@@ -77,7 +77,7 @@ rule summary:
     params:
         gf=GF,
         preset_name=PRESET,
-        out_dir=REPORT,
+        out_dir=lambda wc, output: Path(output.summary).parent,
         code=code_of("summary"),
     conda:
         "../../envs/report.yaml"
