@@ -52,7 +52,7 @@ def keys(schema=None) -> dict[str, dict]:
 
 def _allowed(node: dict) -> str:
     if "enum" in node:
-        return " \\| ".join(f"`{v}`" for v in node["enum"])
+        return " \\| ".join(f"`{json.dumps(v) if isinstance(v, bool) or v is None else v}`" for v in node["enum"])
     t = node.get("type")
     t = "/".join(t) if isinstance(t, list) else (t or ("one of several forms" if "anyOf" in node or "oneOf" in node else ""))
     bounds = [f"{op} {node[k]}" for k, op in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
