@@ -110,3 +110,25 @@ def test_a_slot_directory_others_can_write_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_slots.OVERRIDE, "a,b")
     with pytest.raises(gpu_slots.SlotError, match="GRASSFLOW_GPUS='a,b'"):
         gpu_slots.gpus()
+
+
+def test_a_cuda_slot_makes_its_gpu_torchs_current_device(tmp_path, monkeypatch):
+    """The CUDA branch, rehearsed: with every slot of GPU 0 held elsewhere, the job takes GPU 1
+    and calls torch.cuda.set_device(1) before anything else touches CUDA; its record says so."""
+    import torch
+
+    monkeypatch.setenv(gpu_slots.SLOTS_DIR, str(tmp_path / "slots"))
+    monkeypatch.setenv(gpu_slots.RUNS_PER_GPU, "1")
+    monkeypatch.delenv(gpu_slots.OVERRIDE, raising=False)
+    pool = [{"index": i, "name": f"H100 #{i}", "uuid": f"GPU-{i}", "source": "cuda"} for i in (0, 1)]
+    monkeypatch.setattr(gpu_slots, "gpus", lambda: pool)
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", calls.append)
+    monkeypatch.setattr(gpu_slots, "_held", {})
+    held_elsewhere = gpu_slots._try_lock(gpu_slots.runtime_dir() / "gpu0-slot0.lock")
+    try:
+        got = gpu_slots.claim()
+    finally:
+        os.close(held_elsewhere)
+    assert calls == [1] and (got["gpu"], got["slot"], got["uuid"], got["source"]) == (1, 0, "GPU-1", "cuda")
+    assert gpu_slots.claim() == got and calls == [1]  # held: a second ask changes nothing

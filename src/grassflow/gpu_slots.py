@@ -89,26 +89,26 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
     """Take a slot (exclusive: every slot of one GPU) and make its GPU torch's current device;
     wait while none is free. None if there is no GPU to take a slot on. Held until exit."""
     if _held:
-        return _held["record"]
+        return current()
     pool = gpus()
     if not pool:
         return None
     k, d = runs_per_gpu(), runtime_dir()
+    # what may be taken together: one slot at a time, or all K of a GPU at once
+    choices = [(g, "all", range(k)) if exclusive else (g, s, [s]) for g in pool
+               for s in ([None] if exclusive else range(k))]
     while True:
-        for g in pool:
-            slots = range(k) if exclusive else None
-            if exclusive:
-                fds = [_try_lock(d / f"gpu{g['index']}-slot{s}.lock") for s in slots]
-                if all(fd is not None for fd in fds):
-                    return _hold(g, "all", k, fds)
-                for fd in fds:
-                    if fd is not None:
-                        os.close(fd)
-                continue
-            for s in range(k):
+        for g, slot, members in choices:
+            fds = []
+            for s in members:
                 fd = _try_lock(d / f"gpu{g['index']}-slot{s}.lock")
-                if fd is not None:
-                    return _hold(g, s, k, [fd])
+                if fd is None:
+                    break
+                fds.append(fd)
+            else:
+                return _hold(g, slot, k, fds)
+            for fd in fds:  # part of an exclusive set: give it back
+                os.close(fd)
         time.sleep(poll_s)
 
 
@@ -120,7 +120,7 @@ def _hold(g: dict, slot, k: int, fds: list[int]) -> dict:
     record = {"gpu": g["index"], "name": g["name"], "uuid": g["uuid"], "source": g["source"], "slot": slot,
               "runs_per_gpu": k, "pid": os.getpid(), "acquired_at": time.time()}
     _held.update(record=record, fds=fds)
-    return record
+    return current()
 
 
 def current() -> dict | None:
