@@ -37,14 +37,14 @@ include: "workflow/rules/preflight.smk"
 if LM:
 
     include: "workflow/rules/data.smk"
-    include: "workflow/rules/train.smk"
-    include: "workflow/rules/evaluate.smk"
     include: "workflow/rules/report.smk"
 
 
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
+include: "workflow/rules/runs.smk"
 include: "workflow/rules/estimates.smk"
+include: "workflow/rules/specs.smk"
 
 
 rule all:

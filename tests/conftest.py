@@ -85,3 +85,15 @@ def tokens(tmp_path_factory):
 def snli_tokens(tmp_path_factory):
     """Token files of tiny synthetic sentence pairs (SNLI)."""
     return make_snli_tokens(tmp_path_factory.mktemp("snli"))
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """The demo preset run once through Snakemake in a scratch copy of the repository, for every
+    tests/test_pipeline_*.py file; every job records the grassflow files it imported (imports/).
+    Tests that edit it restore what they edit."""
+    from pipeline import copy_repo, snakemake
+
+    work = copy_repo(tmp_path_factory.mktemp("repo"))
+    snakemake(work, env={"GRASSFLOW_RECORD_IMPORTS": str(work / "imports")})
+    return work

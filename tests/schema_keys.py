@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
+from grassflow.schema import load_schema
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -19,7 +19,7 @@ def _resolve(node: dict, schema: dict) -> dict:
 
 def keys(schema=None) -> dict[str, dict]:
     """{dotted key: its schema node}, under a preset; a map's keys read `<name>` (experiments.<name>)."""
-    schema = schema or yaml.safe_load(SCHEMA.read_text())
+    schema = schema or load_schema(SCHEMA)
     out, walked = {}, {}  # walked: $defs name -> the first path that spelled its keys out
 
     def walk(node, path):
@@ -66,7 +66,9 @@ def table() -> str:
     for key, node in keys().items():
         same = f"the keys of `{node['same_keys_as']}`" if node.get("same_keys_as") else ""
         desc = " ".join(str(node.get("description", "")).split()).replace("|", "\\|")
-        default = f"`{json.dumps(node['default'])}`" if "default" in node else ""
+        # a schema default, or a dataclass's (x-default: what from_dict fills in for a section it reads)
+        value = node.get("default", node.get("x-default", ...))
+        default = "" if value is ... else f"`{json.dumps(value, ensure_ascii=False)}`"
         rows.append(f"| `{key}` | {_allowed(node) if not same else same} | {default} | {desc} |")
     return "\n".join(rows) + "\n"
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from grassflow.config import config_errors, runs, select_preset
+from grassflow.schema import load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -64,7 +65,7 @@ CASES = [
     ("model_overrides.grassmann", {"r": "eight"}, "config presets.demo.model_overrides.grassmann.r: 'eight' is not of type 'integer'"),
     # the SNLI part
     ("snli.head.window", 1, "config presets.demo.snli.head.window: 1 is less than the minimum of 2"),
-    ("snli.head.stride", 9, "head.stride ≤ head.window; got window 8, stride 9"),
+    ("snli.head.stride", 9, "head.stride must be ≤ head.window; got window 8, stride 9"),
     ("snli.head.d_proj", 15, "head.d_proj (15) must be a multiple of head.mix_heads (2)"),
     ("snli.head.pairs", "all", "config presets.demo.snli.head.pairs: 'all' is not one of ['bidirectional', 'causal']"),
     ("snli.heads", ["lstm"], "config presets.demo.snli.heads.0: 'lstm' is not one of ['transformer', 'grassmann']"),
@@ -141,13 +142,60 @@ def test_plucker_backends_are_one_list():
     from grassflow.ops.plucker.backends import BACKENDS
     from grassflow.snli.config import CHOICES
 
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = load_schema(SCHEMA)
     enums = [node["plucker_backend"]["enum"] for node in _walk(schema)
              if isinstance(node, dict) and isinstance(node.get("plucker_backend"), dict)]
     assert len(enums) == 2 and all(tuple(e) == PLUCKER_BACKENDS for e in enums)
     assert BACKENDS == CHOICES["plucker_backend"] == PLUCKER_BACKENDS
     with pytest.raises(ValueError, match="model.plucker_backend: 'cuda' is not one of"):
         ModelConfig(plucker_backend="cuda")
+
+
+def test_model_and_head_schemas_are_generated_from_their_dataclasses():
+    """One direction: the YAML names the dataclass, never its keys; the generated section holds
+    every field a preset may set, with the dataclass's enums, ranges and descriptions, and the
+    schema refuses what the dataclass refuses, naming the key."""
+    from dataclasses import fields
+
+    from grassflow.models.config import ModelConfig
+    from grassflow.snli.config import HeadConfig
+
+    raw, schema = yaml.safe_load(SCHEMA.read_text()), load_schema(SCHEMA)
+    for name, cls, exclude in (("model", ModelConfig, {"vocab_size", "context_len", "n_layers"}),
+                               ("snli_head", HeadConfig, set())):
+        assert set(raw["$defs"][name]) <= {"generated", "exclude"}
+        props = schema["$defs"][name]["properties"]
+        assert set(props) == {f.name for f in fields(cls)} - exclude
+        for key, allowed in cls.CHOICES.items():
+            assert props[key]["enum"] == list(allowed)
+        for f in fields(cls):
+            if f.name in props:
+                assert props[f.name]["x-default"] == (list(f.default) if isinstance(f.default, tuple) else f.default)
+    assert "4·d_model" in schema["$defs"]["model"]["properties"]["d_ff"]["description"]
+    assert "[u, v, |u−v|, u⊙v]" in schema["$defs"]["snli_head"]["properties"]["pair_input"]["description"]
+    for path, value, message in (("model.r", 1, "model.r: 1 is less than the minimum of 2"),
+                                 ("model.lags", [0], "model.lags.0: 0 is less than the minimum of 1"),
+                                 ("snli.head.window", 1, "snli.head.window: 1 is less than the minimum of 2"),
+                                 ("snli.head.dropout", 1.0, "snli.head.dropout: 1.0 is greater than or equal to")):
+        errors = config_errors(demo(setp(path, value)), SCHEMA)
+        assert any(message in e for e in errors), errors
+    with pytest.raises(ValueError, match=r"head.window must be ≥ 2, got 1"):
+        HeadConfig(window=1, stride=1)
+
+
+def test_defaults_are_filled_before_the_semantic_checks():
+    """The semantic checks and the run specs read every key: a preset that leaves the recall
+    model's sizes to the schema gets the schema's defaults in its specs."""
+    from grassflow.config import recall_runs
+
+    cfg = copy.deepcopy(BASE)
+    cfg["preset"] = "demo"
+    for key in ("n_layers", "ffn_mult"):
+        cfg["presets"]["demo"]["recall"].pop(key, None)
+    assert config_errors(cfg, SCHEMA) == []
+    specs = recall_runs(*select_preset(cfg))
+    assert specs and all(s["model"]["n_layers"] == 2 and s["model"]["d_ff"] == 4 * s["model"]["d_model"]
+                         for s in specs.values())
 
 
 def _walk(node):

@@ -188,3 +188,20 @@ def test_trained_tokenizer_is_identical_across_processes(tmp_path):
         subprocess.run([sys.executable, "-c", code, str(tmp_path / "train.parquet"), str(tmp_path / name)],
                        check=True)
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_a_spec_file_reads_as_its_json_and_a_bad_one_is_named(tmp_path):
+    """The rules pass sections as spec files (`--data results/<preset>/specs/data.json`): the
+    stage reads the file as it reads the JSON itself; a missing or malformed file is named
+    before any work, with the option it was given to."""
+    (tmp_path / "data.json").write_text(json.dumps(SYN))
+    from_file = _cli("download", "--data", "data.json", "--out-dir", "a", cwd=tmp_path)
+    inline = _cli("download", "--data", json.dumps(SYN), "--out-dir", "b", cwd=tmp_path)
+    assert from_file.returncode == inline.returncode == 0, from_file.stderr + inline.stderr
+    assert (tmp_path / "a/checksums.json").read_text() == (tmp_path / "b/checksums.json").read_text()
+    missing = _cli("download", "--data", "nowhere.json", "--out-dir", "c", cwd=tmp_path)
+    assert missing.returncode == 2 and "argument --data: nowhere.json: no such JSON file" in missing.stderr
+    (tmp_path / "broken.json").write_text('{"source": ')
+    broken = _cli("download", "--data", "broken.json", "--out-dir", "c", cwd=tmp_path)
+    assert broken.returncode == 2 and "argument --data: broken.json is not valid JSON" in broken.stderr
+    assert not (tmp_path / "c").exists()

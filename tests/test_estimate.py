@@ -1,6 +1,6 @@
 """Job estimates (grassflow.estimate): time limits and memory from a run's spec, the size of its
 data and the throughput table. Through SLURM (requested limits equal the estimates, one
-allocation per run, a retry at a longer limit) in test_pipeline.py."""
+allocation per run, a retry at a longer limit) in test_pipeline_cluster.py."""
 
 from __future__ import annotations
 

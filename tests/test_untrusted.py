@@ -2,7 +2,7 @@
 weights_only=True (a crafted pickle is refused, its code never runs), and compiled CPU kernels
 are loaded only from a private cache whose bytes match what was built. The pipeline-level
 checks (snakemake evaluate/aggregate and a resumed train over crafted files) are in
-test_pipeline.py."""
+test_pipeline_robustness.py."""
 
 from __future__ import annotations
 

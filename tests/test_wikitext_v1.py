@@ -1,7 +1,7 @@
 """Wikitext-2 v1 (the tokenized release: rare words read `<unk>`) as a dataset of its own: the
 `<unk>` mapping, the content hashes of ../shared's files, the presets built on `paper` and
 `laptop`, and what the tables may say about it. The DAG on the full splits is in
-test_pipeline.py (slow)."""
+test_pipeline_outputs.py (slow)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,10 @@ ROWS = [" = Valkyria <unk> = \n", "", " the <unk> of the <unk> , a <unk> . \n", 
 
 
 def _config() -> dict:
-    return yaml.safe_load((ROOT / "config.yaml").read_text())
+    """config.yaml as the pipeline reads it: bases resolved, the schema's defaults filled."""
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    assert config_errors(cfg, SCHEMA) == []
+    return cfg
 
 
 @pytest.fixture
@@ -87,7 +90,7 @@ def test_v1_presets_are_paper_and_laptop_on_v1():
         assert v1[key] == paper[key], key
     assert map_unk(v1) and not map_unk(paper)
     assert lap_v1["model"] == lap["model"] and lap_v1["seeds"] == [0] and "ablations" not in lap_v1
-    assert lap_v1["experiments"]["table1"]["epochs"] == 1 and "max_steps_per_epoch" not in lap_v1["train"]
+    assert lap_v1["experiments"]["table1"]["epochs"] == 1 and lap_v1["train"]["max_steps_per_epoch"] is None
     assert not config_errors({**copy.deepcopy(cfg), "preset": "paper_v1"}, SCHEMA)
 
 

@@ -13,10 +13,30 @@ import sys
 from pathlib import Path
 
 
+def json_arg(value: str):
+    """A JSON argument: the path of a JSON file (what the rules pass: a job's spec file, so its
+    command line can be pasted to rerun it), or the JSON itself (`{...}`, `[...]`, `null`)."""
+    text = value.strip()
+    if text[:1] in ("{", "[") or text == "null":
+        source = "the argument"
+    else:
+        source, path = value, Path(value)
+        if not path.is_file():
+            raise argparse.ArgumentTypeError(f"{value}: no such JSON file (and not JSON)")
+        text = path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{source} is not valid JSON: {e}") from None
+
+
+JSON = "a JSON file, or JSON"
+
+
 def _download_splits(download, a):
     from grassflow.io import write_json
 
-    cfg = json.loads(a.data)
+    cfg = a.data
     records = {split: download(cfg, split, Path(a.out_dir) / f"{split}.parquet") for split in a.splits}
     write_json(Path(a.out_dir) / "checksums.json", records)
 
@@ -36,7 +56,7 @@ def _train_tokenizer(a):
 def _tokenize(a):
     from grassflow.lm.tokenize import tokenize_split
 
-    cfg = json.loads(a.tokenizer)
+    cfg = a.tokenizer
     for raw in a.raw:
         cut = a.eval_max_tokens if Path(raw).stem in ("validation", "test") else None
         meta = tokenize_split(cfg, raw, Path(a.out_dir) / Path(raw).name, a.artifact, max_tokens=cut)
@@ -46,7 +66,7 @@ def _tokenize(a):
 def _train(a):
     from grassflow.lm.train import train
 
-    train(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight, execution=_execution(a))
+    train(a.spec, a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight, execution=_execution(a))
 
 
 def _unigram(a):
@@ -64,7 +84,7 @@ def _evaluate(a):
 def _aggregate(a):
     from grassflow.report.aggregate import aggregate
 
-    aggregate(json.loads(a.preset), a.preset_name, a.experiment, a.runs, a.out_dir, a.unigram, a.checksums,
+    aggregate(a.preset, a.preset_name, a.experiment, a.runs, a.out_dir, a.unigram, a.checksums,
               a.published)
 
 
@@ -88,7 +108,7 @@ def _summary(a):
 def _ablations(a):
     from grassflow.report.ablations import aggregate_ablations
 
-    aggregate_ablations(json.loads(a.preset), a.preset_name, json.loads(a.grid), a.runs_dir, a.unigram,
+    aggregate_ablations(a.preset, a.preset_name, a.grid, a.runs_dir, a.unigram,
                         a.checksums, a.published, a.out_dir)
 
 
@@ -119,7 +139,7 @@ def _snli_train_tokenizer(a):
 def _snli_tokenize(a):
     from grassflow.snli.data import tokenize_split
 
-    cfg = json.loads(a.tokenizer)
+    cfg = a.tokenizer
     for raw in a.raw:
         meta = tokenize_split(cfg, a.max_tokens, raw, Path(a.out_dir) / Path(raw).name, a.artifact)
         print(f"{Path(raw).stem}: {meta['n_pairs']} pairs, {meta['truncated_sentences']} sentences "
@@ -129,7 +149,7 @@ def _snli_tokenize(a):
 def _snli_train(a):
     from grassflow.snli.train import train_snli
 
-    train_snli(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, preflight=a.preflight,
+    train_snli(a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, preflight=a.preflight,
                execution=_execution(a))
 
 
@@ -142,25 +162,25 @@ def _snli_evaluate(a):
 def _fetch_tokenizer(a):
     from grassflow.data.tokenizers import fetch_tokenizer
 
-    fetch_tokenizer(json.loads(a.tokenizer), a.out)
+    fetch_tokenizer(a.tokenizer, a.out)
 
 
 def _snli_fetch_backbone(a):
     from grassflow.snli.backbone import fetch_backbone
 
-    fetch_backbone(json.loads(a.backbone), a.out_dir)
+    fetch_backbone(a.backbone, a.out_dir)
 
 
 def _snli_aggregate(a):
     from grassflow.report.snli import aggregate_snli
 
-    aggregate_snli(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
+    aggregate_snli(a.preset, a.preset_name, a.runs, a.out_dir)
 
 
 def _recall_data(a):
     from grassflow.recall.data import make_splits
 
-    sizes = json.loads(a.examples)
+    sizes = a.examples
     meta = make_splits(a.vocab, a.seq_len, a.kv, sizes, a.seed, a.out_dir)
     print(f"L={a.seq_len} kv={a.kv}: " + ", ".join(f"{s} {m['n_examples']} examples" for s, m in meta.items()),
           file=sys.stderr)
@@ -169,7 +189,7 @@ def _recall_data(a):
 def _recall_train(a):
     from grassflow.recall.train import train_recall
 
-    train_recall(json.loads(a.spec), a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight,
+    train_recall(a.spec, a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight,
                  execution=_execution(a))
 
 
@@ -182,13 +202,13 @@ def _recall_evaluate(a):
 def _recall_aggregate(a):
     from grassflow.report.recall import aggregate_recall
 
-    aggregate_recall(json.loads(a.preset), a.preset_name, a.runs, a.out_dir)
+    aggregate_recall(a.preset, a.preset_name, a.runs, a.out_dir)
 
 
 def _recall_data_args(p):
     for k in ("vocab", "seq-len", "kv", "seed"):
         p.add_argument(f"--{k}", type=int, required=True)
-    p.add_argument("--examples", required=True, help='{"train": n, "validation": n, "test": n}, as JSON')
+    p.add_argument("--examples", required=True, type=json_arg, help='{"train": n, "validation": n, "test": n}: ' + JSON)
     p.add_argument("--out-dir", required=True)
 
 
@@ -206,7 +226,7 @@ def _preflight_args(p):
 
 
 def _data_args(p):
-    p.add_argument("--data", required=True, help="the preset's data section (snli.data for SNLI), as JSON")
+    p.add_argument("--data", required=True, type=json_arg, help="the preset's data section (snli.data for SNLI): " + JSON)
     p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
     p.add_argument("--out-dir", required=True)
 
@@ -218,7 +238,7 @@ def _tokenizer_training_args(p):
 
 
 def _tokenize_args(p):
-    p.add_argument("--tokenizer", required=True, help="the preset's tokenizer section, as JSON")
+    p.add_argument("--tokenizer", required=True, type=json_arg, help="the preset's tokenizer section: " + JSON)
     p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")
     p.add_argument("--raw", nargs="+", required=True)
     p.add_argument("--out-dir", required=True)
@@ -227,11 +247,11 @@ def _tokenize_args(p):
 def _estimates(a):
     from grassflow.plan import estimates_report
 
-    estimates_report(json.loads(a.preset), a.preset_name, json.loads(a.estimate), a.results, a.out)
+    estimates_report(a.preset, a.preset_name, a.estimate, a.results, a.out)
 
 
 def _train_args(p):
-    p.add_argument("--spec", required=True, help="run spec as JSON")
+    p.add_argument("--spec", required=True, type=json_arg, help="the run's spec: " + JSON)
     for k in ("train-tokens", "val-tokens", "out-dir"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
@@ -251,7 +271,7 @@ def _evaluate_args(p):
 
 
 def _aggregate_args(p):
-    p.add_argument("--preset", required=True, help="the preset, as JSON")
+    p.add_argument("--preset", required=True, type=json_arg, help="the preset: " + JSON)
     p.add_argument("--preset-name", required=True)
     p.add_argument("--runs", nargs="+", required=True, help="run directories")
     p.add_argument("--out-dir", required=True)
@@ -265,7 +285,7 @@ def _backbone_dir_arg(p):
 COMMANDS = [
     ("download", "raw splits to parquet", _download, [_data_args]),
     ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", _fetch_tokenizer,
-     [lambda p: p.add_argument("--tokenizer", required=True, help="a tokenizer section, as JSON"),
+     [lambda p: p.add_argument("--tokenizer", required=True, type=json_arg, help="a tokenizer section: " + JSON),
       lambda p: p.add_argument("--out", required=True)]),
     ("train-tokenizer", "train a WordPiece tokenizer on the train split", _train_tokenizer, [_tokenizer_training_args]),
     ("tokenize", "raw parquet files to token parquet files", _tokenize,
@@ -288,14 +308,15 @@ COMMANDS = [
                  p.add_argument("--out-dir", required=True)]]),
     ("ablations", "the ablation table and figure of a preset", _ablations,
      [_baseline_args,
-      lambda p: [p.add_argument(f"--{k}", required=True) for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),
+      lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "grid") else str)
+                 for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),
     ("snli-download", "SNLI pairs to parquet (label −1 dropped)", _snli_download, [_data_args]),
     ("snli-train-tokenizer", "WordPiece tokenizer (with [CLS], [SEP]) from SNLI train", _snli_train_tokenizer,
      [_tokenizer_training_args]),
     ("snli-tokenize", "SNLI pairs to token-id parquet files", _snli_tokenize,
      [_tokenize_args, lambda p: p.add_argument("--max-tokens", type=int, required=True)]),
     ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", _snli_fetch_backbone,
-     [lambda p: p.add_argument("--backbone", required=True, help="the snli.backbone section, as JSON"),
+     [lambda p: p.add_argument("--backbone", required=True, type=json_arg, help="the snli.backbone section: " + JSON),
       lambda p: p.add_argument("--out-dir", required=True)]),
     ("snli-train", "train one SNLI run from its spec", _snli_train, [_train_args, _backbone_dir_arg]),
     ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate,
@@ -310,7 +331,7 @@ COMMANDS = [
     ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", _estimates,
-     [lambda p: [p.add_argument(f"--{k}", required=True)
+     [lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "estimate") else str)
                  for k in ("preset", "preset-name", "estimate", "results", "out")]]),
 ]
 

@@ -11,9 +11,9 @@ import copy
 import hashlib
 import json
 import sys
-from pathlib import Path
 
 from grassflow.models.config import ModelConfig
+from grassflow.schema import fill_defaults, load_schema
 
 
 class ConfigError(ValueError):
@@ -27,9 +27,8 @@ def _key(path) -> str:
 def schema_errors(config: dict, schema_path) -> list[str]:
     """Every schema violation as one line naming the key, the value and what is allowed."""
     import jsonschema
-    import yaml
 
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_schema(schema_path)
     lines = []
     for err in sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.path)):
         msg = err.message
@@ -75,7 +74,7 @@ def deep_merge(into: dict, over: dict) -> dict:
 
 
 def config_errors(config: dict, schema_path) -> list[str]:
-    """Schema errors, then the semantic checks of the selected preset."""
+    """Schema errors, then (the schema's defaults filled in) the semantic checks of the selected preset."""
     try:
         resolve_bases(config)
     except ConfigError as e:
@@ -83,6 +82,7 @@ def config_errors(config: dict, schema_path) -> list[str]:
     errors = schema_errors(config, schema_path)
     if errors:
         return errors
+    fill_defaults(config, load_schema(schema_path))  # before the semantic checks: they read every key
     try:
         name, preset = select_preset(config)
         check_preset(name, preset)
@@ -93,13 +93,10 @@ def config_errors(config: dict, schema_path) -> list[str]:
 
 def validate_or_exit(config: dict, schema_path) -> None:
     """For the Snakefile: check everything before any job is planned; on failure print one
-    `error:` line per problem (no traceback) and exit 1. Fills the schema's defaults."""
+    `error:` line per problem (no traceback) and exit 1. Fills the schema's defaults (in place)."""
     errors = config_errors(config, schema_path)
     if errors:
         sys.exit("\n".join(f"error: {e}" for e in errors))
-    from snakemake.utils import validate
-
-    validate(config, str(schema_path))  # sets the defaults the schema declares
 
 
 def select_preset(config: dict) -> tuple[str, dict]:
@@ -204,7 +201,7 @@ V1_NAMES = ("wikitext-2-v1",)  # releases whose rare words read `<unk>` (the tok
 
 def map_unk(p: dict) -> bool:
     """tokenizer.map_unk resolved: auto maps `<unk>` for the tokenized releases (data.name)."""
-    setting = p["tokenizer"].get("map_unk", "auto")
+    setting = p["tokenizer"]["map_unk"]
     return p["data"].get("name") in V1_NAMES if setting == "auto" else bool(setting)
 
 
@@ -306,7 +303,7 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
     out = {}
     for exp, e in s["experiments"].items():
         for kind in s["heads"]:
-            head = {**s.get("head", {}), **(s.get("head_overrides") or {}).get(kind, {})}
+            head = {**s["head"], **s["head_overrides"].get(kind, {})}
             for k in GRASSMANN_HEAD_KEYS if kind == "transformer" else ("n_heads",):
                 head.pop(k, None)
             features = {"kind": e["features"]}
@@ -351,10 +348,8 @@ def recall_runs(name: str, p: dict) -> dict[str, dict]:
         for d in r["d_models"]:
             for mname, m in r["models"].items():
                 kind = m["kind"]
-                # (.get: the semantic checks run before the schema's defaults are filled in)
-                model = {**r.get("model", {}), **(m.get("switches") or {}), "d_model": d,
-                         "d_ff": r.get("ffn_mult", 4) * d, "n_layers": r.get("n_layers", 2),
-                         "context_len": cell["seq_len"]}
+                model = {**r["model"], **(m.get("switches") or {}), "d_model": d,
+                         "d_ff": r["ffn_mult"] * d, "n_layers": r["n_layers"], "context_len": cell["seq_len"]}
                 if m.get("geometric_lags"):
                     model["lags"] = geometric_lags(cell["seq_len"])
                 for k in GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",):

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from grassflow.models.config import ModelConfig
+from grassflow.snli.config import HeadConfig
+
 ROOT = Path(__file__).resolve().parents[2]
 THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
 DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
@@ -127,9 +130,8 @@ def device_kind(spec: dict, settings: dict) -> tuple[str, int]:
 
 # --- jobs ---------------------------------------------------------------------------------------
 def _lm_model(spec: dict, vocab: int, L: int | None = None) -> tuple:
-    m = spec["model"]
-    return (spec["model_kind"], m.get("n_layers", 6), m.get("d_model", 256), m.get("d_ff", 4 * m.get("d_model", 256)),
-            L or m.get("context_len", 128), vocab, m.get("r", 32), m.get("ffn", True))
+    m = ModelConfig.from_dict(spec["model"])  # the defaults the model will run with
+    return (spec["model_kind"], m.n_layers, m.d_model, m.d_ff, L or m.context_len, vocab, m.r, m.ffn)
 
 
 def _memory(settings, params: int, items_host: int, activations: float) -> int:
@@ -193,9 +195,8 @@ def recall_evaluate(spec: dict, examples: dict, vocab: int, settings: dict) -> E
 def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) -> Estimate:
     """Pairs × tokens through the frozen backbone (forward) and the head (forward + backward)."""
     dev, threads = device_kind(spec, settings)
-    h = spec["head"]
-    d = h.get("d_model", 256)
-    head = train_flops_per_token("transformer", h.get("n_layers", 2), d, h.get("d_ff", 2 * d), 48, 0)
+    h = HeadConfig.from_dict(spec["head"])
+    head = train_flops_per_token("transformer", h.n_layers, h.d_model, h.d_ff, 48, 0)
     backbone = 0
     if spec["features"]["kind"] == "backbone":
         rand = spec["backbone"].get("random")
@@ -218,7 +219,6 @@ def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) 
 
 # --- a pipeline job's estimate, from its rule and spec -------------------------------------------------
 TOKENIZER_VOCAB = {"bert-base-uncased": 30522, "gpt2": 50257}
-TRAIN_RULES = {"train", "snli_train", "recall_train"}
 
 
 def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
@@ -237,26 +237,23 @@ def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
     return sizes, vocab, source
 
 
+def snli_sizes(part: dict, files: dict | None) -> tuple[dict, str]:
+    """({split: pairs}, where from) of an SNLI part."""
+    name = "synthetic" if part["data"]["source"] == "synthetic" else part["data"].get("name", "")
+    return split_sizes("snli", name, part["tokenizer"]["name"], files)
+
+
 def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
                  files: dict | None = None) -> Estimate:
-    """The estimate of one job of `rule` (train, evaluate, snli_*, recall_*) for its run's spec;
-    `settings`: the config's `estimate` section; `files`: the job's token files by split (their
-    counts are exact once they exist)."""
-    part = {"snli": preset.get("snli"), "recall": preset.get("recall")}.get(rule.split("_")[0], preset)
-    threads = (part.get("train") or {}).get("threads", 1)  # an execution key: not in the spec
-    spec = {**spec, "train": {**spec["train"], "threads": threads}}
-    if rule in ("train", "evaluate"):
-        sizes, vocab, source = lm_sizes(preset, files)
-        est = (lm_train if rule == "train" else lm_evaluate)(spec, sizes, vocab, settings)
-    elif rule in ("snli_train", "snli_evaluate"):
-        s = preset["snli"]
-        name = "synthetic" if s["data"]["source"] == "synthetic" else s["data"].get("name", "")
-        pairs, source = split_sizes("snli", name, s["tokenizer"]["name"], files)
-        est = snli_train(spec, pairs, settings, evaluate=rule == "snli_evaluate")
-    elif rule in ("recall_train", "recall_evaluate"):
-        r = preset["recall"]
-        examples, source = dict(r["data"]["examples"]), "config (recall.data.examples)"
-        est = (recall_train if rule == "recall_train" else recall_evaluate)(spec, examples, r["data"]["vocab"], settings)
-    else:
+    """The estimate of one job of `rule` (a run's train or evaluate job of any task:
+    grassflow.tasks.RUN_RULES) for its run's spec; `settings`: the config's `estimate` section;
+    `files`: the job's token files by split (their counts are exact once they exist)."""
+    from grassflow.tasks import RUN_RULES
+
+    if rule not in RUN_RULES:
         raise ValueError(f"no estimate for rule {rule!r}")
+    task, stage = RUN_RULES[rule]
+    part = preset if task.part_key is None else preset[task.part_key]
+    threads = (part.get("train") or {}).get("threads", 1)  # an execution key: not in the spec
+    est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
     return Estimate(est.seconds + STARTUP_S, est.items, est.mem_mb, f"{est.basis}; data: {source}")

@@ -21,9 +21,7 @@ from pathlib import Path
 import yaml
 
 from grassflow.estimate import job_estimate
-
-RUN_WILDCARD = {"train": "run", "evaluate": "run", "snli_train": "snli_run", "snli_evaluate": "snli_run",
-                "recall_train": "recall_run", "recall_evaluate": "recall_run"}
+from grassflow.tasks import RUN_RULES, TASKS
 
 
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
@@ -99,11 +97,11 @@ def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
 
 def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
          measured=False) -> list[dict]:
-    from grassflow.config import recall_runs, runs, select_preset, snli_runs
+    from grassflow.config import select_preset
 
     config = load_config(project, configfiles, preset)
     name, P = select_preset(config)
-    specs = {"run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
+    specs = {t.wildcard: t.specs(name, P) for t in TASKS.values()}
     settings = config.get("estimate") or {}
     by_rule, default = cluster_resources(profile)
     local = local_rules(project)
@@ -112,16 +110,16 @@ def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, 
         rule = job["rule"]
         res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
         row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "limit_hours": 0.0,
-                                     "max_mem_mb": 0, "items": 0, "estimated": rule in RUN_WILDCARD,
+                                     "max_mem_mb": 0, "items": 0, "estimated": rule in RUN_RULES,
                                      "partition": "login node (local)" if rule in local else res.get("slurm_partition")})
         row["jobs"] += 1
         if rule not in local:
             row["limit_hours"] += int(res.get("runtime", 0)) / 60
             row["max_mem_mb"] = max(row["max_mem_mb"], int(res.get("mem_mb", 0)))
-        if rule in RUN_WILDCARD:
-            wc = RUN_WILDCARD[rule]
-            spec = specs[wc][job["wildcards"][wc]]
-            est = job_estimate(rule, spec, P, settings, _files(project, name, P, rule))
+        if rule in RUN_RULES:
+            task = RUN_RULES[rule][0]
+            spec = specs[task.wildcard][job["wildcards"][task.wildcard]]
+            est = job_estimate(rule, spec, P, settings, task.files(project / "results" / name, P))
             row["est_hours"] += est.seconds / 3600
             row["items"] += est.items
     out = list(rows.values())
@@ -130,16 +128,6 @@ def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, 
         for row in out:
             row["measured_hours"] = sum(wall.get(row["rule"], [])) / 3600 if row["rule"] in wall else None
     return out
-
-
-def _files(project, name, P, rule):
-    if rule in ("train", "evaluate"):
-        d = project / "results" / name / "data" / "tokens" / P["tokenizer"]["name"]
-    elif rule.startswith("snli"):
-        d = project / "results" / name / "snli" / "data" / "tokens" / P["snli"]["tokenizer"]["name"]
-    else:
-        return None
-    return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
 
 
 def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
@@ -197,30 +185,20 @@ def main(argv=None) -> int:
 
 
 # --- after a run: the estimates beside the measured wall times (rule `estimates`) -------------------
-BENCH_DIRS = {"train": "train", "evaluate": "evaluate", "snli_train": "snli/train", "snli_evaluate": "snli/evaluate",
-              "recall_train": "recall/train", "recall_evaluate": "recall/evaluate"}
-
-
 def estimates_report(preset: dict, name: str, settings: dict, results, out_md) -> list[dict]:
     """Every training and evaluation job's estimate, requested limit and memory beside its
     measured wall time; per rule the totals and the ratio measured / estimated."""
     import pandas as pd
 
-    from grassflow.config import recall_runs, runs, snli_runs
     from grassflow.io import write_text
 
     results = Path(results)
-    specs = {"run": runs(name, preset) if preset.get("experiments") else {},
-             "snli_run": snli_runs(name, preset), "recall_run": recall_runs(name, preset)}
     rows = []
-    for rule, wc in RUN_WILDCARD.items():
-        if not specs[wc]:  # the preset has no such part
-            continue
-        files = _files(results.parent.parent, name, preset, rule)
-        for run_id, spec in specs[wc].items():
+    for rule, (task, stage) in RUN_RULES.items():
+        files = task.files(results, preset)
+        for run_id, spec in task.specs(name, preset).items():  # none where the preset has no such part
             est = job_estimate(rule, spec, preset, settings, files)
-            tsv = results / "benchmarks" / BENCH_DIRS[rule] / f"{run_id}.tsv"
-            measured = benchmark_seconds(tsv)
+            measured = benchmark_seconds(task.bench_file(results, stage, run_id))
             rows.append({"rule": rule, "run": run_id, "estimate_s": round(est.seconds, 1),
                          "limit_min": est.minutes(settings), "mem_mb": est.request_mb(), "measured_s": measured,
                          "measured_over_estimate": round(measured / est.seconds, 2) if measured and est.seconds else None,

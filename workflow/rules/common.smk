@@ -3,28 +3,20 @@
 import functools
 import json
 import re
-import shlex
 from pathlib import Path
 
-from grassflow.config import (
-    ablation_runs,
-    exec_resources,
-    main_run_ids,
-    recall_cell,
-    recall_runs,
-    run_train,
-    runs,
-    select_preset,
-    snli_runs,
-    tokenizer_spec,
-)
+from grassflow.config import ablation_runs, exec_resources, main_run_ids, recall_cell, run_train, select_preset, tokenizer_spec
 from grassflow.staleness import command_files, fingerprint, kind_code
+from grassflow.tasks import RUN_RULES, STAGES, TASKS
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
 # The language-modelling part (Tables 1-2, ablations), when the preset has one: a preset may
 # hold only SNLI or only recall.
 LM = bool(P.get("experiments"))
-RUNS = runs(PRESET, P)  # the main tables' runs, then the ablation grid's (each trained once)
+# {task: {run_id: spec}} of every task the preset has (grassflow.tasks): one job of each stage per run
+TASK_RUNS = {t.name: t.specs(PRESET, P) for t in TASKS.values()}
+PARTS = [t.part(P) for t in TASKS.values() if t.part(P)]  # the preset's parts: the LM's, SNLI's, recall's
+RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
 EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}  # a table's runs
@@ -47,7 +39,7 @@ GF = "python -m grassflow"
 
 # The SNLI part (paper Table 3), when the preset has one: its own data, runs and tables.
 SNLI = P.get("snli")
-SNLI_RUNS = snli_runs(PRESET, P)
+SNLI_RUNS = TASK_RUNS["snli"]
 SNLI_RES = f"{RES}/snli"
 SNLI_RAW = f"{SNLI_RES}/data/raw"
 SNLI_TOKENIZER = SNLI["tokenizer"]["name"] if SNLI else None
@@ -57,7 +49,7 @@ SNLI_RUN_DIR = f"{SNLI_RES}/runs/{{snli_run}}"
 # Multi-query associative recall, when the preset has a `recall` part: one data job per
 # (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed.
 RECALL = P.get("recall")
-RECALL_RUNS = recall_runs(PRESET, P)
+RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_CELLS = {recall_cell(c): c for c in RECALL["cells"]} if RECALL else {}
 RECALL_RES = f"{RES}/recall"
 RECALL_DATA = f"{RECALL_RES}/data/{{recall_cell}}"
@@ -69,28 +61,24 @@ RECALL_RUN_DIR = f"{RECALL_RES}/runs/{{recall_run}}"
 ESTIMATE = config.get("estimate") or {}
 
 
-def estimated(rule, run_of, files=None):
-    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for `rule`."""
+def estimated(rule):
+    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`."""
     from grassflow.estimate import job_estimate
 
+    task = RUN_RULES[rule][0]
+
     def est(wc):
-        spec = run_of(wc)
-        return job_estimate(rule, spec, P, ESTIMATE, files(spec) if files else None)
+        spec = TASK_RUNS[task.name][getattr(wc, task.wildcard)]
+        return job_estimate(rule, spec, P, ESTIMATE, task.files(RES, P))
 
     return {"runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
             "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt)}
 
 
-LM_FILES = lambda spec: {s: f"{TOKENS}/{s}.parquet" for s in SPLITS}  # noqa: E731
-SNLI_FILES = lambda spec: {s: f"{SNLI_TOKENS}/{s}.parquet" for s in SPLITS}  # noqa: E731
-
-
 # How each task's training jobs run, not what they compute (train.compile, compile_mode): handed
 # to the jobs as resources, which are not rerun triggers (params are), so changing them reruns
 # nothing, as train.threads; a profile may set them per rule (set-resources).
-LM_EXEC = exec_resources(P["train"]) if LM else {}
-SNLI_EXEC = exec_resources(SNLI["train"]) if SNLI else {}
-RECALL_EXEC = exec_resources(RECALL["train"]) if RECALL else {}
+EXEC = {t.name: exec_resources(t.part(P)["train"]) if t.part(P) else {} for t in TASKS.values()}
 
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
 # node, the only one with internet): tokenizers named but not given a local `path`, and a
@@ -102,11 +90,9 @@ SNLI_BACKBONE_DIR = (f"{SNLI_RES}/backbone/{_BACKBONE['name']}"
                      if _BACKBONE and not _BACKBONE.get("random") and not _BACKBONE.get("path") else None)
 
 wildcard_constraints:
-    run="|".join(RUNS),
+    **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
     exp="|".join(map(re.escape, EXPERIMENTS)) or "(?!)",
     tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
-    snli_run="|".join(SNLI_RUNS) or "(?!)",
-    recall_run="|".join(map(re.escape, RECALL_RUNS)) or "(?!)",
     recall_cell="|".join(map(re.escape, RECALL_CELLS)) or "(?!)",
     split="|".join(SPLITS),
     pf_device="auto|cpu|cuda",
@@ -125,8 +111,25 @@ def code_of(command, *kinds):
     return fingerprint(command_files(command, kinds), Path(workflow.basedir))
 
 
-def quoted_json(obj):
-    return shlex.quote(json.dumps(obj, sort_keys=True))
+# --- specs -------------------------------------------------------------------------------------
+# What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
+# table reads), as a small JSON file that the local rule `spec` (specs.smk) writes when its
+# content changes: a job's command line stays short and can be pasted to rerun the job by hand,
+# and the job reruns when its spec file is rewritten, as it did when the JSON was its param.
+SPECS = {}  # name → canonical JSON; every name registered at parse time
+
+
+def spec(name, obj):
+    """The file of spec `name`, holding `obj`."""
+    SPECS[name] = json.dumps(obj, sort_keys=True, indent=1)
+    return f"{RES}/specs/{name}.json"
+
+
+def specs(name, objs, wildcard):
+    """The file pattern of one spec per key of `objs` (`<name>/<key>.json`), keyed by `wildcard`."""
+    for key, obj in objs.items():
+        spec(f"{name}/{key}", obj)
+    return f"{RES}/specs/{name}/{{{wildcard}}}.json"
 
 
 # --- preflight ---------------------------------------------------------------------------
@@ -139,29 +142,24 @@ def quoted_json(obj):
 # jobs' own rerun reasons (changed params), so they would silently stay stale.
 # the preflight's threads: those of the preset's training jobs (the LM's, else SNLI's or recall's)
 # K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run
-RUNS_PER_GPU = next(part["train"]["runs_per_gpu"] for part in (P if LM else None, SNLI, RECALL) if part)
-PREFLIGHT_THREADS = next(part["train"]["threads"] for part in (P if LM else None, SNLI, RECALL) if part)
+RUNS_PER_GPU = PARTS[0]["train"]["runs_per_gpu"]
+PREFLIGHT_THREADS = PARTS[0]["train"]["threads"]
 
 
 def preflight_file(device, backend="auto"):
     return f"{RES}/preflight/{device}_{backend}.json"
 
 
-def _preflight_of(spec, kind_key, cfg_key):
-    backend = spec[cfg_key].get("plucker_backend", "auto") if spec[kind_key] == "grassmann" else "auto"
-    return preflight_file(spec["train"]["device"], backend)
+def run_preflight(task_name):
+    """The preflight a run's jobs of this task depend on: its device's, with a Grassmann run's op backend."""
+    task = TASKS[task_name]
 
+    def of(wc):
+        spec = TASK_RUNS[task_name][getattr(wc, task.wildcard)]
+        grassmann = spec[task.kind_key] == "grassmann"
+        return preflight_file(spec["train"]["device"], spec[task.config_key].get("plucker_backend", "auto") if grassmann else "auto")
 
-def lm_preflight(wc):
-    return _preflight_of(RUNS[wc.run], "model_kind", "model")
-
-
-def snli_preflight(wc):
-    return _preflight_of(SNLI_RUNS[wc.snli_run], "head_kind", "head")
-
-
-def recall_preflight(wc):
-    return _preflight_of(RECALL_RUNS[wc.recall_run], "model_kind", "model")
+    return of
 
 
 # --- file names ----------------------------------------------------------------------------
@@ -207,10 +205,6 @@ def snli_backbone_input(wc):
     return [SNLI_BACKBONE_DIR] if uses and SNLI_BACKBONE_DIR else []
 
 
-def snli_backbone_arg(wc):
-    return " ".join(f"--backbone-dir {d}" for d in snli_backbone_input(wc))
-
-
 def snli_run_outputs(name):
     return [f"{SNLI_RES}/runs/{run}/{name}" for run in SNLI_RUNS]
 
@@ -238,12 +232,7 @@ def recall_outputs():
 
 def estimate_benchmarks():
     """The benchmark file (wall time) of every training and evaluation job, of every task."""
-    out = []
-    for rule, run_ids in (("train", RUNS if LM else {}), ("evaluate", RUNS if LM else {}),
-                          ("snli/train", SNLI_RUNS), ("snli/evaluate", SNLI_RUNS),
-                          ("recall/train", RECALL_RUNS), ("recall/evaluate", RECALL_RUNS)):
-        out += [f"{RES}/benchmarks/{rule}/{r}.tsv" for r in run_ids]
-    return out
+    return [str(t.bench_file(RES, stage, r)) for t in TASKS.values() for stage in STAGES for r in TASK_RUNS[t.name]]
 
 
 def final_outputs():

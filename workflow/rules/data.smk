@@ -6,13 +6,14 @@ localrules:
 
 
 rule download:
+    input:
+        data=spec("data", P["data"]),
     output:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
         checksums=f"{RAW}/checksums.json",
     params:
         gf=GF,
         out_dir=lambda wc, output: Path(output.checksums).parent,
-        data=quoted_json(P["data"]),
         code=code_of("download"),
     conda:
         "../../envs/data.yaml"
@@ -21,22 +22,23 @@ rule download:
     benchmark:
         f"{RES}/benchmarks/download.tsv"
     shell:
-        "{params.gf} download --data {params.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "{params.gf} download --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule fetch_tokenizer:
+    input:
+        tokenizer=specs("fetch_tokenizer", FETCH_TOKENIZERS, "tok_name"),
     output:
         fetched_tokenizer("{tok_name}"),
     params:
         gf=GF,
-        tokenizer=lambda wc: quoted_json(FETCH_TOKENIZERS[wc.tok_name]),
         code=code_of("fetch-tokenizer"),
     conda:
         "../../envs/data.yaml"
     log:
         f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
     shell:
-        "{params.gf} fetch-tokenizer --tokenizer {params.tokenizer} --out {output} > {log} 2>&1"
+        "{params.gf} fetch-tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
 
 
 rule train_tokenizer:
@@ -63,12 +65,12 @@ rule tokenize:
     input:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
         artifact=tokenizer_artifact(),
+        tokenizer=spec("tokenize", tokenizer_spec(P)),
     output:
         expand(f"{TOKENS}/{{split}}.parquet", split=SPLITS),
     params:
         gf=GF,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        tokenizer=quoted_json(tokenizer_spec(P)),
         artifact=" ".join(f"--artifact {a}" for a in tokenizer_artifact()),
         cut=f"--eval-max-tokens {P['data']['eval_max_tokens']}" if P["data"].get("eval_max_tokens") else "",
         code=code_of("tokenize"),
@@ -79,7 +81,7 @@ rule tokenize:
     benchmark:
         f"{RES}/benchmarks/tokenize.tsv"
     shell:
-        "{params.gf} tokenize --tokenizer {params.tokenizer} {params.artifact} {params.cut} "
+        "{params.gf} tokenize --tokenizer {input.tokenizer} {params.artifact} {params.cut} "
         "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 

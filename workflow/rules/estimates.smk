@@ -5,15 +5,15 @@
 
 rule estimates:
     input:
-        estimate_benchmarks(),
+        benchmarks=estimate_benchmarks(),
+        preset=spec("estimates/preset", {k: run_train(v) if k == "train" else v for k, v in P.items()}),
+        estimate=spec("estimates/estimate", ESTIMATE),
     output:
         md=report(f"{REPORT}/estimates.md", category="Summary", labels={"table": "estimates"}),
         csv=f"{REPORT}/estimates.csv",
     params:
         gf=GF,
         preset_name=PRESET,
-        preset=quoted_json({k: run_train(v) if k == "train" else v for k, v in P.items()}),
-        estimate=quoted_json(ESTIMATE),
         results=lambda wc, output: Path(output.md).parent.parent,
         code=code_of("estimates"),
     conda:
@@ -21,5 +21,5 @@ rule estimates:
     log:
         f"{RES}/logs/estimates.log",
     shell:
-        "{params.gf} estimates --preset {params.preset} --preset-name {params.preset_name} "
-        "--estimate {params.estimate} --results {params.results} --out {output.md} > {log} 2>&1"
+        "{params.gf} estimates --preset {input.preset} --preset-name {params.preset_name} "
+        "--estimate {input.estimate} --results {params.results} --out {output.md} > {log} 2>&1"

@@ -33,6 +33,11 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         evals=lambda wc: run_outputs("eval.json", EXP_RUNS[wc.exp]),
         records=lambda wc: run_outputs("run.json", EXP_RUNS[wc.exp]),
         metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
+        # this experiment only: the other tables', SNLI, ablation and recall edits (and
+        # train.threads) leave this table alone
+        preset=specs("aggregate", {exp: {**{k: run_train(v) if k == "train" else v for k, v in P.items()
+                                            if k not in ("snli", "ablations", "recall", "experiments")},
+                                         "experiments": {exp: P["experiments"][exp]}} for exp in EXPERIMENTS}, "exp"),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
@@ -45,11 +50,6 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         gf=GF,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.tables[0]).parent,
-        # this experiment only: the other tables', SNLI, ablation and recall edits (and
-        # train.threads) leave this table alone
-        preset=lambda wc: quoted_json({**{k: run_train(v) if k == "train" else v for k, v in P.items()
-                                          if k not in ("snli", "ablations", "recall", "experiments")},
-                                       "experiments": {wc.exp: P["experiments"][wc.exp]}}),
         runs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in EXP_RUNS[wc.exp]),
         code=code_of("aggregate"),
     conda:
@@ -59,7 +59,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
     benchmark:
         f"{RES}/benchmarks/aggregate/{{exp}}.tsv"
     shell:
-        "{params.gf} aggregate --preset {params.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
+        "{params.gf} aggregate --preset {input.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
         "--runs {params.runs} --unigram {input.unigram} --checksums {input.checksums} "
         "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 
@@ -108,6 +108,12 @@ if ABLATIONS:
             unigram=f"{TOKENS}/unigram.json",
             checksums=f"{RAW}/checksums.json",
             published=PUBLISHED,
+            # what the table reads of the preset: editing another experiment leaves it alone
+            preset=spec("ablations/preset", {**{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
+                                             "model_overrides": P.get("model_overrides") or {},
+                                             "train": run_train(P["train"]),
+                                             "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]}}),
+            grid=spec("ablations/grid", ABLATIONS),
         output:
             tables=[report(t, category="Ablations", labels={"table": Path(t).name})
                     for t in ablation_outputs() if not t.endswith(".png")],
@@ -118,18 +124,13 @@ if ABLATIONS:
             preset_name=PRESET,
             out_dir=lambda wc, output: Path(output.figure).parent,
             runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
-            # what the table reads of the preset: editing another experiment leaves it alone
-            preset=quoted_json({**{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
-                                "model_overrides": P.get("model_overrides") or {}, "train": run_train(P["train"]),
-                                "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]}}),
-            grid=quoted_json(ABLATIONS),
             code=code_of("ablations"),
         conda:
             "../../envs/report.yaml"
         log:
             f"{RES}/logs/ablation_aggregate.log",
         shell:
-            "{params.gf} ablations --preset {params.preset} --preset-name {params.preset_name} --grid {params.grid} "
+            "{params.gf} ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
             "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
             "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from grassflow.schema import check_fields
+
 NORMS = ("post", "pre")
 INITS = ("default", "small")
 LAG_SCHEDULES = ("all", "per_layer")
@@ -37,30 +39,24 @@ class ModelConfig:
     eps: float = 1e-6  # floor of ‖p‖ in p / max(‖p‖, eps)
     plucker_backend: str = "auto"  # reference | fast | cupy | kernel-cpu | fused-cpu | auto
 
+    # the enums and ranges of the fields: checked here, and the JSON schema's `model` section is
+    # generated from them (grassflow.schema)
+    CHOICES = {"norm": NORMS, "init": INITS, "lag_schedule": LAG_SCHEDULES, "empty_offsets": EMPTY_OFFSETS,
+               "plucker_backend": PLUCKER_BACKENDS}
+    BOUNDS = {**{k: {"minimum": 1} for k in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads",
+                                             "lags", "attention_window")},
+              "r": {"minimum": 2}, "dropout": {"minimum": 0, "exclusiveMaximum": 1}, "eps": {"exclusiveMinimum": 0}}
+
     def __post_init__(self):
         object.__setattr__(self, "lags", tuple(int(d) for d in self.lags))
-        for key, allowed in (("norm", NORMS), ("init", INITS), ("lag_schedule", LAG_SCHEDULES),
-                             ("empty_offsets", EMPTY_OFFSETS), ("plucker_backend", PLUCKER_BACKENDS)):
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"model.{key}: {getattr(self, key)!r} is not one of {allowed}")
-        for key in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"model.{key} must be ≥ 1, got {getattr(self, key)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
-        if self.r < 2:
-            raise ValueError(f"model.r must be ≥ 2, got {self.r}")
         if not self.lags:
             raise ValueError("model.lags must not be empty")
+        check_fields(self, "model")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
         for d in self.lags:
             if not 0 < d < self.context_len:
                 raise ValueError(f"model.lags: offset {d} must be in 1..context_len-1 ({self.context_len - 1})")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.attention_window is not None and self.attention_window < 1:
-            raise ValueError(f"model.attention_window must be ≥ 1 or null, got {self.attention_window}")
-        if self.eps <= 0:
-            raise ValueError(f"model.eps must be > 0, got {self.eps}")
 
     def layer_lags(self, i: int) -> tuple[int, ...]:
         if self.lag_schedule == "all":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from grassflow.models.config import PLUCKER_BACKENDS, from_known_keys
+from grassflow.schema import check_fields
 
 CHOICES = {
     "norm": ("post", "pre"),
@@ -42,26 +43,23 @@ class HeadConfig:
     #                            pooled vector | separate: each sentence alone, classifier on
     #                            [u, v, |u−v|, u⊙v]
 
+    # the enums and ranges of the fields: checked here, and the JSON schema's `snli_head`
+    # section is generated from them (grassflow.schema)
+    CHOICES = CHOICES
+    BOUNDS = {**{k: {"minimum": 1} for k in ("d_model", "d_ff", "n_layers", "n_heads", "mix_heads", "stride")},
+              "d_proj": {"minimum": 2}, "window": {"minimum": 2}, "dropout": {"minimum": 0, "exclusiveMaximum": 1},
+              "eps": {"exclusiveMinimum": 0}}
+
     def __post_init__(self):
-        for key, allowed in CHOICES.items():
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"head.{key}: {getattr(self, key)!r} is not one of {allowed}")
-        for key in ("d_model", "d_ff", "n_layers", "n_heads", "d_proj", "mix_heads", "stride"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"head.{key} must be ≥ 1, got {getattr(self, key)}")
+        check_fields(self, "head")
         for key in ("n_heads", "mix_heads"):
             if self.d_model % getattr(self, key):
                 raise ValueError(f"head.{key} ({getattr(self, key)}) must divide head.d_model ({self.d_model})")
         if self.d_proj % self.mix_heads or self.d_proj // self.mix_heads < 2:
             raise ValueError(f"head.d_proj ({self.d_proj}) must be a multiple of head.mix_heads "
                              f"({self.mix_heads}) with at least 2 dimensions per head")
-        if self.window < 2 or self.stride > self.window:
-            raise ValueError(f"head.window must be ≥ 2 and head.stride ≤ head.window; got window "
-                             f"{self.window}, stride {self.stride}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"head.dropout must be in [0, 1), got {self.dropout}")
-        if self.eps <= 0:
-            raise ValueError(f"head.eps must be > 0, got {self.eps}")
+        if self.stride > self.window:
+            raise ValueError(f"head.stride must be ≤ head.window; got window {self.window}, stride {self.stride}")
 
     @property
     def r(self) -> int:

@@ -1,0 +1,128 @@
+"""The typed configs are the one source of their keys' enums, ranges and defaults: the JSON
+schema's `model` and `snli_head` sections are generated from the dataclasses (ModelConfig,
+HeadConfig), and the dataclasses check themselves with the same tables.
+
+A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema
+bounds: minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment
+after a field is its description. `load_schema` reads workflow/schemas/config.schema.yaml and
+puts each generated section where the YAML says `{generated: <module>:<class>}`.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import inspect
+import textwrap
+import types
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
+
+
+def _type_schema(hint) -> dict:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [_type_schema(a) for a in args if a is not type(None)]
+        return {"type": [inner[0]["type"], "null"]} if type(None) in args else inner[0]
+    if origin in (tuple, list):
+        return {"type": "array", "items": {"type": _TYPES[args[0]]}}
+    return {"type": _TYPES[hint]}
+
+
+def _comments(cls) -> dict[str, str]:
+    """{field: the comment after it}, with the comment lines that continue it (`#   ...`)."""
+    lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
+    out, current = {}, None
+    for node in ast.parse("\n".join(lines)).body[0].body:
+        if isinstance(node, ast.AnnAssign):
+            current = node.target.id
+            line = lines[node.lineno - 1]
+            if "#" in line:
+                out[current] = line.split("#", 1)[1].strip()
+                for more in lines[node.end_lineno:]:
+                    if not more.strip().startswith("#") or more.strip().startswith("# ---"):
+                        break
+                    out[current] += " " + more.strip().lstrip("#").strip()
+    return out
+
+
+def dataclass_schema(cls, exclude=()) -> dict:
+    """The JSON schema of a preset section that `cls.from_dict` reads: a property per field
+    (less `exclude`, set elsewhere in the preset), its type, enum, bounds and description."""
+    hints, notes = typing.get_type_hints(cls), _comments(cls)
+    props = {}
+    for f in fields(cls):
+        if f.name in exclude:
+            continue
+        node = _type_schema(hints[f.name])
+        if f.name in cls.CHOICES:
+            node = {"enum": list(cls.CHOICES[f.name])}
+        bounds = cls.BOUNDS.get(f.name, {})
+        if node.get("type") == "array":
+            node["minItems"] = 1
+            node["items"].update(bounds)
+        else:
+            node.update(bounds)
+        if f.name in notes:
+            node["description"] = notes[f.name]
+        if f.default is not MISSING:
+            node["x-default"] = list(f.default) if isinstance(f.default, tuple) else f.default
+        props[f.name] = node
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def check_fields(obj, prefix: str) -> None:
+    """ValueError naming `<prefix>.<field>` for a value outside the class's CHOICES or BOUNDS."""
+    for key, allowed in obj.CHOICES.items():
+        if getattr(obj, key) not in allowed:
+            raise ValueError(f"{prefix}.{key}: {getattr(obj, key)!r} is not one of {tuple(allowed)}")
+    for key, b in obj.BOUNDS.items():
+        value = getattr(obj, key)
+        for v in value if isinstance(value, (tuple, list)) else [value]:
+            if v is None:
+                continue
+            if ("minimum" in b and v < b["minimum"]) or ("exclusiveMinimum" in b and v <= b["exclusiveMinimum"]) \
+                    or ("exclusiveMaximum" in b and v >= b["exclusiveMaximum"]):
+                raise ValueError(f"{prefix}.{key} must be {_bounds_text(b)}, got {value}")
+
+
+def _bounds_text(b: dict) -> str:
+    if "minimum" in b and "exclusiveMaximum" in b:
+        return f"in [{b['minimum']}, {b['exclusiveMaximum']})"
+    return "≥ {}".format(b["minimum"]) if "minimum" in b else "> {}".format(b["exclusiveMinimum"])
+
+
+def load_schema(path) -> dict:
+    """The config schema, each `{generated: module:Class}` section built from its dataclass."""
+    import yaml
+
+    schema = yaml.safe_load(Path(path).read_text())
+    for name, node in schema["$defs"].items():
+        if isinstance(node, dict) and "generated" in node:
+            module, cls = node["generated"].split(":")
+            schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
+                                                     exclude=node.get("exclude", ()))
+    return schema
+
+
+def fill_defaults(config: dict, schema: dict) -> None:
+    """The schema's defaults into `config`, in place, wherever an object's key is absent (the
+    recipe of jsonschema's FAQ, as Snakemake's `validate` does): before the semantic checks, so
+    they and the run specs read every key."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+
+    def properties(validator, props, instance, node):
+        if isinstance(instance, dict):
+            for key, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from base.VALIDATORS["properties"](validator, props, instance, node)
+
+    for _ in jsonschema.validators.extend(base, {"properties": properties})(schema).iter_errors(config):
+        pass

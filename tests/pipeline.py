@@ -1,0 +1,129 @@
+"""The DAG end to end, shared by the tests/test_pipeline_*.py files: a scratch copy of the
+repository, real Snakemake runs and dry runs in it, and what they compare."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from grassflow.tasks import TASKS
+
+RUN_WILDCARDS = "|".join(t.wildcard for t in TASKS.values())  # run=, snli_run=, recall_run=
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "envs", "pyproject.toml"]
+
+
+def copy_repo(dst: Path) -> Path:
+    """The files the workflow needs, in a scratch directory (so edits never touch the repo)."""
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst / name)
+    return dst
+
+
+def pipeline_env():
+    """The venv's snakemake first, offline; no PYTHONPATH: the Snakefile puts the copy's src/ first."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+
+
+def snakemake(cwd, *args, check=True, preset="demo", env=None):
+    res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--config", f"preset={preset}", *args],
+                         cwd=cwd, env={**pipeline_env(), **(env or {})}, capture_output=True, text=True, timeout=2700)
+    if check and res.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
+    return res
+
+
+def planned(cwd, overlay: dict | None = None) -> Counter:
+    """(rule, run wildcard or spec name or None) → count, from a real dry run; `overlay`: preset
+    keys for the demo, given as a --configfile (as a user changes a setting)."""
+    args = ["-n"]
+    if overlay:
+        path = Path(cwd) / "overlay.yaml"
+        path.write_text(yaml.safe_dump({"presets": {"demo": overlay}}))
+        args += ["--configfile", str(path)]
+    out = snakemake(cwd, *args).stdout
+    jobs, current = Counter(), None
+    for line in out.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):", line)
+        if m:
+            if current:
+                jobs[current] += 1
+            current = (m.group(1), None)
+            continue
+        m = re.match(rf"^\s+wildcards: (?:{RUN_WILDCARDS}|name)=(\S+)", line)
+        if m and current:
+            current = (current[0], m.group(1))
+    if current:
+        jobs[current] += 1
+    jobs.pop(("all", None), None)
+    return jobs
+
+
+def spec_jobs(jobs: Counter) -> tuple[Counter, set[str]]:
+    """(the planned jobs less the spec files' jobs, the names of the spec files rewritten)."""
+    return (Counter({k: n for k, n in jobs.items() if k[0] != "spec"}),
+            {name for rule, name in jobs if rule == "spec"})
+
+
+# the demo's Grassmann runs: its tables' and its `pre_norm` ablation's (`paper` is the table's)
+DEMO_GRASSMANN_RUNS = {f"{t}-grassmann-s{s}" for t in ("table1", "table2") for s in (0, 1)} | {"table1_pre_norm-grassmann-s0"}
+
+
+@contextmanager
+def replaced(path: Path, old: str, new: str):
+    """Replace the first `old` in a file with `new` for the duration of the block."""
+    original = path.read_text()
+    assert old in original, f"{path}: {old!r} not found"
+    path.write_text(original.replace(old, new, 1))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def edited(path: Path, text: str):
+    """Append text to a file for the duration of the block."""
+    return replaced(path, original := path.read_text(), original + text)
+
+
+def job_stats(stdout: str) -> Counter:
+    """The 'Job stats' table of a dry run: rule → count."""
+    table = stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return Counter({m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+                    if m.group(1) != "total"})
+
+
+def assert_same_tables(a_dir, b_dir):
+    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies."""
+    # equal weights, equal weights_sha256, wherever and however the checkpoints were written
+    lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
+    snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
+    recall = ["run_id", "status", "lr", "val_acc", "test_acc", "reach", "weights_sha256"]
+    for name, cols in [("table1", lm), ("table2", lm), ("ablations", ["variant"] + lm), ("snli_table3", snli),
+                       ("snli_table3_scratch", snli), ("recall", recall)]:
+        a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
+        b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+DEMO_RECALL_RUNS = {f"L32-kv4-d32-{m}-lr0.001-s0" for m in
+                    ("transformer", "transformer_window2", "grassmann", "grassmann_geometric")}
+
+
+def plan_rows(md: str) -> dict[str, list[str]]:
+    return {cells[0]: cells for line in md.splitlines() if line.startswith("| ") and not line.startswith("| rule")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}

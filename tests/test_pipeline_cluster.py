@@ -1,0 +1,223 @@
+"""The same DAG through profiles/slurm on a real single-node SLURM cluster (`make test-slurm`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import (
+    BIN,
+    DEMO_RECALL_RUNS,
+    ROOT,
+    RUN_WILDCARDS,
+    assert_same_tables,
+    copy_repo,
+    pipeline_env,
+)
+from procs import skip_or_fail_in_ci
+
+# --- SLURM: the same DAG through profiles/slurm on a real single-node cluster ----------------
+SLURM = ROOT / "tests" / "slurm"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    res = subprocess.run(["bash", str(SLURM / "start.sh")], capture_output=True, text=True, timeout=2700)
+    if res.returncode == 3:
+        skip_or_fail_in_ci(f"SLURM did not start: {res.stdout.strip()[-1500:]} {res.stderr.strip()[-1500:]}")
+    assert res.returncode == 0, res.stdout + res.stderr
+    yield
+    subprocess.run(["bash", str(SLURM / "stop.sh")], timeout=120)
+
+
+def site_profile(work: Path) -> str:
+    """profiles/slurm as shipped, with only what a 2-core test cluster without accounting
+    needs changed: smaller requests, no account, squeue for status, kept logs."""
+
+    prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
+    for rule, res in [("default", prof["default-resources"]), *prof["set-resources"].items()]:
+        res.update(cpus_per_task=1)
+        if rule not in RUN_RULES:  # the run jobs ask for their estimates: as shipped
+            res.update(mem_mb=1000)
+    prof["set-threads"] = {rule: 1 for rule in prof["set-threads"]}
+    prof.update({"slurm-no-account": True, "slurm-status-command": "squeue",
+                 "slurm-init-seconds-before-status-checks": 8, "slurm-keep-successful-logs": True,
+                 "latency-wait": 5})
+    (work / "profiles/slurm-site").mkdir(parents=True)
+    (work / "profiles/slurm-site/profile.yaml").write_text(yaml.safe_dump(prof))
+    return "profiles/slurm-site"
+
+
+RUN_RULES = ("train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate")
+
+
+def rule_and_run(comment: str):
+    """The executor plugin's job comment: rule_<rule>[_wildcards_<values>]."""
+    m = re.match(r"rule_(.+?)(?:_wildcards_(.+))?$", comment)
+    return (m.group(1), m.group(2)) if m else (None, None)
+
+
+def scontrol_jobs() -> dict[str, dict]:
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
+    jobs = {}
+    for line in out.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if "JobId" in fields:
+            jobs[fields["JobId"]] = fields
+    return jobs
+
+
+GROUPS = {"train": "lm_run", "evaluate": "lm_run", "snli_train": "snli_run", "snli_evaluate": "snli_run",
+          "recall_train": "recall_run", "recall_evaluate": "recall_run"}
+
+
+def _minutes(limit: str) -> int:
+    """SLURM's TimeLimit ([days-]hours:minutes:seconds, or minutes:seconds) in minutes."""
+    days, _, hms = limit.rpartition("-")
+    parts = [int(x) for x in hms.split(":")]
+    h, m, sec = ([0] * (3 - len(parts)) + parts) if len(parts) > 2 else (0, *parts)
+    return int(days or 0) * 1440 + h * 60 + m + (sec > 0)
+
+
+SPLITS = ("train", "validation", "test")
+
+
+def _group(comment: str) -> str | None:
+    """The executor plugin's comment of a group job: rule_<group>_<its rules> (no wildcards)."""
+    return next((g for g in set(GROUPS.values()) if comment.startswith(f"rule_{g}_")), None)
+
+
+def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
+    """(rule, run) of every job Snakemake ran inside SLURM job `jid`, from its kept log."""
+    (log,) = list((work / ".snakemake/slurm_logs").glob(f"**/{jid}.log")) or [None]
+    if log is None:
+        return set()
+    text = log.read_text()
+    return {(m.group(1), m.group(2)) for m in
+            re.finditer(rf"^(?:local)?rule (\w+):\n(?:\s+.*\n)*?\s+wildcards: (?:{RUN_WILDCARDS})=(\S+)", text, re.M)}
+
+
+@pytest.mark.slurm
+def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
+    """The demo through profiles/slurm: every job on its partition; each run's training and
+    evaluation in one allocation whose time limit is the sum of their estimates; a group job
+    cancelled mid-training (preemption) and one killed at its time limit are both retried with
+    a longer limit and resume from their checkpoints; the tables equal the local run's."""
+    import signal
+    import threading
+    import time
+
+    from grassflow.config import recall_runs, runs, select_preset, snli_runs
+    from grassflow.estimate import job_estimate
+    from grassflow.plan import load_config
+
+    work = copy_repo(tmp_path)
+    profile = site_profile(work)
+    env = pipeline_env()
+    seen, cancelled, timed, limit_before, done = {}, {}, {}, {}, threading.Event()
+    before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
+
+    def lm_run(jid, fields):
+        """The LM run training in group job `jid`, once it has a checkpoint."""
+        if _group(fields.get("Comment", "")) != "lm_run":
+            return None
+        run = next((r for rule, r in _jobs_of_allocation(work, jid) if rule == "train"), None)
+        return run if run and (work / "results/demo/runs" / run / "last.pt").exists() else None
+
+    def watch():  # job records straight from slurmctld, while they exist (MinJobAge=30 s)
+        while not done.is_set():
+            for jid, fields in scontrol_jobs().items():
+                if jid in before:
+                    continue
+                seen.setdefault(jid, {}).update(fields)
+                run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
+                if run and not cancelled:
+                    subprocess.run(["scancel", jid], check=True)  # preempted mid-training, after a checkpoint
+                    cancelled[jid] = run
+                elif run and not timed and run not in cancelled.values():
+                    # hold the training process so that it is still running when SLURM's limit
+                    # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
+                    pids = subprocess.run(["pgrep", "-f", f"grassflow train .*runs/{run} "], capture_output=True,
+                                          text=True).stdout.split()
+                    if pids:
+                        for pid in pids:
+                            os.kill(int(pid), signal.SIGSTOP)
+                        timed[jid] = run
+                        limit_before[jid] = fields["TimeLimit"]
+                        subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"], check=True)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--config", "preset=demo"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=3600)
+    time.sleep(1)
+    done.set()
+    watcher.join()
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    by_rule = {}  # rule, or group: [(SLURM job id, run, its record)]
+    for jid, f in seen.items():
+        group = _group(f.get("Comment", ""))
+        if group:
+            ran = _jobs_of_allocation(work, jid)
+            run = next((r for rule, r in ran if rule.endswith("train")), next((r for _, r in ran), None))
+            by_rule.setdefault(group, []).append((jid, run, f))
+            continue
+        rule, run = rule_and_run(f.get("Comment", ""))
+        if rule:
+            by_rule.setdefault(rule, []).append((jid, run, f))
+    runs_ = {f"{t}-{m}-s{s}" for t in ("table1", "table2") for m in ("transformer", "grassmann") for s in (0, 1)}
+    runs_ |= {f"table1_pre_norm-{m}-s0" for m in ("transformer", "grassmann")}  # the demo's ablation
+    snli_runs_ = {f"{t}-{m}-s0" for t in ("table3", "table3_scratch") for m in ("transformer", "grassmann")}
+    for group, expected in (("lm_run", runs_), ("snli_run", snli_runs_), ("recall_run", DEMO_RECALL_RUNS),
+                            ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
+        assert {run for _, run, _ in by_rule[group]} == expected, group
+        for _jid, run, f in by_rule[group]:
+            assert f["Partition"] == "gpu", (group, run, f["Partition"])
+            assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (group, run, f)
+    for rule in RUN_RULES:  # never an allocation of their own: each run's pair shares one
+        assert rule not in by_rule, rule
+    for rule in ("train_tokenizer", "tokenize", "unigram", "aggregate", "ablation_aggregate", "snli_train_tokenizer",
+                 "snli_tokenize", "snli_aggregate", "recall_data", "recall_aggregate", "estimates"):
+        assert by_rule[rule], f"{rule} did not run as a SLURM job"
+        for _jid, _, f in by_rule[rule]:
+            assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
+    assert "download" not in by_rule and "snli_download" not in by_rule  # localrules: runs where Snakemake runs (login node)
+
+    # one allocation per run, asking for the sum of its jobs' estimates (longer on a retry)
+    config = load_config(work, preset="demo")
+    name, P = select_preset(config)
+    specs = {"lm_run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
+    tokens = {"lm_run": work / "results/demo/data/tokens/trained", "snli_run": work / "results/demo/snli/data/tokens/trained"}
+    attempts = Counter()
+    for group in ("lm_run", "snli_run", "recall_run"):
+        for jid, run, f in sorted(by_rule[group], key=lambda x: int(x[0])):
+            attempts[run] += 1
+            pair = {(rule, run) for rule, g in GROUPS.items() if g == group}
+            if f["JobState"] == "COMPLETED":
+                assert _jobs_of_allocation(work, jid) == pair, (jid, run)
+            files = {s: tokens[group] / f"{s}.parquet" for s in SPLITS} if group in tokens else None
+            want = sum(job_estimate(rule, specs[group][run], P, config["estimate"], files)
+                       .minutes(config["estimate"], attempts[run]) for rule, _ in pair)
+            if jid not in timed:
+                assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, run, f["TimeLimit"], want)
+
+    # preempted (scancel) and killed at the time limit: each retried with a longer limit, resumed
+    assert len(cancelled) == 1 and len(timed) == 1, (cancelled, timed)
+    for how, ((jid, run),) in (("CANCELLED", cancelled.items()), ("TIMEOUT", timed.items())):
+        assert seen[jid]["JobState"] == how, (how, seen[jid]["JobState"])
+        again = [(j, f) for j, r, f in by_rule["lm_run"] if r == run and int(j) > int(jid)]
+        assert again and again[-1][1]["JobState"] == "COMPLETED", (how, run)
+        first = limit_before.get(jid, seen[jid]["TimeLimit"])
+        assert _minutes(again[-1][1]["TimeLimit"]) > _minutes(first), (how, run, first)
+        assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), how
+
+    # the cluster run produced the same numbers as the local run
+    assert_same_tables(demo, work)

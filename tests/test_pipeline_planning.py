@@ -1,0 +1,168 @@
+"""What the DAG plans before anything runs: the paper preset's grids, a target per table, the v1
+overlay, `grassflow plan`, the login-node rules, lint."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import yaml
+
+from pipeline import BIN, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
+
+
+def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
+    """`snakemake -n recall` on the paper preset: 3 (L, kv) cells × 3 widths × 5 models × 4
+    learning rates × 2 seeds, one data job per cell, one table."""
+    work = copy_repo(tmp_path)
+    res = snakemake(work, "-n", "recall", preset="paper")
+    jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
+    assert jobs == Counter({"recall_train": 360, "recall_evaluate": 360, "recall_data": 3, "recall_aggregate": 1,
+                            "preflight": 1, "recall": 1,
+                            "spec": 362}), jobs  # the target `recall`: no estimates table; a spec per run, data, table
+    assert {"recall/examples", "recall/aggregate"} <= set(re.findall(r"wildcards: name=(\S+)", res.stdout))
+    runs = set(re.findall(r"wildcards: recall_run=(\S+)", res.stdout))
+    assert len(runs) == 360 and "L256-kv16-d256-grassmann_geometric-lr0.01-s1" in runs
+
+
+def test_every_preset_is_lint_clean(tmp_path):
+    """snakemake --lint (the snakemake-workflow-catalog's bar for a standardized workflow)."""
+
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+    for preset in yaml.safe_load((work / "config.yaml").read_text())["presets"]:
+        res = subprocess.run([str(BIN / "snakemake"), "--lint", "--config", f"preset={preset}"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=1200)
+        assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, (preset, res.stdout[-3000:])
+
+
+def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
+    """`snakemake ablations` on the paper preset: 6 variants × 2 models × 3 seeds at Table 1
+    size, each distinct run once: the `paper` variant is the main table's runs, and a
+    Transformer under a Grassmann-only switch is the paper variant's Transformer."""
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+    res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    trained = re.findall(r"wildcards: run=(\S+)", res.stdout)
+    train_jobs = Counter(re.findall(r"rule (train|evaluate):", res.stdout))
+    assert train_jobs == Counter({"train": 30, "evaluate": 30}) and len(set(trained)) == 30
+    assert {f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)} <= set(trained)
+    assert not any(r.startswith(("table1_paper", "table1_per_layer_lags-transformer", "table1_bias_empty-transformer"))
+                   for r in trained)
+    assert not any(r.startswith("table2") for r in trained)  # just the grid
+    assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
+
+
+def test_a_target_per_table_plans_only_its_runs(tmp_path):
+    """`snakemake table1` (and table2, snli, ablations, recall): that table, its runs and their
+    data, nothing else; on Wikitext-2 v1 without the hub (the local overlay), Table 1's 6 runs."""
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+
+    def stats(*args):
+        res = subprocess.run([str(BIN / "snakemake"), *args, "-n", "--cores", "2"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=1200)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return job_stats(res.stdout)
+
+    for table, other in (("table1", "table2"), ("table2", "table1")):
+        got = stats(table, "--config", "preset=demo")
+        assert got["train"] == got["evaluate"] == 4 and got["aggregate"] == 1 and got[table] == 1
+        assert not {r for r in got if r.startswith(("snli", "recall", "ablation", "bench", "summary", other))}
+    got = stats("snli", "--config", "preset=demo")
+    assert got["snli_train"] == 4 and got["snli_aggregate"] == 1 and not {"train", "recall_train", "aggregate"} & set(got)
+    got = stats("table1", "--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
+    assert got["train"] == got["evaluate"] == 6 and got["aggregate"] == 1 and got["download"] == 1
+    assert not {r for r in got if r.startswith(("snli", "recall", "ablation", "fetch"))}, got
+
+
+def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
+    """`snakemake -n --configfile workflow/overlays/wikitext2-v1-local.yaml`: the paper preset's
+    jobs, rule for rule (Tables 1-2, the ablation grid, SNLI, recall), on Wikitext-2 v1 from a
+    local directory with `<unk>` mapped; bert-base-uncased read from its local copy instead of
+    fetched."""
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+
+    def dry(*args):
+        res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2", *args], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=1200)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout
+
+    paper, v1 = dry(), dry("--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
+    a, b = job_stats(paper), job_stats(v1)
+    assert a["train"] == b["train"] == 36 and a["evaluate"] == b["evaluate"] == 36
+    assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1  # bert from tokenizer.path
+    assert a.pop("spec") == b.pop("spec") + 1  # and its tokenizer section's spec file
+    assert a == b
+    assert "results/paper_v1/" in v1 and "results/paper/" not in v1
+    download = next(x for x in v1.splitlines() if "grassflow download" in x)
+    assert '"name": "wikitext-2-v1"' in download and '"local_dir": "../shared/data/wikitext-2-v1"' in download
+    tokenize = next(x for x in v1.splitlines() if "grassflow tokenize" in x)
+    assert '"map_unk": true' in tokenize and '"map_unk": false' in next(
+        x for x in paper.splitlines() if "grassflow tokenize" in x)
+
+
+def test_plan_counts_what_snakemake_will_schedule(tmp_path):
+    """`grassflow plan` on the demo and on the paper preset (dry): per rule the job counts of
+    `snakemake -n`, the profile's partitions, device-hours for the training and evaluation rules."""
+    work = copy_repo(tmp_path)
+    env = {**pipeline_env(), "PYTHONPATH": str(work / "src")}
+    for preset in ("demo", "paper"):
+        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", preset], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=1800)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = plan_rows(res.stdout)
+        dry = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", f"preset={preset}"], cwd=work,
+                             env=env, capture_output=True, text=True, timeout=1800)
+        stats = job_stats(dry.stdout)
+        stats.pop("all")
+        assert {rule: int(cells[1]) for rule, cells in rows.items()} == dict(stats), preset
+        assert rows["train"][2] == "gpu" and float(rows["train"][3]) > 0 and rows["download"][2] == "login node (local)"
+        assert f"Total: {sum(stats.values())} jobs" in res.stdout
+    assert rows["recall_train"][1] == "360" and int(rows["train"][6].replace(",", "")) > 10**9  # tokens trained
+
+
+def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
+    """The paper preset's hub tokenizers and backbone are fetched by localrules (on a cluster
+    the login node has the internet); the jobs on compute nodes read the fetched files."""
+    work = copy_repo(tmp_path)
+    env = pipeline_env()
+    res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    for name in ("bert-base-uncased", "distilbert-base-uncased"):
+        assert f"results/paper/tokenizers/{name}/tokenizer.json" in out
+    assert out.count("rule fetch_tokenizer:") == 2 and out.count("rule snli_fetch_backbone:") == 1
+    # a dry run does not show where a job runs: the rules must be declared local
+    local = re.findall(r"localrules:\n((?:\s+\w+,\n)+)", "".join(
+        p.read_text() for p in (work / "workflow/rules").glob("*.smk")))
+    assert {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone"} <= set(re.findall(r"\w+", "".join(local)))
+    assert "--artifact results/paper/tokenizers/bert-base-uncased/tokenizer.json" in out
+    train = [c for c in out.splitlines() if "snli-train --spec" in c]
+    assert len(train) == 12
+    assert sum("--backbone-dir results/paper/snli/backbone/distilbert-base-uncased" in c for c in train) == 6
+
+
+def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
+    """After a finished run: every rule of the preset, with the measured hours of its jobs from
+    Snakemake's benchmark files (the sum of the files, to the rounding of the table)."""
+    from grassflow.plan import measured_seconds
+
+    env = {**pipeline_env(), "PYTHONPATH": str(demo / "src")}
+    res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--measured"], cwd=demo,
+                         env=env, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = plan_rows(res.stdout)
+    assert "| measured hours |" in res.stdout
+    wall = measured_seconds(demo, "demo")
+    for rule in ("train", "evaluate", "snli_train", "recall_train", "bench", "aggregate"):
+        assert float(rows[rule][-1]) == pytest.approx(sum(wall[rule]) / 3600, abs=6e-4), rule
+    assert int(rows["train"][1]) == len(wall["train"]) == 10

@@ -1,0 +1,127 @@
+"""The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, crafted checkpoints in a
+shared results tree, a stand-in pool of GPU slots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from pipeline import BIN, assert_same_tables, copy_repo, pipeline_env, planned, snakemake
+
+
+def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
+    """Kill the whole Snakemake process group mid-training: half-written run directories
+    (best.pt and metrics.jsonl exist after an epoch, run.json not yet) are never taken as
+    done; the rerun resumes them and the tables equal the uninterrupted run's. It starts from a
+    copy of the finished demo elsewhere (outputs, mtimes, Snakemake metadata), which plans
+    nothing, with two runs deleted, so only those runs and what reads them are redone."""
+    import signal
+    import time
+
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept
+    assert not planned(work), "a moved project directory made jobs look changed"
+    redo = ["table1-grassmann-s1", "table1-transformer-s1"]
+    for name in redo:
+        shutil.rmtree(work / "results/demo/runs" / name)
+    jobs = planned(work)
+    assert {run for (rule, run) in jobs if rule == "train"} == set(redo), jobs
+    assert {("evaluate", name) for name in redo} | {("aggregate", None)} <= set(jobs), jobs
+    table = work / "results/demo/report/table1.csv"
+    old_table = table.stat().st_mtime_ns
+    env = pipeline_env()
+    proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = [work / "results/demo/runs" / name for name in redo]
+    deadline = time.time() + 1200
+    while time.time() < deadline and proc.poll() is None and not any((d / "metrics.jsonl").exists() for d in runs):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    half = [d for d in runs if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
+    assert half, "the kill did not land inside a training job"
+    jobs = planned(work)
+    for d in half:
+        assert ("train", d.name) in jobs
+    snakemake(work, "--unlock")  # a SIGKILLed Snakemake leaves its lock, as it documents
+    snakemake(work)
+    assert table.stat().st_mtime_ns > old_table, "the tables were not rewritten from the redone runs"
+    assert_same_tables(demo, work)
+
+
+def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
+    """A results tree is shared: whoever can write one file in it must not run code as the
+    next user. Crafted pickles (they would create a marker file) as best.pt of an LM, an SNLI
+    and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
+    job fails with one `error:` line naming its file, the marker is never created, and the
+    other jobs still run (--keep-going). A copy of the same tree re-evaluated without the
+    crafted files gives the demo's numbers (a results tree copied from another user)."""
+    from payload import crafted_best, crafted_last
+
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)
+    marker = tmp_path / "marker"
+    res = work / "results/demo"
+    evaluated = {"evaluate/table1-grassmann-s0": res / "runs/table1-grassmann-s0",
+                 "snli/evaluate/table3-grassmann-s0": res / "snli/runs/table3-grassmann-s0",
+                 "recall/evaluate/L32-kv4-d32-grassmann_geometric-lr0.001-s0":
+                     res / "recall/runs/L32-kv4-d32-grassmann_geometric-lr0.001-s0"}
+    for run_dir in evaluated.values():
+        crafted_best(run_dir / "best.pt", marker, header={"spec": {"run_id": run_dir.name}})
+        (run_dir / "eval.json").unlink()
+    resumed = res / "runs/table1-transformer-s1"
+    crafted_last(resumed / "last.pt", marker)
+    (resumed / "run.json").unlink()
+    out = snakemake(work, "--keep-going", check=False)
+    assert out.returncode != 0
+    assert not marker.exists(), "a crafted checkpoint ran its code"
+    for log, path in [*((k, v / "best.pt") for k, v in evaluated.items()),
+                      ("train/table1-transformer-s1", resumed / "last.pt")]:
+        errors = [x for x in (res / "logs" / f"{log}.log").read_text().splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and f"{path.relative_to(work)}: refused: not a data-only checkpoint" in errors[0], errors
+    assert (res / "runs/table2-grassmann-s0/eval.json").exists()  # the other jobs ran
+
+    # the same tree without the crafted files, every evaluation and table redone: same numbers
+    clean = tmp_path / "clean"
+    shutil.copytree(demo, clean, symlinks=True)
+    for ev in (clean / "results/demo").glob("**/runs/*/eval.json"):
+        ev.unlink()
+    snakemake(clean)
+    assert_same_tables(demo, clean)
+
+
+def test_demo_on_a_stand_in_pool_of_two_gpus_with_two_runs_each(demo, tmp_path):
+    """GRASSFLOW_GPUS=0,1 and train.runs_per_gpu: 2, with `grassflow gpus`'s flag: every GPU job
+    took a slot; jobs that ran at the same time held distinct (GPU, slot) pairs, never more than
+    4 at once; the benchmark had its GPU to itself; the tables equal the unpacked demo's."""
+    (tmp_path / "work").mkdir()
+    work = copy_repo(tmp_path / "work")
+    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
+    env = {"GRASSFLOW_GPUS": "0,1", "GRASSFLOW_SLOTS_DIR": str(tmp_path / "slots")}
+    flag = subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
+                           str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
+                          env={**pipeline_env(), "PYTHONPATH": str(work / "src"), **env}).stdout.split()
+    assert flag == ["--resources", "gpu=4"]
+    snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
+    res = work / "results/demo"
+    held = []  # (gpu, slot, start, end) of every run's training and evaluation
+    for rec in res.glob("**/runs/*/run.json"):
+        r = json.loads(rec.read_text())
+        ev = json.loads(rec.with_name("eval.json").read_text())
+        s = r["gpu_slot"]
+        assert s["source"] == "override" and s["runs_per_gpu"] == 2 and r["device_type"] == "cpu"
+        held.append((s["gpu"], s["slot"], s["acquired_at"], r["finished_at"]))
+        assert ev["gpu_slot"]["slot"] in (0, 1)
+    assert len(held) == 18
+    bench = json.loads((res / "bench/bench.json").read_text())["gpu_slot"]
+    assert bench["slot"] == "all"
+    for g, _slot, a, b in held:  # the jobs holding a slot at the moment each one took its own
+        at_once = [h for h in held if h[2] <= a < h[3]]
+        assert len(at_once) <= 4
+        assert len({(h[0], h[1]) for h in at_once}) == len(at_once), at_once  # a slot each
+        assert not (g == bench["gpu"] and a < bench["finished_at"] and bench["acquired_at"] < b)
+    assert max(sum(h[2] <= a < h[3] for h in held) for _, _, a, _ in held) >= 2  # runs did share the pool
+    assert_same_tables(demo, work)

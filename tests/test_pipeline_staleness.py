@@ -1,0 +1,161 @@
+"""After a finished demo, one change (a code file, a preset key) plans exactly the stages it touches:
+real edits, real dry runs."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from pipeline import DEMO_GRASSMANN_RUNS, ROOT, edited, planned, spec_jobs
+
+
+def test_nothing_to_do_after_a_full_run(demo):
+    assert planned(demo) == Counter()
+
+
+RUN_COMMANDS = {"train", "evaluate", "snli-train", "snli-evaluate", "recall-train", "recall-evaluate"}
+
+
+def test_every_demo_job_loaded_only_fingerprinted_code(demo):
+    """The import closure each rule fingerprints holds all that its job really loaded (less the
+    other model kinds' code), for every job of the demo: the static reading misses nothing."""
+    from test_staleness import assert_closure_holds
+
+    records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
+    commands = Counter(r["argv"][0] for r in records)
+    assert {"download", "tokenize", "train", "evaluate", "aggregate", "bench", "snli-train", "recall-train",
+            "snli-aggregate", "recall-aggregate", "estimates", "preflight"} <= set(commands), commands
+    for r in records:
+        cmd, line = r["argv"][0], " ".join(r["argv"])
+        if cmd == "preflight":  # no fingerprint: a check of the machine
+            continue
+        kinds = ("transformer", "grassmann") if cmd == "bench" else \
+            tuple(k for k in ("transformer", "grassmann") if k in line) if cmd in RUN_COMMANDS else ()
+        assert cmd not in RUN_COMMANDS or len(kinds) == 1, line
+        r["files"] = [f.replace(str(demo), str(ROOT)) for f in r["files"]]
+        assert_closure_holds(r, cmd, kinds)
+
+
+def test_editing_report_setup_plans_every_table(demo):
+    """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
+    with edited(demo / "src/grassflow/report/setup.py", "\n# edited\n"):
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
+                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+
+
+def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
+    with edited(demo / "src/grassflow/loop.py", "\n# edited\n"):
+        jobs = planned(demo)
+    rules = Counter()
+    for (rule, _), n in jobs.items():
+        rules[rule] += n
+    assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
+    assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
+
+
+def test_recall_model_setting_plans_only_its_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}}))
+    assert specs == {"recall/run/L32-kv4-d32-grassmann-lr0.001-s0", "recall/aggregate", "estimates/preset"}
+    assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
+                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1,
+                            ("estimates", None): 1})
+
+
+def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
+    jobs, specs = spec_jobs(planned(demo, {"ablations": {"variants": {"pre_norm": {"init": "small"}}}}))
+    assert specs == {"run/table1_pre_norm-transformer-s0", "run/table1_pre_norm-grassmann-s0", "ablations/preset",
+                     "estimates/preset"}
+    assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
+                            ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
+                            ("ablation_aggregate", None): 1,
+                            ("estimates", None): 1})
+
+
+def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
+    with edited(demo / "src/grassflow/report/snli.py", "\n# edited\n"):
+        assert planned(demo) == Counter({("snli_aggregate", None): 1})
+
+
+def test_editing_preflight_code_reruns_nothing(demo):
+    """The preflight is a check of the machine, rerun only when its record is missing: never a
+    reason to retrain (and never masking another job's own reason to rerun)."""
+    with edited(demo / "src/grassflow/preflight.py", "\n# edited\n"):
+        assert planned(demo) == Counter()
+
+
+# a Grassmann-only setting rewrites the specs of the Grassmann runs and of what shows them
+GRASSMANN_SETTING_SPECS = {f"run/{r}" for r in DEMO_GRASSMANN_RUNS} | {"aggregate/table1", "aggregate/table2",
+                                                                        "ablations/preset", "estimates/preset"}
+
+
+def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
+    jobs, specs = spec_jobs(planned(demo, {"model_overrides": {"grassmann": {"plucker_backend": "fused-cpu"}}}))
+    assert specs == GRASSMANN_SETTING_SPECS
+    assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
+    assert jobs[("preflight", None)] == 1
+    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate",
+                                          "estimates"}
+
+
+def test_execution_keys_rerun_nothing(demo):
+    """train.threads, compile and compile_mode say how to run, not what to compute: changing
+    them on a finished demo plans nothing."""
+    assert planned(demo, {"train": {"threads": 2, "compile": True, "compile_mode": "reduce-overhead"}}) == Counter()
+
+
+def test_editing_report_code_plans_only_aggregate(demo):
+    with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
+                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+
+
+def test_grassmann_setting_plans_only_grassmann_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"model_overrides": {"grassmann": {"empty_offsets": "bias"}}}))
+    assert specs == GRASSMANN_SETTING_SPECS
+    runs = {run for (rule, run) in jobs if run}
+    assert runs == DEMO_GRASSMANN_RUNS
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate", "estimates"}
+
+
+def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
+    with edited(demo / "src/grassflow/models/grassmann.py", "\n# edited\n"):
+        jobs = planned(demo)
+    assert not any(run and "transformer" in run for _, run in jobs)
+    assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
+    assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
+    assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
+    assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
+                                          "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "snli_aggregate",
+                                          "recall_aggregate", "estimates", "bench"}
+    assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
+    # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
+    assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
+    assert not {"snli_download", "snli_tokenize", "snli_train_tokenizer"} & {rule for rule, _ in jobs}
+
+
+def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"snli": {"head_overrides": {"grassmann": {"pairs": "causal"}}}}))
+    assert specs == {"snli/run/table3-grassmann-s0", "snli/run/table3_scratch-grassmann-s0", "snli/aggregate",
+                     "estimates/preset"}
+    assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
+                            ("snli_train", "table3_scratch-grassmann-s0"): 1,
+                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1,
+                            ("estimates", None): 1})
+
+
+def test_snli_backbone_setting_never_touches_scratch_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"snli": {"backbone": {"random": {"seed": 1}}}}))
+    assert specs == {"snli/run/table3-transformer-s0", "snli/run/table3-grassmann-s0", "snli/aggregate", "estimates/preset"}
+    assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
+    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate", "estimates"}
+
+
+def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
+    with edited(demo / "src/grassflow/data/tokenizers.py", "\n# edited\n"):
+        jobs = planned(demo)
+    rules = Counter()
+    for (rule, _), n in jobs.items():
+        rules[rule] += n
+    assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
+    assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 2  # 8 main + 2 ablation; a table each
+    assert "download" not in rules

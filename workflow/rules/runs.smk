@@ -1,0 +1,95 @@
+# Stages 3 and 4 of every task (grassflow.tasks): one training job per run, after the preflight
+# of its device and op backend (whose record it keeps in run.json; see common.smk), then the
+# evaluation of its best checkpoint. The run's spec file holds all it depends on; the code param
+# the hash of the code it runs, of its own model kind only: changing a Grassmann setting or file
+# reruns Grassmann runs only. Rules: train, evaluate (LM), snli_train, ..., recall_evaluate.
+
+
+def _run_rules(task, data, extra=None):
+    """The train and evaluate rules of `task`: `data(split)` is a run's token file of a split (a
+    path, or a function of the wildcards); `extra` an input (a function of the wildcards) passed
+    to both jobs as `--<name>-dir`."""
+    run_dir = f"{task.results(RES)}/runs/{{{task.wildcard}}}"
+    logs = f"{RES}/logs/{task.prefix.replace('_', '/')}"
+    runs_of = TASK_RUNS[task.name]
+    kind = lambda wc: runs_of[getattr(wc, task.wildcard)][task.kind_key]  # noqa: E731
+    extra_input = {extra[0]: extra[1]} if extra else {}
+    extra_arg = (lambda wc: " ".join(f"--{extra[0]}-dir {d}" for d in extra[1](wc))) if extra else ""
+
+    rule:
+        name:
+            task.rule("train")
+        input:
+            spec=specs(f"{task.prefix.replace('_', '/')}run", runs_of, task.wildcard),
+            train=data("train"),
+            val=data("validation"),
+            preflight=run_preflight(task.name),
+            **extra_input,
+        output:
+            best=f"{run_dir}/best.pt",
+            metrics=f"{run_dir}/metrics.jsonl",
+            record=f"{run_dir}/run.json",
+        threads: task.part(P)["train"]["threads"]
+        params:
+            gf=GF,
+            code=lambda wc: code_of(task.command("train"), kind(wc)),
+            out_dir=run_dir,
+            extra=extra_arg,
+        resources:
+            gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
+            **EXEC[task.name],
+            **estimated(task.rule("train")),
+        conda:
+            "../../envs/train.yaml"
+        log:
+            f"{logs}train/{{{task.wildcard}}}.log",
+        benchmark:
+            str(task.bench_file(RES, "train", f"{{{task.wildcard}}}"))
+        shell:
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} "
+            + task.command("train")
+            + " --spec {input.spec} --train-tokens {input.train} --val-tokens {input.val} --out-dir {params.out_dir} "
+            "{params.extra} --preflight {input.preflight} --compile {resources.compile} "
+            "--compile-mode {resources.compile_mode} > {log} 2>&1"
+
+    rule:
+        name:
+            task.rule("evaluate")
+        input:
+            best=f"{run_dir}/best.pt",
+            record=f"{run_dir}/run.json",
+            val=data("validation"),
+            test=data("test"),
+            preflight=run_preflight(task.name),
+            **extra_input,
+        output:
+            f"{run_dir}/eval.json",
+        threads: task.part(P)["train"]["threads"]
+        params:
+            gf=GF,
+            code=lambda wc: code_of(task.command("evaluate"), kind(wc)),
+            extra=extra_arg,
+        resources:
+            gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
+            **estimated(task.rule("evaluate")),
+        conda:
+            "../../envs/train.yaml"
+        log:
+            f"{logs}evaluate/{{{task.wildcard}}}.log",
+        benchmark:
+            str(task.bench_file(RES, "evaluate", f"{{{task.wildcard}}}"))
+        shell:
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} "
+            + task.command("evaluate")
+            + " --checkpoint {input.best} --run-json {input.record} --val-tokens {input.val} "
+            "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
+
+
+if LM:
+    _run_rules(TASKS["lm"], lambda split: f"{TOKENS}/{split}.parquet")
+if SNLI:
+    _run_rules(TASKS["snli"], lambda split: f"{SNLI_TOKENS}/{split}.parquet", ("backbone", snli_backbone_input))
+if RECALL:
+    _run_rules(TASKS["recall"], recall_cell_file)
