@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grassflow.tasks import RUN_RULES as TASK_RULES
 from pipeline import (
     BIN,
     DEMO_RECALL_RUNS,
@@ -54,7 +55,7 @@ def site_profile(work: Path) -> str:
     return "profiles/slurm-site"
 
 
-RUN_RULES = ("train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate")
+RUN_RULES = tuple(TASK_RULES)  # train, evaluate, snli_train, ... (grassflow.tasks)
 
 
 def rule_and_run(comment: str):
@@ -73,8 +74,7 @@ def scontrol_jobs() -> dict[str, dict]:
     return jobs
 
 
-GROUPS = {"train": "lm_run", "evaluate": "lm_run", "snli_train": "snli_run", "snli_evaluate": "snli_run",
-          "recall_train": "recall_run", "recall_evaluate": "recall_run"}
+GROUPS = {rule: f"{task.name}_run" for rule, (task, _) in TASK_RULES.items()}  # a run's jobs: one allocation
 
 
 def _minutes(limit: str) -> int:

@@ -3,6 +3,7 @@ overlay, `grassflow plan`, the login-node rules, lint."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from pipeline import BIN, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
+from pipeline import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
 
 
 def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
@@ -102,11 +103,16 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     assert a.pop("spec") == b.pop("spec") + 1  # and its tokenizer section's spec file
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
-    download = next(x for x in v1.splitlines() if "grassflow download" in x)
-    assert '"name": "wikitext-2-v1"' in download and '"local_dir": "../shared/data/wikitext-2-v1"' in download
-    tokenize = next(x for x in v1.splitlines() if "grassflow tokenize" in x)
-    assert '"map_unk": true' in tokenize and '"map_unk": false' in next(
-        x for x in paper.splitlines() if "grassflow tokenize" in x)
+    assert "grassflow download --data results/paper_v1/specs/data.json" in v1
+    # the sections the data jobs read: their spec files, written (only them) for each preset
+    for res, overlay in (("paper_v1", ["--configfile", "workflow/overlays/wikitext2-v1-local.yaml"]), ("paper", [])):
+        specs = [f"results/{res}/specs/{name}.json" for name in ("data", "tokenize")]
+        subprocess.run([str(BIN / "snakemake"), "--cores", "1", *specs, *overlay], cwd=work, env=env, check=True,
+                       capture_output=True, timeout=600)
+    data, tokenize = (json.loads((work / f"results/paper_v1/specs/{n}.json").read_text()) for n in ("data", "tokenize"))
+    assert data["name"] == "wikitext-2-v1" and data["local_dir"] == "../shared/data/wikitext-2-v1"
+    assert tokenize["map_unk"] is True
+    assert json.loads((work / "results/paper/specs/tokenize.json").read_text())["map_unk"] is False
 
 
 def test_plan_counts_what_snakemake_will_schedule(tmp_path):
@@ -166,3 +172,15 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
     for rule in ("train", "evaluate", "snli_train", "recall_train", "bench", "aggregate"):
         assert float(rows[rule][-1]) == pytest.approx(sum(wall[rule]) / 3600, abs=6e-4), rule
     assert int(rows["train"][1]) == len(wall["train"]) == 10
+
+
+def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation_per_run():
+    """The profile is YAML: it is checked against the tasks' declaration (grassflow.tasks)."""
+    from grassflow.tasks import RUN_RULES
+
+    prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
+    groups = dict(g.split("=") for g in prof["groups"])
+    assert set(groups) == set(RUN_RULES)
+    for rule, (task, _) in RUN_RULES.items():
+        assert groups[rule] == f"{task.name}_run", rule
+        assert prof["set-resources"][rule]["slurm_partition"] == "gpu" and rule in prof["set-threads"], rule
