@@ -73,6 +73,11 @@ def planned(cwd, overlay: dict | None = None) -> Counter:
     return jobs
 
 
+def by_rule(jobs: Counter) -> Counter:
+    """rule → planned jobs, from planned()'s (rule, run) counts."""
+    return Counter(rule for (rule, _), n in jobs.items() for _ in range(n))
+
+
 def spec_jobs(jobs: Counter) -> tuple[Counter, set[str]]:
     """(the planned jobs less the spec files' jobs, the names of the spec files rewritten)."""
     return (Counter({k: n for k, n in jobs.items() if k[0] != "spec"}),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from pipeline import DEMO_GRASSMANN_RUNS, ROOT, edited, planned, spec_jobs
+from pipeline import DEMO_GRASSMANN_RUNS, ROOT, by_rule, edited, planned, spec_jobs
 
 
 def test_nothing_to_do_after_a_full_run(demo):
@@ -45,10 +45,7 @@ def test_editing_report_setup_plans_every_table(demo):
 
 def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
     with edited(demo / "src/grassflow/loop.py", "\n# edited\n"):
-        jobs = planned(demo)
-    rules = Counter()
-    for (rule, _), n in jobs.items():
-        rules[rule] += n
+        rules = by_rule(planned(demo))
     assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
     assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
 
@@ -152,10 +149,7 @@ def test_snli_backbone_setting_never_touches_scratch_runs(demo):
 
 def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     with edited(demo / "src/grassflow/data/tokenizers.py", "\n# edited\n"):
-        jobs = planned(demo)
-    rules = Counter()
-    for (rule, _), n in jobs.items():
-        rules[rule] += n
+        rules = by_rule(planned(demo))
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
     assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 2  # 8 main + 2 ablation; a table each
     assert "download" not in rules

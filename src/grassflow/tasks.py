@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grassflow.config import recall_runs, runs, snli_runs
+
 STAGES = ("train", "evaluate")  # the jobs of one run, in order
 
 
@@ -57,24 +59,6 @@ class Task:
         return self.runs(name, preset) if self.part(preset) else {}
 
 
-def _lm_runs(name, p):
-    from grassflow.config import runs
-
-    return runs(name, p)
-
-
-def _snli_runs(name, p):
-    from grassflow.config import snli_runs
-
-    return snli_runs(name, p)
-
-
-def _recall_runs(name, p):
-    from grassflow.config import recall_runs
-
-    return recall_runs(name, p)
-
-
 def _lm_estimate(stage, spec, preset, settings, files):
     from grassflow.estimate import lm_evaluate, lm_sizes, lm_train
 
@@ -99,12 +83,12 @@ def _recall_estimate(stage, spec, preset, settings, files):
 
 
 TASKS = {t.name: t for t in (
-    Task("lm", None, "", "run", "model_kind", "model", _lm_runs, _lm_estimate,
+    Task("lm", None, "", "run", "model_kind", "model", runs, _lm_estimate,
          lambda d, p: d / "data" / "tokens" / p["tokenizer"]["name"]),
-    Task("snli", "snli", "snli_", "snli_run", "head_kind", "head", _snli_runs, _snli_estimate,
+    Task("snli", "snli", "snli_", "snli_run", "head_kind", "head", snli_runs, _snli_estimate,
          lambda d, p: d / "data" / "tokens" / p["snli"]["tokenizer"]["name"]),
     # one data directory per (seq_len, kv) cell: the estimates read the sizes from the config
-    Task("recall", "recall", "recall_", "recall_run", "model_kind", "model", _recall_runs, _recall_estimate, None),
+    Task("recall", "recall", "recall_", "recall_run", "model_kind", "model", recall_runs, _recall_estimate, None),
 )}
 
 # {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
