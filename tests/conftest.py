@@ -91,9 +91,18 @@ def snli_tokens(tmp_path_factory):
 def demo(tmp_path_factory):
     """The demo preset run once through Snakemake in a scratch copy of the repository, for every
     tests/test_pipeline_*.py file; every job records the grassflow files it imported (imports/).
+    It runs as a user with a multi-GPU workstation would: on a stand-in pool of two GPUs
+    (GRASSFLOW_GPUS=0,1) with train.runs_per_gpu: 2 and `grassflow gpus`'s flag, more cores
+    than slots; the jobs still compute on the CPU (the slots' test reads their records). Every
+    test that redoes part of it without the pool (the SIGKILL, crafted-checkpoint and SLURM
+    tests) compares its tables with it: packing changes where and when, never what.
     Tests that edit it restore what they edit."""
-    from pipeline import copy_repo, snakemake
+    from pipeline import POOL_ENV, copy_repo, pool_flag, snakemake
 
     work = copy_repo(tmp_path_factory.mktemp("repo"))
-    snakemake(work, env={"GRASSFLOW_RECORD_IMPORTS": str(work / "imports")})
+    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
+    env = {**POOL_ENV, "GRASSFLOW_SLOTS_DIR": str(work / ".slots"), "GRASSFLOW_RECORD_IMPORTS": str(work / "imports")}
+    flag = pool_flag(work, env)
+    assert flag == ["--resources", "gpu=4"], flag
+    snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
     return work

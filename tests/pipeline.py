@@ -39,6 +39,16 @@ def pipeline_env():
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
 
 
+POOL_ENV = {"GRASSFLOW_GPUS": "0,1"}  # the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
+
+
+def pool_flag(work, env) -> list[str]:
+    """`grassflow gpus`'s flag for the stand-in pool and the demo's train.runs_per_gpu overlay."""
+    return subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
+                           str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
+                          env={**pipeline_env(), "PYTHONPATH": str(work / "src"), **env}).stdout.split()
+
+
 def snakemake(cwd, *args, check=True, preset="demo", env=None):
     res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--config", f"preset={preset}", *args],
                          cwd=cwd, env={**pipeline_env(), **(env or {})}, capture_output=True, text=True, timeout=2700)
@@ -112,14 +122,17 @@ def job_stats(stdout: str) -> Counter:
                     if m.group(1) != "total"})
 
 
-def assert_same_tables(a_dir, b_dir):
-    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies."""
+def assert_same_tables(a_dir, b_dir, names=None):
+    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies
+    (of the tables `names`, default all)."""
     # equal weights, equal weights_sha256, wherever and however the checkpoints were written
     lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
     snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
     recall = ["run_id", "status", "lr", "val_acc", "test_acc", "reach", "weights_sha256"]
     for name, cols in [("table1", lm), ("table2", lm), ("ablations", ["variant"] + lm), ("snli_table3", snli),
                        ("snli_table3_scratch", snli), ("recall", recall)]:
+        if names is not None and name not in names:
+            continue
         a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
         b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
         pd.testing.assert_frame_equal(a, b, check_exact=True)

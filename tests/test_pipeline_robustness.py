@@ -7,9 +7,8 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
-from pipeline import BIN, assert_same_tables, copy_repo, pipeline_env, planned, snakemake
+from pipeline import BIN, assert_same_tables, pipeline_env, planned, snakemake
 
 
 def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
@@ -17,7 +16,8 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     (best.pt and metrics.jsonl exist after an epoch, run.json not yet) are never taken as
     done; the rerun resumes them and the tables equal the uninterrupted run's. It starts from a
     copy of the finished demo elsewhere (outputs, mtimes, Snakemake metadata), which plans
-    nothing, with two runs deleted, so only those runs and what reads them are redone."""
+    nothing, with two runs deleted, so only those runs and what reads them are redone, without
+    the demo's stand-in GPU pool: the same weights as the packed runs'."""
     import signal
     import time
 
@@ -58,7 +58,8 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
     and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
     job fails with one `error:` line naming its file, the marker is never created, and the
     other jobs still run (--keep-going). A copy of the same tree re-evaluated without the
-    crafted files gives the demo's numbers (a results tree copied from another user)."""
+    crafted files (and without the demo's GPU pool) gives the demo's numbers (a results tree
+    copied from another user)."""
     from payload import crafted_best, crafted_last
 
     work = tmp_path / "work"
@@ -93,20 +94,13 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
     assert_same_tables(demo, clean)
 
 
-def test_demo_on_a_stand_in_pool_of_two_gpus_with_two_runs_each(demo, tmp_path):
-    """GRASSFLOW_GPUS=0,1 and train.runs_per_gpu: 2, with `grassflow gpus`'s flag: every GPU job
-    took a slot; jobs that ran at the same time held distinct (GPU, slot) pairs, never more than
-    4 at once; the benchmark had its GPU to itself; the tables equal the unpacked demo's."""
-    (tmp_path / "work").mkdir()
-    work = copy_repo(tmp_path / "work")
-    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
-    env = {"GRASSFLOW_GPUS": "0,1", "GRASSFLOW_SLOTS_DIR": str(tmp_path / "slots")}
-    flag = subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
-                           str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
-                          env={**pipeline_env(), "PYTHONPATH": str(work / "src"), **env}).stdout.split()
-    assert flag == ["--resources", "gpu=4"]
-    snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
-    res = work / "results/demo"
+def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
+    """The demo fixture ran with GRASSFLOW_GPUS=0,1, train.runs_per_gpu: 2 and `grassflow gpus`'s
+    flag, with 5 cores for 4 slots: every GPU job took a slot; jobs that ran at the same time held
+    distinct (GPU, slot) pairs, never more than 4 at once; the benchmark had its GPU to itself.
+    (Its tables equal unpacked runs': the SIGKILL and crafted-checkpoint tests above redo
+    training and every evaluation without the pool, the SLURM test the whole demo.)"""
+    res = demo / "results/demo"
     held = []  # (gpu, slot, start, end) of every run's training and evaluation
     for rec in res.glob("**/runs/*/run.json"):
         r = json.loads(rec.read_text())
@@ -124,4 +118,3 @@ def test_demo_on_a_stand_in_pool_of_two_gpus_with_two_runs_each(demo, tmp_path):
         assert len({(h[0], h[1]) for h in at_once}) == len(at_once), at_once  # a slot each
         assert not (g == bench["gpu"] and a < bench["finished_at"] and bench["acquired_at"] < b)
     assert max(sum(h[2] <= a < h[3] for h in held) for _, _, a, _ in held) >= 2  # runs did share the pool
-    assert_same_tables(demo, work)
