@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: audit demo test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run plan lint clean
+.PHONY: audit demo test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-concurrency plan lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -63,6 +63,11 @@ gpu-check-run:
 	$(PY) -m pytest -q -p no:cacheprovider -m gpu
 	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
+
+# On a GPU: K = 1, 2, 4, 8 Table 1 runs side by side, without and with MPS (reports/bench/concurrency-cuda.*):
+# what train.runs_per_gpu's default is to be set from.
+gpu-concurrency:
+	$(PY) -m grassflow.bench --device cuda --concurrency 1,2,4,8 --mps --out reports/bench
 
 # What a preset will do and cost before it runs: jobs per rule and partition, device-hours, memory
 plan: $(VENV)/.installed

@@ -80,3 +80,25 @@ def test_bench_peer_through_the_cli(tmp_path):
     assert res.returncode == 1 and not (out / "q.json").exists()
     assert res.stderr.strip().splitlines()[-1] == (
         f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install einops_is_not_installed_here)")
+
+
+def test_bench_concurrency_runs_k_workers_together(tmp_path):
+    """`bench --concurrency 1,2` (smoke sizes, CPU): per model and K a row from K worker processes,
+    every one of which was ready before any started timing; MPS off CUDA and a list without K=1
+    (the gains' baseline) are refused, each with one error line."""
+    import subprocess
+    import sys
+
+    res = main(["--quick", "--device", "cpu", "--concurrency", "1,2", "--steps", "2", "--out", str(tmp_path)])
+    assert [(r["model"], r["k"], r["mps"]) for r in res["rows"]] == [
+        (m, k, False) for m in ("transformer", "grassmann") for k in (1, 2)]
+    for r in res["rows"]:
+        assert len(r["runs"]) == r["k"] and all(run["start"] >= r["go"] for run in r["runs"])
+        assert r["aggregate_tokens_per_s"] > 0 and r["slowdown"] > 0
+    assert json.loads((tmp_path / "concurrency-quick-cpu.json").read_text())["rows"][3]["k"] == 2
+    assert "| grassmann | 2 | no |" in (tmp_path / "concurrency-quick-cpu.md").read_text()
+    for args, error in ((["1,2", "--mps"], "error: --mps: MPS is CUDA's"),
+                        (["2,4"], "error: --concurrency 2,4: list 1, the baseline of the gains")):
+        out = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--out",
+                              str(tmp_path), "--concurrency", *args], capture_output=True, text=True)
+        assert out.returncode != 0 and error in out.stderr, out.stderr

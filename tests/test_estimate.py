@@ -110,3 +110,17 @@ def test_estimates_report_of_a_preset_without_snli_or_recall(tmp_path):
     assert [(r["rule"], r["run"], r["measured_s"]) for r in measured] == [("train", "table1-grassmann-s0", 123.4)]
     md = (results / "report" / "estimates.md").read_text()
     assert "| train | 10 |" in md and "| evaluate | 10 | " in md
+
+
+def test_k_runs_per_gpu_each_take_k_times_as_long():
+    """K runs per GPU: one after another in a packed SLURM allocation, side by side locally (at
+    most K times slower): each job's time (and so its SLURM limit) ×K, its device-hours unchanged
+    (a job holds 1/K of the GPU); the basis says so."""
+    name, p, settings = _paper()
+    spec = runs(name, p)["table1-grassmann-s0"]
+    solo = job_estimate("train", spec, p, settings)
+    packed = job_estimate("train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 4}}, settings)
+    assert packed.seconds == pytest.approx(4 * solo.seconds)
+    assert packed.minutes(settings) >= 4 * solo.minutes(settings) - 3
+    assert packed.share == 4 and packed.seconds / packed.share == pytest.approx(solo.seconds)
+    assert packed.basis.endswith("; 4 runs per GPU: ×4") and "runs per GPU" not in solo.basis

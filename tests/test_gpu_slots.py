@@ -125,10 +125,33 @@ def test_a_cuda_slot_makes_its_gpu_torchs_current_device(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "set_device", calls.append)
     monkeypatch.setattr(gpu_slots, "_held", {})
-    held_elsewhere = gpu_slots._try_lock(gpu_slots.runtime_dir() / "gpu0-slot0.lock")
+    held_elsewhere = gpu_slots._try_lock(gpu_slots.runtime_dir() / "gpu-GPU-0-slot0.lock")
     try:
         got = gpu_slots.claim()
     finally:
         os.close(held_elsewhere)
     assert calls == [1] and (got["gpu"], got["slot"], got["uuid"], got["source"]) == (1, 0, "GPU-1", "cuda")
     assert gpu_slots.claim() == got and calls == [1]  # held: a second ask changes nothing
+
+
+def test_two_allocations_gpu_0_are_two_gpus(tmp_path, monkeypatch):
+    """On a SLURM node each allocation sees its own GPU as index 0; jobs of both share the runtime
+    directory. With K=1, a job of the second allocation takes its GPU's slot at once, while the
+    first allocation's job holds the slot of its own GPU 0 (a slot named by index would make it wait)."""
+    monkeypatch.setenv(gpu_slots.SLOTS_DIR, str(tmp_path / "slots"))
+    monkeypatch.setenv(gpu_slots.RUNS_PER_GPU, "1")
+    monkeypatch.delenv(gpu_slots.OVERRIDE, raising=False)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    first = {"index": 0, "name": "H100", "uuid": "GPU-aaaa", "source": "cuda"}
+    held_by_first = gpu_slots._try_lock(gpu_slots.runtime_dir() / gpu_slots.lock_name(first, 0))
+    assert held_by_first is not None
+    monkeypatch.setattr(gpu_slots, "gpus", lambda: [{**first, "uuid": "GPU-bbbb"}])
+    monkeypatch.setattr(gpu_slots, "_held", {})
+    monkeypatch.setattr(gpu_slots.time, "sleep", lambda s: pytest.fail("waited for another GPU's slot"))
+    try:
+        got = gpu_slots.claim()
+    finally:
+        os.close(held_by_first)
+    assert (got["gpu"], got["slot"], got["uuid"]) == (0, 0, "GPU-bbbb")

@@ -88,6 +88,11 @@ def _minutes(limit: str) -> int:
 SPLITS = ("train", "validation", "test")
 
 
+def one_gpu(fields: dict) -> bool:
+    """The SLURM job asked for one GPU: --gpus=1 (TresPerJob) or --gres=gpu:1 (TresPerNode)."""
+    return any(re.search(r"gpu[:=]1\b", fields.get(k, "")) for k in ("TresPerJob", "TresPerNode", "TRES"))
+
+
 def _group(comment: str) -> str | None:
     """The executor plugin's comment of a group job: rule_<group>_<its rules> (no wildcards)."""
     return next((g for g in set(GROUPS.values()) if comment.startswith(f"rule_{g}_")), None)
@@ -181,7 +186,7 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
         assert {run for _, run, _ in by_rule[group]} == expected, group
         for _jid, run, f in by_rule[group]:
             assert f["Partition"] == "gpu", (group, run, f["Partition"])
-            assert "gpu:1" in f.get("TresPerJob", "") or "gpu=1" in f.get("TRES", ""), (group, run, f)
+            assert one_gpu(f), (group, run, f)
     for rule in RUN_RULES:  # never an allocation of their own: each run's pair shares one
         assert rule not in by_rule, rule
     for rule in ("train_tokenizer", "tokenize", "unigram", "aggregate", "ablation_aggregate", "snli_train_tokenizer",
@@ -221,3 +226,91 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
 
     # the cluster run produced the same numbers as the local run
     assert_same_tables(demo, work)
+
+
+@pytest.mark.slurm
+def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(demo, slurm_cluster, tmp_path):
+    """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's four runs: two SLURM
+    jobs, each one allocation with one GPU (gres, not two) running two runs' training and
+    evaluation, whose time limit is the sum over the train and evaluate layers of the pair's
+    longest job estimate ×2 (the executor plugin runs a group's jobs one after another:
+    snakemake-executor-plugin-slurm#469). One allocation is cancelled once both of its runs have
+    a checkpoint: it is retried with a longer limit and both runs resume. Table 1 equals the local run's."""
+    import threading
+    import time
+
+    from grassflow.config import runs, select_preset
+    from grassflow.estimate import job_estimate
+    from grassflow.plan import load_config
+
+    work = copy_repo(tmp_path)
+    profile = site_profile(work)
+    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
+    env = pipeline_env()
+    flag = subprocess.run([str(BIN / "python"), "-m", "grassflow", "gpus", "--slurm", "--preset", "demo",
+                           "--configfile", str(work / "pool.yaml")], cwd=work, capture_output=True, text=True,
+                          check=True, env={**env, "PYTHONPATH": str(work / "src")}).stdout.split()
+    assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
+    seen, cancelled, done = {}, {}, threading.Event()
+    before = set(scontrol_jobs())
+    runs_dir = work / "results/demo/runs"
+
+    def training(run):
+        return subprocess.run(["pgrep", "-f", f"grassflow train .*runs/{run} "], capture_output=True,
+                              text=True).stdout.split()
+
+    def watch():
+        while not done.is_set():
+            for jid, fields in scontrol_jobs().items():
+                if jid in before:
+                    continue
+                seen.setdefault(jid, {}).update(fields)
+                if (cancelled or fields.get("JobState") != "RUNNING"
+                        or _group(fields.get("Comment", "")) != "lm_run"):
+                    continue
+                pair = sorted(r for rule, r in _jobs_of_allocation(work, jid) if rule == "train")
+                if len(pair) == 2 and all((runs_dir / r / "last.pt").exists() for r in pair) and any(
+                        training(r) for r in pair):
+                    subprocess.run(["scancel", jid], check=True)  # preempted mid-training, both runs checkpointed
+                    cancelled[jid] = pair
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    res = subprocess.run([str(BIN / "snakemake"), "table1", "--profile", profile, "--configfile", str(work / "pool.yaml"),
+                          *flag, "--config", "preset=demo"], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=3600)
+    time.sleep(1)
+    done.set()
+    watcher.join()
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    packed = sorted(((jid, f) for jid, f in seen.items() if _group(f.get("Comment", "")) == "lm_run"),
+                    key=lambda x: int(x[0]))
+    config = load_config(work, [work / "pool.yaml"], preset="demo")
+    _, P = select_preset(config)
+    specs, settings = runs("demo", P), config["estimate"]
+    tokens = work / "results/demo/data/tokens/trained"
+    files = {s: tokens / f"{s}.parquet" for s in SPLITS}
+    attempts, completed = Counter(), set()
+    for jid, f in packed:
+        ran = _jobs_of_allocation(work, jid)
+        pair = tuple(sorted(r for rule, r in ran if rule == "train"))
+        assert one_gpu(f) and f["Partition"] == "gpu", f  # one GPU for both runs
+        attempts[pair] += 1
+        want = sum(max(job_estimate(rule, specs[r], P, settings, files).minutes(settings, attempts[pair]) for r in pair)
+                   for rule in ("train", "evaluate"))
+        if f["JobState"] == "COMPLETED":
+            assert len(pair) == 2 and ran == {(rule, r) for r in pair for rule in ("train", "evaluate")}, (jid, ran)
+            assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pair, f["TimeLimit"], want)
+            completed.add(pair)
+    assert {r for pair in completed for r in pair} == {
+        f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1)} and len(completed) == 2
+    ((jid, pair),) = cancelled.items()
+    assert seen[jid]["JobState"] == "CANCELLED"
+    again = [f for j, f in packed if int(j) > int(jid) and f["JobState"] == "COMPLETED" and tuple(sorted(
+        r for rule, r in _jobs_of_allocation(work, j) if rule == "train")) == tuple(pair)]
+    assert again and _minutes(again[-1]["TimeLimit"]) > _minutes(seen[jid]["TimeLimit"])
+    for run in pair:
+        assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), run
+    assert_same_tables(demo, work, names=["table1"])

@@ -184,3 +184,15 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
     for rule, (task, _) in RUN_RULES.items():
         assert groups[rule] == f"{task.name}_run", rule
         assert prof["set-resources"][rule]["slurm_partition"] == "gpu" and rule in prof["set-threads"], rule
+        # one GPU per allocation however many runs it packs: a string, which a group job shares
+        assert prof["set-resources"][rule]["gres"] == "gpu:1" and prof["set-resources"][rule]["gpu"] == 0, rule
+
+
+def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):
+    """`--group-components lm_run=2` with train.runs_per_gpu 1: the runs' time limits would be sized
+    for one run per GPU; Snakemake stops before its first job with one error naming both."""
+    work = copy_repo(tmp_path)
+    res = snakemake(work, "--group-components", "lm_run=2", check=False)
+    assert res.returncode != 0 and not (work / "results").exists()
+    assert ("error: --group-components lm_run=2 packs 2 runs per allocation but train.runs_per_gpu is 1"
+            in res.stdout + res.stderr)

@@ -8,6 +8,8 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
             reference LM head + loss vs the head op, eager vs compiled: time, tokens/s, G/T, memory
   launches  per layer and training step: the Plücker op's kernel launches, ATen ops per block
   peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench_peer.py)
+  --concurrency 1,2,4,8  instead of the parts: K Table 1 runs side by side on the device,
+            aggregate tokens/s per K, with and (--mps) without CUDA MPS (bench_concurrency.py)
   step      one AdamW step as training takes it, GrassmannLM (with each op backend) vs
             TransformerLM (N=6, vocab 30,522) at a constant B·L tokens per step over a range
             of L: step time, tokens/s, peak memory; the same without the LM head ("trunk":
@@ -128,12 +130,13 @@ def grassmann_backends(device) -> list[str]:
     return ["fast"] + (["fused-cpu"] if shutil.which(os.environ.get("CXX", "g++")) else [])
 
 
-def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto", *, compile=False,
-               optimizer="train", head_loss="auto", dropout=0.0) -> dict:
-    """One training step as the training loop takes it: make_optimizer's AdamW (`train`: fused
-    where the loop uses it; `default`: PyTorch's default form), the LM loss of the LM task
-    (its head and loss as one op, ops.linear_ce, `head_loss` backend) or, without the head, a
-    loss on the final-LN states; eager or compiled (grassflow.compiled)."""
+def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto", *, compile=False,
+                  optimizer="train", head_loss="auto", dropout=0.0):
+    """One training step as the training loop takes it, as a function: make_optimizer's AdamW
+    (`train`: fused where the loop uses it; `default`: PyTorch's default form), the LM loss of
+    the LM task (its head and loss as one op, ops.linear_ce, `head_loss` backend) or, without the
+    head, a loss on the final-LN states; eager or compiled (grassflow.compiled). Returns
+    (step, facts about it, the saved-bytes meter)."""
     torch.manual_seed(0)
     B = max(1, tokens // L)
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers,
@@ -164,6 +167,15 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="aut
         opt.step()
         meter.end_step()
 
+    facts = {"model": kind, "backend": backend if kind == "grassmann" else None, "L": L, "B": B, "head": with_head,
+             "compile": compiled.enabled, "optimizer": opt_impl,
+             "head_loss": resolve_head_loss(head_loss, device) if with_head else None}
+    return step, facts, meter
+
+
+def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto", **kw) -> dict:
+    """The time, tokens/s and peak memory of training_step (same arguments)."""
+    step, facts, meter = training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend, **kw)
     step()  # the first step compiles (if it does) and allocates AdamW's state
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -171,10 +183,7 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="aut
     # on a shared 2-core machine vary by ±20 %; the minimum is the stable estimate.
     t = timeit(step, device, repeat=5, best=True, warmup=0)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
-    return {"model": kind, "backend": backend if kind == "grassmann" else None, "L": L, "B": B,
-            "head": with_head, "seconds": t, "compile": compiled.enabled, "optimizer": opt_impl,
-            "head_loss": resolve_head_loss(head_loss, device) if with_head else None,
-            "tokens_per_s": B * L / t, "peak_mem_mb": peak / 2**20,
+    return {**facts, "seconds": t, "tokens_per_s": facts["B"] * L / t, "peak_mem_mb": peak / 2**20,
             "peak_mem_kind": "cuda_max_allocated" if device.type == "cuda" else "saved_activations"}
 
 
@@ -335,10 +344,19 @@ def main(argv=None):
                                    "B=32; with --quick the smoke sizes)")
     ap.add_argument("--parts", default="op,step,settings,launches",
                     help="comma-separated parts to run (op, step, settings, launches)")
+    ap.add_argument("--concurrency", help="instead of the parts: K runs side by side for each K listed, e.g. "
+                                          "1,2,4,8 (bench_concurrency.py)")
+    ap.add_argument("--steps", type=int, default=50, help="--concurrency: timed steps per run")
+    ap.add_argument("--mps", action="store_true", help="--concurrency: each K > 1 again under CUDA MPS")
     args = ap.parse_args(argv)
 
     configure_torch()
     device = pick_device(args.device, log=True, exclusive=True)  # it times the device: alone on it
+    if args.concurrency:
+        from grassflow.bench_concurrency import run
+
+        return run(device, [int(k) for k in args.concurrency.split(",")], args.steps, args.quick, args.mps,
+                   Path(args.out), args.name or "concurrency-" + ("quick-" if args.quick else "") + device.type)
     q = args.quick
     parts = set(args.parts.split(","))
     lengths = [32, 64] if q else [int(x) for x in args.lengths.split(",")]

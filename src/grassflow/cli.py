@@ -89,14 +89,20 @@ def _aggregate(a):
 
 
 def _gpus(a):
-    """Snakemake's --resources for this machine's GPUs × the preset's train.runs_per_gpu."""
+    """Snakemake's flag for K = the preset's train.runs_per_gpu runs per GPU: locally --resources
+    for this machine's GPUs × K; on SLURM (--slurm) --group-components packing K runs into each
+    allocation (nothing for K = 1: one run per allocation, the profile's default)."""
     from grassflow.config import select_preset
     from grassflow.gpu_slots import flag
     from grassflow.plan import load_config
+    from grassflow.tasks import TASKS
 
     _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
-    part = next(x for x in (p if p.get("experiments") else None, p.get("snli"), p.get("recall")) if x)
-    print(flag(a.runs_per_gpu or part["train"]["runs_per_gpu"]))
+    k = a.runs_per_gpu or next(t.part(p) for t in TASKS.values() if t.part(p))["train"]["runs_per_gpu"]
+    if a.slurm:
+        print(" ".join(["--group-components", *(f"{t.group}={k}" for t in TASKS.values())]) if k > 1 else "")
+    else:
+        print(flag(k))
 
 
 def _summary(a):
@@ -297,9 +303,11 @@ COMMANDS = [
     ("evaluate", "perplexities of a run's best checkpoint", _evaluate, [_evaluate_args]),
     ("aggregate", "one experiment's table and figures", _aggregate,
      [_aggregate_args, _baseline_args, lambda p: p.add_argument("--experiment", required=True)]),
-    ("gpus", "the --resources flag that runs K GPU jobs per GPU of this machine: snakemake $(grassflow gpus)", _gpus,
+    ("gpus", "the flag that runs K GPU jobs per GPU: snakemake $(grassflow gpus); on SLURM, K runs per "
+     "allocation: snakemake --profile profiles/slurm $(grassflow gpus --slurm)", _gpus,
      [lambda p: [p.add_argument("--preset"), p.add_argument("--configfile", nargs="*", default=[]),
                  p.add_argument("--project", default="."),
+                 p.add_argument("--slurm", action="store_true", help="--group-components for profiles/slurm"),
                  p.add_argument("--runs-per-gpu", type=int, help="K (default: the preset's train.runs_per_gpu)")]]),
     ("summary", "summary.md of a preset's tables, and the scaling figure", _summary,
      [lambda p: [p.add_argument("--preset-name", required=True), p.add_argument("--tables", nargs="+", required=True,

@@ -14,7 +14,9 @@ by depth (GPUs are launch-bound at these sizes: per-step overhead, not arithmeti
 reads validation and test chunked and strided (three passes). Each job adds STARTUP_S. A device kind missing from the
 table takes the H100's rows slowed by UNKNOWN_DEVICE_SLOWDOWN. The request pads the estimate
 by `estimate.safety`, with a floor, and grows with Snakemake's attempt, so a job stopped at its
-limit (it checkpoints on SIGTERM) is retried with a longer one and resumes.
+limit (it checkpoints on SIGTERM) is retried with a longer one and resumes. With K runs per GPU
+(`train.runs_per_gpu`) a job's time is ×K (the runs of a packed SLURM allocation run one after
+another; locally K share the GPU, which is at most K times slower) and its device-hours 1/K.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Estimate:
     items: int  # training tokens (or examples) seen, 0 for evaluation
     mem_mb: int  # expected peak host memory
     basis: str  # the throughput row (or assumption) it rests on
+    share: int = 1  # runs sharing its GPU (train.runs_per_gpu): a job holds 1/share of a device
 
     def minutes(self, settings: dict, attempt: int = 1) -> int:
         """The time limit to request: padded, floored, longer on every retry."""
@@ -254,6 +257,12 @@ def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = No
         raise ValueError(f"no estimate for rule {rule!r}")
     task, stage = RUN_RULES[rule]
     part = preset if task.part_key is None else preset[task.part_key]
-    threads = (part.get("train") or {}).get("threads", 1)  # an execution key: not in the spec
+    threads = (part.get("train") or {}).get("threads", 1)  # execution keys: not in the spec
+    k = (part.get("train") or {}).get("runs_per_gpu", 1)
     est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
-    return Estimate(est.seconds + STARTUP_S, est.items, est.mem_mb, f"{est.basis}; data: {source}")
+    # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
+    # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
+    # the time of the latter and the bound of the former (sharing gains nothing).
+    shared = f"; {k} runs per GPU: ×{k}"
+    return Estimate((est.seconds + STARTUP_S) * k, est.items, est.mem_mb,
+                    f"{est.basis}; data: {source}" + (shared if k > 1 else ""), k)

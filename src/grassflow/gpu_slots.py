@@ -1,10 +1,12 @@
 """GPU slots: K runs share one GPU, and no more than K.
 
-A GPU job takes a slot before it touches CUDA: slot s of GPU g is the file
-`<runtime dir>/gpu<g>-slot<s>.lock`, held with an exclusive flock for the life of the process,
+A GPU job takes a slot before it touches CUDA: slot s of a GPU is the file
+`<runtime dir>/gpu-<its UUID>-slot<s>.lock` (a stand-in GPU's: `gpu<index>-slot<s>.lock`), held with an exclusive flock for the life of the process,
 so the kernel frees it when the process ends however it ends (SIGKILL included): no stale slot
 after a crash. A job that finds every slot taken waits for one. A job that times the device
 (`bench`) takes every slot of its GPU, so no training run shares the GPU it is timing.
+A slot is named by the GPU's UUID, not its index: on a SLURM node, each allocation sees its own
+GPU as index 0 (CUDA_VISIBLE_DEVICES), and jobs of two allocations share the runtime directory.
 
   K            train.runs_per_gpu (an execution setting, handed to the job as GRASSFLOW_RUNS_PER_GPU;
                changing it reruns nothing)
@@ -101,7 +103,7 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
         for g, slot, members in choices:
             fds = []
             for s in members:
-                fd = _try_lock(d / f"gpu{g['index']}-slot{s}.lock")
+                fd = _try_lock(d / lock_name(g, s))
                 if fd is None:
                     break
                 fds.append(fd)
@@ -110,6 +112,11 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
             for fd in fds:  # part of an exclusive set: give it back
                 os.close(fd)
         time.sleep(poll_s)
+
+
+def lock_name(g: dict, s: int) -> str:
+    """Slot s of GPU g's lock file: by UUID where the GPU has one, else by index (stand-ins)."""
+    return f"gpu-{g['uuid']}-slot{s}.lock" if g["uuid"] else f"gpu{g['index']}-slot{s}.lock"
 
 
 def _hold(g: dict, slot, k: int, fds: list[int]) -> dict:

@@ -120,7 +120,7 @@ def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, 
             task = RUN_RULES[rule][0]
             spec = specs[task.wildcard][job["wildcards"][task.wildcard]]
             est = job_estimate(rule, spec, P, settings, task.files(project / "results" / name, P))
-            row["est_hours"] += est.seconds / 3600
+            row["est_hours"] += est.seconds / 3600 / est.share  # K runs share a GPU
             row["items"] += est.items
     out = list(rows.values())
     if measured:

@@ -37,6 +37,11 @@ class Task:
     def rule(self, stage: str) -> str:
         return f"{self.prefix}{stage}"
 
+    @property
+    def group(self) -> str:
+        """The cluster profile's group of a run's jobs (one allocation per run, or K: `--group-components`)."""
+        return f"{self.name}_run"
+
     def command(self, stage: str) -> str:
         return f"{self.prefix.replace('_', '-')}{stage}"
 

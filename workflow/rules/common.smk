@@ -3,6 +3,7 @@
 import functools
 import json
 import re
+import sys
 from pathlib import Path
 
 from grassflow.config import ablation_runs, exec_resources, main_run_ids, recall_cell, run_train, select_preset, tokenizer_spec
@@ -143,6 +144,18 @@ def specs(name, objs, wildcard):
 # the preflight's threads: those of the preset's training jobs (the LM's, else SNLI's or recall's)
 # K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run
 RUNS_PER_GPU = PARTS[0]["train"]["runs_per_gpu"]
+# On SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
+# allocation; their time limits are sized from K (grassflow.estimate).
+
+
+onstart:
+    # the runs' time limits and GPU slots are sized from K: a packing other than K is refused
+    # before any job starts (Snakemake hands its --group-components to the workflow only here)
+    for _group, _n in dict(workflow.group_settings.group_components).items():
+        if _group in {t.group for t in TASKS.values()} and _n != RUNS_PER_GPU:
+            sys.exit(f"error: --group-components {_group}={_n} packs {_n} runs per allocation but "
+                     f"train.runs_per_gpu is {RUNS_PER_GPU} (it sizes their time limits and GPU slots): "
+                     f"set train.runs_per_gpu: {_n}, and print the flag with `grassflow gpus --slurm`")
 PREFLIGHT_THREADS = PARTS[0]["train"]["threads"]
 
 
