@@ -79,7 +79,8 @@ def test_existing_token_files_give_exact_counts(tokens):
     files' own counts replace the table's."""
     files = {s: tokens / f"{s}.parquet" for s in ("train", "validation", "test")}
     n = {s: json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])["n_tokens"] for s, f in files.items()}
-    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained", "vocab_size": 300}, "train": {}}
+    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained", "vocab_size": 300}, "train": {"runs_per_gpu": 1},
+              "experiments": {"table1": {}}}
     spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "max_steps_per_epoch": None}}
     est = job_estimate("train", spec, preset, {}, files)
     L, B = spec["model"]["context_len"], spec["train"]["batch_size"]
@@ -124,3 +125,16 @@ def test_k_runs_per_gpu_each_take_k_times_as_long():
     assert packed.minutes(settings) >= 4 * solo.minutes(settings) - 3
     assert packed.share == 4 and packed.seconds / packed.share == pytest.approx(solo.seconds)
     assert packed.basis.endswith("; 4 runs per GPU: ×4") and "runs per GPU" not in solo.basis
+
+
+def test_one_k_for_the_whole_pipeline_run():
+    """K is the pipeline run's (the LM's train section, else SNLI's, else recall's), as the
+    Snakefile's slots and packing use it: an SNLI job of a preset whose LM part says K=2 is ×2."""
+    from grassflow.config import snli_runs
+
+    name, p, settings = _paper()
+    run_id, spec = next(iter(snli_runs(name, p).items()))
+    solo = job_estimate("snli_train", spec, p, settings)
+    assert p["snli"]["train"]["runs_per_gpu"] == 1
+    packed = job_estimate("snli_train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 2}}, settings)
+    assert packed.seconds == pytest.approx(2 * solo.seconds) and packed.share == 2, run_id

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from grassflow.io import sha256_file
 from pipeline import DEMO_RECALL_RUNS, ROOT, copy_repo, pipeline_env, plan_rows, snakemake
 
 
@@ -93,6 +94,21 @@ def test_demo_runs_the_recall_chain(demo):
         assert f"[{run}](../recall/runs/{run}/run.json)" in md
     for fig in ("recall_vs_dmodel.png", "recall_by_distance.png"):
         assert (rep / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_tasks_eval_json_shares_one_contract(demo):
+    """LM, SNLI and recall evaluations write the same record around their task's metrics: the
+    run, its checkpoint's and weights' checksums, its slot, and per split the file it read and
+    that file's checksum (the names a reader of any eval.json can rely on)."""
+    common = {"run_id", "status", "best_epoch", "run_record", "checkpoint_file_sha256", "weights_sha256", "gpu_slot",
+              "validation", "test"}
+    res = demo / "results/demo"
+    for run_dir in (res / "runs/table1-grassmann-s0", res / "snli/runs/table3-grassmann-s0",
+                    res / "recall/runs/L32-kv4-d32-grassmann-lr0.001-s0"):
+        ev = json.loads((run_dir / "eval.json").read_text())
+        assert common <= set(ev), (run_dir.name, common - set(ev))
+        for split in ("validation", "test"):
+            assert ev[split]["tokens_sha256"] == sha256_file(demo / ev[split]["tokens_file"]), (run_dir.name, split)
 
 
 def test_token_files_carry_their_metadata(demo):

@@ -95,10 +95,10 @@ def _gpus(a):
     from grassflow.config import select_preset
     from grassflow.gpu_slots import flag
     from grassflow.plan import load_config
-    from grassflow.tasks import TASKS
+    from grassflow.tasks import TASKS, pipeline_train
 
     _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
-    k = a.runs_per_gpu or next(t.part(p) for t in TASKS.values() if t.part(p))["train"]["runs_per_gpu"]
+    k = a.runs_per_gpu or pipeline_train(p)["runs_per_gpu"]
     if a.slurm:
         print(" ".join(["--group-components", *(f"{t.group}={k}" for t in TASKS.values())]) if k > 1 else "")
     else:

@@ -98,3 +98,14 @@ TASKS = {t.name: t for t in (
 
 # {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
 RUN_RULES = {t.rule(stage): (t, stage) for t in TASKS.values() for stage in STAGES}
+
+
+def pipeline_train(preset: dict) -> dict:
+    """The train section whose execution keys hold for a whole pipeline run (`train.runs_per_gpu`:
+    one K for every GPU job and every packed allocation; the preflight's threads): the first
+    part the preset has, the LM's, else SNLI's, else recall's."""
+    part = next((t.part(preset) for t in TASKS.values() if t.part(preset)), None)
+    if part is None:
+        raise ValueError("the preset has no part to run: no experiments, snli or recall")
+    return part["train"]
+

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grassflow.config import ablation_runs, exec_resources, main_run_ids, recall_cell, run_train, select_preset, tokenizer_spec
 from grassflow.staleness import command_files, fingerprint, kind_code
-from grassflow.tasks import RUN_RULES, STAGES, TASKS
+from grassflow.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
 # The language-modelling part (Tables 1-2, ablations), when the preset has one: a preset may
@@ -16,7 +16,6 @@ PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefil
 LM = bool(P.get("experiments"))
 # {task: {run_id: spec}} of every task the preset has (grassflow.tasks): one job of each stage per run
 TASK_RUNS = {t.name: t.specs(PRESET, P) for t in TASKS.values()}
-PARTS = [t.part(P) for t in TASKS.values() if t.part(P)]  # the preset's parts: the LM's, SNLI's, recall's
 RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
@@ -141,11 +140,12 @@ def specs(name, objs, wildcard):
 # Snakemake cannot order a job before others without their rerunning after it). ancient()
 # would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
 # jobs' own rerun reasons (changed params), so they would silently stay stale.
-# the preflight's threads: those of the preset's training jobs (the LM's, else SNLI's or recall's)
-# K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run
-RUNS_PER_GPU = PARTS[0]["train"]["runs_per_gpu"]
-# On SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
+# the preflight's threads: those of the pipeline run's training jobs (grassflow.tasks.pipeline_train)
+PREFLIGHT_THREADS = pipeline_train(P)["threads"]
+# K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run. On
+# SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
 # allocation; their time limits are sized from K (grassflow.estimate).
+RUNS_PER_GPU = pipeline_train(P)["runs_per_gpu"]
 
 
 onstart:
@@ -156,7 +156,6 @@ onstart:
             sys.exit(f"error: --group-components {_group}={_n} packs {_n} runs per allocation but "
                      f"train.runs_per_gpu is {RUNS_PER_GPU} (it sizes their time limits and GPU slots): "
                      f"set train.runs_per_gpu: {_n}, and print the flag with `grassflow gpus --slurm`")
-PREFLIGHT_THREADS = PARTS[0]["train"]["threads"]
 
 
 def preflight_file(device, backend="auto"):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from grassflow.io import sha256_file, write_json
 from grassflow.lm.data import read_tokens
+from grassflow.loop import load_trained
 from grassflow.models import ModelConfig, build_model
 from grassflow.runs import open_for_evaluation
 from grassflow.runtime import autocast
@@ -103,8 +104,9 @@ def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_
         return result
     spec = ckpt["spec"]
     cfg = ModelConfig.from_dict(ckpt["model_config"])
-    model = build_model(spec["model_kind"], cfg).to(device)
-    model.load_state_dict(ckpt["model"])
+    model = build_model(spec["model_kind"], cfg)
+    load_trained(model, ckpt["model"])
+    model = model.to(device)
     bs = batch_size or spec["train"]["eval_batch_size"]
     for split, path in (("validation", val_tokens), ("test", test_tokens)):
         ids, meta = read_tokens(path, vocab_size=cfg.vocab_size)

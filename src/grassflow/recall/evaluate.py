@@ -61,6 +61,7 @@ def evaluate_recall_run(checkpoint, run_json, val_file, test_file, out_path, bat
         hits, nll = predict(model, data, bs, device)
         answers = data["distance"][data["labels"] != IGNORE]  # row-major, as predict's mask
         result[split] = {**accuracy_report(hits, answers, meta["seq_len"]), "nll": nll,
-                         "file": str(path), "file_sha256": sha256_file(path), "content_sha256": meta["content_sha256"]}
+                         "tokens_file": str(path), "tokens_sha256": sha256_file(path),
+                         "content_sha256": meta["content_sha256"]}
     write_json(out_path, result)
     return result
