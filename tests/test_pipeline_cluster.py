@@ -74,7 +74,7 @@ def scontrol_jobs() -> dict[str, dict]:
     return jobs
 
 
-GROUPS = {rule: f"{task.name}_run" for rule, (task, _) in TASK_RULES.items()}  # a run's jobs: one allocation
+GROUPS = {rule: task.group for rule, (task, _) in TASK_RULES.items()}  # a run's jobs: one allocation
 
 
 def _minutes(limit: str) -> int:

@@ -182,7 +182,7 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
     groups = dict(g.split("=") for g in prof["groups"])
     assert set(groups) == set(RUN_RULES)
     for rule, (task, _) in RUN_RULES.items():
-        assert groups[rule] == f"{task.name}_run", rule
+        assert groups[rule] == task.group, rule
         assert prof["set-resources"][rule]["slurm_partition"] == "gpu" and rule in prof["set-threads"], rule
         # one GPU per allocation however many runs it packs: a string, which a group job shares
         assert prof["set-resources"][rule]["gres"] == "gpu:1" and prof["set-resources"][rule]["gpu"] == 0, rule
