@@ -43,6 +43,7 @@ if LM:
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
 include: "workflow/rules/runs.smk"
+include: "workflow/rules/tasks.smk"
 include: "workflow/rules/estimates.smk"
 include: "workflow/rules/specs.smk"
 

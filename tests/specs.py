@@ -7,7 +7,7 @@ from pathlib import Path
 PUBLISHED = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "published.yaml"
 
 LM_SPEC = {
-    "run_id": "t-grassmann-s0", "preset": "test", "experiment": "t", "model_kind": "grassmann", "seed": 0,
+    "run_id": "t-grassmann-s0", "preset": "test", "task": "lm", "experiment": "t", "model_kind": "grassmann", "seed": 0,
     "tokenizer": "trained",
     "model": {"d_model": 32, "d_ff": 64, "n_heads": 4, "r": 4, "lags": [1, 2, 4], "dropout": 0.1,
               "n_layers": 1, "context_len": 16},
@@ -22,7 +22,7 @@ RANDOM_BACKBONE = {"name": "random-distilbert",
 
 
 def snli_spec(features, kind="grassmann", head=None, **train):
-    spec = {"run_id": f"t-{kind}-s0", "preset": "test", "task": "snli", "experiment": "t", "head_kind": kind,
+    spec = {"run_id": f"t-{kind}-s0", "preset": "test", "task": "snli", "experiment": "t", "model_kind": kind,
             "seed": 0, "head": {**SNLI_TINY_HEAD, "dropout": 0.1, **(head or {})}, "features": features,
             "tokenizer": "trained", "max_tokens": 12,
             "train": {"epochs": 3, "batch_size": 16, "lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01,

@@ -12,6 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from grassflow.tasks import COMMANDS as TASK_COMMANDS
+from grassflow.tasks import STAGES, TASKS, entry
+
 
 def json_arg(value: str):
     """A JSON argument: the path of a JSON file (what the rules pass: a job's spec file, so its
@@ -63,22 +66,10 @@ def _tokenize(a):
         print(f"{Path(raw).stem}: {meta['n_tokens']} tokens in {meta['seconds']:.2f}s", file=sys.stderr)
 
 
-def _train(a):
-    from grassflow.lm.train import train
-
-    train(a.spec, a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight, execution=_execution(a))
-
-
 def _unigram(a):
     from grassflow.lm.unigram import unigram_baseline
 
     unigram_baseline(a.train_tokens, {"validation": a.val_tokens, "test": a.test_tokens}, a.out)
-
-
-def _evaluate(a):
-    from grassflow.lm.evaluate import evaluate_run
-
-    evaluate_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
 
 
 def _aggregate(a):
@@ -95,7 +86,7 @@ def _gpus(a):
     from grassflow.config import select_preset
     from grassflow.gpu_slots import flag
     from grassflow.plan import load_config
-    from grassflow.tasks import TASKS, pipeline_train
+    from grassflow.tasks import pipeline_train
 
     _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
     k = a.runs_per_gpu or pipeline_train(p)["runs_per_gpu"]
@@ -152,19 +143,6 @@ def _snli_tokenize(a):
               f"truncated, in {meta['seconds']:.2f}s", file=sys.stderr)
 
 
-def _snli_train(a):
-    from grassflow.snli.train import train_snli
-
-    train_snli(a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, preflight=a.preflight,
-               execution=_execution(a))
-
-
-def _snli_evaluate(a):
-    from grassflow.snli.evaluate import evaluate_snli_run
-
-    evaluate_snli_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out, backbone_dir=a.backbone_dir)
-
-
 def _fetch_tokenizer(a):
     from grassflow.data.tokenizers import fetch_tokenizer
 
@@ -177,12 +155,6 @@ def _snli_fetch_backbone(a):
     fetch_backbone(a.backbone, a.out_dir)
 
 
-def _snli_aggregate(a):
-    from grassflow.report.snli import aggregate_snli
-
-    aggregate_snli(a.preset, a.preset_name, a.runs, a.out_dir)
-
-
 def _recall_data(a):
     from grassflow.recall.data import make_splits
 
@@ -190,25 +162,6 @@ def _recall_data(a):
     meta = make_splits(a.vocab, a.seq_len, a.kv, sizes, a.seed, a.out_dir)
     print(f"L={a.seq_len} kv={a.kv}: " + ", ".join(f"{s} {m['n_examples']} examples" for s, m in meta.items()),
           file=sys.stderr)
-
-
-def _recall_train(a):
-    from grassflow.recall.train import train_recall
-
-    train_recall(a.spec, a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight,
-                 execution=_execution(a))
-
-
-def _recall_evaluate(a):
-    from grassflow.recall.evaluate import evaluate_recall_run
-
-    evaluate_recall_run(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out)
-
-
-def _recall_aggregate(a):
-    from grassflow.report.recall import aggregate_recall
-
-    aggregate_recall(a.preset, a.preset_name, a.runs, a.out_dir)
 
 
 def _recall_data_args(p):
@@ -283,11 +236,42 @@ def _aggregate_args(p):
     p.add_argument("--out-dir", required=True)
 
 
-def _backbone_dir_arg(p):
-    p.add_argument("--backbone-dir", help="the pretrained backbone as fetched by snli-fetch-backbone")
+# --- the commands of every task, made from its declaration (grassflow/<task>/task.py) ------------
+def _dirs(a) -> dict:
+    """The directories a task's jobs also get (SNLI: --backbone-dir), as its entry points' keywords."""
+    return {f"{d}_dir": getattr(a, f"{d}_dir") for d in a.task.dirs}
 
 
-# (command, help, function, argument groups): the language-model stages, then SNLI's, then recall's
+def _task_train(a):
+    entry(a.entry)(a.spec, a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight,
+                   execution=_execution(a), **_dirs(a))
+
+
+def _task_evaluate(a):
+    entry(a.entry)(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out, **_dirs(a))
+
+
+def _task_aggregate(a):
+    entry(a.entry)(a.preset, a.preset_name, a.runs, a.out_dir)
+
+
+def _task_data(a):
+    entry(a.entry)(a.data, a.out_dir)
+
+
+# stage → (help, handler, argument groups)
+TASK_STAGES = {
+    "train": ("train one run from its spec", _task_train, [_train_args]),
+    "evaluate": ("evaluate a run's best checkpoint", _task_evaluate, [_evaluate_args]),
+    "aggregate": ("its tables and figures", _task_aggregate, [_aggregate_args]),
+    "data": ("its train/validation/test parquet files", _task_data,
+             [lambda p: [p.add_argument("--data", required=True, type=json_arg, help="its data section: " + JSON),
+                         p.add_argument("--out-dir", required=True)]]),
+}
+
+
+# (command, help, function, argument groups): the language-model stages, then SNLI's, then recall's;
+# then (build_parser) each task's train, evaluate, aggregate and data commands, from its declaration
 COMMANDS = [
     ("download", "raw splits to parquet", _download, [_data_args]),
     ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", _fetch_tokenizer,
@@ -299,8 +283,6 @@ COMMANDS = [
                                                help="cut validation and test to their leading rows of at most N tokens")]),
     ("unigram", "the unigram-perplexity baseline of the validation and test tokens", _unigram,
      [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
-    ("train", "train one run from its spec", _train, [_train_args]),
-    ("evaluate", "perplexities of a run's best checkpoint", _evaluate, [_evaluate_args]),
     ("aggregate", "one experiment's table and figures", _aggregate,
      [_aggregate_args, _baseline_args, lambda p: p.add_argument("--experiment", required=True)]),
     ("gpus", "the flag that runs K GPU jobs per GPU: snakemake $(grassflow gpus); on SLURM, K runs per "
@@ -326,16 +308,8 @@ COMMANDS = [
     ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", _snli_fetch_backbone,
      [lambda p: p.add_argument("--backbone", required=True, type=json_arg, help="the snli.backbone section: " + JSON),
       lambda p: p.add_argument("--out-dir", required=True)]),
-    ("snli-train", "train one SNLI run from its spec", _snli_train, [_train_args, _backbone_dir_arg]),
-    ("snli-evaluate", "accuracies of an SNLI run's best checkpoint", _snli_evaluate,
-     [_evaluate_args, _backbone_dir_arg]),
-    ("snli-aggregate", "SNLI tables of a preset", _snli_aggregate, [_aggregate_args]),
     ("recall-data", "MQAR train/validation/test parquet files of one (seq_len, kv) cell", _recall_data,
      [_recall_data_args]),
-    ("recall-train", "train one MQAR run from its spec", _recall_train, [_train_args]),
-    ("recall-evaluate", "MQAR accuracy (overall and by key-query distance) of a run's best checkpoint",
-     _recall_evaluate, [_evaluate_args]),
-    ("recall-aggregate", "the recall table and figures of a preset", _recall_aggregate, [_aggregate_args]),
     ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", _estimates,
@@ -352,6 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
         for add in groups:
             add(p)
         p.set_defaults(fn=fn)
+    for name, (task, stage, ref) in TASK_COMMANDS.items():
+        help_, fn, groups = TASK_STAGES[stage]
+        p = sub.add_parser(name, help=f"{task.title}: {help_}")
+        for add in groups:
+            add(p)
+        for d in task.dirs if stage in STAGES else ():
+            p.add_argument(f"--{d}-dir", help=f"the run's {d} directory")
+        p.set_defaults(fn=fn, task=task, entry=ref)
     p = sub.add_parser("bench", help="core benchmark (see python -m grassflow.bench -h)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_bench)

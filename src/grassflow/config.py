@@ -108,17 +108,17 @@ def select_preset(config: dict) -> tuple[str, dict]:
 
 
 def check_preset(name: str, p: dict) -> None:
+    from grassflow.tasks import TASKS, entry
+
     where = f"presets.{name}"
-    if not (p.get("experiments") or p.get("snli") or p.get("recall")):
-        raise ConfigError(f"{where}: nothing to run (no experiments, snli or recall part)")
+    parts = [t.part_key or "experiments" for t in TASKS.values()]
+    if not any(t.part(p) for t in TASKS.values()):
+        raise ConfigError(f"{where}: nothing to run (no {', '.join(parts[:-1])} or {parts[-1]} part)")
     if p.get("ablations") and not p.get("experiments"):
         raise ConfigError(f"{where}.ablations: needs the language-model experiments it varies")
-    if p.get("experiments"):
-        check_lm(where, name, p)
-    if p.get("snli"):
-        check_snli(f"{where}.snli", name, p)
-    if p.get("recall"):
-        check_recall(f"{where}.recall", name, p)
+    for t in TASKS.values():  # each task's own checks (its declaration's `check`)
+        if t.part(p) and t.check:
+            entry(t.check)(t.where(name), name, p)
 
 
 def check_lm(where: str, name: str, p: dict) -> None:
@@ -222,7 +222,7 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     # keys of the other model cannot make a run stale
     for k in GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",):
         model.pop(k, None)
-    return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "experiment": exp, "model_kind": kind,
+    return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
             "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]},
             "tokenizer": p["tokenizer"]["name"]}
 
@@ -312,7 +312,7 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
             train = {**run_train(s["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]}
             for seed in s["seeds"]:
                 run_id = f"{exp}-{kind}-s{seed}"
-                spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "head_kind": kind,
+                spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "model_kind": kind,
                         "seed": seed, "head": dict(head), "features": features, "train": train,
                         "tokenizer": s["tokenizer"]["name"], "max_tokens": s["max_tokens"]}
                 if e["features"] == "backbone":

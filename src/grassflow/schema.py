@@ -5,7 +5,8 @@ HeadConfig), and the dataclasses check themselves with the same tables.
 A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema
 bounds: minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment
 after a field is its description. `load_schema` reads workflow/schemas/config.schema.yaml and
-puts each generated section where the YAML says `{generated: <module>:<class>}`.
+puts each generated section where the YAML says `{generated: <module>:<class>}`, and the part
+of each task that declares its own schema (grassflow.tasks) into the preset's.
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ def load_schema(path) -> dict:
             module, cls = node["generated"].split(":")
             schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
                                                      exclude=node.get("exclude", ()))
+    from grassflow.tasks import TASKS
+
+    preset = schema["$defs"]["preset"]
+    for t in TASKS.values():  # a task that brings its part's schema in its declaration (a new one)
+        if t.schema is not None:
+            preset["properties"][t.part_key] = t.schema
+            preset["anyOf"].append({"required": [t.part_key]})
     return schema
 
 

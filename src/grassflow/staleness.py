@@ -4,7 +4,8 @@ covers, so that an edit reruns exactly the stages whose output it can change.
 A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). Its
 code is, read from the source without importing anything:
   - cli.py, __main__.py and the package's __init__, and the command's handler in cli.py with
-    the cli.py functions it calls;
+    the cli.py functions it calls; for a task's command (made from its declaration,
+    grassflow.tasks), the entry point's module the declaration names;
   - transitively, every grassflow module those import, at module level or inside a function
     (a superset of what one run executes: an edit to a lazily imported module reruns the stage),
     with the __init__ of every package on the way (importing a.b runs a/__init__.py);
@@ -22,6 +23,9 @@ import hashlib
 import sys
 from functools import cache
 from pathlib import Path
+
+from grassflow.tasks import COMMANDS as TASK_COMMANDS
+from grassflow.tasks import declarations
 
 PKG = Path(__file__).resolve().parent
 KERNELS_CANDIDATES = (PKG / "_kernels", PKG.parents[1] / "kernels")
@@ -116,6 +120,8 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
             if mod in opaque:
                 continue
             todo += imported([_tree(path)], mod, path.name == "__init__.py")
+            if mod == "grassflow.tasks":  # it imports every task's declaration by name (grassflow/<task>/task.py)
+                todo += [f"grassflow.{pkg}.task" for pkg in declarations()]
             for src in _literal(path, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
     return files
@@ -144,6 +150,7 @@ def _handlers() -> dict[str, str]:
     fns = [kw.value.id for c in calls if getattr(c.func, "attr", "") == "set_defaults" for kw in c.keywords
            if kw.arg == "fn" and isinstance(kw.value, ast.Name)]
     out.update({n: f for n, f in zip(names[-len(fns):], fns) if n not in out})
+    out.update({cmd: f"_task_{stage}" for cmd, (_, stage, _) in TASK_COMMANDS.items()})  # made from declarations
     return out
 
 
@@ -163,6 +170,8 @@ def command_roots(command: str) -> set[str]:
         done.add(fn)
         todo += [n.id for n in ast.walk(fns[fn]) if isinstance(n, ast.Name) and n.id in fns and n.id != fn]
     roots = imported(common + [fns[f] for f in done], "grassflow.cli", False)
+    if command in TASK_COMMANDS:  # a task's command runs the entry point its declaration names
+        roots.add(TASK_COMMANDS[command][2].split(":")[0])
     return roots | {"grassflow.cli", "grassflow.__main__"}
 
 

@@ -1,32 +1,57 @@
-"""The tasks (language modelling, SNLI, recall), each declared once: its part of a preset, its
-runs, its run wildcard, its rules and commands, where its results and token files live, and how
-its jobs are estimated. The Snakemake rules (workflow/rules/common.smk), `grassflow plan`, the
-`estimates` report and the estimate of a job's time limit read this table, not lists of their
-own.
+"""The tasks, each declared once in its own package: `grassflow/<task>/task.py` holds `TASK`, a
+`Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py). A new task
+is one more such directory: this module finds it, and the Snakemake rules
+(workflow/rules/common.smk, runs.smk), the CLI's commands, the config schema, `grassflow plan`,
+the estimates and the tests read the declarations, not lists of their own.
+
+A declaration names its entry points as "module:function" strings, so that it imports nothing
+(the CLI loads every declaration; the code fingerprint of a task's command covers its own entry
+module only: grassflow.staleness).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grassflow.config import recall_runs, runs, snli_runs
-
 STAGES = ("train", "evaluate")  # the jobs of one run, in order
+BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
 
 @dataclass(frozen=True)
 class Task:
-    name: str  # "lm" | "snli" | "recall"
-    part_key: str | None  # the preset key holding this task's part (None: the preset itself)
-    prefix: str  # of its rule names ("snli_") and results subdirectory; "" for the LM
-    wildcard: str  # its run wildcard in the rules
-    kind_key: str  # the spec key naming the model kind the run trains
-    config_key: str  # the spec key of the model's settings
-    runs: Callable[[str, dict], dict]  # (preset name, preset) → {run_id: spec}
-    estimate: Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
-    token_dir: Callable[[Path, dict], Path] | None  # (the preset's results dir, preset) → token files' dir
+    name: str  # its package's name; "lm" | "snli" | "recall" | a new one
+    part_key: str | None  # the preset key holding this task's part (None: the preset itself, the LM)
+    runs: str  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
+    train: str  # (spec, train_tokens, val_tokens, out_dir, *, preflight, execution, **dirs) → best.pt, metrics.jsonl, run.json
+    evaluate: str  # (checkpoint, run_json, val_tokens, test_tokens, out, **dirs) → eval.json
+    estimate: str  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
+    token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
+    aggregate: str | None = None  # (its part, preset name, run dirs, out dir) → its tables (the LM's: report.smk)
+    outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/
+    data: str | None = None  # (its part's data section, out dir) → {split}.parquet: the generic data rule
+    check: str | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
+    schema: dict | None = None  # the JSON schema of its part, where the config schema has none
+    model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
+    dirs: tuple[str, ...] = ()  # directories its jobs also get (`--<dir>-dir`; SNLI: its backbone)
+    title: str = ""  # its category in Snakemake's report
+
+    @property
+    def prefix(self) -> str:
+        """Of its rule names ("snli_") and results subdirectory; "" for the LM."""
+        return "" if self.part_key is None else f"{self.name}_"
+
+    @property
+    def wildcard(self) -> str:
+        """Its run wildcard in the rules."""
+        return f"{self.prefix}run"
+
+    @property
+    def group(self) -> str:
+        """The cluster profile's group of a run's jobs (one allocation per run, or K: `--group-components`)."""
+        return f"{self.name}_run"
 
     def part(self, preset: dict) -> dict | None:
         """This task's part of `preset`, or None where the preset has none."""
@@ -34,13 +59,12 @@ class Task:
             return preset if preset.get("experiments") else None
         return preset.get(self.part_key)
 
+    def where(self, name: str) -> str:
+        """The key path of its part in the config, for error messages."""
+        return f"presets.{name}" + (f".{self.part_key}" if self.part_key else "")
+
     def rule(self, stage: str) -> str:
         return f"{self.prefix}{stage}"
-
-    @property
-    def group(self) -> str:
-        """The cluster profile's group of a run's jobs (one allocation per run, or K: `--group-components`)."""
-        return f"{self.name}_run"
 
     def command(self, stage: str) -> str:
         return f"{self.prefix.replace('_', '-')}{stage}"
@@ -61,51 +85,49 @@ class Task:
         return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
 
     def specs(self, name: str, preset: dict) -> dict:
-        return self.runs(name, preset) if self.part(preset) else {}
+        return entry(self.runs)(name, preset) if self.part(preset) else {}
+
+    def entries(self) -> dict[str, tuple[str, str]]:
+        """{command: (stage, "module:function")} of the commands the CLI makes from this declaration."""
+        named = {"train": self.train, "evaluate": self.evaluate, "aggregate": self.aggregate, "data": self.data}
+        return {self.command(stage): (stage, e) for stage, e in named.items() if e}
 
 
-def _lm_estimate(stage, spec, preset, settings, files):
-    from grassflow.estimate import lm_evaluate, lm_sizes, lm_train
-
-    sizes, vocab, source = lm_sizes(preset, files)
-    return (lm_train if stage == "train" else lm_evaluate)(spec, sizes, vocab, settings), source
-
-
-def _snli_estimate(stage, spec, preset, settings, files):
-    from grassflow.estimate import snli_sizes, snli_train
-
-    pairs, source = snli_sizes(preset["snli"], files)
-    return snli_train(spec, pairs, settings, evaluate=stage == "evaluate"), source
+def entry(ref: str) -> Callable:
+    """The function a "module:function" string names."""
+    module, fn = ref.split(":")
+    return getattr(importlib.import_module(module), fn)
 
 
-def _recall_estimate(stage, spec, preset, settings, files):
-    from grassflow.estimate import recall_evaluate, recall_train
-
-    r = preset["recall"]
-    est = (recall_train if stage == "train" else recall_evaluate)(spec, dict(r["data"]["examples"]),
-                                                                 r["data"]["vocab"], settings)
-    return est, "config (recall.data.examples)"
+def declarations() -> list[str]:
+    """The packages that declare a task (have a task.py): the built-in ones, then the others by name."""
+    found = {p.parent.name for p in Path(__file__).resolve().parent.glob("*/task.py")}
+    return [n for n in BUILT_IN if n in found] + sorted(found - set(BUILT_IN))
 
 
-TASKS = {t.name: t for t in (
-    Task("lm", None, "", "run", "model_kind", "model", runs, _lm_estimate,
-         lambda d, p: d / "data" / "tokens" / p["tokenizer"]["name"]),
-    Task("snli", "snli", "snli_", "snli_run", "head_kind", "head", snli_runs, _snli_estimate,
-         lambda d, p: d / "data" / "tokens" / p["snli"]["tokenizer"]["name"]),
-    # one data directory per (seq_len, kv) cell: the estimates read the sizes from the config
-    Task("recall", "recall", "recall_", "recall_run", "model_kind", "model", recall_runs, _recall_estimate, None),
-)}
+def _load() -> dict[str, Task]:
+    out = {}
+    for pkg in declarations():
+        task = importlib.import_module(f"grassflow.{pkg}.task").TASK
+        if task.name != pkg:
+            raise ValueError(f"grassflow/{pkg}/task.py declares task {task.name!r}: a task is named after its package")
+        out[pkg] = task
+    return out
+
+
+TASKS = _load()
 
 # {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
 RUN_RULES = {t.rule(stage): (t, stage) for t in TASKS.values() for stage in STAGES}
+# {command: (task, stage, "module:function")} of the commands made from the declarations
+COMMANDS = {cmd: (t, *e) for t in TASKS.values() for cmd, e in t.entries().items()}
 
 
 def pipeline_train(preset: dict) -> dict:
     """The train section whose execution keys hold for a whole pipeline run (`train.runs_per_gpu`:
     one K for every GPU job and every packed allocation; the preflight's threads): the first
-    part the preset has, the LM's, else SNLI's, else recall's."""
+    part the preset has, the LM's, else SNLI's, else recall's, else a new task's."""
     part = next((t.part(preset) for t in TASKS.values() if t.part(preset)), None)
     if part is None:
-        raise ValueError("the preset has no part to run: no experiments, snli or recall")
+        raise ValueError(f"the preset has no part to run: none of {[t.part_key or 'experiments' for t in TASKS.values()]}")
     return part["train"]
-

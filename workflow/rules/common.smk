@@ -31,7 +31,6 @@ TOKENIZER = P["tokenizer"]["name"] if LM else None
 RES = f"results/{PRESET}"
 RAW = f"{RES}/data/raw"
 TOKENS = f"{RES}/data/tokens/{TOKENIZER}"
-RUN_DIR = f"{RES}/runs/{{run}}"
 REPORT = f"{RES}/report"
 # Rules run this checkout's src/ (the Snakefile puts it first on PYTHONPATH), so the code
 # fingerprints below hash exactly the code that runs.
@@ -44,7 +43,6 @@ SNLI_RES = f"{RES}/snli"
 SNLI_RAW = f"{SNLI_RES}/data/raw"
 SNLI_TOKENIZER = SNLI["tokenizer"]["name"] if SNLI else None
 SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI_TOKENIZER}"
-SNLI_RUN_DIR = f"{SNLI_RES}/runs/{{snli_run}}"
 
 # Multi-query associative recall, when the preset has a `recall` part: one data job per
 # (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed.
@@ -53,7 +51,6 @@ RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_CELLS = {recall_cell(c): c for c in RECALL["cells"]} if RECALL else {}
 RECALL_RES = f"{RES}/recall"
 RECALL_DATA = f"{RECALL_RES}/data/{{recall_cell}}"
-RECALL_RUN_DIR = f"{RECALL_RES}/runs/{{recall_run}}"
 
 # Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -168,8 +165,8 @@ def run_preflight(task_name):
 
     def of(wc):
         spec = TASK_RUNS[task_name][getattr(wc, task.wildcard)]
-        grassmann = spec[task.kind_key] == "grassmann"
-        return preflight_file(spec["train"]["device"], spec[task.config_key].get("plucker_backend", "auto") if grassmann else "auto")
+        grassmann = spec["model_kind"] == "grassmann"
+        return preflight_file(spec["train"]["device"], spec[task.model_key].get("plucker_backend", "auto") if grassmann else "auto")
 
     return of
 
@@ -217,29 +214,30 @@ def snli_backbone_input(wc):
     return [SNLI_BACKBONE_DIR] if uses and SNLI_BACKBONE_DIR else []
 
 
-def snli_run_outputs(name):
-    return [f"{SNLI_RES}/runs/{run}/{name}" for run in SNLI_RUNS]
-
-
-def snli_table_outputs():
-    exps = list(SNLI["experiments"]) if SNLI else []
-    return ([f"{REPORT}/snli_{exp}.{ext}" for exp in exps for ext in ("md", "csv", "tex")]
-            + [f"{REPORT}/snli_curves_{exp}.png" for exp in exps])
-
-
-def recall_run_outputs(name):
-    return [f"{RECALL_RES}/runs/{run}/{name}" for run in RECALL_RUNS]
-
-
 def recall_cell_file(split):
     return lambda wc: f"{RECALL_RES}/data/{recall_cell(RECALL_RUNS[wc.recall_run]['cell'])}/{split}.parquet"
 
 
-def recall_outputs():
-    if not RECALL:
-        return []
-    return [f"{REPORT}/recall.{ext}" for ext in ("md", "csv", "tex")] + [
-        f"{REPORT}/recall_vs_dmodel.png", f"{REPORT}/recall_by_distance.png"]
+# --- every task's files (grassflow.tasks) -------------------------------------------------------
+ACTIVE = [t for t in TASKS.values() if t.part(P)]  # the tasks this preset has a part of
+TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the preset keys of the tasks other than the LM
+RUN_DATA = {}  # {task: data(split)}, where a task's data rules put its runs' token files elsewhere (recall.smk)
+RUN_DIRS = {}  # {task: (name, input)}, a directory its runs' jobs also get (snli.smk: the backbone)
+
+
+def task_run_outputs(task, name):
+    """File `name` of each of the task's runs."""
+    return [f"{task.results(RES)}/runs/{run}/{name}" for run in TASK_RUNS[task.name]]
+
+
+def task_outputs(task):
+    """The tables and figures a task's aggregate writes (the LM's: table_outputs, figure_outputs, ...)."""
+    return [f"{REPORT}/{f}" for f in task.outputs(task.part(P))] if task.outputs and task.part(P) else []
+
+
+def task_tokens(task):
+    """A run's token file of a split: in its task's token directory (data.smk, snli.smk, the generic data rule)."""
+    return lambda split: str(task.files(RES, P)[split])
 
 
 def estimate_benchmarks():
@@ -252,7 +250,5 @@ def final_outputs():
     snakemake#1978) does not redo a deleted intermediate file whose consumers look up to date,
     so without these a deleted or failed run would leave the old tables standing."""
     lm = table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() if LM else []
-    snli = snli_table_outputs() + [f"{REPORT}/snli_summary.md"] if SNLI else []
-    runs = run_outputs("eval.json", RUNS) if LM else []
-    return (lm + snli + recall_outputs() + runs + snli_run_outputs("eval.json") + recall_run_outputs("eval.json")
-            + [f"{REPORT}/estimates.md"])
+    tasks = [f for t in ACTIVE for f in task_outputs(t) + task_run_outputs(t, "eval.json")]
+    return lm + tasks + [f"{REPORT}/estimates.md"]

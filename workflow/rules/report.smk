@@ -33,10 +33,10 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         evals=lambda wc: run_outputs("eval.json", EXP_RUNS[wc.exp]),
         records=lambda wc: run_outputs("run.json", EXP_RUNS[wc.exp]),
         metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
-        # this experiment only: the other tables', SNLI, ablation and recall edits (and
+        # this experiment only: the other tables', the other tasks', ablation edits (and
         # train.threads) leave this table alone
         preset=specs("aggregate", {exp: {**{k: run_train(v) if k == "train" else v for k, v in P.items()
-                                            if k not in ("snli", "ablations", "recall", "experiments")},
+                                            if k not in ("ablations", "experiments", *TASK_PARTS)},
                                          "experiments": {exp: P["experiments"][exp]}} for exp in EXPERIMENTS}, "exp"),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",

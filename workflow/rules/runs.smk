@@ -7,12 +7,12 @@
 
 def _run_rules(task, data, extra=None):
     """The train and evaluate rules of `task`: `data(split)` is a run's token file of a split (a
-    path, or a function of the wildcards); `extra` an input (a function of the wildcards) passed
-    to both jobs as `--<name>-dir`."""
+    path, or a function of the wildcards); `extra` (name, an input as a function of the
+    wildcards) passed to both jobs as `--<name>-dir`."""
     run_dir = f"{task.results(RES)}/runs/{{{task.wildcard}}}"
     logs = f"{RES}/logs/{task.prefix.replace('_', '/')}"
     runs_of = TASK_RUNS[task.name]
-    kind = lambda wc: runs_of[getattr(wc, task.wildcard)][task.kind_key]  # noqa: E731
+    kind = lambda wc: runs_of[getattr(wc, task.wildcard)]["model_kind"]  # noqa: E731
     extra_input = {extra[0]: extra[1]} if extra else {}
     extra_arg = (lambda wc: " ".join(f"--{extra[0]}-dir {d}" for d in extra[1](wc))) if extra else ""
 
@@ -87,9 +87,7 @@ def _run_rules(task, data, extra=None):
             "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
-if LM:
-    _run_rules(TASKS["lm"], lambda split: f"{TOKENS}/{split}.parquet")
-if SNLI:
-    _run_rules(TASKS["snli"], lambda split: f"{SNLI_TOKENS}/{split}.parquet", ("backbone", snli_backbone_input))
-if RECALL:
-    _run_rules(TASKS["recall"], recall_cell_file)
+# Every task's runs; a task's data rules (data.smk, snli.smk, recall.smk, or the generic one
+# below) say where its runs' token files are (RUN_DATA) and which more inputs they get (RUN_DIRS).
+for _task in ACTIVE:
+    _run_rules(_task, RUN_DATA.get(_task.name, task_tokens(_task)), RUN_DIRS.get(_task.name))

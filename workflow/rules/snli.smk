@@ -1,6 +1,6 @@
 # The SNLI experiment (paper Table 3), for presets with an `snli` part:
 #   snli_download → (snli_train_tokenizer) → snli_tokenize → snli_train (one job per run)
-#   → snli_evaluate (both in runs.smk) → snli_aggregate
+#   → snli_evaluate (both in runs.smk) → snli_aggregate (tasks.smk)
 if SNLI:
 
     localrules:
@@ -76,31 +76,4 @@ if SNLI:
             "{params.gf} snli-tokenize --tokenizer {input.tokenizer} --max-tokens {params.max_tokens} "
             "{params.artifact} --raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
-    rule snli:  # `snakemake snli`: the SNLI tables, their runs and their data only
-        input:
-            snli_table_outputs(),
-            f"{REPORT}/snli_summary.md",
-
-    rule snli_aggregate:
-        input:
-            evals=snli_run_outputs("eval.json"),
-            records=snli_run_outputs("run.json"),
-            metrics=snli_run_outputs("metrics.jsonl"),
-            preset=spec("snli/aggregate", {"snli": SNLI}),  # only the SNLI part: LM edits leave these tables alone
-        output:
-            tables=[report(t, category="SNLI", labels={"table": Path(t).name}) for t in snli_table_outputs()],
-            summary=report(f"{REPORT}/snli_summary.md", caption="../report/snli.rst", category="SNLI",
-                           labels={"table": "snli_summary"}),
-        params:
-            gf=GF,
-            preset_name=PRESET,
-            out_dir=lambda wc, output: Path(output.summary).parent,
-            runs=" ".join(f"{SNLI_RES}/runs/{r}" for r in SNLI_RUNS),
-            code=code_of("snli-aggregate"),
-        conda:
-            "../../envs/report.yaml"
-        log:
-            f"{RES}/logs/snli/aggregate.log",
-        shell:
-            "{params.gf} snli-aggregate --preset {input.preset} --preset-name {params.preset_name} "
-            "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
+    RUN_DIRS["snli"] = ("backbone", snli_backbone_input)  # its runs' --backbone-dir (runs.smk)

@@ -35,7 +35,7 @@ def load_snli_runs(run_dirs) -> pd.DataFrame:
         spec = rec["spec"]
         per_class = test.get("per_class_accuracy") or {}
         rows.append({
-            "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["head_kind"],
+            "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["model_kind"],
             "seed": spec["seed"], "status": rec["status"]["state"], "best_epoch": rec["best_epoch"],
             "val_acc": val.get("accuracy", math.nan) if ok else math.nan,
             "test_acc": test.get("accuracy", math.nan) if ok else math.nan,

@@ -30,10 +30,10 @@ def build_classifier(spec: dict, meta: dict, backbone_dir=None) -> tuple[SNLICla
     feats = spec["features"]
     if feats["kind"] == "backbone":
         backbone = load_backbone(spec["backbone"], meta["vocab_size"], meta["pad_id"], backbone_dir)
-        model = SNLIClassifier(spec["head_kind"], hcfg, backbone=backbone, feat_dim=hidden_size(backbone))
+        model = SNLIClassifier(spec["model_kind"], hcfg, backbone=backbone, feat_dim=hidden_size(backbone))
         return model, {"kind": "backbone", "backbone": spec["backbone"], "weights_sha256": weights_sha256(backbone)}
     emb = ScratchEmbedding(meta["vocab_size"], feats["embed_dim"], 2 * meta["max_tokens"], hcfg.dropout)
-    return SNLIClassifier(spec["head_kind"], hcfg, embedding=emb, feat_dim=feats["embed_dim"]), {"kind": "scratch"}
+    return SNLIClassifier(spec["model_kind"], hcfg, embedding=emb, feat_dim=feats["embed_dim"]), {"kind": "scratch"}
 
 
 @torch.no_grad()
@@ -94,6 +94,6 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None,
     data = {"train": token_file_record(train_tokens, train_meta),
             "validation": token_file_record(val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, data, t_start, features=features,
-                      op_backend=op_backend(spec["head_kind"], model.cfg.plucker_backend, device),
+                      op_backend=op_backend(spec["model_kind"], model.cfg.plucker_backend, device),
                       preflight=preflight, **ran,
                       head_config=model.cfg.to_dict(), best_val_acc=best["val_acc"] if best else None)

@@ -1,0 +1,18 @@
+"""Multi-query associative recall (MQAR, zoology): the preset's `recall` part. Its data rule (one
+job per (seq_len, kv) cell) and where a run finds its cell's files: workflow/rules/recall.smk."""
+
+from grassflow.tasks import Task
+
+TASK = Task(
+    name="recall",
+    part_key="recall",
+    runs="grassflow.config:recall_runs",
+    train="grassflow.recall.train:train_recall",
+    evaluate="grassflow.recall.evaluate:evaluate_recall_run",
+    estimate="grassflow.estimate:recall_job",  # sizes from the config: one data directory per cell
+    aggregate="grassflow.report.recall:aggregate_recall",
+    outputs=lambda part: [f"recall.{ext}" for ext in ("md", "csv", "tex")]
+    + ["recall_vs_dmodel.png", "recall_by_distance.png"],
+    check="grassflow.config:check_recall",
+    title="Recall",
+)

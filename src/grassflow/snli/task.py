@@ -1,0 +1,26 @@
+"""SNLI (paper Table 3): the preset's `snli` part. Its data rules: workflow/rules/snli.smk."""
+
+from grassflow.tasks import Task
+
+
+def _outputs(part: dict) -> list[str]:
+    exps = list(part["experiments"])
+    return ([f"snli_{exp}.{ext}" for exp in exps for ext in ("md", "csv", "tex")]
+            + [f"snli_curves_{exp}.png" for exp in exps] + ["snli_summary.md"])
+
+
+TASK = Task(
+    name="snli",
+    part_key="snli",
+    runs="grassflow.config:snli_runs",
+    train="grassflow.snli.train:train_snli",
+    evaluate="grassflow.snli.evaluate:evaluate_snli_run",
+    estimate="grassflow.estimate:snli_job",
+    token_dir=lambda d, p: d / "data" / "tokens" / p["snli"]["tokenizer"]["name"],
+    aggregate="grassflow.report.snli:aggregate_snli",
+    outputs=_outputs,
+    check="grassflow.config:check_snli",
+    model_key="head",
+    dirs=("backbone",),
+    title="SNLI",
+)

@@ -1,0 +1,60 @@
+"""The toy task's runs, data, checks, estimate and table."""
+
+import json
+from pathlib import Path
+
+
+def runs(name, p):
+    from grassflow.config import run_train
+
+    t = p["toy"]
+    out = {}
+    for kind in t["models"]:
+        model = {"d_model": t["d_model"], "d_ff": 2 * t["d_model"], "n_layers": 1, "dropout": 0.0,
+                 "context_len": t["data"]["seq_len"]}
+        model.update({"r": 4, "lags": [1, 2]} if kind == "grassmann" else {"n_heads": 1})
+        for seed in t["seeds"]:
+            run_id = f"{kind}-s{seed}"
+            out[run_id] = {"run_id": run_id, "preset": name, "task": "toy", "model_kind": kind, "seed": seed,
+                           "model": model, "train": {**run_train(t["train"]), "epochs": t["epochs"],
+                                                     "batch_size": t["batch_size"]}}
+    return out
+
+
+def check(where, name, p):
+    from grassflow.config import ConfigError
+    from grassflow.data import DataError
+    from grassflow.recall.data import check_params
+
+    d = p["toy"]["data"]
+    try:
+        check_params(d["vocab"], d["seq_len"], d["kv"], key=f"{where}.data")
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+
+
+def data(section, out_dir):
+    from grassflow.recall.data import make_splits
+
+    make_splits(section["vocab"], section["seq_len"], section["kv"], section["examples"], section["seed"], out_dir)
+
+
+def estimate(stage, spec, preset, settings, files):
+    from grassflow.estimate import recall_job
+
+    d = preset["toy"]["data"]
+    as_recall = {"recall": {"data": {"vocab": d["vocab"], "examples": d["examples"]}}}
+    est, _ = recall_job(stage, {**spec, "cell": {"seq_len": d["seq_len"]}}, as_recall, settings, files)
+    return est, "config (toy.data.examples)"
+
+
+def aggregate(preset, preset_name, run_dirs, out_dir):
+    rows = []
+    for d in map(Path, run_dirs):
+        spec = json.loads((d / "run.json").read_text())["spec"]
+        test = json.loads((d / "eval.json").read_text()).get("test")  # none: the run did not learn
+        acc = f"{test['accuracy']:.4f}" if test else ""
+        rows.append(f"{spec['model_kind']},{spec['seed']},{acc}")
+    out = Path(out_dir)
+    (out / "toy.csv").write_text("model,seed,test_accuracy\n" + "\n".join(sorted(rows)) + "\n")
+    (out / "toy.md").write_text(f"# Toy ({preset_name})\n\n" + "\n".join(f"- {r}" for r in sorted(rows)) + "\n")

@@ -1,0 +1,100 @@
+"""A task is one directory (grassflow.tasks): a toy fourth task, copied into a scratch
+repository's src/grassflow/toy/ and nowhere else, is validated (its part's schema and checks),
+given its commands, planned, estimated, run and tabled by the DAG; and the shared contracts of
+the tasks' declarations hold."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from grassflow.tasks import TASKS
+from pipeline import copy_repo, job_stats, pipeline_env, snakemake
+
+TOY = Path(__file__).parent / "data" / "toy_task"
+TOY_PRESET = {"description": "a toy fourth task",
+              "toy": {"data": {"seq_len": 32, "kv": 4, "examples": {"train": 256, "validation": 64, "test": 64}},
+                      "models": ["transformer", "grassmann"], "seeds": [0], "epochs": 2, "batch_size": 32,
+                      "train": {"device": "cpu", "eval_batch_size": 64, "lr": 3.0e-3}}}
+
+
+def _grassflow(work, *argv, check=True):
+    res = subprocess.run([sys.executable, "-m", "grassflow", *argv], cwd=work, capture_output=True, text=True,
+                         env={**pipeline_env(), "PYTHONPATH": str(work / "src")})
+    assert not check or res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _overlay(work, name, preset) -> str:
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"presets": {name: preset}}))
+    return str(path)
+
+
+def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
+    work = copy_repo(tmp_path)
+    shutil.copytree(TOY, work / "src" / "grassflow" / "toy")  # the only change to the repository
+    toy = _overlay(work, "toy", TOY_PRESET)
+
+    # its commands, made from its declaration
+    for cmd, flag in (("toy-train", "--spec"), ("toy-evaluate", "--checkpoint"), ("toy-aggregate", "--runs"),
+                      ("toy-data", "--data")):
+        assert flag in _grassflow(work, cmd, "--help").stdout, cmd
+    # its part of the config: checked by its schema and its own check, each naming the key
+    bad = _overlay(work, "bad", {"toy": {**TOY_PRESET["toy"], "epochs": 0}})
+    res = snakemake(work, "-n", "--configfile", bad, preset="bad", check=False)
+    assert res.returncode != 0 and "presets.bad.toy.epochs" in res.stderr, res.stderr[-2000:]
+    odd = _overlay(work, "odd", {"toy": {**TOY_PRESET["toy"], "data": {**TOY_PRESET["toy"]["data"], "seq_len": 31}}})
+    res = snakemake(work, "-n", "--configfile", odd, preset="odd", check=False)
+    assert res.returncode != 0 and "presets.odd.toy.data: seq_len must be even" in res.stderr, res.stderr[-2000:]
+
+    # planned: its data job, a train and an evaluate job per run, its table, the estimates
+    stats = job_stats(snakemake(work, "-n", "--configfile", toy, preset="toy").stdout)
+    assert {r: stats[r] for r in ("toy_data", "toy_train", "toy_evaluate", "toy_aggregate", "estimates")} == {
+        "toy_data": 1, "toy_train": 2, "toy_evaluate": 2, "toy_aggregate": 1, "estimates": 1}
+    assert not {r for r in stats if r.startswith(("snli", "recall")) or r in ("train", "download")}
+    # estimated before it runs
+    plan = _grassflow(work, "plan", "--preset", "toy", "--configfile", toy).stdout
+    assert "toy_train" in plan and "toy_evaluate" in plan
+
+    # run and tabled
+    snakemake(work, "--configfile", toy, preset="toy")
+    res_dir = work / "results" / "toy"
+    table = pd.read_csv(res_dir / "report" / "toy.csv")
+    assert sorted(table.model) == ["grassmann", "transformer"] and table.test_accuracy.between(0, 100).all()
+    for run in ("transformer-s0", "grassmann-s0"):
+        record = json.loads((res_dir / "toy" / "runs" / run / "run.json").read_text())
+        assert record["spec"]["task"] == "toy" and record["status"]["state"] == "completed"
+    estimates = pd.read_csv(res_dir / "report" / "estimates.csv")
+    toy_rows = estimates[estimates.rule.isin(["toy_train", "toy_evaluate"])]
+    assert len(toy_rows) == 4 and toy_rows.measured_s.notna().all()
+    # its target, and nothing left to do
+    out = snakemake(work, "-n", "--configfile", toy, preset="toy").stdout
+    assert "Nothing to be done" in out, out[-2000:]
+    assert "Nothing to be done" in snakemake(work, "-n", "toy", "--configfile", toy, preset="toy").stdout
+
+
+def test_every_tasks_declaration_keeps_the_shared_contracts():
+    """Every spec names its task and model kind; a task is named after its package; the CLI has
+    each task's commands; the built-in tasks come first, the LM's first of all."""
+    from grassflow.cli import build_parser
+    from grassflow.plan import load_config
+
+    assert list(TASKS)[:3] == ["lm", "snli", "recall"]
+    config = load_config(Path(__file__).resolve().parents[1], preset="demo")
+    preset = config["presets"]["demo"]
+    commands = set(build_parser()._subparsers._group_actions[0].choices)
+    for task in TASKS.values():
+        specs = task.specs("demo", preset)
+        assert specs, task.name
+        for run_id, spec in specs.items():
+            assert spec["task"] == task.name and spec["model_kind"] in ("transformer", "grassmann"), run_id
+            assert spec["run_id"] == run_id and "train" in spec
+        assert {task.command("train"), task.command("evaluate")} <= commands
+        assert not task.aggregate or task.command("aggregate") in commands

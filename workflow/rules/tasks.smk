@@ -1,0 +1,70 @@
+# The rules every declared task (grassflow.tasks) gets beyond its runs' (runs.smk): its tables
+# (`<task>_aggregate`, for a task that declares `aggregate`: SNLI, recall), its target
+# (`snakemake snli`: its tables, their runs and data only) and, for a task that declares `data`,
+# its one data job (`<task>_data`). The LM's tables have their own rules (report.smk), as its,
+# SNLI's and recall's data have (data.smk, snli.smk, recall.smk).
+
+
+def _task_rules(task):
+    part = task.part(P)
+    caption = Path(workflow.basedir, "workflow", "report", f"{task.name}.rst")
+    captioned = {"caption": f"../report/{task.name}.rst"} if caption.is_file() else {}
+
+    if task.data:
+
+        rule:
+            name:
+                task.rule("data")
+            input:
+                data=spec(f"{task.name}/data", part["data"]),
+            output:
+                [str(f) for f in task.files(RES, P).values()],
+            params:
+                gf=GF,
+                out_dir=lambda wc, output: Path(output[0]).parent,
+                code=code_of(task.command("data")),
+            conda:
+                "../../envs/data.yaml"
+            log:
+                f"{RES}/logs/{task.name}/data.log",
+            shell:
+                f"{{params.gf}} {task.command('data')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
+
+    if not task.aggregate:
+        return
+
+    rule:
+        name:
+            task.rule("aggregate")
+        input:
+            evals=task_run_outputs(task, "eval.json"),
+            records=task_run_outputs(task, "run.json"),
+            metrics=task_run_outputs(task, "metrics.jsonl"),
+            # only its own part, without execution keys: other tasks' edits leave its tables alone
+            preset=spec(f"{task.name}/aggregate", {task.part_key: {**part, "train": run_train(part["train"])}}),
+        output:
+            [report(f, category=task.title, labels={"figure" if f.endswith(".png") else "table": Path(f).name},
+                    **captioned) for f in task_outputs(task)],
+        params:
+            gf=GF,
+            preset_name=PRESET,
+            out_dir=lambda wc, output: Path(output[0]).parent,
+            runs=" ".join(str(Path(f).parent) for f in task_run_outputs(task, "eval.json")),
+            code=code_of(task.command("aggregate")),
+        conda:
+            "../../envs/report.yaml"
+        log:
+            f"{RES}/logs/{task.name}/aggregate.log",
+        shell:
+            f"{{params.gf}} {task.command('aggregate')} --preset {{input.preset}} --preset-name {{params.preset_name}} "
+            "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
+
+    rule:
+        name:
+            task.name
+        input:
+            task_outputs(task),
+
+
+for _task in ACTIVE:
+    _task_rules(_task)
