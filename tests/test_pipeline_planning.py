@@ -133,6 +133,17 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
         assert rows["train"][2] == "gpu" and float(rows["train"][3]) > 0 and rows["download"][2] == "login node (local)"
         assert f"Total: {sum(stats.values())} jobs" in res.stdout
     assert rows["recall_train"][1] == "360" and int(rows["train"][6].replace(",", "")) > 10**9  # tokens trained
+    # K = 2 runs per GPU: each job's time limit is sized for two runs on its GPU, and a job holds
+    # half a GPU, so the device-hours stay those of one run at a time
+    (work / "k2.yaml").write_text(yaml.safe_dump({"presets": {"paper": {"train": {"runs_per_gpu": 2}}}}))
+    res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "paper", "--configfile",
+                          str(work / "k2.yaml")], cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stderr[-3000:]
+    packed = plan_rows(res.stdout)
+    for rule in ("train", "evaluate", "snli_train", "recall_train"):
+        assert packed[rule][3] == rows[rule][3], rule  # estimated device-hours
+    for rule in ("train", "snli_train"):  # limits above the floor (estimate.min_minutes), where ×2 shows
+        assert float(packed[rule][4]) == pytest.approx(2 * float(rows[rule][4]), rel=0.05), rule
 
 
 def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
