@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 	@echo "Browsable report:   reports/$(PRESET)/report.zip"
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25  # the slowest tests listed: the suite aims at < 10 min on 2 cores
 
 # The randomized tests (those drawing from `gen`) under N fresh seeds and the regression seeds
 # (tests/regression_seeds.txt), with each test's worst margin (error / tolerance) at the end.
