@@ -32,15 +32,15 @@ validate_or_exit(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/preflight.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/fetch.smk"
 
 
 if LM:
 
-    include: "workflow/rules/data.smk"
     include: "workflow/rules/report.smk"
 
 
-include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
 include: "workflow/rules/runs.smk"
 include: "workflow/rules/tasks.smk"

@@ -33,13 +33,13 @@ def snli_spec(features, kind="grassmann", head=None, **train):
     return spec
 
 
-def _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, vocab_size, *limit):
+def _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, vocab_size, **cut):
     """raw parquet splits → a trained tokenizer → token files, through the stages' own functions."""
     for split in ("train", "validation", "test"):
         download(cfg, split, d / f"raw_{split}.parquet")
     train_tokenizer(d / "raw_train.parquet", vocab_size, d / "tok.json")
     for split in ("train", "validation", "test"):
-        tokenize_split({"name": "trained"}, *limit, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
+        tokenize_split({"name": "trained", **cut}, d / f"raw_{split}.parquet", d / f"{split}.parquet", d / "tok.json")
     return d
 
 
@@ -55,4 +55,4 @@ def make_snli_tokens(d):
     from grassflow.snli.data import download, tokenize_split, train_tokenizer
 
     cfg = {"source": "synthetic", "synthetic": {"seed": 3, "pairs": {"train": 320, "validation": 64, "test": 64}}}
-    return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 120, 12)  # 12 tokens per sentence
+    return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 120, max_tokens=12)  # 12 per sentence

@@ -112,8 +112,8 @@ def test_eval_max_tokens_cuts_validation_and_test_to_leading_rows(tmp_path):
                               tmp_path / "tok.json") for s in ("train", "validation")}
     cap = full["validation"]["n_tokens"] // 3
     out = tmp_path / "tokens"
-    r = _cli("tokenize", "--tokenizer", '{"name": "trained"}', "--artifact", str(tmp_path / "tok.json"),
-             "--eval-max-tokens", str(cap), "--raw", *(str(tmp_path / f"{s}.parquet") for s in ("train", "validation")),
+    r = _cli("tokenize", "--tokenizer", json.dumps({"name": "trained", "eval_max_tokens": cap}), "--artifact",
+             str(tmp_path / "tok.json"), "--raw", *(str(tmp_path / f"{s}.parquet") for s in ("train", "validation")),
              "--out-dir", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     train_ids, train_meta = read_tokens(out / "train.parquet")

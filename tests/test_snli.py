@@ -206,7 +206,7 @@ def test_backbone_tokenizer_from_a_local_directory(tmp_path):
     (tmp_path / "distilbert/vocab.txt").write_text("\n".join(words) + "\n")
     pq.write_table(pa.table({"premise": ["A man is playing a guitar."], "hypothesis": ["A man is singing."],
                              "label": pa.array([0], pa.int8())}), tmp_path / "raw.parquet")
-    meta = tokenize_split({"name": "distilbert-base-uncased", "path": str(tmp_path / "distilbert")}, 48,
+    meta = tokenize_split({"name": "distilbert-base-uncased", "path": str(tmp_path / "distilbert"), "max_tokens": 48},
                           tmp_path / "raw.parquet", tmp_path / "tok.parquet")
     assert (meta["cls_id"], meta["sep_id"], meta["pad_id"], meta["vocab_size"]) == (2, 3, 0, len(words))
     data, _ = read_token_pairs(tmp_path / "tok.parquet")

@@ -36,11 +36,12 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
     for stage in ("train", "evaluate"):
         assert f'code=lambda wc: code_of(task.command("{stage}"), kind(wc)),' in template
         assert '{params.gf} "\n            + task.command("' + stage + '")' in template
-    # so do every task's data and aggregate rules (tasks.smk), without a model kind
-    template = (ROOT / "workflow/rules/tasks.smk").read_text()
-    for stage in ("data", "aggregate"):
-        assert f'code=code_of(task.command("{stage}")),' in template
-        assert f"f\"{{{{params.gf}}}} {{task.command('{stage}')}} --" in template
+    # so do every task's data and aggregate rules (tasks.smk) and a text corpus's (data.smk), without a model kind
+    for smk, stages in (("tasks", ("data", "aggregate")), ("data", ("download", "train_tokenizer", "tokenize"))):
+        template = (ROOT / f"workflow/rules/{smk}.smk").read_text()
+        for stage in stages:
+            assert f'code=code_of(task.command("{stage}")),' in template
+            assert f"f\"{{{{params.gf}}}} {{task.command('{stage}')}} --" in template
     seen = {}
     for rule, block in rule_blocks():
         shell = re.search(r"\{params\.gf\} ([a-z-]+)", block)
@@ -56,7 +57,7 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
         seen[rule] = code.group(2)
     # bench fingerprints every kind; the rest, none
     assert not {r for r, kinds in seen.items() if "kind" in kinds}
-    assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 15
+    assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 9
 
 
 def files(command, *kinds) -> set[str]:

@@ -36,36 +36,6 @@ def json_arg(value: str):
 JSON = "a JSON file, or JSON"
 
 
-def _download_splits(download, a):
-    from grassflow.io import write_json
-
-    cfg = a.data
-    records = {split: download(cfg, split, Path(a.out_dir) / f"{split}.parquet") for split in a.splits}
-    write_json(Path(a.out_dir) / "checksums.json", records)
-
-
-def _download(a):
-    from grassflow.lm.data import download
-
-    _download_splits(download, a)
-
-
-def _train_tokenizer(a):
-    from grassflow.lm.tokenize import train_tokenizer
-
-    train_tokenizer(a.train, a.vocab_size, a.out)
-
-
-def _tokenize(a):
-    from grassflow.lm.tokenize import tokenize_split
-
-    cfg = a.tokenizer
-    for raw in a.raw:
-        cut = a.eval_max_tokens if Path(raw).stem in ("validation", "test") else None
-        meta = tokenize_split(cfg, raw, Path(a.out_dir) / Path(raw).name, a.artifact, max_tokens=cut)
-        print(f"{Path(raw).stem}: {meta['n_tokens']} tokens in {meta['seconds']:.2f}s", file=sys.stderr)
-
-
 def _unigram(a):
     from grassflow.lm.unigram import unigram_baseline
 
@@ -121,28 +91,6 @@ def _bench(a):
     main(a.rest)
 
 
-def _snli_download(a):
-    from grassflow.snli.data import download
-
-    _download_splits(download, a)
-
-
-def _snli_train_tokenizer(a):
-    from grassflow.snli.data import train_tokenizer
-
-    train_tokenizer(a.train, a.vocab_size, a.out)
-
-
-def _snli_tokenize(a):
-    from grassflow.snli.data import tokenize_split
-
-    cfg = a.tokenizer
-    for raw in a.raw:
-        meta = tokenize_split(cfg, a.max_tokens, raw, Path(a.out_dir) / Path(raw).name, a.artifact)
-        print(f"{Path(raw).stem}: {meta['n_pairs']} pairs, {meta['truncated_sentences']} sentences "
-              f"truncated, in {meta['seconds']:.2f}s", file=sys.stderr)
-
-
 def _fetch_tokenizer(a):
     from grassflow.data.tokenizers import fetch_tokenizer
 
@@ -185,8 +133,7 @@ def _preflight_args(p):
 
 
 def _data_args(p):
-    p.add_argument("--data", required=True, type=json_arg, help="the preset's data section (snli.data for SNLI): " + JSON)
-    p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])
+    p.add_argument("--data", required=True, type=json_arg, help="its data section: " + JSON)
     p.add_argument("--out-dir", required=True)
 
 
@@ -197,7 +144,8 @@ def _tokenizer_training_args(p):
 
 
 def _tokenize_args(p):
-    p.add_argument("--tokenizer", required=True, type=json_arg, help="the preset's tokenizer section: " + JSON)
+    p.add_argument("--tokenizer", required=True, type=json_arg,
+                   help="its tokenizer section, with the cut of its splits (LM: eval_max_tokens, SNLI: max_tokens): " + JSON)
     p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")
     p.add_argument("--raw", nargs="+", required=True)
     p.add_argument("--out-dir", required=True)
@@ -259,28 +207,44 @@ def _task_data(a):
     entry(a.entry)(a.data, a.out_dir)
 
 
+def _task_download(a):
+    from grassflow.io import write_json
+
+    records = {split: entry(a.entry)(a.data, split, Path(a.out_dir) / f"{split}.parquet") for split in a.splits}
+    write_json(Path(a.out_dir) / "checksums.json", records)
+
+
+def _task_train_tokenizer(a):
+    entry(a.entry)(a.train, a.vocab_size, a.out)
+
+
+def _task_tokenize(a):
+    for raw in a.raw:
+        meta = entry(a.entry)(a.tokenizer, raw, Path(a.out_dir) / Path(raw).name, a.artifact)
+        print(f"{Path(raw).stem}: " + ", ".join(f"{k} {v}" for k, v in meta.items() if isinstance(v, int | float)),
+              file=sys.stderr)
+
+
 # stage → (help, handler, argument groups)
 TASK_STAGES = {
     "train": ("train one run from its spec", _task_train, [_train_args]),
     "evaluate": ("evaluate a run's best checkpoint", _task_evaluate, [_evaluate_args]),
     "aggregate": ("its tables and figures", _task_aggregate, [_aggregate_args]),
-    "data": ("its train/validation/test parquet files", _task_data,
-             [lambda p: [p.add_argument("--data", required=True, type=json_arg, help="its data section: " + JSON),
-                         p.add_argument("--out-dir", required=True)]]),
+    "data": ("its train/validation/test parquet files", _task_data, [_data_args]),
+    "download": ("raw splits to parquet", _task_download,
+                 [_data_args, lambda p: p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])]),
+    "train_tokenizer": ("train a WordPiece tokenizer on the train split", _task_train_tokenizer,
+                        [_tokenizer_training_args]),
+    "tokenize": ("raw parquet files to token parquet files", _task_tokenize, [_tokenize_args]),
 }
 
 
-# (command, help, function, argument groups): the language-model stages, then SNLI's, then recall's;
-# then (build_parser) each task's train, evaluate, aggregate and data commands, from its declaration
+# (command, help, function, argument groups): the stages not made from a task's declaration; then
+# (build_parser) each task's commands (train, evaluate, aggregate, data, download, tokenize, ...)
 COMMANDS = [
-    ("download", "raw splits to parquet", _download, [_data_args]),
     ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", _fetch_tokenizer,
      [lambda p: p.add_argument("--tokenizer", required=True, type=json_arg, help="a tokenizer section: " + JSON),
       lambda p: p.add_argument("--out", required=True)]),
-    ("train-tokenizer", "train a WordPiece tokenizer on the train split", _train_tokenizer, [_tokenizer_training_args]),
-    ("tokenize", "raw parquet files to token parquet files", _tokenize,
-     [_tokenize_args, lambda p: p.add_argument("--eval-max-tokens", type=int,
-                                               help="cut validation and test to their leading rows of at most N tokens")]),
     ("unigram", "the unigram-perplexity baseline of the validation and test tokens", _unigram,
      [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
     ("aggregate", "one experiment's table and figures", _aggregate,
@@ -300,11 +264,6 @@ COMMANDS = [
      [_baseline_args,
       lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "grid") else str)
                  for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),
-    ("snli-download", "SNLI pairs to parquet (label −1 dropped)", _snli_download, [_data_args]),
-    ("snli-train-tokenizer", "WordPiece tokenizer (with [CLS], [SEP]) from SNLI train", _snli_train_tokenizer,
-     [_tokenizer_training_args]),
-    ("snli-tokenize", "SNLI pairs to token-id parquet files", _snli_tokenize,
-     [_tokenize_args, lambda p: p.add_argument("--max-tokens", type=int, required=True)]),
     ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", _snli_fetch_backbone,
      [lambda p: p.add_argument("--backbone", required=True, type=json_arg, help="the snli.backbone section: " + JSON),
       lambda p: p.add_argument("--out-dir", required=True)]),

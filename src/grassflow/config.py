@@ -206,8 +206,14 @@ def map_unk(p: dict) -> bool:
 
 
 def tokenizer_spec(p: dict) -> dict:
-    """The tokenizer section the tokenize stage runs, map_unk resolved."""
-    return {**p["tokenizer"], "map_unk": map_unk(p)}
+    """The section the LM's tokenize stage runs: the tokenizer, map_unk resolved, and the cut of the
+    evaluation splits."""
+    return {**p["tokenizer"], "map_unk": map_unk(p), "eval_max_tokens": p["data"].get("eval_max_tokens")}
+
+
+def snli_tokenizer_spec(p: dict) -> dict:
+    """The section SNLI's tokenize stage runs: the tokenizer, and the tokens kept per sentence."""
+    return {**p["snli"]["tokenizer"], "max_tokens": p["snli"]["max_tokens"]}
 
 
 GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")

@@ -39,15 +39,15 @@ def load_config(project: Path, configfiles=(), preset: str | None = None) -> dic
 
 
 def dry_run(project: Path, args: list[str]) -> list[dict]:
-    """Every job of `snakemake -n`: rule, whether local, wildcards, resources."""
+    """Every job of `snakemake -n`: rule, wildcards, resources."""
     res = subprocess.run(["snakemake", "-n", "--cores", "1", *args], cwd=project, capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"error: snakemake -n failed:\n{(res.stderr or res.stdout)[-3000:]}")
     jobs, job = [], None
     for line in res.stdout.splitlines():
-        m = re.match(r"^(local)?rule (\w+):", line)
+        m = re.match(r"^(?:local)?rule (\w+):", line)
         if m:
-            job = {"rule": m.group(2), "local": bool(m.group(1)), "wildcards": {}, "resources": {}}
+            job = {"rule": m.group(1), "wildcards": {}, "resources": {}}
             jobs.append(job)
         elif job and (m := re.match(r"^\s+(wildcards|resources): (.*)$", line)):
             job[m.group(1)] = dict(kv.split("=", 1) for kv in m.group(2).split(", ") if "=" in kv)
@@ -55,8 +55,9 @@ def dry_run(project: Path, args: list[str]) -> list[dict]:
 
 
 def local_rules(project: Path) -> set[str]:
-    """The rules the workflow declares `localrules` (run where Snakemake runs: the login node)."""
-    names = set()
+    """The rules the workflow declares `localrules` (run where Snakemake runs: the login node), and
+    a text corpus's download (data.smk's template: `localrule: True`). A dry run does not say."""
+    names = {t.rule("download") for t in TASKS.values() if t.download}
     for smk in (project / "workflow" / "rules").glob("*.smk"):
         for block in re.findall(r"localrules:\s*\n((?:\s+\w+,?\s*\n)+)", smk.read_text()):
             names |= set(re.findall(r"\w+", block))

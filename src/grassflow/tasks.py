@@ -32,6 +32,11 @@ class Task:
     aggregate: str | None = None  # (its part, preset name, run dirs, out dir) → its tables (the LM's: report.smk)
     outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/
     data: str | None = None  # (its part's data section, out dir) → {split}.parquet: the generic data rule
+    # or a text corpus's three (workflow/rules/data.smk: the LM's, SNLI's), into its token_dir:
+    download: str | None = None  # (data section, split, out path) → the split's checksum record
+    train_tokenizer: str | None = None  # (train split, vocab size, out path), for tokenizer.name "trained"
+    tokenize: str | None = None  # (tokenize section, raw split, out path, tokenizer file) → the token file's facts
+    tokenize_section: str | None = None  # (preset) → the section `tokenize` gets (a spec file)
     check: str | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
     schema: dict | None = None  # the JSON schema of its part, where the config schema has none
     model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
@@ -42,6 +47,11 @@ class Task:
     def prefix(self) -> str:
         """Of its rule names ("snli_") and results subdirectory; "" for the LM."""
         return "" if self.part_key is None else f"{self.name}_"
+
+    @property
+    def subdir(self) -> str:
+        """Of its specs', logs' and benchmarks' paths under a preset's ("snli/"; "" for the LM)."""
+        return self.prefix.replace("_", "/")
 
     @property
     def wildcard(self) -> str:
@@ -67,7 +77,7 @@ class Task:
         return f"{self.prefix}{stage}"
 
     def command(self, stage: str) -> str:
-        return f"{self.prefix.replace('_', '-')}{stage}"
+        return self.rule(stage).replace("_", "-")
 
     def results(self, res) -> Path:
         """The task's results directory under a preset's (`results/<preset>`)."""
@@ -89,7 +99,8 @@ class Task:
 
     def entries(self) -> dict[str, tuple[str, str]]:
         """{command: (stage, "module:function")} of the commands the CLI makes from this declaration."""
-        named = {"train": self.train, "evaluate": self.evaluate, "aggregate": self.aggregate, "data": self.data}
+        named = {s: getattr(self, s) for s in ("train", "evaluate", "aggregate", "data", "download", "train_tokenizer",
+                                               "tokenize")}
         return {self.command(stage): (stage, e) for stage, e in named.items() if e}
 
 

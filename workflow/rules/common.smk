@@ -6,9 +6,9 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.config import ablation_runs, exec_resources, main_run_ids, recall_cell, run_train, select_preset, tokenizer_spec
+from grassflow.config import ablation_runs, exec_resources, main_run_ids, recall_cell, run_train, select_preset
 from grassflow.staleness import command_files, fingerprint, kind_code
-from grassflow.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
+from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
 # The language-modelling part (Tables 1-2, ablations), when the preset has one: a preset may
@@ -16,6 +16,7 @@ PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefil
 LM = bool(P.get("experiments"))
 # {task: {run_id: spec}} of every task the preset has (grassflow.tasks): one job of each stage per run
 TASK_RUNS = {t.name: t.specs(PRESET, P) for t in TASKS.values()}
+ACTIVE = [t for t in TASKS.values() if t.part(P)]  # the tasks this preset has a part of
 RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
@@ -40,9 +41,6 @@ GF = "python -m grassflow"
 SNLI = P.get("snli")
 SNLI_RUNS = TASK_RUNS["snli"]
 SNLI_RES = f"{RES}/snli"
-SNLI_RAW = f"{SNLI_RES}/data/raw"
-SNLI_TOKENIZER = SNLI["tokenizer"]["name"] if SNLI else None
-SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI_TOKENIZER}"
 
 # Multi-query associative recall, when the preset has a `recall` part: one data job per
 # (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed.
@@ -80,8 +78,8 @@ EXEC = {t.name: exec_resources(t.part(P)["train"]) if t.part(P) else {} for t in
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
 # node, the only one with internet): tokenizers named but not given a local `path`, and a
 # pretrained SNLI backbone without one.
-FETCH_TOKENIZERS = {t["name"]: t for t in (P["tokenizer"] if LM else None, SNLI["tokenizer"] if SNLI else None)
-                    if t and t["name"] != "trained" and not t.get("path")}
+FETCH_TOKENIZERS = {tok["name"]: tok for tok in (t.part(P)["tokenizer"] for t in ACTIVE if t.tokenize)
+                    if tok["name"] != "trained" and not tok.get("path")}
 _BACKBONE = (SNLI or {}).get("backbone") or {}
 SNLI_BACKBONE_DIR = (f"{SNLI_RES}/backbone/{_BACKBONE['name']}"
                      if _BACKBONE and not _BACKBONE.get("random") and not _BACKBONE.get("path") else None)
@@ -176,11 +174,12 @@ def fetched_tokenizer(name):
     return f"{RES}/tokenizers/{name}/tokenizer.json"
 
 
-def tokenizer_artifact():
-    """The tokenizer file tokenize reads: trained here, fetched from the hub, or none (path)."""
-    if TOKENIZER == "trained":
-        return [f"{RES}/data/tokenizer/trained/tokenizer.json"]
-    return [fetched_tokenizer(TOKENIZER)] if TOKENIZER in FETCH_TOKENIZERS else []
+def tokenizer_artifact(task):
+    """The tokenizer file a task's tokenize reads: trained here, fetched from the hub, or none (path)."""
+    name = task.part(P)["tokenizer"]["name"]
+    if name == "trained":
+        return [f"{task.results(RES)}/data/tokenizer/trained/tokenizer.json"]
+    return [fetched_tokenizer(name)] if name in FETCH_TOKENIZERS else []
 
 
 def run_outputs(name, run_ids=None):
@@ -202,12 +201,6 @@ def figure_outputs():
             + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS] + [f"{REPORT}/scaling.png"])
 
 
-def snli_tokenizer_artifact():
-    if SNLI_TOKENIZER == "trained":
-        return [f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json"]
-    return [fetched_tokenizer(SNLI_TOKENIZER)] if SNLI_TOKENIZER in FETCH_TOKENIZERS else []
-
-
 def snli_backbone_input(wc):
     """The fetched backbone directory, for runs on frozen features of a hub backbone."""
     uses = SNLI_RUNS[wc.snli_run]["features"]["kind"] == "backbone"
@@ -219,10 +212,9 @@ def recall_cell_file(split):
 
 
 # --- every task's files (grassflow.tasks) -------------------------------------------------------
-ACTIVE = [t for t in TASKS.values() if t.part(P)]  # the tasks this preset has a part of
 TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the preset keys of the tasks other than the LM
 RUN_DATA = {}  # {task: data(split)}, where a task's data rules put its runs' token files elsewhere (recall.smk)
-RUN_DIRS = {}  # {task: (name, input)}, a directory its runs' jobs also get (snli.smk: the backbone)
+RUN_DIRS = {}  # {task: (name, input)}, a directory its runs' jobs also get (fetch.smk: SNLI's backbone)
 
 
 def task_run_outputs(task, name):
@@ -236,7 +228,7 @@ def task_outputs(task):
 
 
 def task_tokens(task):
-    """A run's token file of a split: in its task's token directory (data.smk, snli.smk, the generic data rule)."""
+    """A run's token file of a split: in its task's token directory (data.smk, or the generic data rule)."""
     return lambda split: str(task.files(RES, P)[split])
 
 

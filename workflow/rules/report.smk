@@ -1,5 +1,26 @@
-# Stage 5: the scaling benchmark on the device the training jobs use (train.device; under
-# profiles/slurm a `gpu` node), then tables, figures, summary.
+# Stage 5 of the language-modelling part: the scaling benchmark on the device the training jobs
+# use (train.device; under profiles/slurm a `gpu` node), then tables, figures, summary.
+
+
+# The unigram baseline of the evaluation tokens (training-split counts): the perplexity a model
+# must beat to have learned anything; the tables mark runs that do not.
+rule unigram:
+    input:
+        train=f"{TOKENS}/train.parquet",
+        val=f"{TOKENS}/validation.parquet",
+        test=f"{TOKENS}/test.parquet",
+    output:
+        f"{TOKENS}/unigram.json",
+    params:
+        gf=GF,
+        code=code_of("unigram"),
+    conda:
+        "../../envs/data.yaml"
+    log:
+        f"{RES}/logs/unigram.log",
+    shell:
+        "{params.gf} unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
+        "--out {output} > {log} 2>&1"
 
 
 rule bench:

@@ -10,7 +10,7 @@ def _run_rules(task, data, extra=None):
     path, or a function of the wildcards); `extra` (name, an input as a function of the
     wildcards) passed to both jobs as `--<name>-dir`."""
     run_dir = f"{task.results(RES)}/runs/{{{task.wildcard}}}"
-    logs = f"{RES}/logs/{task.prefix.replace('_', '/')}"
+    logs = f"{RES}/logs/{task.subdir}"
     runs_of = TASK_RUNS[task.name]
     kind = lambda wc: runs_of[getattr(wc, task.wildcard)]["model_kind"]  # noqa: E731
     extra_input = {extra[0]: extra[1]} if extra else {}
@@ -20,7 +20,7 @@ def _run_rules(task, data, extra=None):
         name:
             task.rule("train")
         input:
-            spec=specs(f"{task.prefix.replace('_', '/')}run", runs_of, task.wildcard),
+            spec=specs(f"{task.subdir}run", runs_of, task.wildcard),
             train=data("train"),
             val=data("validation"),
             preflight=run_preflight(task.name),
@@ -87,7 +87,7 @@ def _run_rules(task, data, extra=None):
             "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
-# Every task's runs; a task's data rules (data.smk, snli.smk, recall.smk, or the generic one
+# Every task's runs; a task's data rules (data.smk, recall.smk, or the generic one
 # below) say where its runs' token files are (RUN_DATA) and which more inputs they get (RUN_DIRS).
 for _task in ACTIVE:
     _run_rules(_task, RUN_DATA.get(_task.name, task_tokens(_task)), RUN_DIRS.get(_task.name))

@@ -1,8 +1,8 @@
 # The rules every declared task (grassflow.tasks) gets beyond its runs' (runs.smk): its tables
 # (`<task>_aggregate`, for a task that declares `aggregate`: SNLI, recall), its target
 # (`snakemake snli`: its tables, their runs and data only) and, for a task that declares `data`,
-# its one data job (`<task>_data`). The LM's tables have their own rules (report.smk), as its,
-# SNLI's and recall's data have (data.smk, snli.smk, recall.smk).
+# its one data job (`<task>_data`). The LM's tables have their own rules (report.smk), as the text
+# tasks' data (data.smk) and recall's (recall.smk) have.
 
 
 def _task_rules(task):

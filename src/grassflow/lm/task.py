@@ -1,5 +1,5 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
-Its data and tables have their own rules (workflow/rules/data.smk, report.smk)."""
+Its tables have their own rules (workflow/rules/report.smk)."""
 
 from grassflow.tasks import Task
 
@@ -12,5 +12,9 @@ TASK = Task(
     estimate="grassflow.estimate:lm_job",
     token_dir=lambda d, p: d / "data" / "tokens" / p["tokenizer"]["name"],
     check="grassflow.config:check_lm",
+    download="grassflow.lm.data:download",
+    train_tokenizer="grassflow.lm.tokenize:train_tokenizer",
+    tokenize="grassflow.lm.tokenize:tokenize_split",
+    tokenize_section="grassflow.config:tokenizer_spec",
     title="Language modelling",
 )

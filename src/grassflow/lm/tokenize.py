@@ -80,10 +80,12 @@ def leading_rows(row_ids: list[np.ndarray], max_tokens: int) -> int:
     return k
 
 
-def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None, max_tokens: int | None = None) -> dict:
-    """Encode one split. With max_tokens (data.eval_max_tokens, for validation and test), keep
-    only its leading rows holding at most that many tokens, and say so in the metadata."""
+def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
+    """Encode one split (`cfg`: the tokenizer section, and data.eval_max_tokens as eval_max_tokens).
+    With eval_max_tokens, keep of the validation and test splits (by file name) only the leading rows
+    holding at most that many tokens, and say so in the metadata."""
     t0 = time.perf_counter()
+    max_tokens = cfg.get("eval_max_tokens") if Path(raw_parquet).stem in ("validation", "test") else None
     tok = load_tokenizer(cfg, artifact)
     rows = read_rows(raw_parquet)
     unk_id = unk_id_of(tok, cfg["name"]) if cfg.get("map_unk") else None

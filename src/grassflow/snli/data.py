@@ -87,8 +87,10 @@ def _special_ids(tok, name) -> dict:
     return ids
 
 
-def tokenize_split(cfg: dict, max_tokens: int, raw_parquet, out_path, artifact=None) -> dict:
+def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
+    """Encode one split's pairs (`cfg`: the tokenizer section, and snli.max_tokens as max_tokens)."""
     t0 = time.perf_counter()
+    max_tokens = cfg["max_tokens"]
     tok = load_tokenizer(cfg, artifact)
     cols = read_pairs(raw_parquet)
     keep = max_tokens - 2

@@ -1,4 +1,5 @@
-"""SNLI (paper Table 3): the preset's `snli` part. Its data rules: workflow/rules/snli.smk."""
+"""SNLI (paper Table 3): the preset's `snli` part. Its data: download, tokenizer and tokenize below
+(workflow/rules/data.smk); its pretrained backbone's rule: workflow/rules/fetch.smk."""
 
 from grassflow.tasks import Task
 
@@ -20,6 +21,10 @@ TASK = Task(
     aggregate="grassflow.report.snli:aggregate_snli",
     outputs=_outputs,
     check="grassflow.config:check_snli",
+    download="grassflow.snli.data:download",
+    train_tokenizer="grassflow.snli.data:train_tokenizer",
+    tokenize="grassflow.snli.data:tokenize_split",
+    tokenize_section="grassflow.config:snli_tokenizer_spec",
     model_key="head",
     dirs=("backbone",),
     title="SNLI",

@@ -1,0 +1,45 @@
+# What the jobs need from the hub, fetched where Snakemake runs (local rules: on clusters only the
+# login node has the internet): the tokenizers named without a local `path` (FETCH_TOKENIZERS) and
+# the pretrained backbone of SNLI's features (its runs get it as --backbone-dir).
+if FETCH_TOKENIZERS:
+
+    localrules:
+        fetch_tokenizer,
+
+    rule fetch_tokenizer:
+        input:
+            tokenizer=specs("fetch_tokenizer", FETCH_TOKENIZERS, "tok_name"),
+        output:
+            fetched_tokenizer("{tok_name}"),
+        params:
+            gf=GF,
+            code=code_of("fetch-tokenizer"),
+        conda:
+            "../../envs/data.yaml"
+        log:
+            f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
+        shell:
+            "{params.gf} fetch-tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
+
+
+if SNLI:
+
+    localrules:
+        snli_fetch_backbone,
+
+    rule snli_fetch_backbone:
+        input:
+            backbone=spec("snli/backbone", SNLI.get("backbone")),
+        output:
+            directory(f"{SNLI_RES}/backbone/{{name}}"),
+        params:
+            gf=GF,
+            code=code_of("snli-fetch-backbone"),
+        conda:
+            "../../envs/train.yaml"
+        log:
+            f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
+        shell:
+            "{params.gf} snli-fetch-backbone --backbone {input.backbone} --out-dir {output} > {log} 2>&1"
+
+    RUN_DIRS["snli"] = ("backbone", snli_backbone_input)  # its runs' --backbone-dir (runs.smk)
