@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 	@echo "Browsable report:   reports/$(PRESET)/report.zip"
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=25  # the slowest tests listed: the suite aims at < 10 min on 2 cores
+	$(PY) -m pytest -q --durations=25  # the slowest tests listed: the suite stays under 10 min on 2 cores
 
 # The randomized tests (those drawing from `gen`) under N fresh seeds and the regression seeds
 # (tests/regression_seeds.txt), with each test's worst margin (error / tolerance) at the end.
@@ -35,7 +35,8 @@ N ?= 200
 test-seeds: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider --seeds $(N)
 
-# The slow tests (the laptop preset on real Wikitext-2 prose from ../shared; skipped without it).
+# The slow tests: real text from ../shared (skipped without it), and the longest DAG runs and kill
+# tests (the docs' commands, the toy fourth task, the SIGKILLed pipeline, ...), out of `make test`.
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -m slow
 

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from grassflow.bench import grassmann_backends, main
@@ -82,6 +83,7 @@ def test_bench_peer_through_the_cli(tmp_path):
         f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install einops_is_not_installed_here)")
 
 
+@pytest.mark.slow
 def test_bench_concurrency_runs_k_workers_together(tmp_path):
     """`bench --concurrency 1,2` (smoke sizes, CPU): per model and K a row from K worker processes,
     every one of which was ready before any started timing; MPS off CUDA and a list without K=1

@@ -216,6 +216,7 @@ def test_the_graph_comparison_sees_a_missing_edge():
     assert as_graph(graph.replace(first_edge, "", 1)) != as_graph(graph)
 
 
+@pytest.mark.slow
 def test_every_snakemake_command_in_the_docs_plans(tmp_path):
     from pipeline import copy_repo
 

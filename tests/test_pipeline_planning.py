@@ -30,6 +30,7 @@ def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
     assert len(runs) == 360 and "L256-kv16-d256-grassmann_geometric-lr0.01-s1" in runs
 
 
+@pytest.mark.slow
 def test_every_preset_is_lint_clean(tmp_path):
     """snakemake --lint (the snakemake-workflow-catalog's bar for a standardized workflow)."""
 
@@ -60,6 +61,7 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
 
 
+@pytest.mark.slow
 def test_a_target_per_table_plans_only_its_runs(tmp_path):
     """`snakemake table1` (and table2, snli, ablations, recall): that table, its runs and their
     data, nothing else; on Wikitext-2 v1 without the hub (the local overlay), Table 1's 6 runs."""
@@ -83,6 +85,7 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
     assert not {r for r in got if r.startswith(("snli", "recall", "ablation", "fetch"))}, got
 
 
+@pytest.mark.slow
 def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     """`snakemake -n --configfile workflow/overlays/wikitext2-v1-local.yaml`: the paper preset's
     jobs, rule for rule (Tables 1-2, the ablation grid, SNLI, recall), on Wikitext-2 v1 from a
@@ -116,6 +119,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     assert json.loads((work / "results/paper/specs/tokenize.json").read_text())["map_unk"] is False
 
 
+@pytest.mark.slow
 def test_plan_counts_what_snakemake_will_schedule(tmp_path):
     """`grassflow plan` on the demo and on the paper preset (dry): per rule the job counts of
     `snakemake -n`, the profile's partitions, device-hours for the training and evaluation rules."""

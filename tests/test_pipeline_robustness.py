@@ -8,9 +8,12 @@ import os
 import shutil
 import subprocess
 
+import pytest
+
 from pipeline import BIN, assert_same_tables, pipeline_env, planned, snakemake
 
 
+@pytest.mark.slow
 def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
     """Kill the whole Snakemake process group mid-training: half-written run directories
     (best.pt and metrics.jsonl exist after an epoch, run.json not yet) are never taken as
@@ -52,6 +55,7 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     assert_same_tables(demo, work)
 
 
+@pytest.mark.slow
 def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
     """A results tree is shared: whoever can write one file in it must not run code as the
     next user. Crafted pickles (they would create a marker file) as best.pt of an LM, an SNLI

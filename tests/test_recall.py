@@ -162,6 +162,7 @@ def test_the_learning_rate_is_chosen_by_mean_validation_accuracy():
     assert set(both[both.d_model == 64].lr) == {1e-2, 1e-3}  # transformer 1e-2, grassmann 1e-3
 
 
+@pytest.mark.slow
 def test_the_distance_effect(tmp_path):
     """On tiny MQAR (L=32, 4 pairs): a 2-layer Transformer recalls keys at every distance; a
     2-layer Grassmann model with offsets 1 and 2 (reach 4) answers only queries within reach,

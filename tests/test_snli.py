@@ -267,6 +267,7 @@ def _cmd(tokens, out, spec):
             "--out-dir", str(out)]
 
 
+@pytest.mark.slow
 def test_sigterm_then_rerun_resumes_bitwise(snli_tokens, tmp_path):
     spec = _spec({"kind": "backbone"})
     full, cut = tmp_path / "full", tmp_path / "cut"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from grassflow.tasks import TASKS
@@ -37,6 +38,7 @@ def _overlay(work, name, preset) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy")  # the only change to the repository

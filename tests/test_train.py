@@ -32,7 +32,8 @@ def _metrics(out):
             for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+# SIGUSR1 (SLURM's warning signal) and two of the three kills: slow (make test-slow)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["SIGTERM", "SIGUSR1"])
 def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, tmp_path):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
     a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise."""
@@ -175,7 +176,7 @@ def uninterrupted(tokens, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("how", ["mid-epoch", "during-write", "random-3x"])
+@pytest.mark.parametrize("how", ["mid-epoch", *(pytest.param(h, marks=pytest.mark.slow) for h in ("during-write", "random-3x"))])
 def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, tmp_path):
     """SIGKILL gives the process no chance to checkpoint: the rerun resumes from the last
     complete checkpoint and replays the same batches with the same RNG states. A kill during
