@@ -41,7 +41,6 @@ if LM:
     include: "workflow/rules/report.smk"
 
 
-include: "workflow/rules/recall.smk"
 include: "workflow/rules/runs.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/estimates.smk"

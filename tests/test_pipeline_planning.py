@@ -24,8 +24,9 @@ def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
     jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
     assert jobs == Counter({"recall_train": 360, "recall_evaluate": 360, "recall_data": 3, "recall_aggregate": 1,
                             "preflight": 1, "recall": 1,
-                            "spec": 362}), jobs  # the target `recall`: no estimates table; a spec per run, data, table
-    assert {"recall/examples", "recall/aggregate"} <= set(re.findall(r"wildcards: name=(\S+)", res.stdout))
+                            "spec": 364}), jobs  # the target `recall`: no estimates table; a spec per run, per cell, table
+    specs = set(re.findall(r"wildcards: name=(\S+)", res.stdout))
+    assert {"recall/aggregate", "recall/data/L64-kv4", "recall/data/L256-kv16"} <= specs, specs
     runs = set(re.findall(r"wildcards: recall_run=(\S+)", res.stdout))
     assert len(runs) == 360 and "L256-kv16-d256-grassmann_geometric-lr0.01-s1" in runs
 

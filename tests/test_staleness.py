@@ -57,7 +57,7 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
         seen[rule] = code.group(2)
     # bench fingerprints every kind; the rest, none
     assert not {r for r, kinds in seen.items() if "kind" in kinds}
-    assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 9
+    assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 8
 
 
 def files(command, *kinds) -> set[str]:

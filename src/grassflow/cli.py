@@ -103,22 +103,6 @@ def _snli_fetch_backbone(a):
     fetch_backbone(a.backbone, a.out_dir)
 
 
-def _recall_data(a):
-    from grassflow.recall.data import make_splits
-
-    sizes = a.examples
-    meta = make_splits(a.vocab, a.seq_len, a.kv, sizes, a.seed, a.out_dir)
-    print(f"L={a.seq_len} kv={a.kv}: " + ", ".join(f"{s} {m['n_examples']} examples" for s, m in meta.items()),
-          file=sys.stderr)
-
-
-def _recall_data_args(p):
-    for k in ("vocab", "seq-len", "kv", "seed"):
-        p.add_argument(f"--{k}", type=int, required=True)
-    p.add_argument("--examples", required=True, type=json_arg, help='{"train": n, "validation": n, "test": n}: ' + JSON)
-    p.add_argument("--out-dir", required=True)
-
-
 def _preflight(a):
     from grassflow.preflight import main
 
@@ -267,8 +251,6 @@ COMMANDS = [
     ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", _snli_fetch_backbone,
      [lambda p: p.add_argument("--backbone", required=True, type=json_arg, help="the snli.backbone section: " + JSON),
       lambda p: p.add_argument("--out-dir", required=True)]),
-    ("recall-data", "MQAR train/validation/test parquet files of one (seq_len, kv) cell", _recall_data,
-     [_recall_data_args]),
     ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", _estimates,

@@ -336,6 +336,11 @@ def recall_cell(cell: dict) -> str:
     return f"L{cell['seq_len']}-kv{cell['kv']}"
 
 
+def recall_cells(r: dict) -> dict[str, dict]:
+    """{cell: the data section of its data job}: recall.data with the cell's seq_len and kv."""
+    return {recall_cell(c): {**r["data"], **c} for c in r["cells"]}
+
+
 def geometric_lags(L: int) -> list[int]:
     """1, 2, 4, … up to L/2: offsets whose sum of reaches covers the whole context."""
     lags = [1]
@@ -366,6 +371,7 @@ def recall_runs(name: str, p: dict) -> dict[str, dict]:
                     for seed in r["seeds"]:
                         run_id = f"{recall_cell(cell)}-d{d}-{mname}-lr{lr:g}-s{seed}"
                         out[run_id] = {"run_id": run_id, "preset": name, "task": "recall", "cell": dict(cell),
+                                       "data_cell": recall_cell(cell),
                                        "model_name": mname, "model_kind": kind, "seed": seed, "model": model,
                                        "train": train}
     return out

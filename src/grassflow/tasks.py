@@ -32,6 +32,9 @@ class Task:
     aggregate: str | None = None  # (its part, preset name, run dirs, out dir) → its tables (the LM's: report.smk)
     outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/
     data: str | None = None  # (its part's data section, out dir) → {split}.parquet: the generic data rule
+    # one data job per cell instead (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's
+    # spec names the cell it reads (`data_cell`)
+    cells: str | None = None  # (its part) → {cell: its data section}
     # or a text corpus's three (workflow/rules/data.smk: the LM's, SNLI's), into its token_dir:
     download: str | None = None  # (data section, split, out path) → the split's checksum record
     train_tokenizer: str | None = None  # (train split, vocab size, out path), for tokenizer.name "trained"
@@ -87,11 +90,12 @@ class Task:
         """Snakemake's benchmark file (wall time) of one of its jobs."""
         return Path(res) / "benchmarks" / (f"{self.name}/{stage}" if self.prefix else stage) / f"{run_id}.tsv"
 
-    def files(self, res, preset: dict) -> dict | None:
-        """The token files its jobs read, by split (their counts size the estimates), or None."""
-        if self.token_dir is None or not self.part(preset):
+    def files(self, res, preset: dict, cell: str | None = None) -> dict | None:
+        """The token files its jobs read, by split (their counts size the estimates), or None; of
+        a task with cells, those of `cell` (None without one)."""
+        if not self.part(preset) or (self.cells and cell is None) or (not self.cells and self.token_dir is None):
             return None
-        d = self.token_dir(self.results(res), preset)
+        d = self.results(res) / "data" / cell if self.cells else self.token_dir(self.results(res), preset)
         return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
 
     def specs(self, name: str, preset: dict) -> dict:

@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.config import ablation_runs, exec_resources, main_run_ids, recall_cell, run_train, select_preset
+from grassflow.config import ablation_runs, exec_resources, main_run_ids, run_train, select_preset
 from grassflow.staleness import command_files, fingerprint, kind_code
 from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
@@ -41,14 +41,6 @@ GF = "python -m grassflow"
 SNLI = P.get("snli")
 SNLI_RUNS = TASK_RUNS["snli"]
 SNLI_RES = f"{RES}/snli"
-
-# Multi-query associative recall, when the preset has a `recall` part: one data job per
-# (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed.
-RECALL = P.get("recall")
-RECALL_RUNS = TASK_RUNS["recall"]
-RECALL_CELLS = {recall_cell(c): c for c in RECALL["cells"]} if RECALL else {}
-RECALL_RES = f"{RES}/recall"
-RECALL_DATA = f"{RECALL_RES}/data/{{recall_cell}}"
 
 # Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -88,7 +80,7 @@ wildcard_constraints:
     **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
     exp="|".join(map(re.escape, EXPERIMENTS)) or "(?!)",
     tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
-    recall_cell="|".join(map(re.escape, RECALL_CELLS)) or "(?!)",
+    **{f"{t.name}_cell": "|".join(map(re.escape, entry(t.cells)(t.part(P)))) for t in ACTIVE if t.cells},
     split="|".join(SPLITS),
     pf_device="auto|cpu|cuda",
     pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
@@ -207,13 +199,8 @@ def snli_backbone_input(wc):
     return [SNLI_BACKBONE_DIR] if uses and SNLI_BACKBONE_DIR else []
 
 
-def recall_cell_file(split):
-    return lambda wc: f"{RECALL_RES}/data/{recall_cell(RECALL_RUNS[wc.recall_run]['cell'])}/{split}.parquet"
-
-
 # --- every task's files (grassflow.tasks) -------------------------------------------------------
 TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the preset keys of the tasks other than the LM
-RUN_DATA = {}  # {task: data(split)}, where a task's data rules put its runs' token files elsewhere (recall.smk)
 RUN_DIRS = {}  # {task: (name, input)}, a directory its runs' jobs also get (fetch.smk: SNLI's backbone)
 
 
@@ -228,7 +215,9 @@ def task_outputs(task):
 
 
 def task_tokens(task):
-    """A run's token file of a split: in its task's token directory (data.smk, or the generic data rule)."""
+    """A run's token file of a split: its task's (data.smk, tasks.smk), or its cell's (a function of the run)."""
+    if task.cells:
+        return lambda split: lambda wc: str(task.files(RES, P, TASK_RUNS[task.name][getattr(wc, task.wildcard)]["data_cell"])[split])
     return lambda split: str(task.files(RES, P)[split])
 
 

@@ -87,7 +87,6 @@ def _run_rules(task, data, extra=None):
             "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
-# Every task's runs; a task's data rules (data.smk, recall.smk, or the generic one
-# below) say where its runs' token files are (RUN_DATA) and which more inputs they get (RUN_DIRS).
+# Every task's runs, reading its token files (task_tokens), with the more inputs its rules name (RUN_DIRS).
 for _task in ACTIVE:
-    _run_rules(_task, RUN_DATA.get(_task.name, task_tokens(_task)), RUN_DIRS.get(_task.name))
+    _run_rules(_task, task_tokens(_task), RUN_DIRS.get(_task.name))

@@ -1,8 +1,8 @@
 # The rules every declared task (grassflow.tasks) gets beyond its runs' (runs.smk): its tables
 # (`<task>_aggregate`, for a task that declares `aggregate`: SNLI, recall), its target
 # (`snakemake snli`: its tables, their runs and data only) and, for a task that declares `data`,
-# its one data job (`<task>_data`). The LM's tables have their own rules (report.smk), as the text
-# tasks' data (data.smk) and recall's (recall.smk) have.
+# its data job (`<task>_data`; one per cell for a task with `cells`: recall's). The LM's tables
+# have their own rules (report.smk), as the text tasks' data have (data.smk).
 
 
 def _task_rules(task):
@@ -11,14 +11,17 @@ def _task_rules(task):
     captioned = {"caption": f"../report/{task.name}.rst"} if caption.is_file() else {}
 
     if task.data:
+        cells = entry(task.cells)(part) if task.cells else None  # one job per cell, else one
+        cell = f"{{{task.name}_cell}}" if cells else None
+        log = f"{RES}/logs/{task.name}/" + (f"data/{cell}" if cells else "data") + ".log"
 
         rule:
             name:
                 task.rule("data")
             input:
-                data=spec(f"{task.name}/data", part["data"]),
+                data=specs(f"{task.subdir}data", cells, f"{task.name}_cell") if cells else spec(f"{task.subdir}data", part["data"]),
             output:
-                [str(f) for f in task.files(RES, P).values()],
+                [str(f) for f in task.files(RES, P, cell).values()],
             params:
                 gf=GF,
                 out_dir=lambda wc, output: Path(output[0]).parent,
@@ -26,7 +29,7 @@ def _task_rules(task):
             conda:
                 "../../envs/data.yaml"
             log:
-                f"{RES}/logs/{task.name}/data.log",
+                log,
             shell:
                 f"{{params.gf}} {task.command('data')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
 

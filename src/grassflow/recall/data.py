@@ -112,6 +112,11 @@ def read_split(path) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, meta
 
 
+def make_cell(section: dict, out_dir) -> dict[str, dict]:
+    """The data job of one cell: `section` is recall.data (vocab, seed, examples) with the cell's seq_len and kv."""
+    return make_splits(section["vocab"], section["seq_len"], section["kv"], section["examples"], section["seed"], out_dir)
+
+
 def make_splits(vocab: int, L: int, kv: int, sizes: dict[str, int], seed: int, out_dir) -> dict[str, dict]:
     """Train/validation/test of one (L, kv) cell, each from its own seed (seed, split index)."""
     from pathlib import Path

@@ -1,5 +1,5 @@
-"""Multi-query associative recall (MQAR, zoology): the preset's `recall` part. Its data rule (one
-job per (seq_len, kv) cell) and where a run finds its cell's files: workflow/rules/recall.smk."""
+"""Multi-query associative recall (MQAR, zoology): the preset's `recall` part: one data job per
+(seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed."""
 
 from grassflow.tasks import Task
 
@@ -14,5 +14,7 @@ TASK = Task(
     outputs=lambda part: [f"recall.{ext}" for ext in ("md", "csv", "tex")]
     + ["recall_vs_dmodel.png", "recall_by_distance.png"],
     check="grassflow.config:check_recall",
+    data="grassflow.recall.data:make_cell",
+    cells="grassflow.config:recall_cells",
     title="Recall",
 )

@@ -1,4 +1,4 @@
-"""The toy task's runs, data, checks, estimate and table."""
+"""The toy task's runs, checks, estimate and table (its data: recall's make_cell)."""
 
 import json
 from pathlib import Path
@@ -31,12 +31,6 @@ def check(where, name, p):
         check_params(d["vocab"], d["seq_len"], d["kv"], key=f"{where}.data")
     except DataError as e:
         raise ConfigError(str(e)) from None
-
-
-def data(section, out_dir):
-    from grassflow.recall.data import make_splits
-
-    make_splits(section["vocab"], section["seq_len"], section["kv"], section["examples"], section["seed"], out_dir)
 
 
 def estimate(stage, spec, preset, settings, files):
