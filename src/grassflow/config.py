@@ -121,15 +121,18 @@ def check_preset(name: str, p: dict) -> None:
             entry(t.check)(t.where(name), name, p)
 
 
+def check_specs(where: str, specs: dict, build) -> None:
+    """Each run's model (or head) as its dataclass checks it: `build(spec)`; a ValueError names the run."""
+    for run_id, spec in specs.items():
+        try:
+            build(spec)
+        except ValueError as e:
+            raise ConfigError(f"{where} (run {run_id}): {e}") from None
+
+
 def check_lm(where: str, name: str, p: dict) -> None:
-    for key in ("data", "tokenizer", "model"):
-        if key not in p:
-            raise ConfigError(f"{where}.{key}: required by the language-model experiments")
-    if not p.get("models"):
-        raise ConfigError(f"{where}.models: no model selected (transformer, grassmann)")
-    if not p.get("seeds"):
-        raise ConfigError(f"{where}.seeds: no seed given")
-    _check_seeds_and_source(where, p, "data")
+    # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
+    _check_source(where, p, "data")
     tok = p["tokenizer"]
     if map_unk(p) and tok["name"] == "gpt2":
         raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
@@ -139,27 +142,17 @@ def check_lm(where: str, name: str, p: dict) -> None:
     if tok["name"] != "trained" and tok.get("vocab_size"):
         raise ConfigError(f"{where}.tokenizer.vocab_size: only for tokenizer.name 'trained'")
     check_ablations(where, p)
-    for run_id, spec in runs(name, p).items():
-        try:
-            ModelConfig.from_dict({**spec["model"], "vocab_size": 1})
-        except ValueError as e:
-            raise ConfigError(f"{where} (run {run_id}): {e}") from None
+    check_specs(where, runs(name, p), lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": 1}))
 
 
 def check_ablations(where: str, p: dict) -> None:
     a = p.get("ablations")
-    if not a:
-        return
-    if a["base"] not in p["experiments"]:
+    if a and a["base"] not in p["experiments"]:
         raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
                           f"({sorted(p['experiments'])})")
-    if len(set(a["seeds"])) != len(a["seeds"]):
-        raise ConfigError(f"{where}.ablations.seeds: duplicate seeds {a['seeds']}")
 
 
-def _check_seeds_and_source(where: str, part: dict, data_key: str) -> None:
-    if len(set(part["seeds"])) != len(part["seeds"]):
-        raise ConfigError(f"{where}.seeds: duplicate seeds {part['seeds']}")
+def _check_source(where: str, part: dict, data_key: str) -> None:
     data = part["data"]
     if data["source"] == "local" and not data.get("local_dir"):
         raise ConfigError(f"{where}.data.local_dir: required when {data_key}.source is 'local'")
@@ -171,7 +164,7 @@ def check_snli(where: str, name: str, p: dict) -> None:
     from grassflow.snli.config import HeadConfig
 
     s = p["snli"]
-    _check_seeds_and_source(where, s, "snli.data")
+    _check_source(where, s, "snli.data")
     tok = s["tokenizer"]
     if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
         raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")
@@ -189,11 +182,7 @@ def check_snli(where: str, name: str, p: dict) -> None:
     for exp, e in s["experiments"].items():
         if e["features"] == "scratch" and not e.get("embed_dim"):
             raise ConfigError(f"{where}.experiments.{exp}.embed_dim: required when features is 'scratch'")
-    for run_id, spec in snli_runs(name, p).items():
-        try:
-            HeadConfig.from_dict(spec["head"])
-        except ValueError as e:
-            raise ConfigError(f"{where} (run {run_id}): {e}") from None
+    check_specs(where, snli_runs(name, p), lambda spec: HeadConfig.from_dict(spec["head"]))
 
 
 V1_NAMES = ("wikitext-2-v1",)  # releases whose rare words read `<unk>` (the tokenized ones)
@@ -382,8 +371,6 @@ def check_recall(where: str, name: str, p: dict) -> None:
     from grassflow.recall.data import check_params
 
     r = p["recall"]
-    if len(set(r["seeds"])) != len(r["seeds"]):
-        raise ConfigError(f"{where}.seeds: duplicate seeds {r['seeds']}")
     for i, cell in enumerate(r["cells"]):
         try:
             check_params(r["data"]["vocab"], cell["seq_len"], cell["kv"], key=f"{where}.cells[{i}]")
@@ -391,8 +378,5 @@ def check_recall(where: str, name: str, p: dict) -> None:
             raise ConfigError(str(e)) from None
     if len({recall_cell(c) for c in r["cells"]}) != len(r["cells"]):
         raise ConfigError(f"{where}.cells: a (seq_len, kv) cell is listed twice")
-    for run_id, spec in recall_runs(name, p).items():
-        try:
-            ModelConfig.from_dict({**spec["model"], "vocab_size": r["data"]["vocab"]})
-        except ValueError as e:
-            raise ConfigError(f"{where} (run {run_id}): {e}") from None
+    check_specs(where, recall_runs(name, p),
+                lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": r["data"]["vocab"]}))
