@@ -145,8 +145,8 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
                      d / "eval.json")
         dirs.append(d)
     bench_main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--name", "bench"])
-    unigram_baseline(tokens / "train.parquet", {"validation": tokens / "validation.parquet",
-                                                "test": tokens / "test.parquet"}, tmp_path / "unigram.json")
+    unigram_baseline(tokens / "train.parquet", tokens / "validation.parquet", tokens / "test.parquet",
+                     tmp_path / "unigram.json")
     (tmp_path / "checksums.json").write_text(json.dumps({"test": {"content_sha256": "0" * 64}}))
     preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"}, "models": ["transformer", "grassmann"],
               "model": SPEC["model"], "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}}}

@@ -23,6 +23,8 @@ import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from grassflow import markdown
+
 MODELS = ("transformer", "grassmann")
 TABLE1 = {"L": 128, "tokens": 4096, "n_layers": 6, "vocab": 30522}
 QUICK = {"L": 32, "tokens": 128, "n_layers": 2, "vocab": 500}
@@ -124,10 +126,7 @@ def run(device, ks: list[int], steps: int, quick: bool, mps: bool, out: Path, st
         r["slowdown"] = one["per_run_tokens_per_s"] / r["per_run_tokens_per_s"]
     res = {"device": device_name(device), "device_type": device.type, "date": time.strftime("%Y-%m-%d"),
            "quick": quick, "steps": steps, "size": QUICK if quick else TABLE1, "rows": rows}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=2))
-    (out / f"{stem}.md").write_text(to_markdown(res))
-    print(to_markdown(res))
+    markdown.save_report(out, stem, res, to_markdown(res))
     return res
 
 
@@ -138,12 +137,10 @@ def to_markdown(res: dict) -> str:
              f"{size['tokens']} tokens per step, vocab {size['vocab']}){' — smoke sizes, not a measurement' if res['quick'] else ''}; "
              f"{res['steps']} timed steps per run after 3 warm-up steps, all K started at once. Aggregate: all "
              "runs' tokens over the span from the first start to the last end; gain: over K=1 of the same model; "
-             "slowdown: a run's time at K over its time alone.", "",
-             "| model | K | MPS | aggregate tokens/s | gain | per-run tokens/s | per-run slowdown |",
-             "|---|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        lines.append(f"| {r['model']} | {r['k']} | {'yes' if r['mps'] else 'no'} | {r['aggregate_tokens_per_s']:,.0f} | "
-                     f"{r['gain']:.2f}× | {r['per_run_tokens_per_s']:,.0f} | {r['slowdown']:.2f}× |")
+             "slowdown: a run's time at K over its time alone.", "", *markdown.table(
+                 ["model", "K", "MPS", "aggregate tokens/s", "gain", "per-run tokens/s", "per-run slowdown"],
+                 [[r["model"], r["k"], "yes" if r["mps"] else "no", f"{r['aggregate_tokens_per_s']:,.0f}", f"{r['gain']:.2f}×",
+                   f"{r['per_run_tokens_per_s']:,.0f}", f"{r['slowdown']:.2f}×"] for r in res["rows"]])]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ config, missing files) print one `error:` line naming the file or key, and exit 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -36,17 +37,11 @@ def json_arg(value: str):
 JSON = "a JSON file, or JSON"
 
 
-def _unigram(a):
-    from grassflow.lm.unigram import unigram_baseline
-
-    unigram_baseline(a.train_tokens, {"validation": a.val_tokens, "test": a.test_tokens}, a.out)
-
-
-def _aggregate(a):
-    from grassflow.report.aggregate import aggregate
-
-    aggregate(a.preset, a.preset_name, a.experiment, a.runs, a.out_dir, a.unigram, a.checksums,
-              a.published)
+def _call(a):
+    """A command that is one function (`a.entry`, "module:function"): called with the parsed
+    arguments its parameters are named after (`--out-dir`: out_dir)."""
+    fn = entry(a.entry)
+    return fn(**{k: getattr(a, k) for k in inspect.signature(fn).parameters if hasattr(a, k)})
 
 
 def _gpus(a):
@@ -66,19 +61,6 @@ def _gpus(a):
         print(flag(k))
 
 
-def _summary(a):
-    from grassflow.report.aggregate import summary
-
-    summary(a.preset_name, a.tables, a.bench, a.out_dir)
-
-
-def _ablations(a):
-    from grassflow.report.ablations import aggregate_ablations
-
-    aggregate_ablations(a.preset, a.preset_name, a.grid, a.runs_dir, a.unigram,
-                        a.checksums, a.published, a.out_dir)
-
-
 def _baseline_args(p):
     p.add_argument("--unigram", required=True, help="unigram.json of the evaluation tokens")
     p.add_argument("--checksums", required=True, help="the download stage's checksums.json")
@@ -91,27 +73,9 @@ def _bench(a):
     main(a.rest)
 
 
-def _fetch_tokenizer(a):
-    from grassflow.data.tokenizers import fetch_tokenizer
-
-    fetch_tokenizer(a.tokenizer, a.out)
-
-
-def _snli_fetch_backbone(a):
-    from grassflow.snli.backbone import fetch_backbone
-
-    fetch_backbone(a.backbone, a.out_dir)
-
-
-def _preflight(a):
-    from grassflow.preflight import main
-
-    main(a.device, a.backend, a.snli, a.out)
-
-
 def _preflight_args(p):
-    p.add_argument("--device", nargs="+", default=["auto"], help="train.device value(s): auto, cpu, cuda")
-    p.add_argument("--backend", nargs="+", default=["auto"], help="the Plücker op backend(s) the jobs use")
+    p.add_argument("--device", nargs="+", default=["auto"], dest="devices", help="train.device value(s): auto, cpu, cuda")
+    p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", help="the Plücker op backend(s) the jobs use")
     p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
     p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
 
@@ -135,12 +99,6 @@ def _tokenize_args(p):
     p.add_argument("--out-dir", required=True)
 
 
-def _estimates(a):
-    from grassflow.plan import estimates_report
-
-    estimates_report(a.preset, a.preset_name, a.estimate, a.results, a.out)
-
-
 def _train_args(p):
     p.add_argument("--spec", required=True, type=json_arg, help="the run's spec: " + JSON)
     for k in ("train-tokens", "val-tokens", "out-dir"):
@@ -149,11 +107,6 @@ def _train_args(p):
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="train.compile: torch.compile the training loss and validation forward")
     p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
-
-
-def _execution(a) -> dict:
-    """How a training job runs, not what it computes (train.compile, train.compile_mode)."""
-    return {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode}
 
 
 def _evaluate_args(p):
@@ -169,26 +122,10 @@ def _aggregate_args(p):
 
 
 # --- the commands of every task, made from its declaration (grassflow/<task>/task.py) ------------
-def _dirs(a) -> dict:
-    """The directories a task's jobs also get (SNLI: --backbone-dir), as its entry points' keywords."""
-    return {f"{d}_dir": getattr(a, f"{d}_dir") for d in a.task.dirs}
-
-
 def _task_train(a):
-    entry(a.entry)(a.spec, a.train_tokens, a.val_tokens, a.out_dir, preflight=a.preflight,
-                   execution=_execution(a), **_dirs(a))
-
-
-def _task_evaluate(a):
-    entry(a.entry)(a.checkpoint, a.run_json, a.val_tokens, a.test_tokens, a.out, **_dirs(a))
-
-
-def _task_aggregate(a):
-    entry(a.entry)(a.preset, a.preset_name, a.runs, a.out_dir)
-
-
-def _task_data(a):
-    entry(a.entry)(a.data, a.out_dir)
+    # how the job runs, not what it computes (train.compile, train.compile_mode)
+    a.execution = {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode}
+    return _call(a)
 
 
 def _task_download(a):
@@ -196,10 +133,6 @@ def _task_download(a):
 
     records = {split: entry(a.entry)(a.data, split, Path(a.out_dir) / f"{split}.parquet") for split in a.splits}
     write_json(Path(a.out_dir) / "checksums.json", records)
-
-
-def _task_train_tokenizer(a):
-    entry(a.entry)(a.train, a.vocab_size, a.out)
 
 
 def _task_tokenize(a):
@@ -212,26 +145,27 @@ def _task_tokenize(a):
 # stage → (help, handler, argument groups)
 TASK_STAGES = {
     "train": ("train one run from its spec", _task_train, [_train_args]),
-    "evaluate": ("evaluate a run's best checkpoint", _task_evaluate, [_evaluate_args]),
-    "aggregate": ("its tables and figures", _task_aggregate, [_aggregate_args]),
-    "data": ("its train/validation/test parquet files", _task_data, [_data_args]),
+    "evaluate": ("evaluate a run's best checkpoint", _call, [_evaluate_args]),
+    "aggregate": ("its tables and figures", _call, [_aggregate_args]),
+    "data": ("its train/validation/test parquet files", _call, [_data_args]),
     "download": ("raw splits to parquet", _task_download,
                  [_data_args, lambda p: p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])]),
-    "train_tokenizer": ("train a WordPiece tokenizer on the train split", _task_train_tokenizer,
+    "train_tokenizer": ("train a WordPiece tokenizer on the train split", _call,
                         [_tokenizer_training_args]),
     "tokenize": ("raw parquet files to token parquet files", _task_tokenize, [_tokenize_args]),
 }
 
 
-# (command, help, function, argument groups): the stages not made from a task's declaration; then
+# (command, help, handler or "module:function" (_call), argument groups): the stages not made from a
+# task's declaration; then
 # (build_parser) each task's commands (train, evaluate, aggregate, data, download, tokenize, ...)
 COMMANDS = [
-    ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", _fetch_tokenizer,
+    ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", "grassflow.data.tokenizers:fetch_tokenizer",
      [lambda p: p.add_argument("--tokenizer", required=True, type=json_arg, help="a tokenizer section: " + JSON),
       lambda p: p.add_argument("--out", required=True)]),
-    ("unigram", "the unigram-perplexity baseline of the validation and test tokens", _unigram,
+    ("unigram", "the unigram-perplexity baseline of the validation and test tokens", "grassflow.lm.unigram:unigram_baseline",
      [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
-    ("aggregate", "one experiment's table and figures", _aggregate,
+    ("aggregate", "one experiment's table and figures", "grassflow.report.aggregate:aggregate",
      [_aggregate_args, _baseline_args, lambda p: p.add_argument("--experiment", required=True)]),
     ("gpus", "the flag that runs K GPU jobs per GPU: snakemake $(grassflow gpus); on SLURM, K runs per "
      "allocation: snakemake --profile profiles/slurm $(grassflow gpus --slurm)", _gpus,
@@ -239,21 +173,21 @@ COMMANDS = [
                  p.add_argument("--project", default="."),
                  p.add_argument("--slurm", action="store_true", help="--group-components for profiles/slurm"),
                  p.add_argument("--runs-per-gpu", type=int, help="K (default: the preset's train.runs_per_gpu)")]]),
-    ("summary", "summary.md of a preset's tables, and the scaling figure", _summary,
+    ("summary", "summary.md of a preset's tables, and the scaling figure", "grassflow.report.aggregate:summary",
      [lambda p: [p.add_argument("--preset-name", required=True), p.add_argument("--tables", nargs="+", required=True,
                                                                                help="the tables' .md files"),
                  p.add_argument("--bench", required=True, help="bench JSON for the scaling figure"),
                  p.add_argument("--out-dir", required=True)]]),
-    ("ablations", "the ablation table and figure of a preset", _ablations,
+    ("ablations", "the ablation table and figure of a preset", "grassflow.report.ablations:aggregate_ablations",
      [_baseline_args,
       lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "grid") else str)
                  for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),
-    ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", _snli_fetch_backbone,
+    ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", "grassflow.snli.backbone:fetch_backbone",
      [lambda p: p.add_argument("--backbone", required=True, type=json_arg, help="the snli.backbone section: " + JSON),
       lambda p: p.add_argument("--out-dir", required=True)]),
-    ("preflight", "check the device, op backends and a training step before the GPU jobs", _preflight,
+    ("preflight", "check the device, op backends and a training step before the GPU jobs", "grassflow.preflight:main",
      [_preflight_args]),
-    ("estimates", "every training/evaluation job's estimated time beside its measured wall time", _estimates,
+    ("estimates", "every training/evaluation job's estimated time beside its measured wall time", "grassflow.plan:estimates_report",
      [lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "estimate") else str)
                  for k in ("preset", "preset-name", "estimate", "results", "out")]]),
 ]
@@ -266,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
         for add in groups:
             add(p)
-        p.set_defaults(fn=fn)
+        p.set_defaults(**({"fn": _call, "entry": fn} if isinstance(fn, str) else {"fn": fn}))
     for name, (task, stage, ref) in TASK_COMMANDS.items():
         help_, fn, groups = TASK_STAGES[stage]
         p = sub.add_parser(name, help=f"{task.title}: {help_}")

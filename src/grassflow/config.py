@@ -208,15 +208,18 @@ def snli_tokenizer_spec(p: dict) -> dict:
 GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")
 
 
+def own_keys(kind: str, model: dict) -> dict:
+    """The model section less the other model's keys, which cannot make a run stale."""
+    other = GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",)
+    return {k: v for k, v in model.items() if k not in other}
+
+
 def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict) -> dict:
     """The spec of one language-model run: everything it depends on, and nothing else, so
     that editing one model's settings (or one ablation variant) changes only those specs."""
     e = p["experiments"][exp]
-    model = {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
-             "n_layers": e["n_layers"], "context_len": e["context_len"]}
-    # keys of the other model cannot make a run stale
-    for k in GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",):
-        model.pop(k, None)
+    model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
+                            "n_layers": e["n_layers"], "context_len": e["context_len"]})
     return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
             "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]},
             "tokenizer": p["tokenizer"]["name"]}
@@ -348,12 +351,9 @@ def recall_runs(name: str, p: dict) -> dict[str, dict]:
         for d in r["d_models"]:
             for mname, m in r["models"].items():
                 kind = m["kind"]
-                model = {**r["model"], **(m.get("switches") or {}), "d_model": d,
-                         "d_ff": r["ffn_mult"] * d, "n_layers": r["n_layers"], "context_len": cell["seq_len"]}
-                if m.get("geometric_lags"):
-                    model["lags"] = geometric_lags(cell["seq_len"])
-                for k in GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",):
-                    model.pop(k, None)
+                lags = {"lags": geometric_lags(cell["seq_len"])} if m.get("geometric_lags") else {}
+                model = own_keys(kind, {**r["model"], **(m.get("switches") or {}), "d_model": d, "d_ff": r["ffn_mult"] * d,
+                                        "n_layers": r["n_layers"], "context_len": cell["seq_len"], **lags})
                 for lr in r["lrs"]:
                     train = {**run_train(r.get("train") or {}), "lr": lr, "epochs": r["epochs"],
                              "batch_size": r["batch_size"]}

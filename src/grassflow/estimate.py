@@ -22,7 +22,6 @@ another; locally K share the GPU, which is at most K times slower) and its devic
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -110,13 +109,9 @@ def split_sizes(task: str, dataset: str, tokenizer: str, files: dict | None = No
     """({split: tokens or pairs}, where from): the token files' metadata where they exist, else
     the datasets table (its `*` rows for data it does not list)."""
     if files and all(Path(p).is_file() for p in files.values()):
-        import pyarrow.parquet as pq
+        from grassflow.data.sources import token_meta
 
-        sizes = {}
-        for split, p in files.items():
-            meta = json.loads(pq.ParquetFile(p).schema_arrow.metadata[b"grassflow"])
-            sizes[split] = meta.get("n_tokens", meta.get("n_pairs"))
-        return sizes, "token files"
+        return {split: (m := token_meta(p)).get("n_tokens", m.get("n_pairs")) for split, p in files.items()}, "token files"
     with open(DATASETS, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["task"] == task]
     for r in rows:
@@ -181,20 +176,6 @@ def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int
     return Estimate(seconds, 0, _memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
 
 
-def recall_train(spec: dict, examples: dict, vocab: int, settings: dict) -> Estimate:
-    L = spec["cell"]["seq_len"]
-    lm = {**spec, "model": {**spec["model"], "context_len": L}}
-    sizes = {s: n * L for s, n in examples.items()}
-    est = lm_train(lm, sizes, vocab, settings)
-    return Estimate(est.seconds, est.items // L, est.mem_mb, est.basis)
-
-
-def recall_evaluate(spec: dict, examples: dict, vocab: int, settings: dict) -> Estimate:
-    L = spec["cell"]["seq_len"]
-    lm = {**spec, "model": {**spec["model"], "context_len": L}}
-    return lm_evaluate(lm, {s: n * L for s, n in examples.items()}, vocab, settings, passes=1)
-
-
 def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) -> Estimate:
     """Pairs × tokens through the frozen backbone (forward) and the head (forward + backward)."""
     dev, threads = device_kind(spec, settings)
@@ -234,9 +215,9 @@ def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
         sizes = {s: (min(n, cut) if s != "train" else n) for s, n in sizes.items()}
     vocab = tok.get("vocab_size") or TOKENIZER_VOCAB.get(tok["name"], 30522)
     if files and Path(files["train"]).is_file():
-        import pyarrow.parquet as pq
+        from grassflow.data.sources import token_meta
 
-        vocab = json.loads(pq.ParquetFile(files["train"]).schema_arrow.metadata[b"grassflow"])["vocab_size"]
+        vocab = token_meta(files["train"])["vocab_size"]
     return sizes, vocab, source
 
 
@@ -259,9 +240,13 @@ def snli_job(stage, spec, preset, settings, files):
 
 
 def recall_job(stage, spec, preset, settings, files):
-    data = preset["recall"]["data"]
-    est = (recall_train if stage == "train" else recall_evaluate)(spec, dict(data["examples"]), data["vocab"], settings)
-    return est, "config (recall.data.examples)"
+    """An LM's estimate over the cell's examples × seq_len tokens; trained on examples, evaluated once."""
+    data, L = preset["recall"]["data"], spec["cell"]["seq_len"]
+    lm, sizes = {**spec, "model": {**spec["model"], "context_len": L}}, {s: n * L for s, n in data["examples"].items()}
+    if stage != "train":
+        return lm_evaluate(lm, sizes, data["vocab"], settings, passes=1), "config (recall.data.examples)"
+    est = lm_train(lm, sizes, data["vocab"], settings)
+    return Estimate(est.seconds, est.items // L, est.mem_mb, est.basis), "config (recall.data.examples)"
 
 
 def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from grassflow import markdown
 from grassflow.estimate import job_estimate
 from grassflow.tasks import RUN_RULES, TASKS
 
@@ -137,19 +138,14 @@ def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
     s = {**DEFAULTS, **settings}
     has_measured = any(r.get("measured_hours") is not None for r in rows)
     lines = [f"Plan of preset **{preset}** (from `snakemake -n`; estimates for device `{s['device']}`, "
-             f"time limits = estimate × {s['safety']:g}, at least {s['min_minutes']} min):", "",
-             "| rule | jobs | partition | estimated device-hours | requested hours (limits) | max memory per job (MB) "
-             "| tokens / examples trained |" + (" measured hours |" if has_measured else ""),
-             "|---|---|---|---|---|---|---|" + ("---|" if has_measured else "")]
-    for r in sorted(rows, key=lambda r: (-r["est_hours"], r["rule"])):
-        est = f"{r['est_hours']:.2f}" if r["estimated"] else "—"
-        items = f"{r['items']:,}" if r["items"] else "—"
-        mem = f"{r['max_mem_mb']:,}" if r["max_mem_mb"] else "—"
-        line = (f"| {r['rule']} | {r['jobs']} | {r['partition']} | {est} | {r['limit_hours']:.2f} | {mem} | {items} |")
-        if has_measured:
-            m = r.get("measured_hours")
-            line += f" {m:.3f} |" if m is not None else " — |"
-        lines.append(line)
+             f"time limits = estimate × {s['safety']:g}, at least {s['min_minutes']} min):", "", *markdown.table(
+                 ["rule", "jobs", "partition", "estimated device-hours", "requested hours (limits)",
+                  "max memory per job (MB)", "tokens / examples trained"] + ["measured hours"] * has_measured,
+                 [[r["rule"], r["jobs"], r["partition"], f"{r['est_hours']:.2f}" if r["estimated"] else "—",
+                   f"{r['limit_hours']:.2f}", f"{r['max_mem_mb']:,}" if r["max_mem_mb"] else "—",
+                   f"{r['items']:,}" if r["items"] else "—"]
+                  + ([f"{m:.3f}" if (m := r.get("measured_hours")) is not None else "—"] if has_measured else [])
+                  for r in sorted(rows, key=lambda r: (-r["est_hours"], r["rule"]))])]
     total = sum(r["est_hours"] for r in rows)
     gpu = sum(r["est_hours"] for r in rows if r["partition"] == "gpu")
     lines += ["", f"Total: {sum(r['jobs'] for r in rows)} jobs; estimated {total:.1f} device-hours"
@@ -186,42 +182,41 @@ def main(argv=None) -> int:
 
 
 # --- after a run: the estimates beside the measured wall times (rule `estimates`) -------------------
-def estimates_report(preset: dict, name: str, settings: dict, results, out_md) -> list[dict]:
+def estimates_report(preset: dict, preset_name: str, estimate: dict, results, out) -> list[dict]:
     """Every training and evaluation job's estimate, requested limit and memory beside its
     measured wall time; per rule the totals and the ratio measured / estimated."""
     import pandas as pd
 
-    from grassflow.io import write_text
+    from grassflow.io import atomic_path, write_text
 
     results = Path(results)
     rows = []
     for rule, (task, stage) in RUN_RULES.items():
         files = task.files(results, preset)
-        for run_id, spec in task.specs(name, preset).items():  # none where the preset has no such part
-            est = job_estimate(rule, spec, preset, settings, files)
+        for run_id, spec in task.specs(preset_name, preset).items():  # none where the preset has no such part
+            est = job_estimate(rule, spec, preset, estimate, files)
             measured = benchmark_seconds(task.bench_file(results, stage, run_id))
             rows.append({"rule": rule, "run": run_id, "estimate_s": round(est.seconds, 1),
-                         "limit_min": est.minutes(settings), "mem_mb": est.request_mb(), "measured_s": measured,
+                         "limit_min": est.minutes(estimate), "mem_mb": est.request_mb(), "measured_s": measured,
                          "measured_over_estimate": round(measured / est.seconds, 2) if measured and est.seconds else None,
                          "basis": est.basis})
     df = pd.DataFrame(rows)
-    out_md = Path(out_md)
-    out_md.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_md.with_suffix(".csv"), index=False)
-    lines = [f"# Estimated and measured wall time — preset `{name}`", "",
+    out = Path(out)
+    with atomic_path(out.with_suffix(".csv")) as tmp:  # never a partial table, as every table is written
+        df.to_csv(tmp, index=False)
+    lines = [f"# Estimated and measured wall time — preset `{preset_name}`", "",
              "Each training and evaluation job asked for its estimate × safety as its time limit "
              "(grassflow.estimate); the measured times are Snakemake's benchmark files. A ratio far from 1 "
              "means workflow/resources/throughput.csv needs a row for this device or size "
-             "(per job: `estimates.csv`).", "",
-             "| rule | jobs | estimated (min) | requested limits (min) | measured (min) | measured / estimated | "
-             "worst job (measured / estimated) |", "|---|---|---|---|---|---|---|"]
+             "(per job: `estimates.csv`).", ""]
+    table = []
     for rule, g in df.groupby("rule", sort=False):
         done = g.dropna(subset=["measured_s"])
-        est, meas = g.estimate_s.sum() / 60, done.measured_s.sum() / 60
-        ratio = f"{done.measured_s.sum() / done.estimate_s.sum():.2f}" if len(done) else "—"
-        worst = f"{done.measured_over_estimate.max():.2f}" if len(done) else "—"
-        lines.append(f"| {rule} | {len(g)} | {est:.1f} | {g.limit_min.sum()} | "
-                     f"{meas:.1f} | {ratio} | {worst} |")
+        table.append([rule, len(g), f"{g.estimate_s.sum() / 60:.1f}", g.limit_min.sum(), f"{done.measured_s.sum() / 60:.1f}",
+                      f"{done.measured_s.sum() / done.estimate_s.sum():.2f}" if len(done) else "—",
+                      f"{done.measured_over_estimate.max():.2f}" if len(done) else "—"])
+    lines += markdown.table(["rule", "jobs", "estimated (min)", "requested limits (min)", "measured (min)",
+                             "measured / estimated", "worst job (measured / estimated)"], table)
     lines += ["", f"Basis of the estimates: {df.basis.iloc[0]}." if len(df) else ""]
-    write_text(out_md, "\n".join(lines) + "\n")
+    write_text(out, "\n".join(lines) + "\n")
     return rows

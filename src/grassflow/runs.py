@@ -20,21 +20,24 @@ from grassflow.provenance import git_state, machine, package_versions
 from grassflow.runtime import configure_torch, device_name, pick_device
 
 
-def run_record(spec, out, model, status, metrics, best, device, data, t_start, *, op_backend=None,
-               preflight=None, **extra) -> dict:
-    """run.json: what this run is, how it ended, and where every input came from; also the
-    device asked for and the one used, the Plücker op backend that ran (what `auto` became)
-    and the preflight record of the job's environment, if the pipeline made one."""
+def run_record(spec, out, model, status, metrics, best, device, files, t_start, *, preflight=None, **extra) -> dict:
+    """run.json: what this run is, how it ended, and where every input came from (`files`:
+    {split: (token file, its metadata)}); also the device asked for and the one used, the Plücker
+    op backend that ran (what `auto` became) and the preflight record of the job's environment,
+    if the pipeline made one."""
+    grassmann = spec["model_kind"] == "grassmann"
     record = {
         "run_id": spec["run_id"], "spec": spec, "spec_hash": spec_hash(spec), **extra,
         "n_params": model.num_params(), "status": status, "epochs_completed": len(metrics),
         "best_epoch": best["epoch"] if best else None,
         "git": git_state(Path(__file__).parent), "packages": package_versions(), "machine": machine(),
         "device": device_name(device), "device_requested": spec["train"]["device"],
-        "device_type": device.type, "plucker_backend": op_backend, "threads": torch.get_num_threads(),
+        "device_type": device.type, "plucker_backend": resolve_backend(model.cfg.plucker_backend, device) if grassmann else None,
+        "threads": torch.get_num_threads(),
         "gpu_slot": gpu_slots.current(), "finished_at": time.time(),
         "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
-        "seed": spec["seed"], "data": data,
+        "seed": spec["seed"],
+        "data": {split: {"path": str(p), **meta, "file_sha256": sha256_file(p)} for split, (p, meta) in files.items()},
         "wall_seconds": time.time() - t_start,
         "weights_sha256": state_sha256(load_data(Path(out) / "best.pt")["model"]),
         "checkpoint_file_sha256": sha256_file(Path(out) / "best.pt"),
@@ -43,21 +46,12 @@ def run_record(spec, out, model, status, metrics, best, device, data, t_start, *
     return record
 
 
-def token_file_record(path, meta) -> dict:
-    return {"path": str(path), **meta, "file_sha256": sha256_file(path)}
-
-
 def start_run(spec: dict, out_dir) -> tuple[float, Path, torch.device]:
     """(start time, run directory, device) of a training job, torch set up for it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     configure_torch(deterministic=True)
     return time.time(), out, pick_device(spec["train"]["device"], log=True)
-
-
-def op_backend(kind: str, backend: str, device) -> str | None:
-    """The Plücker op backend a Grassmann model runs with on `device` (None: no Plücker op)."""
-    return resolve_backend(backend, device) if kind == "grassmann" else None
 
 
 def read_train_val(read, train_tokens, val_tokens):

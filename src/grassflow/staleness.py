@@ -4,8 +4,8 @@ covers, so that an edit reruns exactly the stages whose output it can change.
 A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). Its
 code is, read from the source without importing anything:
   - cli.py, __main__.py and the package's __init__, and the command's handler in cli.py with
-    the cli.py functions it calls; for a task's command (made from its declaration,
-    grassflow.tasks), the entry point's module the declaration names;
+    the cli.py functions it calls; for a command that calls a function by name (cli.COMMANDS'
+    "module:function" rows, a task's entry points: grassflow.tasks), that function's module;
   - transitively, every grassflow module those import, at module level or inside a function
     (a superset of what one run executes: an edit to a lazily imported module reruns the stage),
     with the __init__ of every package on the way (importing a.b runs a/__init__.py);
@@ -135,22 +135,30 @@ def _cli_functions() -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in _tree(CLI).body if isinstance(n, ast.FunctionDef)}
 
 
-def _handlers() -> dict[str, str]:
-    """command -> its handler's name: COMMANDS' (name, help, handler, args) rows, and the
-    subparsers added by hand (bench, plan: set_defaults(fn=...))."""
+def _cli_value(name: str) -> ast.expr:
+    """The expression cli.py assigns to `name` at module level."""
+    return next(n.value for n in _tree(CLI).body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+
+
+def _handlers() -> dict[str, tuple[str, str | None]]:
+    """command -> (its handler's name, the module of the function it calls or None): COMMANDS'
+    (name, help, handler or "module:function", args) rows, the subparsers added by hand (bench,
+    plan: set_defaults(fn=...)), and the commands made from the tasks' declarations (TASK_STAGES)."""
     out = {}
-    for node in _tree(CLI).body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "COMMANDS" for t in node.targets):
-            for row in node.value.elts:
-                out[row.elts[0].value] = row.elts[2].id
+    for row in _cli_value("COMMANDS").elts:
+        fn = row.elts[2]
+        out[row.elts[0].value] = ("_call", fn.value.split(":")[0]) if isinstance(fn, ast.Constant) else (fn.id, None)
     build = _cli_functions()["build_parser"]
     calls = [n for n in ast.walk(build) if isinstance(n, ast.Call)]
     names = [c.args[0].value for c in calls if getattr(c.func, "attr", "") == "add_parser"
              and c.args and isinstance(c.args[0], ast.Constant)]
     fns = [kw.value.id for c in calls if getattr(c.func, "attr", "") == "set_defaults" for kw in c.keywords
            if kw.arg == "fn" and isinstance(kw.value, ast.Name)]
-    out.update({n: f for n, f in zip(names[-len(fns):], fns) if n not in out})
-    out.update({cmd: f"_task_{stage}" for cmd, (_, stage, _) in TASK_COMMANDS.items()})  # made from declarations
+    out.update({n: (f, None) for n, f in zip(names[-len(fns):], fns) if n not in out})
+    stages = _cli_value("TASK_STAGES")
+    handler = {k.value: v.elts[1].id for k, v in zip(stages.keys, stages.values)}
+    out.update({cmd: (handler[stage], ref.split(":")[0]) for cmd, (_, stage, ref) in TASK_COMMANDS.items()})
     return out
 
 
@@ -162,7 +170,8 @@ def command_roots(command: str) -> set[str]:
         raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(sorted(handlers))}")
     fns = _cli_functions()
     common = [n for n in _tree(CLI).body if not isinstance(n, ast.FunctionDef)] + [fns["main"]]
-    todo, done = [handlers[command]], set()
+    handler, module = handlers[command]
+    todo, done = [handler], set()
     while todo:
         fn = todo.pop()
         if fn in done:
@@ -170,9 +179,7 @@ def command_roots(command: str) -> set[str]:
         done.add(fn)
         todo += [n.id for n in ast.walk(fns[fn]) if isinstance(n, ast.Name) and n.id in fns and n.id != fn]
     roots = imported(common + [fns[f] for f in done], "grassflow.cli", False)
-    if command in TASK_COMMANDS:  # a task's command runs the entry point its declaration names
-        roots.add(TASK_COMMANDS[command][2].split(":")[0])
-    return roots | {"grassflow.cli", "grassflow.__main__"}
+    return roots | {"grassflow.cli", "grassflow.__main__"} | ({module} if module else set())
 
 
 def command_files(command: str, kinds=()) -> list[Path]:

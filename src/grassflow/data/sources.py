@@ -5,6 +5,7 @@ hash that identifies a split independently of its file encoding."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -49,14 +50,39 @@ def local_file(cfg: dict, split: str, key: str = "data") -> Path:
                     f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)")
 
 
-def read_rows(path) -> list[str]:
+def read_columns(path, columns) -> dict[str, list]:
+    """{column: values} of a raw split's parquet file; a DataError naming the file if it has not
+    got them."""
     try:
         table = pq.read_table(path)
     except Exception as e:
         raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
-    if "text" not in table.column_names:
-        raise DataError(f"{path}: expected a 'text' column, found {table.column_names}")
-    return table.column("text").to_pylist()
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {missing}; found {table.column_names}")
+    return {c: table.column(c).to_pylist() for c in columns}
+
+
+def read_rows(path) -> list[str]:
+    return read_columns(path, ["text"])["text"]
+
+
+def token_meta(path) -> dict:
+    """The metadata grassflow wrote into a token file (counts, vocabulary, tokenizer)."""
+    return json.loads(pq.ParquetFile(path).schema_arrow.metadata[b"grassflow"])
+
+
+def read_token_file(path, what: str, columns):
+    """(columns(its table), its metadata) of a token file grassflow wrote (`what`: its kind, for
+    the error); a DataError naming the file if it is not one or cannot be read."""
+    try:
+        pf = pq.ParquetFile(path)
+        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
+        return columns(pf.read()), meta
+    except (KeyError, TypeError):
+        raise DataError(f"{path}: not a grassflow {what} (no 'grassflow' metadata or columns)") from None
+    except Exception as e:
+        raise DataError(f"{path}: unreadable {what} ({type(e).__name__}: {e})") from None
 
 
 def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None:

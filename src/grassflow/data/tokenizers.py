@@ -79,11 +79,11 @@ def load_tokenizer(cfg: dict, artifact=None):
                         "its files, or use tokenizer.name: trained (offline).") from None
 
 
-def fetch_tokenizer(cfg: dict, out_path) -> None:
+def fetch_tokenizer(tokenizer: dict, out) -> None:
     """Save a hub (or local-path) tokenizer as one tokenizer.json, so the jobs that use it need
     no internet: the pipeline runs this where Snakemake runs (a cluster's login node)."""
-    tok = load_tokenizer(cfg)
-    with atomic_path(out_path) as tmp:
+    tok = load_tokenizer(tokenizer)
+    with atomic_path(out) as tmp:
         tok.save(str(tmp))
 
 

@@ -28,13 +28,11 @@ tokenizer's unknown token (`tokenizer.map_unk`; None: not mapped). `data.eval_ma
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grassflow.data import DataError
+from grassflow.data import DataError, sources
 from grassflow.data.sources import check_content, content_sha256, hub_split, local_file, read_rows
 from grassflow.io import atomic_path, sha256_file
 from grassflow.lm.synthetic import generate_split
@@ -69,14 +67,7 @@ def download(cfg: dict, split: str, out_path) -> dict:
 
 def read_tokens(path, vocab_size: int | None = None) -> tuple[np.ndarray, dict]:
     """Token ids and their metadata; checks that they fit the model's vocabulary."""
-    try:
-        pf = pq.ParquetFile(path)
-        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
-        ids = pf.read().column("ids").to_numpy().astype(np.int64)
-    except (KeyError, TypeError):
-        raise DataError(f"{path}: not a grassflow token file (no 'grassflow' metadata)") from None
-    except Exception as e:
-        raise DataError(f"{path}: unreadable token file ({type(e).__name__}: {e})") from None
+    ids, meta = sources.read_token_file(path, "token file", lambda t: t.column("ids").to_numpy().astype(np.int64))
     if ids.size != meta["n_tokens"]:
         raise DataError(f"{path}: holds {ids.size} tokens, its metadata says {meta['n_tokens']}")
     if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:

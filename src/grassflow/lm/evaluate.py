@@ -97,9 +97,9 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
             "n_tokens": meta["n_tokens"]}
 
 
-def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None) -> dict:
+def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
     """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
-    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out_path)
+    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out)
     if not evaluable:
         return result
     spec = ckpt["spec"]
@@ -112,5 +112,5 @@ def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_
         ids, meta = read_tokens(path, vocab_size=cfg.vocab_size)
         result[split] = {**perplexities(model, ids, meta, cfg.context_len, bs, device),
                          "tokens_file": str(path), "tokens_sha256": sha256_file(path)}
-    write_json(out_path, result)
+    write_json(out, result)
     return result

@@ -23,9 +23,9 @@ from grassflow.io import atomic_path
 BATCH_ROWS = 2048
 
 
-def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
+def train_tokenizer(train, vocab_size: int, out) -> None:
     """The LM's trained tokenizer: build_wordpiece over the rows of the train split."""
-    build_wordpiece(read_rows(train_parquet), vocab_size, out_path, source=train_parquet)
+    build_wordpiece(read_rows(train), vocab_size, out, source=train)
 
 
 UNK_LITERAL = "<unk>"  # Wikitext-2 v1's rare words

@@ -19,7 +19,7 @@ from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.linear_ce import resolve as resolve_head_loss
-from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
+from grassflow.runs import read_train_val, run_record, start_run
 
 
 class LanguageModelTask:
@@ -71,10 +71,7 @@ def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, executi
     status, metrics, ran = fit(model, task, spec, out, device,
                                      header={"spec": spec, "model_config": mcfg.to_dict()}, execution=execution)
     best = min(metrics, key=lambda m: m["val_loss"]) if metrics else None
-    data = {"train": token_file_record(train_tokens, train_meta),
-            "validation": token_file_record(val_tokens, val_meta)}
-    return run_record(spec, out, model, status, metrics, best, device, data, t_start,
-                      op_backend=op_backend(spec["model_kind"], mcfg.plucker_backend, device),
-                      preflight=preflight, model_config=mcfg.to_dict(), **ran,
-                      head_loss=task.head_loss,
+    files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
+    return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
+                      model_config=mcfg.to_dict(), **ran, head_loss=task.head_loss,
                       best_val_ppl=best["val_ppl"] if best else None)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grassflow.data import DataError
+from grassflow.data.sources import read_token_file
 from grassflow.io import atomic_path
 
 IGNORE = -100
@@ -96,14 +97,7 @@ def write_split(arrays: dict[str, np.ndarray], params: dict, out_path) -> dict:
 
 
 def read_split(path) -> tuple[dict[str, np.ndarray], dict]:
-    try:
-        pf = pq.ParquetFile(path)
-        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
-        table = pf.read()
-    except (KeyError, TypeError):
-        raise DataError(f"{path}: not a grassflow recall file (no 'grassflow' metadata)") from None
-    except Exception as e:
-        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
+    table, meta = read_token_file(path, "recall file", lambda t: t)
     n, L = meta["n_examples"], meta["seq_len"]
     arrays = {name: table.column(name).combine_chunks().flatten().to_numpy().astype(np.int64).reshape(n, L)
               for name in ("inputs", "labels", "distance")}
@@ -112,9 +106,9 @@ def read_split(path) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, meta
 
 
-def make_cell(section: dict, out_dir) -> dict[str, dict]:
-    """The data job of one cell: `section` is recall.data (vocab, seed, examples) with the cell's seq_len and kv."""
-    return make_splits(section["vocab"], section["seq_len"], section["kv"], section["examples"], section["seed"], out_dir)
+def make_cell(data: dict, out_dir) -> dict[str, dict]:
+    """The data job of one cell: `data` is recall.data (vocab, seed, examples) with the cell's seq_len and kv."""
+    return make_splits(data["vocab"], data["seq_len"], data["kv"], data["examples"], data["seed"], out_dir)
 
 
 def make_splits(vocab: int, L: int, kv: int, sizes: dict[str, int], seed: int, out_dir) -> dict[str, dict]:

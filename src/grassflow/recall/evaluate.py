@@ -44,24 +44,24 @@ def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
     return {"accuracy": 100.0 * hits.mean(), "n": int(hits.size), "by_distance": by}
 
 
-def evaluate_recall_run(checkpoint, run_json, val_file, test_file, out_path, batch_size=None) -> dict:
-    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out_path)
+def evaluate_recall_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
+    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out)
     cfg = ModelConfig.from_dict(ckpt["model_config"])
     spec = ckpt["spec"]
     result["reach"] = reach(spec["model_kind"], cfg)
     if not evaluable:
-        write_json(out_path, result)
+        write_json(out, result)
         return result
     model = build_model(spec["model_kind"], cfg)
     load_trained(model, ckpt["model"])
     model = model.to(device)
     bs = batch_size or spec["train"]["eval_batch_size"]
-    for split, path in (("validation", val_file), ("test", test_file)):
+    for split, path in (("validation", val_tokens), ("test", test_tokens)):
         data, meta = read_split(path)
         hits, nll = predict(model, data, bs, device)
         answers = data["distance"][data["labels"] != IGNORE]  # row-major, as predict's mask
         result[split] = {**accuracy_report(hits, answers, meta["seq_len"]), "nll": nll,
                          "tokens_file": str(path), "tokens_sha256": sha256_file(path),
                          "content_sha256": meta["content_sha256"]}
-    write_json(out_path, result)
+    write_json(out, result)
     return result

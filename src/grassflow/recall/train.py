@@ -17,7 +17,7 @@ from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model
 from grassflow.recall.data import IGNORE, read_split
-from grassflow.runs import op_backend, run_record, start_run, token_file_record
+from grassflow.runs import run_record, start_run
 from grassflow.runtime import autocast
 
 
@@ -72,22 +72,20 @@ class RecallTask:
         return -row["val_acc"]
 
 
-def train_recall(spec: dict, train_file, val_file, out_dir, preflight=None, execution=None) -> dict:
+def train_recall(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec["train"]
-    train, train_meta = read_split(train_file)
-    val, val_meta = read_split(val_file)
+    train, train_meta = read_split(train_tokens)
+    val, val_meta = read_split(val_tokens)
     if (val_meta["vocab"], val_meta["seq_len"], val_meta["kv"]) != (train_meta["vocab"], train_meta["seq_len"], train_meta["kv"]):
-        raise DataError(f"{train_file} and {val_file} are different MQAR settings")
+        raise DataError(f"{train_tokens} and {val_tokens} are different MQAR settings")
     mcfg = model_config(spec, train_meta)
-    task = RecallTask(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_file)
+    task = RecallTask(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
     status, metrics, ran = fit(model, task, spec, out, device,
                                      header={"spec": spec, "model_config": mcfg.to_dict()}, execution=execution)
     best = min(metrics, key=task.score) if metrics else None
-    data = {"train": token_file_record(train_file, train_meta), "validation": token_file_record(val_file, val_meta)}
-    return run_record(spec, out, model, status, metrics, best, device, data, t_start,
-                      op_backend=op_backend(spec["model_kind"], mcfg.plucker_backend, device),
-                      preflight=preflight, model_config=mcfg.to_dict(), **ran,
-                      best_val_acc=best["val_acc"] if best else None)
+    files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
+    return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
+                      model_config=mcfg.to_dict(), **ran, best_val_acc=best["val_acc"] if best else None)

@@ -17,26 +17,26 @@ from pathlib import Path
 
 import pandas as pd
 
+from grassflow.markdown import table as md_table
 from grassflow.models.config import ModelConfig
 from grassflow.report import figures
 from grassflow.report.aggregate import (
+    MODELS,
     _fmt,
     baseline_line,
     latex,
     load_runs,
+    provenance_line,
     record_links,
     write_tables,
 )
 from grassflow.report.setup import (
-    data_label,
     load_checksums,
     load_published,
     not_comparable,
     verdict_scope,
 )
 from grassflow.report.stats import gap_ci, mean_std
-
-MODELS = ("transformer", "grassmann")
 
 
 def receptive_field(preset: dict, switches: dict) -> int:
@@ -52,9 +52,8 @@ def _model_stats(sub: pd.DataFrame) -> dict:
     good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
     return {"n": len(sub), "n_ok": len(good), "n_learned": int(good.learned.sum()),
             "not_learned": sorted(good[~good.learned].run_id), "diverged": int((sub.status == "diverged").sum()),
-            "val": mean_std(list(good.val_ppl)) if len(good) else (math.nan, math.nan),
-            "test": mean_std(list(good.test_ppl)) if len(good) else (math.nan, math.nan),
-            "val_values": list(good.val_ppl), "records": list(sub.record)}
+            "val": mean_std(good.val_ppl), "test": mean_std(good.test_ppl), "val_values": list(good.val_ppl),
+            "records": list(sub.record)}
 
 
 def summarise(df: pd.DataFrame, preset: dict, grid: dict) -> list[dict]:
@@ -94,30 +93,27 @@ def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[st
              scope: str | None = None) -> str:
     a = preset["ablations"]
     e = preset["experiments"][a["base"]]
-    lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, {e['epochs']} epochs, "
-             f"seeds {a['seeds']}", "",
-             "| variant | switches | Transformer val PPL | Transformer test PPL | Grassmann val PPL | "
-             "Grassmann test PPL | gap G−T (95 % CI) | runs T (learned/ok/all) | runs G | "
-             "Grassmann receptive field (tokens) | provenance |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    table = []
     for r in rows:
         t, g = r["models"].get("transformer"), r["models"].get("grassmann")
-        links = record_links((t["records"] if t else []) + (g["records"] if g else []), out)
-        lines.append(f"| {r['variant']} | {_switches(r['switches'])} | {_fmt(*t['val']) if t else '—'} | "
-                     f"{_fmt(*t['test']) if t else '—'} | {_fmt(*g['val']) if g else '—'} | {_fmt(*g['test']) if g else '—'} | "
-                     f"{_gap(r)} | {_runs_cell(t) if t else '—'} | {_runs_cell(g) if g else '—'} | "
-                     f"{r['receptive_field']} | {links} |")
-    lines += ["", baseline_line(unigram), "",
-              ("**These numbers cannot be compared with the paper's:** " + "; ".join(why) + ".") if why else
-              (f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with the paper's, "
-               "the perplexities do not." if scope else
-               "Same data, tokenizer and scale as the paper's Table; every run learned."), "",
-              "#### Published results (Grassmann − Transformer, best validation PPL unless noted)", "",
-              "| source | setup | Transformer | Grassmann | gap |", "|---|---|---|---|---|"]
-    for p in published:
-        gap = (f"{100 * (p['grassmann'] - p['transformer']) / p['transformer']:+.1f} %"
-               if p.get("transformer") and p.get("grassmann") else "—")
-        lines.append(f"| {p['source']} | {p['setup']} | {p.get('transformer') or '—'} | {p.get('grassmann') or '—'} | {gap} |")
+        table.append([r["variant"], _switches(r["switches"]), *(_fmt(*m[k]) if m else "—" for m in (t, g) for k in ("val", "test")),
+                      _gap(r), _runs_cell(t) if t else "—", _runs_cell(g) if g else "—", r["receptive_field"],
+                      record_links((t["records"] if t else []) + (g["records"] if g else []), out)])
+    lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, {e['epochs']} epochs, "
+             f"seeds {a['seeds']}", "", *md_table(
+                 ["variant", "switches", "Transformer val PPL", "Transformer test PPL", "Grassmann val PPL",
+                  "Grassmann test PPL", "gap G−T (95 % CI)", "runs T (learned/ok/all)", "runs G",
+                  "Grassmann receptive field (tokens)", "provenance"], table),
+             "", baseline_line(unigram), "",
+             ("**These numbers cannot be compared with the paper's:** " + "; ".join(why) + ".") if why else
+             (f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with the paper's, "
+              "the perplexities do not." if scope else
+              "Same data, tokenizer and scale as the paper's Table; every run learned."), "",
+             "#### Published results (Grassmann − Transformer, best validation PPL unless noted)", "", *md_table(
+                 ["source", "setup", "Transformer", "Grassmann", "gap"],
+                 [[p["source"], p["setup"], p.get("transformer") or "—", p.get("grassmann") or "—",
+                   f"{100 * (p['grassmann'] - p['transformer']) / p['transformer']:+.1f} %"
+                   if p.get("transformer") and p.get("grassmann") else "—"] for p in published])]
     return "\n".join(lines) + "\n"
 
 
@@ -130,12 +126,11 @@ def tex(rows: list[dict], preset: dict) -> str:
                  f"Ablations of {a['base']}: best validation perplexity, mean ± std over seeds {a['seeds']}.")
 
 
-def aggregate_ablations(preset: dict, name: str, grid: dict, runs_dir, unigram_json, checksums_json,
-                        published_yaml, out_dir) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    unigram = json.loads(Path(unigram_json).read_text())
-    checksums, pub = load_checksums(checksums_json), load_published(published_yaml)
+def aggregate_ablations(preset: dict, preset_name: str, grid: dict, runs_dir, unigram, checksums,
+                        published, out_dir) -> None:
+    out = Path(out_dir)  # made by its first write (io.atomic_path)
+    unigram = json.loads(Path(unigram).read_text())
+    checksums, pub = load_checksums(checksums), load_published(published)
     ids = sorted({r for models in grid.values() for rs in models.values() for r in rs})
     df = load_runs([Path(runs_dir) / r for r in ids], unigram)
     rows = summarise(df, preset, grid)
@@ -144,13 +139,12 @@ def aggregate_ablations(preset: dict, name: str, grid: dict, runs_dir, unigram_j
                  "not_learned": sorted({x for r in rows if k in r["models"] for x in r["models"][k]["not_learned"]})}
              for k in preset["models"]}
     why = not_comparable(preset, base, preset["experiments"][base], checksums, pub["paper_setup"], worst)
-    head = (f"Preset **{name}**: data {data_label(preset, checksums, pub['paper_setup'])}; "
-            f"tokenizer {preset['tokenizer']['name']}.")
+    head = provenance_line(preset_name, preset, checksums, pub["paper_setup"])
     per_run = pd.concat([df[df.run_id.isin([x for rs in models.values() for x in rs])].assign(variant=v)
                          for v, models in grid.items()], ignore_index=True)
     scope = verdict_scope(checksums, pub["paper_setup"])
     write_tables(out, "ablations", head, markdown(rows, preset, pub["published"], why, unigram, out, scope),
-                 per_run.assign(preset=name, data_source=preset["data"]["source"]), tex(rows, preset))
+                 per_run.assign(preset=preset_name, data_source=preset["data"]["source"]), tex(rows, preset))
     paper = next((p for p in pub["published"] if p.get("experiment") == base), None)
     paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None
-    figures.ablation_gaps(rows, paper_gap, name, out / "ablations.png")
+    figures.ablation_gaps(rows, paper_gap, preset_name, out / "ablations.png")

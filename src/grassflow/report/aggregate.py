@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from grassflow import markdown
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
 from grassflow.report.setup import (
@@ -86,8 +87,7 @@ def summarise(df: pd.DataFrame, paper: dict) -> dict:
         if sub.empty:
             continue
         good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
-        stats = {k: mean_std(list(good[k])) if len(good) else (math.nan, math.nan)
-                 for k in ("val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl")}
+        stats = {k: mean_std(good[k]) for k in ("val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl")}
         out["models"][model] = {"n": len(sub), "n_ok": len(good), "stats": stats,
                                 "n_learned": int(good.learned.sum()),
                                 "not_learned": sorted(good[~good.learned].run_id),
@@ -127,20 +127,18 @@ def baseline_line(unigram: dict) -> str:
 
 
 def markdown_table(exp_name, exp, s, out_dir) -> str:
-    lines = [f"### {exp_name}: N={exp['n_layers']}, L={exp['context_len']}, B={exp['batch_size']}, "
-             f"{exp['epochs']} epochs", "",
-             "| model | params | runs learned / ok / all | best val PPL (ours) | paper | test PPL | test strided | "
-             "test word-level | provenance |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for model, m in s["models"].items():
         st = m["stats"]
-        links = record_links(m["records"], out_dir)
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
         div += f" (did not learn: {', '.join(m['not_learned'])})" if m["not_learned"] else ""
-        lines.append(f"| {model} | {m['n_params']:,} | {m['n_learned']} / {m['n_ok']} / {m['n']}{div} | {_fmt(*st['val_ppl'])} | "
-                     f"{m['paper'] if m['paper'] else '—'} | {_fmt(*st['test_ppl'])} | "
-                     f"{_fmt(*st['test_strided_ppl'])} | {_fmt(*st['test_word_ppl'])} | {links} |")
-    lines.append("")
+        rows.append([model, f"{m['n_params']:,}", f"{m['n_learned']} / {m['n_ok']} / {m['n']}{div}", _fmt(*st["val_ppl"]),
+                     m["paper"] or "—", _fmt(*st["test_ppl"]), _fmt(*st["test_strided_ppl"]), _fmt(*st["test_word_ppl"]),
+                     record_links(m["records"], out_dir)])
+    lines = [f"### {exp_name}: N={exp['n_layers']}, L={exp['context_len']}, B={exp['batch_size']}, "
+             f"{exp['epochs']} epochs", "", *markdown.table(
+                 ["model", "params", "runs learned / ok / all", "best val PPL (ours)", "paper", "test PPL", "test strided",
+                  "test word-level", "provenance"], rows), ""]
     if "gap" in s:
         g = s["gap"]
         ci = "" if math.isnan(g["ci_low"]) else f" (95 % CI {g['ci_low']:+.1f} … {g['ci_high']:+.1f} %)"
@@ -189,39 +187,38 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
     write_text(out / f"{stem}.tex", f"% {head}\n" + tex)
 
 
-def aggregate(preset: dict, name: str, exp_name: str, run_dirs, out_dir, unigram_json, checksums_json,
-              published_yaml) -> None:
+def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, unigram, checksums,
+              published) -> None:
     """One experiment's table (<exp>.md/.csv/.tex) and figures (curves_, best_ppl_<exp>.png)
     from its runs: one job per table, so that a table's target plans only its own runs."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    unigram = json.loads(Path(unigram_json).read_text())
-    checksums, published = load_checksums(checksums_json), load_published(published_yaml)
+    out = Path(out_dir)  # made by its first write (io.atomic_path)
+    unigram = json.loads(Path(unigram).read_text())
+    checksums, published = load_checksums(checksums), load_published(published)
     setup = published["paper_setup"]
-    exp = preset["experiments"][exp_name]
-    df = load_runs(run_dirs, unigram)
-    if set(df.experiment) != {exp_name}:
-        raise ValueError(f"aggregate --experiment {exp_name}: runs of {sorted(set(df.experiment) - {exp_name})} given")
-    head = provenance_line(name, preset, checksums, setup)
+    exp = preset["experiments"][experiment]
+    df = load_runs(runs, unigram)
+    if set(df.experiment) != {experiment}:
+        raise ValueError(f"aggregate --experiment {experiment}: runs of {sorted(set(df.experiment) - {experiment})} given")
+    head = provenance_line(preset_name, preset, checksums, setup)
     sub = df.sort_values(["model", "seed"])
-    paper = paper_ppl(published, exp_name)
+    paper = paper_ppl(published, experiment)
     s = summarise(sub, paper)
-    judge(s, not_comparable(preset, exp_name, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
+    judge(s, not_comparable(preset, experiment, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
           verdict_scope(checksums, setup))
-    md = markdown_table(exp_name, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
-    write_tables(out, exp_name, head, md, sub.assign(preset=name, data_source=preset["data"]["source"]),
-                 latex_table(exp_name, exp, s))
-    figures.curves(sub, exp_name, name, out / f"curves_{exp_name}.png")
-    figures.best_bars(sub, paper, exp_name, name, out / f"best_ppl_{exp_name}.png")
+    md = markdown_table(experiment, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
+    write_tables(out, experiment, head, md, sub.assign(preset=preset_name, data_source=preset["data"]["source"]),
+                 latex_table(experiment, exp, s))
+    figures.curves(sub, experiment, preset_name, out / f"curves_{experiment}.png")
+    figures.best_bars(sub, paper, experiment, preset_name, out / f"best_ppl_{experiment}.png")
 
 
-def summary(name: str, tables, bench_json, out_dir) -> None:
+def summary(preset_name: str, tables, bench, out_dir) -> None:
     """summary.md (every table of the preset, under their one provenance line) and the scaling
     figure from the benchmark."""
     out = Path(out_dir)
-    figures.scaling(json.loads(Path(bench_json).read_text()), name, out / "scaling.png")
+    figures.scaling(json.loads(Path(bench).read_text()), preset_name, out / "scaling.png")
     texts = [Path(t).read_text().split("\n\n", 1) for t in tables]  # (provenance line, table)
-    lines = [f"# grassflow results — preset `{name}`", "", texts[0][0], ""]
+    lines = [f"# grassflow results — preset `{preset_name}`", "", texts[0][0], ""]
     for _, md in texts:
         lines += [md.rstrip("\n") + "\n", ""]
     lines += ["Figures: " + ", ".join(f"`{p.name}`" for p in sorted(out.glob("*.png")))]

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
+from grassflow import markdown
 from grassflow.report.aggregate import (
     _fmt,
     latex,
@@ -64,18 +65,15 @@ def summarise(chosen: pd.DataFrame) -> list[dict]:
         good = g[g.status == "completed"].dropna(subset=["test_acc"])
         out.append({"cell": cell, "seq_len": int(g.seq_len.iloc[0]), "kv": int(g.kv.iloc[0]), "d_model": int(d),
                     "model": model, "lr": float(g.lr.iloc[0]), "reach": g.reach.iloc[0], "n": len(g), "n_ok": len(good),
-                    "test": mean_std(list(good.test_acc)) if len(good) else (math.nan, math.nan),
-                    "val": mean_std(list(good.val_acc)) if len(good) else (math.nan, math.nan),
-                    "records": list(g.record)})
+                    "test": mean_std(good.test_acc), "val": mean_std(good.val_acc), "records": list(g.record)})
     return out
 
 
 def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
-    lines = ["| cell | d_model | model | reach (tokens) | best lr | runs ok | val acc % | test acc % | provenance |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['cell']} | {r['d_model']} | {r['model']} | {r['reach']} | {r['lr']:g} | {r['n_ok']}/{r['n']} | "
-                     f"{_fmt(*r['val'])} | {_fmt(*r['test'])} | {record_links(r['records'], out_dir)} |")
+    lines = markdown.table(
+        ["cell", "d_model", "model", "reach (tokens)", "best lr", "runs ok", "val acc %", "test acc %", "provenance"],
+        [[r["cell"], r["d_model"], r["model"], r["reach"], f"{r['lr']:g}", f"{r['n_ok']}/{r['n']}", _fmt(*r["val"]),
+          _fmt(*r["test"]), record_links(r["records"], out_dir)] for r in rows])
     lines += ["", f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) with "
               "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how many "
               "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; a "
@@ -133,20 +131,19 @@ def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
     _save(fig, path)
 
 
-def aggregate_recall(preset: dict, name: str, run_dirs, out_dir) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
+    out = Path(out_dir)  # made by its first write (io.atomic_path)
     r = preset["recall"]
-    df = load_recall_runs(run_dirs)
+    df = load_recall_runs(runs)
     chosen = best_lr(df)
     rows = summarise(chosen)
-    head = (f"Preset **{name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "
+    head = (f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "
             f"{r['data']['vocab']}, {r['data']['examples']['train']:,} training examples per cell, "
             f"{r['n_layers']} layers, {len(r['seeds'])} seed(s).")
     md = markdown_table(rows, len(r["lrs"]), out)
     tex = latex(["Cell", "d", "Model", "Reach", "lr", "Test acc"],
                 [[x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", _fmt(*x["test"])] for x in rows],
                 "MQAR test accuracy (\\%), best learning rate by validation accuracy, mean ± std over seeds.")
-    write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=name), tex)
-    figure_vs_dmodel(rows, name, out / "recall_vs_dmodel.png")
-    figure_by_distance(chosen, name, out / "recall_by_distance.png")
+    write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=preset_name), tex)
+    figure_vs_dmodel(rows, preset_name, out / "recall_vs_dmodel.png")
+    figure_by_distance(chosen, preset_name, out / "recall_by_distance.png")

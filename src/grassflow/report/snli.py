@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from grassflow import markdown
 from grassflow.io import write_text
 from grassflow.report import figures
 from grassflow.report.aggregate import (
@@ -56,7 +57,7 @@ def summarise(df: pd.DataFrame, exp: dict) -> dict:
         good = sub[sub.status == "completed"].dropna(subset=["val_acc"])
         out["models"][model] = {
             "n": len(sub), "n_ok": len(good), "n_params": int(sub.n_params.iloc[0]),
-            "stats": {k: mean_std(list(good[k].dropna())) if good[k].notna().any() else (math.nan, math.nan) for k in keys},
+            "stats": {k: mean_std(good[k].dropna()) for k in keys},
             "values": {k: list(good[k]) for k in ("val_acc", "test_acc")},
             "diverged": sorted(sub[sub.status == "diverged"].run_id), "paper": paper.get(model, {}),
             "records": list(sub.record)}
@@ -85,18 +86,16 @@ def _paper(paper: dict, split: str) -> str:
 
 def markdown_table(exp_name, exp, s, out_dir) -> str:
     what = "frozen backbone features" if exp["features"] == "backbone" else "from scratch (trainable embeddings)"
-    lines = [f"### SNLI {exp_name}: {what}, {exp['epochs']} epochs, batch {exp['batch_size']}", "",
-             "| head | trainable params | runs ok | val acc (ours) | paper val | test acc (ours) | paper test | "
-             "test acc E / N / C | provenance |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for model, m in s["models"].items():
         st, paper = m["stats"], m["paper"]
-        links = record_links(m["records"], out_dir)
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
-        per_class = " / ".join(_fmt(st[f"test_acc_{c}"][0], math.nan) for c in LABELS)
-        lines.append(f"| {model} | {m['n_params']:,} | {m['n_ok']}/{m['n']}{div} | {_fmt(*st['val_acc'], digits=2)} | "
-                     f"{_paper(paper, 'validation')} | {_fmt(*st['test_acc'], digits=2)} | {_paper(paper, 'test')} | "
-                     f"{per_class} | {links} |")
-    lines.append("")
+        rows.append([model, f"{m['n_params']:,}", f"{m['n_ok']}/{m['n']}{div}", _fmt(*st["val_acc"], digits=2),
+                     _paper(paper, "validation"), _fmt(*st["test_acc"], digits=2), _paper(paper, "test"),
+                     " / ".join(_fmt(st[f"test_acc_{c}"][0], math.nan) for c in LABELS), record_links(m["records"], out_dir)])
+    lines = [f"### SNLI {exp_name}: {what}, {exp['epochs']} epochs, batch {exp['batch_size']}", "", *markdown.table(
+        ["head", "trainable params", "runs ok", "val acc (ours)", "paper val", "test acc (ours)", "paper test",
+         "test acc E / N / C", "provenance"], rows), ""]
     if "diff" in s:
         parts = []
         for split, name in (("val_acc", "validation"), ("test_acc", "test")):
@@ -117,24 +116,23 @@ def latex_table(exp_name, exp, s) -> str:
                  f"SNLI {exp_name} ({exp['features']}): accuracy (\\%), mean ± std over seeds.")
 
 
-def aggregate_snli(preset: dict, name: str, run_dirs, out_dir) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def aggregate_snli(preset: dict, preset_name: str, runs, out_dir) -> None:
+    out = Path(out_dir)  # made by its first write (io.atomic_path)
     snli = preset["snli"]
-    df = load_snli_runs(run_dirs)
+    df = load_snli_runs(runs)
     src = snli["data"]["source"]
-    head = (f"Preset **{name}**: SNLI "
+    head = (f"Preset **{preset_name}**: SNLI "
             + ("from SYNTHETIC pairs with a RANDOM tiny backbone — not comparable to the paper"
                if src == "synthetic" else f"{snli['data']['dataset']} ({src}, revision {snli['data'].get('revision')})")
             + f"; tokenizer {snli['tokenizer']['name']}.")
-    summary = [f"# grassflow SNLI results — preset `{name}`", "", head, ""]
+    summary = [f"# grassflow SNLI results — preset `{preset_name}`", "", head, ""]
     for exp_name, exp in snli["experiments"].items():
         sub = df[df.experiment == exp_name].sort_values(["model", "seed"])
         s = summarise(sub, exp)
         md = markdown_table(exp_name, exp, s, out)
-        write_tables(out, f"snli_{exp_name}", head, md, sub.assign(preset=name, data_source=src),
+        write_tables(out, f"snli_{exp_name}", head, md, sub.assign(preset=preset_name, data_source=src),
                      latex_table(exp_name, exp, s))
-        figures.curves(sub, f"SNLI {exp_name}", name, out / f"snli_curves_{exp_name}.png",
+        figures.curves(sub, f"SNLI {exp_name}", preset_name, out / f"snli_curves_{exp_name}.png",
                        key="val_acc", ylabel="validation accuracy (%)", log=False)
         summary += [md, ""]
     write_text(out / "snli_summary.md", "\n".join(summary) + "\n")

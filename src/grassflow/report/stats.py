@@ -23,7 +23,9 @@ def t95(df: float) -> float:
 
 
 def mean_std(xs: list[float]) -> tuple[float, float]:
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else math.nan)
+    """(mean, sample std) of the values; NaN where there are too few (none: both)."""
+    xs = list(xs)
+    return (statistics.fmean(xs) if xs else math.nan), (statistics.stdev(xs) if len(xs) > 1 else math.nan)
 
 
 def satterthwaite(terms: list[tuple[float, int]]) -> float:

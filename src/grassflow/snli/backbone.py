@@ -21,7 +21,7 @@ from grassflow.checkpoint import state_sha256
 from grassflow.data import DataError
 
 
-def fetch_backbone(cfg: dict, out_dir) -> None:
+def fetch_backbone(backbone: dict, out_dir) -> None:
     """Save the pretrained backbone's files into out_dir, so training jobs need no internet:
     the pipeline runs this where Snakemake runs (a cluster's login node). Written beside
     out_dir and renamed into place: a killed fetch never leaves a partial directory."""
@@ -29,7 +29,7 @@ def fetch_backbone(cfg: dict, out_dir) -> None:
     import tempfile
     from pathlib import Path
 
-    model = _pretrained(cfg.get("path") or cfg["name"], cfg.get("revision"))
+    model = _pretrained(backbone.get("path") or backbone["name"], backbone.get("revision"))
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

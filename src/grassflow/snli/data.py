@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grassflow.data import DataError
+from grassflow.data import DataError, sources
 from grassflow.data.sources import check_content, content_sha256, hub_split, local_file
 from grassflow.data.tokenizers import build_wordpiece, load_tokenizer, tokenizer_sha256
 from grassflow.io import atomic_path, sha256_file
@@ -35,14 +35,7 @@ def pairs_sha256(cols: dict) -> str:
 
 
 def read_pairs(path) -> dict:
-    try:
-        table = pq.read_table(path)
-    except Exception as e:
-        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
-    missing = [c for c in COLUMNS if c not in table.column_names]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {missing}; found {table.column_names}")
-    return {c: table.column(c).to_pylist() for c in COLUMNS}
+    return sources.read_columns(path, COLUMNS)
 
 
 def load_pairs(cfg: dict, split: str) -> dict:
@@ -74,9 +67,9 @@ def download(cfg: dict, split: str, out_path) -> dict:
             "file_sha256": sha256_file(out_path), "source": cfg["source"]}
 
 
-def train_tokenizer(train_parquet, vocab_size: int, out_path) -> None:
-    cols = read_pairs(train_parquet)
-    build_wordpiece(cols["premise"] + cols["hypothesis"], vocab_size, out_path, SPECIALS, train_parquet)
+def train_tokenizer(train, vocab_size: int, out) -> None:
+    cols = read_pairs(train)
+    build_wordpiece(cols["premise"] + cols["hypothesis"], vocab_size, out, SPECIALS, train)
 
 
 def _special_ids(tok, name) -> dict:
@@ -116,16 +109,9 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
 
 def read_token_pairs(path, vocab_size: int | None = None) -> tuple[dict, dict]:
     """({"premise": [ids...], "hypothesis": [...], "label": np.ndarray}, metadata), checked."""
-    try:
-        pf = pq.ParquetFile(path)
-        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
-        table = pf.read()
-        data = {"premise": table.column("premise").to_pylist(), "hypothesis": table.column("hypothesis").to_pylist(),
-                "label": table.column("label").to_numpy().astype(np.int64)}
-    except (KeyError, TypeError):
-        raise DataError(f"{path}: not a grassflow SNLI token file (no 'grassflow' metadata or columns)") from None
-    except Exception as e:
-        raise DataError(f"{path}: unreadable token file ({type(e).__name__}: {e})") from None
+    data, meta = sources.read_token_file(path, "SNLI token file", lambda t: {
+        "premise": t.column("premise").to_pylist(), "hypothesis": t.column("hypothesis").to_pylist(),
+        "label": t.column("label").to_numpy().astype(np.int64)})
     if len(data["label"]) != meta["n_pairs"]:
         raise DataError(f"{path}: holds {len(data['label'])} pairs, its metadata says {meta['n_pairs']}")
     if vocab_size is not None:

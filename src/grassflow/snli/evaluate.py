@@ -23,9 +23,9 @@ def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
             "per_class_accuracy": per_class, "confusion": confusion.tolist(), "labels": list(LABELS)}
 
 
-def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, batch_size=None,
+def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_size=None,
                       backbone_dir=None) -> dict:
-    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out_path)
+    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out)
     if not evaluable:
         return result
     spec = ckpt["spec"]
@@ -46,5 +46,5 @@ def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out_path, b
         pred, nll = predict(model, data, meta, model.cfg.pair_input, bs, device)
         result[split] = {**accuracy_report(pred, torch.as_tensor(data["label"])), "nll": nll,
                          "tokens_file": str(path), "tokens_sha256": sha256_file(path)}
-    write_json(out_path, result)
+    write_json(out, result)
     return result

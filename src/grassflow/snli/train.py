@@ -15,7 +15,7 @@ from grassflow.checkpoint import seed_everything
 from grassflow.compiled import use_compile
 from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
-from grassflow.runs import op_backend, read_train_val, run_record, start_run, token_file_record
+from grassflow.runs import read_train_val, run_record, start_run
 from grassflow.runtime import autocast
 from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
 from grassflow.snli.config import HeadConfig
@@ -91,9 +91,7 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None,
     status, metrics, ran = fit(model, task, spec, out, device, header={"spec": spec, "features": features},
                                execution=execution)
     best = min(metrics, key=task.score) if metrics else None
-    data = {"train": token_file_record(train_tokens, train_meta),
-            "validation": token_file_record(val_tokens, val_meta)}
-    return run_record(spec, out, model, status, metrics, best, device, data, t_start, features=features,
-                      op_backend=op_backend(spec["model_kind"], model.cfg.plucker_backend, device),
-                      preflight=preflight, **ran,
-                      head_config=model.cfg.to_dict(), best_val_acc=best["val_acc"] if best else None)
+    files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
+    return run_record(spec, out, model, status, metrics, best, device, files, t_start, features=features,
+                      preflight=preflight, **ran, head_config=model.cfg.to_dict(),
+                      best_val_acc=best["val_acc"] if best else None)

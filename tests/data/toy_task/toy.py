@@ -42,9 +42,9 @@ def estimate(stage, spec, preset, settings, files):
     return est, "config (toy.data.examples)"
 
 
-def aggregate(preset, preset_name, run_dirs, out_dir):
+def aggregate(preset, preset_name, runs, out_dir):
     rows = []
-    for d in map(Path, run_dirs):
+    for d in map(Path, runs):
         spec = json.loads((d / "run.json").read_text())["spec"]
         test = json.loads((d / "eval.json").read_text()).get("test")  # none: the run did not learn
         acc = f"{test['accuracy']:.4f}" if test else ""
