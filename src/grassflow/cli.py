@@ -61,16 +61,15 @@ def _gpus(a):
         print(flag(k))
 
 
+def _required(*names, **kw):
+    """An argument group: each --<name> required, with add_argument's other keywords `kw`."""
+    return lambda p: [p.add_argument(f"--{n}", required=True, **kw) for n in names]
+
+
 def _baseline_args(p):
     p.add_argument("--unigram", required=True, help="unigram.json of the evaluation tokens")
     p.add_argument("--checksums", required=True, help="the download stage's checksums.json")
     p.add_argument("--published", required=True, help="workflow/resources/published.yaml")
-
-
-def _bench(a):
-    from grassflow.bench import main
-
-    main(a.rest)
 
 
 def _preflight_args(p):
@@ -78,17 +77,6 @@ def _preflight_args(p):
     p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", help="the Plücker op backend(s) the jobs use")
     p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
     p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
-
-
-def _data_args(p):
-    p.add_argument("--data", required=True, type=json_arg, help="its data section: " + JSON)
-    p.add_argument("--out-dir", required=True)
-
-
-def _tokenizer_training_args(p):
-    p.add_argument("--train", required=True)
-    p.add_argument("--vocab-size", type=int, required=True)
-    p.add_argument("--out", required=True)
 
 
 def _tokenize_args(p):
@@ -101,24 +89,16 @@ def _tokenize_args(p):
 
 def _train_args(p):
     p.add_argument("--spec", required=True, type=json_arg, help="the run's spec: " + JSON)
-    for k in ("train-tokens", "val-tokens", "out-dir"):
-        p.add_argument(f"--{k}", required=True)
+    _required("train-tokens", "val-tokens", "out-dir")(p)
     p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="train.compile: torch.compile the training loss and validation forward")
     p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
 
 
-def _evaluate_args(p):
-    for k in ("checkpoint", "run-json", "val-tokens", "test-tokens", "out"):
-        p.add_argument(f"--{k}", required=True)
-
-
-def _aggregate_args(p):
-    p.add_argument("--preset", required=True, type=json_arg, help="the preset: " + JSON)
-    p.add_argument("--preset-name", required=True)
-    p.add_argument("--runs", nargs="+", required=True, help="run directories")
-    p.add_argument("--out-dir", required=True)
+_DATA_ARGS = [_required("data", type=json_arg, help="its data section: " + JSON), _required("out-dir")]
+_AGGREGATE_ARGS = [_required("preset", type=json_arg, help="the preset: " + JSON), _required("preset-name", "out-dir"),
+                   _required("runs", nargs="+", help="run directories")]
 
 
 # --- the commands of every task, made from its declaration (grassflow/<task>/task.py) ------------
@@ -145,13 +125,14 @@ def _task_tokenize(a):
 # stage → (help, handler, argument groups)
 TASK_STAGES = {
     "train": ("train one run from its spec", _task_train, [_train_args]),
-    "evaluate": ("evaluate a run's best checkpoint", _call, [_evaluate_args]),
-    "aggregate": ("its tables and figures", _call, [_aggregate_args]),
-    "data": ("its train/validation/test parquet files", _call, [_data_args]),
+    "evaluate": ("evaluate a run's best checkpoint", _call,
+                 [_required("checkpoint", "run-json", "val-tokens", "test-tokens", "out")]),
+    "aggregate": ("its tables and figures", _call, _AGGREGATE_ARGS),
+    "data": ("its train/validation/test parquet files", _call, _DATA_ARGS),
     "download": ("raw splits to parquet", _task_download,
-                 [_data_args, lambda p: p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])]),
+                 [*_DATA_ARGS, lambda p: p.add_argument("--splits", nargs="+", default=["train", "validation", "test"])]),
     "train_tokenizer": ("train a WordPiece tokenizer on the train split", _call,
-                        [_tokenizer_training_args]),
+                        [_required("train", "out"), _required("vocab-size", type=int)]),
     "tokenize": ("raw parquet files to token parquet files", _task_tokenize, [_tokenize_args]),
 }
 
@@ -161,12 +142,11 @@ TASK_STAGES = {
 # (build_parser) each task's commands (train, evaluate, aggregate, data, download, tokenize, ...)
 COMMANDS = [
     ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", "grassflow.data.tokenizers:fetch_tokenizer",
-     [lambda p: p.add_argument("--tokenizer", required=True, type=json_arg, help="a tokenizer section: " + JSON),
-      lambda p: p.add_argument("--out", required=True)]),
+     [_required("tokenizer", type=json_arg, help="a tokenizer section: " + JSON), _required("out")]),
     ("unigram", "the unigram-perplexity baseline of the validation and test tokens", "grassflow.lm.unigram:unigram_baseline",
-     [lambda p: [p.add_argument(f"--{k}", required=True) for k in ("train-tokens", "val-tokens", "test-tokens", "out")]]),
+     [_required("train-tokens", "val-tokens", "test-tokens", "out")]),
     ("aggregate", "one experiment's table and figures", "grassflow.report.aggregate:aggregate",
-     [_aggregate_args, _baseline_args, lambda p: p.add_argument("--experiment", required=True)]),
+     [*_AGGREGATE_ARGS, _baseline_args, _required("experiment")]),
     ("gpus", "the flag that runs K GPU jobs per GPU: snakemake $(grassflow gpus); on SLURM, K runs per "
      "allocation: snakemake --profile profiles/slurm $(grassflow gpus --slurm)", _gpus,
      [lambda p: [p.add_argument("--preset"), p.add_argument("--configfile", nargs="*", default=[]),
@@ -174,23 +154,25 @@ COMMANDS = [
                  p.add_argument("--slurm", action="store_true", help="--group-components for profiles/slurm"),
                  p.add_argument("--runs-per-gpu", type=int, help="K (default: the preset's train.runs_per_gpu)")]]),
     ("summary", "summary.md of a preset's tables, and the scaling figure", "grassflow.report.aggregate:summary",
-     [lambda p: [p.add_argument("--preset-name", required=True), p.add_argument("--tables", nargs="+", required=True,
-                                                                               help="the tables' .md files"),
-                 p.add_argument("--bench", required=True, help="bench JSON for the scaling figure"),
-                 p.add_argument("--out-dir", required=True)]]),
+     [_required("preset-name", "out-dir"), _required("tables", nargs="+", help="the tables' .md files"),
+      _required("bench", help="bench JSON for the scaling figure")]),
     ("ablations", "the ablation table and figure of a preset", "grassflow.report.ablations:aggregate_ablations",
-     [_baseline_args,
-      lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "grid") else str)
-                 for k in ("preset", "preset-name", "grid", "runs-dir", "out-dir")]]),
+     [_baseline_args, _required("preset", "grid", type=json_arg), _required("preset-name", "runs-dir", "out-dir")]),
     ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", "grassflow.snli.backbone:fetch_backbone",
-     [lambda p: p.add_argument("--backbone", required=True, type=json_arg, help="the snli.backbone section: " + JSON),
-      lambda p: p.add_argument("--out-dir", required=True)]),
+     [_required("backbone", type=json_arg, help="the snli.backbone section: " + JSON), _required("out-dir")]),
     ("preflight", "check the device, op backends and a training step before the GPU jobs", "grassflow.preflight:main",
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", "grassflow.plan:estimates_report",
-     [lambda p: [p.add_argument(f"--{k}", required=True, type=json_arg if k in ("preset", "estimate") else str)
-                 for k in ("preset", "preset-name", "estimate", "results", "out")]]),
+     [_required("preset", "estimate", type=json_arg), _required("preset-name", "results", "out")]),
 ]
+
+
+# command → (help, "module:main"): commands with their own parsers (their options are not this one's)
+OWN_PARSERS = {
+    "bench": ("core benchmark (see python -m grassflow.bench -h)", "grassflow.bench:main"),
+    "plan": ("a preset's jobs, estimated device-hours and memory before it runs (see grassflow plan -h)",
+             "grassflow.plan:main"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,20 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
         for d in task.dirs if stage in STAGES else ():
             p.add_argument(f"--{d}-dir", help=f"the run's {d} directory")
         p.set_defaults(fn=fn, task=task, entry=ref)
-    p = sub.add_parser("bench", help="core benchmark (see python -m grassflow.bench -h)")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=_bench)
-    p = sub.add_parser("plan", help="a preset's jobs, estimated device-hours and memory before it runs "
-                                    "(see grassflow plan -h)", add_help=False)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=_plan)
+    for name, (help_, _) in OWN_PARSERS.items():  # listed here; main() hands them their arguments
+        sub.add_parser(name, help=help_, add_help=False)
     return ap
-
-
-def _plan(a):
-    from grassflow.plan import main as plan_main
-
-    return plan_main(a.rest)
 
 
 RECORD_IMPORTS = "GRASSFLOW_RECORD_IMPORTS"  # a directory: each command writes the grassflow files it loaded
@@ -247,8 +218,9 @@ def main(argv=None) -> int:
         import atexit
 
         atexit.register(_record_imports, os.environ[RECORD_IMPORTS], argv)
-    if argv[:1] in (["plan"], ["bench"]):  # their own parsers: their options are not this one's
-        return (_plan if argv[0] == "plan" else _bench)(argparse.Namespace(rest=argv[1:])) or 0
+    if argv[:1] and argv[0] in OWN_PARSERS:
+        entry(OWN_PARSERS[argv[0]][1])(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)

@@ -132,15 +132,10 @@ def check_specs(where: str, specs: dict, build) -> None:
 
 def check_lm(where: str, name: str, p: dict) -> None:
     # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
-    _check_source(where, p, "data")
-    tok = p["tokenizer"]
-    if map_unk(p) and tok["name"] == "gpt2":
+    _check_inputs(where, p, "data")
+    if map_unk(p) and p["tokenizer"]["name"] == "gpt2":
         raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
                           "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
-    if tok["name"] == "trained" and not tok.get("vocab_size"):
-        raise ConfigError(f"{where}.tokenizer.vocab_size: required when tokenizer.name is 'trained'")
-    if tok["name"] != "trained" and tok.get("vocab_size"):
-        raise ConfigError(f"{where}.tokenizer.vocab_size: only for tokenizer.name 'trained'")
     check_ablations(where, p)
     check_specs(where, runs(name, p), lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": 1}))
 
@@ -152,7 +147,11 @@ def check_ablations(where: str, p: dict) -> None:
                           f"({sorted(p['experiments'])})")
 
 
-def _check_source(where: str, part: dict, data_key: str) -> None:
+def _check_inputs(where: str, part: dict, data_key: str) -> None:
+    """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a trained one)."""
+    tok = part["tokenizer"]
+    if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
+        raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")
     data = part["data"]
     if data["source"] == "local" and not data.get("local_dir"):
         raise ConfigError(f"{where}.data.local_dir: required when {data_key}.source is 'local'")
@@ -164,10 +163,8 @@ def check_snli(where: str, name: str, p: dict) -> None:
     from grassflow.snli.config import HeadConfig
 
     s = p["snli"]
-    _check_source(where, s, "snli.data")
+    _check_inputs(where, s, "snli.data")
     tok = s["tokenizer"]
-    if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
-        raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")
     uses_backbone = any(e["features"] == "backbone" for e in s["experiments"].values())
     if uses_backbone and not s.get("backbone"):
         raise ConfigError(f"{where}.backbone: required by an experiment with features: backbone")

@@ -142,20 +142,15 @@ def _cli_value(name: str) -> ast.expr:
 
 
 def _handlers() -> dict[str, tuple[str, str | None]]:
-    """command -> (its handler's name, the module of the function it calls or None): COMMANDS'
-    (name, help, handler or "module:function", args) rows, the subparsers added by hand (bench,
-    plan: set_defaults(fn=...)), and the commands made from the tasks' declarations (TASK_STAGES)."""
+    """command -> (its handler's name or None, the module of the function it calls or None): COMMANDS'
+    (name, help, handler or "module:function", args) rows, OWN_PARSERS' (bench, plan: their module's
+    main), and the commands made from the tasks' declarations (TASK_STAGES)."""
     out = {}
     for row in _cli_value("COMMANDS").elts:
         fn = row.elts[2]
         out[row.elts[0].value] = ("_call", fn.value.split(":")[0]) if isinstance(fn, ast.Constant) else (fn.id, None)
-    build = _cli_functions()["build_parser"]
-    calls = [n for n in ast.walk(build) if isinstance(n, ast.Call)]
-    names = [c.args[0].value for c in calls if getattr(c.func, "attr", "") == "add_parser"
-             and c.args and isinstance(c.args[0], ast.Constant)]
-    fns = [kw.value.id for c in calls if getattr(c.func, "attr", "") == "set_defaults" for kw in c.keywords
-           if kw.arg == "fn" and isinstance(kw.value, ast.Name)]
-    out.update({n: (f, None) for n, f in zip(names[-len(fns):], fns) if n not in out})
+    own = _cli_value("OWN_PARSERS")  # their main, called from cli.main
+    out.update({k.value: (None, v.elts[1].value.split(":")[0]) for k, v in zip(own.keys, own.values)})
     stages = _cli_value("TASK_STAGES")
     handler = {k.value: v.elts[1].id for k, v in zip(stages.keys, stages.values)}
     out.update({cmd: (handler[stage], ref.split(":")[0]) for cmd, (_, stage, ref) in TASK_COMMANDS.items()})
@@ -171,7 +166,7 @@ def command_roots(command: str) -> set[str]:
     fns = _cli_functions()
     common = [n for n in _tree(CLI).body if not isinstance(n, ast.FunctionDef)] + [fns["main"]]
     handler, module = handlers[command]
-    todo, done = [handler], set()
+    todo, done = [handler] if handler else [], set()
     while todo:
         fn = todo.pop()
         if fn in done:

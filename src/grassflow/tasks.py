@@ -25,19 +25,21 @@ class Task:
     name: str  # its package's name; "lm" | "snli" | "recall" | a new one
     part_key: str | None  # the preset key holding this task's part (None: the preset itself, the LM)
     runs: str  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
-    train: str  # (spec, train_tokens, val_tokens, out_dir, *, preflight, execution, **dirs) → best.pt, metrics.jsonl, run.json
+    # train, evaluate, aggregate, data, train_tokenizer: called by the CLI with its arguments by name
+    # (grassflow.cli._call): their parameters are named as these, each `<dir>_dir` for `dirs`
+    train: str  # (spec, train_tokens, val_tokens, out_dir, preflight, execution, **dirs) → best.pt, metrics.jsonl, run.json
     evaluate: str  # (checkpoint, run_json, val_tokens, test_tokens, out, **dirs) → eval.json
     estimate: str  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
     token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
-    aggregate: str | None = None  # (its part, preset name, run dirs, out dir) → its tables (the LM's: report.smk)
+    aggregate: str | None = None  # (preset, preset_name, runs, out_dir) → its tables (the LM's: report.smk)
     outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/
-    data: str | None = None  # (its part's data section, out dir) → {split}.parquet: the generic data rule
+    data: str | None = None  # (data: its part's data section, out_dir) → {split}.parquet: the generic data rule
     # one data job per cell instead (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's
     # spec names the cell it reads (`data_cell`)
     cells: str | None = None  # (its part) → {cell: its data section}
     # or a text corpus's three (workflow/rules/data.smk: the LM's, SNLI's), into its token_dir:
     download: str | None = None  # (data section, split, out path) → the split's checksum record
-    train_tokenizer: str | None = None  # (train split, vocab size, out path), for tokenizer.name "trained"
+    train_tokenizer: str | None = None  # (train, vocab_size, out): the train split's, for tokenizer.name "trained"
     tokenize: str | None = None  # (tokenize section, raw split, out path, tokenizer file) → the token file's facts
     tokenize_section: str | None = None  # (preset) → the section `tokenize` gets (a spec file)
     check: str | None = None  # (key path, preset name, preset) → raises ConfigError naming the key

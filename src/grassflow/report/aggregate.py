@@ -33,12 +33,16 @@ from grassflow.report.stats import gap_ci, mean_std, verdict
 MODELS = ("transformer", "grassmann")
 
 
-def read_run(d: Path) -> tuple[dict, dict, bool, dict, dict]:
-    """(run.json, eval.json, completed and evaluated, validation results, test results)."""
-    rec = json.loads((d / "run.json").read_text())
-    ev = json.loads((d / "eval.json").read_text())
-    ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
-    return rec, ev, ok, ev.get("validation") or {}, ev.get("test") or {}
+def read_runs(run_dirs, columns) -> pd.DataFrame:
+    """One row per run directory: its task's `columns(run.json, eval.json, completed and evaluated,
+    validation results, test results)`, then the provenance columns."""
+    rows = []
+    for d in map(Path, run_dirs):
+        rec, ev = (json.loads((d / f).read_text()) for f in ("run.json", "eval.json"))
+        ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
+        rows.append({**columns(rec, ev, ok, ev.get("validation") or {}, ev.get("test") or {}),
+                     **provenance_columns(d, rec, ev)})
+    return pd.DataFrame(rows)
 
 
 def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
@@ -54,23 +58,16 @@ def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
 def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
     """One row per run; `learned`: completed with validation PPL below the unigram baseline."""
     baseline = (unigram or {}).get("validation", {}).get("unigram_ppl", math.inf)
-    rows = []
-    for d in map(Path, run_dirs):
-        rec, ev, ok, val, test = read_run(d)
-        spec = rec["spec"]
-        rows.append({
-            "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["model_kind"],
-            "seed": spec["seed"], "status": rec["status"]["state"],
-            "diverged_epoch": rec["status"].get("epoch"), "best_epoch": rec["best_epoch"],
-            "val_ppl": val.get("chunked_ppl", math.nan) if ok else math.nan,
-            "test_ppl": test.get("chunked_ppl", math.nan) if ok else math.nan,
-            "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
-            "test_word_ppl": test.get("word_ppl", math.nan) if ok else math.nan,
-            "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
-            "learned": bool(ok and val.get("chunked_ppl", math.inf) < baseline),
-            **provenance_columns(d, rec, ev),
-        })
-    return pd.DataFrame(rows)
+    return read_runs(run_dirs, lambda rec, ev, ok, val, test: {
+        "run_id": rec["run_id"], "experiment": rec["spec"]["experiment"], "model": rec["spec"]["model_kind"],
+        "seed": rec["spec"]["seed"], "status": rec["status"]["state"],
+        "diverged_epoch": rec["status"].get("epoch"), "best_epoch": rec["best_epoch"],
+        "val_ppl": val.get("chunked_ppl", math.nan) if ok else math.nan,
+        "test_ppl": test.get("chunked_ppl", math.nan) if ok else math.nan,
+        "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
+        "test_word_ppl": test.get("word_ppl", math.nan) if ok else math.nan,
+        "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
+        "learned": bool(ok and val.get("chunked_ppl", math.inf) < baseline)})
 
 
 def _fmt(mean, std, digits=1):
@@ -79,14 +76,16 @@ def _fmt(mean, std, digits=1):
     return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
 
 
+def by_model(df: pd.DataFrame, key: str) -> dict:
+    """{model: (its runs, those completed with a `key` value)}, in MODELS' order, for the models with runs."""
+    return {m: (sub, sub[sub.status == "completed"].dropna(subset=[key])) for m in MODELS
+            if not (sub := df[df.model == m]).empty}
+
+
 def summarise(df: pd.DataFrame, paper: dict) -> dict:
     """Per-model statistics and the gap for one experiment; `paper`: the paper's PPL per model."""
     out = {"models": {}}
-    for model in MODELS:
-        sub = df[df.model == model]
-        if sub.empty:
-            continue
-        good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
+    for model, (sub, good) in by_model(df, "val_ppl").items():
         stats = {k: mean_std(good[k]) for k in ("val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl")}
         out["models"][model] = {"n": len(sub), "n_ok": len(good), "stats": stats,
                                 "n_learned": int(good.learned.sum()),
@@ -213,13 +212,15 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
 
 
 def summary(preset_name: str, tables, bench, out_dir) -> None:
-    """summary.md (every table of the preset, under their one provenance line) and the scaling
-    figure from the benchmark."""
+    """summary.md (every table of the preset, under their one provenance line, and their figures:
+    those `aggregate` wrote for them, not whatever else the directory holds when this runs) and
+    the scaling figure from the benchmark."""
     out = Path(out_dir)
     figures.scaling(json.loads(Path(bench).read_text()), preset_name, out / "scaling.png")
     texts = [Path(t).read_text().split("\n\n", 1) for t in tables]  # (provenance line, table)
     lines = [f"# grassflow results — preset `{preset_name}`", "", texts[0][0], ""]
     for _, md in texts:
         lines += [md.rstrip("\n") + "\n", ""]
-    lines += ["Figures: " + ", ".join(f"`{p.name}`" for p in sorted(out.glob("*.png")))]
+    pngs = [f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("curves", "best_ppl")] + ["scaling.png"]
+    lines += ["Figures: " + ", ".join(f"`{p}`" for p in sorted(pngs))]
     write_text(out / "summary.md", "\n".join(lines) + "\n")

@@ -21,8 +21,7 @@ from grassflow import markdown
 from grassflow.report.aggregate import (
     _fmt,
     latex,
-    provenance_columns,
-    read_run,
+    read_runs,
     record_links,
     write_tables,
 )
@@ -31,11 +30,9 @@ from grassflow.report.stats import mean_std
 
 
 def load_recall_runs(run_dirs) -> pd.DataFrame:
-    rows = []
-    for d in map(Path, run_dirs):
-        rec, ev, ok, val, test = read_run(d)
+    def columns(rec, ev, ok, val, test):
         spec = rec["spec"]
-        rows.append({
+        return {
             "run_id": rec["run_id"], "cell": f"L{spec['cell']['seq_len']}-kv{spec['cell']['kv']}",
             "seq_len": spec["cell"]["seq_len"], "kv": spec["cell"]["kv"], "d_model": spec["model"]["d_model"],
             "model": spec["model_name"], "kind": spec["model_kind"], "lr": spec["train"]["lr"], "seed": spec["seed"],
@@ -44,9 +41,8 @@ def load_recall_runs(run_dirs) -> pd.DataFrame:
             "test_acc": test.get("accuracy", math.nan) if ok else math.nan,
             "test_answers": test.get("n"), "n_params": rec["n_params"],
             "test_by_distance": test.get("by_distance") if ok else None,
-            "test_content_sha256": test.get("content_sha256"), **provenance_columns(d, rec, ev),
-        })
-    return pd.DataFrame(rows)
+            "test_content_sha256": test.get("content_sha256")}
+    return read_runs(run_dirs, columns)
 
 
 def best_lr(df: pd.DataFrame) -> pd.DataFrame:

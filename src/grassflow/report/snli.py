@@ -19,9 +19,9 @@ from grassflow.report import figures
 from grassflow.report.aggregate import (
     MODELS,
     _fmt,
+    by_model,
     latex,
-    provenance_columns,
-    read_run,
+    read_runs,
     record_links,
     write_tables,
 )
@@ -30,31 +30,23 @@ from grassflow.snli.synthetic import LABELS
 
 
 def load_snli_runs(run_dirs) -> pd.DataFrame:
-    rows = []
-    for d in map(Path, run_dirs):
-        rec, ev, ok, val, test = read_run(d)
-        spec = rec["spec"]
-        per_class = test.get("per_class_accuracy") or {}
-        rows.append({
+    def columns(rec, ev, ok, val, test):
+        spec, per_class = rec["spec"], test.get("per_class_accuracy") or {}
+        return {
             "run_id": rec["run_id"], "experiment": spec["experiment"], "model": spec["model_kind"],
             "seed": spec["seed"], "status": rec["status"]["state"], "best_epoch": rec["best_epoch"],
             "val_acc": val.get("accuracy", math.nan) if ok else math.nan,
             "test_acc": test.get("accuracy", math.nan) if ok else math.nan,
             **{f"test_acc_{c}": (per_class.get(c) if ok and per_class.get(c) is not None else math.nan) for c in LABELS},
             "test_pairs": test.get("n"), "n_params": rec["n_params"], "features": rec["features"]["kind"],
-            "backbone_sha256": rec["features"].get("weights_sha256"), **provenance_columns(d, rec, ev),
-        })
-    return pd.DataFrame(rows)
+            "backbone_sha256": rec["features"].get("weights_sha256")}
+    return read_runs(run_dirs, columns)
 
 
 def summarise(df: pd.DataFrame, exp: dict) -> dict:
     out, paper = {"models": {}}, exp.get("paper_acc", {})
     keys = ["val_acc", "test_acc"] + [f"test_acc_{c}" for c in LABELS]
-    for model in MODELS:
-        sub = df[df.model == model]
-        if sub.empty:
-            continue
-        good = sub[sub.status == "completed"].dropna(subset=["val_acc"])
+    for model, (sub, good) in by_model(df, "val_acc").items():
         out["models"][model] = {
             "n": len(sub), "n_ok": len(good), "n_params": int(sub.n_params.iloc[0]),
             "stats": {k: mean_std(good[k].dropna()) for k in keys},
