@@ -150,3 +150,16 @@ def test_the_verdict_limit_is_the_papers_claim_from_published_yaml():
 def test_no_verdict_on_data_that_is_not_the_papers(tmp_path):
     md = _table(tmp_path, [260.0, 261.0, 259.0], [250.0, 250.5, 249.5], test_hash="f" * 64)
     assert "**not comparable: not the paper's data (Wikitext-2 content hashes differ)**" in md
+
+
+def test_a_preset_that_leaves_model_keys_unset_is_read_at_the_models_defaults():
+    # what the model runs with where a preset is silent (ModelConfig's defaults, their one source),
+    # not "None": the paper's own sizes and switches are no difference
+    from grassflow.report.setup import setup_differences
+
+    exp = {"n_layers": 6, "context_len": 128, "epochs": 30, "batch_size": 32}
+    preset = {"models": ["transformer", "grassmann"], "model": {}, "train": {"lr": 3e-4, "max_steps_per_epoch": None}}
+    assert setup_differences(preset, "table1", exp, SETUP) == []
+    preset["model"] = {"norm": "pre", "lags": [1, 2]}
+    assert setup_differences(preset, "table1", exp, SETUP) == [
+        "not the paper's setup: lags [1, 2] (paper [1, 2, 4, 8, 12, 16]), norm pre (paper post)"]

@@ -9,14 +9,17 @@ on the gap between the models only, and says so (verdict_scope)."""
 from __future__ import annotations
 
 import json
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import yaml
 
+from grassflow.models.config import ModelConfig
+
 MIN_SEEDS = 2
-# the switches' defaults (grassflow.models.config), for presets that leave them unset
-DEFAULTS = {"norm": "post", "init": "default", "lag_schedule": "all", "empty_offsets": "zero",
-            "dropout": 0.1, "tie_weights": True}
+# the model's defaults (its dataclass: their one source), for presets that leave a key unset
+DEFAULTS = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(ModelConfig)
+            if f.default is not MISSING}
 
 
 def load_published(path) -> dict:
