@@ -32,6 +32,7 @@ from grassflow.ops.plucker import kernel_abi, plucker_mix, plucker_mix_reference
 from grassflow.ops.plucker.windowed import windowed_plucker_mix, windowed_plucker_mix_reference
 from grassflow.preflight import PreflightError, preflight
 from grassflow.snli.config import HeadConfig
+from grassflow.snli.evaluate import evaluate_snli_run
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 from grassflow.snli.train import predict, train_snli
 from margins import close
@@ -192,6 +193,11 @@ def test_training_loop_under_autocast_snli(policy, snli_tokens, tmp_path):
     rec = train_snli(snli_spec({"kind": "backbone"}, epochs=1), snli_tokens / "train.parquet",
                      snli_tokens / "validation.parquet", tmp_path)
     assert rec["status"] == {"state": "completed"} and math.isfinite(rec["best_val_acc"])
+    # and its evaluation job, as the pipeline runs it (arguments by name, as the CLI passes them)
+    ev = evaluate_snli_run(checkpoint=tmp_path / "best.pt", run_json=tmp_path / "run.json",
+                           val_tokens=snli_tokens / "validation.parquet", test_tokens=snli_tokens / "test.parquet",
+                           out=tmp_path / "eval.json")
+    assert 0 <= ev["test"]["accuracy"] <= 100 and json.loads((tmp_path / "eval.json").read_text()) == ev
 
 
 # --- the cupy backend through the CuPy stand-in ------------------------------------------------------
@@ -249,6 +255,18 @@ def test_run_json_records_the_backend_that_ran(standin, cuda_rules, tokens, tmp_
     rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     assert rec["plucker_backend"] == "cupy" and rec["device_requested"] == "cpu"
     assert json.loads((tmp_path / "run.json").read_text())["plucker_backend"] == "cupy"
+
+
+def test_snli_grassmann_head_runs_and_records_cupy(standin, cuda_rules, snli_tokens, tmp_path):
+    # the SNLI jobs on a GPU: the head's windowed op through the cupy backend (the stand-in holds
+    # CuPy's contracts) under CUDA's autocast rules, trained, recorded and evaluated
+    spec = snli_spec({"kind": "backbone"}, head={"plucker_backend": "auto"}, epochs=1)
+    rec = train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
+    assert standin.launches, "the cupy backend never launched"
+    assert rec["status"] == {"state": "completed"} and rec["plucker_backend"] == "cupy"
+    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+                           snli_tokens / "test.parquet", tmp_path / "eval.json")
+    assert 0 <= ev["test"]["accuracy"] <= 100
 
 
 def test_auto_falls_back_to_fast_once_when_nvrtc_is_missing(monkeypatch, capfd, gen):

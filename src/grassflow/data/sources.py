@@ -76,9 +76,8 @@ def read_token_file(path, what: str, columns):
     """(columns(its table), its metadata) of a token file grassflow wrote (`what`: its kind, for
     the error); a DataError naming the file if it is not one or cannot be read."""
     try:
-        pf = pq.ParquetFile(path)
-        meta = json.loads(pf.schema_arrow.metadata[b"grassflow"])
-        return columns(pf.read()), meta
+        meta = token_meta(path)
+        return columns(pq.read_table(path)), meta
     except (KeyError, TypeError):
         raise DataError(f"{path}: not a grassflow {what} (no 'grassflow' metadata or columns)") from None
     except Exception as e:
