@@ -19,15 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grassflow.errors import CheckpointError, DiskSpaceError
 from grassflow.io import atomic_path
 
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be trusted; the message names the file."""
-
-
-class DiskSpaceError(RuntimeError):
-    """Too little free disk for the checkpoints a run will write."""
+__all__ = ["CheckpointError", "DiskSpaceError"]  # raised here, defined in errors.py (the CLI catches them)
 
 
 def state_sha256(state: dict | None) -> str | None:

@@ -208,10 +208,14 @@ def _record_imports(directory: str, argv: list[str]) -> None:
 
 
 def main(argv=None) -> int:
-    from grassflow.checkpoint import CheckpointError, DiskSpaceError
-    from grassflow.config import ConfigError
-    from grassflow.data import DataError
-    from grassflow.errors import PreflightError
+    from grassflow.errors import (
+        CheckpointError,
+        CommandError,
+        ConfigError,
+        DataError,
+        DiskSpaceError,
+        PreflightError,
+    )
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if RECORD_IMPORTS in os.environ:
@@ -224,7 +228,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
-    except (DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError) as e:
+    except (CommandError, DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

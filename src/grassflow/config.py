@@ -8,16 +8,54 @@ checks types, ranges and unknown keys; `check_preset` adds what a schema cannot 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
+import importlib
 import sys
+from pathlib import Path
 
+from grassflow.errors import ConfigError  # noqa: F401  (raised here; re-exported for callers)
+from grassflow.io import spec_hash
+from grassflow.lm.data import map_unk
 from grassflow.models.config import ModelConfig
-from grassflow.schema import fill_defaults, load_schema
+from grassflow.schema import dataclass_schema
 
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message names the key and what is allowed."""
+def load_schema(path) -> dict:
+    """The config schema, each `{generated: module:Class}` section built from its dataclass."""
+    import yaml
+
+    schema = yaml.safe_load(Path(path).read_text())
+    for name, node in schema["$defs"].items():
+        if isinstance(node, dict) and "generated" in node:
+            module, cls = node["generated"].split(":")
+            schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
+                                                     exclude=node.get("exclude", ()))
+    from grassflow.tasks import TASKS
+
+    preset = schema["$defs"]["preset"]
+    for t in TASKS.values():  # a task that brings its part's schema in its declaration (a new one)
+        if t.schema is not None:
+            preset["properties"][t.part_key] = t.schema
+            preset["anyOf"].append({"required": [t.part_key]})
+    return schema
+
+
+def fill_defaults(config: dict, schema: dict) -> None:
+    """The schema's defaults into `config`, in place, wherever an object's key is absent (the
+    recipe of jsonschema's FAQ, as Snakemake's `validate` does): before the semantic checks, so
+    they and the run specs read every key."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+
+    def properties(validator, props, instance, node):
+        if isinstance(instance, dict):
+            for key, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from base.VALIDATORS["properties"](validator, props, instance, node)
+
+    for _ in jsonschema.validators.extend(base, {"properties": properties})(schema).iter_errors(config):
+        pass
 
 
 def _key(path) -> str:
@@ -182,15 +220,6 @@ def check_snli(where: str, name: str, p: dict) -> None:
     check_specs(where, snli_runs(name, p), lambda spec: HeadConfig.from_dict(spec["head"]))
 
 
-V1_NAMES = ("wikitext-2-v1",)  # releases whose rare words read `<unk>` (the tokenized ones)
-
-
-def map_unk(p: dict) -> bool:
-    """tokenizer.map_unk resolved: auto maps `<unk>` for the tokenized releases (data.name)."""
-    setting = p["tokenizer"]["map_unk"]
-    return p["data"].get("name") in V1_NAMES if setting == "auto" else bool(setting)
-
-
 def tokenizer_spec(p: dict) -> dict:
     """The section the LM's tokenize stage runs: the tokenizer, map_unk resolved, and the cut of the
     evaluation splits."""
@@ -314,10 +343,6 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
                     spec["backbone"] = copy.deepcopy(s["backbone"])
                 out[run_id] = spec
     return out
-
-
-def spec_hash(spec: dict) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # --- multi-query associative recall (grassflow.recall) ------------------------------------

@@ -4,3 +4,23 @@ line catches them without loading (and so without depending on) the stages that 
 
 class PreflightError(RuntimeError):
     pass
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key and what is allowed."""
+
+
+class DataError(RuntimeError):
+    """Bad or unavailable data; the message names the file or source and the fix."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be trusted; the message names the file."""
+
+
+class DiskSpaceError(RuntimeError):
+    """Too little free disk for the checkpoints a run will write."""
+
+
+class CommandError(ValueError):
+    """A command line the command cannot honour (an argument no parameter takes)."""

@@ -34,8 +34,7 @@ from grassflow.checkpoint import (
     set_rng_state,
 )
 from grassflow.compiled import Compiled
-from grassflow.config import spec_hash
-from grassflow.io import atomic_path, write_text
+from grassflow.io import atomic_path, spec_hash, write_text
 from grassflow.runtime import autocast
 
 

@@ -12,9 +12,8 @@ import torch
 
 from grassflow import gpu_slots
 from grassflow.checkpoint import load_data, state_sha256
-from grassflow.config import spec_hash
 from grassflow.data import DataError
-from grassflow.io import sha256_file, write_json
+from grassflow.io import sha256_file, spec_hash, write_json
 from grassflow.ops.plucker import resolve_backend
 from grassflow.provenance import git_state, machine, package_versions
 from grassflow.runtime import configure_torch, device_name, pick_device

@@ -4,22 +4,19 @@ HeadConfig), and the dataclasses check themselves with the same tables.
 
 A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema
 bounds: minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment
-after a field is its description. `load_schema` reads workflow/schemas/config.schema.yaml and
-puts each generated section where the YAML says `{generated: <module>:<class>}`, and the part
-of each task that declares its own schema (grassflow.tasks) into the preset's.
+after a field is its description. grassflow.config.load_schema reads
+workflow/schemas/config.schema.yaml and puts each generated section where the YAML says
+`{generated: <module>:<class>}`.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
-import importlib
 import inspect
 import textwrap
 import types
 import typing
 from dataclasses import MISSING, fields
-from pathlib import Path
 
 _TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
@@ -95,42 +92,3 @@ def _bounds_text(b: dict) -> str:
     if "minimum" in b and "exclusiveMaximum" in b:
         return f"in [{b['minimum']}, {b['exclusiveMaximum']})"
     return "≥ {}".format(b["minimum"]) if "minimum" in b else "> {}".format(b["exclusiveMinimum"])
-
-
-def load_schema(path) -> dict:
-    """The config schema, each `{generated: module:Class}` section built from its dataclass."""
-    import yaml
-
-    schema = yaml.safe_load(Path(path).read_text())
-    for name, node in schema["$defs"].items():
-        if isinstance(node, dict) and "generated" in node:
-            module, cls = node["generated"].split(":")
-            schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
-                                                     exclude=node.get("exclude", ()))
-    from grassflow.tasks import TASKS
-
-    preset = schema["$defs"]["preset"]
-    for t in TASKS.values():  # a task that brings its part's schema in its declaration (a new one)
-        if t.schema is not None:
-            preset["properties"][t.part_key] = t.schema
-            preset["anyOf"].append({"required": [t.part_key]})
-    return schema
-
-
-def fill_defaults(config: dict, schema: dict) -> None:
-    """The schema's defaults into `config`, in place, wherever an object's key is absent (the
-    recipe of jsonschema's FAQ, as Snakemake's `validate` does): before the semantic checks, so
-    they and the run specs read every key."""
-    import jsonschema
-
-    base = jsonschema.Draft202012Validator
-
-    def properties(validator, props, instance, node):
-        if isinstance(instance, dict):
-            for key, sub in props.items():
-                if isinstance(sub, dict) and "default" in sub and key not in instance:
-                    instance[key] = copy.deepcopy(sub["default"])
-        yield from base.VALIDATORS["properties"](validator, props, instance, node)
-
-    for _ in jsonschema.validators.extend(base, {"properties": properties})(schema).iter_errors(config):
-        pass

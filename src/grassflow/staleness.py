@@ -3,15 +3,19 @@ covers, so that an edit reruns exactly the stages whose output it can change.
 
 A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). Its
 code is, read from the source without importing anything:
-  - cli.py, __main__.py and the package's __init__, and the command's handler in cli.py with
-    the cli.py functions it calls; for a command that calls a function by name (cli.COMMANDS'
-    "module:function" rows, a task's entry points: grassflow.tasks), that function's module;
+  - of cli.py, the slice the command runs (cli_slice): main(), its own rows of the command
+    tables and the functions they name; __main__.py and the package's __init__; the module of
+    the function the command calls by name (cli.COMMANDS' "module:function" rows, a task's
+    entry points) and, for a task's command, that task's declaration only;
   - transitively, every grassflow module those import, at module level or inside a function
     (a superset of what one run executes: an edit to a lazily imported module reruns the stage),
-    with the __init__ of every package on the way (importing a.b runs a/__init__.py);
+    with the __init__ of every package on the way (importing a.b runs a/__init__.py); every
+    task's declaration where a module reads them all (grassflow.tasks.TASKS, ...);
   - the kernel sources a module declares it loads (KERNEL_SOURCES, paths under kernels/);
   - of the model kinds' code (models.KIND_CODE), only the kinds the job runs: a Transformer
     run imports the Grassmann model (the registry loads both) but never runs it.
+A file counts by its code, not its text (code_hash): a Python module's syntax tree without
+docstrings, so a comment, a docstring or reformatting reruns nothing; a kernel source's bytes.
 
 `python -m grassflow.staleness <command> [--kinds grassmann ...]` prints a stage's files.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import sys
 from functools import cache
 from pathlib import Path
@@ -94,6 +99,14 @@ def _owned_by(name: str, kinds) -> bool:
     return any(name == m or name.startswith(m + ".") for k in kinds for m in kind_code()[k])
 
 
+def _reads_declarations(path: Path, mod: str) -> bool:
+    """Whether a module reads every task's declaration: imports from grassflow.tasks more than the
+    Task class (which a declaration imports). grassflow.tasks loads them all, but a job reads its
+    own task's only (command_roots): another task's declaration is not its code."""
+    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, path.name == "__init__.py") == "grassflow.tasks"
+               and {a.name for a in n.names} - {"Task"} for n in ast.walk(_tree(path)))
+
+
 def _with_parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -120,7 +133,7 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
             if mod in opaque:
                 continue
             todo += imported([_tree(path)], mod, path.name == "__init__.py")
-            if mod == "grassflow.tasks":  # it imports every task's declaration by name (grassflow/<task>/task.py)
+            if _reads_declarations(path, mod):  # a module that reads every task's declaration (TASKS, ...)
                 todo += [f"grassflow.{pkg}.task" for pkg in declarations()]
             for src in _literal(path, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
@@ -129,66 +142,157 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
 
 # --- the CLI commands ----------------------------------------------------------------------------
 CLI = PKG / "cli.py"
+# cli.py's tables of commands: a command's slice of cli.py holds its own row of each, not the others'
+TABLES = ("COMMANDS", "TASK_STAGES", "OWN_PARSERS")
 
 
-def _cli_functions() -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in _tree(CLI).body if isinstance(n, ast.FunctionDef)}
-
-
-def _cli_value(name: str) -> ast.expr:
-    """The expression cli.py assigns to `name` at module level."""
-    return next(n.value for n in _tree(CLI).body if isinstance(n, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
-
-
-def _handlers() -> dict[str, tuple[str, str | None]]:
-    """command -> (its handler's name or None, the module of the function it calls or None): COMMANDS'
-    (name, help, handler or "module:function", args) rows, OWN_PARSERS' (bench, plan: their module's
-    main), and the commands made from the tasks' declarations (TASK_STAGES)."""
+def _defs() -> dict[str, ast.stmt]:
+    """cli.py's module-level functions and assignments, by name."""
     out = {}
-    for row in _cli_value("COMMANDS").elts:
-        fn = row.elts[2]
-        out[row.elts[0].value] = ("_call", fn.value.split(":")[0]) if isinstance(fn, ast.Constant) else (fn.id, None)
-    own = _cli_value("OWN_PARSERS")  # their main, called from cli.main
-    out.update({k.value: (None, v.elts[1].value.split(":")[0]) for k, v in zip(own.keys, own.values)})
-    stages = _cli_value("TASK_STAGES")
-    handler = {k.value: v.elts[1].id for k, v in zip(stages.keys, stages.values)}
-    out.update({cmd: (handler[stage], ref.split(":")[0]) for cmd, (_, stage, ref) in TASK_COMMANDS.items()})
+    for n in _tree(CLI).body:
+        if isinstance(n, ast.FunctionDef):
+            out[n.name] = n
+        elif isinstance(n, ast.Assign):
+            out.update({t.id: n for t in n.targets if isinstance(t, ast.Name)})
     return out
 
 
-def command_roots(command: str) -> set[str]:
-    """The modules a command imports: through cli.py's module level and main(), its handler and
-    the cli.py functions the handler calls."""
-    handlers = _handlers()
-    if command not in handlers:
-        raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(sorted(handlers))}")
-    fns = _cli_functions()
-    common = [n for n in _tree(CLI).body if not isinstance(n, ast.FunctionDef)] + [fns["main"]]
-    handler, module = handlers[command]
-    todo, done = [handler] if handler else [], set()
+def _rows(command: str) -> tuple[list[ast.expr], str | None]:
+    """The command's own rows of cli.py's tables, and the module of the function it calls by name
+    (a COMMANDS "module:function" row, an OWN_PARSERS entry, a task's entry point) or None."""
+    defs = _defs()
+    rows, module = [], None
+    for row in defs["COMMANDS"].value.elts:
+        if row.elts[0].value == command:
+            rows.append(row)
+            fn = row.elts[2]
+            module = fn.value.split(":")[0] if isinstance(fn, ast.Constant) else None
+    own = defs["OWN_PARSERS"].value
+    for k, v in zip(own.keys, own.values):
+        if k.value == command:
+            rows.append(v)
+            module = v.elts[1].value.split(":")[0]
+    if command in TASK_COMMANDS:
+        _, stage, ref = TASK_COMMANDS[command]
+        stages = defs["TASK_STAGES"].value
+        rows += [v for k, v in zip(stages.keys, stages.values) if k.value == stage]
+        module = ref.split(":")[0]
+    if not rows:
+        names = sorted({r.elts[0].value for r in defs["COMMANDS"].value.elts} | set(TASK_COMMANDS)
+                       | {k.value for k in own.keys})
+        raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(names)}")
+    return rows, module
+
+
+@cache
+def cli_slice(command: str) -> tuple[ast.AST, ...]:
+    """The part of cli.py that `command` runs: its imports, main() and the `__main__` guard, the
+    command's own rows of the tables, and every module-level function or value those name,
+    transitively (a table named on the way stands for the command's rows of it). An edit to
+    another command's row or handler, or a function nobody calls, is outside it."""
+    defs = _defs()
+    rows, _ = _rows(command)
+    fixed = [n for n in _tree(CLI).body if isinstance(n, ast.Import | ast.ImportFrom | ast.If)]
+    reached, todo = {}, [defs["main"], *fixed, *rows]
     while todo:
-        fn = todo.pop()
-        if fn in done:
+        node = todo.pop()
+        if id(node) in reached:
             continue
-        done.add(fn)
-        todo += [n.id for n in ast.walk(fns[fn]) if isinstance(n, ast.Name) and n.id in fns and n.id != fn]
-    roots = imported(common + [fns[f] for f in done], "grassflow.cli", False)
-    return roots | {"grassflow.cli", "grassflow.__main__"} | ({module} if module else set())
+        reached[id(node)] = node
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id in defs and n.id not in TABLES:
+                todo.append(defs[n.id])
+    order = {id(n): i for i, n in enumerate(ast.walk(_tree(CLI)))}
+    return tuple(sorted(reached.values(), key=lambda n: order[id(n)]))
+
+
+def command_roots(command: str) -> set[str]:
+    """The grassflow modules a command imports: those cli.py's slice of it names (at module level
+    or in its functions), the module of the function it calls, and for a task's command that
+    task's declaration (its entry points, its arguments)."""
+    _, module = _rows(command)
+    roots = imported(cli_slice(command), "grassflow.cli", False) | {"grassflow.cli", "grassflow.__main__"}
+    if command in TASK_COMMANDS:
+        roots.add(f"grassflow.{TASK_COMMANDS[command][0].name}.task")
+    return roots | ({module} if module else set())
 
 
 def command_files(command: str, kinds=()) -> list[Path]:
     return sorted(closure(command_roots(command), kinds, opaque={"grassflow.cli", "grassflow.__main__"}))
 
 
-def fingerprint(files, base: Path) -> str:
-    """sha256 over the files' paths (relative to `base`) and bytes, 16 hex digits."""
-    h = hashlib.sha256()
-    for f in sorted(files):
-        h.update(str(Path(f).resolve().relative_to(base)).encode())
-        h.update(b"\0")
-        h.update(Path(f).read_bytes())
-    return h.hexdigest()[:16]
+# --- what a file's fingerprint covers ------------------------------------------------------------
+def _is_docstring(node) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _canonical(node) -> str:
+    """A syntax tree as text: node types and fields, without positions, docstrings, empty fields
+    (which Python versions spell differently: ast.dump's defaults changed in 3.13) or comments
+    (which the tree never holds)."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name, value in ast.iter_fields(node):
+            if name == "body" and isinstance(value, list) and value and _is_docstring(value[0]) and isinstance(
+                    node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                value = value[1:]
+            if name == "type_comment" or value is None or value == []:
+                continue
+            fields.append(f"{name}={_canonical(value)}")
+        return f"{type(node).__name__}({','.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ",".join(map(_canonical, node)) + "]"
+    return repr(node)
+
+
+def code_hash(path: Path, command: str | None = None) -> str:
+    """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax
+    tree (comments, docstrings and formatting cannot change what runs); of cli.py, the slice the
+    command runs (cli_slice); a kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
+    path = Path(path)
+    if path.suffix != ".py":
+        text = path.read_bytes()
+    elif path.resolve() == CLI and command is not None:
+        text = "\n".join(map(_canonical, cli_slice(command))).encode()
+    else:
+        text = _canonical(_tree(path.resolve())).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def command_code(command: str, kinds=(), base: Path | None = None) -> dict[str, str]:
+    """{file (relative to `base`, the checkout): its code hash} of everything a command runs."""
+    base = base or PKG.parents[1]
+    return {_rel(f, base): code_hash(f, command) for f in command_files(command, kinds)}
+
+
+def _rel(path: Path, base: Path) -> str:
+    p = Path(path).resolve()
+    return str(p.relative_to(base)) if p.is_relative_to(base) else str(p)
+
+
+def fingerprint(code: dict[str, str]) -> str:
+    """One job's code fingerprint (16 hex digits) from its files' code hashes."""
+    return hashlib.sha256(json.dumps(code, sort_keys=True).encode()).hexdigest()[:16]
+
+
+CODE_INDEX = ".snakemake/grassflow/code"  # under the working directory: {fingerprint}.json per fingerprint
+
+
+def remember(code: dict[str, str], index: Path) -> str:
+    """The fingerprint of `code`, its per-file hashes kept as `index/<fingerprint>.json` (written
+    once, atomically: the Snakefile is parsed by many jobs at once on a cluster)."""
+    from grassflow.io import write_json
+
+    fp = fingerprint(code)
+    if not (index / f"{fp}.json").is_file():
+        write_json(index / f"{fp}.json", code)
+    return fp
+
+
+def recalled(fp: str, index: Path) -> dict[str, str] | None:
+    """The per-file hashes a fingerprint was made of, if they were kept (data: JSON, never run)."""
+    path = index / f"{fp}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def main(argv=None) -> int:

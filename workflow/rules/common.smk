@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from grassflow.config import ablation_runs, exec_resources, main_run_ids, run_train, select_preset
-from grassflow.staleness import command_files, fingerprint, kind_code
+from grassflow.staleness import CODE_INDEX, command_code, kind_code, remember
 from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
@@ -88,14 +88,17 @@ wildcard_constraints:
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
 # the code its command runs: derived from the command's imports (grassflow.staleness), with of
-# the models' code only the kind the job runs. Edit a file and exactly the stages that import it
-# rerun: `python -m grassflow.staleness <command> --kinds <kind>` lists a stage's files.
+# the models' code only the kind the job runs, each file by its code (syntax tree), not its text.
+# Edit a file and exactly the stages that run its code rerun: `python -m grassflow.staleness
+# <command> --kinds <kind>` lists a stage's files. Each fingerprint's per-file hashes are kept in
+# .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can name the files a
+# changed fingerprint changed in.
 MODEL_KINDS = tuple(kind_code())
 
 
 @functools.cache
 def code_of(command, *kinds):
-    return fingerprint(command_files(command, kinds), Path(workflow.basedir))
+    return remember(command_code(command, kinds, Path(workflow.basedir)), Path(CODE_INDEX))
 
 
 # --- specs -------------------------------------------------------------------------------------

@@ -74,3 +74,12 @@ def read_tokens(path, vocab_size: int | None = None) -> tuple[np.ndarray, dict]:
         raise DataError(f"{path}: token id {int(ids.max())} ≥ vocab_size {vocab_size}; the token file "
                         "does not belong to this tokenizer/model")
     return ids, meta
+
+
+V1_NAMES = ("wikitext-2-v1",)  # releases whose rare words read `<unk>` (the tokenized ones)
+
+
+def map_unk(p: dict) -> bool:
+    """A preset's tokenizer.map_unk resolved: auto maps `<unk>` for the tokenized releases (data.name)."""
+    setting = p["tokenizer"]["map_unk"]
+    return p["data"].get("name") in V1_NAMES if setting == "auto" else bool(setting)

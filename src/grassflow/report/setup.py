@@ -53,7 +53,7 @@ def same_articles(checksums: dict, setup: dict) -> dict | None:
 
 
 def unk_note(preset: dict) -> str:
-    from grassflow.config import map_unk
+    from grassflow.lm.data import map_unk
 
     return "`<unk>` → `[UNK]`, one token" if map_unk(preset) else "`<unk>` split by the tokenizer"
 
@@ -118,7 +118,7 @@ def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setu
     why = []
     release = same_articles(checksums, setup)
     if release:
-        from grassflow.config import map_unk
+        from grassflow.lm.data import map_unk
 
         if not map_unk(preset):  # `<unk>`'s 4 pieces, 3 free to predict, would flatter both models
             why.append(f"{release['name']} with `<unk>` split into pieces (tokenizer.map_unk: false)")
