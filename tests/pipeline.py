@@ -110,8 +110,14 @@ def replaced(path: Path, old: str, new: str):
         path.write_text(original)
 
 
-def edited(path: Path, text: str):
-    """Append text to a file for the duration of the block."""
+# An edit that changes a module's code (a new module-level name), and edits that cannot change
+# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.staleness)
+CODE_EDIT = "\n_EDITED = 1\n"
+COMMENT_EDIT = "\n# edited\n"
+
+
+def edited(path: Path, text: str = CODE_EDIT):
+    """Append text (a code line unless told) to a file for the duration of the block."""
     return replaced(path, original := path.read_text(), original + text)
 
 

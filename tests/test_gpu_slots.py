@@ -16,8 +16,8 @@ from grassflow import gpu_slots
 
 HOLD = """
 import json, sys
-from grassflow.runtime import pick_device
-device = pick_device("cpu", exclusive=sys.argv[1] == "exclusive")
+from grassflow.runtime import claim_device
+device = claim_device("cpu", exclusive=sys.argv[1] == "exclusive")
 from grassflow import gpu_slots
 print(json.dumps({"device": device.type, **(gpu_slots.current() or {})}), flush=True)
 sys.stdin.read()  # hold the slot until the test closes stdin (or kills us)

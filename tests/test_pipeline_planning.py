@@ -226,3 +226,28 @@ def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):
     assert res.returncode != 0 and not (work / "results").exists()
     assert ("error: --group-components lm_run=2 packs 2 runs per allocation but train.runs_per_gpu is 1"
             in res.stdout + res.stderr)
+
+
+def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
+    """Every rule file reads only common.smk's names at parse time (the spec registry is read when a
+    job is made): with the rule files included in the reverse order, the demo plans the same jobs
+    with the same commands."""
+    work = copy_repo(tmp_path)
+    snakefile = (work / "Snakefile").read_text()
+    includes = re.findall(r'(?m)^include: "workflow/rules/(\w+)\.smk"\n', snakefile)
+    assert includes[0] == "common" and len(includes) >= 7 and "specs" in includes
+    plan = snakemake(work, "-n", "--forceall", "-p").stdout
+    body = re.sub(r'(?m)^include: "workflow/rules/(?!common)\w+\.smk"\n', "", snakefile)
+    body = body.replace("if LM:\n\n    include: \"workflow/rules/report.smk\"\n", "")
+    reversed_includes = "".join(
+        ('if LM:\n\n    include: "workflow/rules/report.smk"\n\n\n' if name == "report" else f'include: "workflow/rules/{name}.smk"\n')
+        for name in ["specs", "estimates", "tasks", "runs", "report", "fetch", "data", "preflight"])
+    body = body.replace('include: "workflow/rules/common.smk"\n', 'include: "workflow/rules/common.smk"\n' + reversed_includes)
+    assert body.index("specs.smk") < body.index("runs.smk") < body.index("fetch.smk")
+    (work / "Snakefile").write_text(body)
+    replan = snakemake(work, "-n", "--forceall", "-p").stdout
+
+    def jobs(out):  # each job's rule, wildcards and command, without its job id
+        return sorted(re.sub(r"\n\s+jobid: \d+", "", block) for block in out.split("\n\n") if "rule " in block)
+
+    assert job_stats(replan) == job_stats(plan) and jobs(replan) == jobs(plan)

@@ -38,13 +38,13 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 
 def test_editing_report_setup_plans_every_table(demo):
     """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
-    with edited(demo / "src/grassflow/report/setup.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/report/setup.py"):
         assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
                                          ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
 
 
 def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
-    with edited(demo / "src/grassflow/loop.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/loop.py"):
         rules = by_rule(planned(demo))
     assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
     assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
@@ -69,14 +69,14 @@ def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
 
 
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
-    with edited(demo / "src/grassflow/report/snli.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/report/snli.py"):
         assert planned(demo) == Counter({("snli_aggregate", None): 1})
 
 
 def test_editing_preflight_code_reruns_nothing(demo):
     """The preflight is a check of the machine, rerun only when its record is missing: never a
     reason to retrain (and never masking another job's own reason to rerun)."""
-    with edited(demo / "src/grassflow/preflight.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/preflight.py"):
         assert planned(demo) == Counter()
 
 
@@ -101,7 +101,7 @@ def test_execution_keys_rerun_nothing(demo):
 
 
 def test_editing_report_code_plans_only_aggregate(demo):
-    with edited(demo / "src/grassflow/report/figures.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/report/figures.py"):
         assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
                                          ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
 
@@ -115,7 +115,7 @@ def test_grassmann_setting_plans_only_grassmann_runs(demo):
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
-    with edited(demo / "src/grassflow/models/grassmann.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/models/grassmann.py"):
         jobs = planned(demo)
     assert not any(run and "transformer" in run for _, run in jobs)
     assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
@@ -148,8 +148,80 @@ def test_snli_backbone_setting_never_touches_scratch_runs(demo):
 
 
 def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
-    with edited(demo / "src/grassflow/data/tokenizers.py", "\n# edited\n"):
+    with edited(demo / "src/grassflow/data/tokenizers.py"):
         rules = by_rule(planned(demo))
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
     assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 2  # 8 main + 2 ablation; a table each
     assert "download" not in rules
+
+
+# --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only ------------
+UNUSED_FUNCTION = "\n\ndef _never_called():\n    return 1\n"
+REFORMATTED = ('"""Command line', '"""  Command line')  # a docstring edit
+
+
+def test_edits_that_cannot_change_a_result_plan_nothing(demo):
+    """A comment in the files every job imports, a docstring, and a function nobody calls in the
+    command line: code fingerprints cover code (syntax trees), and each command's own part of cli.py."""
+    from pipeline import COMMENT_EDIT, replaced
+
+    for f in ("cli.py", "config.py", "loop.py", "tasks.py", "models/grassmann.py"):
+        with edited(demo / "src/grassflow" / f, COMMENT_EDIT):
+            assert planned(demo) == Counter(), f
+    with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
+        assert planned(demo) == Counter()
+    with edited(demo / "src/grassflow/cli.py", UNUSED_FUNCTION):
+        assert planned(demo) == Counter()
+    with edited(demo / "src/grassflow/config.py"):  # planning code: what it decides reaches jobs through their specs
+        assert planned(demo) == Counter()
+
+
+def test_editing_one_task_plans_none_of_anothers_runs(demo):
+    with edited(demo / "src/grassflow/recall/data.py"):
+        rules = by_rule(planned(demo))
+    assert set(rules) == {"recall_data", "recall_train", "recall_evaluate", "recall_aggregate", "estimates"}, rules
+
+
+def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
+    import shutil
+
+    toy = demo / "src/grassflow/toy"
+    shutil.copytree(ROOT / "tests/data/toy_task", toy, ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        assert planned(demo) == Counter()
+    finally:
+        shutil.rmtree(toy)
+
+
+def test_editing_one_commands_handler_plans_only_that_commands_jobs(demo):
+    """cli.py's slice of a command (grassflow.staleness.cli_slice): the text tasks' tokenize handler
+    is the tokenize jobs' code, no other job's."""
+    from pipeline import replaced
+
+    with replaced(demo / "src/grassflow/cli.py", "def _task_tokenize(a):\n", "def _task_tokenize(a):\n    _edited = 1\n"):
+        rules = by_rule(planned(demo))
+    assert {"tokenize", "snli_tokenize"} <= set(rules) and not {"download", "snli_download", "recall_data"} & set(rules)
+
+
+def test_plan_why_names_the_files_whose_code_changed(demo):
+    """`grassflow plan --why`: a job planned after a code edit names the file; after a comment edit
+    nothing is planned."""
+    import subprocess
+    import sys
+
+    from pipeline import COMMENT_EDIT, pipeline_env
+
+    def why():
+        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--why", "--preset", "demo"], cwd=demo,
+                             env={**pipeline_env(), "PYTHONPATH": str(demo / "src")}, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout
+
+    with edited(demo / "src/grassflow/ops/plucker/cupy_backend.py", COMMENT_EDIT):
+        assert why().startswith("Nothing to do")
+    with edited(demo / "src/grassflow/ops/plucker/cupy_backend.py"):
+        out = why()
+    rows = [line for line in out.splitlines() if line.startswith("| train ")]
+    assert len(rows) == len(DEMO_GRASSMANN_RUNS)
+    assert all("code changed: src/grassflow/ops/plucker/cupy_backend.py" in r for r in rows), rows
+    assert "| evaluate " in out and "| aggregate " in out and "grassmann" in rows[0]

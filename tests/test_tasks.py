@@ -100,3 +100,46 @@ def test_every_tasks_declaration_keeps_the_shared_contracts():
             assert spec["run_id"] == run_id and "train" in spec
         assert {task.command("train"), task.command("evaluate")} <= commands
         assert not task.aggregate or task.command("aggregate") in commands
+
+
+def _commands_called_by_name():
+    """{command: (its parser, its function)} of every command that calls one function by name."""
+    import inspect
+
+    from grassflow import cli
+    from grassflow.tasks import entry
+
+    choices = cli.build_parser()._subparsers._group_actions[0].choices
+    return {name: (p, inspect.signature(entry(p.get_default("entry"))).parameters) for name, p in choices.items()
+            if p.get_default("fn") in (cli._call, cli._task_train)}
+
+
+def test_every_argument_of_a_command_called_by_name_is_a_parameter_of_its_function():
+    """What _call passes by name reaches a parameter: renaming one (backbone_dir) breaks here, not
+    silently in a job (the train commands turn --compile and --compile-mode into `execution`)."""
+    commands = _commands_called_by_name()
+    assert {"train", "snli-train", "recall-evaluate", "unigram", "estimates"} <= set(commands)
+    for name, (parser, params) in commands.items():
+        dests = {a.dest for a in parser._actions if a.dest != "help"}
+        if {"compile", "compile_mode"} <= dests:
+            dests = dests - {"compile", "compile_mode"} | {"execution"}
+        assert dests <= set(params), f"grassflow {name}: {sorted(dests - set(params))} taken by no parameter"
+
+
+def test_call_refuses_an_argument_no_parameter_takes(monkeypatch, tmp_path, capsys):
+    """As if snli/evaluate.py's backbone_dir had been renamed: the command fails at once, naming
+    the argument, instead of running without the backbone it was given."""
+    import grassflow.snli.evaluate as ev
+    from grassflow import cli
+
+    called = []
+
+    def renamed(checkpoint, run_json, val_tokens, test_tokens, out, backbone_path=None):
+        called.append(backbone_path)
+
+    monkeypatch.setattr(ev, "evaluate_snli_run", renamed)
+    argv = ["snli-evaluate", "--checkpoint", "c", "--run-json", "r", "--val-tokens", "v", "--test-tokens", "t",
+            "--out", str(tmp_path / "eval.json"), "--backbone-dir", str(tmp_path)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "--backbone-dir (backbone_dir)" in err and "evaluate_snli_run" in err and not called

@@ -42,7 +42,7 @@ from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.ops.plucker import cupy_backend, plucker_mix
 from grassflow.ops.plucker.kernel_stages import KernelStages
-from grassflow.runtime import autocast, configure_torch, device_name, pick_device
+from grassflow.runtime import autocast, claim_device, configure_torch, device_name
 
 LAGS = (1, 2, 4, 8, 12, 16)
 
@@ -148,7 +148,7 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
     x = torch.randint(0, vocab, (B, L + 1), device=device)
     meter = SavedBytes(model.parameters())
 
-    class Task:
+    class StepTask:
         def loss(self, model, x):
             h = model.hidden(x[:, :-1])
             if not with_head:
@@ -156,7 +156,7 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
             return linear_cross_entropy(h.reshape(B * L, -1), model.head.weight, x[:, 1:].reshape(-1),
                                         backend=head_loss)
 
-    compiled = Compiled(model, Task(), compile, "default", device)
+    compiled = Compiled(model, StepTask(), compile, "default", device)
 
     def step():
         with autocast(device), meter.hooks():
@@ -341,7 +341,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     configure_torch()
-    device = pick_device(args.device, log=True, exclusive=True)  # it times the device: alone on it
+    device = claim_device(args.device, log=True, exclusive=True)  # it times the device: alone on it
     if args.concurrency:
         from grassflow.bench_concurrency import run
 

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from grassflow.errors import CommandError
 from grassflow.tasks import COMMANDS as TASK_COMMANDS
 from grassflow.tasks import STAGES, TASKS, entry
 
@@ -37,11 +38,20 @@ def json_arg(value: str):
 JSON = "a JSON file, or JSON"
 
 
+PARSER_KEYS = {"cmd", "fn", "entry", "task"}  # what the parser sets besides the command's arguments
+
+
 def _call(a):
     """A command that is one function (`a.entry`, "module:function"): called with the parsed
-    arguments its parameters are named after (`--out-dir`: out_dir)."""
+    arguments its parameters are named after (`--out-dir`: out_dir). An argument no parameter
+    takes is refused, before any work: dropped, it would silently change what runs."""
     fn = entry(a.entry)
-    return fn(**{k: getattr(a, k) for k in inspect.signature(fn).parameters if hasattr(a, k)})
+    params = inspect.signature(fn).parameters
+    unused = sorted(set(vars(a)) - PARSER_KEYS - set(params))
+    if unused:
+        raise CommandError(f"grassflow {a.cmd}: {a.entry} has no parameter for "
+                           + ", ".join(f"--{k.replace('_', '-')} ({k})" for k in unused))
+    return fn(**{k: getattr(a, k) for k in params if hasattr(a, k)})
 
 
 def _gpus(a):
@@ -105,6 +115,7 @@ _AGGREGATE_ARGS = [_required("preset", type=json_arg, help="the preset: " + JSON
 def _task_train(a):
     # how the job runs, not what it computes (train.compile, train.compile_mode)
     a.execution = {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode}
+    del a.compile, a.compile_mode
     return _call(a)
 
 

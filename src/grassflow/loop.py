@@ -38,7 +38,9 @@ from grassflow.io import atomic_path, spec_hash, write_text
 from grassflow.runtime import autocast
 
 
-class Task(Protocol):
+class TrainingTask(Protocol):
+    """What fit() trains on: a task's batches, loss, validation and the score that picks the best weights."""
+
     steps_per_epoch: int
     items_per_step: int  # tokens or examples per step, for the throughput column
     rate_key: str  # its metrics column: "tokens_per_s" | "examples_per_s"
@@ -172,7 +174,7 @@ def load_trained(model, state: dict) -> None:
         raise RuntimeError(f"checkpoint does not fit the model: {bad[:5]}")
 
 
-def fit(model, task: Task, spec: dict, out_dir, device, header: dict,
+def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
     ran: optimizer and compile settings, for run.json). `header` goes into best.pt beside the

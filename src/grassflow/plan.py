@@ -52,7 +52,69 @@ def dry_run(project: Path, args: list[str]) -> list[dict]:
             jobs.append(job)
         elif job and (m := re.match(r"^\s+(wildcards|resources): (.*)$", line)):
             job[m.group(1)] = dict(kv.split("=", 1) for kv in m.group(2).split(", ") if "=" in kv)
+        elif job and (m := re.match(r"^\s+reason: (.*)$", line)):
+            job["reason"] = m.group(1)
     return [j for j in jobs if j["rule"] != "all"]
+
+
+# --- why a job is planned (grassflow plan --why) ---------------------------------------------------
+FINGERPRINT = re.compile(r"\b[0-9a-f]{16}\b")
+
+
+def code_changes(before: str, now: str, index: Path) -> list[str] | None:
+    """The files whose code differs between two code fingerprints found in a params change (their
+    per-file hashes kept by grassflow.staleness.remember), or None where a fingerprint's files
+    were not kept."""
+    from grassflow.staleness import recalled
+
+    old = [c for fp in FINGERPRINT.findall(before) if (c := recalled(fp, index)) is not None]
+    new = [c for fp in FINGERPRINT.findall(now) if (c := recalled(fp, index)) is not None]
+    if len(old) != 1 or len(new) != 1:
+        return None
+    (old,), (new,) = old, new
+    return sorted(f for f in old.keys() | new.keys() if old.get(f) != new.get(f))
+
+
+def explain(reason: str, index: Path) -> list[str]:
+    """Snakemake's reason for a job, read: a code change names its files, a spec file its change."""
+    out = []
+    for part in reason.split("; "):
+        m = re.match(r"Params have changed since last execution: .*?before: (.*) now: (.*)$", part)
+        if m:
+            changed = code_changes(m.group(1), m.group(2), index)
+            if changed:
+                out.append(f"code changed: {', '.join(changed)}")
+            elif FINGERPRINT.search(m.group(1)):
+                out.append(f"code changed (which files: not known, {index} lacks the previous fingerprint's)")
+            else:
+                out.append(f"params changed: before {m.group(1).strip()}; now {m.group(2).strip()}")
+            continue
+        m = re.match(r"Input files updated by another job: (.*)$", part)
+        if m:
+            files = m.group(1).split(", ")
+            specs = [f for f in files if "/specs/" in f]
+            out += [f"its spec changes: {', '.join(specs)}"] * bool(specs)
+            rest = [f for f in files if f not in specs]
+            out += [f"inputs rerun: {', '.join(rest)}"] * bool(rest)
+            continue
+        out.append(part[0].lower() + part[1:])
+    return out
+
+
+def why(project: Path, snakemake_args: list[str]) -> list[dict]:
+    """Each job `snakemake -n` plans, with what made it stale (explain)."""
+    from grassflow.staleness import CODE_INDEX
+
+    return [{**job, "why": explain(job.get("reason", ""), project / CODE_INDEX)}
+            for job in dry_run(project, snakemake_args)]
+
+
+def why_markdown(jobs: list[dict]) -> str:
+    if not jobs:
+        return "Nothing to do: every output is up to date.\n"
+    rows = [[j["rule"], ", ".join(f"{k}={v}" for k, v in j["wildcards"].items()), "; ".join(j["why"])] for j in jobs]
+    return "\n".join([f"{len(jobs)} jobs planned, each with what made it stale:", "",
+                      *markdown.table(["rule", "job", "why"], rows)]) + "\n"
 
 
 def local_rules(project: Path) -> set[str]:
@@ -84,13 +146,22 @@ def benchmark_seconds(tsv: Path) -> float | None:
     return float(rows[-1]["s"]) if rows else None
 
 
+def benchmark_rule(rel: Path) -> str:
+    """The rule of a benchmark file, from its path under benchmarks/: <stage>.tsv, <stage>/<job>.tsv,
+    or a task's (Task.subdir) <task>/<stage>.tsv, <task>/<stage>/<job>.tsv: rule <task>_<stage>."""
+    parts = rel.parts
+    task = TASKS.get(parts[0]) if len(parts) > 1 else None
+    if task is not None and task.prefix:
+        return task.rule(parts[1] if len(parts) > 2 else Path(parts[1]).stem)
+    return parts[0] if len(parts) > 1 else rel.stem
+
+
 def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
     """{rule: [wall seconds]} from Snakemake's benchmark files of finished jobs."""
     out = defaultdict(list)
     root = project / "results" / preset / "benchmarks"
-    for tsv in root.glob("**/*.tsv"):  # <rule>.tsv, <rule>/<job>.tsv or <task>/<rule>/<job>.tsv
-        rel = tsv.relative_to(root)
-        rule = "_".join(rel.parts[:-1]) if len(rel.parts) > 1 else rel.stem
+    for tsv in root.glob("**/*.tsv"):
+        rule = benchmark_rule(tsv.relative_to(root))
         seconds = benchmark_seconds(tsv)
         if seconds is not None:
             out[rule].append(seconds)
@@ -163,6 +234,9 @@ def main(argv=None) -> int:
     ap.add_argument("--measured", action="store_true",
                     help="plan every job (--forceall) and add the measured wall time of those that ran "
                          "(Snakemake's benchmark files)")
+    ap.add_argument("--why", action="store_true",
+                    help="list each planned job with what made it stale (the files whose code changed, a "
+                         "changed spec, a missing output) instead of the cost table")
     ap.add_argument("--project", default=".", help="the project directory (where the Snakefile is)")
     ap.add_argument("targets", nargs="*", help="snakemake targets (default: all)")
     a = ap.parse_args(argv)
@@ -173,6 +247,9 @@ def main(argv=None) -> int:
         args += ["--configfile", *configfiles]
     if a.preset:
         args += ["--config", f"preset={a.preset}"]
+    if a.why:
+        print(why_markdown(why(project, args)), end="")
+        return 0
     if a.measured:  # after a run nothing is left to plan: every job, to put its measured time beside
         args += ["--forceall"]
     rows = plan(project, args, configfiles, a.preset, project / a.profile if a.profile else None, a.measured)

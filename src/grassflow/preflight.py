@@ -29,7 +29,7 @@ from grassflow.io import write_json
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.plucker import plucker_mix, plucker_mix_reference, resolve_backend
 from grassflow.provenance import machine, package_versions
-from grassflow.runtime import autocast, configure_torch, device_name, pick_device
+from grassflow.runtime import autocast, claim_device, configure_torch, device_name
 
 LAGS = (1, 2, 4, 8, 12, 16)
 # relative error of a backend against the float64 reference, per input dtype
@@ -144,7 +144,7 @@ def check_steps(device, backends: list[str], snli: bool) -> dict:
 
 def check_device(requested: str) -> tuple[torch.device, dict]:
     try:
-        device = pick_device(requested)
+        device = claim_device(requested)
     except RuntimeError as e:
         raise PreflightError(str(e)) from None
     info = {"requested": requested, "type": device.type, "name": device_name(device)}

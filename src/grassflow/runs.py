@@ -16,7 +16,7 @@ from grassflow.data import DataError
 from grassflow.io import sha256_file, spec_hash, write_json
 from grassflow.ops.plucker import resolve_backend
 from grassflow.provenance import git_state, machine, package_versions
-from grassflow.runtime import configure_torch, device_name, pick_device
+from grassflow.runtime import claim_device, configure_torch, device_name
 
 
 def run_record(spec, out, model, status, metrics, best, device, files, t_start, *, preflight=None, **extra) -> dict:
@@ -50,7 +50,7 @@ def start_run(spec: dict, out_dir) -> tuple[float, Path, torch.device]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     configure_torch(deterministic=True)
-    return time.time(), out, pick_device(spec["train"]["device"], log=True)
+    return time.time(), out, claim_device(spec["train"]["device"], log=True)
 
 
 def read_train_val(read, train_tokens, val_tokens):
@@ -76,6 +76,6 @@ def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, boo
         result.update(validation=None, test=None)
         write_json(out_path, result)
         return ckpt, result, False, None
-    device = pick_device(ckpt["spec"]["train"]["device"])
+    device = claim_device(ckpt["spec"]["train"]["device"])
     result["gpu_slot"] = gpu_slots.current()
     return ckpt, result, True, device

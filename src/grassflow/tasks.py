@@ -57,7 +57,7 @@ class Task:
     @property
     def subdir(self) -> str:
         """Of its specs', logs' and benchmarks' paths under a preset's ("snli/"; "" for the LM)."""
-        return self.prefix.replace("_", "/")
+        return f"{self.name}/" if self.prefix else ""
 
     @property
     def wildcard(self) -> str:

@@ -204,7 +204,8 @@ def snli_backbone_input(wc):
 
 # --- every task's files (grassflow.tasks) -------------------------------------------------------
 TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the preset keys of the tasks other than the LM
-RUN_DIRS = {}  # {task: (name, input)}, a directory its runs' jobs also get (fetch.smk: SNLI's backbone)
+# {task: (name, input)}, a directory its runs' jobs also get: SNLI's backbone (fetch.smk fetches it)
+RUN_DIRS = {"snli": ("backbone", snli_backbone_input)} if SNLI else {}
 
 
 def task_run_outputs(task, name):

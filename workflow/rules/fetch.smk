@@ -42,4 +42,3 @@ if SNLI:
         shell:
             "{params.gf} snli-fetch-backbone --backbone {input.backbone} --out-dir {output} > {log} 2>&1"
 
-    RUN_DIRS["snli"] = ("backbone", snli_backbone_input)  # its runs' --backbone-dir (runs.smk)

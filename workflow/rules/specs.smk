@@ -1,5 +1,6 @@
 # The spec files the rules read (common.smk `spec`): written where Snakemake runs, when missing
-# or when their content (the param) changed; included last, once every spec is registered.
+# or when their content (the param) changed. The registry is read when a job is made, after every
+# rule file has registered its specs: this file may be included in any order.
 localrules:
     spec,
 
@@ -7,8 +8,6 @@ localrules:
 rule spec:
     output:
         f"{RES}/specs/{{name}}.json",
-    wildcard_constraints:
-        name="|".join(map(re.escape, SPECS)) or "(?!)",
     params:
         content=lambda wc: SPECS[wc.name],
     log:
