@@ -45,7 +45,7 @@ CASES = [
     ("model.lags", [1, 40], "model.lags: offset 40 must be in 1..context_len-1 (31)"),
     ("model.n_heads", 3, "model.n_heads (3) must divide model.d_model (64)"),
     ("models", ["transformer", "mamba"], "config presets.demo.models.1: 'mamba' is not one of ['transformer', 'grassmann']"),
-    ("preset", "nope", "config preset: 'nope' is not defined; choose one of ['demo', 'laptop', 'laptop_v1', 'paper', 'paper_v1', 'recall']"),
+    ("preset", "nope", "config preset: 'nope' is not defined; choose one of ['demo', 'laptop', 'laptop_v1', 'laptop_v1_paper_settings', 'paper', 'paper_v1', 'recall']"),
     ("experiments", {}, "config presets.demo.experiments: {} should be non-empty"),
     ("seeds", [], "config presets.demo.seeds: [] should be non-empty"),
     ("seeds", [0, 0], "config presets.demo.seeds: [0, 0] has non-unique elements"),
@@ -120,8 +120,8 @@ def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
 
 
 def test_paper_preset_holds_the_full_snli_grid():
-    from grassflow.config import snli_runs
     from grassflow.snli.config import HeadConfig
+    from grassflow.snli.grid import snli_runs
 
     cfg = copy.deepcopy(BASE)
     name, p = select_preset({**cfg, "preset": "paper"})
@@ -188,7 +188,7 @@ def test_model_and_head_schemas_are_generated_from_their_dataclasses():
 def test_defaults_are_filled_before_the_semantic_checks():
     """The semantic checks and the run specs read every key: a preset that leaves the recall
     model's sizes to the schema gets the schema's defaults in its specs."""
-    from grassflow.config import recall_runs
+    from grassflow.recall.grid import recall_runs
 
     cfg = copy.deepcopy(BASE)
     cfg["preset"] = "demo"
@@ -207,7 +207,7 @@ def _walk(node):
 
 
 def test_snli_head_ffn_is_settable_and_reaches_the_runs():
-    from grassflow.config import snli_runs
+    from grassflow.snli.grid import snli_runs
 
     cfg = demo(lambda c, d: d["snli"].setdefault("head", {}).update(ffn=False))
     assert config_errors(cfg, SCHEMA) == []

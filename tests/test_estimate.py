@@ -130,7 +130,7 @@ def test_k_runs_per_gpu_each_take_k_times_as_long():
 def test_one_k_for_the_whole_pipeline_run():
     """K is the pipeline run's (the LM's train section, else SNLI's, else recall's), as the
     Snakefile's slots and packing use it: an SNLI job of a preset whose LM part says K=2 is ×2."""
-    from grassflow.config import snli_runs
+    from grassflow.snli.grid import snli_runs
 
     name, p, settings = _paper()
     run_id, spec = next(iter(snli_runs(name, p).items()))

@@ -118,9 +118,11 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
     import threading
     import time
 
-    from grassflow.config import recall_runs, runs, select_preset, snli_runs
+    from grassflow.config import runs, select_preset
     from grassflow.estimate import job_estimate
     from grassflow.plan import load_config
+    from grassflow.recall.grid import recall_runs
+    from grassflow.snli.grid import snli_runs
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from grassflow.config import ConfigError, check_preset, geometric_lags, recall_runs
+from grassflow.config import ConfigError, check_preset
 from grassflow.data import DataError
 from grassflow.models import ModelConfig, build_model
 from grassflow.recall.data import IGNORE, check_params, generate, make_splits, read_split
 from grassflow.recall.evaluate import evaluate_recall_run, reach
+from grassflow.recall.grid import geometric_lags, recall_runs
 from grassflow.recall.train import train_recall
 
 

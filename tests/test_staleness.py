@@ -118,9 +118,13 @@ def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
 
 def assert_closure_holds(record: dict, command: str, kinds=()) -> None:
     """What the command loaded ⊆ its closure, less the other kinds' code and what only that
-    code imports (loaded with the models package, never run by this job)."""
+    code imports (loaded with the models package, never run by this job), and the other tasks'
+    declarations (grassflow.tasks loads them all; a command runs its own task's only)."""
     others = [k for k in staleness.kind_code() if k not in kinds]
+    own = staleness.TASK_COMMANDS[command][0].name if command in staleness.TASK_COMMANDS else None
+    declarations = [f"grassflow.{pkg}.task" for pkg in staleness.declarations() if pkg != own]
     theirs = staleness.closure([m for k in others for m in staleness.kind_code()[k]], others)
+    theirs |= staleness.closure(declarations, others)
     loaded = {Path(f).resolve() for f in record["files"]}
     owned = {p for p in loaded if staleness._owned_by(staleness.module_name(p), others)}
     missing = loaded - owned - theirs - set(staleness.command_files(command, kinds))
@@ -156,3 +160,67 @@ def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_pat
     record["files"].append(str(SRC / "report" / "stats.py"))  # as if unigram had imported it dynamically
     with pytest.raises(AssertionError, match="report/stats.py"):
         assert_closure_holds(record, "unigram")
+
+
+# --- what a file's fingerprint covers: code, not text ------------------------------------------------
+def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
+    f = tmp_path / "m.py"
+
+    def code(text):
+        f.write_text(text)
+        return staleness.code_hash(f)
+
+    base = code('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1\n')
+    assert base == code('"""Another doc."""\n# a comment\n\ndef f( x ):  # why\n    """Other."""\n\n    return (x + 1)\n')
+    assert base == code("def f(x):\n    return x + 1\n")
+    assert base != code("def f(x):\n    return x + 2\n")
+    assert base != code("def f(x):\n    y = 'Doc.'\n    return x + 1\n")
+    k = tmp_path / "k.cu"  # a kernel source: its bytes (the compilers read all of it)
+    k.write_text("// a\nint x;\n")
+    before = staleness.code_hash(k)
+    k.write_text("// b\nint x;\n")
+    assert staleness.code_hash(k) != before
+
+
+def _cli_with(monkeypatch, tmp_path, old: str, new: str):
+    """cli.py edited (a copy: the module tables are read from its syntax tree)."""
+    edited = tmp_path / "cli.py"
+    text = staleness.CLI.read_text()
+    assert old in text
+    edited.write_text(text.replace(old, new, 1))
+    monkeypatch.setattr(staleness, "CLI", edited)
+    staleness.cli_slice.cache_clear()
+
+
+@pytest.mark.parametrize("command", ["train", "recall-evaluate", "unigram", "bench"])
+def test_a_commands_part_of_cli_py_leaves_out_the_other_commands(command, monkeypatch, tmp_path):
+    """cli_slice: a function nobody calls, and another command's row or handler, are not in a
+    command's part of cli.py; main() is in every command's."""
+    before = staleness.code_hash(staleness.CLI, command)
+    for old, new in (("\ndef build_parser", "\ndef _nobody_calls():\n    return 1\n\n\ndef build_parser"),
+                     ('("ablations", "the ablation table', '("ablations", "the ablation tables'),
+                     ("def _task_tokenize(a):\n", "def _task_tokenize(a):\n    _edited = 1\n")):
+        _cli_with(monkeypatch, tmp_path, old, new)
+        assert staleness.code_hash(staleness.CLI, command) == before, (command, new)
+        monkeypatch.undo()
+    _cli_with(monkeypatch, tmp_path, "    argv = sys.argv[1:] if argv is None else list(argv)\n",
+              "    argv = sys.argv[1:] if argv is None else list(argv)\n    _edited = 1\n")
+    assert staleness.code_hash(staleness.CLI, command) != before
+    monkeypatch.undo()
+    staleness.cli_slice.cache_clear()
+
+
+def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
+    """Config loading, the run grids, the checks and the estimates are planning: what they decide
+    reaches a job through its spec file. A job holds its own task's code only."""
+    planning = {"src/grassflow/config.py", "src/grassflow/estimate.py", "src/grassflow/plan.py",
+                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py"}
+    lm = files("train", "grassmann") | files("evaluate", "transformer")
+    assert not planning & lm
+    assert not {f for f in lm if f.startswith(("src/grassflow/recall/", "src/grassflow/snli/"))}, lm
+    recall = files("recall-train", "grassmann")
+    assert "src/grassflow/recall/train.py" in recall and not planning & recall
+    assert not {f for f in recall if f.startswith(("src/grassflow/snli/", "src/grassflow/lm/"))}, recall
+    assert not {f for f in files("tokenize") if "models/" in f or "ops/" in f}
+    # the estimates report reads every task's estimate: their declarations and planning code are its code
+    assert {"src/grassflow/recall/task.py", "src/grassflow/snli/grid.py"} <= files("estimates")

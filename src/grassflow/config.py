@@ -170,7 +170,7 @@ def check_specs(where: str, specs: dict, build) -> None:
 
 def check_lm(where: str, name: str, p: dict) -> None:
     # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
-    _check_inputs(where, p, "data")
+    check_inputs(where, p, "data")
     if map_unk(p) and p["tokenizer"]["name"] == "gpt2":
         raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
                           "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
@@ -185,7 +185,7 @@ def check_ablations(where: str, p: dict) -> None:
                           f"({sorted(p['experiments'])})")
 
 
-def _check_inputs(where: str, part: dict, data_key: str) -> None:
+def check_inputs(where: str, part: dict, data_key: str) -> None:
     """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a trained one)."""
     tok = part["tokenizer"]
     if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
@@ -197,38 +197,10 @@ def _check_inputs(where: str, part: dict, data_key: str) -> None:
         raise ConfigError(f"{where}.data.synthetic: required when {data_key}.source is 'synthetic'")
 
 
-def check_snli(where: str, name: str, p: dict) -> None:
-    from grassflow.snli.config import HeadConfig
-
-    s = p["snli"]
-    _check_inputs(where, s, "snli.data")
-    tok = s["tokenizer"]
-    uses_backbone = any(e["features"] == "backbone" for e in s["experiments"].values())
-    if uses_backbone and not s.get("backbone"):
-        raise ConfigError(f"{where}.backbone: required by an experiment with features: backbone")
-    rand = (s.get("backbone") or {}).get("random")
-    if uses_backbone and rand and rand["dim"] % rand["n_heads"]:
-        raise ConfigError(f"{where}.backbone.random.n_heads ({rand['n_heads']}) must divide its dim ({rand['dim']})")
-    if uses_backbone and not rand and tok["name"] == "trained":
-        raise ConfigError(f"{where}.tokenizer.name: a pretrained backbone needs its own tokenizer, not 'trained'")
-    if 2 * s["max_tokens"] - 1 > 512:
-        raise ConfigError(f"{where}.max_tokens: {s['max_tokens']} makes joint pairs of up to "
-                          f"{2 * s['max_tokens'] - 1} tokens, more than DistilBERT's 512 positions")
-    for exp, e in s["experiments"].items():
-        if e["features"] == "scratch" and not e.get("embed_dim"):
-            raise ConfigError(f"{where}.experiments.{exp}.embed_dim: required when features is 'scratch'")
-    check_specs(where, snli_runs(name, p), lambda spec: HeadConfig.from_dict(spec["head"]))
-
-
 def tokenizer_spec(p: dict) -> dict:
     """The section the LM's tokenize stage runs: the tokenizer, map_unk resolved, and the cut of the
     evaluation splits."""
     return {**p["tokenizer"], "map_unk": map_unk(p), "eval_max_tokens": p["data"].get("eval_max_tokens")}
-
-
-def snli_tokenizer_spec(p: dict) -> dict:
-    """The section SNLI's tokenize stage runs: the tokenizer, and the tokens kept per sentence."""
-    return {**p["snli"]["tokenizer"], "max_tokens": p["snli"]["max_tokens"]}
 
 
 GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")
@@ -312,93 +284,3 @@ def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dic
                 specs.append(spec)
             out[variant][kind] = specs
     return out
-
-
-GRASSMANN_HEAD_KEYS = ("d_proj", "mix_heads", "window", "stride", "pairs", "empty_offsets", "eps", "plucker_backend")
-
-
-def snli_runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec} of the SNLI part: experiment × head × seed, each spec holding only what
-    that run depends on (a scratch run does not depend on the backbone, a Transformer head
-    not on the Plücker settings)."""
-    s = p.get("snli")
-    if not s:
-        return {}
-    out = {}
-    for exp, e in s["experiments"].items():
-        for kind in s["heads"]:
-            head = {**s["head"], **s["head_overrides"].get(kind, {})}
-            for k in GRASSMANN_HEAD_KEYS if kind == "transformer" else ("n_heads",):
-                head.pop(k, None)
-            features = {"kind": e["features"]}
-            if e["features"] == "scratch":
-                features["embed_dim"] = e["embed_dim"]
-            train = {**run_train(s["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]}
-            for seed in s["seeds"]:
-                run_id = f"{exp}-{kind}-s{seed}"
-                spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "model_kind": kind,
-                        "seed": seed, "head": dict(head), "features": features, "train": train,
-                        "tokenizer": s["tokenizer"]["name"], "max_tokens": s["max_tokens"]}
-                if e["features"] == "backbone":
-                    spec["backbone"] = copy.deepcopy(s["backbone"])
-                out[run_id] = spec
-    return out
-
-
-# --- multi-query associative recall (grassflow.recall) ------------------------------------
-def recall_cell(cell: dict) -> str:
-    return f"L{cell['seq_len']}-kv{cell['kv']}"
-
-
-def recall_cells(r: dict) -> dict[str, dict]:
-    """{cell: the data section of its data job}: recall.data with the cell's seq_len and kv."""
-    return {recall_cell(c): {**r["data"], **c} for c in r["cells"]}
-
-
-def geometric_lags(L: int) -> list[int]:
-    """1, 2, 4, … up to L/2: offsets whose sum of reaches covers the whole context."""
-    lags = [1]
-    while lags[-1] * 2 <= L // 2:
-        lags.append(lags[-1] * 2)
-    return lags
-
-
-def recall_runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec}: (seq_len, kv) cell × d_model × named model × learning rate × seed."""
-    r = p.get("recall")
-    if not r:
-        return {}
-    out = {}
-    for cell in r["cells"]:
-        for d in r["d_models"]:
-            for mname, m in r["models"].items():
-                kind = m["kind"]
-                lags = {"lags": geometric_lags(cell["seq_len"])} if m.get("geometric_lags") else {}
-                model = own_keys(kind, {**r["model"], **(m.get("switches") or {}), "d_model": d, "d_ff": r["ffn_mult"] * d,
-                                        "n_layers": r["n_layers"], "context_len": cell["seq_len"], **lags})
-                for lr in r["lrs"]:
-                    train = {**run_train(r.get("train") or {}), "lr": lr, "epochs": r["epochs"],
-                             "batch_size": r["batch_size"]}
-                    for seed in r["seeds"]:
-                        run_id = f"{recall_cell(cell)}-d{d}-{mname}-lr{lr:g}-s{seed}"
-                        out[run_id] = {"run_id": run_id, "preset": name, "task": "recall", "cell": dict(cell),
-                                       "data_cell": recall_cell(cell),
-                                       "model_name": mname, "model_kind": kind, "seed": seed, "model": model,
-                                       "train": train}
-    return out
-
-
-def check_recall(where: str, name: str, p: dict) -> None:
-    from grassflow.data import DataError
-    from grassflow.recall.data import check_params
-
-    r = p["recall"]
-    for i, cell in enumerate(r["cells"]):
-        try:
-            check_params(r["data"]["vocab"], cell["seq_len"], cell["kv"], key=f"{where}.cells[{i}]")
-        except DataError as e:
-            raise ConfigError(str(e)) from None
-    if len({recall_cell(c) for c in r["cells"]}) != len(r["cells"]):
-        raise ConfigError(f"{where}.cells: a (seq_len, kv) cell is listed twice")
-    check_specs(where, recall_runs(name, p),
-                lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": r["data"]["vocab"]}))

@@ -28,7 +28,6 @@ from functools import cache
 from pathlib import Path
 
 from grassflow.models.config import ModelConfig
-from grassflow.snli.config import HeadConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
@@ -38,8 +37,6 @@ UNKNOWN_DEVICE_SLOWDOWN = 3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100
 # tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (report/estimates.md).
 STARTUP_S = 20.0
 DEFAULTS = {"device": "h100", "safety": 2.0, "min_minutes": 5, "base_mem_mb": 3000}
-BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding parameters
-SNLI_TOKENS_PER_PAIR = 28  # joint pairs: ~27 tokens of SNLI's (reports/bench/snli_backbone.md)
 
 
 @dataclass(frozen=True)
@@ -132,7 +129,7 @@ def _lm_model(spec: dict, vocab: int, L: int | None = None) -> tuple:
     return (spec["model_kind"], m.n_layers, m.d_model, m.d_ff, L or m.context_len, vocab, m.r, m.ffn)
 
 
-def _memory(settings, params: int, items_host: int, activations: float) -> int:
+def memory(settings, params: int, items_host: int, activations: float) -> int:
     """Host memory: the runtime, the model with AdamW's state and a checkpoint being written
     (5 copies of fp32 parameters), the data as int64 (twice: read, then copied), and on the CPU
     the activations."""
@@ -163,7 +160,7 @@ def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
     seconds = max(tokens * flops / fps, steps * t["epochs"] * floor)
     seconds += t["epochs"] * sizes["validation"] * flops / 3 / fps  # validation, every epoch
     act = 70 * B * L * n_layers * d * 4 if dev == "cpu" else 0  # bytes saved for backward (bench-cpu.md)
-    return Estimate(seconds, tokens, _memory(settings, _params(*model), sizes["train"], act), basis)
+    return Estimate(seconds, tokens, memory(settings, _params(*model), sizes["train"], act), basis)
 
 
 def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int = 3) -> Estimate:
@@ -173,32 +170,7 @@ def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int
     L = model[4]
     tokens = passes * (sizes["validation"] + sizes["test"])
     seconds = max(tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3)
-    return Estimate(seconds, 0, _memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
-
-
-def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) -> Estimate:
-    """Pairs × tokens through the frozen backbone (forward) and the head (forward + backward)."""
-    dev, threads = device_kind(spec, settings)
-    h = HeadConfig.from_dict(spec["head"])
-    head = train_flops_per_token("transformer", h.n_layers, h.d_model, h.d_ff, 48, 0)
-    backbone = 0
-    if spec["features"]["kind"] == "backbone":
-        rand = spec["backbone"].get("random")
-        backbone = 2 * rand["n_layers"] * 12 * rand["dim"] ** 2 if rand else BACKBONE_FLOPS_PER_TOKEN
-    fps, _, basis = rate(dev, "transformer", head + 3 * backbone, 64, 6, threads)
-    t = spec["train"]
-    if evaluate:
-        tokens = (pairs["validation"] + pairs["test"]) * SNLI_TOKENS_PER_PAIR
-        seconds = tokens * (head / 3 + backbone) / fps
-        items = 0
-    else:
-        items = pairs["train"] // t["batch_size"] * t["batch_size"] * t["epochs"]
-        tokens = items * SNLI_TOKENS_PER_PAIR
-        seconds = tokens * (head + backbone) / fps + t["epochs"] * pairs["validation"] * SNLI_TOKENS_PER_PAIR * (
-            head / 3 + backbone) / fps
-    backbone_mb = 4 * backbone / 2 * 1.5 if backbone else 0  # its weights, embeddings included (~1.5×)
-    return Estimate(seconds, items, _memory(settings, int(backbone_mb / 4) + 2_000_000, 100 * pairs["train"], 0),
-                    basis + " (SNLI: the LM Transformer's rate at equal FLOPs)")
+    return Estimate(seconds, 0, memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
 
 
 # --- a pipeline job's estimate, from its rule and spec -------------------------------------------------
@@ -221,32 +193,11 @@ def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
     return sizes, vocab, source
 
 
-def snli_sizes(part: dict, files: dict | None) -> tuple[dict, str]:
-    """({split: pairs}, where from) of an SNLI part."""
-    name = "synthetic" if part["data"]["source"] == "synthetic" else part["data"].get("name", "")
-    return split_sizes("snli", name, part["tokenizer"]["name"], files)
-
-
 # Each task's estimate hook (its declaration's `estimate`): (stage, spec, preset, settings, token
 # files) → (Estimate, where the data sizes came from).
 def lm_job(stage, spec, preset, settings, files):
     sizes, vocab, source = lm_sizes(preset, files)
     return (lm_train if stage == "train" else lm_evaluate)(spec, sizes, vocab, settings), source
-
-
-def snli_job(stage, spec, preset, settings, files):
-    pairs, source = snli_sizes(preset["snli"], files)
-    return snli_train(spec, pairs, settings, evaluate=stage == "evaluate"), source
-
-
-def recall_job(stage, spec, preset, settings, files):
-    """An LM's estimate over the cell's examples × seq_len tokens; trained on examples, evaluated once."""
-    data, L = preset["recall"]["data"], spec["cell"]["seq_len"]
-    lm, sizes = {**spec, "model": {**spec["model"], "context_len": L}}, {s: n * L for s, n in data["examples"].items()}
-    if stage != "train":
-        return lm_evaluate(lm, sizes, data["vocab"], settings, passes=1), "config (recall.data.examples)"
-    est = lm_train(lm, sizes, data["vocab"], settings)
-    return Estimate(est.seconds, est.items // L, est.mem_mb, est.basis), "config (recall.data.examples)"
 
 
 def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -57,9 +58,13 @@ def module_name(path: Path) -> str:
     return ".".join(("grassflow", *parts))
 
 
-@cache
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
+    return _parse(path.read_text(), str(path))
+
+
+@cache
+def _parse(text: str, name: str) -> ast.Module:  # by content: a file edited in this process is read anew
+    return ast.parse(text, name)
 
 
 def _resolve(node: ast.ImportFrom, here: str, is_pkg: bool) -> str:
@@ -107,6 +112,15 @@ def _reads_declarations(path: Path, mod: str) -> bool:
                and {a.name for a in n.names} - {"Task"} for n in ast.walk(_tree(path)))
 
 
+def _entry_modules(pkg: str) -> set[str]:
+    """The modules a task's declaration names as "module:function" (its entry points): what a
+    module that reads the declarations may call (the estimates report: each task's run grid and
+    estimate)."""
+    tree = _tree(module_path(f"grassflow.{pkg}.task"))
+    refs = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return {r.split(":")[0] for r in refs if re.fullmatch(r"grassflow(\.\w+)+:\w+", r) and module_path(r.split(":")[0])}
+
+
 def _with_parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -134,7 +148,7 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
                 continue
             todo += imported([_tree(path)], mod, path.name == "__init__.py")
             if _reads_declarations(path, mod):  # a module that reads every task's declaration (TASKS, ...)
-                todo += [f"grassflow.{pkg}.task" for pkg in declarations()]
+                todo += [m for pkg in declarations() for m in (f"grassflow.{pkg}.task", *_entry_modules(pkg))]
             for src in _literal(path, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
     return files

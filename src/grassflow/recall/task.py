@@ -6,15 +6,15 @@ from grassflow.tasks import Task
 TASK = Task(
     name="recall",
     part_key="recall",
-    runs="grassflow.config:recall_runs",
+    runs="grassflow.recall.grid:recall_runs",
     train="grassflow.recall.train:train_recall",
     evaluate="grassflow.recall.evaluate:evaluate_recall_run",
-    estimate="grassflow.estimate:recall_job",  # sizes from the config: one data directory per cell
+    estimate="grassflow.recall.grid:estimate",  # sizes from the config: one data directory per cell
     aggregate="grassflow.report.recall:aggregate_recall",
     outputs=lambda part: [f"recall.{ext}" for ext in ("md", "csv", "tex")]
     + ["recall_vs_dmodel.png", "recall_by_distance.png"],
-    check="grassflow.config:check_recall",
+    check="grassflow.recall.grid:check_recall",
     data="grassflow.recall.data:make_cell",
-    cells="grassflow.config:recall_cells",
+    cells="grassflow.recall.grid:recall_cells",
     title="Recall",
 )

@@ -34,7 +34,7 @@ def check(where, name, p):
 
 
 def estimate(stage, spec, preset, settings, files):
-    from grassflow.estimate import recall_job
+    from grassflow.recall.grid import estimate as recall_job
 
     d = preset["toy"]["data"]
     as_recall = {"recall": {"data": {"vocab": d["vocab"], "examples": d["examples"]}}}
