@@ -120,7 +120,7 @@ def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[st
 def tex(rows: list[dict], preset: dict) -> str:
     body = [[r["variant"], _fmt(*r["models"]["transformer"]["val"]) if "transformer" in r["models"] else "--",
              _fmt(*r["models"]["grassmann"]["val"]) if "grassmann" in r["models"] else "--",
-             _gap(r).replace("%", r"\%").replace("…", "--"), str(r["receptive_field"])] for r in rows]
+             _gap(r), str(r["receptive_field"])] for r in rows]
     a = preset["ablations"]
     return latex(["Variant", "Transformer val PPL", "Grassmann val PPL", "Gap (95 % CI)", "Receptive field"], body,
                  f"Ablations of {a['base']}: best validation perplexity, mean ± std over seeds {a['seeds']}.")

@@ -149,17 +149,34 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     return "\n".join(lines) + "\n"
 
 
-PM = r"$\pm$"
+# Plain text to LaTeX: its special characters, and the non-ASCII ones our tables use (pdflatex)
+TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+       "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
+       ">": r"\textgreater{}", "`": r"\textasciigrave{}", "±": r"$\pm$", "—": "---", "–": "--", "…": r"\ldots{}",
+       "→": r"$\rightarrow$", "×": r"$\times$", "−": "$-$", "≥": r"$\geq$", "≤": r"$\leq$", "≈": r"$\approx$",
+       "Δ": r"$\Delta$", "α": r"$\alpha$", "·": r"$\cdot$", "⊙": r"$\odot$", "\u2009": r"\,", "\u00a0": "~"}
+
+
+def tex_escape(text) -> str:
+    """A table cell or caption (plain text) as LaTeX: every character pdflatex would misread
+    escaped; any other non-ASCII character is refused, naming it, before a table that cannot
+    compile is written."""
+    out = "".join(TEX.get(c, c) for c in str(text))
+    bad = sorted({c for c in out if ord(c) > 126})
+    if bad:
+        raise ValueError(f"no LaTeX for {bad} in {str(text)!r}: add it to grassflow.report.aggregate.TEX")
+    return out
 
 
 def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
-    """A booktabs table: first column left-aligned, the rest right; "±" and "—" made LaTeX."""
+    """A booktabs table of plain-text cells and caption (tex_escape): first column left-aligned,
+    the rest right."""
     def cells(row):
-        return " & ".join(str(c).replace("±", PM).replace("—", "--") for c in row) + r" \\"
+        return " & ".join(tex_escape(c) for c in row) + r" \\"
     body = "\n".join(cells(r) for r in rows)
     return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{l" + "r" * (len(header) - 1) + "}\n\\toprule\n"
             f"{cells(header)}\n\\midrule\n{body}\n\\bottomrule\n\\end{{tabular}}\n"
-            f"\\caption{{{caption.replace('±', PM)}}}\n\\end{{table}}\n")
+            f"\\caption{{{tex_escape(caption)}}}\n\\end{{table}}\n")
 
 
 def record_links(records, out_dir) -> str:
@@ -172,8 +189,7 @@ def latex_table(exp_name, exp, s) -> str:
             for model, m in s["models"].items()]
     cap = f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, mean ± std over seeds."
     if "gap" in s:
-        verdict_tex = s["gap"]["verdict"].replace("%", r"\%")
-        cap += f" Gap {s['gap']['gap_pct']:+.1f}\\,\\%: {verdict_tex}."
+        cap += f" Gap {s['gap']['gap_pct']:+.1f}\u2009%: {s['gap']['verdict']}."
     return latex(["Model", "Params", "Val PPL (ours)", "Paper", "Test PPL"], rows, cap)
 
 

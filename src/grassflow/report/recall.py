@@ -139,7 +139,7 @@ def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
     md = markdown_table(rows, len(r["lrs"]), out)
     tex = latex(["Cell", "d", "Model", "Reach", "lr", "Test acc"],
                 [[x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", _fmt(*x["test"])] for x in rows],
-                "MQAR test accuracy (\\%), best learning rate by validation accuracy, mean ± std over seeds.")
+                "MQAR test accuracy (%), best learning rate by validation accuracy, mean ± std over seeds.")
     write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=preset_name), tex)
     figure_vs_dmodel(rows, preset_name, out / "recall_vs_dmodel.png")
     figure_by_distance(chosen, preset_name, out / "recall_by_distance.png")

@@ -105,7 +105,7 @@ def latex_table(exp_name, exp, s) -> str:
     rows = [[model, f"{m['n_params']:,}", _fmt(*m["stats"]["val_acc"], digits=2), _paper(m["paper"], "validation"),
              _fmt(*m["stats"]["test_acc"], digits=2), _paper(m["paper"], "test")] for model, m in s["models"].items()]
     return latex(["Head", "Params", "Val (ours)", "Val (paper)", "Test (ours)", "Test (paper)"], rows,
-                 f"SNLI {exp_name} ({exp['features']}): accuracy (\\%), mean ± std over seeds.")
+                 f"SNLI {exp_name} ({exp['features']}): accuracy (%), mean ± std over seeds.")
 
 
 def aggregate_snli(preset: dict, preset_name: str, runs, out_dir) -> None:
