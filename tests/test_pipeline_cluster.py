@@ -109,7 +109,7 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 
 @pytest.mark.slurm
-def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
+def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     """The demo through profiles/slurm: every job on its partition; each run's training and
     evaluation in one allocation whose time limit is the sum of their estimates; a group job
     cancelled mid-training (preemption) and one killed at its time limit are both retried with
@@ -231,7 +231,7 @@ def test_demo_through_slurm_profile(demo, slurm_cluster, tmp_path):
 
 
 @pytest.mark.slurm
-def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(demo, slurm_cluster, tmp_path):
+def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, demo, tmp_path):
     """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's four runs: two SLURM
     jobs, each one allocation with one GPU (gres, not two) running two runs' training and
     evaluation, whose time limit is the sum over the train and evaluate layers of the pair's

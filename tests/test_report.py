@@ -108,3 +108,39 @@ def test_receptive_field():
     assert receptive_field(p, {}) == 6 * 16
     assert receptive_field(p, {"lag_schedule": "per_layer"}) == 1 + 2 + 4 + 8 + 12 + 16
     assert receptive_field(p, None) == 6 * 16  # a variant with no switches: the base
+
+
+def _runs_frame(statuses: dict) -> "pd.DataFrame":
+    """A table's run rows: {run_id: status}, validation PPL 200 + 10·seed (Grassmann +20)."""
+    import pandas as pd
+
+    rows = []
+    for run_id, status in statuses.items():
+        _, model, seed = run_id.split("-")
+        ok = status == "completed"
+        val = 200.0 + 10 * int(seed[1:]) + (20 if model == "grassmann" else 0) if ok else float("nan")
+        rows.append({"run_id": run_id, "model": model, "seed": int(seed[1:]), "status": status, "val_ppl": val,
+                     "test_ppl": val, "test_strided_ppl": val, "test_word_ppl": val, "learned": ok,
+                     "n_params": 10, "record": f"runs/{run_id}/run.json"})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("dropped", [None, "table1-grassmann-s2"])
+def test_a_diverged_seed_is_named_where_the_verdict_is(dropped):
+    """The verdict line counts the seeds the gap rests on and names each run left out, with why; a
+    verdict on fewer seeds than the preset asked for says so in the verdict itself."""
+    from grassflow.report.aggregate import judge, markdown_table, summarise
+
+    statuses = {f"table1-{m}-s{s}": "completed" for m in ("transformer", "grassmann") for s in range(3)}
+    if dropped:
+        statuses[dropped] = "diverged"
+    s = summarise(_runs_frame(statuses), {}, 3)
+    judge(s, [], 15.0)
+    line = markdown_table("table1", TABLE1, s, ".").splitlines()[-1]
+    if dropped:
+        basis = "3 of 3 transformer seeds, 2 of 3 grassmann seeds; left out: table1-grassmann-s2 (diverged)"
+        assert f"over {basis}." in line
+        assert s["gap"]["verdict"].endswith(f" — on fewer seeds than asked ({basis})")
+    else:
+        assert "over 3 of 3 transformer seeds, 3 of 3 grassmann seeds." in line
+        assert "fewer seeds" not in s["gap"]["verdict"]

@@ -82,15 +82,31 @@ def by_model(df: pd.DataFrame, key: str) -> dict:
             if not (sub := df[df.model == m]).empty}
 
 
-def summarise(df: pd.DataFrame, paper: dict) -> dict:
-    """Per-model statistics and the gap for one experiment; `paper`: the paper's PPL per model."""
-    out = {"models": {}}
+def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
+    """The runs a model's statistics leave out, each with why (diverged, or how else it ended)."""
+    kept = set(good.run_id)
+    return [f"{r.run_id} ({r.status if r.status != 'completed' else 'no validation PPL'})"
+            for r in sub.sort_values("run_id").itertuples() if r.run_id not in kept]
+
+
+def seed_basis(models: dict, asked: int) -> str:
+    """What a gap rests on: each model's runs of the seeds the preset asked for, and the runs left out."""
+    dropped = [r for m in models.values() for r in m["left_out"]]
+    return (", ".join(f"{m['n_ok']} of {asked} {model} seeds" for model, m in models.items())
+            + (f"; left out: {', '.join(dropped)}" if dropped else ""))
+
+
+def summarise(df: pd.DataFrame, paper: dict, asked: int) -> dict:
+    """Per-model statistics and the gap for one experiment; `paper`: the paper's PPL per model;
+    `asked`: the seeds per model the preset asked for."""
+    out = {"models": {}, "asked": asked}
     for model, (sub, good) in by_model(df, "val_ppl").items():
         stats = {k: mean_std(good[k]) for k in ("val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl")}
         out["models"][model] = {"n": len(sub), "n_ok": len(good), "stats": stats,
                                 "n_learned": int(good.learned.sum()),
                                 "not_learned": sorted(good[~good.learned].run_id),
                                 "diverged": sorted(sub[sub.status == "diverged"].run_id),
+                                "left_out": left_out(sub, good),
                                 "paper": paper.get(model), "n_params": int(sub.n_params.iloc[0]),
                                 "records": list(sub.record), "val_values": list(good.val_ppl)}
     m = out["models"]
@@ -117,6 +133,8 @@ def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> No
             s["gap"]["verdict"] = "not comparable: " + "; ".join(why)
         elif scope:
             s["gap"]["verdict"] += f" — {scope}"
+        if any(m["n_ok"] < s["asked"] for m in s["models"].values()):  # never a silently dropped seed
+            g["verdict"] += f" — on fewer seeds than asked ({seed_basis(s['models'], s['asked'])})"
 
 
 def baseline_line(unigram: dict) -> str:
@@ -142,8 +160,8 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
         g = s["gap"]
         ci = "" if math.isnan(g["ci_low"]) else f" (95 % CI {g['ci_low']:+.1f} … {g['ci_high']:+.1f} %)"
         paper_gap = f"; paper: {s['paper_gap_pct']:+.1f} %" if "paper_gap_pct" in s else ""
-        lines.append(f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} %**{ci}{paper_gap}. "
-                     f"Paper's claim \"within 10–15 %\": **{g['verdict']}**.")
+        lines.append(f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} %**{ci}{paper_gap}, "
+                     f"over {seed_basis(s['models'], s['asked'])}. Paper's claim \"within 10–15 %\": **{g['verdict']}**.")
     else:
         lines.append("Gap not computed: a model has no completed run.")
     return "\n".join(lines) + "\n"
@@ -217,7 +235,7 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
     head = provenance_line(preset_name, preset, checksums, setup)
     sub = df.sort_values(["model", "seed"])
     paper = paper_ppl(published, experiment)
-    s = summarise(sub, paper)
+    s = summarise(sub, paper, len(preset["seeds"]))
     judge(s, not_comparable(preset, experiment, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
           verdict_scope(checksums, setup))
     md = markdown_table(experiment, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
