@@ -172,8 +172,9 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
         assert planned(demo) == Counter()
     with edited(demo / "src/grassflow/cli.py", UNUSED_FUNCTION):
         assert planned(demo) == Counter()
-    with edited(demo / "src/grassflow/config.py"):  # planning code: what it decides reaches jobs through their specs
-        assert planned(demo) == Counter()
+    # planning code: what it decides reaches jobs through their specs; the estimates report runs it
+    with edited(demo / "src/grassflow/config.py"):
+        assert set(planned(demo)) <= {("estimates", None)}
 
 
 def test_editing_one_task_plans_none_of_anothers_runs(demo):
@@ -187,8 +188,8 @@ def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
 
     toy = demo / "src/grassflow/toy"
     shutil.copytree(ROOT / "tests/data/toy_task", toy, ignore=shutil.ignore_patterns("__pycache__"))
-    try:
-        assert planned(demo) == Counter()
+    try:  # the estimates report reads every task's declaration: it reruns (seconds), no task's job does
+        assert set(planned(demo)) <= {("estimates", None)}
     finally:
         shutil.rmtree(toy)
 

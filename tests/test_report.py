@@ -4,6 +4,7 @@ label, weights hashes, and the ablation grid's arithmetic."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -110,10 +111,8 @@ def test_receptive_field():
     assert receptive_field(p, None) == 6 * 16  # a variant with no switches: the base
 
 
-def _runs_frame(statuses: dict) -> "pd.DataFrame":
+def _runs_frame(statuses: dict) -> pd.DataFrame:
     """A table's run rows: {run_id: status}, validation PPL 200 + 10·seed (Grassmann +20)."""
-    import pandas as pd
-
     rows = []
     for run_id, status in statuses.items():
         _, model, seed = run_id.split("-")

@@ -25,13 +25,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import re
 import sys
 from functools import cache
 from pathlib import Path
 
 from grassflow.tasks import COMMANDS as TASK_COMMANDS
-from grassflow.tasks import declarations
+from grassflow.tasks import PLANNING_HOOKS, declarations
 
 PKG = Path(__file__).resolve().parent
 KERNELS_CANDIDATES = (PKG / "_kernels", PKG.parents[1] / "kernels")
@@ -113,12 +112,13 @@ def _reads_declarations(path: Path, mod: str) -> bool:
 
 
 def _entry_modules(pkg: str) -> set[str]:
-    """The modules a task's declaration names as "module:function" (its entry points): what a
-    module that reads the declarations may call (the estimates report: each task's run grid and
-    estimate)."""
-    tree = _tree(module_path(f"grassflow.{pkg}.task"))
-    refs = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    return {r.split(":")[0] for r in refs if re.fullmatch(r"grassflow(\.\w+)+:\w+", r) and module_path(r.split(":")[0])}
+    """The modules of a task's planning hooks (its declaration's PLANNING_HOOKS: run grid, cells,
+    checks, estimate), which a module that reads the declarations calls in its own process (the
+    estimates report); the other entry points are commands, each fingerprinted as its own job."""
+    calls = [n for n in ast.walk(_tree(module_path(f"grassflow.{pkg}.task"))) if isinstance(n, ast.Call)]
+    refs = {k.value.value for c in calls for k in c.keywords
+            if k.arg in PLANNING_HOOKS and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+    return {r.split(":")[0] for r in refs if module_path(r.split(":")[0])}
 
 
 def _with_parents(name: str) -> list[str]:

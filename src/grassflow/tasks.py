@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STAGES = ("train", "evaluate")  # the jobs of one run, in order
+# entry points called in the process that reads the declarations (the Snakefile, `grassflow plan`, the
+# estimates report); the others are commands, each a job of its own
+PLANNING_HOOKS = ("runs", "estimate", "check", "cells", "tokenize_section")
 BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
 
