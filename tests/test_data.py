@@ -5,7 +5,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +54,9 @@ def test_hub_offline_fails_at_once_with_the_fix(tmp_path):
     code = ("from grassflow.lm.data import download\n"
             "download({'source': 'hub', 'dataset': 'Salesforce/wikitext', 'name': 'wikitext-2-raw-v1',"
             " 'revision': None}, 'test', 'x.parquet')")
-    t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
-    assert res.returncode != 0 and time.perf_counter() - t0 < 60
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)  # a hang guard, not a bound
+    assert res.returncode != 0
     assert "HF_HUB_OFFLINE" in res.stderr and "data.source: local" in res.stderr
 
 

@@ -46,15 +46,19 @@ def took(p) -> dict:
     return json.loads(p.stdout.readline())  # blocks until the holder has its slot
 
 
+def waits(p) -> bool:
+    """Whether the job's first word is that it waits for a slot (blocks until it says anything:
+    it found none free in a full pass, rather than not having looked yet)."""
+    return p.stdout.readline().startswith("[grassflow] waiting for a GPU slot")
+
+
 def test_k_runs_per_gpu_each_on_its_own_slot_and_a_fifth_waits(pool):
     holders = [pool() for _ in range(4)]
     slots = [took(p) for p in holders]
     assert sorted((s["gpu"], s["slot"]) for s in slots) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(s["device"] == "cpu" and s["source"] == "override" and s["runs_per_gpu"] == 2 for s in slots)
     fifth = pool()
-    os.set_blocking(fifth.stdout.fileno(), False)
-    assert fifth.stdout.readline() == "" and fifth.poll() is None  # waiting: every slot taken
-    os.set_blocking(fifth.stdout.fileno(), True)
+    assert waits(fifth)  # every slot taken
     holders[2].stdin.close()  # one run ends normally
     holders[2].wait()
     got = took(fifth)
@@ -74,18 +78,14 @@ def test_a_job_that_times_the_device_takes_its_gpu_alone(pool):
     runs = [pool() for _ in range(3)]  # GPU 0 full, one run on GPU 1
     taken = [took(p) for p in runs]
     bench = pool("exclusive")
-    os.set_blocking(bench.stdout.fileno(), False)
-    assert bench.stdout.readline() == ""  # neither GPU is free of runs
-    os.set_blocking(bench.stdout.fileno(), True)
+    assert waits(bench)  # neither GPU is free of runs (a claim of one slot would take GPU 1's free one)
     on_1 = next(p for p, s in zip(runs, taken) if s["gpu"] == 1)
     on_1.stdin.close()
     on_1.wait()
     got = took(bench)
     assert got["gpu"] == 1 and got["slot"] == "all"
     late = pool()  # a run arriving now may not join the benchmark's GPU
-    os.set_blocking(late.stdout.fileno(), False)
-    assert late.stdout.readline() == ""
-    os.set_blocking(late.stdout.fileno(), True)
+    assert waits(late)
     bench.stdin.close()
     bench.wait()
     assert took(late)["gpu"] == 1

@@ -144,9 +144,9 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                     continue
                 seen.setdefault(jid, {}).update(fields)
                 run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
-                if run and not cancelled:
-                    subprocess.run(["scancel", jid], check=True)  # preempted mid-training, after a checkpoint
-                    cancelled[jid] = run
+                if run and not cancelled:  # preempted mid-training, after a checkpoint (unless it just ended)
+                    if subprocess.run(["scancel", jid]).returncode == 0:
+                        cancelled[jid] = run
                 elif run and not timed and run not in cancelled.values():
                     # hold the training process so that it is still running when SLURM's limit
                     # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
@@ -155,9 +155,12 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                     if pids:
                         for pid in pids:
                             os.kill(int(pid), signal.SIGSTOP)
-                        timed[jid] = run
-                        limit_before[jid] = fields["TimeLimit"]
-                        subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"], check=True)
+                        if subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"]).returncode == 0:
+                            timed[jid] = run
+                            limit_before[jid] = fields["TimeLimit"]
+                        else:  # the allocation ended first: let the process go, and try another
+                            for pid in pids:
+                                os.kill(int(pid), signal.SIGCONT)
             time.sleep(0.5)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -273,8 +276,8 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
                 pair = sorted(r for rule, r in _jobs_of_allocation(work, jid) if rule == "train")
                 if len(pair) == 2 and all((runs_dir / r / "last.pt").exists() for r in pair) and any(
                         training(r) for r in pair):
-                    subprocess.run(["scancel", jid], check=True)  # preempted mid-training, both runs checkpointed
-                    cancelled[jid] = pair
+                    if subprocess.run(["scancel", jid]).returncode == 0:  # preempted mid-training, both checkpointed
+                        cancelled[jid] = pair
             time.sleep(0.3)
 
     watcher = threading.Thread(target=watch, daemon=True)

@@ -121,4 +121,3 @@ def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
         assert len(at_once) <= 4
         assert len({(h[0], h[1]) for h in at_once}) == len(at_once), at_once  # a slot each
         assert not (g == bench["gpu"] and a < bench["finished_at"] and bench["acquired_at"] < b)
-    assert max(sum(h[2] <= a < h[3] for h in held) for _, _, a, _ in held) >= 2  # runs did share the pool

@@ -23,6 +23,7 @@ and when it took it.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import stat
 import tempfile
@@ -99,7 +100,7 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
     # what may be taken together: one slot at a time, or all K of a GPU at once
     choices = [(g, "all", range(k)) if exclusive else (g, s, [s]) for g in pool
                for s in ([None] if exclusive else range(k))]
-    while True:
+    for tries in itertools.count():
         for g, slot, members in choices:
             fds = []
             for s in members:
@@ -111,6 +112,9 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
                 return _hold(g, slot, k, fds)
             for fd in fds:  # part of an exclusive set: give it back
                 os.close(fd)
+        if not tries:  # once, in the job's log: why it has not started
+            print(f"[grassflow] waiting for a GPU slot: {'no GPU is free of runs' if exclusive else 'all taken'} "
+                  f"({len(pool)} GPU(s), {k} slot(s) each)", flush=True)
         time.sleep(poll_s)
 
 
