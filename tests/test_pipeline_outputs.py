@@ -31,6 +31,10 @@ def test_demo_produces_tables_figures_and_provenance(demo):
         df = pd.read_csv(rep / f"{exp}.csv")
         assert set(df.model) == {"transformer", "grassmann"} and set(df.seed) == {0, 1}
         assert (df.status == "completed").all() and (df.val_ppl > 1).all()
+        # both models learned beyond token frequencies: well below the unigram baseline of their data
+        # (measured: ~0.4x; a model that learned nothing sits far above it)
+        baseline = json.loads((demo / "results/demo/data/tokens/trained/unigram.json").read_text())
+        assert (df.val_ppl < 0.7 * baseline["validation"]["unigram_ppl"]).all() and df.learned.all(), df.val_ppl
         assert set(df.preset) == {"demo"} and set(df.data_source) == {"synthetic"}
         for rec_path in df.record:  # every row traces to its record
             rec = json.loads((demo / rec_path).read_text())
@@ -189,7 +193,7 @@ LEARNED_MARGIN = 0.9
 def test_laptop_preset_learns_real_text(tmp_path):
     """The laptop preset, trimmed to a few minutes (one seed, fewer steps, the base variant of
     its ablation grid), on real Wikitext-2 prose cut by article, with the paper's tokenizer:
-    every run ends completed or diverged, each completed model is well below the unigram
+    every run completes (none diverges), each model is well below the unigram
     baseline of the same validation tokens, and the tables carry the data's hashes and say
     what the data is and why it is not comparable with the paper."""
 
@@ -211,8 +215,8 @@ def test_laptop_preset_learns_real_text(tmp_path):
     baseline = unigram["validation"]["unigram_ppl"]
     runs = {p.parent.name: json.loads(p.read_text()) for p in (work / "results/laptop/runs").glob("*/run.json")}
     assert sorted(runs) == ["table1-grassmann-s0", "table1-transformer-s0"]
-    for rec in runs.values():
-        assert rec["status"]["state"] in ("completed", "diverged"), rec["run_id"]
+    for rec in runs.values():  # a diverged run fails this test: the preset must learn on real text
+        assert rec["status"]["state"] == "completed", rec["run_id"]
         assert rec["data"]["train"]["tokenizer"] == "bert-base-uncased" and rec["threads"] == 1
     for df in (pd.read_csv(rep / "table1.csv"), pd.read_csv(rep / "ablations.csv")):
         done = df[df.status == "completed"]
@@ -247,6 +251,7 @@ def test_full_v1_splits_through_the_dag(tmp_path):
     v1["tokenizer"] = {"path": str(BERT_VOCAB)}
     v1["experiments"] = {"table1": {"epochs": 2}}
     v1["train"] = {"max_steps_per_epoch": 100}
+    v1["seeds"] = [0]
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     res = snakemake(work, preset="laptop_v1", check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -259,7 +264,7 @@ def test_full_v1_splits_through_the_dag(tmp_path):
     unigram = json.loads((toks / "unigram.json").read_text())["validation"]["unigram_ppl"]
     df = pd.read_csv(work / "results/laptop_v1/report/table1.csv")
     done = df[df.status == "completed"]
-    assert set(done.model) == {"transformer", "grassmann"}
+    assert len(done) == len(df) == 2 and set(done.model) == {"transformer", "grassmann"}  # none diverged
     assert (done.val_ppl < LEARNED_MARGIN * unigram).all(), (unigram, done[["run_id", "val_ppl"]])
     print(f"v1: unigram val PPL {unigram:.1f}; " + ", ".join(
         f"{r.run_id}: {r.val_ppl:.1f} ({r.val_ppl / unigram:.2f}x)" for r in done.itertuples()))

@@ -252,3 +252,18 @@ def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
                       for block in out.split("\n\n") if "rule " in block)
 
     assert job_stats(replan) == job_stats(plan) and jobs(replan) == jobs(plan)
+
+
+@pytest.mark.skipif(not (ROOT.parent / "shared/data/wikitext-2-v1").is_dir(), reason="needs ../shared/data (Wikitext-2 v1)")
+def test_the_laptop_seeds_presets_plan_their_runs_and_nothing_else(tmp_path):
+    """laptop_v1 and laptop_v1_paper_settings offline (the v1 overlay): three seeds of both models,
+    their table, nothing of SNLI, recall or the ablations."""
+    work = copy_repo(tmp_path)
+    overlay = str(ROOT / "workflow/overlays/wikitext2-v1-local.yaml")
+    for preset in ("laptop_v1", "laptop_v1_paper_settings"):
+        out = snakemake(work, "-n", "--configfile", overlay, preset=preset).stdout
+        jobs = job_stats(out)
+        assert jobs["train"] == jobs["evaluate"] == 6 and jobs["aggregate"] == 1, (preset, jobs)
+        assert set(re.findall(r"runs/(table1-\w+-s\d)/run.json", out)) == {
+            f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)}
+        assert not {r for r in jobs if r.startswith(("snli", "recall", "ablation"))}, jobs

@@ -89,8 +89,13 @@ def test_v1_presets_are_paper_and_laptop_on_v1():
     for key in ("experiments", "ablations", "model", "train", "snli", "recall", "seeds", "models"):
         assert v1[key] == paper[key], key
     assert map_unk(v1) and not map_unk(paper)
-    assert lap_v1["model"] == lap["model"] and lap_v1["seeds"] == [0] and "ablations" not in lap_v1
+    assert lap_v1["model"] == lap["model"] and lap_v1["seeds"] == [0, 1, 2] and "ablations" not in lap_v1
     assert lap_v1["experiments"]["table1"]["epochs"] == 1 and lap_v1["train"]["max_steps_per_epoch"] is None
+    # the paper's model settings at laptop_v1's size: it differs from laptop_v1 in those four keys only
+    pap = cfg["presets"]["laptop_v1_paper_settings"]
+    assert {k: v for k, v in pap.items() if k != "description"} == {
+        **{k: v for k, v in lap_v1.items() if k != "description"},
+        "model": {**lap_v1["model"], "norm": "post", "init": "default", "tie_weights": True, "dropout": 0.1}}
     assert not config_errors({**copy.deepcopy(cfg), "preset": "paper_v1"}, SCHEMA)
 
 
