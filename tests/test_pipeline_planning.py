@@ -199,8 +199,10 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
     rows = plan_rows(res.stdout)
     assert "| measured hours |" in res.stdout
     wall = measured_seconds(demo, "demo")
-    for rule in ("train", "evaluate", "snli_train", "recall_train", "bench", "aggregate"):
+    for rule in ("train", "evaluate", "snli_train", "recall_train", "bench", "aggregate", "download", "tokenize",
+                 "snli_download", "snli_tokenize", "snli_train_tokenizer"):  # a task's data stages by their rule's name
         assert float(rows[rule][-1]) == pytest.approx(sum(wall[rule]) / 3600, abs=6e-4), rule
+    assert "snli" not in wall and "snli" not in rows  # never a path read back as a rule
     assert int(rows["train"][1]) == len(wall["train"]) == 10
 
 
