@@ -53,3 +53,50 @@ def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
     major, _minor, ptx_bytes, entries = map(int, res.stdout.split())
     assert major == TORCH_CUDA_MAJOR
     assert ptx_bytes > 0 and entries == 12  # 4 stages × (f32, f64, bf16), all extern "C"
+
+
+@pytest.mark.parametrize("dist", ["cupy-cuda12x", "cupy-cuda13x", "cupy"])
+def test_provenance_names_the_cupy_that_is_installed(dist, tmp_path, monkeypatch):
+    """run.json's packages name CuPy's installed distribution, whichever build it is (a fake
+    installed distribution providing the `cupy` import name)."""
+    import importlib
+    import sys
+
+    info = tmp_path / f"{dist.replace('-', '_')}-14.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 14.0.1\n")
+    (info / "top_level.txt").write_text("cupy\n")
+    (info / "RECORD").write_text("cupy/__init__.py,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    from grassflow.provenance import package_versions
+
+    versions = package_versions()
+    assert versions[dist] == "14.0.1" and sys.version.split()[0] == versions["python"]
+    assert not {"cupy-cuda12x", "cupy-cuda13x", "cupy"} - {dist} & set(versions)
+
+
+CONDA_NAMES = {"pytorch": "torch", "matplotlib-base": "matplotlib", "cupy": "cupy-cuda13x"}  # conda-forge → PyPI
+
+
+def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
+    """envs/*.yaml solve under strict channel priority (conda-forge alone: the pytorch channel
+    stopped at torch 2.5) and hold pyproject.toml's floors, package by package (one source)."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for req in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]:
+        m = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([\w.]+)", req)
+        if m:
+            floors[m.group(1).lower()] = m.group(2)
+    for env in sorted((root / "envs").glob("*.yaml")):
+        spec = yaml.safe_load(env.read_text())
+        assert spec["channels"] == ["conda-forge"], env.name
+        for dep in spec["dependencies"]:
+            m = re.match(r"([A-Za-z0-9_.-]+)(?:\[version='>=([\w.]+)'.*\]|>=([\w.]+))?", dep)
+            name, floor = m.group(1), m.group(2) or m.group(3)
+            pypi = CONDA_NAMES.get(name, name)
+            if pypi in floors:
+                assert floor == floors[pypi], f"{env.name}: {dep} (pyproject.toml: {pypi}>={floors[pypi]})"

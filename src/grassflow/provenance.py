@@ -8,8 +8,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "numpy", "tokenizers", "transformers", "datasets", "pyarrow", "pandas",
-            "snakemake", "cupy-cuda12x")
+PACKAGES = ("torch", "numpy", "tokenizers", "transformers", "datasets", "pyarrow", "pandas", "snakemake")
+# import names whose distribution depends on the build installed (CuPy: cupy-cuda12x, cupy-cuda13x, cupy)
+BY_IMPORT = ("cupy",)
 
 
 def git_state(cwd=None) -> dict:
@@ -29,8 +30,10 @@ def git_state(cwd=None) -> dict:
 
 
 def package_versions() -> dict:
+    """The versions of the packages a number depends on, each under its installed distribution's name."""
+    provided = metadata.packages_distributions()
     out = {"python": sys.version.split()[0]}
-    for name in PACKAGES:
+    for name in (*PACKAGES, *(d for m in BY_IMPORT for d in provided.get(m, []))):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
