@@ -96,7 +96,8 @@ PRESET = {"data": {"source": "hub", "dataset": "Salesforce/wikitext", "name": "w
           "tokenizer": {"name": "bert-base-uncased"}, "models": ["transformer", "grassmann"],
           "model": {"d_model": 256, "d_ff": 1024, "n_heads": 4, "r": 32, "lags": [1, 2, 4, 8, 12, 16]},
           "train": {"lr": 3.0e-4, "max_steps_per_epoch": None},
-          "experiments": {"table1": {"n_layers": 6, "context_len": 128, "batch_size": 32, "epochs": 30}}}
+          "experiments": {"table1": {"n_layers": 6, "context_len": 128, "batch_size": 32, "epochs": 30}},
+          "seeds": [0, 1, 2]}
 UNIGRAM = {"validation": {"unigram_ppl": 800.0}, "test": {"unigram_ppl": 820.0}}
 
 
@@ -133,7 +134,8 @@ def _table(root, grassmann: list[float], transformer: list[float], test_hash=Non
     ([260.0, 261.0, 259.0], [250.0, 250.5, 249.5], "supported (gap ≤ 15 % at 95 %)"),
     ([330.0, 331.0, 329.0], [250.0, 250.5, 249.5], "refuted (gap > 15 % at 95 %)"),
     ([230.0, 231.0, 229.0], [250.0, 250.5, 249.5], "exceeded (Grassmann better at 95 %)"),
-    ([260.0], [250.0], "not comparable: fewer than 2 seeds per model that learned"),
+    ([260.0], [250.0], "not comparable: fewer than 2 seeds per model that learned — on fewer seeds than asked "
+                       "(1 of 3 transformer seeds, 1 of 3 grassmann seeds)"),
 ], ids=["inconclusive", "supported", "refuted", "exceeded", "one-seed"])
 def test_every_verdict_through_the_aggregate(grassmann, transformer, verdict, tmp_path):
     md = _table(tmp_path, grassmann, transformer)

@@ -149,7 +149,8 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
                      tmp_path / "unigram.json")
     (tmp_path / "checksums.json").write_text(json.dumps({"test": {"content_sha256": "0" * 64}}))
     preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"}, "models": ["transformer", "grassmann"],
-              "model": SPEC["model"], "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}}}
+              "model": SPEC["model"], "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}},
+              "seeds": [0, 1]}
     aggregate(preset, "test", "t", dirs, tmp_path / "report", tmp_path / "unigram.json",
               tmp_path / "checksums.json", PUBLISHED)
     md = (tmp_path / "report" / "t.md").read_text()
@@ -165,6 +166,7 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     assert "Unigram baseline" in md
     # one seed per model, synthetic data, not the paper's scale: no verdict, and why not
     assert "**not comparable: not the paper's data" in md and "fewer than 2 seeds" in md
+    assert "left out: t-grassmann-s1 (diverged)" in md  # the diverged seed named where the verdict is
     import pandas as pd
 
     df = pd.read_csv(tmp_path / "report" / "t.csv")
