@@ -39,7 +39,17 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("seed_override", seeds, indirect=True, ids=[f"seed{s}" for s in seeds])
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (`make test` runs -n 2 --dist loadgroup) a worker takes a whole group: every
+    # test of the demo (built once, and edited in place by the staleness tests: never two at once),
+    # the SLURM tests (one cluster on this machine), and otherwise each file (its module fixtures).
+    for item in items:
+        group = ("demo" if "demo" in getattr(item, "fixturenames", ()) else
+                 "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
+    # the two longest groups first, so that two workers start them at once
+    items.sort(key=lambda i: ("demo" not in getattr(i, "fixturenames", ()), not i.get_closest_marker("slurm")))
     if config.getoption("seeds"):
         keep = [i for i in items if "gen" in getattr(i, "fixturenames", ())]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
@@ -75,6 +85,12 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(margins.summary())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_gpu_slots(tmp_path_factory):
+    """Each pytest process its own GPU-slot directory: two xdist workers never share a stand-in pool."""
+    os.environ.setdefault("GRASSFLOW_SLOTS_DIR", str(tmp_path_factory.getbasetemp() / "slots"))
+
+
 @pytest.fixture(scope="session")
 def tokens(tmp_path_factory):
     """Token files of a tiny synthetic corpus with a trained tokenizer (language modelling)."""
@@ -96,13 +112,28 @@ def demo(tmp_path_factory):
     than slots; the jobs still compute on the CPU (the slots' test reads their records). Every
     test that redoes part of it without the pool (the SIGKILL, crafted-checkpoint and SLURM
     tests) compares its tables with it: packing changes where and when, never what.
-    Tests that edit it restore what they edit."""
+    Tests that edit it restore what they edit. Under pytest-xdist the workers share one demo, built
+    by the first that asks (a lock in the session's shared temporary directory); the tests that
+    edit it are one group, run by one worker (pytest_collection_modifyitems)."""
+    import fcntl
+    import shutil
+
     from pipeline import POOL_ENV, copy_repo, pool_flag, snakemake
 
-    work = copy_repo(tmp_path_factory.mktemp("repo"))
-    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
-    env = {**POOL_ENV, "GRASSFLOW_SLOTS_DIR": str(work / ".slots"), "GRASSFLOW_RECORD_IMPORTS": str(work / "imports")}
-    flag = pool_flag(work, env)
-    assert flag == ["--resources", "gpu=4"], flag
-    snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    work, done = root / "demo", root / "demo.done"
+    with open(root / "demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if done.exists():
+            return work
+        shutil.rmtree(work, ignore_errors=True)  # a build that failed in another worker: anew
+        work.mkdir()
+        copy_repo(work)
+        (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
+        env = {**POOL_ENV, "GRASSFLOW_SLOTS_DIR": str(work / ".slots"), "GRASSFLOW_RECORD_IMPORTS": str(work / "imports")}
+        flag = pool_flag(work, env)
+        assert flag == ["--resources", "gpu=4"], flag
+        snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
+        done.touch()
     return work
