@@ -23,19 +23,21 @@ def load_schema(path) -> dict:
     """The config schema, each `{generated: module:Class}` section built from its dataclass."""
     import yaml
 
+    from grassflow.tasks import TASKS
+
     schema = yaml.safe_load(Path(path).read_text())
+    preset = schema["$defs"]["preset"]
+    for t in TASKS.values():  # each task's part: the schema its declaration names, with its own $defs
+        part = t.part_schema()
+        if part is not None:
+            schema["$defs"].update(part.pop("$defs", {}))
+            preset["properties"][t.part_key] = part
+            preset["anyOf"].append({"required": [t.part_key]})
     for name, node in schema["$defs"].items():
         if isinstance(node, dict) and "generated" in node:
             module, cls = node["generated"].split(":")
             schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
                                                      exclude=node.get("exclude", ()))
-    from grassflow.tasks import TASKS
-
-    preset = schema["$defs"]["preset"]
-    for t in TASKS.values():  # a task that brings its part's schema in its declaration (a new one)
-        if t.schema is not None:
-            preset["properties"][t.part_key] = t.schema
-            preset["anyOf"].append({"required": [t.part_key]})
     return schema
 
 

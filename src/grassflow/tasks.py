@@ -19,7 +19,7 @@ from pathlib import Path
 STAGES = ("train", "evaluate")  # the jobs of one run, in order
 # entry points called in the process that reads the declarations (the Snakefile, `grassflow plan`, the
 # estimates report); the others are commands, each a job of its own
-PLANNING_HOOKS = ("runs", "estimate", "check", "cells", "tokenize_section")
+PLANNING_HOOKS = ("runs", "estimate", "check", "cells", "tokenize_section", "run_dirs")
 BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
 
@@ -47,9 +47,12 @@ class Task:
     tokenize: str | None = None  # (tokenize section, raw split, out path, tokenizer file) → the token file's facts
     tokenize_section: str | None = None  # (preset) → the section `tokenize` gets (a spec file)
     check: str | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
-    schema: dict | None = None  # the JSON schema of its part, where the config schema has none
+    # the JSON schema of its part: a dict, or a YAML file beside the declaration (snli/schema.yaml); its
+    # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
+    schema: dict | str | None = None
     model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
     dirs: tuple[str, ...] = ()  # directories its jobs also get (`--<dir>-dir`; SNLI: its backbone)
+    run_dirs: str | None = None  # (its part, a run's spec) → {dir: path under its results dir}, those the run needs
     title: str = ""  # its category in Snakemake's report
 
     @property
@@ -103,6 +106,16 @@ class Task:
             return None
         d = self.results(res) / "data" / cell if self.cells else self.token_dir(self.results(res), preset)
         return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
+
+    def part_schema(self) -> dict | None:
+        """The JSON schema of its part (a fresh copy), or None (the LM's is the config schema's)."""
+        import copy
+
+        import yaml
+
+        if isinstance(self.schema, str):
+            return yaml.safe_load((Path(__file__).resolve().parent / self.name / self.schema).read_text())
+        return copy.deepcopy(self.schema)
 
     def specs(self, name: str, preset: dict) -> dict:
         return entry(self.runs)(name, preset) if self.part(preset) else {}

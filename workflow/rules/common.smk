@@ -37,11 +37,6 @@ REPORT = f"{RES}/report"
 # fingerprints below hash exactly the code that runs.
 GF = "python -m grassflow"
 
-# The SNLI part (paper Table 3), when the preset has one: its own data, runs and tables.
-SNLI = P.get("snli")
-SNLI_RUNS = TASK_RUNS["snli"]
-SNLI_RES = f"{RES}/snli"
-
 # Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
 # (Snakemake evaluates resources again when a job's inputs are ready). Longer on every retry.
@@ -68,13 +63,10 @@ def estimated(rule):
 EXEC = {t.name: exec_resources(t.part(P)["train"]) if t.part(P) else {} for t in TASKS.values()}
 
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
-# node, the only one with internet): tokenizers named but not given a local `path`, and a
-# pretrained SNLI backbone without one.
+# node, the only one with internet): tokenizers named but not given a local `path` (and a task's
+# directories: SNLI's pretrained backbone, fetch.smk).
 FETCH_TOKENIZERS = {tok["name"]: tok for tok in (t.part(P)["tokenizer"] for t in ACTIVE if t.tokenize)
                     if tok["name"] != "trained" and not tok.get("path")}
-_BACKBONE = (SNLI or {}).get("backbone") or {}
-SNLI_BACKBONE_DIR = (f"{SNLI_RES}/backbone/{_BACKBONE['name']}"
-                     if _BACKBONE and not _BACKBONE.get("random") and not _BACKBONE.get("path") else None)
 
 wildcard_constraints:
     **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
@@ -196,16 +188,8 @@ def figure_outputs():
             + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS] + [f"{REPORT}/scaling.png"])
 
 
-def snli_backbone_input(wc):
-    """The fetched backbone directory, for runs on frozen features of a hub backbone."""
-    uses = SNLI_RUNS[wc.snli_run]["features"]["kind"] == "backbone"
-    return [SNLI_BACKBONE_DIR] if uses and SNLI_BACKBONE_DIR else []
-
-
 # --- every task's files (grassflow.tasks) -------------------------------------------------------
 TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the preset keys of the tasks other than the LM
-# {task: (name, input)}, a directory its runs' jobs also get: SNLI's backbone (fetch.smk fetches it)
-RUN_DIRS = {"snli": ("backbone", snli_backbone_input)} if SNLI else {}
 
 
 def task_run_outputs(task, name):
@@ -216,6 +200,18 @@ def task_run_outputs(task, name):
 def task_outputs(task):
     """The tables and figures a task's aggregate writes (the LM's: table_outputs, figure_outputs, ...)."""
     return [f"{REPORT}/{f}" for f in task.outputs(task.part(P))] if task.outputs and task.part(P) else []
+
+
+def task_dirs(task):
+    """{name: the run's directories of that name, a function of the wildcards}: what the task's
+    `run_dirs` declares a run's jobs get beyond their token files (SNLI's fetched backbone, fetch.smk)."""
+    def named(name):  # an input function takes the wildcards alone
+        def of(wc):
+            dirs = entry(task.run_dirs)(task.part(P), TASK_RUNS[task.name][getattr(wc, task.wildcard)])
+            return [str(task.results(RES) / dirs[name])] if name in dirs else []
+        return of
+
+    return {name: named(name) for name in task.dirs} if task.run_dirs else {}
 
 
 def task_tokens(task):

@@ -22,16 +22,16 @@ if FETCH_TOKENIZERS:
             "{params.gf} fetch-tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
 
 
-if SNLI:
+if TASKS["snli"].part(P):
 
     localrules:
         snli_fetch_backbone,
 
     rule snli_fetch_backbone:
         input:
-            backbone=spec("snli/backbone", SNLI.get("backbone")),
+            backbone=spec("snli/backbone", TASKS["snli"].part(P).get("backbone")),
         output:
-            directory(f"{SNLI_RES}/backbone/{{name}}"),
+            directory(f"{TASKS['snli'].results(RES)}/backbone/{{name}}"),
         params:
             gf=GF,
             code=code_of("snli-fetch-backbone"),

@@ -5,16 +5,16 @@
 # reruns Grassmann runs only. Rules: train, evaluate (LM), snli_train, ..., recall_evaluate.
 
 
-def _run_rules(task, data, extra=None):
+def _run_rules(task, data):
     """The train and evaluate rules of `task`: `data(split)` is a run's token file of a split (a
-    path, or a function of the wildcards); `extra` (name, an input as a function of the
-    wildcards) passed to both jobs as `--<name>-dir`."""
+    path, or a function of the wildcards); the directories its runs need (task_dirs) are inputs
+    of both jobs, passed as `--<name>-dir`."""
     run_dir = f"{task.results(RES)}/runs/{{{task.wildcard}}}"
     logs = f"{RES}/logs/{task.subdir}"
     runs_of = TASK_RUNS[task.name]
     kind = lambda wc: runs_of[getattr(wc, task.wildcard)]["model_kind"]  # noqa: E731
-    extra_input = {extra[0]: extra[1]} if extra else {}
-    extra_arg = (lambda wc: " ".join(f"--{extra[0]}-dir {d}" for d in extra[1](wc))) if extra else ""
+    extra_input = task_dirs(task)
+    extra_arg = lambda wc: " ".join(f"--{n}-dir {d}" for n, of in extra_input.items() for d in of(wc))  # noqa: E731
 
     rule:
         name:
@@ -87,6 +87,6 @@ def _run_rules(task, data, extra=None):
             "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
-# Every task's runs, reading its token files (task_tokens), with the more inputs its rules name (RUN_DIRS).
+# Every task's runs, reading its token files (task_tokens) and the directories it declares (task_dirs).
 for _task in ACTIVE:
-    _run_rules(_task, task_tokens(_task), RUN_DIRS.get(_task.name))
+    _run_rules(_task, task_tokens(_task))

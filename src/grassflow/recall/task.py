@@ -16,5 +16,6 @@ TASK = Task(
     check="grassflow.recall.grid:check_recall",
     data="grassflow.recall.data:make_cell",
     cells="grassflow.recall.grid:recall_cells",
+    schema="schema.yaml",
     title="Recall",
 )

@@ -114,3 +114,11 @@ def snli_sizes(part: dict, files: dict | None) -> tuple[dict, str]:
 def estimate(stage, spec, preset, settings, files):
     pairs, source = snli_sizes(preset["snli"], files)
     return snli_train(spec, pairs, settings, evaluate=stage == "evaluate"), source
+
+
+def run_dirs(part: dict, spec: dict) -> dict[str, str]:
+    """The directories a run's jobs get: the backbone fetched from the hub (workflow/rules/fetch.smk),
+    for a run on its frozen features; none for a backbone given by `path`, or a random one."""
+    b = part.get("backbone") or {}
+    fetched = b and not b.get("random") and not b.get("path")
+    return {"backbone": f"backbone/{b['name']}"} if fetched and spec["features"]["kind"] == "backbone" else {}

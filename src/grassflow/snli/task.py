@@ -27,5 +27,7 @@ TASK = Task(
     tokenize_section="grassflow.snli.grid:snli_tokenizer_spec",
     model_key="head",
     dirs=("backbone",),
+    run_dirs="grassflow.snli.grid:run_dirs",
+    schema="schema.yaml",
     title="SNLI",
 )
