@@ -175,6 +175,19 @@ COMMANDS = [
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", "grassflow.plan:estimates_report",
      [_required("preset", "estimate", type=json_arg), _required("preset-name", "results", "out")]),
+    # a trained model outside the pipeline (docs/using-models.md); no rule runs these
+    ("export", "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
+     "grassflow.export:export_run",
+     [lambda p: [p.add_argument("run_dir", help="results/<preset>/runs/<run>"), p.add_argument("out_dir"),
+                 p.add_argument("--tokenizer", help="its tokenizer.json, where the pipeline's is not beside the run")]]),
+    ("generate", "continue a prompt with a model (an export or a run directory)", "grassflow.decode:generate_text",
+     [lambda p: [p.add_argument("model", help="an export (grassflow export) or a run directory"),
+                 p.add_argument("--prompt", required=True), p.add_argument("--max-new-tokens", type=int, default=50),
+                 p.add_argument("--temperature", type=float, default=1.0, help="0: greedy"),
+                 p.add_argument("--top-k", type=int), p.add_argument("--top-p", type=float),
+                 p.add_argument("--seed", type=int, default=0), p.add_argument("--device", default="cpu"),
+                 p.add_argument("--recompute", action="store_true",
+                                help="no cache: every step reads the whole prefix (for comparison)")]]),
 ]
 
 

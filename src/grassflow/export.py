@@ -1,0 +1,165 @@
+"""`grassflow export RUN_DIR OUT_DIR`: a language-model run as a self-contained model directory.
+
+    model.safetensors, config.json   grassflow.pretrained (load: grassflow.pretrained.load_model)
+    tokenizer.json                   the run's tokenizer (its sha256 checked against the run's data)
+    README.md                        a model card in the Hub's format: YAML front matter, then the
+                                     run's numbers, its row of its table as printed with the paper's
+                                     figure, the table's label and verdict, and the provenance
+
+The export is made from the run's best.pt (read as data only) and its run.json, eval.json and
+table (results/<preset>/report/<experiment>.md/.csv); written to a temporary directory and renamed,
+so an OUT_DIR that exists is complete. Upload: `huggingface_hub.upload_folder` (docs/using-models.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from grassflow.checkpoint import load_data
+from grassflow.errors import CommandError
+from grassflow.pretrained import save_pretrained
+
+LM_DATASET = "Salesforce/wikitext"
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        raise CommandError(f"{path}: missing: not a finished language-model run directory")
+    return json.loads(path.read_text())
+
+
+def results_root(run_dir: Path) -> Path:
+    """results/<preset> of a run directory results/<preset>/runs/<run>."""
+    return run_dir.resolve().parents[1]
+
+
+def find_tokenizer(run_dir: Path, record: dict, given=None) -> Path:
+    """The tokenizer.json the run's tokens were made with: `given`, or where the pipeline keeps it
+    (trained: data/tokenizer/trained/, fetched: tokenizers/<name>/; a tokenizer.path of the preset
+    is not in the run's record: give it); the one whose sha256 is the run's data's."""
+    from tokenizers import Tokenizer
+
+    from grassflow.data.tokenizers import tokenizer_sha256
+
+    want, name = record["data"]["train"]["tokenizer_sha256"], record["data"]["train"]["tokenizer"]
+    root = results_root(run_dir)
+    candidates = [Path(given)] if given else [root / "data/tokenizer/trained/tokenizer.json",
+                                              root / "tokenizers" / name / "tokenizer.json"]
+    for c in candidates:
+        if c.is_file() and tokenizer_sha256(Tokenizer.from_file(str(c))) == want:
+            return c
+    raise CommandError(f"{run_dir}: no tokenizer.json with the run's tokenizer sha256 {want[:12]}… among "
+                       f"{[str(c) for c in candidates]}; give it with --tokenizer")
+
+
+def model_from_run(run_dir: Path):
+    """(model, record) of a finished run: its best weights, as the evaluation loads them."""
+    from grassflow.loop import load_trained
+    from grassflow.models import ModelConfig, build_model
+
+    record = _json(run_dir / "run.json")
+    if record["spec"].get("task", "lm") != "lm":
+        raise CommandError(f"{run_dir}: a {record['spec']['task']} run; only language-model runs are exported")
+    ckpt = load_data(run_dir / "best.pt")
+    if ckpt["model"] is None:
+        raise CommandError(f"{run_dir}: the run has no weights to export (status {record['status']})")
+    model = build_model(record["spec"]["model_kind"], ModelConfig.from_dict(ckpt["model_config"]))
+    load_trained(model, ckpt["model"])
+    return model.eval(), record
+
+
+def table_of(run_dir: Path, record: dict) -> dict:
+    """The run's table as the pipeline printed it: its label line, the model's row with the header,
+    the verdict paragraph; and the run's own csv row. Empty where no table was made."""
+    import csv
+
+    exp, run = record["spec"]["experiment"], record["run_id"]
+    md, csv_file = results_root(run_dir) / "report" / f"{exp}.md", results_root(run_dir) / "report" / f"{exp}.csv"
+    if not md.is_file() or not csv_file.is_file():
+        return {}
+    with open(csv_file, newline="") as f:
+        row = next((r for r in csv.DictReader(f) if r["run_id"] == run), None)
+    lines = md.read_text().splitlines()
+    table = [i for i, line in enumerate(lines) if line.startswith("|")]
+    mine = [lines[i] for i in table if f"[{run}]" in lines[i]]
+    return {"label": next((line for line in lines if line.startswith("### ")), ""),
+            "rows": [lines[table[0]], lines[table[0] + 1], *mine] if table and mine else [],
+            "verdict": next((line for line in lines if line.startswith("Grassmann vs Transformer")), ""),
+            "run_row": row}
+
+
+def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str:
+    kind, spec = record["spec"]["model_kind"], record["spec"]
+    test = (evaluation.get("test") or {})
+    val = (evaluation.get("validation") or {})
+    front = {"license": "mit", "library_name": "grassflow", "pipeline_tag": "text-generation",
+             "tags": ["grassflow", "grassmann-flows" if kind == "grassmann" else "transformer", "causal-lm",
+                      "reproduction", "arxiv:2512.19428"],
+             "datasets": [LM_DATASET],
+             "metrics": ["perplexity"]}
+    import yaml
+
+    out = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
+           f"# {record['run_id']}: {config['architectures'][0]} from grassflow", "",
+           f"A {kind} language model trained by grassflow, the "
+           "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an Attention-Free "
+           "Alternative for Sequence Modeling* (arXiv 2512.19428): preset "
+           f"`{spec['preset']}`, experiment `{spec['experiment']}`, seed {spec['seed']}, "
+           f"{config['n_layers']} layers, d_model {config['d_model']}, context {config['context_len']} tokens, "
+           f"{record['n_params']:,} parameters; status `{record['status']['state']}`, best epoch {record['best_epoch']}.", "",
+           "## Its numbers", "",
+           "| split | perplexity (chunked, the paper's) | strided | word-level |", "|---|---|---|---|"]
+    for name, e in (("validation", val), ("test", test)):
+        if e:
+            out.append(f"| {name} | {e['chunked_ppl']:.2f} | {e['strided_ppl']:.2f} | {e['word_ppl']:.2f} |")
+    out.append("")
+    if table:
+        out += ["## Its table, as the pipeline printed it", "", table["label"], "", *table["rows"], "",
+                table["verdict"] or "(no verdict printed)", ""]
+    else:
+        out += ["No table of this run's preset was found beside it (results/<preset>/report/).", ""]
+    git = record.get("git") or {}
+    out += ["## Provenance", "",
+            (f"- commit `{git['commit']}`" + (" (working tree dirty)" if git.get("dirty") else "")
+             if git.get("commit") else "- commit: not recorded (the run was made outside a git checkout)"),
+            f"- spec sha256 `{record['spec_hash']}`; model settings in `config.json`",
+            "- data: " + "; ".join(f"{s} `{d['file_sha256'][:16]}…` ({d['n_tokens']:,} tokens)"
+                                    for s, d in record["data"].items()),
+            f"- tokenizer `{config['tokenizer']['name']}`, sha256 `{config['tokenizer']['sha256'][:16]}…`",
+            f"- weights sha256 `{config['weights_sha256']}` (as in the run's run.json)",
+            f"- trained on {record['device']} ({record['device_type']}), Plücker backend {record.get('plucker_backend')}",
+            "", "## Use", "", "```python",
+            "from grassflow.pretrained import load_model",
+            "from tokenizers import Tokenizer",
+            "model = load_model(\"path/to/this/directory\")",
+            "tok = Tokenizer.from_file(\"path/to/this/directory/tokenizer.json\")",
+            "```", "",
+            "`grassflow generate path/to/this/directory --prompt \"...\"` samples from it (docs/using-models.md).", ""]
+    return "\n".join(out)
+
+
+def export_run(run_dir, out_dir, tokenizer=None) -> Path:
+    """The export of one finished language-model run (see the module's docstring)."""
+    run_dir, out = Path(run_dir), Path(out_dir)
+    if out.exists():
+        raise CommandError(f"{out}: exists; export into a new directory")
+    model, record = model_from_run(run_dir)
+    evaluation = _json(run_dir / "eval.json")
+    tok = find_tokenizer(run_dir, record, tokenizer)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    config = save_pretrained(model, record["spec"]["model_kind"], tmp,
+                             tokenizer={"name": record["data"]["train"]["tokenizer"],
+                                        "sha256": record["data"]["train"]["tokenizer_sha256"]},
+                             run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
+                                  "commit": (record.get("git") or {}).get("commit")})
+    if config["weights_sha256"] != record["weights_sha256"]:
+        shutil.rmtree(tmp)
+        raise CommandError(f"{run_dir}/best.pt: its weights' sha256 is not run.json's weights_sha256")
+    shutil.copyfile(tok, tmp / "tokenizer.json")
+    (tmp / "README.md").write_text(model_card(record, evaluation, config, table_of(run_dir, record)))
+    tmp.rename(out)
+    print(f"exported {run_dir} → {out}")
+    return out

@@ -1,0 +1,83 @@
+"""Incremental decoding (grassflow.decode): each step's logits equal those of recomputing the
+whole prefix, for both models and their switches, at odd lengths; the Grassmann state does not
+grow with the text; sampling is deterministic under a seed; past the context the window slides."""
+
+import pytest
+import torch
+
+from grassflow.decode import Decoder, generate
+from grassflow.models import ModelConfig, build_model
+
+SETTINGS = [
+    ("transformer", {}),
+    ("transformer", {"norm": "pre", "tie_weights": False}),
+    ("transformer", {"attention_window": 3}),
+    ("grassmann", {}),
+    ("grassmann", {"norm": "pre", "empty_offsets": "bias", "init": "small"}),
+    ("grassmann", {"lag_schedule": "per_layer", "lags": [1, 2, 5], "ffn": False}),
+]
+
+
+def small(kind, **over):
+    cfg = ModelConfig(**{"vocab_size": 37, "context_len": 23, "n_layers": 3, "d_model": 16, "d_ff": 24,
+                         "n_heads": 2, "r": 5, "lags": [1, 2, 4, 7], "dropout": 0.1, **over})
+    return build_model(kind, cfg).eval()
+
+
+@pytest.mark.parametrize("kind,over", SETTINGS, ids=[f"{k}-{'-'.join(o) or 'paper'}" for k, o in SETTINGS])
+def test_each_step_equals_recomputing_the_prefix(kind, over, gen):
+    model = small(kind, **over)
+    idx = torch.randint(0, 37, (3, 23), generator=gen)
+    full = model(idx)
+    dec = Decoder(model)
+    got = [dec.feed(idx[:, :5])]  # a prompt of 5, then odd chunks to the end of the context
+    for a, b in ((5, 6), (6, 9), (9, 10), (10, 17), *((t, t + 1) for t in range(17, 23))):
+        got.append(dec.feed(idx[:, a:b]))
+    torch.testing.assert_close(torch.cat(got, dim=1), full, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="exceed context_len 23"):
+        dec.feed(idx[:, :1])
+
+
+def test_grassmann_state_is_constant_and_the_transformers_grows(gen):
+    sizes = {}
+    for kind in ("grassmann", "transformer"):
+        dec = Decoder(small(kind))
+        sizes[kind] = []
+        for _ in range(20):
+            dec.feed(torch.randint(0, 37, (1, 1), generator=gen))
+            sizes[kind].append(dec.state_numel())
+    # Grassmann: max(offsets)=7 reduced states of r=5 per layer, once 7 positions exist
+    assert sizes["grassmann"][6:] == [3 * 7 * 5] * 14
+    assert sizes["transformer"] == [3 * 2 * 16 * (t + 1) for t in range(20)]
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_generation_is_deterministic_under_a_seed_and_incremental_equals_recompute(kind, gen):
+    model = small(kind)
+    prompt = torch.randint(0, 37, (2, 4), generator=gen)
+    a = generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1)  # flat: an untrained model
+    assert torch.equal(a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1))
+    assert not torch.equal(a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=2))
+    assert torch.equal(a[:, :4], prompt) and a.shape == (2, 19)
+    greedy = generate(model, prompt, 15, temperature=0)
+    assert torch.equal(greedy, generate(model, prompt, 15, temperature=0, recompute=True))
+
+
+def test_past_the_context_the_window_slides(gen):
+    """Incrementally, past context_len the last context_len/2 tokens are read anew: the step after
+    the slide equals recomputing those tokens alone."""
+    model = small("grassmann")
+    prompt = torch.randint(0, 37, (1, 20), generator=gen)
+    out = generate(model, prompt, 6, temperature=0)  # positions 20..25: the 4th new token slides
+    assert out.shape == (1, 26)
+    slid = out[:, 23 - 11:23]  # at the slide, the text's last 11 (= 23 // 2) tokens
+    assert out[0, 23] == model(slid)[0, -1].argmax()
+
+
+def test_top_k_one_is_greedy(gen):
+    model = small("transformer")
+    prompt = torch.randint(0, 37, (1, 3), generator=gen)
+    assert torch.equal(generate(model, prompt, 8, temperature=0.7, top_k=1, seed=5),
+                       generate(model, prompt, 8, temperature=0))
+    with pytest.raises(ValueError, match="top_p"):
+        generate(model, prompt, 1, top_p=0)
