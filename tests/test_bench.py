@@ -104,3 +104,19 @@ def test_bench_concurrency_runs_k_workers_together(tmp_path):
         out = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--out",
                               str(tmp_path), "--concurrency", *args], capture_output=True, text=True)
         assert out.returncode != 0 and error in out.stderr, out.stderr
+
+
+def test_bench_generate_measures_both_ways_and_grassmanns_state_is_constant(tmp_path):
+    """`bench --generate --quick`: per model, prompt lengths up to the context and a row past it,
+    incremental and recompute side by side; Grassmann's state the same at every prompt length
+    (max(offsets) reduced states per layer), the Transformer's growing with it."""
+    res = main(["--quick", "--device", "cpu", "--generate", "--out", str(tmp_path)])
+    rows = {(r["model"], r["prompt"]): r for r in res["rows"]}
+    assert sorted(rows) == sorted((m, p) for m in ("transformer", "grassmann") for p in (4, 16, 28, 32))
+    g = [rows["grassmann", p] for p in (16, 28, 32)]  # once the prompt holds max(offsets) = 8 positions
+    assert {r["state_after_prompt"] for r in g} == {r["state_at_end"] for r in g} == {2 * 8 * 8}  # layers · 8 · r
+    t = [rows["transformer", p]["state_after_prompt"] for p in (4, 16, 28)]
+    assert t == [2 * 2 * 32 * p for p in (4, 16, 28)]  # layers · (keys + values) · d · positions
+    assert rows["grassmann", 32]["past_context"] and not rows["grassmann", 28]["past_context"]
+    assert all(r["incremental_tokens_per_s"] > 0 and r["recompute_tokens_per_s"] > 0 for r in res["rows"])
+    assert "| grassmann | 32 | 16 (past the context) |" in (tmp_path / "generate-quick-cpu.md").read_text()

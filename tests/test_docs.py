@@ -120,7 +120,7 @@ PRESET_SECTIONS = ("data", "tokenizer", "models", "seeds", "model", "model_overr
                    "ablations", "bench", "snli", "recall", "estimate", "base")
 
 
-FILE_SUFFIX = re.compile(r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|tsv|parquet|cu|cpp|h|so|txt|zip|log)$")
+FILE_SUFFIX = re.compile(r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|safetensors|tsv|parquet|cu|cpp|h|so|txt|zip|log)$")
 
 
 def _expand(token: str) -> list[str]:

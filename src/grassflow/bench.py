@@ -8,6 +8,7 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
             reference LM head + loss vs the head op, eager vs compiled: time, tokens/s, G/T, memory
   launches  per layer and training step: the Plücker op's kernel launches, ATen ops per block
   peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench_peer.py)
+  --generate  instead of the parts: decoding, incremental vs recompute (bench_generate.py)
   --concurrency 1,2,4,8  instead of the parts: K Table 1 runs side by side on the device,
             aggregate tokens/s per K, with and (--mps) without CUDA MPS (bench_concurrency.py)
   step      one AdamW step as training takes it, GrassmannLM (with each op backend) vs
@@ -338,6 +339,8 @@ def main(argv=None):
                                           "1,2,4,8 (bench_concurrency.py)")
     ap.add_argument("--steps", type=int, default=50, help="--concurrency: timed steps per run")
     ap.add_argument("--mps", action="store_true", help="--concurrency: each K > 1 again under CUDA MPS")
+    ap.add_argument("--generate", action="store_true", help="instead of the parts: decoding, incremental vs "
+                                                            "recompute, both models (bench_generate.py)")
     args = ap.parse_args(argv)
 
     configure_torch()
@@ -347,6 +350,11 @@ def main(argv=None):
 
         return run(device, [int(k) for k in args.concurrency.split(",")], args.steps, args.quick, args.mps,
                    Path(args.out), args.name or "concurrency-" + ("quick-" if args.quick else "") + device.type)
+    if args.generate:
+        from grassflow.bench_generate import run as run_generate
+
+        return run_generate(device, args.quick, Path(args.out),
+                            args.name or "generate-" + ("quick-" if args.quick else "") + device.type)
     q = args.quick
     parts = set(args.parts.split(","))
     lengths = [32, 64] if q else [int(x) for x in args.lengths.split(",")]
