@@ -60,8 +60,11 @@ bench: $(VENV)/.installed
 
 # What the first user with a GPU runs first: the GPU tests, the preflight of this machine (its
 # record: reports/bench/preflight-cuda.json), and the benchmark (reports/bench/bench-cuda.md).
+# It installs the CuPy extra of torch's CUDA major (gpu-cuda12, gpu-cuda13).
 gpu-check: $(VENV)/.installed
-	$(PY) -m pip install -q -e ".[gpu]"
+	@major=$$($(PY) -c 'import torch; print((torch.version.cuda or "").split(".")[0])'); \
+	  if [ -z "$$major" ]; then echo "error: torch $$($(PY) -c 'import torch; print(torch.__version__)') is a CPU build: install torch for CUDA 12 or 13 first (docs/gpu.md)"; exit 1; fi; \
+	  echo "$(PY) -m pip install -e .[gpu-cuda$$major]"; $(PY) -m pip install -q -e ".[gpu-cuda$$major]"
 	$(MAKE) gpu-check-run PY=$(PY)
 
 # The same without installing, for a machine whose Python already holds torch (CUDA) and CuPy:

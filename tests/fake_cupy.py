@@ -19,6 +19,8 @@ contracts, which the CPU paths otherwise never meet:
                         object with __cuda_stream__ returning (0, ptr), and ExternalStream
                         warns DeprecationWarning; as CuPy 13: only ExternalStream(ptr)
   nvrtc_missing=True    the first compile raises as a CuPy wheel does on a driver-only node
+  cupy_cuda, torch_cuda the CUDA majors CuPy and torch are built for (12, 12): unequal, the backend
+                        must refuse (explicit cupy) or fall back with a warning (auto)
   capturing()           a CUDA graph capture on stream CAPTURE (torch.cuda.graph's side
                         stream): torch's current stream is then CAPTURE, a launch on any
                         other stream is refused (on a GPU it would silently be missing from
@@ -106,6 +108,7 @@ class _State:
         self.compiles = 0
         self.nvrtc_missing = False
         self.cupy_major = 14
+        self.cupy_cuda = self.torch_cuda = 12
         self.capturing = False
         self.allocations = 0
 
@@ -233,7 +236,7 @@ def _module():
         cuda.Stream = Stream
     else:
         cuda.Stream = type("Stream", (), {})  # CuPy 13's Stream has no from_external
-    cuda.runtime = types.SimpleNamespace(runtimeGetVersion=lambda: 12040)
+    cuda.runtime = types.SimpleNamespace(runtimeGetVersion=lambda: STATE.cupy_cuda * 1000 + 40)
     cuda.nvrtc = types.SimpleNamespace(getVersion=_nvrtc_version)
     cuda.driver = types.SimpleNamespace(CUDADriverError=CUDADriverError)
     cupy.cuda = cuda
@@ -242,8 +245,8 @@ def _module():
 
 def _nvrtc_version():
     if STATE.nvrtc_missing:
-        raise RuntimeError("CuPy failed to load libnvrtc.so.12")
-    return (12, 4)
+        raise RuntimeError(f"CuPy failed to load libnvrtc.so.{STATE.cupy_cuda}")
+    return (STATE.cupy_cuda, 4)
 
 
 class CpuAsCuda(cupy_backend.TorchCuda):
@@ -265,6 +268,10 @@ class CpuAsCuda(cupy_backend.TorchCuda):
     def stream(device):
         return CAPTURE if STATE.capturing else STREAM
 
+    @staticmethod
+    def major():
+        return STATE.torch_cuda
+
 
 @contextmanager
 def capturing():
@@ -283,11 +290,13 @@ def _clear_caches():
 
 
 @contextmanager
-def installed(monkeypatch, nvrtc_missing=False, cupy_major=14):
-    """The stand-in as `cupy`, CPU tensors as CUDA tensors; yields its state."""
+def installed(monkeypatch, nvrtc_missing=False, cupy_major=14, cupy_cuda=12, torch_cuda=12):
+    """The stand-in as `cupy` (CuPy `cupy_major`, built for CUDA `cupy_cuda`), CPU tensors as
+    CUDA tensors of a torch built for CUDA `torch_cuda`; yields its state."""
     global STATE
     STATE = _State()
     STATE.nvrtc_missing, STATE.cupy_major = nvrtc_missing, cupy_major
+    STATE.cupy_cuda, STATE.torch_cuda = cupy_cuda, torch_cuda
     monkeypatch.setitem(sys.modules, "cupy", _module())
     monkeypatch.setattr(cupy_backend, "CUDA", CpuAsCuda())
     _clear_caches()

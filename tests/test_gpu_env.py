@@ -36,8 +36,11 @@ print(major, minor, len(ptx), ptx.count(b".entry") if isinstance(ptx, bytes) els
 
 @pytest.mark.slow
 def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
-    cupy_req = next(r for r in extra if r.startswith("cupy"))
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["gpu"] == [f"grassflow[gpu-cuda{TORCH_CUDA_MAJOR}]"]  # `gpu`: torch's default wheel's major
+    for major in (12, 13):
+        assert [re.sub(r"\[.*?\]|>=.*", "", r) for r in extras[f"gpu-cuda{major}"]] == [f"cupy-cuda{major}x"]
+    cupy_req = extras[f"gpu-cuda{TORCH_CUDA_MAJOR}"][0]
     assert re.match(rf"cupy-cuda{TORCH_CUDA_MAJOR}x\b", cupy_req), f"gpu extra {cupy_req!r}: not CUDA {TORCH_CUDA_MAJOR}"
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -350,6 +350,35 @@ def test_preflight_names_a_broken_cupy(monkeypatch, cuda_rules):
         assert rec["versions"]["nvrtc"].startswith("unavailable")
 
 
+@pytest.mark.parametrize("cupy_cuda,torch_cuda", [(12, 13), (13, 12)])
+def test_a_cupy_for_another_cuda_major_is_refused_naming_the_extra(monkeypatch, capfd, cuda_rules, gen,
+                                                                    cupy_cuda, torch_cuda):
+    """cupy-cuda12x beside a CUDA 13 torch (and the reverse): an explicit `cupy` and the preflight
+    stop naming the extra that matches torch; `auto` runs `fast` with one warning line, and the
+    preflight's record says why."""
+    from grassflow.ops.plucker import resolve_backend
+
+    why = rf"CuPy for CUDA {cupy_cuda}, torch for CUDA {torch_cuda}: pip uninstall cupy-cuda{cupy_cuda}x; " \
+          rf"pip install 'grassflow\[gpu-cuda{torch_cuda}\]'"
+    with fake_cupy.installed(monkeypatch, cupy_cuda=cupy_cuda, torch_cuda=torch_cuda):
+        z, W = torch.randn(2, 9, 4, generator=gen), torch.randn(3, 6, generator=gen)
+        with pytest.raises(RuntimeError, match="plucker_backend 'cupy': CuPy and torch are built for different "
+                                               "CUDA majors: " + why):
+            plucker_mix(z, (1, 2), W, backend="cupy")
+        with pytest.raises(PreflightError, match=why):
+            preflight(["cpu"], ["cupy"])
+        assert resolve_backend("auto", z) == "fast"
+        rec = preflight(["cpu"], ["auto"])
+        backend = rec["devices"][0]["backends"][0]
+        assert backend["resolved"] == "fast" and backend["fallback"].startswith("CuPy and torch are built for different")
+        assert f"grassflow[gpu-cuda{torch_cuda}]" in backend["fallback"]
+        err = capfd.readouterr().err
+        assert err.count("warning: CuPy and torch are built for different CUDA majors") == 1
+        assert f"grassflow[gpu-cuda{torch_cuda}]" in err
+    with fake_cupy.installed(monkeypatch, cupy_cuda=torch_cuda, torch_cuda=torch_cuda):  # matched: cupy runs
+        assert resolve_backend("auto", torch.zeros(1)) == "cupy"
+
+
 def test_preflight_command_on_a_cpu_node(tmp_path):
     out = tmp_path / "preflight.json"
     res = subprocess.run([sys.executable, "-m", "grassflow", "preflight", "--device", "cpu", "auto",

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from grassflow.errors import PreflightError  # raised here, caught by the CLI
 from grassflow.io import write_json
 from grassflow.models import ModelConfig, build_model
-from grassflow.ops.plucker import plucker_mix, plucker_mix_reference, resolve_backend
+from grassflow.ops.plucker import cupy_backend, plucker_mix, plucker_mix_reference, resolve_backend
 from grassflow.provenance import machine, package_versions
 from grassflow.runtime import autocast, claim_device, configure_torch, device_name
 
@@ -86,7 +86,9 @@ def check_backend(backend: str, device: torch.device) -> dict:
             if not err < TOLERANCE[dtype]:
                 raise PreflightError(f"plucker_backend {resolved!r} on {device_name(device)}: {name} in {dtype} "
                                      f"differs from the reference by {err:.3g} (tolerance {TOLERANCE[dtype]})")
-    return {"requested": backend, "resolved": resolved, "rel_err": errors}
+    # why `auto` did not become cupy on a CUDA device (another CUDA major, no NVRTC): the record says it
+    fallback = cupy_backend.why_not(device) if backend == "auto" and cupy_backend.CUDA.is_cuda(device) else None
+    return {"requested": backend, "resolved": resolved, "rel_err": errors, "fallback": fallback}
 
 
 def _lm_step(kind: str, backend: str, device) -> float:

@@ -15,6 +15,8 @@ Contracts with torch and CuPy, each rehearsed on the CPU by tests/fake_cupy.py:
   - a CuPy wheel needs NVRTC at its first compile, which a driver-only node lacks: `usable()`
     compiles once per device; `auto` then falls back to `fast` with one warning line, and an
     explicit `cupy` fails with the cause.
+  - CuPy must be built for torch's CUDA major (cupy-cuda12x beside a CUDA 12 torch, cupy-cuda13x
+    beside CUDA 13's): otherwise the same, the message naming the extra to install.
 """
 
 from __future__ import annotations
@@ -53,8 +55,28 @@ class TorchCuda:
     def stream(device: torch.device) -> int:
         return torch.cuda.current_stream(device).cuda_stream
 
+    @staticmethod
+    def major() -> int | None:
+        """The CUDA major torch was built for (None: a CPU build)."""
+        return int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+
 
 CUDA = TorchCuda()
+
+
+def extra(major: int | None) -> str:
+    """The install that gives CuPy for torch's CUDA major (pyproject.toml's gpu-cuda<major> extras)."""
+    return f"pip install 'grassflow[gpu-cuda{major}]'" if major in (12, 13) else \
+        f"no grassflow extra for CUDA {major}: install torch built for CUDA 12 or 13"
+
+
+MISMATCH = "CuPy and torch are built for different CUDA majors"
+
+
+def _cupy_major() -> int:
+    import cupy
+
+    return cupy.cuda.runtime.runtimeGetVersion() // 1000  # CUDA 12.4 → 12040 (the CUDA CuPy was built for)
 
 
 def cupy_installed() -> bool:
@@ -100,7 +122,10 @@ def why_not(device: torch.device) -> str | None:
     if not CUDA.available():
         return "no CUDA device is available"
     if not cupy_installed():
-        return "needs CuPy (pip install grassflow[gpu])"
+        return f"needs CuPy: {extra(CUDA.major())}"
+    if _cupy_major() != CUDA.major():  # its kernels would not load beside torch's CUDA libraries
+        return (f"{MISMATCH}: CuPy for CUDA {_cupy_major()}, torch for CUDA {CUDA.major()}: "
+                f"pip uninstall cupy-cuda{_cupy_major()}x; {extra(CUDA.major())}")
     return _compile_error(CUDA.index(device))
 
 
@@ -110,10 +135,11 @@ def _warn_fallback(why: str) -> None:
 
 
 def usable(device: torch.device, *, warn: bool = True) -> bool:
-    """CuPy installed, a CUDA device, and the kernels compile on it. A failed compile (CuPy is
-    there but cannot build) is the one reason worth a warning where `auto` falls back."""
+    """CuPy installed for torch's CUDA major, a CUDA device, and the kernels compile on it. A
+    CuPy that is there but cannot run (another CUDA major, a failed compile) is worth a warning
+    line where `auto` falls back; the preflight's record says the same (fallback)."""
     why = why_not(device)
-    if why is not None and warn and why.startswith(COMPILE_FAILED):
+    if why is not None and warn and why.startswith((COMPILE_FAILED, MISMATCH)):
         _warn_fallback(why)
     return why is None
 
