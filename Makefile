@@ -9,14 +9,29 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: audit demo test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-concurrency plan lint clean
+.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-concurrency plan lint clean
 
-$(VENV)/.installed: pyproject.toml
+# Exactly the versions CI tested: constraints.txt (make lock). torch from PyPI: a CPU build here, the
+# same version built for CUDA on a GPU machine (docs/gpu.md).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,slurm]"  # slurm: the docs test plans the SLURM command as written
+	$(PY) -m pip install -q -c constraints.txt torch
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,slurm]"  # slurm: the docs test plans the SLURM command as written
 	touch $@
+
+# constraints.txt anew: the newest versions pyproject.toml allows, resolved in a fresh venv, frozen
+# (torch's local label dropped: the pin then holds for its CPU and CUDA builds alike). Commit it once
+# `make test` passes with it (docs/development.md).
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install -q torch
+	$(LOCK_VENV)/bin/python -m pip install -q -e ".[dev,slurm]"
+	{ echo "# Every dependency at the version CI tests (make lock regenerates; pip install -c constraints.txt ...)."; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; } > constraints.txt
+	rm -rf $(LOCK_VENV)
 
 demo: $(VENV)/.installed
 	snakemake --cores $(CORES) --config preset=$(PRESET)

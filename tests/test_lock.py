@@ -1,0 +1,41 @@
+"""constraints.txt (make lock) pins what `make test` and CI install: every dependency of the
+install (the package, its dev and slurm extras) at a version its pyproject.toml floor allows."""
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pins() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            out[canonicalize_name(name)] = version
+    return out
+
+
+def test_every_installed_requirement_is_pinned_within_its_floor():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pinned = pins()
+    for spec in [*project["dependencies"], *extras["dev"], *extras["slurm"]]:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in pinned, f"constraints.txt lacks {req.name} (pyproject.toml: {spec}): run make lock"
+        assert req.specifier.contains(Version(pinned[name])), f"constraints.txt: {name}=={pinned[name]} breaks {spec}"
+
+
+def test_the_pins_hold_for_cpu_and_cuda_builds_alike():
+    """No local version label (torch==2.13.0+cpu would not install on a GPU machine), no editable
+    or URL line: a constraints file of plain pins."""
+    text = (ROOT / "constraints.txt").read_text()
+    assert not [line for line in text.splitlines() if line and not line.startswith("#")
+                and not re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", line)]
+    assert "torch==" in text
