@@ -42,12 +42,12 @@ demo: $(VENV)/.installed
 
 # The default tier (under 10 min on 2 cores; the slowest tests listed). CI runs every tier but the GPU's in
 # one session, so that the demo the pipeline tests share is built once: make test TIERS="not gpu".
-# WORKERS pytest-xdist processes (tests/conftest.py groups them: the demo's tests on one, the SLURM
+# WORKERS pytest-xdist processes (tests/conftest.py schedules them: the demo's tests on one, the SLURM
 # tests on one, each other file on one); WORKERS=0 runs them in this process.
 TIERS ?= not slow and not gpu and not slurm
 WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=25 -m "$(TIERS)" -n $(WORKERS) --dist loadgroup
+	$(PY) -m pytest -q --durations=25 -m "$(TIERS)" -n $(WORKERS)
 
 # The randomized tests (those drawing from `gen`) under N fresh seeds and the regression seeds
 # (tests/regression_seeds.txt), with each test's worst margin (error / tolerance) at the end.

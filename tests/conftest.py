@@ -39,16 +39,41 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("seed_override", seeds, indirect=True, ids=[f"seed{s}" for s in seeds])
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+# --- under pytest-xdist (`make test`: -n 2) ------------------------------------------------------
+def xdist_groups() -> dict[str, str]:
+    """{tests/<file>::<test>: group} of the tests that must share a worker, read from the test files
+    (the controller collects nothing): the SLURM tests (one cluster on this machine) and the tests
+    that take the demo (built once; the staleness tests edit it in place: never two at once; the
+    SLURM tests only read its tables at the end, so they may run beside them)."""
+    import ast
+
+    out = {}
+    for f in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.parse(f.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                slurm = any("mark.slurm" in ast.unparse(d) for d in node.decorator_list)
+                if slurm or "demo" in {a.arg for a in node.args.args}:
+                    out[f"tests/{f.name}::{node.name}"] = "slurm" if slurm else "demo"
+    return out
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole groups to a worker (xdist_groups), each other file as one unit (its module fixtures).
+    Not `--dist loadgroup`: with pytest 9.2 it silently stops grouping (pytest-xdist#1386)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups = xdist_groups()
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return groups.get(nodeid.split("[")[0], nodeid.split("::")[0])
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    # Under pytest-xdist (`make test` runs -n 2 --dist loadgroup) a worker takes a whole group: every
-    # test of the demo (built once, and edited in place by the staleness tests: never two at once),
-    # the SLURM tests (one cluster on this machine), and otherwise each file (its module fixtures).
-    for item in items:
-        group = ("demo" if "demo" in getattr(item, "fixturenames", ()) else
-                 "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
-    # the two longest groups first, so that two workers start them at once
+    # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at once
     items.sort(key=lambda i: ("demo" not in getattr(i, "fixturenames", ()), not i.get_closest_marker("slurm")))
     if config.getoption("seeds"):
         keep = [i for i in items if "gen" in getattr(i, "fixturenames", ())]
