@@ -2,9 +2,9 @@
 install (the package, its dev and slurm extras) at a version its pyproject.toml floor allows."""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
