@@ -71,7 +71,9 @@ def test_demo_runs_the_snli_chain_end_to_end(demo):
         df = pd.read_csv(rep / f"snli_{exp}.csv")
         assert set(df.model) == {"transformer", "grassmann"} and (df.status == "completed").all()
         assert set(df.features) == {features} and (df.test_pairs == raw["test"]["pairs"]).all()
-        assert ((df.test_acc > 0) & (df.test_acc <= 100)).all()
+        # above chance (33.3 %): the synthetic labels need the premise (snli/synthetic.py), so a head
+        # given the hypothesis alone stays at chance (measured: ~67 %, the neutral class learned first)
+        assert ((df.test_acc >= 50) & (df.test_acc <= 100)).all(), df.test_acc
         for rec_path in df.record:
             rec = json.loads((demo / rec_path).read_text())
             ev = json.loads((demo / rec_path).with_name("eval.json").read_text())

@@ -162,17 +162,39 @@ def test_paper_sized_heads_have_about_the_same_size():
 
 
 # --- data, backbone, training, evaluation ---------------------------------------------------
-def test_synthetic_pairs_are_deterministic_and_order_dependent():
+def test_synthetic_pairs_are_deterministic_and_need_the_premise_and_word_order():
+    """Each label follows from the premise and the hypothesis together (the rule below); a swap of
+    roles with the same words contradicts; and the hypothesis alone says nothing of the label:
+    the majority label of each hypothesis in one sample predicts another sample at chance."""
+    from collections import Counter, defaultdict
+
+    from grassflow.snli.synthetic import AGENTS
+
     a, b = generate_pairs(300, seed=5), generate_pairs(300, seed=5)
     assert a == b and set(a["label"]) == {0, 1, 2}
     swapped = 0
     for p, h, y in zip(a["premise"], a["hypothesis"], a["label"]):
-        w = p.split()  # "a <adj> <agent> is <verb> a <adj> <patient> <place> ."
-        entailed = f"a {w[2]} is {w[4]} a {w[7]} ."
-        if h == f"a {w[7]} is {w[4]} a {w[2]} .":  # the same words as `entailed`, roles swapped
-            assert y == 2 and sorted(h.split()) == sorted(entailed.split())
+        w, v = p.split(), h.split()  # "a <adj> <n1> is <verb> a <adj> <n2> [<place>] .", "a <n1> is <verb> a <n2> <place> ."
+        place, hyp_place = " ".join(w[8:-1]), " ".join(v[6:-1])
+        names = lambda n: {n, AGENTS[n]}  # noqa: E731
+        forward = v[1] in names(w[2]) and v[5] in names(w[7])
+        backward = v[1] in names(w[7]) and v[5] in names(w[2])
+        assert v[3] == w[4] and hyp_place  # the premise's verb; a place, always
+        if not place:
+            assert y == 1 and forward
+        elif backward:
+            assert y == 2 and place == hyp_place
             swapped += 1
+        else:
+            assert forward and y == (0 if place == hyp_place else 2)
     assert swapped > 10, "no contradiction that differs from an entailment only in word order"
+    train, test = generate_pairs(6000, seed=1), generate_pairs(3000, seed=2)
+    seen = defaultdict(Counter)
+    for h, y in zip(train["hypothesis"], train["label"]):
+        seen[h][y] += 1
+    hits = sum(seen[h].most_common(1)[0][0] == y for h, y in zip(test["hypothesis"], test["label"]) if h in seen)
+    n = sum(h in seen for h in test["hypothesis"])
+    assert n > 1000 and hits / n < 0.40, (hits, n)  # chance: 1/3
 
 
 def test_download_drops_unlabelled_pairs_and_checks_content(tmp_path):
