@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from grassflow.config import resolve_bases, runs, select_preset
+from grassflow.config import runs, select_preset
 from grassflow.estimate import (
     STARTUP_S,
     UNKNOWN_DEVICE_SLOWDOWN,
@@ -23,12 +23,11 @@ from test_wikitext_v1 import ROOT, SCHEMA
 
 
 def _paper(preset="paper_v1"):
-    from snakemake.utils import validate
+    from grassflow.config import validate_or_exit
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["preset"] = preset
-    resolve_bases(cfg)
-    validate(cfg, str(SCHEMA))  # the schema's defaults, as the Snakefile sees them
+    validate_or_exit(cfg, SCHEMA)  # the schema's defaults (each task's part too), as the Snakefile sees them
     name, p = select_preset(cfg)
     return name, p, cfg["estimate"]
 
