@@ -64,6 +64,7 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     groups = xdist_groups()
+    config.option.loadscopereorder = False  # the collection's order (the two long groups first), not by size
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
