@@ -98,6 +98,20 @@ def _group(comment: str) -> str | None:
     return next((g for g in set(GROUPS.values()) if comment.startswith(f"rule_{g}_")), None)
 
 
+def training_pids(work: Path, run: str) -> list[str]:
+    """The training processes of `run` in this pipeline run (their working directory is `work`):
+    the run ids repeat in every demo-like run on this machine (other pytest workers' tests)."""
+    pids = subprocess.run(["pgrep", "-f", f"grassflow train .*runs/{run} "], capture_output=True, text=True).stdout.split()
+    here = []
+    for pid in pids:
+        try:
+            if Path(os.readlink(f"/proc/{pid}/cwd")) == work.resolve():
+                here.append(pid)
+        except OSError:  # ended meanwhile
+            pass
+    return here
+
+
 def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
     """(rule, run) of every job Snakemake ran inside SLURM job `jid`, from its kept log."""
     (log,) = list((work / ".snakemake/slurm_logs").glob(f"**/{jid}.log")) or [None]
@@ -150,8 +164,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 elif run and not timed and run not in cancelled.values():
                     # hold the training process so that it is still running when SLURM's limit
                     # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
-                    pids = subprocess.run(["pgrep", "-f", f"grassflow train .*runs/{run} "], capture_output=True,
-                                          text=True).stdout.split()
+                    pids = training_pids(work, run)
                     if pids:
                         for pid in pids:
                             os.kill(int(pid), signal.SIGSTOP)
@@ -261,8 +274,7 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     runs_dir = work / "results/demo/runs"
 
     def training(run):
-        return subprocess.run(["pgrep", "-f", f"grassflow train .*runs/{run} "], capture_output=True,
-                              text=True).stdout.split()
+        return training_pids(work, run)
 
     def watch():
         while not done.is_set():
