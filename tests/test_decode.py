@@ -68,10 +68,13 @@ def test_past_the_context_the_window_slides(gen):
     the slide equals recomputing those tokens alone."""
     model = small("grassmann")
     prompt = torch.randint(0, 37, (1, 20), generator=gen)
-    out = generate(model, prompt, 6, temperature=0)  # positions 20..25: the 4th new token slides
-    assert out.shape == (1, 26)
-    slid = out[:, 23 - 11:23]  # at the slide, the text's last 11 (= 23 // 2) tokens
-    assert out[0, 23] == model(slid)[0, -1].argmax()
+    positions = []
+    out = generate(model, prompt, 6, temperature=0, on_state=lambda d: positions.append(d.pos))
+    assert out.shape == (1, 26)  # new tokens 20..25; the context holds 23 positions
+    assert positions == [20, 21, 22, 23, 11, 12]  # full at 23: the last 11 tokens read anew, then one by one
+    with torch.no_grad():
+        assert out[0, 23] == model(out[:, :23])[0, -1].argmax()  # the last step within the context
+        assert out[0, 24] == model(out[:, 24 - 11:24])[0, -1].argmax()  # the slide: the last 11 (= 23 // 2) tokens anew
 
 
 def test_top_k_one_is_greedy(gen):
