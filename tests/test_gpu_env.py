@@ -103,3 +103,28 @@ def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
             pypi = CONDA_NAMES.get(name, name)
             if pypi in floors:
                 assert floor == floors[pypi], f"{env.name}: {dep} (pyproject.toml: {pypi}>={floors[pypi]})"
+
+
+@pytest.mark.parametrize("major", ["12", "13", ""])
+def test_make_gpu_check_installs_the_extra_of_torchs_cuda_major(tmp_path, major):
+    """`make gpu-check` reads torch.version.cuda's major and installs gpu-cuda<major>; a CPU build of
+    torch stops it with one error line. A stand-in python answers for torch and logs every call."""
+    import os
+    import stat
+
+    log, venv = tmp_path / "calls.log", tmp_path / "venv"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {log}\n'
+                    f'case "$*" in *"torch.version.cuda"*) echo "{major}";; *"torch.__version__"*) echo 2.13.0+cpu;; esac\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".installed").touch()  # newer than pyproject.toml and constraints.txt: no install
+    res = subprocess.run(["make", "-s", "-C", str(ROOT), "gpu-check", f"VENV={venv}", f"PY={fake}"],
+                         capture_output=True, text=True, env={**os.environ, "MAKEFLAGS": ""})
+    calls = log.read_text()
+    if major:
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"-m pip install -q -e .[gpu-cuda{major}]" in calls and "-m pytest -q -p no:cacheprovider -m gpu" in calls
+    else:
+        assert res.returncode != 0 and "torch 2.13.0+cpu is a CPU build" in res.stdout
+        assert "pip install" not in calls
