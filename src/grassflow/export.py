@@ -150,16 +150,19 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
     tok = find_tokenizer(run_dir, record, tokenizer)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    config = save_pretrained(model, record["spec"]["model_kind"], tmp,
-                             tokenizer={"name": record["data"]["train"]["tokenizer"],
-                                        "sha256": record["data"]["train"]["tokenizer_sha256"]},
-                             run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
-                                  "commit": (record.get("git") or {}).get("commit")})
-    if config["weights_sha256"] != record["weights_sha256"]:
-        shutil.rmtree(tmp)
-        raise CommandError(f"{run_dir}/best.pt: its weights' sha256 is not run.json's weights_sha256")
-    shutil.copyfile(tok, tmp / "tokenizer.json")
-    (tmp / "README.md").write_text(model_card(record, evaluation, config, table_of(run_dir, record)))
-    tmp.rename(out)
+    try:  # a failure leaves no partial export behind
+        config = save_pretrained(model, record["spec"]["model_kind"], tmp,
+                                 tokenizer={"name": record["data"]["train"]["tokenizer"],
+                                            "sha256": record["data"]["train"]["tokenizer_sha256"]},
+                                 run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
+                                      "commit": (record.get("git") or {}).get("commit")})
+        if config["weights_sha256"] != record["weights_sha256"]:
+            raise CommandError(f"{run_dir}/best.pt: its weights' sha256 is not run.json's weights_sha256")
+        shutil.copyfile(tok, tmp / "tokenizer.json")
+        (tmp / "README.md").write_text(model_card(record, evaluation, config, table_of(run_dir, record)))
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     print(f"exported {run_dir} → {out}")
     return out
