@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 from pathlib import Path
 
@@ -21,9 +22,12 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def crafted_best(path: Path, marker: Path, header: dict | None = None) -> None:
-    """A best.pt whose weights entry would run `touch marker` when unpickled."""
-    torch.save({**(header or {}), "model": Payload(marker), "epoch": 1, "val_loss": 1.0}, path)
+def crafted_weights(path: Path, marker: Path, header: dict | None = None) -> None:
+    """A run's model.safetensors replaced by a pickle that would run `touch marker` if it were
+    unpickled, beside a config.json that says it holds weights."""
+    torch.save({"model": Payload(marker)}, path)
+    (path.parent / "config.json").write_text(json.dumps({**(header or {}), "epoch": 1, "val_loss": 1.0,
+                                                         "weights_sha256": "0" * 64}))
 
 
 def crafted_last(path: Path, marker: Path, spec_hash: str = "x") -> None:

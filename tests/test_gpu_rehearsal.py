@@ -194,7 +194,7 @@ def test_training_loop_under_autocast_snli(policy, snli_tokens, tmp_path):
                      snli_tokens / "validation.parquet", tmp_path)
     assert rec["status"] == {"state": "completed"} and math.isfinite(rec["best_val_acc"])
     # and its evaluation job, as the pipeline runs it (arguments by name, as the CLI passes them)
-    ev = evaluate_snli_run(checkpoint=tmp_path / "best.pt", run_json=tmp_path / "run.json",
+    ev = evaluate_snli_run(weights=tmp_path / "model.safetensors", run_json=tmp_path / "run.json",
                            val_tokens=snli_tokens / "validation.parquet", test_tokens=snli_tokens / "test.parquet",
                            out=tmp_path / "eval.json")
     assert 0 <= ev["test"]["accuracy"] <= 100 and json.loads((tmp_path / "eval.json").read_text()) == ev
@@ -264,7 +264,7 @@ def test_snli_grassmann_head_runs_and_records_cupy(standin, cuda_rules, snli_tok
     rec = train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
     assert standin.launches, "the cupy backend never launched"
     assert rec["status"] == {"state": "completed"} and rec["plucker_backend"] == "cupy"
-    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+    ev = evaluate_snli_run(tmp_path / "model.safetensors", tmp_path / "run.json", snli_tokens / "validation.parquet",
                            snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert 0 <= ev["test"]["accuracy"] <= 100
 

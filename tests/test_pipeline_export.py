@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from grassflow.checkpoint import load_data
+from grassflow.runs import open_for_evaluation
 from grassflow.loop import load_trained
-from grassflow.models import ModelConfig, build_model
+from grassflow.models import build_model, config_from_json
 
 # run in a fresh process that is given the export directory and the token ids, nothing of the run
 FRESH = """
@@ -45,9 +45,9 @@ def test_an_export_alone_gives_the_evaluations_logits_and_perplexity(demo, tmp_p
     export = tmp_path / "export"
     assert sorted(p.name for p in export.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json"]
 
-    # the evaluation's model: best.pt as the evaluate job loads it
-    ckpt = load_data(run / "best.pt")
-    model = build_model(kind, ModelConfig.from_dict(ckpt["model_config"]))
+    # the evaluation's model, as the evaluate job loads it
+    ckpt, _, _, _ = open_for_evaluation(run / "model.safetensors", run / "run.json", tmp_path / "unused.json")
+    model = build_model(kind, config_from_json(ckpt))
     load_trained(model, ckpt["model"])
     ids = pq.read_table(demo / "results/demo/data/tokens/trained/validation.parquet")["ids"].to_numpy().astype(np.int64)
     np.save(tmp_path / "ids.npy", ids)

@@ -106,7 +106,7 @@ def test_every_tasks_eval_json_shares_one_contract(demo):
     """LM, SNLI and recall evaluations write the same record around their task's metrics: the
     run, its checkpoint's and weights' checksums, its slot, and per split the file it read and
     that file's checksum (the names a reader of any eval.json can rely on)."""
-    common = {"run_id", "status", "best_epoch", "run_record", "checkpoint_file_sha256", "weights_sha256", "gpu_slot",
+    common = {"run_id", "status", "best_epoch", "run_record", "weights_file_sha256", "weights_sha256", "gpu_slot",
               "validation", "test"}
     res = demo / "results/demo"
     for run_dir in (res / "runs/table1-grassmann-s0", res / "snli/runs/table3-grassmann-s0",

@@ -16,7 +16,7 @@ from pipeline import BIN, assert_same_tables, pipeline_env, planned, snakemake
 @pytest.mark.slow
 def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
     """Kill the whole Snakemake process group mid-training: half-written run directories
-    (best.pt and metrics.jsonl exist after an epoch, run.json not yet) are never taken as
+    (metrics.jsonl exists after an epoch, run.json not yet) are never taken as
     done; the rerun resumes them and the tables equal the uninterrupted run's. It starts from a
     copy of the finished demo elsewhere (outputs, mtimes, Snakemake metadata), which plans
     nothing, with two runs deleted, so only those runs and what reads them are redone, without
@@ -58,13 +58,13 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
 @pytest.mark.slow
 def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
     """A results tree is shared: whoever can write one file in it must not run code as the
-    next user. Crafted pickles (they would create a marker file) as best.pt of an LM, an SNLI
-    and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
+    next user. Crafted pickles (they would create a marker file) as the weights
+    (model.safetensors) of an LM, an SNLI and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
     job fails with one `error:` line naming its file, the marker is never created, and the
     other jobs still run (--keep-going). A copy of the same tree re-evaluated without the
     crafted files (and without the demo's GPU pool) gives the demo's numbers (a results tree
     copied from another user)."""
-    from payload import crafted_best, crafted_last
+    from payload import crafted_last, crafted_weights
 
     work = tmp_path / "work"
     shutil.copytree(demo, work, symlinks=True)
@@ -75,7 +75,7 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
                  "recall/evaluate/L32-kv4-d32-grassmann_geometric-lr0.001-s0":
                      res / "recall/runs/L32-kv4-d32-grassmann_geometric-lr0.001-s0"}
     for run_dir in evaluated.values():
-        crafted_best(run_dir / "best.pt", marker, header={"spec": {"run_id": run_dir.name}})
+        crafted_weights(run_dir / "model.safetensors", marker, header={"spec": {"run_id": run_dir.name}})
         (run_dir / "eval.json").unlink()
     resumed = res / "runs/table1-transformer-s1"
     crafted_last(resumed / "last.pt", marker)
@@ -83,10 +83,10 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
     out = snakemake(work, "--keep-going", check=False)
     assert out.returncode != 0
     assert not marker.exists(), "a crafted checkpoint ran its code"
-    for log, path in [*((k, v / "best.pt") for k, v in evaluated.items()),
-                      ("train/table1-transformer-s1", resumed / "last.pt")]:
+    for log, path, why in [*((k, v / "model.safetensors", "not a readable safetensors file") for k, v in evaluated.items()),
+                           ("train/table1-transformer-s1", resumed / "last.pt", "refused: not a data-only checkpoint")]:
         errors = [x for x in (res / "logs" / f"{log}.log").read_text().splitlines() if x.startswith("error:")]
-        assert len(errors) == 1 and f"{path.relative_to(work)}: refused: not a data-only checkpoint" in errors[0], errors
+        assert len(errors) == 1 and f"{path.relative_to(work)}: {why}" in errors[0], errors
     assert (res / "runs/table2-grassmann-s0/eval.json").exists()  # the other jobs ran
 
     # the same tree without the crafted files, every evaluation and table redone: same numbers

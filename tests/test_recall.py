@@ -133,7 +133,7 @@ def _run(tmp_path, data, name, kind, **model):
                       "norm": "pre", "context_len": 32, **model}}
     out = tmp_path / name
     rec = train_recall(spec, data / "train.parquet", data / "validation.parquet", out)
-    ev = evaluate_recall_run(out / "best.pt", out / "run.json", data / "validation.parquet", data / "test.parquet",
+    ev = evaluate_recall_run(out / "model.safetensors", out / "run.json", data / "validation.parquet", data / "test.parquet",
                              out / "eval.json")
     return rec, ev
 

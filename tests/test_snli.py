@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from grassflow.checkpoint import load_weights
 from grassflow.data import DataError
 from grassflow.ops.plucker.windowed import windowed_plucker_mix, windowed_plucker_mix_reference
 from grassflow.snli.config import HeadConfig
@@ -278,8 +279,7 @@ def test_backbone_stays_frozen_and_out_of_checkpoints(snli_tokens, tmp_path):
     assert all(not p.requires_grad for p in model.backbone.parameters())
     rec = train_snli(_spec({"kind": "backbone"}, epochs=1), snli_tokens / "train.parquet",
                      snli_tokens / "validation.parquet", tmp_path)
-    ckpt = torch.load(tmp_path / "best.pt", weights_only=True)
-    assert not any(k.startswith("backbone.") for k in ckpt["model"])
+    assert not any(k.startswith("backbone.") for k in load_weights(tmp_path / "model.safetensors"))
     assert rec["features"]["weights_sha256"] == before and rec["n_params"] == model.num_params()
 
 
@@ -306,7 +306,7 @@ def test_sigterm_then_rerun_resumes_bitwise(snli_tokens, tmp_path):
         return [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "examples_per_s")}
                 for line in (d / "metrics.jsonl").read_text().splitlines()]
     assert rows(cut) == rows(full)
-    a, b = (torch.load(d / "best.pt", weights_only=True)["model"] for d in (full, cut))
+    a, b = (load_weights(d / "model.safetensors") for d in (full, cut))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -318,7 +318,7 @@ def test_train_and_evaluate_report_accuracy_per_class(features, kind, snli_token
     assert rec["status"] == {"state": "completed"} and rec["epochs_completed"] == 2
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rec["best_epoch"] == max(metrics, key=lambda m: m["val_acc"])["epoch"]
-    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+    ev = evaluate_snli_run(tmp_path / "model.safetensors", tmp_path / "run.json", snli_tokens / "validation.parquet",
                            snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert ev["validation"]["accuracy"] == pytest.approx(rec["best_val_acc"], abs=1e-9)
     t = ev["test"]
@@ -336,7 +336,7 @@ def test_pair_input_separate_end_to_end(snli_tokens, tmp_path):
     spec = _spec({"kind": "backbone"}, "grassmann", head={"pair_input": "separate"}, epochs=2)
     rec = train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
     assert rec["status"] == {"state": "completed"} and rec["spec"]["head"]["pair_input"] == "separate"
-    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+    ev = evaluate_snli_run(tmp_path / "model.safetensors", tmp_path / "run.json", snli_tokens / "validation.parquet",
                            snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert ev["validation"]["accuracy"] == pytest.approx(rec["best_val_acc"], abs=1e-9)
     assert ev["test"]["n"] == 64 and sum(map(sum, ev["test"]["confusion"])) == 64
@@ -361,11 +361,11 @@ def test_accuracy_report_on_known_answers():
 def test_evaluation_refuses_a_different_backbone(snli_tokens, tmp_path):
     spec = _spec({"kind": "backbone"}, epochs=1)
     train_snli(spec, snli_tokens / "train.parquet", snli_tokens / "validation.parquet", tmp_path)
-    ckpt = torch.load(tmp_path / "best.pt", weights_only=True)
-    ckpt["spec"]["backbone"] = {**RANDOM_BACKBONE, "random": {**RANDOM_BACKBONE["random"], "seed": 1}}
-    torch.save(ckpt, tmp_path / "best.pt")
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["spec"]["backbone"] = {**RANDOM_BACKBONE, "random": {**RANDOM_BACKBONE["random"], "seed": 1}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(RuntimeError, match="trained on backbone weights"):
-        evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+        evaluate_snli_run(tmp_path / "model.safetensors", tmp_path / "run.json", snli_tokens / "validation.parquet",
                           snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert not (tmp_path / "eval.json").exists()
 
@@ -396,7 +396,7 @@ def test_snli_trains_on_gpu_under_bf16_autocast(kind, snli_tokens, tmp_path):
     rec = train_snli(_spec({"kind": "backbone"}, kind, epochs=1, device="cuda"), snli_tokens / "train.parquet",
                      snli_tokens / "validation.parquet", tmp_path)
     assert rec["status"] == {"state": "completed"} and "CPU" not in rec["device"]
-    ev = evaluate_snli_run(tmp_path / "best.pt", tmp_path / "run.json", snli_tokens / "validation.parquet",
+    ev = evaluate_snli_run(tmp_path / "model.safetensors", tmp_path / "run.json", snli_tokens / "validation.parquet",
                            snli_tokens / "test.parquet", tmp_path / "eval.json")
     assert 0 <= ev["test"]["accuracy"] <= 100
 

@@ -139,7 +139,7 @@ def test_what_real_commands_load_is_in_their_closure(kind, tokens, tmp_path):
     argv = ["train", "--spec", json.dumps(spec), "--train-tokens", str(tokens / "train.parquet"),
             "--val-tokens", str(tokens / "validation.parquet"), "--out-dir", str(run)]
     assert_closure_holds(_recorded(tmp_path, argv), "train", (kind,))
-    argv = ["evaluate", "--checkpoint", str(run / "best.pt"), "--run-json", str(run / "run.json"),
+    argv = ["evaluate", "--weights", str(run / "model.safetensors"), "--run-json", str(run / "run.json"),
             "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
             "--out", str(run / "eval.json")]
     assert_closure_holds(_recorded(tmp_path, argv), "evaluate", (kind,))

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 import fake_cupy
 from grassflow.bench import count_launches
+from grassflow.checkpoint import load_weights
 from grassflow.lm.train import LanguageModelTask, train
 from grassflow.loop import fit, make_optimizer, set_lr, tensor_lr
 from grassflow.models import ModelConfig, build_model
@@ -116,8 +117,8 @@ def test_divergence_is_found_at_its_exact_step(tmp_path):
     # epoch 2, its 6th step (index 5), seen by the check after step 8
     assert (status["epoch"], status["step"], status["detected_at_step"]) == (2, 5, 8)
     assert len(metrics) == 1 and math.isfinite(status["last_finite_loss"])
-    best = torch.load(tmp_path / "best.pt", weights_only=True)
-    assert best["epoch"] == 1 and all(torch.isfinite(v).all() for v in best["model"].values())
+    best = json.loads((tmp_path / "config.json").read_text())
+    assert best["epoch"] == 1 and all(torch.isfinite(v).all() for v in load_weights(tmp_path / "model.safetensors").values())
 
 
 def test_last_finite_loss_is_the_mean_before_the_bad_step(tmp_path):

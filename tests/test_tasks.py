@@ -45,7 +45,7 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     toy = _overlay(work, "toy", TOY_PRESET)
 
     # its commands, made from its declaration
-    for cmd, flag in (("toy-train", "--spec"), ("toy-evaluate", "--checkpoint"), ("toy-aggregate", "--runs"),
+    for cmd, flag in (("toy-train", "--spec"), ("toy-evaluate", "--weights"), ("toy-aggregate", "--runs"),
                       ("toy-data", "--data")):
         assert flag in _grassflow(work, cmd, "--help").stdout, cmd
     # its part of the config: checked by its schema and its own check, each naming the key
@@ -138,7 +138,7 @@ def test_call_refuses_an_argument_no_parameter_takes(monkeypatch, tmp_path, caps
         called.append(backbone_path)
 
     monkeypatch.setattr(ev, "evaluate_snli_run", renamed)
-    argv = ["snli-evaluate", "--checkpoint", "c", "--run-json", "r", "--val-tokens", "v", "--test-tokens", "t",
+    argv = ["snli-evaluate", "--weights", "c", "--run-json", "r", "--val-tokens", "v", "--test-tokens", "t",
             "--out", str(tmp_path / "eval.json"), "--backbone-dir", str(tmp_path)]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err

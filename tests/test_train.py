@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from grassflow.checkpoint import CheckpointError
+from grassflow.checkpoint import CheckpointError, load_weights
 from grassflow.io import KILL_WRITING
 from grassflow.lm.evaluate import evaluate_run
 from grassflow.lm.train import train
@@ -49,8 +49,8 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, tmp_path):
     res = subprocess.run(_cmd(tokens, cut), capture_output=True, text=True, check=True)
     assert "resuming" in res.stderr
     assert _metrics(cut) == _metrics(full)
-    a = torch.load(full / "best.pt", weights_only=True)["model"]
-    b = torch.load(cut / "best.pt", weights_only=True)["model"]
+    a = load_weights(full / "model.safetensors")
+    b = load_weights(cut / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -61,7 +61,7 @@ def test_divergence_is_recorded_not_raised(tokens, tmp_path):
     assert rec["status"]["epoch"] >= 1
     last = rec["status"]["last_finite_loss"]
     assert last is None or math.isfinite(last)
-    ev = evaluate_run(tmp_path / "best.pt", tmp_path / "run.json", tokens / "validation.parquet",
+    ev = evaluate_run(tmp_path / "model.safetensors", tmp_path / "run.json", tokens / "validation.parquet",
                       tokens / "test.parquet", tmp_path / "eval.json")
     assert ev["status"]["state"] == "diverged"
 
@@ -98,7 +98,7 @@ def test_a_same_shape_foreign_spec_is_not_resumed(tokens, tmp_path, capfd):
 def test_evaluate_writes_all_perplexities(tokens, tmp_path):
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
     train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
-    ev = evaluate_run(tmp_path / "best.pt", tmp_path / "run.json", tokens / "validation.parquet",
+    ev = evaluate_run(tmp_path / "model.safetensors", tmp_path / "run.json", tokens / "validation.parquet",
                       tokens / "test.parquet", tmp_path / "eval.json")
     for split in ("validation", "test"):
         r = ev[split]
@@ -141,7 +141,7 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     for run_id, spec in variants.items():
         d = tmp_path / "runs" / run_id
         train(spec, tokens / "train.parquet", tokens / "validation.parquet", d)
-        evaluate_run(d / "best.pt", d / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
+        evaluate_run(d / "model.safetensors", d / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
                      d / "eval.json")
         dirs.append(d)
     bench_main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--name", "bench"])
@@ -205,8 +205,8 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
         (tmp_path / ".last.pt.killed.tmp").write_bytes((tmp_path / "last.pt").read_bytes()[:1000])
     subprocess.run(_cmd(tokens, tmp_path), check=True, capture_output=True)
     assert _metrics(tmp_path) == _metrics(uninterrupted)
-    a = torch.load(uninterrupted / "best.pt", weights_only=True)["model"]
-    b = torch.load(tmp_path / "best.pt", weights_only=True)["model"]
+    a = load_weights(uninterrupted / "model.safetensors")
+    b = load_weights(tmp_path / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -214,7 +214,7 @@ def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_p
     """A kill inside the write of eval.json (half its bytes down: io's fault hook) leaves no
     eval.json, nor a temporary file that looks like one; the rerun writes it whole. A write that
     were not atomic would leave the half file in place and fail this."""
-    args = ["--checkpoint", str(uninterrupted / "best.pt"), "--run-json", str(uninterrupted / "run.json"),
+    args = ["--weights", str(uninterrupted / "model.safetensors"), "--run-json", str(uninterrupted / "run.json"),
             "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet")]
     ref = tmp_path / "ref" / "eval.json"
     subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(ref)], check=True)
@@ -250,19 +250,20 @@ def test_the_fault_hook_would_catch_a_non_atomic_write(tmp_path, monkeypatch):
 
 
 def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path):
-    """Snakemake deletes a failed attempt's declared outputs (best.pt, metrics.jsonl) before
+    """Snakemake deletes a failed attempt's declared outputs (model.safetensors, config.json,
+    metrics.jsonl) before
     the retry; the resumed run must write them again, with the best epoch's weights even when
     that epoch came before the interruption."""
     proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(tmp_path / "metrics.jsonl", proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait() == 75
-    for name in ("best.pt", "metrics.jsonl"):
+    for name in ("model.safetensors", "config.json", "metrics.jsonl"):
         (tmp_path / name).unlink(missing_ok=True)
     rec = train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == SPEC["train"]["epochs"]
-    best = torch.load(tmp_path / "best.pt", weights_only=True)
+    best = json.loads((tmp_path / "config.json").read_text())
     assert best["epoch"] == rec["best_epoch"] == min(metrics, key=lambda m: m["val_loss"])["epoch"]
 
 

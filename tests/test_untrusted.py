@@ -21,16 +21,29 @@ import torch
 from grassflow.checkpoint import MAGIC, CheckpointError, load_checkpoint, rng_state, set_rng_state
 from grassflow.ops.plucker import cpu_kernel
 from grassflow.runs import open_for_evaluation
-from payload import crafted_best, crafted_last
+from payload import crafted_last, crafted_weights
 
 
-def test_crafted_best_pt_is_refused_before_anything_runs(tmp_path):
+def test_crafted_weights_are_refused_before_anything_runs(tmp_path):
+    """A run's weights are read by safetensors, which never unpickles: a pickle in their place is
+    an error naming the file, its code never runs."""
     marker = tmp_path / "marker"
-    crafted_best(tmp_path / "best.pt", marker)
+    crafted_weights(tmp_path / "model.safetensors", marker, header={"spec": {"run_id": "x"}})
     (tmp_path / "run.json").write_text('{"status": {"state": "completed"}}')
-    with pytest.raises(CheckpointError, match=r"best\.pt: refused: not a data-only checkpoint"):
-        open_for_evaluation(tmp_path / "best.pt", tmp_path / "run.json", tmp_path / "eval.json")
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors file"):
+        open_for_evaluation(tmp_path / "model.safetensors", tmp_path / "run.json", tmp_path / "eval.json")
     assert not marker.exists() and not (tmp_path / "eval.json").exists()
+
+
+def test_weights_that_are_not_their_configs_are_refused(tmp_path):
+    """Weights swapped for other valid ones (another run's): refused, naming the file."""
+    from grassflow.checkpoint import save_weights
+
+    save_weights(tmp_path / "model.safetensors", {"w": torch.ones(2)})
+    (tmp_path / "config.json").write_text('{"spec": {"run_id": "x"}, "epoch": 1, "weights_sha256": "ab"}')
+    (tmp_path / "run.json").write_text('{"status": {"state": "completed"}}')
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: its weights' sha256 is not .*config\.json"):
+        open_for_evaluation(tmp_path / "model.safetensors", tmp_path / "run.json", tmp_path / "eval.json")
 
 
 def test_crafted_last_pt_with_a_valid_checksum_is_refused(tmp_path):

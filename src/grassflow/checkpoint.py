@@ -1,4 +1,5 @@
-"""Resume state on disk: self-checksummed checkpoints, RNG states and the disk-space guard.
+"""Weights and resume state on disk: a run's best weights as safetensors, self-checksummed
+checkpoints, RNG states and the disk-space guard.
 
 Every checkpoint is read as data only (`load_data`: torch.load with weights_only=True):
 tensors, dicts, lists, tuples, numbers, strings. A results tree is shared between users, and
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import pickle
 import random
 import re
@@ -38,14 +40,49 @@ def state_sha256(state: dict | None) -> str | None:
 
 
 def check_disk(out: Path, n_params: int) -> None:
-    """best_state.pt and best.pt (weights) and last.pt (weights + two AdamW moments), each
-    written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""
+    """best_state.pt and model.safetensors (weights) and last.pt (weights + two AdamW moments),
+    each written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""
     need = int(2 * (1 + 1 + 3) * 4 * n_params * 1.1)
     free = shutil.disk_usage(out).free
     if free < need:
         raise DiskSpaceError(f"{out}: {free / 2**20:.0f} MiB free, but this run's checkpoints need "
-                             f"~{need / 2**20:.0f} MiB (best.pt, last.pt and their temporary copies); "
+                             f"~{need / 2**20:.0f} MiB (model.safetensors, last.pt and their temporary copies); "
                              "free space or move results/ before training")
+
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"  # a model directory's files, the Hugging Face layout
+
+
+def save_weights(path: Path, state: dict | None) -> None:
+    """Weights as safetensors (tensors only: reading them runs nothing). A tensor that is another
+    one (a head tied to the token embedding) is stored once, under the first name, and its own
+    name kept in the metadata (`tied`), for load_weights to tie again. None (a run that diverged
+    before its first validation has no weights): a file with no tensors."""
+    from safetensors.torch import save_file
+
+    kept, tied, by_storage = {}, {}, {}
+    for k, v in (state or {}).items():
+        same = by_storage.setdefault((v.device, v.data_ptr(), tuple(v.shape), v.stride()), k)
+        if same == k:
+            kept[k] = v.detach().cpu().contiguous()
+        else:
+            tied[k] = same
+    with atomic_path(path) as tmp:
+        save_file(kept, str(tmp), metadata={"format": "pt", "tied": json.dumps(tied)})
+
+
+def load_weights(path) -> dict:
+    """The weights save_weights wrote, ties restored; a file that is not such is a CheckpointError."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no mapping)
+            tied = json.loads((f.metadata() or {}).get("tied", "{}"))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e}); delete it and rerun the run "
+                              "that writes it") from None
+    return {**state, **{k: state[same] for k, same in tied.items()}}
 
 
 MAGIC = b"GFCKPT1\n"

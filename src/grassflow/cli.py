@@ -136,8 +136,8 @@ def _task_tokenize(a):
 # stage → (help, handler, argument groups)
 TASK_STAGES = {
     "train": ("train one run from its spec", _task_train, [_train_args]),
-    "evaluate": ("evaluate a run's best checkpoint", _call,
-                 [_required("checkpoint", "run-json", "val-tokens", "test-tokens", "out")]),
+    "evaluate": ("evaluate a run's best weights (model.safetensors, config.json beside it)", _call,
+                 [_required("weights", "run-json", "val-tokens", "test-tokens", "out")]),
     "aggregate": ("its tables and figures", _call, _AGGREGATE_ARGS),
     "data": ("its train/validation/test parquet files", _call, _DATA_ARGS),
     "download": ("raw splits to parquet", _task_download,

@@ -169,13 +169,15 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, *, temperature: floa
 
 
 def open_model(path, device="cpu"):
-    """(model, tokenizer) of an export (config.json) or a finished run directory (best.pt)."""
+    """(model, tokenizer) of an export or a finished run directory: the model from its
+    model.safetensors and config.json; the tokenizer beside it (an export) or where the pipeline
+    keeps the run's (a run directory)."""
     from pathlib import Path
 
     from tokenizers import Tokenizer
 
     path = Path(path)
-    if (path / "config.json").is_file():
+    if (path / "tokenizer.json").is_file():
         from grassflow.pretrained import load_model
 
         return load_model(path, device), Tokenizer.from_file(str(path / "tokenizer.json"))

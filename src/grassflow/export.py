@@ -6,7 +6,7 @@
                                      run's numbers, its row of its table as printed with the paper's
                                      figure, the table's label and verdict, and the provenance
 
-The export is made from the run's best.pt (read as data only) and its run.json, eval.json and
+The export is made from the run's model.safetensors and config.json, and its run.json, eval.json and
 table (results/<preset>/report/<experiment>.md/.csv); written to a temporary directory and renamed,
 so an OUT_DIR that exists is complete. Upload: `huggingface_hub.upload_folder` (docs/using-models.md).
 """
@@ -17,9 +17,9 @@ import json
 import shutil
 from pathlib import Path
 
-from grassflow.checkpoint import load_data
+from grassflow.checkpoint import state_sha256
 from grassflow.errors import CommandError
-from grassflow.pretrained import save_pretrained
+from grassflow.pretrained import load_model, save_pretrained
 
 LM_DATASET = "Salesforce/wikitext"
 
@@ -55,19 +55,17 @@ def find_tokenizer(run_dir: Path, record: dict, given=None) -> Path:
 
 
 def model_from_run(run_dir: Path):
-    """(model, record) of a finished run: its best weights, as the evaluation loads them."""
-    from grassflow.loop import load_trained
-    from grassflow.models import ModelConfig, build_model
-
+    """(model, record) of a finished run: its best weights (model.safetensors and config.json, as
+    the run wrote them), checked to be the ones its run.json records."""
     record = _json(run_dir / "run.json")
     if record["spec"].get("task", "lm") != "lm":
         raise CommandError(f"{run_dir}: a {record['spec']['task']} run; only language-model runs are exported")
-    ckpt = load_data(run_dir / "best.pt")
-    if ckpt["model"] is None:
+    if not record.get("weights_sha256"):
         raise CommandError(f"{run_dir}: the run has no weights to export (status {record['status']})")
-    model = build_model(record["spec"]["model_kind"], ModelConfig.from_dict(ckpt["model_config"]))
-    load_trained(model, ckpt["model"])
-    return model.eval(), record
+    model = load_model(run_dir)
+    if state_sha256(model.state_dict()) != record["weights_sha256"]:
+        raise CommandError(f"{run_dir}/model.safetensors: its weights' sha256 is not run.json's weights_sha256")
+    return model, record
 
 
 def table_of(run_dir: Path, record: dict) -> dict:
@@ -156,8 +154,6 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
                                             "sha256": record["data"]["train"]["tokenizer_sha256"]},
                                  run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
                                       "commit": (record.get("git") or {}).get("commit")})
-        if config["weights_sha256"] != record["weights_sha256"]:
-            raise CommandError(f"{run_dir}/best.pt: its weights' sha256 is not run.json's weights_sha256")
         shutil.copyfile(tok, tmp / "tokenizer.json")
         (tmp / "README.md").write_text(model_card(record, evaluation, config, table_of(run_dir, record)))
         tmp.rename(out)

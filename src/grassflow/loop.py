@@ -8,15 +8,15 @@ atomically to last.pt, and a restarted job resumes from it. A task's batches are
 of (seed, epoch, step), so resuming mid-epoch replays exactly the batches an uninterrupted
 run would have seen.
 
-Run directory: best.pt and metrics.jsonl are written when the run ends (the caller adds
-run.json); working files: last.pt (resume state), best_state.pt (best weights so far).
+Run directory: the best weights (model.safetensors, with config.json: what the weights are, the
+Hugging Face layout) and metrics.jsonl are written when the run ends (the caller adds run.json);
+working files: last.pt (resume state), best_state.pt (best weights so far).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 import signal
 import sys
 import time
@@ -27,14 +27,19 @@ import torch
 from tqdm import tqdm
 
 from grassflow.checkpoint import (
+    CONFIG,
+    WEIGHTS,
     check_disk,
     load_checkpoint,
+    load_data,
     rng_state,
     save_checkpoint,
+    save_weights,
     set_rng_state,
+    state_sha256,
 )
 from grassflow.compiled import Compiled
-from grassflow.io import atomic_path, spec_hash, write_text
+from grassflow.io import atomic_path, spec_hash, write_json, write_text
 from grassflow.runtime import autocast
 
 
@@ -177,8 +182,8 @@ def load_trained(model, state: dict) -> None:
 def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
-    ran: optimizer and compile settings, for run.json). `header` goes into best.pt beside the
-    weights (spec, model config). `execution`: how to run, not what to compute (compile,
+    ran: optimizer and compile settings, for run.json). `header` (JSON: the spec, what the model
+    is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how to run, not what to compute (compile,
     compile_mode; train.* keys kept out of the spec): a checkpoint resumes under any of them."""
     execution = {"compile": "auto", "compile_mode": "default", **(execution or {})}
     out = Path(out_dir)
@@ -293,8 +298,8 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
             if task.score(row) < best:
                 best = task.score(row)
                 with atomic_path(best_state) as tmp:
-                    torch.save({**header, "model": trained_state(model), "epoch": row["epoch"],
-                                "val_loss": row["val_loss"], "val_metrics": val}, tmp)
+                    torch.save({"model": trained_state(model), "epoch": row["epoch"], "val_loss": row["val_loss"],
+                                "val_metrics": val}, tmp)
             write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
             pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": 0.0, "seconds": 0.0}
             checkpoint()
@@ -309,9 +314,9 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
     # The declared outputs are (re)written from the working files only now: a failed attempt's
     # outputs are deleted by Snakemake, and a resumed run must still produce all of them.
     write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
-    with atomic_path(out / "best.pt") as tmp:
-        if best_state.exists():
-            shutil.copyfile(best_state, tmp)
-        else:  # diverged before a first validation: keep the record evaluable
-            torch.save({**header, "model": None, "epoch": 0, "val_loss": math.nan}, tmp)
+    # diverged before a first validation: no weights, and a record that still evaluates (as diverged)
+    best_run = load_data(best_state) if best_state.exists() else {"model": None, "epoch": 0, "val_loss": math.nan}
+    save_weights(out / WEIGHTS, best_run["model"])
+    write_json(out / CONFIG, {**header, **{k: v for k, v in best_run.items() if k in ("epoch", "val_loss", "val_metrics")},
+                              "weights_sha256": state_sha256(best_run["model"])})
     return status, metrics, {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record()}

@@ -1,6 +1,6 @@
 """What every task's training and evaluation jobs share around grassflow.loop: setting up a
 run (directory, torch, device), reading its train/validation files, the op backend that runs,
-the provenance record (run.json), and opening a best checkpoint for evaluation."""
+the provenance record (run.json), and opening a run's best weights for evaluation."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from grassflow import gpu_slots
-from grassflow.checkpoint import load_data, state_sha256
+from grassflow.checkpoint import CONFIG, WEIGHTS, CheckpointError, load_weights, state_sha256
 from grassflow.data import DataError
 from grassflow.io import sha256_file, spec_hash, write_json
 from grassflow.ops.plucker import resolve_backend
@@ -38,8 +38,8 @@ def run_record(spec, out, model, status, metrics, best, device, files, t_start, 
         "seed": spec["seed"],
         "data": {split: {"path": str(p), **meta, "file_sha256": sha256_file(p)} for split, (p, meta) in files.items()},
         "wall_seconds": time.time() - t_start,
-        "weights_sha256": state_sha256(load_data(Path(out) / "best.pt")["model"]),
-        "checkpoint_file_sha256": sha256_file(Path(out) / "best.pt"),
+        "weights_sha256": json.loads((Path(out) / CONFIG).read_text())["weights_sha256"],
+        "weights_file_sha256": sha256_file(Path(out) / WEIGHTS),
     }
     write_json(Path(out) / "run.json", record)
     return record
@@ -62,15 +62,19 @@ def read_train_val(read, train_tokens, val_tokens):
     return train, train_meta, val, val_meta
 
 
-def open_for_evaluation(checkpoint, run_json, out_path) -> tuple[dict, dict, bool, torch.device | None]:
-    """(best.pt contents, the start of eval.json, whether there is a model to evaluate, the
-    device it runs on: its GPU slot taken and recorded). A run that diverged before its first
-    validation has none: its eval.json is written here."""
+def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, torch.device | None]:
+    """(the run's config.json, beside `weights` (model.safetensors), with the weights under
+    "model"; the start of eval.json; whether there is a model to evaluate; the device it runs
+    on: its GPU slot taken and recorded). A run that diverged before its first validation has
+    none: its eval.json is written here. The weights' sha256 is checked against config.json's."""
     configure_torch()
     record = json.loads(Path(run_json).read_text())
-    ckpt = load_data(checkpoint)
+    ckpt = json.loads((Path(weights).parent / CONFIG).read_text())
+    ckpt["model"] = load_weights(weights) if ckpt["weights_sha256"] else None
+    if state_sha256(ckpt["model"]) != ckpt["weights_sha256"]:
+        raise CheckpointError(f"{weights}: its weights' sha256 is not {Path(weights).parent / CONFIG}'s weights_sha256")
     result = {"run_id": ckpt["spec"]["run_id"], "status": record["status"], "best_epoch": ckpt["epoch"],
-              "weights_sha256": state_sha256(ckpt["model"]), "checkpoint_file_sha256": sha256_file(checkpoint),
+              "weights_sha256": ckpt["weights_sha256"], "weights_file_sha256": sha256_file(weights),
               "run_record": str(run_json)}
     if ckpt["model"] is None:
         result.update(validation=None, test=None)

@@ -31,8 +31,8 @@ class Task:
     # train, evaluate, aggregate, data, train_tokenizer: called by the CLI with its arguments by name
     # (grassflow.cli._call): their parameters are named as these, plus a `<dir>_dir` parameter for each
     # of `dirs` (SNLI's backbone_dir); a parameter the CLI has no argument for keeps its default
-    train: str  # (spec, train_tokens, val_tokens, out_dir, preflight, execution, <dir>_dir...) → best.pt, metrics.jsonl, run.json
-    evaluate: str  # (checkpoint, run_json, val_tokens, test_tokens, out, <dir>_dir...) → eval.json
+    train: str  # (spec, train_tokens, val_tokens, out_dir, preflight, execution, <dir>_dir...) → model.safetensors, config.json, metrics.jsonl, run.json
+    evaluate: str  # (weights, run_json, val_tokens, test_tokens, out, <dir>_dir...) → eval.json
     estimate: str  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
     token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
     aggregate: str | None = None  # (preset, preset_name, runs, out_dir) → its tables (the LM's: report.smk)

@@ -1,6 +1,6 @@
 # Stages 3 and 4 of every task (grassflow.tasks): one training job per run, after the preflight
 # of its device and op backend (whose record it keeps in run.json; see common.smk), then the
-# evaluation of its best checkpoint. The run's spec file holds all it depends on; the code param
+# evaluation of its best weights (model.safetensors with its config.json). The run's spec file holds all it depends on; the code param
 # the hash of the code it runs, of its own model kind only: changing a Grassmann setting or file
 # reruns Grassmann runs only. Rules: train, evaluate (LM), snli_train, ..., recall_evaluate.
 
@@ -26,7 +26,8 @@ def _run_rules(task, data):
             preflight=run_preflight(task.name),
             **extra_input,
         output:
-            best=f"{run_dir}/best.pt",
+            weights=f"{run_dir}/model.safetensors",
+            config=f"{run_dir}/config.json",
             metrics=f"{run_dir}/metrics.jsonl",
             record=f"{run_dir}/run.json",
         threads: task.part(P)["train"]["threads"]
@@ -57,7 +58,8 @@ def _run_rules(task, data):
         name:
             task.rule("evaluate")
         input:
-            best=f"{run_dir}/best.pt",
+            weights=f"{run_dir}/model.safetensors",
+            config=f"{run_dir}/config.json",
             record=f"{run_dir}/run.json",
             val=data("validation"),
             test=data("test"),
@@ -83,7 +85,7 @@ def _run_rules(task, data):
         shell:
             "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} "
             + task.command("evaluate")
-            + " --checkpoint {input.best} --run-json {input.record} --val-tokens {input.val} "
+            + " --weights {input.weights} --run-json {input.record} --val-tokens {input.val} "
             "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from grassflow.io import sha256_file, write_json
 from grassflow.lm.data import read_tokens
 from grassflow.loop import load_trained
-from grassflow.models import ModelConfig, build_model
+from grassflow.models import build_model, config_from_json
 from grassflow.runs import open_for_evaluation
 from grassflow.runtime import autocast
 
@@ -97,13 +97,13 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
             "n_tokens": meta["n_tokens"]}
 
 
-def evaluate_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
-    """eval.json for one run: perplexities of its best checkpoint, or its divergence."""
-    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out)
+def evaluate_run(weights, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
+    """eval.json for one run: perplexities of its best weights, or its divergence."""
+    ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
     if not evaluable:
         return result
     spec = ckpt["spec"]
-    cfg = ModelConfig.from_dict(ckpt["model_config"])
+    cfg = config_from_json(ckpt)
     model = build_model(spec["model_kind"], cfg)
     load_trained(model, ckpt["model"])
     model = model.to(device)

@@ -2,8 +2,9 @@
 
 The loop, checkpoints and resume live in grassflow.loop; this module supplies the language
 modelling task (random blocks of L+1 tokens, chunked validation perplexity) and the run's
-provenance record. Outputs in the run directory: best.pt, metrics.jsonl, run.json, all written
-when the run ends; working files: last.pt (resume state), best_state.pt (best so far).
+provenance record. Outputs in the run directory: model.safetensors and config.json (the best
+weights, a model directory grassflow.pretrained.load_model reads), metrics.jsonl, run.json, all
+written when the run ends; working files: last.pt (resume state), best_state.pt (best so far).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from grassflow.checkpoint import seed_everything
 from grassflow.lm.data import read_tokens
 from grassflow.lm.evaluate import chunked_nll
 from grassflow.loop import ShuffledBatches, fit
-from grassflow.models import ModelConfig, build_model
+from grassflow.models import ModelConfig, build_model, config_json
 from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.runs import read_train_val, run_record, start_run
@@ -69,7 +70,7 @@ def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, executi
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
     status, metrics, ran = fit(model, task, spec, out, device,
-                                     header={"spec": spec, "model_config": mcfg.to_dict()}, execution=execution)
+                                     header={**config_json(spec["model_kind"], mcfg), "spec": spec}, execution=execution)
     best = min(metrics, key=lambda m: m["val_loss"]) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,

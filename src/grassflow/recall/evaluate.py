@@ -10,7 +10,7 @@ import torch
 
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
-from grassflow.models import ModelConfig, build_model
+from grassflow.models import ModelConfig, build_model, config_from_json
 from grassflow.recall.data import IGNORE, read_split
 from grassflow.recall.train import predict
 from grassflow.runs import open_for_evaluation
@@ -44,9 +44,9 @@ def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
     return {"accuracy": 100.0 * hits.mean(), "n": int(hits.size), "by_distance": by}
 
 
-def evaluate_recall_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
-    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out)
-    cfg = ModelConfig.from_dict(ckpt["model_config"])
+def evaluate_recall_run(weights, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
+    ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
+    cfg = config_from_json(ckpt)
     spec = ckpt["spec"]
     result["reach"] = reach(spec["model_kind"], cfg)
     if not evaluable:

@@ -3,7 +3,7 @@ grassflow.loop, on the task's parquet files.
 
 Batches: examples in a (seed, epoch)-shuffled order; the loss is the cross-entropy at the
 answer positions only (every other target is IGNORE), as in zoology. After each epoch: the
-validation loss and accuracy at the answer positions; best.pt keeps the best-accuracy weights.
+validation loss and accuracy at the answer positions; model.safetensors keeps the best-accuracy weights.
 Optimiser as zoology: AdamW (weight decay from the spec, 0.1 in the presets), cosine schedule.
 """
 
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from grassflow.checkpoint import seed_everything
 from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
-from grassflow.models import ModelConfig, build_model
+from grassflow.models import ModelConfig, build_model, config_json
 from grassflow.recall.data import IGNORE, read_split
 from grassflow.runs import run_record, start_run
 from grassflow.runtime import autocast
@@ -84,7 +84,7 @@ def train_recall(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, 
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
     status, metrics, ran = fit(model, task, spec, out, device,
-                                     header={"spec": spec, "model_config": mcfg.to_dict()}, execution=execution)
+                                     header={**config_json(spec["model_kind"], mcfg), "spec": spec}, execution=execution)
     best = min(metrics, key=task.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,

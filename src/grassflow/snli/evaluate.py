@@ -23,9 +23,9 @@ def accuracy_report(pred: torch.Tensor, gold: torch.Tensor) -> dict:
             "per_class_accuracy": per_class, "confusion": confusion.tolist(), "labels": list(LABELS)}
 
 
-def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_size=None,
+def evaluate_snli_run(weights, run_json, val_tokens, test_tokens, out, batch_size=None,
                       backbone_dir=None) -> dict:
-    ckpt, result, evaluable, device = open_for_evaluation(checkpoint, run_json, out)
+    ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
     if not evaluable:
         return result
     spec = ckpt["spec"]
@@ -37,7 +37,7 @@ def evaluate_snli_run(checkpoint, run_json, val_tokens, test_tokens, out, batch_
         raise DataError(f"{val_tokens} and {test_tokens} were made by different tokenizers")
     model, features = build_classifier(spec, meta, backbone_dir)
     if features.get("weights_sha256") != ckpt["features"].get("weights_sha256"):
-        raise RuntimeError(f"{checkpoint}: trained on backbone weights {ckpt['features'].get('weights_sha256')}, "
+        raise RuntimeError(f"{weights}: trained on backbone weights {ckpt['features'].get('weights_sha256')}, "
                            f"but {features.get('backbone')} now loads {features.get('weights_sha256')}")
     load_trained(model, ckpt["model"])
     model = model.to(device)
