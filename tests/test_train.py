@@ -107,6 +107,30 @@ def test_evaluate_writes_all_perplexities(tokens, tmp_path):
     assert os.path.exists(tmp_path / "eval.json")
 
 
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_a_run_directory_is_a_model_directory(tie, tokens, tmp_path):
+    """A run's best weights: model.safetensors (tensors only; a tied head stored once) and
+    config.json (the model, its tokenizer, the spec, the best epoch); load_model opens the run
+    directory itself, with the weights run.json records."""
+    from safetensors import safe_open
+
+    from grassflow.checkpoint import state_sha256
+    from grassflow.pretrained import load_model
+
+    spec = {**SPEC, "model": {**SPEC["model"], "tie_weights": tie}, "train": {**SPEC["train"], "epochs": 2}}
+    rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "tok_emb.weight" in keys and ("head.weight" in keys) is not tie
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_kind"] == "grassmann" and config["tie_weights"] is tie and config["spec"] == rec["spec"]
+    assert config["vocab_size"] == rec["data"]["train"]["vocab_size"] and config["epoch"] == rec["best_epoch"]
+    assert config["tokenizer"] == {"name": "trained", "sha256": rec["data"]["train"]["tokenizer_sha256"]}
+    model = load_model(tmp_path)
+    assert state_sha256(model.state_dict()) == rec["weights_sha256"] == config["weights_sha256"]
+    assert (model.head.weight is model.tok_emb.weight) is tie
+
+
 def test_too_little_disk_fails_before_training(tokens, tmp_path, monkeypatch):
     import shutil as _shutil
 

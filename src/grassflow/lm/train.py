@@ -69,8 +69,9 @@ def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, executi
                              tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
-    status, metrics, ran = fit(model, task, spec, out, device,
-                                     header={**config_json(spec["model_kind"], mcfg), "spec": spec}, execution=execution)
+    tokenizer = {"name": train_meta["tokenizer"], "sha256": train_meta["tokenizer_sha256"]}
+    status, metrics, ran = fit(model, task, spec, out, device, execution=execution,
+                               header={**config_json(spec["model_kind"], mcfg), "spec": spec, "tokenizer": tokenizer})
     best = min(metrics, key=lambda m: m["val_loss"]) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,

@@ -83,8 +83,8 @@ def train_recall(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, 
     task = RecallTask(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
-    status, metrics, ran = fit(model, task, spec, out, device,
-                                     header={**config_json(spec["model_kind"], mcfg), "spec": spec}, execution=execution)
+    status, metrics, ran = fit(model, task, spec, out, device, execution=execution,
+                               header={**config_json(spec["model_kind"], mcfg), "spec": spec})
     best = min(metrics, key=task.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
