@@ -3,13 +3,13 @@
   chunked   the paper's: non-overlapping blocks of L inputs, each predicting its next L tokens
   strided   windows of L moved by L/2; each token is scored once, with ≥ L/2 tokens of context
             (except in the first window)
-  word      lm-evaluation-harness's word perplexity, exp(−Σ loglik / Σ words) with its word count
-            (lm.tokenize.harness_word_count), over the split taken as one document, with the
-            strided NLL (every token scored once). Two differences from the harness's wikitext
-            task, both stated rather than hidden: it scores each article as its own document
-            (so its count has two more empty fields per article, and each article restarts
-            its context), and it scores the first token after a prefix token, which we do not
-            have (our stream's first token is never scored).
+  word      exp(strided NLL / words), the words counted as lm-evaluation-harness counts them
+            (lm.tokenize.harness_word_count), over the split taken as one document. NOT the
+            harness's word perplexity, which differs in three ways: it scores disjoint windows of
+            L tokens (its rolling loglikelihood, context 1), not windows moved by L/2; it scores
+            each article as its own document (so its count has two more empty fields per article,
+            and each article restarts its context); and it scores the first token after a prefix
+            token, which we do not have (our stream's first token is never scored).
 The stream's first token has no context and is never scored; token counts are recorded.
 Each definition is checked against a brute-force loop that scores every token with exactly the
 context its definition gives it (tests/test_perplexity.py).
