@@ -4,7 +4,8 @@ the batched evaluation differ only by the evaluation's fp32 loss: ≤ 1e-6 relat
 
   chunked   target t (1 ≤ t ≤ n_blocks·L) sees ids[s:t], s = L·⌊(t−1)/L⌋
   strided   target t (1 ≤ t < n) sees ids[s:t], s = 0 for t ≤ L, else stride·⌈(t−L)/stride⌉
-  word      lm-evaluation-harness's word_perplexity: exp(−Σ loglik / Σ len(re.split(r"\\s+", doc)))
+  word      the strided NLL over lm-evaluation-harness's word count, len(re.split(r"\\s+", doc)) (its
+            aggregation, not its windows: grassflow.lm.evaluate says how the harness's number differs)
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def harness_word_perplexity(items: list[tuple[float, str]]) -> float:
 
 
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
-def test_word_perplexity_is_the_harness_definition(kind, tokens, gen):
-    """Through the real token file of a split and its raw rows: the split as one document."""
+def test_word_perplexity_is_the_strided_nll_over_the_harness_word_count(kind, tokens, gen):
+    """Through the real token file of a split and its raw rows: the split as one document, its
+    strided NLL aggregated as the harness aggregates a document's log-likelihood."""
     ids, meta = read_tokens(tokens / "test.parquet")
     rows = read_rows(tokens / "raw_test.parquet")
     ids = ids[:300]  # the oracle's loop is per token: a leading part of the stream
