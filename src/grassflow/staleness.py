@@ -64,6 +64,8 @@ def _tree(path: Path) -> ast.Module:
 @cache
 def _parse(text: str, name: str) -> ast.Module:  # by content: a file edited in this process is read anew
     return ast.parse(text, name)
+# What is derived from a tree is cached by the tree (one per content, _parse): the Snakefile asks
+# for the code of every (command, model kinds), and those closures share most of their files.
 
 
 def _resolve(node: ast.ImportFrom, here: str, is_pkg: bool) -> str:
@@ -107,8 +109,18 @@ def _reads_declarations(path: Path, mod: str) -> bool:
     """Whether a module reads every task's declaration: imports from grassflow.tasks more than the
     Task class (which a declaration imports). grassflow.tasks loads them all, but a job reads its
     own task's only (command_roots): another task's declaration is not its code."""
-    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, path.name == "__init__.py") == "grassflow.tasks"
-               and {a.name for a in n.names} - {"Task"} for n in ast.walk(_tree(path)))
+    return _reads_tasks(_tree(path), mod, path.name == "__init__.py")
+
+
+@cache
+def _reads_tasks(tree: ast.Module, mod: str, is_pkg: bool) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.tasks"
+               and {a.name for a in n.names} - {"Task"} for n in ast.walk(tree))
+
+
+@cache
+def _module_imports(tree: ast.Module, mod: str, is_pkg: bool) -> frozenset[str]:
+    return frozenset(imported([tree], mod, is_pkg))
 
 
 def _entry_modules(pkg: str) -> set[str]:
@@ -146,7 +158,7 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
             files.add(path)
             if mod in opaque:
                 continue
-            todo += imported([_tree(path)], mod, path.name == "__init__.py")
+            todo += _module_imports(_tree(path), mod, path.name == "__init__.py")
             if _reads_declarations(path, mod):  # a module that reads every task's declaration (TASKS, ...)
                 todo += [m for pkg in declarations() for m in (f"grassflow.{pkg}.task", *_entry_modules(pkg))]
             for src in _literal(path, "KERNEL_SOURCES") or ():
@@ -269,8 +281,13 @@ def code_hash(path: Path, command: str | None = None) -> str:
     elif path.resolve() == CLI and command is not None:
         text = "\n".join(map(_canonical, cli_slice(command))).encode()
     else:
-        text = _canonical(_tree(path.resolve())).encode()
+        return _tree_hash(_tree(path.resolve()))
     return hashlib.sha256(text).hexdigest()[:16]
+
+
+@cache
+def _tree_hash(tree: ast.Module) -> str:
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:16]
 
 
 def command_code(command: str, kinds=(), base: Path | None = None) -> dict[str, str]:
