@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from grassflow.runs import open_for_evaluation
 from grassflow.loop import load_trained
 from grassflow.models import build_model, config_from_json
+from grassflow.runs import open_for_evaluation
 
 # run in a fresh process that is given the export directory and the token ids, nothing of the run
 FRESH = """
