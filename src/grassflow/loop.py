@@ -183,8 +183,9 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
     ran: optimizer and compile settings, for run.json). `header` (JSON: the spec, what the model
-    is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how to run, not what to compute (compile,
-    compile_mode; train.* keys kept out of the spec): a checkpoint resumes under any of them."""
+    is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
+    to run, not what to compute (compile, compile_mode; train.* keys kept out of the spec): a
+    checkpoint resumes under any of them."""
     execution = {"compile": "auto", "compile_mode": "default", **(execution or {})}
     out = Path(out_dir)
     tcfg = spec["train"]
