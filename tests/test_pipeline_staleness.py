@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from pipeline import DEMO_GRASSMANN_RUNS, ROOT, by_rule, edited, planned, spec_jobs
+from pipeline import DEMO_GRASSMANN_RUNS, ROOT, TASKS, by_rule, edited, planned, spec_jobs
 
 
 def test_nothing_to_do_after_a_full_run(demo):
@@ -19,14 +19,14 @@ RUN_COMMANDS = {"train", "evaluate", "snli-train", "snli-evaluate", "recall-trai
 def test_every_demo_job_loaded_only_fingerprinted_code(demo):
     """The import closure each rule fingerprints holds all that its job really loaded (less the
     other model kinds' code), for every job of the demo: the static reading misses nothing."""
-    from test_staleness import assert_closure_holds
+    from test_staleness import assert_closure_holds, command_of
 
     records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
-    commands = Counter(r["argv"][0] for r in records)
+    commands = Counter(command_of(r["argv"]) for r in records)
     assert {"download", "tokenize", "train", "evaluate", "aggregate", "bench", "snli-train", "recall-train",
             "snli-aggregate", "recall-aggregate", "estimates", "preflight"} <= set(commands), commands
     for r in records:
-        cmd, line = r["argv"][0], " ".join(r["argv"])
+        cmd, line = command_of(r["argv"]), " ".join(r["argv"])
         if cmd == "preflight":  # no fingerprint: a check of the machine
             continue
         kinds = ("transformer", "grassmann") if cmd == "bench" else \
@@ -195,13 +195,25 @@ def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
 
 
 def test_editing_one_commands_handler_plans_only_that_commands_jobs(demo):
-    """cli.py's slice of a command (grassflow.staleness.cli_slice): the text tasks' tokenize handler
-    is the tokenize jobs' code, no other job's."""
+    """A task's job holds its stage's slice of stage.py (grassflow.staleness.cli_slice): the text
+    tasks' tokenize handler is the tokenize jobs' code, no other job's."""
     from pipeline import replaced
 
-    with replaced(demo / "src/grassflow/cli.py", "def _task_tokenize(a):\n", "def _task_tokenize(a):\n    _edited = 1\n"):
+    with replaced(demo / "src/grassflow/stage.py", "def _tokenize(a):\n", "def _tokenize(a):\n    _edited = 1\n"):
         rules = by_rule(planned(demo))
     assert {"tokenize", "snli_tokenize"} <= set(rules) and not {"download", "snli_download", "recall_data"} & set(rules)
+    assert not {"recall_train", "recall_evaluate"} & set(rules)  # the text tasks' runs: downstream of tokenize
+
+
+def test_editing_the_planning_of_the_tasks_plans_no_tasks_job(demo):
+    """grassflow.tasks (where a task's files, rules and runs are) is planning: a code edit there
+    reruns no task's job (a task's job reads its own declaration: grassflow.stage); the CLI's
+    commands that list the tasks (unigram, the LM tables, bench, estimates) rerun, seconds each."""
+    with edited(demo / "src/grassflow/tasks.py"):
+        rules = by_rule(planned(demo))
+    jobs = {t.rule(s) for t in TASKS.values() for s in ("train", "evaluate", "data", "download", "tokenize", "aggregate")
+            if getattr(t, s)}  # the LM's tables are the CLI's `aggregate`
+    assert rules and not jobs & set(rules), rules
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):

@@ -35,13 +35,13 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
     template = (ROOT / "workflow/rules/runs.smk").read_text()
     for stage in ("train", "evaluate"):
         assert f'code=lambda wc: code_of(task.command("{stage}"), kind(wc)),' in template
-        assert '{params.gf} "\n            + task.command("' + stage + '")' in template
+        assert '"\n            + task.job("' + stage + '")\n            + " --' in template
     # so do every task's data and aggregate rules (tasks.smk) and a text corpus's (data.smk), without a model kind
     for smk, stages in (("tasks", ("data", "aggregate")), ("data", ("download", "train_tokenizer", "tokenize"))):
         template = (ROOT / f"workflow/rules/{smk}.smk").read_text()
         for stage in stages:
             assert f'code=code_of(task.command("{stage}")),' in template
-            assert f"f\"{{{{params.gf}}}} {{task.command('{stage}')}} --" in template
+            assert f"f\"{{task.job('{stage}')}} --" in template
     seen = {}
     for rule, block in rule_blocks():
         shell = re.search(r"\{params\.gf\} ([a-z-]+)", block)
@@ -58,6 +58,11 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
     # bench fingerprints every kind; the rest, none
     assert not {r for r, kinds in seen.items() if "kind" in kinds}
     assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 8
+    # a task's job is its stage's command line (grassflow.stage), not the CLI's: its fingerprint's command
+    from grassflow.tasks import TASKS
+
+    assert TASKS["snli"].job("train") == "python -m grassflow.stage snli train"
+    assert staleness._dispatcher("snli-train")[1] == "grassflow.stage"
 
 
 def files(command, *kinds) -> set[str]:
@@ -106,9 +111,15 @@ def test_every_kernel_source_is_declared_where_it_is_loaded():
 
 
 def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
+    """What `argv` imported, run as its rule runs it: a task's stage as its job (grassflow.stage)."""
     rec = tmp_path / "imports"
     env = {**os.environ, "GRASSFLOW_RECORD_IMPORTS": str(rec), **(env_extra or {})}
-    res = subprocess.run([sys.executable, "-m", "grassflow", *argv], env=env, capture_output=True, text=True)
+    if argv[0] in staleness.TASK_COMMANDS:
+        task, stage, _ = staleness.TASK_COMMANDS[argv[0]]
+        argv = ["grassflow.stage", task.name, stage, *argv[1:]]
+    else:
+        argv = ["grassflow", *argv]
+    res = subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     (one,) = rec.glob("*.json")
     out = json.loads(one.read_text())
@@ -116,15 +127,22 @@ def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
     return out
 
 
+def command_of(argv: list[str]) -> str:
+    """The command a recorded argv ran: a task's job records `<task> <stage>` (grassflow.stage)."""
+    from grassflow.tasks import TASKS
+
+    return TASKS[argv[0]].command(argv[1]) if argv[0] in TASKS else argv[0]
+
+
 def assert_closure_holds(record: dict, command: str, kinds=()) -> None:
     """What the command loaded ⊆ its closure, less the other kinds' code and what only that
-    code imports (loaded with the models package, never run by this job), and the other tasks'
-    declarations (grassflow.tasks loads them all; a command runs its own task's only)."""
+    code imports (loaded with the models package, never run by this job), and for a CLI command
+    the tasks' declarations (grassflow.tasks loads them all to list the commands; a task's job
+    loads its own task's only: grassflow.stage)."""
     others = [k for k in staleness.kind_code() if k not in kinds]
-    own = staleness.TASK_COMMANDS[command][0].name if command in staleness.TASK_COMMANDS else None
-    declarations = [f"grassflow.{pkg}.task" for pkg in staleness.declarations() if pkg != own]
     theirs = staleness.closure([m for k in others for m in staleness.kind_code()[k]], others)
-    theirs |= staleness.closure(declarations, others)
+    if command not in staleness.TASK_COMMANDS:
+        theirs |= staleness.closure([f"grassflow.{pkg}.task" for pkg in staleness.declarations()], others)
     loaded = {Path(f).resolve() for f in record["files"]}
     owned = {p for p in loaded if staleness._owned_by(staleness.module_name(p), others)}
     missing = loaded - owned - theirs - set(staleness.command_files(command, kinds))
@@ -182,39 +200,53 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
     assert staleness.code_hash(k) != before
 
 
-def _cli_with(monkeypatch, tmp_path, old: str, new: str):
-    """cli.py edited (a copy: the module tables are read from its syntax tree)."""
-    edited = tmp_path / "cli.py"
-    text = staleness.CLI.read_text()
+def _edited_copy(monkeypatch, tmp_path, attr: str, old: str, new: str):
+    """cli.py or stage.py (staleness.CLI, .STAGE) edited, in a copy: the command tables are read
+    from its syntax tree."""
+    edited = tmp_path / getattr(staleness, attr).name
+    text = getattr(staleness, attr).read_text()
     assert old in text
     edited.write_text(text.replace(old, new, 1))
-    monkeypatch.setattr(staleness, "CLI", edited)
+    monkeypatch.setattr(staleness, attr, edited)
     staleness.cli_slice.cache_clear()
 
 
+UNCALLED = "\ndef _nobody_calls():\n    return 1\n\n"
+OTHER_COMMANDS_EDITS = {  # a function nobody calls; another command's row; another command's handler
+    "CLI": (("\ndef build_parser", UNCALLED + "\ndef build_parser"),
+            ('("ablations", "the ablation table', '("ablations", "the ablation tables'),
+            ("def _baseline_args(p):\n", "def _baseline_args(p):\n    _edited = 1\n")),
+    "STAGE": (("\ndef parser(", UNCALLED + "\ndef parser("),
+              ('"data": ("its train/validation/test parquet files"', '"data": ("its parquet files"'),
+              ("def _tokenize(a):\n", "def _tokenize(a):\n    _edited = 1\n")),
+}
+
+
 @pytest.mark.parametrize("command", ["train", "recall-evaluate", "unigram", "bench"])
-def test_a_commands_part_of_cli_py_leaves_out_the_other_commands(command, monkeypatch, tmp_path):
+def test_a_commands_part_of_its_command_line_leaves_out_the_other_commands(command, monkeypatch, tmp_path):
     """cli_slice: a function nobody calls, and another command's row or handler, are not in a
-    command's part of cli.py; main() is in every command's."""
-    before = staleness.code_hash(staleness.CLI, command)
-    for old, new in (("\ndef build_parser", "\ndef _nobody_calls():\n    return 1\n\n\ndef build_parser"),
-                     ('("ablations", "the ablation table', '("ablations", "the ablation tables'),
-                     ("def _task_tokenize(a):\n", "def _task_tokenize(a):\n    _edited = 1\n")):
-        _cli_with(monkeypatch, tmp_path, old, new)
-        assert staleness.code_hash(staleness.CLI, command) == before, (command, new)
+    command's part of its command line (stage.py for a task's job, else cli.py); main() is in
+    every command's."""
+    attr = "STAGE" if command in staleness.TASK_COMMANDS else "CLI"
+    before = staleness.code_hash(getattr(staleness, attr), command)
+    for old, new in OTHER_COMMANDS_EDITS[attr]:
+        _edited_copy(monkeypatch, tmp_path, attr, old, new)
+        assert staleness.code_hash(getattr(staleness, attr), command) == before, (command, new)
         monkeypatch.undo()
-    _cli_with(monkeypatch, tmp_path, "    argv = sys.argv[1:] if argv is None else list(argv)\n",
-              "    argv = sys.argv[1:] if argv is None else list(argv)\n    _edited = 1\n")
-    assert staleness.code_hash(staleness.CLI, command) != before
+    _edited_copy(monkeypatch, tmp_path, attr, "    argv = sys.argv[1:] if argv is None else list(argv)\n",
+                 "    argv = sys.argv[1:] if argv is None else list(argv)\n    _edited = 1\n")
+    assert staleness.code_hash(getattr(staleness, attr), command) != before
     monkeypatch.undo()
     staleness.cli_slice.cache_clear()
 
 
 def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
-    """Config loading, the run grids, the checks and the estimates are planning: what they decide
-    reaches a job through its spec file. A job holds its own task's code only."""
+    """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
+    (grassflow.tasks) and the CLI's dispatch are planning: what they decide reaches a job through
+    its spec file and its command line. A job holds its own task's code only."""
     planning = {"src/grassflow/config.py", "src/grassflow/estimate.py", "src/grassflow/plan.py",
-                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py"}
+                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/tasks.py",
+                "src/grassflow/cli.py"}
     lm = files("train", "grassmann") | files("evaluate", "transformer")
     assert not planning & lm
     assert not {f for f in lm if f.startswith(("src/grassflow/recall/", "src/grassflow/snli/"))}, lm

@@ -106,16 +106,17 @@ def _commands_called_by_name():
     """{command: (its parser, its function)} of every command that calls one function by name."""
     import inspect
 
-    from grassflow import cli
-    from grassflow.tasks import entry
+    from grassflow import cli, command, stage
+    from grassflow.tasks import COMMANDS, entry
 
-    choices = cli.build_parser()._subparsers._group_actions[0].choices
-    return {name: (p, inspect.signature(entry(p.get_default("entry"))).parameters) for name, p in choices.items()
-            if p.get_default("fn") in (cli._call, cli._task_train)}
+    parsers = dict(cli.build_parser()._subparsers._group_actions[0].choices)
+    parsers |= {name: stage.parser(task, stage_, name) for name, (task, stage_, _) in COMMANDS.items()}
+    return {name: (p, inspect.signature(entry(p.get_default("entry"))).parameters) for name, p in parsers.items()
+            if p.get_default("fn") in (command.call, stage._train)}
 
 
 def test_every_argument_of_a_command_called_by_name_is_a_parameter_of_its_function():
-    """What _call passes by name reaches a parameter: renaming one (backbone_dir) breaks here, not
+    """What command.call passes by name reaches a parameter: renaming one (backbone_dir) breaks here, not
     silently in a job (the train commands turn --compile and --compile-mode into `execution`)."""
     commands = _commands_called_by_name()
     assert {"train", "snli-train", "recall-evaluate", "unigram", "estimates"} <= set(commands)

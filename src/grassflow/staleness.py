@@ -1,12 +1,15 @@
 """The code a pipeline stage runs, derived from its imports: what a rule's code fingerprint
 covers, so that an edit reruns exactly the stages whose output it can change.
 
-A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). Its
-code is, read from the source without importing anything:
-  - of cli.py, the slice the command runs (cli_slice): main(), its own rows of the command
-    tables and the functions they name; __main__.py and the package's __init__; the module of
-    the function the command calls by name (cli.COMMANDS' "module:function" rows, a task's
-    entry points) and, for a task's command, that task's declaration only;
+A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). A
+task's job runs `python -m grassflow.stage <task> <stage>` instead (its rule's shell), which
+imports neither cli.py nor the planning (grassflow.tasks). A command's code is, read from the
+source without importing anything:
+  - of its command line's module (cli.py; stage.py for a task's job), the slice the command runs
+    (cli_slice): main(), its own rows of the command tables and the functions they name; the
+    package's __init__ (and __main__.py for cli.py); the module of the function the command
+    calls by name (cli.COMMANDS' "module:function" rows, a task's entry points) and, for a task's
+    job, that task's declaration only;
   - transitively, every grassflow module those import, at module level or inside a function
     (a superset of what one run executes: an edit to a lazily imported module reruns the stage),
     with the __init__ of every package on the way (importing a.b runs a/__init__.py); every
@@ -106,16 +109,14 @@ def _owned_by(name: str, kinds) -> bool:
 
 
 def _reads_declarations(path: Path, mod: str) -> bool:
-    """Whether a module reads every task's declaration: imports from grassflow.tasks more than the
-    Task class (which a declaration imports). grassflow.tasks loads them all, but a job reads its
-    own task's only (command_roots): another task's declaration is not its code."""
+    """Whether a module reads every task's declaration: imports from grassflow.tasks, which loads
+    them all (a job reads its own task's only, through grassflow.declaration: command_roots)."""
     return _reads_tasks(_tree(path), mod, path.name == "__init__.py")
 
 
 @cache
 def _reads_tasks(tree: ast.Module, mod: str, is_pkg: bool) -> bool:
-    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.tasks"
-               and {a.name for a in n.names} - {"Task"} for n in ast.walk(tree))
+    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.tasks" for n in ast.walk(tree))
 
 
 @cache
@@ -166,16 +167,17 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
     return files
 
 
-# --- the CLI commands ----------------------------------------------------------------------------
+# --- the commands: the CLI's (cli.py), a task's jobs (stage.py) ------------------------------------
 CLI = PKG / "cli.py"
-# cli.py's tables of commands: a command's slice of cli.py holds its own row of each, not the others'
-TABLES = ("COMMANDS", "TASK_STAGES", "OWN_PARSERS")
+STAGE = PKG / "stage.py"
+# the command tables of cli.py and stage.py: a command's slice holds its own row of each, not the others'
+TABLES = ("COMMANDS", "OWN_PARSERS", "STAGE_COMMANDS")
 
 
-def _defs() -> dict[str, ast.stmt]:
-    """cli.py's module-level functions and assignments, by name."""
+def _defs(path: Path) -> dict[str, ast.stmt]:
+    """A module's module-level functions and assignments, by name."""
     out = {}
-    for n in _tree(CLI).body:
+    for n in _tree(path).body:
         if isinstance(n, ast.FunctionDef):
             out[n.name] = n
         elif isinstance(n, ast.Assign):
@@ -184,9 +186,13 @@ def _defs() -> dict[str, ast.stmt]:
 
 
 def _rows(command: str) -> tuple[list[ast.expr], str | None]:
-    """The command's own rows of cli.py's tables, and the module of the function it calls by name
-    (a COMMANDS "module:function" row, an OWN_PARSERS entry, a task's entry point) or None."""
-    defs = _defs()
+    """The command's own rows of its module's table, and the module of the function it calls by
+    name (a COMMANDS "module:function" row, an OWN_PARSERS entry, a task's entry point) or None."""
+    if command in TASK_COMMANDS:
+        _, stage, ref = TASK_COMMANDS[command]
+        table = _defs(STAGE)["STAGE_COMMANDS"].value
+        return [v for k, v in zip(table.keys, table.values) if k.value == stage], ref.split(":")[0]
+    defs = _defs(CLI)
     rows, module = [], None
     for row in defs["COMMANDS"].value.elts:
         if row.elts[0].value == command:
@@ -198,11 +204,6 @@ def _rows(command: str) -> tuple[list[ast.expr], str | None]:
         if k.value == command:
             rows.append(v)
             module = v.elts[1].value.split(":")[0]
-    if command in TASK_COMMANDS:
-        _, stage, ref = TASK_COMMANDS[command]
-        stages = defs["TASK_STAGES"].value
-        rows += [v for k, v in zip(stages.keys, stages.values) if k.value == stage]
-        module = ref.split(":")[0]
     if not rows:
         names = sorted({r.elts[0].value for r in defs["COMMANDS"].value.elts} | set(TASK_COMMANDS)
                        | {k.value for k in own.keys})
@@ -210,15 +211,22 @@ def _rows(command: str) -> tuple[list[ast.expr], str | None]:
     return rows, module
 
 
+def _dispatcher(command: str) -> tuple[Path, str]:
+    """The module whose slice is the command's command line: stage.py for a task's job, else cli.py."""
+    return (STAGE, "grassflow.stage") if command in TASK_COMMANDS else (CLI, "grassflow.cli")
+
+
 @cache
 def cli_slice(command: str) -> tuple[ast.AST, ...]:
-    """The part of cli.py that `command` runs: its imports, main() and the `__main__` guard, the
-    command's own rows of the tables, and every module-level function or value those name,
-    transitively (a table named on the way stands for the command's rows of it). An edit to
-    another command's row or handler, or a function nobody calls, is outside it."""
-    defs = _defs()
+    """The part of its command line's module (cli.py, or stage.py for a task's job) that `command`
+    runs: the module's imports, main() and the `__main__` guard, the command's own rows of the
+    tables, and every module-level function or value those name, transitively (a table named on
+    the way stands for the command's rows of it). An edit to another command's row or handler, or
+    a function nobody calls, is outside it."""
+    path, _ = _dispatcher(command)
+    defs = _defs(path)
     rows, _ = _rows(command)
-    fixed = [n for n in _tree(CLI).body if isinstance(n, ast.Import | ast.ImportFrom | ast.If)]
+    fixed = [n for n in _tree(path).body if isinstance(n, ast.Import | ast.ImportFrom | ast.If)]
     reached, todo = {}, [defs["main"], *fixed, *rows]
     while todo:
         node = todo.pop()
@@ -228,23 +236,27 @@ def cli_slice(command: str) -> tuple[ast.AST, ...]:
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and n.id in defs and n.id not in TABLES:
                 todo.append(defs[n.id])
-    order = {id(n): i for i, n in enumerate(ast.walk(_tree(CLI)))}
+    order = {id(n): i for i, n in enumerate(ast.walk(_tree(path)))}
     return tuple(sorted(reached.values(), key=lambda n: order[id(n)]))
 
 
 def command_roots(command: str) -> set[str]:
-    """The grassflow modules a command imports: those cli.py's slice of it names (at module level
-    or in its functions), the module of the function it calls, and for a task's command that
-    task's declaration (its entry points, its arguments)."""
+    """The grassflow modules a command imports: those its slice names (at module level or in its
+    functions), the module of the function it calls, and for a task's job its task's declaration
+    (its entry points, its arguments), which grassflow.stage loads by name."""
     _, module = _rows(command)
-    roots = imported(cli_slice(command), "grassflow.cli", False) | {"grassflow.cli", "grassflow.__main__"}
+    _, dispatcher = _dispatcher(command)
+    roots = imported(cli_slice(command), dispatcher, False) | {dispatcher}
     if command in TASK_COMMANDS:
         roots.add(f"grassflow.{TASK_COMMANDS[command][0].name}.task")
+    else:
+        roots.add("grassflow.__main__")
     return roots | ({module} if module else set())
 
 
 def command_files(command: str, kinds=()) -> list[Path]:
-    return sorted(closure(command_roots(command), kinds, opaque={"grassflow.cli", "grassflow.__main__"}))
+    opaque = {_dispatcher(command)[1], "grassflow.__main__"}  # each command's own path through them: its roots
+    return sorted(closure(command_roots(command), kinds, opaque=opaque))
 
 
 # --- what a file's fingerprint covers ------------------------------------------------------------
@@ -273,12 +285,12 @@ def _canonical(node) -> str:
 
 def code_hash(path: Path, command: str | None = None) -> str:
     """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax
-    tree (comments, docstrings and formatting cannot change what runs); of cli.py, the slice the
-    command runs (cli_slice); a kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
+    tree (comments, docstrings and formatting cannot change what runs); of the command's command
+    line (cli.py, or stage.py for a task's job), the slice the command runs (cli_slice); a kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
     path = Path(path)
     if path.suffix != ".py":
         text = path.read_bytes()
-    elif path.resolve() == CLI and command is not None:
+    elif command is not None and path.resolve() == _dispatcher(command)[0]:
         text = "\n".join(map(_canonical, cli_slice(command))).encode()
     else:
         return _tree_hash(_tree(path.resolve()))

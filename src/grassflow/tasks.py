@@ -1,59 +1,29 @@
 """The tasks, each declared once in its own package: `grassflow/<task>/task.py` holds `TASK`, a
-`Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py). A new task
-is one more such directory: this module finds it, and the Snakemake rules
-(workflow/rules/common.smk, runs.smk), the CLI's commands, the config schema, `grassflow plan`,
+`Task` (grassflow.declaration; language modelling: lm/task.py, SNLI: snli/task.py, recall:
+recall/task.py). A new task is one more such directory: this module finds it, and the Snakemake
+rules (workflow/rules/common.smk, runs.smk), the CLI's commands, the config schema, `grassflow plan`,
 the estimates and the tests read the declarations, not lists of their own.
 
-A declaration names its entry points as "module:function" strings, so that it imports nothing
-(the CLI loads every declaration; the code fingerprint of a task's command covers its own entry
-module only: grassflow.staleness).
+This module is planning: where a task's files, rules and runs are (the methods of `PlannedTask`).
+No job imports it (a job reads its own task's declaration: grassflow.stage), so editing it reruns
+no job.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import fields
 from pathlib import Path
 
-STAGES = ("train", "evaluate")  # the jobs of one run, in order
+from grassflow.declaration import STAGES, Task, declared, entry
+
 # entry points called in the process that reads the declarations (the Snakefile, `grassflow plan`, the
-# estimates report); the others are commands, each a job of its own
+# estimates report); the others are jobs' commands (grassflow.stage), each fingerprinted as its own job
 PLANNING_HOOKS = ("runs", "estimate", "check", "cells", "tokenize_section", "run_dirs")
 BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
 
-@dataclass(frozen=True)
-class Task:
-    name: str  # its package's name; "lm" | "snli" | "recall" | a new one
-    part_key: str | None  # the preset key holding this task's part (None: the preset itself, the LM)
-    runs: str  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
-    # train, evaluate, aggregate, data, train_tokenizer: called by the CLI with its arguments by name
-    # (grassflow.cli._call): their parameters are named as these, plus a `<dir>_dir` parameter for each
-    # of `dirs` (SNLI's backbone_dir); a parameter the CLI has no argument for keeps its default
-    train: str  # (spec, train_tokens, val_tokens, out_dir, preflight, execution, <dir>_dir...) → model.safetensors, config.json, metrics.jsonl, run.json
-    evaluate: str  # (weights, run_json, val_tokens, test_tokens, out, <dir>_dir...) → eval.json
-    estimate: str  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
-    token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
-    aggregate: str | None = None  # (preset, preset_name, runs, out_dir) → its tables (the LM's: report.smk)
-    outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/
-    data: str | None = None  # (data: its part's data section, out_dir) → {split}.parquet: the generic data rule
-    # one data job per cell instead (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's
-    # spec names the cell it reads (`data_cell`)
-    cells: str | None = None  # (its part) → {cell: its data section}
-    # or a text corpus's three (workflow/rules/data.smk: the LM's, SNLI's), into its token_dir:
-    download: str | None = None  # (data section, split, out path) → the split's checksum record
-    train_tokenizer: str | None = None  # (train, vocab_size, out): the train split's, for tokenizer.name "trained"
-    tokenize: str | None = None  # (tokenize section, raw split, out path, tokenizer file) → the token file's facts
-    tokenize_section: str | None = None  # (preset) → the section `tokenize` gets (a spec file)
-    check: str | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
-    # the JSON schema of its part: a dict, or a YAML file beside the declaration (snli/schema.yaml); its
-    # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
-    schema: dict | str | None = None
-    model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
-    dirs: tuple[str, ...] = ()  # directories its jobs also get (`--<dir>-dir`; SNLI: its backbone)
-    run_dirs: str | None = None  # (its part, a run's spec) → {dir: path under its results dir}, those the run needs
-    title: str = ""  # its category in Snakemake's report
+class PlannedTask(Task):
+    """A declaration with what planning derives from it."""
 
     @property
     def prefix(self) -> str:
@@ -89,7 +59,12 @@ class Task:
         return f"{self.prefix}{stage}"
 
     def command(self, stage: str) -> str:
+        """Its `grassflow <command>` for a stage ("snli-train")."""
         return self.rule(stage).replace("_", "-")
+
+    def job(self, stage: str) -> str:
+        """The command line of a job of a stage, as its rule's shell runs it (grassflow.stage)."""
+        return f"python -m grassflow.stage {self.name} {stage}"
 
     def results(self, res) -> Path:
         """The task's results directory under a preset's (`results/<preset>`)."""
@@ -127,25 +102,17 @@ class Task:
         return {self.command(stage): (stage, e) for stage, e in named.items() if e}
 
 
-def entry(ref: str) -> Callable:
-    """The function a "module:function" string names."""
-    module, fn = ref.split(":")
-    return getattr(importlib.import_module(module), fn)
-
-
 def declarations() -> list[str]:
     """The packages that declare a task (have a task.py): the built-in ones, then the others by name."""
     found = {p.parent.name for p in Path(__file__).resolve().parent.glob("*/task.py")}
     return [n for n in BUILT_IN if n in found] + sorted(found - set(BUILT_IN))
 
 
-def _load() -> dict[str, Task]:
+def _load() -> dict[str, PlannedTask]:
     out = {}
     for pkg in declarations():
-        task = importlib.import_module(f"grassflow.{pkg}.task").TASK
-        if task.name != pkg:
-            raise ValueError(f"grassflow/{pkg}/task.py declares task {task.name!r}: a task is named after its package")
-        out[pkg] = task
+        task = declared(pkg)
+        out[pkg] = PlannedTask(**{f.name: getattr(task, f.name) for f in fields(task)})
     return out
 
 

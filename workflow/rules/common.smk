@@ -34,7 +34,8 @@ RAW = f"{RES}/data/raw"
 TOKENS = f"{RES}/data/tokens/{TOKENIZER}"
 REPORT = f"{RES}/report"
 # Rules run this checkout's src/ (the Snakefile puts it first on PYTHONPATH), so the code
-# fingerprints below hash exactly the code that runs.
+# fingerprints below hash exactly the code that runs. GF: the CLI's commands; a task's jobs run
+# its stage's own command line instead (task.job: `python -m grassflow.stage <task> <stage>`).
 GF = "python -m grassflow"
 
 # Each training and evaluation job's time limit and memory (grassflow.estimate): resources of

@@ -20,7 +20,6 @@ def _text_data_rules(task):
             raw=raw,
             checksums=f"{task.results(RES)}/data/raw/checksums.json",
         params:
-            gf=GF,
             out_dir=lambda wc, output: Path(output.checksums).parent,
             code=code_of(task.command("download")),
         conda:
@@ -30,7 +29,7 @@ def _text_data_rules(task):
         benchmark:
             f"{RES}/benchmarks/{sub}download.tsv"
         shell:
-            f"{{params.gf}} {task.command('download')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
+            f"{task.job('download')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
 
     if part["tokenizer"]["name"] == "trained":
 
@@ -42,7 +41,6 @@ def _text_data_rules(task):
             output:
                 artifact,
             params:
-                gf=GF,
                 vocab_size=part["tokenizer"]["vocab_size"],
                 code=code_of(task.command("train_tokenizer")),
             conda:
@@ -52,7 +50,7 @@ def _text_data_rules(task):
             benchmark:
                 f"{RES}/benchmarks/{sub}train_tokenizer.tsv"
             shell:
-                f"{{params.gf}} {task.command('train_tokenizer')} --train {{input}} --vocab-size {{params.vocab_size}} "
+                f"{task.job('train_tokenizer')} --train {{input}} --vocab-size {{params.vocab_size}} "
                 "--out {output} > {log} 2>&1"
 
     rule:
@@ -65,7 +63,6 @@ def _text_data_rules(task):
         output:
             [str(f) for f in task.files(RES, P).values()],
         params:
-            gf=GF,
             out_dir=lambda wc, output: Path(output[0]).parent,
             artifact=" ".join(f"--artifact {a}" for a in artifact),
             code=code_of(task.command("tokenize")),
@@ -76,7 +73,7 @@ def _text_data_rules(task):
         benchmark:
             f"{RES}/benchmarks/{sub}tokenize.tsv"
         shell:
-            f"{{params.gf}} {task.command('tokenize')} --tokenizer {{input.tokenizer}} {{params.artifact}} "
+            f"{task.job('tokenize')} --tokenizer {{input.tokenizer}} {{params.artifact}} "
             "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 

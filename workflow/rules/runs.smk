@@ -32,7 +32,6 @@ def _run_rules(task, data):
             record=f"{run_dir}/run.json",
         threads: task.part(P)["train"]["threads"]
         params:
-            gf=GF,
             code=lambda wc: code_of(task.command("train"), kind(wc)),
             out_dir=run_dir,
             extra=extra_arg,
@@ -48,8 +47,8 @@ def _run_rules(task, data):
         benchmark:
             str(task.bench_file(RES, "train", f"{{{task.wildcard}}}"))
         shell:
-            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} "
-            + task.command("train")
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+            + task.job("train")
             + " --spec {input.spec} --train-tokens {input.train} --val-tokens {input.val} --out-dir {params.out_dir} "
             "{params.extra} --preflight {input.preflight} --compile {resources.compile} "
             "--compile-mode {resources.compile_mode} > {log} 2>&1"
@@ -69,7 +68,6 @@ def _run_rules(task, data):
             f"{run_dir}/eval.json",
         threads: task.part(P)["train"]["threads"]
         params:
-            gf=GF,
             code=lambda wc: code_of(task.command("evaluate"), kind(wc)),
             extra=extra_arg,
         resources:
@@ -83,8 +81,8 @@ def _run_rules(task, data):
         benchmark:
             str(task.bench_file(RES, "evaluate", f"{{{task.wildcard}}}"))
         shell:
-            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} "
-            + task.command("evaluate")
+            "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+            + task.job("evaluate")
             + " --weights {input.weights} --run-json {input.record} --val-tokens {input.val} "
             "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 

@@ -23,7 +23,6 @@ def _task_rules(task):
             output:
                 [str(f) for f in task.files(RES, P, cell).values()],
             params:
-                gf=GF,
                 out_dir=lambda wc, output: Path(output[0]).parent,
                 code=code_of(task.command("data")),
             conda:
@@ -31,7 +30,7 @@ def _task_rules(task):
             log:
                 log,
             shell:
-                f"{{params.gf}} {task.command('data')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
+                f"{task.job('data')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
 
     if not task.aggregate:
         return
@@ -49,7 +48,6 @@ def _task_rules(task):
             [report(f, category=task.title, labels={"figure" if f.endswith(".png") else "table": Path(f).name},
                     **captioned) for f in task_outputs(task)],
         params:
-            gf=GF,
             preset_name=PRESET,
             out_dir=lambda wc, output: Path(output[0]).parent,
             runs=" ".join(str(Path(f).parent) for f in task_run_outputs(task, "eval.json")),
@@ -59,7 +57,7 @@ def _task_rules(task):
         log:
             f"{RES}/logs/{task.name}/aggregate.log",
         shell:
-            f"{{params.gf}} {task.command('aggregate')} --preset {{input.preset}} --preset-name {{params.preset_name}} "
+            f"{task.job('aggregate')} --preset {{input.preset}} --preset-name {{params.preset_name}} "
             "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
     rule:

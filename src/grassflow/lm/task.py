@@ -1,7 +1,7 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
 Its tables have their own rules (workflow/rules/report.smk)."""
 
-from grassflow.tasks import Task
+from grassflow.declaration import Task
 
 TASK = Task(
     name="lm",

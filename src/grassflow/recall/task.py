@@ -1,7 +1,7 @@
 """Multi-query associative recall (MQAR, zoology): the preset's `recall` part: one data job per
 (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed."""
 
-from grassflow.tasks import Task
+from grassflow.declaration import Task
 
 TASK = Task(
     name="recall",

@@ -1,7 +1,7 @@
 """SNLI (paper Table 3): the preset's `snli` part. Its data: download, tokenizer and tokenize below
 (workflow/rules/data.smk); its pretrained backbone's rule: workflow/rules/fetch.smk."""
 
-from grassflow.tasks import Task
+from grassflow.declaration import Task
 
 
 def _outputs(part: dict) -> list[str]:

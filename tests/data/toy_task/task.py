@@ -1,7 +1,7 @@
 """The toy task's declaration: associative recall at one cell, trained and evaluated by recall's
 entry points, with its own preset part (and schema), data job, runs, checks, estimate and table."""
 
-from grassflow.tasks import Task
+from grassflow.declaration import Task
 
 SCHEMA = {
     "type": "object",
