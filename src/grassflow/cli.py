@@ -97,6 +97,8 @@ OWN_PARSERS = {
     "bench": ("core benchmark (see python -m grassflow.bench -h)", "grassflow.bench:main"),
     "plan": ("a preset's jobs, estimated device-hours and memory before it runs (see grassflow plan -h)",
              "grassflow.plan:main"),
+    "lm-eval": ("lm-evaluation-harness's command line with --model grassflow (pip install grassflow[eval]; "
+                "docs/lm-eval.md)", "grassflow.lm.harness:main"),
 }
 
 

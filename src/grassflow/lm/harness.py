@@ -1,0 +1,114 @@
+"""Our language models in lm-evaluation-harness (`pip install "grassflow[eval]"`):
+
+    grassflow lm-eval --model grassflow --model_args pretrained=DIR --tasks wikitext ...
+
+DIR: an export (`grassflow export`) or a finished run directory. `grassflow lm-eval` is lm-eval's
+own command line (every option is lm-eval's) with the model "grassflow" registered first:
+lm-eval 0.4.13 finds models in a fixed table (lm_eval/models/__init__.py), with no plugin entry
+point, so a bare `lm_eval --model grassflow` cannot know us. From Python, `import
+grassflow.lm.harness` registers it for `lm_eval.simple_evaluate(model="grassflow", ...)`.
+
+What the harness asks of a model, as its own Hugging Face model (HFLM) answers it:
+  loglikelihood          (context, continuation): the continuation's log-probability given the
+                         context, its last L+1 tokens at most (L: the model's context_len);
+  loglikelihood_rolling  a document's log-probability: the harness's disjoint windows
+                         (lm_eval.utils.get_rolling_token_windows, context_len=1) after the
+                         prefix token;
+  generate_until         greedy decoding (grassflow.decode) until a stop string or max_gen_toks.
+Texts are encoded by the model's tokenizer without special tokens, as the pipeline encodes its
+corpus. The prefix token (what the first token of a document is conditioned on; HFLM uses the
+tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, by default [SEP]
+(bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
+training, so it is a convention, stated, not a learnt start.
+grassflow.lm.evaluate.harness_word_perplexity computes the same number without lm-eval
+(tests/test_harness.py checks they agree).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from lm_eval import utils
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from grassflow.decode import generate, open_model
+from grassflow.lm.rolling import encode, prefix_id
+from grassflow.runtime import autocast
+
+
+@register_model("grassflow")
+class GrassflowLM(LM):
+    def __init__(self, pretrained: str, device: str = "cpu", batch_size=16, max_batch_size=None,
+                 prefix_token: str | None = None, max_gen_toks=256):
+        super().__init__()
+        self.model, self.tokenizer = open_model(pretrained, device)
+        self.dev = torch.device(device)
+        self.L = self.model.cfg.context_len
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16  # "auto" (not measured): 16
+        del max_batch_size  # what "auto" would cap
+        self.prefix = prefix_id(self.tokenizer, prefix_token)
+        self.max_gen_toks = int(max_gen_toks)
+
+    def tok_encode(self, text: str) -> list[int]:
+        return encode(self.tokenizer, text)
+
+    @torch.no_grad()
+    def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(log-probability of the continuation, whether greedy decoding gives it) of each
+        (context, continuation): the model reads the last L+1 tokens of both, less the last."""
+        out = []
+        for i in range(0, len(pairs), self.batch_size):
+            part = pairs[i : i + self.batch_size]
+            inputs = [(c + x)[-(self.L + 1):][:-1] for c, x in part]
+            width = max(map(len, inputs))
+            batch = torch.tensor([s + [0] * (width - len(s)) for s in inputs], device=self.dev)
+            with autocast(self.dev):
+                logits = self.model(batch)
+            logp = F.log_softmax(logits.float(), dim=-1)
+            for row, inp, (_, cont) in zip(logp, inputs, part):
+                scored = row[len(inp) - len(cont) : len(inp)]
+                target = torch.tensor(cont, device=self.dev)
+                out.append((scored.gather(1, target[:, None]).sum().item(), bool((scored.argmax(-1) == target).all())))
+        return out
+
+    def loglikelihood(self, requests) -> list[tuple[float, bool]]:
+        pairs = []
+        for context, continuation in (r.args for r in requests):
+            # HFLM's split: the context's trailing spaces belong to the continuation
+            n_spaces = len(context) - len(context.rstrip())
+            context, continuation = context[: len(context) - n_spaces], context[len(context) - n_spaces:] + continuation
+            pairs.append((self.tok_encode(context) or [self.prefix], self.tok_encode(continuation)))
+        return self._score(pairs)
+
+    def loglikelihood_rolling(self, requests) -> list[float]:
+        out = []
+        for (text,) in (r.args for r in requests):
+            windows = [utils.make_disjoint_window(w) for w in utils.get_rolling_token_windows(
+                token_list=self.tok_encode(text), prefix_token=self.prefix, max_seq_len=self.L, context_len=1)]
+            out.append(sum(ll for ll, _ in self._score(windows)))
+        return out
+
+    def generate_until(self, requests) -> list[str]:
+        out = []
+        for context, gen_kwargs in (r.args for r in requests):
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else until
+            ids = self.tok_encode(context) or [self.prefix]
+            n = int(gen_kwargs.get("max_gen_toks", self.max_gen_toks))
+            new = generate(self.model, torch.tensor([ids], device=self.dev), n, temperature=0.0)[0, len(ids):]
+            text = self.tokenizer.decode(new.tolist())
+            for stop in until:
+                text = text.split(stop)[0]
+            out.append(text)
+        return out
+
+
+def main(argv=None) -> None:
+    """`grassflow lm-eval ...`: lm-eval's command line, with --model grassflow registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv = ["lm_eval", *(sys.argv[1:] if argv is None else argv)]
+    cli_evaluate()
