@@ -1,13 +1,16 @@
-"""lm-evaluation-harness runs our models (grassflow.lm.harness), and our word-level perplexity
-without lm-eval (grassflow.lm.rolling) is the number lm-eval itself reports: lm-eval's own
-simple_evaluate on a local task (a task YAML through TaskManager's include_path, its documents a
-local parquet file of generated text), to 1e-4 relative. The hub is never touched."""
+"""lm-evaluation-harness runs our models (grassflow.lm.harness), and the word-level perplexity the
+pipeline reports (grassflow.lm.rolling, the LM's evaluation) is the number lm-eval itself reports:
+lm-eval's own simple_evaluate, on its own wikitext task definition (its YAML and detokenizer,
+copied from the installed package) reading local documents instead of the hub, to 1e-4 relative.
+Generated articles in the default tier; the real Wikitext-2 test split (../shared) in the slow tier."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,48 +18,79 @@ import pytest
 import torch
 
 from grassflow.data.tokenizers import build_wordpiece
-from grassflow.lm.rolling import harness_word_perplexity, prefix_id, windows
+from grassflow.lm.rolling import (
+    detokenize,
+    encode,
+    harness_words,
+    pages,
+    prefix_id,
+    rolling_pairs,
+    word_perplexity,
+)
 from grassflow.lm.synthetic import generate_split
 from grassflow.models import ModelConfig, build_model
 from grassflow.pretrained import save_pretrained
 
 L = 16  # short windows: most documents span several
+SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
+
+
+def make_model_dir(d: Path, kind: str, rows: list[str], context_len: int = L, vocab_size: int = 400) -> Path:
+    """An export-like directory: a randomly initialised model, config.json, tokenizer.json."""
+    from tokenizers import Tokenizer
+
+    build_wordpiece(rows, vocab_size, d / "tokenizer.json")
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=Tokenizer.from_file(str(d / "tokenizer.json")).get_vocab_size(),
+                      context_len=context_len, n_layers=2, d_model=32, d_ff=64, n_heads=2, r=4, lags=[1, 2], dropout=0.0)
+    save_pretrained(build_model(kind, cfg).eval(), kind, d, tokenizer={"name": "trained"})
+    return d
 
 
 @pytest.fixture(scope="module", params=["transformer", "grassmann"])
 def model_dir(request, tmp_path_factory):
-    """An export-like directory: a randomly initialised model, config.json, tokenizer.json."""
-    from tokenizers import Tokenizer
-
-    d = tmp_path_factory.mktemp(request.param)
-    rows = generate_split(6, seed=5)
-    build_wordpiece(rows, 300, d / "tokenizer.json")
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=Tokenizer.from_file(str(d / "tokenizer.json")).get_vocab_size(), context_len=L,
-                      n_layers=2, d_model=32, d_ff=64, n_heads=2, r=4, lags=[1, 2], dropout=0.0)
-    save_pretrained(build_model(request.param, cfg).eval(), request.param, d, tokenizer={"name": "trained"})
-    return d
+    return make_model_dir(tmp_path_factory.mktemp(request.param), request.param, generate_split(6, seed=5))
 
 
-def documents() -> list[str]:
-    """Wikitext-like articles (one document each, as the harness's wikitext task has them), and a
-    short one (fewer tokens than one window)."""
-    rows = generate_split(4, seed=9)
-    starts = [i for i, r in enumerate(rows) if r.startswith(" = ") and not r.startswith(" = = ")] + [len(rows)]
-    return ["\n".join(rows[a:b]) for a, b in zip(starts, starts[1:])] + [" a short one \n"]
-
-
-def local_task(tmp_path, docs) -> tuple:
+def wikitext_task(tmp_path: Path, docs: list[str]):
+    """lm-eval's own wikitext task (its YAML, its preprocess_wikitext.py), reading `docs` as its
+    test split from a local parquet file instead of the hub."""
+    import lm_eval
     from lm_eval.tasks import TaskManager
 
+    src = Path(lm_eval.__file__).parent / "tasks" / "wikitext"
+    d = tmp_path / "wikitext_local"
+    d.mkdir()
+    shutil.copy(src / "preprocess_wikitext.py", d)
     pq.write_table(pa.table({"page": docs}), tmp_path / "docs.parquet")
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "docs.yaml").write_text(
-        "task: grassflow_docs\ndataset_path: parquet\n"
-        f"dataset_kwargs:\n  data_files:\n    test: {tmp_path / 'docs.parquet'}\n"
-        "test_split: test\noutput_type: loglikelihood_rolling\ndoc_to_text: ''\ndoc_to_target: '{{page}}'\n"
-        "metric_list:\n  - metric: word_perplexity\n")
-    return TaskManager(include_path=str(tmp_path / "tasks")), "grassflow_docs"
+    yaml = (src / "wikitext.yaml").read_text()
+    assert "dataset_path: EleutherAI/wikitext_document_level\ndataset_name: wikitext-2-raw-v1\n" in yaml
+    yaml = yaml.replace("task: wikitext\n", "task: wikitext_local\n").replace(
+        "dataset_path: EleutherAI/wikitext_document_level\ndataset_name: wikitext-2-raw-v1\n",
+        f"dataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'docs.parquet'}\n")
+    yaml = yaml.replace("training_split: train\nvalidation_split: validation\n", "")
+    (d / "wikitext_local.yaml").write_text(yaml)
+    return TaskManager(include_path=str(d)), "wikitext_local"
+
+
+def lm_eval_word_perplexity(model_dir: Path, docs: list[str], tmp_path: Path, batch_size: int = 4) -> float:
+    import lm_eval
+
+    import grassflow.lm.harness  # noqa: F401  (registers --model grassflow)
+
+    manager, task = wikitext_task(tmp_path, docs)
+    out = lm_eval.simple_evaluate(model="grassflow", model_args=f"pretrained={model_dir}", tasks=[task],
+                                  task_manager=manager, batch_size=batch_size, device="cpu")
+    return out["results"][task]["word_perplexity,none"]
+
+
+def ours(model_dir: Path, docs: list[str]) -> dict:
+    """The pipeline's number: each page's detokenized text encoded, its words counted on the page."""
+    from grassflow.decode import open_model
+
+    model, tok = open_model(model_dir)
+    return word_perplexity(model, [encode(tok, detokenize(p)) for p in docs], [harness_words(p) for p in docs],
+                           model.cfg.context_len, prefix_id(tok), batch_size=4)
 
 
 def test_our_windows_are_the_harnesss():
@@ -64,30 +98,52 @@ def test_our_windows_are_the_harnesss():
 
     for n in (1, 5, L - 1, L, L + 1, 2 * L, 2 * L + 3, 5 * L - 1):
         theirs = [make_disjoint_window(w) for w in get_rolling_token_windows(list(range(1, n + 1)), 0, L, 1)]
-        seq = [0, *range(1, n + 1)]
-        ours, done = [], 0
-        for start, end in windows(n, L):
-            ours.append((seq[start:end], seq[max(start, done) + 1 : end + 1]))
-            done = end
-        # the harness's model input is (context + continuation)[-(L+1):][:-1]
-        assert [((c + x)[-(L + 1):][:-1], x) for c, x in theirs] == ours, n
+        # the harness's model reads (context + continuation)[-(L+1):][:-1] and scores the continuation
+        assert [((c + x)[-(L + 1):][:-1], x) for c, x in theirs] == rolling_pairs(list(range(1, n + 1)), 0, L), n
+
+
+def test_our_detokenizer_and_pages_are_the_harnesss():
+    from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
+
+    rows = generate_split(5, seed=2) + [" ( a b ) [ c ] { d } \" e \" ' f ' 3 @,@ 000 @.@ 5 N 's s ' x ° y \n"]
+    docs = pages(rows)
+    assert len(docs) == 5 and all(d.lstrip().startswith("= ") for d in docs)
+    for page in docs:
+        assert detokenize(page) == wikitext_detokenizer({"page": page})
 
 
 def test_lm_eval_reports_our_word_perplexity(model_dir, tmp_path):
-    import lm_eval
+    docs = pages(generate_split(4, seed=9)) + [" a short one"]
+    theirs = lm_eval_word_perplexity(model_dir, docs, tmp_path)
+    mine = ours(model_dir, docs)
+    assert mine["tokens"] > 2 * L * len(docs)  # most documents span several windows
+    assert theirs == pytest.approx(mine["word_ppl"], rel=1e-4)
 
-    import grassflow.lm.harness  # noqa: F401  (registers --model grassflow)
-    from grassflow.decode import open_model
 
-    docs = documents()
-    manager, task = local_task(tmp_path, docs)
-    out = lm_eval.simple_evaluate(model="grassflow", model_args=f"pretrained={model_dir}", tasks=[task],
-                                  task_manager=manager, batch_size=4, device="cpu")
-    theirs = out["results"][task]["word_perplexity,none"]
-    model, tok = open_model(model_dir)
-    ours = harness_word_perplexity(model, tok, docs, L, prefix_id(tok))
-    assert ours["tokens"] > 3 * L * len(docs) // 2  # most documents span several windows
-    assert theirs == pytest.approx(ours["word_perplexity"], rel=1e-4)
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_TEST.is_file(), reason="needs ../shared (the Wikitext-2 raw test split)")
+def test_lm_eval_reports_our_word_perplexity_on_the_wikitext2_test_split(tmp_path):
+    """The real test split (its 62 articles: the document-level test split's count), cut as a
+    preset's eval_max_tokens cuts it, through the documents stage as the pipeline runs it: the
+    same rows as its token file; lm-eval's wikitext task on those pages reports our number."""
+    from grassflow.data.sources import read_rows
+    from grassflow.lm.evaluate import harness_perplexity
+    from grassflow.lm.rolling import documents_split
+    from grassflow.lm.tokenize import tokenize_split
+    from grassflow.pretrained import load_model
+
+    rows = read_rows(SHARED_TEST)
+    assert len(pages(rows)) == 62
+    d = make_model_dir(tmp_path / "model", "transformer", rows, context_len=128, vocab_size=2000)
+    section = {"name": "trained", "vocab_size": 2000, "eval_max_tokens": 40_000}
+    tokens = tokenize_split(section, SHARED_TEST, tmp_path / "test.parquet", d / "tokenizer.json")
+    meta = documents_split(section, SHARED_TEST, tmp_path / "docs.parquet", d / "tokenizer.json")
+    assert meta["source_content_sha256"] == tokens["cut"]["content_sha256"]  # the token file's rows
+    docs = pages(rows[: tokens["cut"]["rows"]])
+    assert meta["documents"] == len(docs) > 5 and meta["n_words"] == sum(map(harness_words, docs))
+    model = load_model(d)
+    mine = harness_perplexity(model, tmp_path / "docs.parquet", tokens, model.cfg, 64, torch.device("cpu"))
+    assert lm_eval_word_perplexity(d, docs, tmp_path, batch_size=64) == pytest.approx(mine["word_ppl"], rel=1e-4)
 
 
 def test_loglikelihood_and_generation_through_the_harness(model_dir):
@@ -108,18 +164,18 @@ def test_loglikelihood_and_generation_through_the_harness(model_dir):
     greedy = lm.tokenizer.decode(generate(lm.model, torch.tensor([ids]), 5, temperature=0.0)[0, len(ids):].tolist())
     (out,) = lm.generate_until([req(("the history", {"until": ["\n"], "max_gen_toks": 5}), "generate_until")])
     assert out == greedy.split("\n")[0]
+    with pytest.raises(TypeError, match="no_such_arg"):
+        GrassflowLM(str(model_dir), no_such_arg=1)
 
 
-def test_grassflow_lm_eval_is_lm_evals_command_line(model_dir, tmp_path):
+def test_grassflow_lm_eval_is_lm_evals_command_line(tmp_path):
     """`grassflow lm-eval`: lm-eval's own options, our model registered; its results file holds
     the word perplexity."""
-    manager_dir = tmp_path / "t"
-    manager_dir.mkdir()
-    local_task(manager_dir, documents())
+    model_dir = make_model_dir(tmp_path, "transformer", generate_split(6, seed=5))
+    _, task = wikitext_task(tmp_path, pages(generate_split(2, seed=1)))
     res = subprocess.run([sys.executable, "-m", "grassflow", "lm-eval", "--model", "grassflow", "--model_args",
-                          f"pretrained={model_dir}", "--tasks", "grassflow_docs", "--include_path",
-                          str(manager_dir / "tasks"), "--device", "cpu", "--output_path", str(tmp_path / "out")],
-                         capture_output=True, text=True)
+                          f"pretrained={model_dir}", "--tasks", task, "--include_path", str(tmp_path / "wikitext_local"),
+                          "--device", "cpu", "--output_path", str(tmp_path / "out")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     (results,) = (tmp_path / "out").rglob("results_*.json")
-    assert json.loads(results.read_text())["results"]["grassflow_docs"]["word_perplexity,none"] > 1
+    assert json.loads(results.read_text())["results"][task]["word_perplexity,none"] > 1

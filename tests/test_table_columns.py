@@ -15,9 +15,11 @@ from grassflow.report.aggregate import _fmt, aggregate, mean_std, tex_escape
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "reports/wikitext2-v1-laptop"  # real records of a finished run: their shape
-# a distinct value per (split, metric): validation's and test's chunked, strided and word-level
+# a distinct value per (split, metric): validation's and test's chunked, strided, word-level (strided NLL
+# per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
 OFFSETS = {("validation", "chunked_ppl"): 1, ("validation", "strided_ppl"): 2, ("validation", "word_ppl"): 3,
-           ("test", "chunked_ppl"): 4, ("test", "strided_ppl"): 5, ("test", "word_ppl"): 6}
+           ("test", "chunked_ppl"): 4, ("test", "strided_ppl"): 5, ("test", "word_ppl"): 6,
+           ("validation", "harness"): 7, ("test", "harness"): 8}
 
 
 def _runs(tmp_path) -> dict[str, dict]:
@@ -32,7 +34,11 @@ def _runs(tmp_path) -> dict[str, dict]:
         rec["n_params"] = 1000 + i
         values = {}
         for (split, metric), off in OFFSETS.items():
-            ev[split][metric] = values[split, metric] = 100.0 * (i + 1) + off
+            values[split, metric] = 100.0 * (i + 1) + off
+            if metric == "harness":
+                ev[split]["harness"] = {"word_ppl": values[split, metric]}
+            else:
+                ev[split][metric] = values[split, metric]
         (d / "run.json").write_text(json.dumps(rec))
         (d / "eval.json").write_text(json.dumps(ev))
         shutil.copy(src / "metrics.jsonl", d / "metrics.jsonl")
@@ -53,7 +59,7 @@ def test_every_lm_table_column_comes_from_its_own_split_and_metric(tmp_path):
               str(ROOT / "workflow/resources/published.yaml"))
     csv = pd.read_csv(out / "table1.csv").set_index("run_id")
     columns = {"val_ppl": ("validation", "chunked_ppl"), "test_ppl": ("test", "chunked_ppl"),
-               "test_strided_ppl": ("test", "strided_ppl"), "test_word_ppl": ("test", "word_ppl")}
+               "test_strided_ppl": ("test", "strided_ppl"), "test_word_ppl": ("test", "harness")}
     for run_id, r in runs.items():
         for col, source in columns.items():
             assert csv.loc[run_id, col] == r["values"][source], (run_id, col)
@@ -65,7 +71,7 @@ def test_every_lm_table_column_comes_from_its_own_split_and_metric(tmp_path):
         mine = [r for r in runs.values() if r["model"] == model]
         cells = rows[model]
         expect = {3: ("validation", "chunked_ppl"), 5: ("test", "chunked_ppl"), 6: ("test", "strided_ppl"),
-                  7: ("test", "word_ppl")}
+                  7: ("test", "harness")}
         for col, source in expect.items():
             assert cells[col] == _fmt(*mean_std(pd.Series([r["values"][source] for r in mine]))), (model, col)
         assert cells[1] == f"{mine[0]['n_params']:,}"

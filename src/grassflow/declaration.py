@@ -42,6 +42,10 @@ class Task:
     train_tokenizer: str | None = None  # (train, vocab_size, out): the train split's, for tokenizer.name "trained"
     tokenize: str | None = None  # (tokenize section, raw split, out path, tokenizer file) → the token file's facts
     tokenize_section: str | None = None  # (preset) → the section `tokenize` gets (a spec file)
+    # (tokenize section, raw split, out path, tokenizer file) → the validation or test split as
+    # lm-evaluation-harness's documents, into its token_dir's docs/; its evaluate job reads them
+    # (--val-docs, --test-docs): the LM's word-level perplexity, the harness's (lm/rolling.py)
+    documents: str | None = None
     check: str | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
     # the JSON schema of its part: a dict, or a YAML file beside the declaration (snli/schema.yaml); its
     # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)

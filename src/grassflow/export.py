@@ -108,10 +108,11 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
            f"{config['n_layers']} layers, d_model {config['d_model']}, context {config['context_len']} tokens, "
            f"{record['n_params']:,} parameters; status `{record['status']['state']}`, best epoch {record['best_epoch']}.", "",
            "## Its numbers", "",
-           "| split | perplexity (chunked, the paper's) | strided | word-level |", "|---|---|---|---|"]
+           "| split | perplexity (chunked, the paper's) | strided | word-level (lm-eval) |", "|---|---|---|---|"]
     for name, e in (("validation", val), ("test", test)):
         if e:
-            out.append(f"| {name} | {e['chunked_ppl']:.2f} | {e['strided_ppl']:.2f} | {e['word_ppl']:.2f} |")
+            word = f"{e['harness']['word_ppl']:.2f}" if "harness" in e else "—"
+            out.append(f"| {name} | {e['chunked_ppl']:.2f} | {e['strided_ppl']:.2f} | {word} |")
     out.append("")
     if table:
         out += ["## Its table, as the pipeline printed it", "", table["label"], "", *table["rows"], "",

@@ -70,6 +70,8 @@ STAGE_COMMANDS = {
     "train_tokenizer": ("train a WordPiece tokenizer on the train split", call,
                         [required("train", "out"), required("vocab-size", type=int)]),
     "tokenize": ("raw parquet files to token parquet files", _tokenize, [_tokenize_args]),
+    "documents": ("validation and test splits as lm-evaluation-harness's documents (its word-level perplexity)",
+                  _tokenize, [_tokenize_args]),
 }
 
 
@@ -81,6 +83,9 @@ def parser(task, stage: str, prog: str) -> argparse.ArgumentParser:
         add(p)
     for d in task.dirs if stage in STAGES else ():
         p.add_argument(f"--{d}-dir", help=f"the run's {d} directory")
+    for split in ("val", "test") if stage == "evaluate" and task.documents else ():
+        p.add_argument(f"--{split}-docs", help="the split's documents (the documents stage): its word-level "
+                       "perplexity as lm-evaluation-harness's (without them, eval.json has none)")
     ref = getattr(task, stage)
     p.set_defaults(fn=fn, entry=ref, cmd=prog.removeprefix("grassflow "))
     return p

@@ -82,6 +82,11 @@ class PlannedTask(Task):
         d = self.results(res) / "data" / cell if self.cells else self.token_dir(self.results(res), preset)
         return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
 
+    def docs_files(self, res, preset: dict) -> dict | None:
+        """The documents files its evaluate jobs read (`documents`), by split, or None."""
+        files = self.files(res, preset) if self.documents else None
+        return {s: files[s].parent / "docs" / files[s].name for s in ("validation", "test")} if files else None
+
     def part_schema(self) -> dict | None:
         """The JSON schema of its part (a fresh copy), or None (the LM's is the config schema's)."""
         import copy
@@ -98,7 +103,7 @@ class PlannedTask(Task):
     def entries(self) -> dict[str, tuple[str, str]]:
         """{command: (stage, "module:function")} of the commands the CLI makes from this declaration."""
         named = {s: getattr(self, s) for s in ("train", "evaluate", "aggregate", "data", "download", "train_tokenizer",
-                                               "tokenize")}
+                                               "tokenize", "documents")}
         return {self.command(stage): (stage, e) for stage, e in named.items() if e}
 
 

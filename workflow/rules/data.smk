@@ -1,6 +1,7 @@
 # Stages 1 (download) and 2 (tokenize) of every task whose declaration names them (grassflow.tasks:
 # the LM's, SNLI's): download → (train_tokenizer, for tokenizer.name: trained) → tokenize, into
-# the token files its runs read. Rules download, tokenize, ..., snli_download, snli_tokenize.
+# the token files its runs read; and documents (the LM's), the evaluation splits as
+# lm-evaluation-harness's documents, which only its evaluate jobs read. Rules download, tokenize, ..., snli_download, snli_tokenize.
 # download is local (it runs where Snakemake runs): on clusters only the login node has the
 # internet; so are the hub fetches (fetch.smk).
 
@@ -75,6 +76,31 @@ def _text_data_rules(task):
         shell:
             f"{task.job('tokenize')} --tokenizer {{input.tokenizer}} {{params.artifact}} "
             "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
+
+    if task.documents:  # the evaluation splits as lm-eval's documents: its evaluate jobs' input
+
+        rule:
+            name:
+                task.rule("documents")
+            input:
+                raw=[r for r in raw if Path(r).stem != "train"],
+                artifact=artifact,
+                tokenizer=spec(f"{sub}tokenize", entry(task.tokenize_section)(P)),
+            output:
+                [str(f) for f in task.docs_files(RES, P).values()],
+            params:
+                out_dir=lambda wc, output: Path(output[0]).parent,
+                artifact=" ".join(f"--artifact {a}" for a in artifact),
+                code=code_of(task.command("documents")),
+            conda:
+                "../../envs/data.yaml"
+            log:
+                f"{RES}/logs/{sub}documents.log",
+            benchmark:
+                f"{RES}/benchmarks/{sub}documents.tsv"
+            shell:
+                f"{task.job('documents')} --tokenizer {{input.tokenizer}} {{params.artifact}} "
+                "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 for _task in ACTIVE:

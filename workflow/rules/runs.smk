@@ -53,6 +53,8 @@ def _run_rules(task, data):
             "{params.extra} --preflight {input.preflight} --compile {resources.compile} "
             "--compile-mode {resources.compile_mode} > {log} 2>&1"
 
+    docs = task.docs_files(RES, P) or {}  # lm-eval's documents (data.smk), the LM's
+
     rule:
         name:
             task.rule("evaluate")
@@ -63,6 +65,7 @@ def _run_rules(task, data):
             val=data("validation"),
             test=data("test"),
             preflight=run_preflight(task.name),
+            **{f"{split}_docs": str(f) for split, f in docs.items()},
             **extra_input,
         output:
             f"{run_dir}/eval.json",
@@ -84,7 +87,9 @@ def _run_rules(task, data):
             "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
             + task.job("evaluate")
             + " --weights {input.weights} --run-json {input.record} --val-tokens {input.val} "
-            "--test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
+            "--test-tokens {input.test} --out {output} "
+            + ("--val-docs {input.validation_docs} --test-docs {input.test_docs} " if docs else "")
+            + "{params.extra} > {log} 2>&1"
 
 
 # Every task's runs, reading its token files (task_tokens) and the directories it declares (task_dirs).

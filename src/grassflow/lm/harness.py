@@ -20,8 +20,8 @@ corpus. The prefix token (what the first token of a document is conditioned on; 
 tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, by default [SEP]
 (bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
 training, so it is a convention, stated, not a learnt start.
-grassflow.lm.evaluate.harness_word_perplexity computes the same number without lm-eval
-(tests/test_harness.py checks they agree).
+grassflow.lm.rolling computes the wikitext task's number without lm-eval, and the pipeline's
+evaluation reports it (tests/test_harness.py checks they agree).
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ from __future__ import annotations
 import sys
 
 import torch
-import torch.nn.functional as F
 from lm_eval import utils
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from grassflow.decode import generate, open_model
-from grassflow.lm.rolling import encode, prefix_id
-from grassflow.runtime import autocast
+from grassflow.lm.rolling import encode, prefix_id, score
 
 
 @register_model("grassflow")
@@ -55,24 +53,10 @@ class GrassflowLM(LM):
     def tok_encode(self, text: str) -> list[int]:
         return encode(self.tokenizer, text)
 
-    @torch.no_grad()
     def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """(log-probability of the continuation, whether greedy decoding gives it) of each
         (context, continuation): the model reads the last L+1 tokens of both, less the last."""
-        out = []
-        for i in range(0, len(pairs), self.batch_size):
-            part = pairs[i : i + self.batch_size]
-            inputs = [(c + x)[-(self.L + 1):][:-1] for c, x in part]
-            width = max(map(len, inputs))
-            batch = torch.tensor([s + [0] * (width - len(s)) for s in inputs], device=self.dev)
-            with autocast(self.dev):
-                logits = self.model(batch)
-            logp = F.log_softmax(logits.float(), dim=-1)
-            for row, inp, (_, cont) in zip(logp, inputs, part):
-                scored = row[len(inp) - len(cont) : len(inp)]
-                target = torch.tensor(cont, device=self.dev)
-                out.append((scored.gather(1, target[:, None]).sum().item(), bool((scored.argmax(-1) == target).all())))
-        return out
+        return score(self.model, [((c + x)[-(self.L + 1):][:-1], x) for c, x in pairs], self.batch_size, self.dev)
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:
         pairs = []

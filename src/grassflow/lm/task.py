@@ -16,5 +16,6 @@ TASK = Task(
     train_tokenizer="grassflow.lm.tokenize:train_tokenizer",
     tokenize="grassflow.lm.tokenize:tokenize_split",
     tokenize_section="grassflow.config:tokenizer_spec",
+    documents="grassflow.lm.rolling:documents_split",
     title="Language modelling",
 )

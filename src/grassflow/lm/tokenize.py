@@ -80,12 +80,23 @@ def leading_rows(row_ids: list[np.ndarray], max_tokens: int) -> int:
     return k
 
 
+def kept_rows(cfg: dict, tok, rows: list[str], raw_parquet, row_ids=None) -> int:
+    """How many leading rows of a split its token file keeps: all, or of the validation and test
+    splits (by file name) under eval_max_tokens those holding at most that many tokens (as
+    tokenize_split encodes them: `row_ids`, or encoded here)."""
+    max_tokens = cfg.get("eval_max_tokens") if Path(raw_parquet).stem in ("validation", "test") else None
+    if max_tokens is None:
+        return len(rows)
+    if row_ids is None:
+        row_ids = encode_rows(tok, rows, unk_id=unk_id_of(tok, cfg["name"]) if cfg.get("map_unk") else None)
+    return leading_rows(row_ids, max_tokens) if sum(ids.size for ids in row_ids) > max_tokens else len(rows)
+
+
 def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
     """Encode one split (`cfg`: the tokenizer section, and data.eval_max_tokens as eval_max_tokens).
     With eval_max_tokens, keep of the validation and test splits (by file name) only the leading rows
     holding at most that many tokens, and say so in the metadata."""
     t0 = time.perf_counter()
-    max_tokens = cfg.get("eval_max_tokens") if Path(raw_parquet).stem in ("validation", "test") else None
     tok = load_tokenizer(cfg, artifact)
     rows = read_rows(raw_parquet)
     unk_id = unk_id_of(tok, cfg["name"]) if cfg.get("map_unk") else None
@@ -94,9 +105,9 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
     if n_all == 0:
         raise DataError(f"{raw_parquet}: no tokens (empty split)")
     meta = {"source_content_sha256": content_sha256(rows)}
-    if max_tokens is not None and n_all > max_tokens:
-        k = leading_rows(row_ids, max_tokens)
-        meta["cut"] = {"max_tokens": max_tokens, "rows": k, "of_rows": len(rows), "of_tokens": int(n_all),
+    k = kept_rows(cfg, tok, rows, raw_parquet, row_ids)
+    if k < len(rows):
+        meta["cut"] = {"max_tokens": cfg["eval_max_tokens"], "rows": k, "of_rows": len(rows), "of_tokens": int(n_all),
                        "content_sha256": content_sha256(rows[:k])}
         rows, row_ids = rows[:k], row_ids[:k]
     ids = np.concatenate(row_ids)

@@ -15,7 +15,7 @@ import torch
 
 from grassflow.checkpoint import seed_everything
 from grassflow.lm.data import read_tokens
-from grassflow.lm.evaluate import chunked_nll
+from grassflow.lm.perplexity import chunked_nll
 from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model, config_json
 from grassflow.ops.linear_ce import linear_cross_entropy

@@ -65,7 +65,7 @@ def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
         "val_ppl": val.get("chunked_ppl", math.nan) if ok else math.nan,
         "test_ppl": test.get("chunked_ppl", math.nan) if ok else math.nan,
         "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
-        "test_word_ppl": test.get("word_ppl", math.nan) if ok else math.nan,
+        "test_word_ppl": test.get("harness", {}).get("word_ppl", math.nan) if ok else math.nan,  # lm-eval's
         "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
         "learned": bool(ok and val.get("chunked_ppl", math.inf) < baseline)})
 
@@ -155,7 +155,7 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     lines = [f"### {exp_name}: N={exp['n_layers']}, L={exp['context_len']}, B={exp['batch_size']}, "
              f"{exp['epochs']} epochs", "", *markdown.table(
                  ["model", "params", "runs learned / ok / all", "best val PPL (ours)", "paper", "test PPL", "test strided",
-                  "test word-level", "provenance"], rows), ""]
+                  "test word-level (lm-eval)", "provenance"], rows), ""]
     if "gap" in s:
         g = s["gap"]
         ci = "" if math.isnan(g["ci_low"]) else f" (95 % CI {g['ci_low']:+.1f} … {g['ci_high']:+.1f} %)"
