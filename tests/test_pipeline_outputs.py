@@ -36,7 +36,13 @@ def test_demo_produces_tables_figures_and_provenance(demo):
         baseline = json.loads((demo / "results/demo/data/tokens/trained/unigram.json").read_text())
         assert (df.val_ppl < 0.7 * baseline["validation"]["unigram_ppl"]).all() and df.learned.all(), df.val_ppl
         assert set(df.preset) == {"demo"} and set(df.data_source) == {"synthetic"}
+        # the word-level column is lm-eval's, scored on the documents stage's file of the test split
+        assert "test word-level (lm-eval)" in md and (df.test_word_ppl > 1).all()
+        docs = demo / "results/demo/data/tokens/trained/docs/test.parquet"
+        n_words = json.loads(pq.read_schema(docs).metadata[b"grassflow"])["n_words"]
         for rec_path in df.record:  # every row traces to its record
+            harness = json.loads((demo / rec_path).with_name("eval.json").read_text())["test"]["harness"]
+            assert harness["words"] == n_words and harness["docs_sha256"] == sha256_file(docs)
             rec = json.loads((demo / rec_path).read_text())
             assert rec["spec"]["preset"] == "demo"
             assert {"commit", "dirty"} <= set(rec["git"]) and rec["packages"]["torch"]
