@@ -24,7 +24,8 @@ import fake_cupy
 from cuda_autocast import POLICIES, CudaAutocast, Recorded
 from grassflow import runtime
 from grassflow.bench import bench_step
-from grassflow.lm.evaluate import chunked_nll
+from grassflow.lm.evaluate import chunked_nll, evaluate_run
+from grassflow.lm.rolling import documents_split
 from grassflow.lm.train import train
 from grassflow.models import ModelConfig, build_model
 from grassflow.models.grassmann import gated_mix
@@ -187,6 +188,13 @@ def test_training_loop_under_autocast_lm(policy, tokens, tmp_path):
     spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1}}
     rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     assert rec["status"] == {"state": "completed"} and math.isfinite(rec["best_val_ppl"])
+    # and its evaluation job with the documents stage's files (lm-eval's word-level perplexity)
+    docs = {s: tmp_path / "docs" / f"{s}.parquet" for s in ("validation", "test")}
+    for split, path in docs.items():
+        documents_split({"name": "trained"}, tokens / f"raw_{split}.parquet", path, tokens / "tok.json")
+    ev = evaluate_run(tmp_path / "model.safetensors", tmp_path / "run.json", tokens / "validation.parquet",
+                      tokens / "test.parquet", tmp_path / "eval.json", val_docs=docs["validation"], test_docs=docs["test"])
+    assert math.isfinite(ev["test"]["harness"]["word_ppl"]) and ev["test"]["harness"]["documents"] == 10
 
 
 def test_training_loop_under_autocast_snli(policy, snli_tokens, tmp_path):

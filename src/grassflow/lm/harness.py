@@ -29,9 +29,13 @@ from __future__ import annotations
 import sys
 
 import torch
-from lm_eval import utils
-from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
+
+try:
+    from lm_eval import utils
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+except ImportError as e:  # an optional extra: say which
+    raise ImportError(f"grassflow.lm.harness needs lm-evaluation-harness ({e}): pip install -e '.[eval]'") from e
 
 from grassflow.decode import generate, open_model
 from grassflow.lm.rolling import encode, prefix_id, score
