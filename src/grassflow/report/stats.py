@@ -23,8 +23,11 @@ def t95(df: float) -> float:
 
 
 def mean_std(xs: list[float]) -> tuple[float, float]:
-    """(mean, sample std) of the values; NaN where there are too few (none: both)."""
+    """(mean, sample std) of the values; NaN where there are too few (none: both), and both where
+    a value is missing (NaN: a run without that number is not averaged away)."""
     xs = list(xs)
+    if any(math.isnan(x) for x in xs):
+        return math.nan, math.nan
     return (statistics.fmean(xs) if xs else math.nan), (statistics.stdev(xs) if len(xs) > 1 else math.nan)
 
 
