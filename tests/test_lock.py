@@ -1,5 +1,5 @@
 """constraints.txt (make lock) pins what `make test` and CI install: every dependency of the
-install (the package, its dev and slurm extras) at a version its pyproject.toml floor allows."""
+install (the package, the extras make installs) at a version its pyproject.toml floor allows."""
 
 import re
 from pathlib import Path
@@ -25,7 +25,7 @@ def test_every_installed_requirement_is_pinned_within_its_floor():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     pinned = pins()
-    for spec in [*project["dependencies"], *extras["dev"], *extras["slurm"]]:
+    for spec in [*project["dependencies"], *(s for e in ("dev", "slurm", "eval", "tensorboard", "wandb") for s in extras[e])]:
         req = Requirement(spec)
         name = canonicalize_name(req.name)
         assert name in pinned, f"constraints.txt lacks {req.name} (pyproject.toml: {spec}): run make lock"

@@ -62,13 +62,15 @@ def _toy_spec(**train):
 
 
 # --- the loop -------------------------------------------------------------------------------------
-def _syncs_of_lm_runs(tokens, tmp_path, steps=(3, 9)) -> list[int]:
+def _syncs_of_lm_runs(tokens, tmp_path, steps=(3, 9), log_every=100, trackers=()) -> list[int]:
     counts = []
     for n in steps:
         spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": n,
-                                     "checkpoint_every": 0, "log_every": 100}}
+                                     "checkpoint_every": 0, "log_every": log_every}}
+        out = tmp_path / f"{n}-{'-'.join(trackers)}"
         with HostSyncs() as syncs:
-            train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path / str(n))
+            train(spec, tokens / "train.parquet", tokens / "validation.parquet", out,
+                  execution={"trackers": list(trackers)})
         counts.append(syncs.n)
     return counts
 
@@ -77,6 +79,17 @@ def test_training_steps_take_no_host_sync(tokens, tmp_path):
     """The syncs of a run do not grow with its steps: none per step, only the periodic read."""
     counts = _syncs_of_lm_runs(tokens, tmp_path)
     assert counts[0] == counts[1] > 0  # > 0: the epoch-end read is seen
+
+
+def test_trackers_add_no_host_sync(tokens, tmp_path, monkeypatch):
+    """train.trackers log what the periodic read has already read: with TensorBoard and W&B on,
+    a run logging every 2 steps takes exactly the syncs it takes without them."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: the default
+    plain = _syncs_of_lm_runs(tokens, tmp_path, log_every=2)
+    assert _syncs_of_lm_runs(tokens, tmp_path, log_every=2, trackers=("tensorboard", "wandb")) == plain
+    assert plain[1] - plain[0] == 3  # the premise: the reads at steps 4, 6, 8 were seen
 
 
 def test_a_per_step_read_would_be_caught(tokens, tmp_path, monkeypatch):

@@ -235,13 +235,14 @@ def main_run_ids(p: dict) -> list[str]:
 
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
-# (the rules hand compile and compile_mode to the training jobs as resources: exec_resources).
-EXECUTION_KEYS = ("threads", "compile", "compile_mode", "runs_per_gpu")
+# (the rules hand compile, compile_mode and trackers to the training jobs as resources: exec_resources).
+EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu")
 
 
 def exec_resources(train: dict) -> dict:
     """A train section's execution keys as the training rules' resources (strings)."""
-    return {"compile": str(train["compile"]).lower(), "compile_mode": train["compile_mode"]}
+    return {"compile": str(train["compile"]).lower(), "compile_mode": train["compile_mode"],
+            "trackers": ",".join(train["trackers"]) or "none"}
 
 
 def run_train(train: dict) -> dict:

@@ -41,6 +41,7 @@ from grassflow.checkpoint import (
 from grassflow.compiled import Compiled
 from grassflow.io import atomic_path, spec_hash, write_json, write_text
 from grassflow.runtime import autocast
+from grassflow.trackers import Trackers
 
 
 class TrainingTask(Protocol):
@@ -140,25 +141,30 @@ def tensor_lr(opt, device) -> None:
 class EpochLoss:
     """The epoch's training loss, summed on the device in float64 so that no step waits for
     the GPU: the sum stops at the first non-finite loss, whose step (within the epoch) it
-    records. read() is the one host sync, taken every `train.log_every` steps, at
-    checkpoints and at the end of the epoch. float64 holds the fp32 losses' sum exactly as
-    the Python float it is checkpointed as, so a resumed sum is bitwise the uninterrupted one."""
+    records; beside it the gradient norms' sum (for the trackers). read() is the one host
+    sync, taken every `train.log_every` steps, at checkpoints and at the end of the epoch.
+    float64 holds the fp32 losses' sum exactly as the Python float it is checkpointed as, so a
+    resumed sum is bitwise the uninterrupted one."""
 
     def __init__(self, device, loss_sum: float):
         self.sum = torch.tensor(loss_sum, dtype=torch.float64, device=device)
         self.first_bad = torch.tensor(-1, dtype=torch.int64, device=device)
+        self.grad_norm_sum = torch.zeros((), dtype=torch.float64, device=device)
 
-    def add(self, loss: torch.Tensor, step: int) -> None:
+    def add(self, loss: torch.Tensor, step: int, grad_norm: torch.Tensor) -> None:
         """The loss of step `step` (an int: a kernel argument, not a copy to the device)."""
         loss = loss.detach().to(torch.float64)
         bad = ~torch.isfinite(loss) & (self.first_bad < 0)
         self.first_bad.copy_(torch.where(bad, step, self.first_bad))
         self.sum.add_(torch.where(self.first_bad < 0, loss, 0.0))
+        self.grad_norm_sum.add_(grad_norm.detach().to(torch.float64))
 
-    def read(self) -> tuple[float, int | None]:
-        """(sum of the finite losses so far, step of the first non-finite one or None)."""
-        loss_sum, first_bad = torch.stack([self.sum, self.first_bad.to(torch.float64)]).tolist()
-        return loss_sum, (None if first_bad < 0 else int(first_bad))
+    def read(self) -> tuple[float, int | None, float]:
+        """(sum of the finite losses so far, step of the first non-finite one or None, sum of
+        the gradient norms since this object was made)."""
+        loss_sum, first_bad, grad_norm_sum = torch.stack(
+            [self.sum, self.first_bad.to(torch.float64), self.grad_norm_sum]).tolist()
+        return loss_sum, (None if first_bad < 0 else int(first_bad)), grad_norm_sum
 
 
 def _owned(model, key: str) -> bool:
@@ -184,9 +190,9 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
     ran: optimizer and compile settings, for run.json). `header` (JSON: the spec, what the model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
-    to run, not what to compute (compile, compile_mode; train.* keys kept out of the spec): a
-    checkpoint resumes under any of them."""
-    execution = {"compile": "auto", "compile_mode": "default", **(execution or {})}
+    to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
+    spec): a checkpoint resumes under any of them."""
+    execution = {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})}
     out = Path(out_dir)
     tcfg = spec["train"]
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -233,16 +239,27 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         return record
 
     def sync(losses) -> bool:
-        """The periodic host sync: the loss sum into pos, divergence into status. True if the
-        run diverged (some step of this epoch had a non-finite loss)."""
+        """The periodic host sync: the loss sum into pos, divergence into status, the gradient
+        norms' sum into `read`. True if the run diverged (some step of this epoch had a
+        non-finite loss)."""
         nonlocal status
-        pos["loss_sum"], bad = losses.read()
+        pos["loss_sum"], bad, read["grad_norm_sum"] = losses.read()
         if bad is None:
             return False
         prev = metrics[-1]["train_loss"] if metrics else None
         status = diverged(pos["loss_sum"] / bad if bad else prev, bad)
         return True
 
+    def log_window(now: float) -> None:
+        """The steps since the last log, to the trackers: floats the sync has already read."""
+        n, at = pos["step"] - mark["step"], pos["epoch"] * steps + pos["step"]
+        trackers.log({"train/loss": (pos["loss_sum"] - mark["loss_sum"]) / n,
+                      "train/grad_norm": (read["grad_norm_sum"] - mark["grad_norm_sum"]) / n,
+                      "train/lr": lr_at(at - 1, total_steps, tcfg),
+                      f"train/{task.rate_key}": n * task.items_per_step / (now - mark["time"])}, at)
+        mark.update(step=pos["step"], loss_sum=pos["loss_sum"], grad_norm_sum=read["grad_norm_sum"], time=now)
+
+    trackers = Trackers(execution["trackers"], spec, out)
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
     every = tcfg.get("checkpoint_every") or 0
@@ -250,7 +267,8 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         while pos["epoch"] < tcfg["epochs"] and status["state"] == "running":
             model.train()
             t0 = time.perf_counter() - pos["seconds"]
-            losses = EpochLoss(device, pos["loss_sum"])
+            losses, read = EpochLoss(device, pos["loss_sum"]), {"grad_norm_sum": 0.0}
+            mark = {"step": pos["step"], "loss_sum": pos["loss_sum"], "grad_norm_sum": 0.0, "time": time.perf_counter()}
             bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
                        desc=f"{spec['run_id']} epoch {pos['epoch'] + 1}", file=sys.stderr)
             while pos["step"] < steps:
@@ -268,9 +286,9 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
                     loss = compiled.loss(batch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
                 opt.step()
-                losses.add(loss, pos["step"])
+                losses.add(loss, pos["step"], grad_norm)
                 pos["step"] += 1
                 at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
                 if pos["step"] % log_every == 0 or pos["step"] == steps or at_checkpoint:
@@ -280,6 +298,7 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
                     rate = pos["step"] * task.items_per_step / (time.perf_counter() - t0)
                     bar.set_postfix(loss=f"{pos['loss_sum'] / pos['step']:.3f}", per_s=f"{rate:.0f}",
                                     refresh=False)
+                    log_window(time.perf_counter())
                 if at_checkpoint:
                     pos["seconds"] = time.perf_counter() - t0
                     checkpoint()
@@ -296,6 +315,7 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
                    pos["epoch"] * steps + steps - 1, total_steps, tcfg),
                    "seconds": elapsed, task.rate_key: pos["step"] * task.items_per_step / elapsed}
             metrics.append(row)
+            trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
             if task.score(row) < best:
                 best = task.score(row)
                 with atomic_path(best_state) as tmp:
@@ -305,6 +325,7 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
             pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": 0.0, "seconds": 0.0}
             checkpoint()
     finally:
+        trackers.close()
         for s, handler in old.items():
             signal.signal(s, handler)
 

@@ -23,12 +23,14 @@ def _train_args(p):
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="train.compile: torch.compile the training loss and validation forward")
     p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
+    p.add_argument("--trackers", default="none", help="train.trackers, comma-separated (tensorboard,wandb), or none")
 
 
 def _train(a):
-    # how the job runs, not what it computes (train.compile, train.compile_mode)
-    a.execution = {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode}
-    del a.compile, a.compile_mode
+    # how the job runs, not what it computes (train.compile, train.compile_mode, train.trackers)
+    a.execution = {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode,
+                   "trackers": [t for t in a.trackers.split(",") if t != "none"]}
+    del a.compile, a.compile_mode, a.trackers
     return call(a)
 
 

@@ -58,7 +58,7 @@ def estimated(rule):
             "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt)}
 
 
-# How each task's training jobs run, not what they compute (train.compile, compile_mode): handed
+# How each task's training jobs run, not what they compute (train.compile, compile_mode, trackers): handed
 # to the jobs as resources, which are not rerun triggers (params are), so changing them reruns
 # nothing, as train.threads; a profile may set them per rule (set-resources).
 EXEC = {t.name: exec_resources(t.part(P)["train"]) if t.part(P) else {} for t in TASKS.values()}

@@ -51,7 +51,7 @@ def _run_rules(task, data):
             + task.job("train")
             + " --spec {input.spec} --train-tokens {input.train} --val-tokens {input.val} --out-dir {params.out_dir} "
             "{params.extra} --preflight {input.preflight} --compile {resources.compile} "
-            "--compile-mode {resources.compile_mode} > {log} 2>&1"
+            "--compile-mode {resources.compile_mode} --trackers {resources.trackers} > {log} 2>&1"
 
     docs = task.docs_files(RES, P) or {}  # lm-eval's documents (data.smk), the LM's
 
