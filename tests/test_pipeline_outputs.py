@@ -123,6 +123,27 @@ def test_every_tasks_eval_json_shares_one_contract(demo):
             assert ev[split]["tokens_sha256"] == sha256_file(demo / ev[split]["tokens_file"]), (run_dir.name, split)
 
 
+def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
+    """The demo fixture ran with train.trackers: [tensorboard]: every LM run's event files hold
+    its training curve every log_every steps and, per epoch, the validation perplexity of its
+    metrics.jsonl."""
+    pytest.importorskip("tensorboard")
+    from test_trackers import tensorboard_scalars
+
+    runs = sorted((demo / "results/demo/runs").iterdir())
+    assert len(runs) == 10
+    for run in runs:
+        spec = json.loads((run / "config.json").read_text())["spec"]
+        metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        curves = tensorboard_scalars(run / "tensorboard")
+        steps = [s for s, _ in curves["train/loss"]]
+        assert len(steps) > len(metrics) and steps == sorted(steps) and steps[0] == spec["train"]["log_every"]
+        assert all(0 < v < 20 for _, v in curves["train/loss"])
+        per_epoch = steps[-1] // len(metrics)
+        assert curves["val/ppl"] == [(e * per_epoch, pytest.approx(m["val_ppl"], rel=1e-6))
+                                     for e, m in enumerate(metrics, 1)], run.name
+
+
 def test_token_files_carry_their_metadata(demo):
     f = demo / "results/demo/data/tokens/trained/test.parquet"
     meta = json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])

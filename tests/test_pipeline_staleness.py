@@ -95,9 +95,10 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
 
 
 def test_execution_keys_rerun_nothing(demo):
-    """train.threads, compile and compile_mode say how to run, not what to compute: changing
-    them on a finished demo plans nothing."""
-    assert planned(demo, {"train": {"threads": 2, "compile": True, "compile_mode": "reduce-overhead"}}) == Counter()
+    """train.threads, compile, compile_mode and trackers say how to run, not what to compute:
+    changing them on a finished demo (run with trackers: [tensorboard]) plans nothing."""
+    assert planned(demo, {"train": {"threads": 2, "compile": True, "compile_mode": "reduce-overhead",
+                                    "trackers": ["wandb"]}}) == Counter()
 
 
 def test_editing_report_code_plans_only_aggregate(demo):
