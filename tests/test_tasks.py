@@ -117,13 +117,13 @@ def _commands_called_by_name():
 
 def test_every_argument_of_a_command_called_by_name_is_a_parameter_of_its_function():
     """What command.call passes by name reaches a parameter: renaming one (backbone_dir) breaks here, not
-    silently in a job (the train commands turn --compile and --compile-mode into `execution`)."""
+    silently in a job (the train commands turn --compile, --compile-mode and --trackers into `execution`)."""
     commands = _commands_called_by_name()
     assert {"train", "snli-train", "recall-evaluate", "unigram", "estimates"} <= set(commands)
     for name, (parser, params) in commands.items():
         dests = {a.dest for a in parser._actions if a.dest != "help"}
-        if {"compile", "compile_mode"} <= dests:
-            dests = dests - {"compile", "compile_mode"} | {"execution"}
+        if {"compile", "compile_mode", "trackers"} <= dests:
+            dests = dests - {"compile", "compile_mode", "trackers"} | {"execution"}
         assert dests <= set(params), f"grassflow {name}: {sorted(dests - set(params))} taken by no parameter"
 
 
