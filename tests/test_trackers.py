@@ -98,9 +98,9 @@ def tracked_run(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: the default
     spec = _toy_spec(log_every=LOG_EVERY)
     torch.manual_seed(0)
-    status, metrics, _ = fit(torch.nn.Linear(3, 1), Toy(), spec, tmp_path, torch.device("cpu"), header={},
-                             execution={"trackers": ["tensorboard", "wandb"]})
-    assert status == {"state": "completed"}
+    status, metrics, ran = fit(torch.nn.Linear(3, 1), Toy(), spec, tmp_path, torch.device("cpu"), header={},
+                               execution={"trackers": ["tensorboard", "wandb"]})
+    assert status == {"state": "completed"} and ran["trackers"] == ["tensorboard", "wandb"]  # run.json's
     return spec, metrics, norms, tmp_path
 
 

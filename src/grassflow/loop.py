@@ -188,7 +188,7 @@ def load_trained(model, state: dict) -> None:
 def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
-    ran: optimizer and compile settings, for run.json). `header` (JSON: the spec, what the model
+    ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
     to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
     spec): a checkpoint resumes under any of them."""
@@ -341,4 +341,4 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
     save_weights(out / WEIGHTS, best_run["model"])
     write_json(out / CONFIG, {**header, **{k: v for k, v in best_run.items() if k in ("epoch", "val_loss", "val_metrics")},
                               "weights_sha256": state_sha256(best_run["model"])})
-    return status, metrics, {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record()}
+    return status, metrics, {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record(), "trackers": execution["trackers"]}
