@@ -138,7 +138,8 @@ def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
         curves = tensorboard_scalars(run / "tensorboard")
         steps = [s for s, _ in curves["train/loss"]]
         assert len(steps) > len(metrics) and steps == sorted(steps) and steps[0] == spec["train"]["log_every"]
-        assert all(0 < v < 20 for _, v in curves["train/loss"])
+        losses = [v for _, v in curves["train/loss"]]
+        assert all(v > 0 for v in losses) and losses[-1] < losses[0] / 2  # a curve: the demo learns
         per_epoch = steps[-1] // len(metrics)
         assert curves["val/ppl"] == [(e * per_epoch, pytest.approx(m["val_ppl"], rel=1e-6))
                                      for e, m in enumerate(metrics, 1)], run.name
