@@ -35,7 +35,8 @@ L = 16  # short windows: most documents span several
 SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
 
 
-def make_model_dir(d: Path, kind: str, rows: list[str], context_len: int = L, vocab_size: int = 400) -> Path:
+def make_model_dir(d: Path, kind: str, rows: list[str], context_len: int = L, vocab_size: int = 400,
+                   map_unk: bool = False) -> Path:
     """An export-like directory: a randomly initialised model, config.json, tokenizer.json."""
     from tokenizers import Tokenizer
 
@@ -43,7 +44,7 @@ def make_model_dir(d: Path, kind: str, rows: list[str], context_len: int = L, vo
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=Tokenizer.from_file(str(d / "tokenizer.json")).get_vocab_size(),
                       context_len=context_len, n_layers=2, d_model=32, d_ff=64, n_heads=2, r=4, lags=[1, 2], dropout=0.0)
-    save_pretrained(build_model(kind, cfg).eval(), kind, d, tokenizer={"name": "trained"})
+    save_pretrained(build_model(kind, cfg).eval(), kind, d, tokenizer={"name": "trained", "map_unk": map_unk})
     return d
 
 
@@ -118,6 +119,34 @@ def test_lm_eval_reports_our_word_perplexity(model_dir, tmp_path):
     mine = ours(model_dir, docs)
     assert mine["tokens"] > 2 * L * len(docs)  # most documents span several windows
     assert theirs == pytest.approx(mine["word_ppl"], rel=1e-4)
+
+
+def test_wikitext2_v1s_unk_is_one_token_in_the_documents_and_in_the_harness(tmp_path):
+    """Wikitext-2 v1 (tokenizer.map_unk): the documents stage encodes each literal `<unk>` as the
+    token file does, one unknown token, not `<`, `unk`, `>` (a model trained on [UNK] would find
+    those improbable: ~13× the word perplexity on the laptop_v1 run), and the harness model of a
+    run so trained encodes it the same way: lm-eval reports the documents' number."""
+    from grassflow.lm.evaluate import harness_perplexity
+    from grassflow.lm.rolling import documents_split, read_documents
+    from grassflow.lm.tokenize import tokenize_split
+    from grassflow.pretrained import load_model
+
+    rows = [" ".join("<unk>" if i % 7 == 3 else w for i, w in enumerate(r.split(" "))) for r in generate_split(4, seed=11)]
+    n_unk = sum(r.count("<unk>") for r in rows)
+    raw = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"text": rows}), raw)
+    d = make_model_dir(tmp_path / "model", "transformer", rows, map_unk=True)
+    section = {"name": "trained", "vocab_size": 400, "map_unk": True, "eval_max_tokens": None}
+    tokens = tokenize_split(section, raw, tmp_path / "tokens.parquet", d / "tokenizer.json")
+    meta = documents_split(section, raw, tmp_path / "docs.parquet", d / "tokenizer.json")
+    ids, _, _ = read_documents(tmp_path / "docs.parquet")
+    assert n_unk > 50 and tokens["unk_mapped"] == n_unk == sum(doc.count(meta["unk_id"]) for doc in ids)
+    from tokenizers import Tokenizer
+
+    assert Tokenizer.from_file(str(d / "tokenizer.json")).token_to_id("<") not in {i for doc in ids for i in doc}
+    model = load_model(d)
+    mine = harness_perplexity(model, tmp_path / "docs.parquet", tokens, model.cfg, 8, torch.device("cpu"))
+    assert lm_eval_word_perplexity(d, pages(rows), tmp_path) == pytest.approx(mine["word_ppl"], rel=1e-4)
 
 
 @pytest.mark.slow

@@ -54,6 +54,12 @@ def find_tokenizer(run_dir: Path, record: dict, given=None) -> Path:
                        f"{[str(c) for c in candidates]}; give it with --tokenizer")
 
 
+def unk_mapped(record: dict) -> bool:
+    """Whether the run's token files read Wikitext-2 v1's literal `<unk>` as the tokenizer's
+    unknown token (tokenizer.map_unk): how a text given to the model must be encoded."""
+    return record["data"]["train"].get("unk_mapped") is not None
+
+
 def model_from_run(run_dir: Path):
     """(model, record) of a finished run: its best weights (model.safetensors and config.json, as
     the run wrote them), checked to be the ones its run.json records."""
@@ -152,7 +158,8 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
     try:  # a failure leaves no partial export behind
         config = save_pretrained(model, record["spec"]["model_kind"], tmp,
                                  tokenizer={"name": record["data"]["train"]["tokenizer"],
-                                            "sha256": record["data"]["train"]["tokenizer_sha256"]},
+                                            "sha256": record["data"]["train"]["tokenizer_sha256"],
+                                            "map_unk": unk_mapped(record)},
                                  run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
                                       "commit": (record.get("git") or {}).get("commit")})
         shutil.copyfile(tok, tmp / "tokenizer.json")

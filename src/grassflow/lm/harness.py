@@ -16,7 +16,8 @@ What the harness asks of a model, as its own Hugging Face model (HFLM) answers i
                          prefix token;
   generate_until         greedy decoding (grassflow.decode) until a stop string or max_gen_toks.
 Texts are encoded by the model's tokenizer without special tokens, as the pipeline encodes its
-corpus. The prefix token (what the first token of a document is conditioned on; HFLM uses the
+corpus (a literal `<unk>` as one unknown token where the model was trained on Wikitext-2 v1 so
+read: tokenizer.map_unk). The prefix token (what the first token of a document is conditioned on; HFLM uses the
 tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, by default [SEP]
 (bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
 training, so it is a convention, stated, not a learnt start.
@@ -41,6 +42,24 @@ from grassflow.decode import generate, open_model
 from grassflow.lm.rolling import encode, prefix_id, score
 
 
+def unk_id(path, tokenizer) -> int | None:
+    """The id a literal `<unk>` encodes to: the tokenizer's unknown token where the model's
+    training data read Wikitext-2 v1's `<unk>` as it (tokenizer.map_unk: config.json's
+    tokenizer.map_unk in an export, run.json in a run directory), else None (split in pieces)."""
+    import json
+    from pathlib import Path
+
+    from grassflow.export import unk_mapped
+    from grassflow.lm.tokenize import unk_id_of
+
+    path = Path(path)
+    if (path / "run.json").is_file():
+        mapped = unk_mapped(json.loads((path / "run.json").read_text()))
+    else:
+        mapped = bool((json.loads((path / "config.json").read_text()).get("tokenizer") or {}).get("map_unk"))
+    return unk_id_of(tokenizer, str(path)) if mapped else None
+
+
 @register_model("grassflow")
 class GrassflowLM(LM):
     def __init__(self, pretrained: str, device: str = "cpu", batch_size=16, max_batch_size=None,
@@ -52,10 +71,11 @@ class GrassflowLM(LM):
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16  # "auto" (not measured): 16
         del max_batch_size  # what "auto" would cap
         self.prefix = prefix_id(self.tokenizer, prefix_token)
+        self.unk_id = unk_id(pretrained, self.tokenizer)
         self.max_gen_toks = int(max_gen_toks)
 
     def tok_encode(self, text: str) -> list[int]:
-        return encode(self.tokenizer, text)
+        return encode(self.tokenizer, text, self.unk_id)
 
     def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """(log-probability of the continuation, whether greedy decoding gives it) of each

@@ -48,9 +48,17 @@ def prefix_id(tokenizer, name: str | None = None) -> int:
     raise ValueError(f"prefix_token: none of {[name] if name else list(PREFIX_TOKENS)} is in the model's tokenizer")
 
 
-def encode(tokenizer, text: str) -> list[int]:
-    """A text's token ids as the pipeline encodes its corpus: no special tokens."""
-    return tokenizer.encode(text, add_special_tokens=False).ids
+def encode(tokenizer, text: str, unk_id: int | None = None) -> list[int]:
+    """A text's token ids as the pipeline encodes its corpus: no special tokens; with unk_id
+    (tokenizer.map_unk), each literal `<unk>` that one id, as in the token files."""
+    from grassflow.lm.tokenize import UNK_LITERAL
+
+    if unk_id is None:
+        return tokenizer.encode(text, add_special_tokens=False).ids
+    out = []
+    for j, part in enumerate(text.split(UNK_LITERAL)):
+        out += ([unk_id] if j else []) + (tokenizer.encode(part, add_special_tokens=False).ids if part.strip() else [])
+    return out
 
 
 def harness_words(page: str) -> int:
@@ -143,18 +151,21 @@ def word_perplexity(model, docs: list[list[int]], words: list[int], L: int, pref
 
 def documents_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
     """The `documents` stage: a validation or test split's pages, as token ids of their detokenized
-    text and word counts, into `out_path` (parquet), of the rows its token file keeps."""
+    text (`<unk>` mapped as the token file maps it) and word counts, into `out_path` (parquet), of
+    the rows its token file keeps."""
     from grassflow.data.sources import content_sha256, read_rows
     from grassflow.data.tokenizers import load_tokenizer, tokenizer_sha256
     from grassflow.io import atomic_path
-    from grassflow.lm.tokenize import kept_rows
+    from grassflow.lm.tokenize import kept_rows, unk_id_of
 
     tok = load_tokenizer(cfg, artifact)
     rows = read_rows(raw_parquet)
     rows = rows[: kept_rows(cfg, tok, rows, raw_parquet)]
     docs = pages(rows)
-    ids = [encode(tok, detokenize(p)) for p in docs]
+    unk_id = unk_id_of(tok, cfg["name"]) if cfg.get("map_unk") else None
+    ids = [encode(tok, detokenize(p), unk_id) for p in docs]
     meta = {"tokenizer": cfg["name"], "tokenizer_sha256": tokenizer_sha256(tok), "prefix_token_id": prefix_id(tok),
+            "unk_id": unk_id,
             "source_content_sha256": content_sha256(rows), "documents": len(docs),
             "n_words": sum(map(harness_words, docs)), "n_tokens": sum(map(len, ids))}
     table = pa.table({"ids": pa.array(ids, type=pa.list_(pa.int32())), "words": [harness_words(p) for p in docs]})
