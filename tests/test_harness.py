@@ -149,6 +149,19 @@ def test_wikitext2_v1s_unk_is_one_token_in_the_documents_and_in_the_harness(tmp_
     assert lm_eval_word_perplexity(d, pages(rows), tmp_path) == pytest.approx(mine["word_ppl"], rel=1e-4)
 
 
+def test_an_export_without_tokenizer_map_unk_is_refused_not_guessed(tmp_path):
+    """An export written before config.json carried tokenizer.map_unk: whether `<unk>` is one
+    token is not known, so the harness model refuses it, naming the key and the fix."""
+    from grassflow.lm.harness import GrassflowLM
+
+    d = make_model_dir(tmp_path / "model", "transformer", generate_split(2, seed=1))
+    config = json.loads((d / "config.json").read_text())
+    del config["tokenizer"]["map_unk"]
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json: no tokenizer.map_unk .* `grassflow export`"):
+        GrassflowLM(pretrained=str(d))
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_TEST.is_file(), reason="needs ../shared (the Wikitext-2 raw test split)")
 def test_lm_eval_reports_our_word_perplexity_on_the_wikitext2_test_split(tmp_path):

@@ -55,8 +55,11 @@ def unk_id(path, tokenizer) -> int | None:
     path = Path(path)
     if (path / "run.json").is_file():
         mapped = unk_mapped(json.loads((path / "run.json").read_text()))
-    else:
-        mapped = bool((json.loads((path / "config.json").read_text()).get("tokenizer") or {}).get("map_unk"))
+    else:  # an export: guessing would change what a v1 model's number means
+        mapped = (json.loads((path / "config.json").read_text()).get("tokenizer") or {}).get("map_unk")
+        if not isinstance(mapped, bool):
+            raise ValueError(f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 v1's "
+                             "`<unk>` as one unknown token); export the run again with `grassflow export`")
     return unk_id_of(tokenizer, str(path)) if mapped else None
 
 
