@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-concurrency plan lint clean
+.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-concurrency gpu-table1-window plan lint clean
 
 # Exactly the versions CI tested: constraints.txt (make lock). torch from PyPI: a CPU build here, the
 # same version built for CUDA on a GPU machine (docs/gpu.md).
@@ -93,6 +93,12 @@ gpu-check-run:
 # what train.runs_per_gpu's default is to be set from.
 gpu-concurrency:
 	$(PY) -m grassflow.bench --device cuda --concurrency 1,2,4,8 --mps --out reports/bench
+
+# One short GPU lease as one command (bench/gpu_table1_window.sh): K = 1, 2, 4, 8 runs side by side,
+# then paper_v1's Table 1 (3 seeds x 2 models, K = 6) for WINDOW seconds; each job then checkpoints
+# and exits 75 for `snakemake table1` to resume. Records, no weights: reports/gpu-window/.
+gpu-table1-window:
+	PY=$(PY) bash bench/gpu_table1_window.sh
 
 # What a preset will do and cost before it runs: jobs per rule and partition, device-hours, memory
 plan: $(VENV)/.installed
