@@ -51,7 +51,10 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$STATE/jobcomp.log
-MinJobAge=30
+# SLURM's default. The executor plugin's status checks back off to 180 s apart, and it takes a job
+# that is no longer listed for one still queued: with 30, a job that ended between two checks was
+# never seen to end, and Snakemake waited for it forever (a CI run hung so).
+MinJobAge=300
 KillWait=5
 GresTypes=gpu
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:2 State=UNKNOWN
@@ -69,6 +72,7 @@ for f in slurm.conf gres.conf; do
   if ! cmp -s "$STATE/$f" "/etc/slurm/$f"; then
     [ -f "/etc/slurm/$f" ] && [ ! -f "$STATE/$f.orig" ] && cp "/etc/slurm/$f" "$STATE/$f.orig"
     cp "$STATE/$f" "/etc/slurm/$f"
+    changed=1
   fi
 done
 
@@ -83,6 +87,8 @@ fi
 if ! alive slurmd; then
   slurmd || { echo "slurmd failed to start, see $STATE/slurmd.log"; exit 3; }
 fi
+# daemons reused from an earlier start read a changed configuration only when told to
+if [ -n "${changed:-}" ]; then scontrol reconfigure >/dev/null 2>&1 || true; fi
 for _ in $(seq 1 60); do
   if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
     echo "slurm up: node $HOST, partitions cpu and gpu (gres gpu:2)"; exit 0
