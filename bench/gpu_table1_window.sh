@@ -8,7 +8,10 @@
 #      with TensorBoard on; when the window ends each gets SIGTERM, checkpoints and exits 75, so
 #      `snakemake table1` resumes them later. Every finished epoch is in its metrics.jsonl.
 # It needs the token files and specs, which any machine makes in a minute:
-#   snakemake <the token files and table1 specs> --cores all --configfile config.yaml workflow/overlays/wikitext2-v1-local.yaml
+#   T=results/paper_v1; snakemake $T/data/tokens/bert-base-uncased/{train,validation,test}.parquet \
+#     $(for m in transformer grassmann; do for s in 0 1 2; do echo $T/specs/run/table1-$m-s$s.json; done; done) \
+#     --cores all --configfile config.yaml workflow/overlays/wikitext2-v1-local.yaml
+# then carry results/paper_v1 to the GPU machine.
 # What comes out (no weights, no checkpoints) goes to $OUT: nvidia-smi, the concurrency report,
 # and records.tar.gz (each run's metrics.jsonl, TensorBoard events, log, the GPU's load).
 set -u
