@@ -5,7 +5,7 @@
 #   1. the preflight the DAG runs first (results/paper_v1/preflight/auto_auto.json)
 #   2. K = 1, 2, 4, 8 Table 1 steps side by side (python -m grassflow.bench --concurrency)
 #   3. the six training jobs side by side (K = 6 slots), each exactly as the `train` rule runs it,
-#      with TensorBoard on (the command is the rule's shell, copied: keep them alike); when the window ends each gets SIGTERM, checkpoints and exits 75, so
+#      with TensorBoard on (the rule's shell command, copied: tests/test_pipeline_outputs.py checks they match); when the window ends each gets SIGTERM, checkpoints and exits 75, so
 #      `snakemake table1` resumes them later. Every finished epoch is in its metrics.jsonl.
 # It needs the token files and specs, which any machine makes in a minute:
 #   T=results/paper_v1; snakemake $T/data/tokens/bert-base-uncased/{train,validation,test}.parquet \
