@@ -120,3 +120,36 @@ def test_bench_generate_measures_both_ways_and_grassmanns_state_is_constant(tmp_
     assert rows["grassmann", 32]["past_context"] and not rows["grassmann", 28]["past_context"]
     assert all(r["incremental_tokens_per_s"] > 0 and r["recompute_tokens_per_s"] > 0 for r in res["rows"])
     assert "| grassmann | 32 | 16 (past the context) |" in (tmp_path / "generate-quick-cpu.md").read_text()
+
+
+# --- bench/loc.py: the lines-of-code measure of reports/loc.md ------------------------------------
+def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypatch):
+    """Counted: code lines of src/**/*.py, workflow/**/*.{py,smk} and the Snakefile, read from git
+    objects; not counted: blank lines, comments, docstrings, other directories, uncommitted edits."""
+    import importlib.util
+    import subprocess
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("loc", Path(__file__).parents[1] / "bench" / "loc.py")
+    loc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loc)
+    files = {
+        "src/pkg/a.py": '"""Module docstring,\non two lines."""\n\nimport os  # why\n\n\ndef f(x):\n'
+                        '    """Docstring."""\n    # a comment\n    return (x +\n            1)\n',  # 4 lines
+        "workflow/rules/r.smk": "# a comment\nrule r:\n    shell:\n        'true'\n",  # 3 lines
+        "Snakefile": 'include: "workflow/rules/r.smk"\n',  # 1 line
+        "tests/test_x.py": "x = 1\n", "bench/b.py": "y = 2\n", "src/pkg/notes.md": "text\n",  # not counted
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,  # noqa: E731
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    (tmp_path / "src/pkg/a.py").write_text(files["src/pkg/a.py"] + "z = 3\n")  # uncommitted: not in HEAD
+    monkeypatch.chdir(tmp_path)
+    assert loc.loc("HEAD") == 8
+    git("commit", "-qam", "two")
+    assert loc.loc("HEAD") == 9 and loc.loc("HEAD~1") == 8
