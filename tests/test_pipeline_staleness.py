@@ -4,6 +4,7 @@ real edits, real dry runs."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 from pipeline import DEMO_GRASSMANN_RUNS, ROOT, TASKS, by_rule, edited, planned, spec_jobs
@@ -239,3 +240,50 @@ def test_plan_why_names_the_files_whose_code_changed(demo):
     assert len(rows) == len(DEMO_GRASSMANN_RUNS)
     assert all("code changed: src/grassflow/ops/plucker/cupy_backend.py" in r for r in rows), rows
     assert "| evaluate " in out and "| aggregate " in out and "grassmann" in rows[0]
+
+
+def fake_hub_cache(home, repo: str, files: dict[str, str]) -> None:
+    """A Hugging Face cache holding `repo`'s files (HF_HOME=home): what a fetch reads offline."""
+    snapshot = home / "hub" / f"models--{repo}" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    for name, text in files.items():
+        (snapshot / name).write_text(text)
+
+
+def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
+    """The hub fetches feed every run of the LM and SNLI (fetch_tokenizer → tokenize → train): a code
+    edit to the planning of the tasks or to another stage's handler plans no fetch and none of what
+    it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
+    tokenizer taken from the hub (here an offline cache): the paper preset's case."""
+    import subprocess
+
+    from pipeline import BIN, copy_repo, pipeline_env, replaced
+
+    work = copy_repo(tmp_path)
+    fake_hub_cache(tmp_path / ".hf", "bert-base-uncased", {"vocab.txt": "\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", "the", "of", "and"]) + "\n"})
+    (work / "hub.yaml").write_text(json.dumps({"presets": {"demo": {"tokenizer": {"name": "bert-base-uncased",
+                                                                                  "vocab_size": None}}}}))
+    tokens = [f"results/demo/data/tokens/bert-base-uncased/{s}.parquet" for s in ("train", "validation", "test")]
+
+    def snakemake(*args) -> str:  # the token files as targets, before --config
+        res = subprocess.run([str(BIN / "snakemake"), *tokens, "--cores", "2", *args, "--configfile", "hub.yaml",
+                              "--config", "preset=demo"], cwd=work, capture_output=True, text=True, timeout=900,
+                             env={**pipeline_env(), "HF_HOME": str(tmp_path / ".hf")})
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res.stdout
+
+    def plan() -> Counter:
+        return Counter(re.findall(r"^(?:local)?rule (\w+):", snakemake("-n"), re.M))
+
+    snakemake()
+    assert (work / "results/demo/tokenizers/bert-base-uncased/tokenizer.json").is_file()
+    assert plan() == Counter()
+    with edited(work / "src/grassflow/tasks.py"):
+        assert plan() == Counter()
+    with replaced(work / "src/grassflow/stage.py", "def _download(a):\n", "def _download(a):\n    _edited = 1\n"):
+        assert plan()["fetch_tokenizer"] == 0  # download (its handler) reruns, and tokenize after it
+    with edited(work / "src/grassflow/data/tokenizers.py"):
+        assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})

@@ -54,6 +54,9 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
             continue
         assert code, f"rule {rule} runs `grassflow {shell.group(1)}` but fingerprints no code"
         assert code.group(1) == shell.group(1), rule
+        # through the command line whose slice the fingerprint holds: the CLI's, or the hub fetches' own
+        gf = {"grassflow.cli": "gf=GF,", "grassflow.fetch": "gf=FETCH,"}[staleness._dispatcher(code.group(1))[1]]
+        assert gf in block, (rule, gf)
         seen[rule] = code.group(2)
     # bench fingerprints every kind; the rest, none
     assert not {r for r, kinds in seen.items() if "kind" in kinds}
@@ -118,7 +121,7 @@ def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
         task, stage, _ = staleness.TASK_COMMANDS[argv[0]]
         argv = ["grassflow.stage", task.name, stage, *argv[1:]]
     else:
-        argv = ["grassflow", *argv]
+        argv = [{"grassflow.cli": "grassflow"}.get(m := staleness._dispatcher(argv[0])[1], m), *argv]
     res = subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     (one,) = rec.glob("*.json")
@@ -166,6 +169,22 @@ def test_what_real_commands_load_is_in_their_closure(kind, tokens, tmp_path):
                 str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
                 "--out", str(tmp_path / "unigram.json")]
         assert_closure_holds(_recorded(tmp_path, argv), "unigram")
+
+
+def test_a_hub_fetch_loads_and_holds_its_own_code_only(tmp_path):
+    """What the fetch rules save feeds every LM and SNLI run: their command line (grassflow.fetch)
+    loads neither the tasks' planning nor the other stages' handlers, and their closure holds neither
+    (tests/test_pipeline_staleness.py::test_a_hub_fetch_holds_its_own_code_only: a real DAG)."""
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok/vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "man"]) + "\n")
+    argv = ["fetch-tokenizer", "--tokenizer", json.dumps({"name": "bert-base-uncased", "path": str(tmp_path / "tok")}),
+            "--out", str(tmp_path / "out/tokenizer.json")]
+    record = _recorded(tmp_path, argv)
+    assert_closure_holds(record, "fetch-tokenizer")
+    planning = {"src/grassflow/tasks.py", "src/grassflow/stage.py", "src/grassflow/cli.py", "src/grassflow/config.py"}
+    for command in ("fetch-tokenizer", "snli-fetch-backbone"):
+        assert not planning & files(command), command
+    assert not {f for f in record["files"] if f.endswith(("/tasks.py", "/stage.py", "/cli.py"))}
 
 
 def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_path, monkeypatch):

@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from grassflow import stage
-from grassflow.command import JSON, call, json_arg, record, required, run
+from grassflow import fetch, stage
+from grassflow.command import json_arg, record, required, run
 from grassflow.stage import AGGREGATE_ARGS, STAGE_COMMANDS
 from grassflow.tasks import COMMANDS as TASK_COMMANDS
 from grassflow.tasks import TASKS, entry
@@ -51,10 +51,9 @@ def _preflight_args(p):
 
 # (command, help, handler or "module:function" (command.call), argument groups): the commands not
 # made from a task's declaration; each task's (train, evaluate, aggregate, data, download, tokenize, ...)
-# are its stages' command lines (grassflow.stage), listed by build_parser
+# are its stages' command lines (grassflow.stage), and the hub fetches' their own (grassflow.fetch),
+# listed by build_parser
 COMMANDS = [
-    ("fetch-tokenizer", "save a hub tokenizer as one tokenizer.json (login node)", "grassflow.data.tokenizers:fetch_tokenizer",
-     [required("tokenizer", type=json_arg, help="a tokenizer section: " + JSON), required("out")]),
     ("unigram", "the unigram-perplexity baseline of the validation and test tokens", "grassflow.lm.unigram:unigram_baseline",
      [required("train-tokens", "val-tokens", "test-tokens", "out")]),
     ("aggregate", "one experiment's table and figures", "grassflow.report.aggregate:aggregate",
@@ -70,8 +69,6 @@ COMMANDS = [
       required("bench", help="bench JSON for the scaling figure")]),
     ("ablations", "the ablation table and figure of a preset", "grassflow.report.ablations:aggregate_ablations",
      [_baseline_args, required("preset", "grid", type=json_arg), required("preset-name", "runs-dir", "out-dir")]),
-    ("snli-fetch-backbone", "save the pretrained backbone's files (login node)", "grassflow.snli.backbone:fetch_backbone",
-     [required("backbone", type=json_arg, help="the snli.backbone section: " + JSON), required("out-dir")]),
     ("preflight", "check the device, op backends and a training step before the GPU jobs", "grassflow.preflight:main",
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", "grassflow.plan:estimates_report",
@@ -105,11 +102,7 @@ OWN_PARSERS = {
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name, help_, fn, groups in COMMANDS:
-        p = sub.add_parser(name, help=help_)
-        for add in groups:
-            add(p)
-        p.set_defaults(**({"fn": call, "entry": fn} if isinstance(fn, str) else {"fn": fn}))
+    fetch.add_commands(sub, [*COMMANDS, *fetch.COMMANDS])
     # listed here; main() hands their arguments to their own parsers (grassflow.stage's, bench's, plan's)
     for name, (task, stage_, _) in TASK_COMMANDS.items():
         sub.add_parser(name, help=f"{task.title}: {STAGE_COMMANDS[stage_][0]}", add_help=False)

@@ -2,10 +2,10 @@
 covers, so that an edit reruns exactly the stages whose output it can change.
 
 A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). A
-task's job runs `python -m grassflow.stage <task> <stage>` instead (its rule's shell), which
-imports neither cli.py nor the planning (grassflow.tasks). A command's code is, read from the
-source without importing anything:
-  - of its command line's module (cli.py; stage.py for a task's job), the slice the command runs
+task's job runs `python -m grassflow.stage <task> <stage>` instead (its rule's shell), and a hub
+fetch `python -m grassflow.fetch <command>`: neither imports cli.py or the planning
+(grassflow.tasks). A command's code is, read from the source without importing anything:
+  - of its command line's module (cli.py, stage.py, fetch.py), the slice the command runs
     (cli_slice): main(), its own rows of the command tables and the functions they name; the
     package's __init__ (and __main__.py for cli.py); the module of the function the command
     calls by name (cli.COMMANDS' "module:function" rows, a task's entry points) and, for a task's
@@ -167,10 +167,11 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
     return files
 
 
-# --- the commands: the CLI's (cli.py), a task's jobs (stage.py) ------------------------------------
+# --- the commands: the CLI's (cli.py), a task's jobs (stage.py), the hub fetches (fetch.py) ----------
 CLI = PKG / "cli.py"
 STAGE = PKG / "stage.py"
-# the command tables of cli.py and stage.py: a command's slice holds its own row of each, not the others'
+FETCH = PKG / "fetch.py"
+# the command tables of the command lines: a command's slice holds its own row of each, not the others'
 TABLES = ("COMMANDS", "OWN_PARSERS", "STAGE_COMMANDS")
 
 
@@ -186,39 +187,46 @@ def _defs(path: Path) -> dict[str, ast.stmt]:
 
 
 def _rows(command: str) -> tuple[list[ast.expr], str | None]:
-    """The command's own rows of its module's table, and the module of the function it calls by
+    """The command's own rows of its module's tables, and the module of the function it calls by
     name (a COMMANDS "module:function" row, an OWN_PARSERS entry, a task's entry point) or None."""
     if command in TASK_COMMANDS:
         _, stage, ref = TASK_COMMANDS[command]
         table = _defs(STAGE)["STAGE_COMMANDS"].value
         return [v for k, v in zip(table.keys, table.values) if k.value == stage], ref.split(":")[0]
-    defs = _defs(CLI)
+    defs = _defs(_dispatcher(command)[0])
     rows, module = [], None
     for row in defs["COMMANDS"].value.elts:
         if row.elts[0].value == command:
             rows.append(row)
             fn = row.elts[2]
             module = fn.value.split(":")[0] if isinstance(fn, ast.Constant) else None
-    own = defs["OWN_PARSERS"].value
+    own = _defs(CLI)["OWN_PARSERS"].value
     for k, v in zip(own.keys, own.values):
         if k.value == command:
             rows.append(v)
             module = v.elts[1].value.split(":")[0]
     if not rows:
-        names = sorted({r.elts[0].value for r in defs["COMMANDS"].value.elts} | set(TASK_COMMANDS)
-                       | {k.value for k in own.keys})
+        names = sorted(_commands(CLI) | _commands(FETCH) | set(TASK_COMMANDS) | {k.value for k in own.keys})
         raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(names)}")
     return rows, module
 
 
+def _commands(path: Path) -> set[str]:
+    """The names of a command line's COMMANDS rows."""
+    return {r.elts[0].value for r in _defs(path)["COMMANDS"].value.elts}
+
+
 def _dispatcher(command: str) -> tuple[Path, str]:
-    """The module whose slice is the command's command line: stage.py for a task's job, else cli.py."""
-    return (STAGE, "grassflow.stage") if command in TASK_COMMANDS else (CLI, "grassflow.cli")
+    """The module whose slice is the command's command line: stage.py for a task's job, fetch.py
+    for a hub fetch, else cli.py."""
+    if command in TASK_COMMANDS:
+        return STAGE, "grassflow.stage"
+    return (FETCH, "grassflow.fetch") if command in _commands(FETCH) else (CLI, "grassflow.cli")
 
 
 @cache
 def cli_slice(command: str) -> tuple[ast.AST, ...]:
-    """The part of its command line's module (cli.py, or stage.py for a task's job) that `command`
+    """The part of its command line's module (cli.py, stage.py or fetch.py) that `command`
     runs: the module's imports, main() and the `__main__` guard, the command's own rows of the
     tables, and every module-level function or value those name, transitively (a table named on
     the way stands for the command's rows of it). An edit to another command's row or handler, or
@@ -249,7 +257,7 @@ def command_roots(command: str) -> set[str]:
     roots = imported(cli_slice(command), dispatcher, False) | {dispatcher}
     if command in TASK_COMMANDS:
         roots.add(f"grassflow.{TASK_COMMANDS[command][0].name}.task")
-    else:
+    elif dispatcher == "grassflow.cli":  # run as `python -m grassflow`
         roots.add("grassflow.__main__")
     return roots | ({module} if module else set())
 
@@ -286,7 +294,7 @@ def _canonical(node) -> str:
 def code_hash(path: Path, command: str | None = None) -> str:
     """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax
     tree (comments, docstrings and formatting cannot change what runs); of the command's command
-    line (cli.py, or stage.py for a task's job), the slice the command runs (cli_slice); a kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
+    line (cli.py, stage.py or fetch.py), the slice the command runs (cli_slice); a kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
     path = Path(path)
     if path.suffix != ".py":
         text = path.read_bytes()

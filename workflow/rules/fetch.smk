@@ -1,6 +1,9 @@
 # What the jobs need from the hub, fetched where Snakemake runs (local rules: on clusters only the
 # login node has the internet): the tokenizers named without a local `path` (FETCH_TOKENIZERS) and
-# the pretrained backbone of SNLI's features (its runs get it as --backbone-dir).
+# the pretrained backbone of SNLI's features (its runs get it as --backbone-dir). Their command
+# line is their own (grassflow.fetch), not the CLI's: what they save feeds every LM and SNLI run.
+FETCH = "python -m grassflow.fetch"
+
 if FETCH_TOKENIZERS:
 
     localrules:
@@ -12,7 +15,7 @@ if FETCH_TOKENIZERS:
         output:
             fetched_tokenizer("{tok_name}"),
         params:
-            gf=GF,
+            gf=FETCH,
             code=code_of("fetch-tokenizer"),
         conda:
             "../../envs/data.yaml"
@@ -33,7 +36,7 @@ if TASKS["snli"].part(P):
         output:
             directory(f"{TASKS['snli'].results(RES)}/backbone/{{name}}"),
         params:
-            gf=GF,
+            gf=FETCH,
             code=code_of("snli-fetch-backbone"),
         conda:
             "../../envs/train.yaml"
