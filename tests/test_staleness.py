@@ -121,7 +121,8 @@ def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
         task, stage, _ = staleness.TASK_COMMANDS[argv[0]]
         argv = ["grassflow.stage", task.name, stage, *argv[1:]]
     else:
-        argv = [{"grassflow.cli": "grassflow"}.get(m := staleness._dispatcher(argv[0])[1], m), *argv]
+        module = staleness._dispatcher(argv[0])[1]  # the CLI's, as its rules run it, or the fetches'
+        argv = ["grassflow" if module == "grassflow.cli" else module, *argv]
     res = subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     (one,) = rec.glob("*.json")
