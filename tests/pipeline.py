@@ -50,7 +50,8 @@ def pool_flag(work, env) -> list[str]:
 
 
 def snakemake(cwd, *args, check=True, preset="demo", env=None):
-    res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--config", f"preset={preset}", *args],
+    # --config last: a target right after it would be read as a config entry
+    res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *args, "--config", f"preset={preset}"],
                          cwd=cwd, env={**pipeline_env(), **(env or {})}, capture_output=True, text=True, timeout=2700)
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")

@@ -257,9 +257,7 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     edit to the planning of the tasks or to another stage's handler plans no fetch and none of what
     it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
     tokenizer taken from the hub (here an offline cache): the paper preset's case."""
-    import subprocess
-
-    from pipeline import BIN, copy_repo, pipeline_env, replaced
+    from pipeline import copy_repo, replaced, snakemake
 
     work = copy_repo(tmp_path)
     fake_hub_cache(tmp_path / ".hf", "bert-base-uncased", {"vocab.txt": "\n".join(
@@ -268,17 +266,13 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
                                                                                   "vocab_size": None}}}}))
     tokens = [f"results/demo/data/tokens/bert-base-uncased/{s}.parquet" for s in ("train", "validation", "test")]
 
-    def snakemake(*args) -> str:  # the token files as targets, before --config
-        res = subprocess.run([str(BIN / "snakemake"), *tokens, "--cores", "2", *args, "--configfile", "hub.yaml",
-                              "--config", "preset=demo"], cwd=work, capture_output=True, text=True, timeout=900,
-                             env={**pipeline_env(), "HF_HOME": str(tmp_path / ".hf")})
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-        return res.stdout
+    def run(*args) -> str:  # the token files, their jobs only
+        return snakemake(work, *tokens, *args, "--configfile", "hub.yaml", env={"HF_HOME": str(tmp_path / ".hf")}).stdout
 
     def plan() -> Counter:
-        return Counter(re.findall(r"^(?:local)?rule (\w+):", snakemake("-n"), re.M))
+        return Counter(re.findall(r"^(?:local)?rule (\w+):", run("-n"), re.M))
 
-    snakemake()
+    run()
     assert (work / "results/demo/tokenizers/bert-base-uncased/tokenizer.json").is_file()
     assert plan() == Counter()
     with edited(work / "src/grassflow/tasks.py"):
@@ -288,5 +282,5 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     with edited(work / "src/grassflow/data/tokenizers.py"):
         assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
         # a rerun the user judges cannot change a result, accepted as docs/pipeline.md says: recorded, not run
-        snakemake("--touch")
+        run("--touch")
         assert plan() == Counter()
