@@ -160,11 +160,13 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
 # --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only ------------
 UNUSED_FUNCTION = "\n\ndef _never_called():\n    return 1\n"
 REFORMATTED = ('"""Command line', '"""  Command line')  # a docstring edit
+SPEC_RUN_COMMENT = ("        write_text(output[0]", "        # edited\n        write_text(output[0]")
 
 
 def test_edits_that_cannot_change_a_result_plan_nothing(demo):
-    """A comment in the files every job imports, a docstring, and a function nobody calls in the
-    command line: code fingerprints cover code (syntax trees), and each command's own part of cli.py."""
+    """A comment in the files every job imports, a docstring, a function nobody calls in the
+    command line: code fingerprints cover code (syntax trees), and each command's own part of cli.py;
+    a comment in the run block of the rule that writes every job's spec (Snakemake's code trigger)."""
     from pipeline import COMMENT_EDIT, replaced
 
     for f in ("cli.py", "config.py", "loop.py", "tasks.py", "models/grassmann.py"):
@@ -173,6 +175,9 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
         assert planned(demo) == Counter()
     with edited(demo / "src/grassflow/cli.py", UNUSED_FUNCTION):
+        assert planned(demo) == Counter()
+    # the rules' own code is Snakemake's to compare: a comment in the run block that feeds every job
+    with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
         assert planned(demo) == Counter()
     # planning code: what it decides reaches jobs through their specs; the estimates report runs it
     with edited(demo / "src/grassflow/config.py"):
