@@ -21,6 +21,16 @@ from specs import make_lm_tokens, make_snli_tokens
 
 REGRESSION_SEEDS = Path(__file__).with_name("regression_seeds.txt")
 
+# Under pytest-xdist (`make test`: -n 2) the workers share the machine's cores. torch's default, a
+# thread per core in each worker, oversubscribes them, and OpenMP's spinning threads then run a test
+# several times slower (measured: two copies of test_the_distance_effect side by side took 410 s
+# each at 2 threads, 56 s at 1). So each worker, and what it starts, gets its share of the cores
+# unless OMP_NUM_THREADS says otherwise (a pipeline's jobs set their own: train.threads).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 def pytest_addoption(parser):
     parser.addoption("--seeds", type=int, default=0,
