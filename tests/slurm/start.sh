@@ -21,7 +21,7 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
 fi
 
 HOST=$(hostname -s)
-CPUS=$(nproc)
+CPUS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the machine's: GNU nproc honours OMP_NUM_THREADS (a test worker's share)
 MEM=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 3 / 4 ))
 mkdir -p /etc/slurm "$STATE/ctld" "$STATE/d" /run/munge /var/log/munge /var/lib/munge
 
