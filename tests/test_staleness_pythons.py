@@ -6,6 +6,7 @@ reading this checkout through a mount, so each computes the fingerprints from th
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -29,12 +30,9 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(ROOT) / "src"))
 from grassflow import staleness as s
-from grassflow.tasks import COMMANDS as TASK_COMMANDS
 
-own = {k.value for k in s._defs(s.CLI)["OWN_PARSERS"].value.keys}
-commands = sorted(s._commands(s.CLI) | s._commands(s.FETCH) | set(TASK_COMMANDS) | own)
 kinds = [(), *((k,) for k in s.kind_code()), tuple(s.kind_code())]
-out = {f"{c} {' '.join(k)}".strip(): s.fingerprint(s.command_code(c, k, Path(ROOT))) for c in commands for k in kinds}
+out = {f"{c} {' '.join(k)}".strip(): s.fingerprint(s.command_code(c, k, Path(ROOT))) for c in s.commands() for k in kinds}
 files = [*sorted((Path(ROOT) / "src").rglob("*.py")), Path(ROOT) / "tests/data/syntax_sampler.py"]
 out.update({str(f.relative_to(ROOT)): s.code_hash(f) for f in files})
 RESULT = json.dumps({"python": sys.version.split()[0], "hashes": out})
@@ -69,6 +67,7 @@ def pyodide(version: str) -> Path:
     return where
 
 
+@functools.cache
 def fingerprints_here() -> dict:
     scope = {"ROOT": str(ROOT)}
     exec(FINGERPRINTS, scope)

@@ -206,14 +206,19 @@ def _rows(command: str) -> tuple[list[ast.expr], str | None]:
             rows.append(v)
             module = v.elts[1].value.split(":")[0]
     if not rows:
-        names = sorted(_commands(CLI) | _commands(FETCH) | set(TASK_COMMANDS) | {k.value for k in own.keys})
-        raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(names)}")
+        raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(commands())}")
     return rows, module
 
 
 def _commands(path: Path) -> set[str]:
     """The names of a command line's COMMANDS rows."""
     return {r.elts[0].value for r in _defs(path)["COMMANDS"].value.elts}
+
+
+def commands() -> list[str]:
+    """Every command a rule can fingerprint: the CLI's, the hub fetches', the tasks' jobs."""
+    own = {k.value for k in _defs(CLI)["OWN_PARSERS"].value.keys}
+    return sorted(_commands(CLI) | _commands(FETCH) | set(TASK_COMMANDS) | own)
 
 
 def _dispatcher(command: str) -> tuple[Path, str]:
