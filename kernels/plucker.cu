@@ -3,12 +3,21 @@
 // The op is g_t = W (z_t ∧ c_t) + b with
 //     c_t = (1/n_t) Σ_{Δ: t-Δ ≥ 0} z_{t-Δ} / max(‖z_t ∧ z_{t-Δ}‖, eps)
 // (see src/grassflow/ops/plucker/fast.py for the derivation). The projections by W are
-// cuBLAS GEMMs issued from Python; these kernels do everything else:
-//   plucker_coeff      one thread per token        z        -> c
-//   plucker_wedge      one thread per (token,pair) z, c     -> q = z ∧ c (r(r-1)/2 coords)
-//   plucker_wedge_bwd  one thread per (token,k<r)  dq, z, c -> da = D c, dc = -D a
-//   plucker_lag_bwd    one thread per token        z, dc, da -> dz (gathers, no atomics)
-// where D is the r×r antisymmetric matrix with D_ij = dq_ij for i<j.
+// cuBLAS GEMMs issued by torch; these kernels do everything else, each with one thread per
+// output element, so that a step's 4,096 tokens make hundreds of blocks, not sixteen:
+//   plucker_coeff      thread (token, k<r)     z         -> c
+//   plucker_wedge      thread (token, pair)    z, c      -> q = z ∧ c (r(r-1)/2 coords)
+//   plucker_wedge_bwd  thread (token, k<r)     dq, z, c  -> da = D c, dc = -D a
+//   plucker_lag_bwd    thread (token, k<r)     z, dc, da -> dz (gathers, no atomics)
+// where D is the r×r antisymmetric matrix with D_ij = dq_ij for i<j. A thread recomputes the
+// scalars of its token's pairs (norms, dot products: O(r) each, from rows held in registers;
+// the r threads of a token read the same rows, which the cache broadcasts) and writes its one
+// element once: no global read-modify-write, and stores coalesced along k.
+//
+// r is a compile-time constant R: an instantiation per r in {4, 8, 16, 32} (loops unrolled,
+// rows in registers), and for any other r ≤ 64 the next of {8, 16, 32, 64} as a bound, rows
+// zero-padded to it. Kernel names: plucker_<stage>_<variant>_<type>, variant r<R> (exact) or
+// upto<R> (bound); type f32, f64 or bf16 (bf16_t, the raw bits). plucker_wedge needs no R.
 //
 // Every kernel is barrier-free (no shared memory, no __syncthreads, no warp shuffles, no
 // atomics): each thread owns its outputs, so kernels/cpu_shim/cuda_cpu_shim.h can run these very
@@ -17,6 +26,13 @@
 //
 // ‖a ∧ b‖² = ‖a‖²‖b‖² − (a·b)² (Lagrange) is evaluated as ‖a‖² ‖b − μa‖², μ = a·b/‖a‖²,
 // which is the same number without the catastrophic cancellation for near-parallel a, b.
+
+// Full unrolling where a loop's bound is the compile-time R (g++, for the shim, has its own pragma).
+#ifdef __CUDACC__
+#define PLUCKER_UNROLL _Pragma("unroll")
+#else
+#define PLUCKER_UNROLL _Pragma("GCC unroll 64")
+#endif
 
 struct bf16_t {
   unsigned short bits;
@@ -49,21 +65,35 @@ __device__ __forceinline__ int n_valid(const int* lags, int n_lags, int t) {
   return n;
 }
 
+// A row of z (or dc) in registers, zero past r: sums over all R then need no guard.
+template <int R, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void load_row(const scalar_t* p, int r, acc_t (&v)[R]) {
+  PLUCKER_UNROLL
+  for (int k = 0; k < R; ++k) v[k] = k < r ? to_acc(p[k]) : acc_t(0);
+}
+
+template <int R, typename acc_t>
+__device__ __forceinline__ acc_t dot(const acc_t (&x)[R], const acc_t (&y)[R]) {
+  acc_t s = 0;
+  PLUCKER_UNROLL
+  for (int k = 0; k < R; ++k) s += x[k] * y[k];
+  return s;
+}
+
 // Scalars of one pair (a = z_t, b = z_{t-Δ}): ‖a‖², a·b, μ, ‖b − μa‖², and N = max(‖a∧b‖, eps).
-template <typename acc_t, typename scalar_t>
+template <typename acc_t>
 struct Pair {
   acc_t sa, ab, mu, sp, norm;
   bool active;  // ‖a∧b‖ > eps: the normalisation carries a gradient
-  __device__ __forceinline__ Pair(const scalar_t* a, const scalar_t* b, int r, acc_t eps) {
-    sa = 0; ab = 0;
-    for (int k = 0; k < r; ++k) {
-      acc_t ak = to_acc(a[k]), bk = to_acc(b[k]);
-      sa += ak * ak; ab += ak * bk;
-    }
+  template <int R>
+  __device__ __forceinline__ Pair(const acc_t (&a)[R], const acc_t (&b)[R], acc_t eps) {
+    sa = dot(a, a);
+    ab = dot(a, b);
     mu = sa > 0 ? ab / sa : acc_t(0);
     sp = 0;
-    for (int k = 0; k < r; ++k) {
-      acc_t d = to_acc(b[k]) - mu * to_acc(a[k]);
+  PLUCKER_UNROLL
+    for (int k = 0; k < R; ++k) {
+      acc_t d = b[k] - mu * a[k];
       sp += d * d;
     }
     acc_t s = sa * sp;
@@ -72,28 +102,73 @@ struct Pair {
   }
 };
 
-template <typename scalar_t>
+// The backward's terms of one pair, as functions of one component k (fast.py's formulas).
+// With w = 1/(n_t N), u = dc_t·b and κ = −u w / N² (0 where the norm is clamped):
+//   d/da (s = t, the later token):    κ (‖b−μa‖² a − (a·b)(b − μa))
+//   d/db (s = t−Δ, the earlier token): w dc_t + κ ‖a‖² (b − μa)
+template <typename acc_t>
+struct LaterTerm {  // s plays a: its pair with b = z_{s-Δ}
+  acc_t kappa, sp, ab, mu;
+  template <int R>
+  __device__ __forceinline__ LaterTerm(const Pair<acc_t>& p, const acc_t (&dc_s)[R],
+                                       const acc_t (&b)[R], int n_s) {
+    acc_t w = acc_t(1) / (p.norm * n_s);
+    kappa = p.active ? -dot(dc_s, b) * w / (p.norm * p.norm) : acc_t(0);
+    sp = p.sp, ab = p.ab, mu = p.mu;
+  }
+  __device__ __forceinline__ acc_t at(acc_t a_k, acc_t b_k) const {
+    return kappa * (sp * a_k - ab * (b_k - mu * a_k));
+  }
+};
+
+template <typename acc_t>
+struct EarlierTerm {  // s plays b: its pair with a = z_{s+Δ}, whose coefficient gradient is dc_t
+  acc_t w, kappa_sa, mu;
+  template <int R>
+  __device__ __forceinline__ EarlierTerm(const Pair<acc_t>& p, const acc_t (&dc_t)[R],
+                                         const acc_t (&b)[R], int n_t) {
+    w = acc_t(1) / (p.norm * n_t);
+    kappa_sa = p.active ? -dot(dc_t, b) * w / (p.norm * p.norm) * p.sa : acc_t(0);
+    mu = p.mu;
+  }
+  __device__ __forceinline__ acc_t at(acc_t dc_k, acc_t b_k, acc_t a_k) const {
+    return w * dc_k + kappa_sa * (b_k - mu * a_k);
+  }
+};
+
+// (token, k) of a thread of a (token, k<r) grid; false past the end.
+__device__ __forceinline__ bool token_component(long n_tokens, int r, long* tok, int* k) {
+  long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= n_tokens * r) return false;
+  *tok = idx / r;
+  *k = (int)(idx - *tok * r);
+  return true;
+}
+
+// c[tok, k] = Σ_Δ z[tok−Δ, k] / (n_t N_Δ)
+template <int R, bool EXACT, typename scalar_t>
 __device__ __forceinline__ void plucker_coeff_body(
     const scalar_t* __restrict__ z, const int* __restrict__ lags, int n_lags, long n_tokens,
-    int seq_len, int r, typename AccOf<scalar_t>::type eps,
+    int seq_len, int r_arg, typename AccOf<scalar_t>::type eps,
     typename AccOf<scalar_t>::type* __restrict__ c) {
   typedef typename AccOf<scalar_t>::type acc_t;
-  long tok = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (tok >= n_tokens) return;
+  const int r = EXACT ? R : r_arg;
+  long tok;
+  int k;
+  if (!token_component(n_tokens, r, &tok, &k)) return;
   int t = (int)(tok % seq_len);
-  const scalar_t* a = z + tok * r;
-  acc_t* ct = c + tok * r;
-  for (int k = 0; k < r; ++k) ct[k] = 0;
   int n = n_valid(lags, n_lags, t);
-  if (n == 0) return;
+  acc_t a[R], b[R], acc = 0;
+  load_row(z + tok * r, r, a);
   for (int l = 0; l < n_lags; ++l) {
     int d = lags[l];
     if (d > t) continue;
-    const scalar_t* b = a - (long)d * r;
-    Pair<acc_t, scalar_t> p(a, b, r, eps);
-    acc_t w = acc_t(1) / (p.norm * n);
-    for (int k = 0; k < r; ++k) ct[k] += w * to_acc(b[k]);
+    const scalar_t* zb = z + (tok - d) * r;
+    load_row(zb, r, b);
+    Pair<acc_t> p(a, b, eps);
+    acc += (acc_t(1) / (p.norm * n)) * to_acc(zb[k]);
   }
+  c[tok * r + k] = acc;
 }
 
 // Index of pair (i, j), i < j, in the row-major upper triangle of an r×r matrix.
@@ -118,109 +193,117 @@ __device__ __forceinline__ void plucker_wedge_body(
   store(q + idx, to_acc(a[i]) * ct[j] - to_acc(a[j]) * ct[i]);
 }
 
-template <typename scalar_t>
+// da_k = (D c)_k, dc_k = −(D a)_k, D_kj = dq_kj (k<j), −dq_jk (k>j): rows a, c in registers.
+template <int R, bool EXACT, typename scalar_t>
 __device__ __forceinline__ void plucker_wedge_bwd_body(
     const scalar_t* __restrict__ dq, const scalar_t* __restrict__ z,
-    const typename AccOf<scalar_t>::type* __restrict__ c, long n_tokens, int r,
+    const typename AccOf<scalar_t>::type* __restrict__ c, long n_tokens, int r_arg,
     typename AccOf<scalar_t>::type* __restrict__ da,
     typename AccOf<scalar_t>::type* __restrict__ dc) {
   typedef typename AccOf<scalar_t>::type acc_t;
-  long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= n_tokens * r) return;
-  long tok = idx / r;
-  int k = (int)(idx - tok * r);
-  int n_pairs = r * (r - 1) / 2;
-  const scalar_t* dqt = dq + tok * n_pairs;
-  const scalar_t* a = z + tok * r;
-  const acc_t* ct = c + tok * r;
-  acc_t sa = 0, sc = 0;  // (D c)_k and (D a)_k, D_kj = dq_kj (k<j), -dq_jk (k>j)
-  for (int j = 0; j < r; ++j) {
-    if (j == k) continue;
+  const int r = EXACT ? R : r_arg;
+  long tok;
+  int k;
+  if (!token_component(n_tokens, r, &tok, &k)) return;
+  const scalar_t* dqt = dq + tok * (r * (r - 1) / 2);
+  acc_t a[R], ct[R], sa = 0, sc = 0;
+  load_row(z + tok * r, r, a);
+  load_row(c + tok * r, r, ct);
+  PLUCKER_UNROLL
+  for (int j = 0; j < R; ++j) {
+    if (j >= r || j == k) continue;
     acc_t dkj = j > k ? to_acc(dqt[pair_index(k, j, r)]) : -to_acc(dqt[pair_index(j, k, r)]);
     sa += dkj * ct[j];
-    sc += dkj * to_acc(a[j]);
+    sc += dkj * a[j];
   }
-  da[idx] = sa;
-  dc[idx] = -sc;
+  da[tok * r + k] = sa;
+  dc[tok * r + k] = -sc;
 }
 
-// dz_s = da_s + Σ_Δ [s plays a = z_t, t = s] + Σ_Δ [s plays b = z_{t-Δ}, t = s+Δ].
-// With w = 1/(n_t N), u = dc_t·b and κ = −u w / N² (0 where the norm is clamped):
-//   d/da: κ (‖b−μa‖² a − (a·b)(b − μa))        d/db: w dc_t + κ ‖a‖² (b − μa)
-template <typename scalar_t>
+// dz_s = da_s + Σ_Δ [s plays a: t = s] + Σ_Δ [s plays b: t = s+Δ] (LaterTerm, EarlierTerm).
+template <int R, bool EXACT, typename scalar_t>
 __device__ __forceinline__ void plucker_lag_bwd_body(
     const scalar_t* __restrict__ z, const typename AccOf<scalar_t>::type* __restrict__ dc,
     const typename AccOf<scalar_t>::type* __restrict__ da, const int* __restrict__ lags,
-    int n_lags, long n_tokens, int seq_len, int r, typename AccOf<scalar_t>::type eps,
+    int n_lags, long n_tokens, int seq_len, int r_arg, typename AccOf<scalar_t>::type eps,
     typename AccOf<scalar_t>::type* __restrict__ dz) {
   typedef typename AccOf<scalar_t>::type acc_t;
-  long tok = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (tok >= n_tokens) return;
+  const int r = EXACT ? R : r_arg;
+  long tok;
+  int k;
+  if (!token_component(n_tokens, r, &tok, &k)) return;
   int s = (int)(tok % seq_len);
-  const scalar_t* zs = z + tok * r;
-  acc_t* out = dz + tok * r;
-  for (int k = 0; k < r; ++k) out[k] = da[tok * r + k];
   int n_s = n_valid(lags, n_lags, s);
+  acc_t zs[R], dcs[R], x[R], dcx[R];
+  load_row(z + tok * r, r, zs);
+  load_row(dc + tok * r, r, dcs);
+  const acc_t zs_k = to_acc(z[tok * r + k]);
+  acc_t out = da[tok * r + k];
   for (int l = 0; l < n_lags; ++l) {
     int d = lags[l];
     if (d <= s) {  // s is the later token: a = z_s, b = z_{s-d}
-      const scalar_t* b = zs - (long)d * r;
-      const acc_t* dct = dc + tok * r;
-      Pair<acc_t, scalar_t> p(zs, b, r, eps);
-      if (p.active) {
-        acc_t w = acc_t(1) / (p.norm * n_s), u = 0;
-        for (int k = 0; k < r; ++k) u += dct[k] * to_acc(b[k]);
-        acc_t kappa = -u * w / (p.norm * p.norm);
-        for (int k = 0; k < r; ++k) {
-          acc_t ak = to_acc(zs[k]), bp = to_acc(b[k]) - p.mu * ak;
-          out[k] += kappa * (p.sp * ak - p.ab * bp);
-        }
-      }
+      const scalar_t* zb = z + (tok - d) * r;
+      load_row(zb, r, x);
+      Pair<acc_t> p(zs, x, eps);
+      out += LaterTerm<acc_t>(p, dcs, x, n_s).at(zs_k, to_acc(zb[k]));
     }
     if (s + d < seq_len) {  // s is the earlier token: a = z_{s+d}, b = z_s
-      long t_tok = tok + d;
-      const scalar_t* a = zs + (long)d * r;
-      const acc_t* dct = dc + t_tok * r;
-      Pair<acc_t, scalar_t> p(a, zs, r, eps);
-      acc_t w = acc_t(1) / (p.norm * n_valid(lags, n_lags, s + d)), u = 0;
-      for (int k = 0; k < r; ++k) u += dct[k] * to_acc(zs[k]);
-      acc_t kappa = p.active ? -u * w / (p.norm * p.norm) : acc_t(0);
-      for (int k = 0; k < r; ++k) {
-        acc_t bp = to_acc(zs[k]) - p.mu * to_acc(a[k]);
-        out[k] += w * dct[k] + kappa * p.sa * bp;
-      }
+      const scalar_t* za = z + (tok + d) * r;
+      const acc_t* dct = dc + (tok + d) * r;
+      load_row(za, r, x);
+      load_row(dct, r, dcx);
+      Pair<acc_t> p(x, zs, eps);
+      out += EarlierTerm<acc_t>(p, dcx, zs, n_valid(lags, n_lags, s + d)).at(dct[k], zs_k, to_acc(za[k]));
     }
   }
+  dz[tok * r + k] = out;
 }
 
-// The kernels: one extern "C" __global__ per stage and type, so that CuPy compiles the module
-// without name_expressions (and so keeps the binary in its on-disk cache) and launches the
-// kernels by these plain names; nvcc, NVRTC and the CPU shim see the same symbols.
-//   plucker_<stage>_<suffix>, suffix f32 (float), f64 (double), bf16 (bf16_t: the raw bits)
-// Parameter types are spelled out (ACC is AccOf<T>::type) so that the signatures can be read
-// off the preprocessed source (grassflow.ops.plucker.kernel_abi).
-#define PLUCKER_KERNELS(T, ACC, SUFFIX)                                                        \
-  extern "C" __global__ void plucker_coeff_##SUFFIX(                                           \
+// The kernels: extern "C" __global__ functions, so that CuPy compiles the module without
+// name_expressions (and so keeps the binary in its on-disk cache) and looks them up by these
+// plain names; nvcc, NVRTC and the CPU shim see the same symbols. Parameter types are spelled
+// out (ACC is AccOf<T>::type) so that the signatures can be read off the preprocessed source
+// (grassflow.ops.plucker.kernel_abi). PLUCKER_ON_KERNEL(name) follows each kernel: empty here;
+// the CPU shim defines it to emit the kernel's launcher (kernels/cpu_shim/plucker_cpu.cpp).
+#ifndef PLUCKER_ON_KERNEL
+#define PLUCKER_ON_KERNEL(name)
+#endif
+#define PLUCKER_R_KERNELS(T, ACC, SUFFIX, VARIANT, R, EXACT)                                   \
+  extern "C" __global__ void plucker_coeff_##VARIANT##_##SUFFIX(                               \
       const T* __restrict__ z, const int* __restrict__ lags, int n_lags, long n_tokens,         \
       int seq_len, int r, ACC eps, ACC* __restrict__ c) {                                       \
-    plucker_coeff_body<T>(z, lags, n_lags, n_tokens, seq_len, r, eps, c);                       \
+    plucker_coeff_body<R, EXACT, T>(z, lags, n_lags, n_tokens, seq_len, r, eps, c);             \
   }                                                                                             \
+  PLUCKER_ON_KERNEL(plucker_coeff_##VARIANT##_##SUFFIX)                                         \
+  extern "C" __global__ void plucker_wedge_bwd_##VARIANT##_##SUFFIX(                           \
+      const T* __restrict__ dq, const T* __restrict__ z, const ACC* __restrict__ c,             \
+      long n_tokens, int r, ACC* __restrict__ da, ACC* __restrict__ dc) {                       \
+    plucker_wedge_bwd_body<R, EXACT, T>(dq, z, c, n_tokens, r, da, dc);                         \
+  }                                                                                             \
+  PLUCKER_ON_KERNEL(plucker_wedge_bwd_##VARIANT##_##SUFFIX)                                     \
+  extern "C" __global__ void plucker_lag_bwd_##VARIANT##_##SUFFIX(                             \
+      const T* __restrict__ z, const ACC* __restrict__ dc, const ACC* __restrict__ da,          \
+      const int* __restrict__ lags, int n_lags, long n_tokens, int seq_len, int r, ACC eps,     \
+      ACC* __restrict__ dz) {                                                                   \
+    plucker_lag_bwd_body<R, EXACT, T>(z, dc, da, lags, n_lags, n_tokens, seq_len, r, eps, dz);  \
+  }                                                                                             \
+  PLUCKER_ON_KERNEL(plucker_lag_bwd_##VARIANT##_##SUFFIX)
+
+#define PLUCKER_KERNELS(T, ACC, SUFFIX)                                                        \
   extern "C" __global__ void plucker_wedge_##SUFFIX(                                           \
       const T* __restrict__ z, const ACC* __restrict__ c, const int* __restrict__ pair_i,       \
       const int* __restrict__ pair_j, long n_tokens, int r, T* __restrict__ q) {                \
     plucker_wedge_body<T>(z, c, pair_i, pair_j, n_tokens, r, q);                                \
   }                                                                                             \
-  extern "C" __global__ void plucker_wedge_bwd_##SUFFIX(                                       \
-      const T* __restrict__ dq, const T* __restrict__ z, const ACC* __restrict__ c,             \
-      long n_tokens, int r, ACC* __restrict__ da, ACC* __restrict__ dc) {                       \
-    plucker_wedge_bwd_body<T>(dq, z, c, n_tokens, r, da, dc);                                   \
-  }                                                                                             \
-  extern "C" __global__ void plucker_lag_bwd_##SUFFIX(                                         \
-      const T* __restrict__ z, const ACC* __restrict__ dc, const ACC* __restrict__ da,          \
-      const int* __restrict__ lags, int n_lags, long n_tokens, int seq_len, int r, ACC eps,     \
-      ACC* __restrict__ dz) {                                                                   \
-    plucker_lag_bwd_body<T>(z, dc, da, lags, n_lags, n_tokens, seq_len, r, eps, dz);            \
-  }
+  PLUCKER_ON_KERNEL(plucker_wedge_##SUFFIX)                                                     \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, r4, 4, true)                                                \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, r8, 8, true)                                                \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, r16, 16, true)                                              \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, r32, 32, true)                                              \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, upto8, 8, false)                                            \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, upto16, 16, false)                                          \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, upto32, 32, false)                                          \
+  PLUCKER_R_KERNELS(T, ACC, SUFFIX, upto64, 64, false)
 
 PLUCKER_KERNELS(float, float, f32)
 PLUCKER_KERNELS(double, double, f64)

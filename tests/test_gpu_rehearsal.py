@@ -10,8 +10,10 @@ make gpu-check): the real CUDA kernels' compile and speed, cuBLAS/cuDNN, and mem
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -209,7 +211,9 @@ def test_training_loop_under_autocast_snli(policy, snli_tokens, tmp_path):
 
 
 # --- the cupy backend through the CuPy stand-in ------------------------------------------------------
-CASES = [(2, 37, 8, 5, (1, 2, 4, 8, 12, 16)), (1, 1, 6, 3, (1, 2)), (3, 5, 4, 7, (1, 1, 3)), (2, 9, 5, 2, (4, 40))]
+# r exact (4, 8, 16, 32) and bounded (5, 6, 17); T=1, T < max Δ, duplicate offsets
+CASES = [(2, 37, 8, 5, (1, 2, 4, 8, 12, 16)), (1, 1, 6, 3, (1, 2)), (3, 5, 4, 7, (1, 1, 3)), (2, 9, 5, 2, (4, 40)),
+         (1, 19, 16, 6, (1, 2, 4, 8, 12, 16)), (1, 23, 32, 4, (1, 2, 4, 8, 12, 16)), (2, 7, 17, 3, (1, 3))]
 
 
 def _grads(backend, z, lags, W, b, dg):
@@ -235,7 +239,14 @@ def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, st
     assert standin.compiles == 1  # once per device and process
     assert {s for *_, s in standin.launches} == {fake_cupy.STREAM}  # on torch's current stream
     suffix = {torch.float64: "f64", torch.float32: "f32", BF16: "bf16"}[dtype]
-    assert {n for n, *_ in standin.launches} == {f"plucker_{k}_{suffix}" for k in ("coeff", "wedge", "wedge_bwd", "lag_bwd")}
+    variant = f"r{r}" if r in (4, 8, 16, 32) else f"upto{next(b for b in (8, 16, 32, 64) if r <= b)}"
+    assert {n for n, *_ in standin.launches} == {f"plucker_{k}_{variant}_{suffix}" for k in ("coeff", "wedge_bwd", "lag_bwd")} | {
+        f"plucker_wedge_{suffix}"}
+    # a thread per (token, component) of r (per coordinate of the wedge): the grid fills the GPU
+    want = {"coeff": B * T * r, "wedge": B * T * r * (r - 1) // 2, "wedge_bwd": B * T * r, "lag_bwd": B * T * r}
+    for name, grid, block, _ in standin.launches:
+        stage = re.fullmatch(r"plucker_(\w+?)_(?:r\d+_|upto\d+_)?(?:f32|f64|bf16)", name)[1]
+        assert grid == -(-want[stage] // block), (name, grid)
 
 
 def test_cupy_backend_in_an_lm_training_step_under_cuda_rules(standin, cuda_rules, gen):
@@ -291,52 +302,42 @@ def test_auto_falls_back_to_fast_once_when_nvrtc_is_missing(monkeypatch, capfd, 
             plucker_mix(z, (1, 2), W, backend="cupy")
 
 
-def test_the_standin_holds_cupys_contracts(standin):
+def test_the_standin_holds_cupys_contracts(standin, gen):
+    """What the backend relies on: a kernel looked up by its extern "C" name (no template names,
+    no name_expressions), its CUfunction launched through the driver on torch's stream with
+    CUDA's argument array; a CuPy allocation or a launch on another stream fails in a capture."""
     import cupy
 
-    t = torch.zeros(4, requires_grad=True)
-    with pytest.raises(TypeError, match="can't convert cuda:0 device type tensor to numpy"):
-        cupy.asarray(t)
-    with pytest.raises(TypeError):
-        cupy.asarray(torch.zeros(4, dtype=BF16))  # no bfloat16 in the array interface
     mod_code = (fake_cupy.kernels_dir() / "plucker.cu").read_text()
     mod = cupy.RawModule(code=mod_code, options=("-std=c++17",))
     with pytest.raises(fake_cupy.CUDADriverError, match="CUDA_ERROR_NOT_FOUND"):
-        mod.get_function("plucker_coeff<float>")  # templates are not exported without name_expressions
+        mod.get_function("plucker_coeff_body<4, true, float>")  # templates are not exported
     with pytest.raises(NotImplementedError):  # and name_expressions bypass CuPy's disk cache
         cupy.RawModule(code=mod_code, options=("-std=c++17",), name_expressions=["plucker_coeff<float>"])
-    fn = mod.get_function("plucker_coeff_f32")
-    z, c, lags = (cupy.asarray(torch.zeros(2, 3, 4)), cupy.asarray(torch.zeros(2, 3, 4)),
-                  cupy.asarray(torch.ones(1, dtype=torch.int32)))
-    good = (z, lags, np.int32(1), np.int64(6), np.int32(3), np.int32(4), np.float32(1e-6), c)
-    with pytest.raises(RuntimeError, match="outside a Device and a stream"):
-        fn((1,), (256,), good)
-    with pytest.raises(TypeError, match="__cuda_stream__"):
-        cupy.cuda.Stream.from_external(fake_cupy.STREAM)  # a bare pointer is not the protocol
-    with pytest.warns(DeprecationWarning, match="ExternalStream is deprecated"):
-        cupy.cuda.ExternalStream(fake_cupy.STREAM)
-    with cupy.cuda.Device(0), cupy.cuda.Stream.from_external(fake_cupy.cupy_backend._StreamRef(fake_cupy.STREAM)):
-        fn((1,), (256,), good)
-        # a Python int (CuPy: 64 bits) for `int`, an int64 for `int`, a Python float (a double)
-        # or a float64 for `float eps`, an int array for `const float*`
-        for i, bad in [(2, 1), (2, np.int64(1)), (6, 1e-6), (6, np.float64(1e-6)), (0, lags)]:
-            args = list(good)
-            args[i] = bad
-            with pytest.raises(kernel_abi.KernelArgumentError):
-                fn((1,), (256,), tuple(args))
-        with pytest.raises(kernel_abi.KernelArgumentError):  # a non-contiguous array
-            fn((1,), (256,), (cupy.asarray(torch.zeros(4, 3, 2).transpose(0, 1)), *good[1:]))
-
-
-@pytest.mark.filterwarnings("error::DeprecationWarning")
-@pytest.mark.parametrize("cupy_major", [13, 14])
-def test_cupy_backend_uses_each_cupys_stream_api(cupy_major, monkeypatch, gen):
-    """CuPy 14 deprecates ExternalStream for Stream.from_external (seen on the H100: one
-    warning per launch); CuPy 13 has only ExternalStream. Either way: torch's stream, no warning."""
-    with fake_cupy.installed(monkeypatch, cupy_major=cupy_major) as state:
-        z, W = torch.randn(2, 9, 4, generator=gen, requires_grad=True), torch.randn(3, 6, generator=gen)
-        plucker_mix(z, (1, 2), W, backend="cupy").sum().backward()
-        assert state.launches and {s for *_, s in state.launches} == {fake_cupy.STREAM}
+    with pytest.raises(RuntimeError, match="outside a Device context"):
+        mod.get_function("plucker_coeff_r4_f32").kernel
+    with cupy.cuda.Device(0):
+        f = mod.get_function("plucker_coeff_r4_f32").kernel.ptr
+    z, c, lags = torch.randn(2, 3, 4, generator=gen), torch.zeros(2, 3, 4), torch.ones(1, dtype=torch.int32)
+    args = (z, lags, np.int32(1), np.int64(6), np.int32(3), np.int32(4), np.float32(1e-6), c)
+    packed, _keep = kernel_abi.pack(kernel_abi.signatures(fake_cupy.kernels_dir() / "plucker.cu")["plucker_coeff_r4_f32"],
+                                    args, lambda t: t.data_ptr())
+    launch = cupy.cuda.driver.launchKernel
+    with pytest.raises(fake_cupy.CUDADriverError, match="INVALID_HANDLE"):
+        launch(f + 99, 1, 1, 1, 256, 1, 1, 0, fake_cupy.STREAM, ctypes.addressof(packed), 0)
+    with pytest.raises(RuntimeError, match="torch's current stream"):
+        launch(f, 1, 1, 1, 256, 1, 1, 0, fake_cupy.STREAM + 1, ctypes.addressof(packed), 0)
+    launch(f, 1, 1, 1, 256, 1, 1, 0, fake_cupy.STREAM, ctypes.addressof(packed), 0)
+    # the kernel ran on the arguments as packed: position 1 pairs with position 0 at lag 1
+    assert torch.allclose(c[:, 1], z[:, 0] / torch.linalg.norm(
+        torch.stack([z[:, 1, i] * z[:, 0, j] - z[:, 1, j] * z[:, 0, i] for i in range(4) for j in range(i + 1, 4)], -1), dim=-1,
+        keepdim=True))
+    assert (c[:, 0] == 0).all()
+    with fake_cupy.capturing():
+        with pytest.raises(RuntimeError, match="missing from the graph"):
+            launch(f, 1, 1, 1, 256, 1, 1, 0, fake_cupy.STREAM, ctypes.addressof(packed), 0)
+        with pytest.raises(RuntimeError, match="CuPy's memory pool allocates during a capture"):
+            cupy.empty((4,))
 
 
 # --- preflight ------------------------------------------------------------------------------------

@@ -9,7 +9,14 @@ import torch
 
 from grassflow.ops.plucker import kernel_abi, plucker_mix, plucker_mix_reference
 from grassflow.ops.plucker.cupy_backend import cupy_available
-from grassflow.ops.plucker.kernel_stages import KERNELS, kernels_dir
+from grassflow.ops.plucker.kernel_stages import (
+    KERNEL_TYPES,
+    KERNELS,
+    kernel_name,
+    kernel_names,
+    kernels_dir,
+    signature,
+)
 from margins import close
 
 PAPER_LAGS = (1, 2, 4, 8, 12, 16)
@@ -19,6 +26,7 @@ CASES = [
     (1, 1, 6, 3, PAPER_LAGS),
     (3, 5, 4, 7, PAPER_LAGS),
     (1, 63, 32, 16, PAPER_LAGS),
+    (2, 21, 16, 9, PAPER_LAGS),
     (2, 20, 3, 4, (1, 1, 2, 3, 3)),
     (2, 9, 5, 2, (4,)),
     (1, 6, 4, 3, (2, 9, 40)),
@@ -185,8 +193,19 @@ def test_kernels_compile_to_ptx(arch, tmp_path):
     assert res.returncode == 0, res.stderr
     entries = set(re.findall(r"\.entry\s+(\w+)", out.read_text()))
     # the extern "C" names CuPy launches: unmangled, so no name_expressions are needed
-    assert entries == {f"{k}_{s}" for k in KERNELS for s in ("f32", "f64", "bf16")}
+    assert entries == kernel_names()
     assert entries == set(kernel_abi.signatures(src))
+
+
+def test_the_gpu_launchs_parameter_table_is_the_sources():
+    """The cupy backend packs arguments by kernel_stages.PARAMS (a GPU node may have no C++
+    preprocessor to read them off the source): every kernel's, as the source declares them."""
+    sigs = kernel_abi.signatures(kernels_dir() / "plucker.cu")
+    for dtype in KERNEL_TYPES:
+        for kernel in KERNELS:
+            for r in (2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64):
+                assert signature(kernel, dtype) == sigs[kernel_name(kernel, dtype, r)], (kernel, dtype, r)
+    assert set(sigs) == kernel_names()
 
 
 @pytest.mark.gpu

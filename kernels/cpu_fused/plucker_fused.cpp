@@ -1,10 +1,12 @@
 // Fused CPU path of the Plücker stages (the "fused-cpu" backend): per-token loops over
 // tokens in parallel (OpenMP), each token's outputs written in one pass, no temporaries.
-// coeff and lag_bwd run the very kernels of plucker.cu (one "thread" per token, launched in
-// parallel); wedge and its backward are the same formulas as plucker_wedge /
-// plucker_wedge_bwd, reorganised per token so the inner loops run over contiguous memory.
-// float and double only: CPU training runs in fp32. The entry points take the stage's
-// arguments (those of plucker.cu's kernels, eps as a double) after the number of threads.
+// The same formulas as plucker.cu, from its own pieces (Pair, LaterTerm, EarlierTerm), but a
+// token at a time: its pairs' scalars computed once for all r components (a GPU thread owns
+// one component and recomputes them; a CPU core would pay that r times). wedge and its
+// backward are plucker_wedge / plucker_wedge_bwd reorganised per token so the inner loops run
+// over contiguous memory. float and double only: CPU training runs in fp32. The entry points
+// take the stage's arguments (those of plucker.cu's kernels, eps as a double) after the number
+// of threads, and pick the instantiation for r as the GPU backend does (r exact or a bound).
 #include <omp.h>
 
 #include "../cpu_shim/cuda_cpu_shim.h"
@@ -12,18 +14,60 @@
 
 template <typename T> using acc_t = typename AccOf<T>::type;
 
-// One kernel "thread" per token, blocks of 1: blockIdx/threadIdx are thread_local in the shim.
-template <typename Kernel, typename... Args>
-static void parallel_tokens(int n_threads, long n_tokens, Kernel kernel, Args... args) {
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-  for (long tok = 0; tok < n_tokens; ++tok) {
-    gridDim = {(unsigned)n_tokens, 1, 1};
-    blockDim = {1, 1, 1};
-    blockIdx = {(unsigned)tok, 0, 0};
-    threadIdx = {0, 0, 0};
-    kernel(args...);
+template <int R, typename T>
+static void coeff_token(const T* z, const int* lags, int n_lags, long tok, int seq_len, int r,
+                        acc_t<T> eps, acc_t<T>* c) {
+  int t = (int)(tok % seq_len), n = n_valid(lags, n_lags, t);
+  acc_t<T> a[R], b[R], acc[R] = {};
+  load_row(z + tok * r, r, a);
+  for (int l = 0; l < n_lags; ++l) {
+    if (lags[l] > t) continue;
+    load_row(z + (tok - lags[l]) * r, r, b);
+    Pair<acc_t<T>> p(a, b, eps);
+    const acc_t<T> w = acc_t<T>(1) / (p.norm * n);
+    for (int k = 0; k < r; ++k) acc[k] += w * b[k];
   }
+  for (int k = 0; k < r; ++k) c[tok * r + k] = acc[k];
 }
+
+template <int R, typename T>
+static void lag_bwd_token(const T* z, const acc_t<T>* dc, const acc_t<T>* da, const int* lags,
+                          int n_lags, long tok, int seq_len, int r, acc_t<T> eps, acc_t<T>* dz) {
+  int s = (int)(tok % seq_len), n_s = n_valid(lags, n_lags, s);
+  acc_t<T> zs[R], dcs[R], x[R], dcx[R], out[R];
+  load_row(z + tok * r, r, zs);
+  load_row(dc + tok * r, r, dcs);
+  load_row(da + tok * r, r, out);
+  for (int l = 0; l < n_lags; ++l) {
+    int d = lags[l];
+    if (d <= s) {  // s is the later token: a = z_s, b = z_{s-d}
+      load_row(z + (tok - d) * r, r, x);
+      LaterTerm<acc_t<T>> term(Pair<acc_t<T>>(zs, x, eps), dcs, x, n_s);
+      for (int k = 0; k < r; ++k) out[k] += term.at(zs[k], x[k]);
+    }
+    if (s + d < seq_len) {  // s is the earlier token: a = z_{s+d}, b = z_s
+      load_row(z + (tok + d) * r, r, x);
+      load_row(dc + (tok + d) * r, r, dcx);
+      EarlierTerm<acc_t<T>> term(Pair<acc_t<T>>(x, zs, eps), dcx, zs, n_valid(lags, n_lags, s + d));
+      for (int k = 0; k < r; ++k) out[k] += term.at(dcx[k], zs[k], x[k]);
+    }
+  }
+  for (int k = 0; k < r; ++k) dz[tok * r + k] = out[k];
+}
+
+// f<R>(args...) for every token in parallel, R the bound plucker.cu would use for r (≤ 64).
+#define PLUCKER_PER_TOKEN(NT, N_TOKENS, R_RUNTIME, F, T, ...)                                  \
+  do {                                                                                          \
+    const int r_ = (R_RUNTIME), nt_ = (NT);                                                     \
+    _Pragma("omp parallel for num_threads(nt_) schedule(static)")                               \
+    for (long tok = 0; tok < (N_TOKENS); ++tok) {                                               \
+      if (r_ <= 4) F<4, T>(__VA_ARGS__);                                                        \
+      else if (r_ <= 8) F<8, T>(__VA_ARGS__);                                                   \
+      else if (r_ <= 16) F<16, T>(__VA_ARGS__);                                                 \
+      else if (r_ <= 32) F<32, T>(__VA_ARGS__);                                                 \
+      else F<64, T>(__VA_ARGS__);                                                               \
+    }                                                                                           \
+  } while (0)
 
 template <typename T>
 static void wedge(int n_threads, const T* z, const acc_t<T>* c, long n_tokens, int r, T* q) {
@@ -72,8 +116,8 @@ static void wedge_bwd(int n_threads, const T* dq, const T* z, const acc_t<T>* c,
 #define PLUCKER_FUSED_EXPORT(T, NAME)                                                          \
   extern "C" void coeff_##NAME(int nt, const T* z, const int* lags, int n_lags, long n_tokens, \
                                int seq_len, int r, double eps, acc_t<T>* c) {                  \
-    parallel_tokens(nt, n_tokens, plucker_coeff_body<T>, z, lags, n_lags, n_tokens, seq_len, r, \
-                    (acc_t<T>)eps, c);                                                         \
+    PLUCKER_PER_TOKEN(nt, n_tokens, r, coeff_token, T, z, lags, n_lags, tok, seq_len, r,       \
+                      (acc_t<T>)eps, c);                                                       \
   }                                                                                            \
   extern "C" void wedge_##NAME(int nt, const T* z, const acc_t<T>* c, const int*, const int*,  \
                                long n_tokens, int r, T* q) {                                   \
@@ -86,8 +130,8 @@ static void wedge_bwd(int n_threads, const T* dq, const T* z, const acc_t<T>* c,
   extern "C" void lag_bwd_##NAME(int nt, const T* z, const acc_t<T>* dc, const acc_t<T>* da,   \
                                  const int* lags, int n_lags, long n_tokens, int seq_len,      \
                                  int r, double eps, acc_t<T>* dz) {                            \
-    parallel_tokens(nt, n_tokens, plucker_lag_bwd_body<T>, z, dc, da, lags, n_lags, n_tokens,   \
-                    seq_len, r, (acc_t<T>)eps, dz);                                            \
+    PLUCKER_PER_TOKEN(nt, n_tokens, r, lag_bwd_token, T, z, dc, da, lags, n_lags, tok, seq_len, \
+                      r, (acc_t<T>)eps, dz);                                                   \
   }
 
 PLUCKER_FUSED_EXPORT(float, f32)

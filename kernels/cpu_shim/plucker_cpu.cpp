@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "cuda_cpu_shim.h"
-#include "../plucker.cu"
 
 template <typename... P, std::size_t... I>
 static void launch_unpacked(void (*kernel)(P...), unsigned grid, unsigned block, void** args,
@@ -22,14 +21,8 @@ static void launch_packed(void (*kernel)(P...), unsigned grid, unsigned block, v
   launch_unpacked(kernel, grid, block, args, std::index_sequence_for<P...>{});
 }
 
-#define PLUCKER_CPU_LAUNCHER(K) \
+// plucker.cu names each kernel it defines to this hook, so no list of kernels is kept here.
+#define PLUCKER_ON_KERNEL(K) \
   extern "C" void launch_##K(unsigned grid, unsigned block, void** args) { launch_packed(K, grid, block, args); }
-#define PLUCKER_CPU_LAUNCHERS(SUFFIX)                \
-  PLUCKER_CPU_LAUNCHER(plucker_coeff_##SUFFIX)       \
-  PLUCKER_CPU_LAUNCHER(plucker_wedge_##SUFFIX)       \
-  PLUCKER_CPU_LAUNCHER(plucker_wedge_bwd_##SUFFIX)   \
-  PLUCKER_CPU_LAUNCHER(plucker_lag_bwd_##SUFFIX)
 
-PLUCKER_CPU_LAUNCHERS(f32)
-PLUCKER_CPU_LAUNCHERS(f64)
-PLUCKER_CPU_LAUNCHERS(bf16)
+#include "../plucker.cu"

@@ -22,7 +22,6 @@ from grassflow.ops.plucker.kernel_stages import (
     BLOCK,
     KernelStages,
     grid_for,
-    kernel_name,
     kernels_dir,
 )
 
@@ -115,9 +114,15 @@ def launch_on_cpu(name: str, grid: int, block: int, args: tuple, array_info, poi
     params = kernel_abi.signatures(kernels_dir() / "plucker.cu")[name]
     kernel_abi.check(name, params, args, array_info)
     packed, _keep = kernel_abi.pack(params, args, pointer_of)
+    launch_packed_on_cpu(name, grid, block, ctypes.addressof(packed))
+
+
+def launch_packed_on_cpu(name: str, grid: int, block: int, kernel_params: int) -> None:
+    """Launch `name` through the shim with CUDA's argument array at address `kernel_params`
+    (what cuLaunchKernel takes)."""
     fn = getattr(_library(), f"launch_{name}")
     fn.restype = None
-    fn(ctypes.c_uint(grid), ctypes.c_uint(block), packed)
+    fn(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_void_p(kernel_params))
 
 
 def _tensor_info(x):
@@ -127,8 +132,7 @@ def _tensor_info(x):
 class CpuKernelStages(KernelStages):
     name = "kernel-cpu"
 
-    def _run(self, kernel, dtype, n_threads, *args):
+    def _run(self, name, params, n_threads, *args):
         if any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in args):
             raise ValueError("kernel-cpu backend runs on CPU tensors only")
-        launch_on_cpu(kernel_name(kernel, dtype), grid_for(n_threads), BLOCK, args, _tensor_info,
-                      lambda t: t.data_ptr())
+        launch_on_cpu(name, grid_for(n_threads), BLOCK, args, _tensor_info, lambda t: t.data_ptr())

@@ -5,13 +5,14 @@ The kernels are extern "C" (plucker_<stage>_<suffix>), so the module is compiled
 `name_expressions` and CuPy keeps the binary in its on-disk cache ($CUPY_CACHE_DIR, default
 ~/.cupy/kernel_cache): a new process loads it instead of recompiling.
 
-Contracts with torch and CuPy, each rehearsed on the CPU by tests/fake_cupy.py:
-  - torch refuses `__cuda_array_interface__` for a tensor that requires grad (inside an
-    autograd.Function the inputs and saved tensors still do): tensors are detached first.
-  - CuPy has no bfloat16: a bf16 tensor is handed over as the same bytes in int16.
-  - kernel arguments are NumPy scalars of the parameter's exact type (kernel_abi).
-  - kernels launch on torch's current stream, handed to CuPy through the CUDA stream protocol
-    (`Stream.from_external`, CuPy >= 14, which deprecates `ExternalStream`), else as a pointer.
+CuPy compiles the module and looks each kernel up once; the launches go straight to the
+driver with raw pointers (CupyStages). Contracts with torch and CuPy, each rehearsed on the CPU
+by tests/fake_cupy.py:
+  - kernel arguments are NumPy scalars of the parameter's exact type (kernel_abi), pointers
+    are the tensors' data pointers (no CuPy array: CuPy has no bfloat16, and torch's
+    `__cuda_array_interface__` refuses tensors that require grad).
+  - kernels launch on torch's current stream (a CUDA graph's capture stream while capturing);
+    CuPy allocates nothing.
   - a CuPy wheel needs NVRTC at its first compile, which a driver-only node lacks: `usable()`
     compiles once per device; `auto` then falls back to `fast` with one warning line, and an
     explicit `cupy` fails with the cause.
@@ -21,18 +22,15 @@ Contracts with torch and CuPy, each rehearsed on the CPU by tests/fake_cupy.py:
 
 from __future__ import annotations
 
+import ctypes
 import sys
+from contextlib import nullcontext
 from functools import cache
 
 import torch
 
-from grassflow.ops.plucker.kernel_stages import (
-    BLOCK,
-    KernelStages,
-    grid_for,
-    kernel_name,
-    kernels_dir,
-)
+from grassflow.ops.plucker import kernel_abi
+from grassflow.ops.plucker.kernel_stages import BLOCK, KernelStages, grid_for, kernels_dir
 
 
 class TorchCuda:
@@ -54,6 +52,11 @@ class TorchCuda:
     @staticmethod
     def stream(device: torch.device) -> int:
         return torch.cuda.current_stream(device).cuda_stream
+
+    @staticmethod
+    def current(index: int):
+        """A context making device `index` current, where it is not (a launch needs its context)."""
+        return nullcontext() if torch.cuda.current_device() == index else torch.cuda.device(index)
 
     @staticmethod
     def major() -> int | None:
@@ -156,38 +159,34 @@ def cupy_available() -> bool:
     return usable(torch.device("cuda"), warn=False)
 
 
-class _StreamRef:
-    """A raw cudaStream_t under the CUDA stream protocol (version 0)."""
-
-    def __init__(self, ptr: int):
-        self.ptr = ptr
-
-    def __cuda_stream__(self):
-        return (0, self.ptr)
-
-
-def _cupy_stream(cupy, ptr: int):
-    from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    return from_external(_StreamRef(ptr)) if from_external else cupy.cuda.ExternalStream(ptr)
-
-
-def _as_cupy(x):
+@cache
+def _function(device_index: int, name: str) -> int:
+    """The CUfunction of kernel `name` on a device, looked up once per process."""
     import cupy
 
-    if isinstance(x, torch.Tensor):
-        x = x.detach()  # torch's __cuda_array_interface__ refuses tensors that require grad
-        return cupy.asarray(x.view(torch.int16) if x.dtype == torch.bfloat16 else x)
-    return x
+    with cupy.cuda.Device(device_index):
+        return _module(device_index).get_function(name).kernel.ptr
 
 
 class CupyStages(KernelStages):
+    """Launches through the driver (cuLaunchKernel) on torch's current stream, with CUDA's
+    argument array of raw pointers and NumPy scalars (kernel_abi.pack, as the CPU shim takes
+    it): no CuPy array, stream or device object per launch, and nothing allocated by CuPy, so
+    the op is safe to capture in a CUDA graph."""
+
     name = "cupy"
 
-    def _run(self, kernel, dtype, n_threads, *args):
+    def _run(self, name, params, n_threads, *args):
         import cupy
 
         dev = args[0].device
         idx = CUDA.index(dev)
-        fn = _module(idx).get_function(kernel_name(kernel, dtype))
-        with cupy.cuda.Device(idx), _cupy_stream(cupy, CUDA.stream(dev)):
-            fn((grid_for(n_threads),), (BLOCK,), tuple(_as_cupy(a) for a in args))
+        kernel_abi.check_once(name, params, args, _tensor_info)
+        packed, _keep = kernel_abi.pack(params, args, lambda t: t.data_ptr())
+        with CUDA.current(idx):
+            cupy.cuda.driver.launchKernel(_function(idx, name), grid_for(n_threads), 1, 1, BLOCK, 1, 1, 0,
+                                          CUDA.stream(dev), ctypes.addressof(packed), 0)
+
+
+def _tensor_info(x):
+    return (x.dtype, x.is_contiguous()) if isinstance(x, torch.Tensor) else None

@@ -34,8 +34,10 @@ class FusedCpuStages(CpuKernelStages):
             raise TypeError(f"fused-cpu backend takes float32 or float64, got {z.dtype}")
         CpuKernelStages._check(z, *others)
 
-    def _run(self, kernel, dtype, n_threads, *args):
+    def _launch(self, kernel, dtype, r, n_threads, *args):
         # entry points of plucker_fused.cpp: the stage's arguments after the thread count
+        if n_threads == 0:
+            return
         fn = getattr(_library(), f"{kernel.removeprefix('plucker_')}_{KERNEL_TYPES[dtype][1]}")
         fn.restype = None
         fn(ctypes.c_int(torch.get_num_threads()), *(_c_arg(a) for a in args))

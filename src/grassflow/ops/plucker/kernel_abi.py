@@ -95,6 +95,18 @@ def check(name: str, params: tuple[str, ...], args: tuple, array_info) -> None:
                 raise KernelArgumentError(f"{name}: argument {i} ({param}) must be numpy.{want.__name__}, got {got}")
 
 
+_CHECKED: set = set()
+
+
+def check_once(name: str, params: tuple[str, ...], args: tuple, array_info) -> None:
+    """check(), once per kernel and argument types: a launch in a training step's loop costs
+    no more than packing its arguments."""
+    key = (name, params, tuple(array_info(a) or type(a) for a in args))
+    if key not in _CHECKED:
+        check(name, params, args, array_info)
+        _CHECKED.add(key)
+
+
 def pack(params: tuple[str, ...], args: tuple, pointer_of) -> tuple[ctypes.Array, list]:
     """CUDA's kernel-argument array for checked args: (void*[n], values to keep alive)."""
     values = [ctypes.c_void_p(pointer_of(a)) if p.endswith("*") else _CTYPES[p](a.item())
