@@ -87,3 +87,53 @@ def test_preflight_passes_on_this_gpu():
     rec = preflight(["cuda", "auto"], ["auto", *BACKENDS], snli=True)
     assert rec["ok"] and {d["type"] for d in rec["devices"]} == {"cuda"}
     assert rec["versions"]["torch_cuda"]
+
+
+@pytest.mark.parametrize("kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS])
+def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
+    """train.compile graph: the whole step (bf16 autocast, backward, clipping, fused AdamW, the
+    loss bookkeeping) captured once and replayed gives, at dropout 0, bitwise the parameters and
+    the loss sum of the same steps run eagerly (grassflow.train_step; CPU rehearsal:
+    tests/test_capture.py)."""
+    import numpy as np
+
+    from grassflow.lm.train import LanguageModelTask
+    from grassflow.loop import lr_at, make_optimizer, set_lr
+    from grassflow.train_step import WARMUP, EpochLoss, TrainStep
+
+    tcfg = {"lr": 3e-3, "warmup_frac": 0.3, "min_lr_frac": 0.1, "weight_decay": 0.01, "betas": [0.9, 0.95]}
+    ids = np.arange(20_000) % 197
+    runs = {}
+    for capture in (False, True):
+        model = _lm(kind, backend)
+        task = LanguageModelTask(ids, ids[:2000], 32, 8, 0, 8, CUDA, "t")
+        opt, _ = make_optimizer(model, tcfg, CUDA)
+        losses = EpochLoss(CUDA)
+        losses.reset(0.0, 0)
+        step = TrainStep(model, lambda b, m=model, t=task: t.loss(m, b), opt, 0.5, CUDA, losses, capture=capture)
+        for i in range(WARMUP + 5):
+            set_lr(opt, lr_at(i, 20, tcfg))
+            step(task.batch(0, i))
+        torch.cuda.synchronize()
+        assert (step.graph is not None) == capture
+        runs[capture] = ([p.detach().clone() for p in model.parameters()], losses.read())
+    for p, q in zip(*(runs[c][0] for c in (False, True))):
+        assert torch.equal(p, q)
+    assert runs[False][1] == runs[True][1]
+
+
+def test_a_captured_validation_forward_gives_the_eager_perplexity():
+    """train.compile graph's validation: the forward captured per input shape (the last, partial
+    batch too) gives bitwise the eager chunked NLL."""
+    import numpy as np
+
+    from grassflow.lm.perplexity import chunked_nll
+    from grassflow.train_step import GraphedForward
+
+    model = _lm("grassmann", BACKENDS[-1])
+    ids = np.arange(3_001) % 197
+    eager = chunked_nll(model, ids, 32, 7, CUDA)
+    graphed = GraphedForward(model, CUDA)
+    assert chunked_nll(graphed, ids, 32, 7, CUDA) == eager
+    assert len(graphed.graphs) == 2  # 7 blocks a batch, and the last 93 % 7 = 2
+    assert chunked_nll(graphed, ids, 32, 7, CUDA) == eager  # replayed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 
 import numpy as np
@@ -294,7 +295,7 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
     # the scale of a legitimate difference: the same run eager, uninterrupted; a resumed run
     # may differ from the compiled one by no more than (twice) that
     train(spec, *paths, tmp_path / "eager", execution={"compile": False})
-    assert full["compile"] == {"setting": True, "enabled": True, "mode": "default"}
+    assert full["compile"] == {"setting": True, "enabled": True, "mode": "default", "cuda_graph": False}
     uninterrupted = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     assert len(uninterrupted) == 3
     eager = [json.loads(x) for x in (tmp_path / "eager" / "metrics.jsonl").read_text().splitlines()]
@@ -369,7 +370,7 @@ def test_kernel_launches_per_layer_and_step(monkeypatch, gen):
     x = torch.randint(0, 40, (2, 12), generator=gen)
     with fake_cupy.installed(monkeypatch) as state:
         model(x).square().mean().backward()
-        kernels = [name.rsplit("_", 1)[0] for name, *_ in state.launches]
+        kernels = [re.fullmatch(r"(plucker_\w+?)_(?:r\d+_|upto\d+_)?(?:f32|f64|bf16)", name)[1] for name, *_ in state.launches]
     assert len(kernels) == 3 * 5
     assert kernels.count("plucker_wedge") == 6 and kernels.count("plucker_lag_bwd") == 3
     counted = count_launches(CPU, r=4, d=16, T=12, B=2)

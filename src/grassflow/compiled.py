@@ -1,39 +1,55 @@
-"""`train.compile`: the training loss and the evaluation forward through torch.compile.
+"""`train.compile`: how the training step runs.
 
-    auto   what measured faster on the device type (COMPILE_WINS; recorded in run.json)
+    auto   what measured fastest on the device type (AUTO; recorded in run.json)
     true   torch.compile(fullgraph=True, dynamic=False): one graph per shape, no graph breaks
            (the Plücker op is one custom op, grassflow::plucker_mix), backward by AOTAutograd
     false  eager
+    graph  eager kernels, and the whole training step (forward, backward, gradient clipping,
+           fused AdamW, the epoch's loss bookkeeping) captured as one CUDA graph and replayed
+           every step (grassflow.train_step); the validation forward too. CUDA only.
 
 The loss (forward + loss; backward through AOTAutograd) and the evaluation forward are
 compiled separately: each has its own shapes and training mode, so neither recompiles the
 other. `train.compile_mode` is torch.compile's mode for the training loss ("default", or
-"reduce-overhead": CUDA graphs on a GPU, which needs the sync-free loop and static shapes
-this project keeps); evaluation always compiles in the default mode.
+"reduce-overhead": torch.compile's own CUDA graphs, of the loss only); evaluation always
+compiles in the default mode.
 """
 
 from __future__ import annotations
 
 import torch
 
-# Device type -> whether `auto` compiles there, from `python -m grassflow.bench` (compile rows).
-# CUDA: eager until a GPU measurement says otherwise (a GPU default is only what ran on one).
-COMPILE_WINS = {"cpu": False, "cuda": False}
-SETTINGS = ("auto", True, False)
+# Device type -> what `auto` runs there ("eager", "compiled" or "graph"), from
+# `python -m grassflow.bench` (compile and graph rows). CUDA: eager until a GPU measurement says
+# otherwise (a GPU default is only what ran on one).
+AUTO = {"cpu": "eager", "cuda": "eager"}
+SETTINGS = ("auto", True, False, "graph")
 
 
-def use_compile(setting, device) -> bool:
+def resolve(setting, device) -> str:
+    """The way `setting` runs on `device`: eager, compiled or graph."""
     if setting not in SETTINGS:
-        raise ValueError(f"train.compile must be auto, true or false, got {setting!r}")
-    return COMPILE_WINS.get(device.type, False) if setting == "auto" else setting
+        raise ValueError(f"train.compile must be auto, true, false or graph, got {setting!r}")
+    if setting == "auto":
+        return AUTO.get(device.type, "eager")
+    if setting == "graph" and device.type != "cuda":
+        raise ValueError(f"train.compile: graph captures CUDA graphs; this run is on {device.type}")
+    return {True: "compiled", False: "eager"}.get(setting, setting)
+
+
+def static_shapes(setting, device) -> bool:
+    """Whether the batches must keep one shape (a compiled or captured step needs it)."""
+    return resolve(setting, device) != "eager"
 
 
 class Compiled:
-    """`loss(batch)` (task.loss of the model) and `eval_model`, compiled where `setting` says."""
+    """`loss(batch)` (task.loss of the model) and `eval_model`, compiled where `setting` says;
+    `graph`: whether the training step is to be captured (grassflow.train_step)."""
 
     def __init__(self, model, task, setting, mode: str, device):
         self.setting, self.mode = setting, mode
-        self.enabled = use_compile(setting, device)
+        self.how = resolve(setting, device)
+        self.enabled, self.graph = self.how == "compiled", self.how == "graph"
 
         def loss(batch):
             return task.loss(model, batch)
@@ -45,5 +61,5 @@ class Compiled:
             self.loss, self.eval_model = loss, model
 
     def record(self) -> dict:
-        return {"setting": self.setting, "enabled": self.enabled,
-                "mode": self.mode if self.enabled else None}
+        return {"setting": self.setting, "enabled": self.enabled, "mode": self.mode if self.enabled else None,
+                "cuda_graph": self.graph}

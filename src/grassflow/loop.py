@@ -40,8 +40,8 @@ from grassflow.checkpoint import (
 )
 from grassflow.compiled import Compiled
 from grassflow.io import atomic_path, spec_hash, write_json, write_text
-from grassflow.runtime import autocast
 from grassflow.trackers import Trackers
+from grassflow.train_step import EpochLoss, GraphedForward, TrainStep
 
 
 class TrainingTask(Protocol):
@@ -138,35 +138,6 @@ def tensor_lr(opt, device) -> None:
             g["lr"] = lr
 
 
-class EpochLoss:
-    """The epoch's training loss, summed on the device in float64 so that no step waits for
-    the GPU: the sum stops at the first non-finite loss, whose step (within the epoch) it
-    records; beside it the gradient norms' sum (for the trackers). read() is the one host
-    sync, taken every `train.log_every` steps, at checkpoints and at the end of the epoch.
-    float64 holds the fp32 losses' sum exactly as the Python float it is checkpointed as, so a
-    resumed sum is bitwise the uninterrupted one."""
-
-    def __init__(self, device, loss_sum: float):
-        self.sum = torch.tensor(loss_sum, dtype=torch.float64, device=device)
-        self.first_bad = torch.tensor(-1, dtype=torch.int64, device=device)
-        self.grad_norm_sum = torch.zeros((), dtype=torch.float64, device=device)
-
-    def add(self, loss: torch.Tensor, step: int, grad_norm: torch.Tensor) -> None:
-        """The loss of step `step` (an int: a kernel argument, not a copy to the device)."""
-        loss = loss.detach().to(torch.float64)
-        bad = ~torch.isfinite(loss) & (self.first_bad < 0)
-        self.first_bad.copy_(torch.where(bad, step, self.first_bad))
-        self.sum.add_(torch.where(self.first_bad < 0, loss, 0.0))
-        self.grad_norm_sum.add_(grad_norm.detach().to(torch.float64))
-
-    def read(self) -> tuple[float, int | None, float]:
-        """(sum of the finite losses so far, step of the first non-finite one or None, sum of
-        the gradient norms since this object was made)."""
-        loss_sum, first_bad, grad_norm_sum = torch.stack(
-            [self.sum, self.first_bad.to(torch.float64), self.grad_norm_sum]).tolist()
-        return loss_sum, (None if first_bad < 0 else int(first_bad)), grad_norm_sum
-
-
 def _owned(model, key: str) -> bool:
     # a model lists the state-dict prefixes of frozen parts rebuilt from their source
     # (SNLIClassifier: the backbone), which checkpoints never carry
@@ -260,6 +231,9 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         mark.update(step=pos["step"], loss_sum=pos["loss_sum"], grad_norm_sum=read["grad_norm_sum"], time=now)
 
     trackers = Trackers(execution["trackers"], spec, out)
+    losses = EpochLoss(device)
+    train_step = TrainStep(model, compiled.loss, opt, tcfg["grad_clip"], device, losses, capture=compiled.graph)
+    eval_model = GraphedForward(compiled.eval_model, device) if compiled.graph else compiled.eval_model
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
     every = tcfg.get("checkpoint_every") or 0
@@ -267,7 +241,8 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         while pos["epoch"] < tcfg["epochs"] and status["state"] == "running":
             model.train()
             t0 = time.perf_counter() - pos["seconds"]
-            losses, read = EpochLoss(device, pos["loss_sum"]), {"grad_norm_sum": 0.0}
+            losses.reset(pos["loss_sum"], pos["step"])
+            read = {"grad_norm_sum": 0.0}
             mark = {"step": pos["step"], "loss_sum": pos["loss_sum"], "grad_norm_sum": 0.0, "time": time.perf_counter()}
             bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
                        desc=f"{spec['run_id']} epoch {pos['epoch'] + 1}", file=sys.stderr)
@@ -280,15 +255,8 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
                               f"{pos['step']}; rerun to resume", file=sys.stderr)
                         raise SystemExit(75)
                     break
-                batch = task.batch(pos["epoch"], pos["step"])
                 set_lr(opt, lr_at(pos["epoch"] * steps + pos["step"], total_steps, tcfg))
-                with autocast(device):
-                    loss = compiled.loss(batch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
-                opt.step()
-                losses.add(loss, pos["step"], grad_norm)
+                train_step(task.batch(pos["epoch"], pos["step"]))
                 pos["step"] += 1
                 at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
                 if pos["step"] % log_every == 0 or pos["step"] == steps or at_checkpoint:
@@ -306,7 +274,7 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
             if status["state"] != "running":
                 break
             train_loss = pos["loss_sum"] / max(1, pos["step"])
-            val = task.validate(compiled.eval_model)
+            val = task.validate(eval_model)
             if not math.isfinite(val["val_loss"]):
                 status = diverged(train_loss)
                 break

@@ -24,12 +24,16 @@ def configure_torch(deterministic: bool = False) -> None:
 # CUDA, none on the CPU (fp32 throughout). One table, so that the tests can put under "cpu"
 # a rehearsal of CUDA's bf16 policy (tests/cuda_autocast.py) or the real CPU bf16 autocast
 # and run the very code a GPU runs.
-AUTOCAST = {"cuda": lambda: torch.autocast("cuda", dtype=torch.bfloat16)}
+AUTOCAST = {"cuda": lambda **kw: torch.autocast("cuda", dtype=torch.bfloat16, **kw)}
 
 
-def autocast(device: torch.device):
+def autocast(device: torch.device, cache: bool = True):
+    """The device's autocast; cache=False in a CUDA graph capture (its cast cache must not
+    outlive the capture, torch.cuda.graphs says)."""
     factory = AUTOCAST.get(device.type)
-    return factory() if factory else nullcontext()
+    if factory is None:
+        return nullcontext()
+    return factory() if cache else factory(cache_enabled=False)
 
 
 def claim_device(name: str, log: bool = False, exclusive: bool = False) -> torch.device:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from grassflow.checkpoint import seed_everything
-from grassflow.compiled import use_compile
+from grassflow.compiled import static_shapes
 from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
 from grassflow.runs import read_train_val, run_record, start_run
@@ -87,7 +87,7 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None,
     model = model.to(device)
     task = SNLITask(train, val, train_meta, model.cfg.pair_input, tcfg["batch_size"], spec["seed"],
                     tcfg["eval_batch_size"], device, train_tokens,
-                    static=use_compile((execution or {}).get("compile", "auto"), device))
+                    static=static_shapes((execution or {}).get("compile", "auto"), device))
     status, metrics, ran = fit(model, task, spec, out, device, header={"spec": spec, "features": features},
                                execution=execution)
     best = min(metrics, key=task.score) if metrics else None

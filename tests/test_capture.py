@@ -1,0 +1,244 @@
+"""The training step as CUDA captures it, rehearsed on the CPU (grassflow.train_step).
+
+A CUDA graph replays the kernels of the step it captured, with the arguments and addresses they
+had then. So the region a graph captures must, at every step, issue the same ops with the same
+non-tensor arguments, read tensors made outside it at the same places, never read a value back
+to the host, and allocate only through torch. The rehearsal records every op of the region
+(a TorchDispatchMode) through the CuPy stand-in in capture mode (a launch off the capture
+stream, a CuPy allocation or compile fails) and the host-sync detector, and compares two
+consecutive steps. It catches what the loop did before the region existed: the learning rate
+set with a Python float inside the step, the step number as a Python int in the loss
+bookkeeping, and a batch sliced from the epoch's order at a moving offset.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack, contextmanager
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+import fake_cupy
+from grassflow import train_step as ts
+from grassflow.lm.train import LanguageModelTask
+from grassflow.loop import fit, lr_at, make_optimizer, set_lr
+from grassflow.models import ModelConfig, build_model
+from host_syncs import HostSyncs
+from specs import LM_SPEC
+
+CPU = torch.device("cpu")
+TCFG = {**LM_SPEC["train"], "lr": 3e-3, "warmup_frac": 0.5, "grad_clip": 0.5}
+
+
+class Recorder(TorchDispatchMode):
+    """Each op of a region: its name, its non-tensor arguments, and for each tensor argument
+    either that the region made it (in a capture: memory of the graph's own pool, wherever it
+    is) or, for a tensor from outside, where it lives (storage, offset, shape, strides, dtype):
+    what a replay would read."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.made = [], set()
+
+    def _arg(self, x):
+        if not isinstance(x, torch.Tensor):
+            return ("value", repr(x))
+        key = x.untyped_storage().data_ptr()
+        if key in self.made:
+            return ("made", tuple(x.shape), x.dtype)
+        return ("outside", key, x.storage_offset(), tuple(x.shape), x.stride(), x.dtype)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if str(func).startswith("profiler."):  # record_function's markers: no kernel
+            return out
+        leaves = tree_flatten((args, kwargs))[0]
+        self.ops.append((str(func), tuple(self._arg(x) for x in leaves)))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and not any(t is x for x in tree_flatten((args, kwargs))[0]):
+                self.made.add(t.untyped_storage().data_ptr())
+        return out
+
+
+class Rehearsal:
+    """A TrainStep's region_context: each step's region recorded with its host syncs; after the
+    first (the warm-up, eager on CUDA too: lazy initialisations run there) in capture mode."""
+
+    def __init__(self):
+        self.steps, self.syncs = [], []
+
+    @contextmanager
+    def __call__(self):
+        rec = Recorder()
+        with ExitStack() as stack:
+            syncs = stack.enter_context(HostSyncs())
+            if self.steps:
+                stack.enter_context(fake_cupy.capturing())
+            stack.enter_context(rec)
+            yield
+        self.steps.append(rec.ops)
+        self.syncs.append(dict(syncs.seen))
+
+
+def _differences(a, b):
+    if len(a) != len(b):
+        return [f"{len(a)} ops, then {len(b)}"]
+    return [f"op {i}: {x[0]} {x[1]} then {y[1]}" for i, (x, y) in enumerate(zip(a, b)) if x != y]
+
+
+def _model(kind="grassmann", **kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=40, context_len=12, n_layers=2, d_model=16, d_ff=32, n_heads=2, r=4, lags=(1, 2, 4),
+               dropout=0.0, plucker_backend="cupy" if kind == "grassmann" else "auto")
+    return build_model(kind, ModelConfig(**{**cfg, **kw}))
+
+
+def _task(model):
+    ids = np.arange(900) % 37
+    return LanguageModelTask(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t")
+
+
+def _rehearse(kind, region=None, steps=3):
+    """Steps 0..steps-1 of a tiny LM through TrainStep, each region recorded."""
+    model = _model(kind)
+    task = _task(model)
+    opt, impl = make_optimizer(model, TCFG, CPU)
+    assert impl == "fused"
+    losses = ts.EpochLoss(CPU)
+    losses.reset(0.0, 0)
+    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG["grad_clip"], CPU, losses, static=True)
+    rehearsal = Rehearsal()
+    step.region_context = rehearsal
+    if region is not None:
+        step.region = lambda: region(step, task)
+    for i in range(steps):
+        step.counter = i
+        set_lr(opt, lr_at(i, 10, TCFG))
+        step(task.batch(0, i))
+    return rehearsal, losses
+
+
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(kind, monkeypatch):
+    """After the first step (AdamW's state is made lazily: the warm-up's work), two consecutive
+    regions issue the same ops with the same arguments on the same outside tensors."""
+    with fake_cupy.installed(monkeypatch) as state:
+        rehearsal, _ = _rehearse(kind)
+        assert state.allocations == 0 and state.compiles == (1 if kind == "grassmann" else 0)
+        if kind == "grassmann":  # the warm-up's on torch's stream, the two captured steps' on the capture's
+            streams = [s for *_, s in state.launches]
+            assert set(streams) == {fake_cupy.STREAM, fake_cupy.CAPTURE}
+            assert streams.count(fake_cupy.CAPTURE) == 2 * streams.count(fake_cupy.STREAM)
+    assert rehearsal.syncs == [{}, {}, {}]
+    assert len(rehearsal.steps[1]) > 100
+    assert _differences(rehearsal.steps[1], rehearsal.steps[2]) == []
+
+
+def _lr_inside(step, task):  # loop.py before the region: set_lr in the step, a Python float
+    set_lr(step.opt, lr_at(step.counter, 10, TCFG))
+    ts.TrainStep.region(step)
+
+
+def _batch_inside(step, task):  # the batch sliced from the epoch's order within the step
+    step.batch = task.batch(0, step.counter)
+    ts.TrainStep.region(step)
+
+
+def _int_step_add(self, loss, grad_norm):  # EpochLoss.add with the step as a Python int
+    loss = loss.detach().to(torch.float64)
+    bad = ~torch.isfinite(loss) & (self.first_bad < 0)
+    self.first_bad.copy_(torch.where(bad, self.counter, self.first_bad))
+    self.counter += 1
+    self.sum.add_(torch.where(self.first_bad < 0, loss, 0.0))
+    self.grad_norm_sum.add_(grad_norm.detach().to(torch.float64))
+
+
+@pytest.mark.parametrize("regression, where", [
+    (dict(region=_lr_inside), "aten.fill_.Scalar"),
+    (dict(region=_batch_inside), "aten.slice.Tensor"),
+    (dict(add=_int_step_add), "aten.scalar_tensor.default (('value', '1')"),
+], ids=["lr-float-in-step", "batch-slice-in-step", "python-int-step"])
+def test_the_rehearsal_catches_what_a_replay_would_freeze(regression, where, monkeypatch):
+    if "add" in regression:
+        monkeypatch.setattr(ts.EpochLoss, "counter", 0, raising=False)
+        monkeypatch.setattr(ts.EpochLoss, "add", regression["add"])
+    with fake_cupy.installed(monkeypatch):
+        rehearsal, _ = _rehearse("grassmann", region=regression.get("region"))
+    diffs = _differences(rehearsal.steps[1], rehearsal.steps[2])
+    assert diffs and any(where in d for d in diffs), diffs[:5]
+
+
+def test_the_rehearsal_catches_a_host_read_and_a_cupy_allocation(monkeypatch):
+    def reading(step, task):
+        ts.TrainStep.region(step)
+        step.losses.sum.item()
+
+    def allocating(step, task):
+        __import__("cupy").empty((4,))
+
+    with fake_cupy.installed(monkeypatch):
+        rehearsal, _ = _rehearse("grassmann", region=reading, steps=2)
+        assert rehearsal.syncs[1]
+        with pytest.raises(RuntimeError, match="CuPy's memory pool allocates during a capture"):
+            _rehearse("grassmann", region=allocating, steps=2)
+
+
+def _plain_steps(kind, n):
+    """The eager step as the loop took it before the region existed: the batch as sliced, the
+    loss summed on the host."""
+    model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
+    task = _task(model)
+    opt, _ = make_optimizer(model, TCFG, CPU)
+    total = 0.0
+    for i in range(n):
+        set_lr(opt, lr_at(i, n, TCFG))
+        loss = task.loss(model, task.batch(0, i))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), TCFG["grad_clip"])
+        opt.step()
+        total += loss.item()
+    return model, total
+
+
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_the_step_written_for_capture_trains_exactly_as_the_eager_step(kind):
+    """Static buffers and device-side counters change nothing: after 6 steps every parameter is
+    bitwise the plain eager loop's, and the device-side loss sum is its host sum."""
+    n = 6
+    want, total = _plain_steps(kind, n)
+    model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
+    task = _task(model)
+    opt, _ = make_optimizer(model, TCFG, CPU)
+    losses = ts.EpochLoss(CPU)
+    losses.reset(0.0, 0)
+    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG["grad_clip"], CPU, losses, static=True)
+    for i in range(n):
+        set_lr(opt, lr_at(i, n, TCFG))
+        step(task.batch(0, i))
+    for (name, p), q in zip(model.named_parameters(), want.parameters()):
+        assert torch.equal(p, q), name
+    loss_sum, bad, _ = losses.read()
+    assert bad is None and loss_sum == pytest.approx(total, rel=0, abs=1e-12)
+    assert step.buffers[0] is step.batch[0]  # the region read the static buffers
+
+
+def test_a_non_finite_loss_is_found_at_its_step_by_the_device_counter():
+    losses = ts.EpochLoss(CPU)
+    losses.reset(5.0, 7)  # a resumed epoch: step 7, 5.0 so far
+    for loss in (1.0, 2.0, math.nan, 4.0):
+        losses.add(torch.tensor(loss), torch.tensor(1.0))
+    assert losses.read() == (8.0, 9, 4.0)
+
+
+def test_graph_is_refused_off_cuda(tmp_path):
+    model = _model("transformer")
+    spec = {"run_id": "t", "train": {**TCFG, "epochs": 1, "max_steps_per_epoch": 1, "checkpoint_every": 0,
+                                     "log_every": 10}}
+    with pytest.raises(ValueError, match="train.compile: graph captures CUDA graphs; this run is on cpu"):
+        fit(model, _task(model), spec, tmp_path, CPU, header={}, execution={"compile": "graph"})
