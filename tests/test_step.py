@@ -184,6 +184,29 @@ def test_linear_cross_entropy_chunked_matches_reference(N, V, chunk_floats, gen,
         close(a, b, 1e-5, what)  # fp32 on both sides, summed in another order
 
 
+@pytest.mark.parametrize("N, V, chunk_floats", [(37, 53, 200), (64, 300, 2000), (5, 11, 10**6)])
+def test_linear_cross_entropy_bf16_chunks_equal_the_reference_within_bf16(N, V, chunk_floats, gen, monkeypatch):
+    """The head on CUDA: GEMMs in bf16, softmax per chunk in fp32. Loss and both gradients within
+    bf16's rounding of the exact (fp64) ones, as CUDA's autocast reference is; fp32 outputs."""
+    import grassflow.ops.linear_ce as lce
+
+    monkeypatch.setattr(lce, "BUFFER_FLOATS", chunk_floats)
+    h = (torch.randn(N, 16, generator=gen, dtype=torch.float64) * 2).requires_grad_()
+    W = torch.randn(V, 16, generator=gen, dtype=torch.float64).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=gen)
+    exact = F.cross_entropy(h @ W.t(), y)
+    want = (exact.detach(), *torch.autograd.grad(exact * 1.7, (h, W)))
+    hf, Wf = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
+    autocast_ref = F.cross_entropy((hf.bfloat16() @ Wf.bfloat16().t()).float(), y)  # what autocast computes
+    ref = (autocast_ref.detach(), *torch.autograd.grad(autocast_ref * 1.7, (hf, Wf)))
+    loss = linear_cross_entropy(hf, Wf, y, backend="chunked-bf16")
+    got = (loss.detach(), *torch.autograd.grad(loss * 1.7, (hf, Wf)))
+    for what, a, b, r in zip(("loss", "dh", "dW"), got, want, ref):
+        assert a.dtype == torch.float32
+        close(a.double(), b, 3e-2, what)
+        close(r.double(), b, 3e-2, f"autocast reference {what}")  # the tolerance is bf16's
+
+
 def test_linear_cross_entropy_is_finite_on_untrained_logits(gen):
     """Logits tens of units apart (an untrained model with N(0, 1) embeddings): softmax terms
     underflow, the loss must not (the chunked op takes ATen's (log_)softmax, never -log p)."""

@@ -12,6 +12,10 @@
   passes over a buffer that stays in cache, nothing of size N·V allocated (Liger's fused
   linear cross-entropy, without its kernels). Measured faster on the CPU
   (`python -m grassflow.bench`, head rows); computes in fp32;
+- `chunked-bf16` — the same with its three GEMMs in bf16 (tensor cores; fp32 accumulation
+  inside each GEMM) and each chunk's (log-)softmax in fp32: the head under CUDA's autocast,
+  whose reference materialises bf16 logits and then fp32 ones (~5 GB of traffic per step at
+  4,096 × 30,522); dW summed over the chunks in fp32;
 - `auto` — `chunked` on the CPU; `reference` on CUDA until a GPU measurement says otherwise.
 
 It is a torch.library custom op (fake + autograd registered), so torch.compile sees it whole.
@@ -22,51 +26,63 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("auto", "reference", "chunked")
+BACKENDS = ("auto", "reference", "chunked", "chunked-bf16")
 BUFFER_FLOATS = 2**23  # a chunk's logits: 32 MB of fp32 (and as much for its log-softmax)
+
+
+# Device type -> what `auto` runs there, from `python -m grassflow.bench` (head rows). CUDA:
+# the reference until a GPU measurement says otherwise (a GPU default is only what ran on one).
+AUTO = {"cpu": "chunked", "cuda": "reference"}
 
 
 def resolve(backend: str, device) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"linear_cross_entropy backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        return "chunked" if torch.device(device).type == "cpu" else "reference"
+        return AUTO.get(torch.device(device).type, "reference")
     return backend
-
-
-def linear_cross_entropy_reference(h, weight, target):
-    return F.cross_entropy((h @ weight.t()).float(), target)
 
 
 @torch.library.custom_op("grassflow::linear_cross_entropy", mutates_args=())
 def _chunked(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-             chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(mean loss, d loss/dh, d loss/dW)."""
-    hf, wf = h.float(), weight.float()
+             chunk: int, bf16: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean loss, d loss/dh, d loss/dW); the GEMMs in bf16 where `bf16`, else in fp32."""
+    gemm = torch.bfloat16 if bf16 else torch.float32
+    hg, wg = h.to(gemm), weight.to(gemm)
     N, V = h.shape[0], weight.shape[0]
-    dh = torch.empty_like(hf)
-    dw = torch.zeros_like(wf)
+    dh = torch.empty(h.shape, dtype=gemm, device=h.device)
+    dw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device)
     logits = torch.empty(min(chunk, N), V, dtype=torch.float32, device=h.device)
     logp = torch.empty_like(logits)
+    low = torch.empty(logits.shape, dtype=gemm, device=h.device) if bf16 else None  # a chunk's bf16 GEMM in/output
     total = torch.zeros((), dtype=torch.float64, device=h.device)
     # ATen's (log_)softmax kernels, not exp_: the elementwise exp takes a slow path for every
     # argument whose result is subnormal (measured 10× slower on logits of an untrained model)
     for i in range(0, N, chunk):
-        hc, yc = hf[i : i + chunk], target[i : i + chunk, None]
+        hc, yc = hg[i : i + chunk], target[i : i + chunk, None]
         g, lp = logits[: hc.shape[0]], logp[: hc.shape[0]]
-        torch.mm(hc, wf.t(), out=g)
+        if bf16:
+            torch.mm(hc, wg.t(), out=low[: hc.shape[0]])
+            g.copy_(low[: hc.shape[0]])
+        else:
+            torch.mm(hc, wg.t(), out=g)
         torch.ops.aten._log_softmax.out(g, 1, False, out=lp)
         total -= lp.gather(1, yc).sum(dtype=torch.float64)
         torch.ops.aten._softmax.out(g, 1, False, out=g)  # in place
         g.scatter_add_(1, yc, torch.full(yc.shape, -1.0, device=g.device))  # softmax − onehot
         g.div_(N)
-        torch.mm(g, wf, out=dh[i : i + chunk])
-        dw.addmm_(g.t(), hc)
+        if bf16:
+            gl = low[: hc.shape[0]].copy_(g)
+            torch.mm(gl, wg, out=dh[i : i + chunk])
+            dw.add_(gl.t() @ hc)
+        else:
+            torch.mm(g, wg, out=dh[i : i + chunk])
+            dw.addmm_(g.t(), hc)
     return (total / N).float(), dh.to(h.dtype), dw.to(weight.dtype)
 
 
 @_chunked.register_fake
-def _(h, weight, target, chunk):
+def _(h, weight, target, chunk, bf16):
     return h.new_empty((), dtype=torch.float32), torch.empty_like(h), torch.empty_like(weight)
 
 
@@ -77,17 +93,19 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, g, _dh, _dw):
     dh, dw = ctx.saved_tensors
-    return dh * g.to(dh.dtype), dw * g.to(dw.dtype), None, None
+    return dh * g.to(dh.dtype), dw * g.to(dw.dtype), None, None, None
 
 
 _chunked.register_autograd(_backward, setup_context=_setup_context)
 
 
 def linear_cross_entropy(h, weight, target, backend="auto"):
-    """Mean cross-entropy of h Wᵀ (fp32 logits) against target; h (N, d), weight (V, d)."""
+    """Mean cross-entropy of h Wᵀ against target; h (N, d), weight (V, d). The logits are fp32,
+    but for chunked-bf16's (and the reference's under autocast: bf16, then fp32)."""
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1] or target.shape != h.shape[:1]:
         raise ValueError(f"need h (N, d), weight (V, d), target (N,); got {tuple(h.shape)}, "
                          f"{tuple(weight.shape)}, {tuple(target.shape)}")
-    if resolve(backend, h.device) == "reference":
-        return linear_cross_entropy_reference(h, weight, target)
-    return _chunked(h, weight, target, max(1, BUFFER_FLOATS // weight.shape[0]))[0]
+    backend = resolve(backend, h.device)
+    if backend == "reference":
+        return F.cross_entropy((h @ weight.t()).float(), target)
+    return _chunked(h, weight, target, max(1, BUFFER_FLOATS // weight.shape[0]), backend == "chunked-bf16")[0]
