@@ -25,7 +25,7 @@ def test_bench_quick_reports_every_part(tmp_path):
 # A stand-in for a checkout of kanenorman/grassmann: its model.py's interface (LMConfig with
 # their field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours:
 # loading their file, building their config from the paper's setting, their training step, and
-# the table beside ours. The real checkout is what a user passes (see bench_peer.py).
+# the table beside ours. The real checkout is what a user passes (see bench/peer.py).
 PEER_MODEL = '''
 from dataclasses import dataclass
 import torch

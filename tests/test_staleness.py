@@ -74,10 +74,10 @@ def files(command, *kinds) -> set[str]:
 
 def test_closures_hold_what_the_hand_kept_lists_missed():
     """The drift that hand-kept lists had: the SNLI and recall tables import report/setup.py
-    through report/aggregate.py; bench imports loop.py, compiled.py and bench_peer.py."""
+    through report/aggregate.py; bench imports loop.py, compiled.py and bench/peer.py."""
     for command in ("aggregate", "snli-aggregate", "recall-aggregate", "ablations"):
         assert "src/grassflow/report/setup.py" in files(command), command
-    assert {"src/grassflow/loop.py", "src/grassflow/compiled.py", "src/grassflow/bench_peer.py"} <= files(
+    assert {"src/grassflow/loop.py", "src/grassflow/compiled.py", "src/grassflow/bench/peer.py"} <= files(
         "bench", "transformer", "grassmann")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from grassflow import markdown
-from grassflow.bench import _sync as sync
+from grassflow.bench.common import sync
 from grassflow.decode import generate
 from grassflow.io import write_json, write_text
 from grassflow.models import ModelConfig, build_model

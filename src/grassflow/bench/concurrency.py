@@ -36,7 +36,8 @@ def worker(argv=None) -> None:
 
     import torch
 
-    from grassflow.bench import _sync, grassmann_backends, training_step
+    from grassflow.bench.common import grassmann_backends, training_step
+    from grassflow.bench.common import sync as _sync
     from grassflow.runtime import configure_torch
 
     ap = argparse.ArgumentParser()
@@ -78,7 +79,7 @@ def mps_daemon():
 
 def measure(device, kind: str, k: int, steps: int, quick: bool, env=None) -> dict:
     """K workers of `kind` started together: aggregate and per-run tokens/s."""
-    cmd = [sys.executable, "-m", "grassflow.bench_concurrency", "--device", str(device), "--kind", kind,
+    cmd = [sys.executable, "-m", "grassflow.bench.concurrency", "--device", str(device), "--kind", kind,
            "--steps", str(steps)] + (["--quick"] if quick else [])
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) for _ in range(k)]
     try:

@@ -1,0 +1,3 @@
+from grassflow.bench import main
+
+main()
