@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-concurrency gpu-table1-window plan lint clean
+.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-profile gpu-concurrency gpu-table1-window plan lint clean
 
 # Exactly the versions CI tested: constraints.txt (make lock). torch from PyPI: a CPU build here, the
 # same version built for CUDA on a GPU machine (docs/gpu.md).
@@ -88,6 +88,12 @@ gpu-check-run:
 	$(PY) -m pytest -q -p no:cacheprovider -m gpu
 	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
+
+# One training step of each model under torch.profiler, eager and as one CUDA graph: the top kernels
+# by GPU time, kernels per step, the host's share (reports/bench/profile-cuda*.md).
+gpu-profile:
+	$(PY) -m grassflow.bench --device cuda --profile --compile auto --out reports/bench
+	$(PY) -m grassflow.bench --device cuda --profile --compile graph --name profile-graph-cuda --out reports/bench
 
 # On a GPU: K = 1, 2, 4, 8 Table 1 runs side by side, without and with MPS (reports/bench/concurrency-cuda.*):
 # what train.runs_per_gpu's default is to be set from.

@@ -20,6 +20,21 @@ def test_bench_quick_reports_every_part(tmp_path):
         assert row["time_ratio"] > 0 and row["transformer_mem_mb"] > 0 and row["grassmann_mem_mb"] > 0
     md = (tmp_path / "b.md").read_text()
     assert "sgemm roof" in md and "| fast |" in md
+    # old vs new kernels at the smoke size, same inputs; the head's three paths; no graph off CUDA
+    assert [(r["tokens"], r["r"]) for r in saved["kernels"]] == [(256, 32)]
+    assert all(r["old_s"] > 0 and r["new_s"] > 0 for r in saved["kernels"])
+    assert [r["backend"] for r in saved["head"]] == ["reference", "chunked", "chunked-bf16"]
+    assert saved["graph"] == [] and "old (441a7fd) vs new" in md and "| chunked-bf16 |" in md
+
+
+def test_bench_profile_names_each_models_top_ops(tmp_path):
+    res = main(["--quick", "--device", "cpu", "--profile", "--out", str(tmp_path), "--name", "p"])
+    assert [r["model"] for r in res["rows"]] == ["transformer", "grassmann"]
+    for row in res["rows"]:
+        names = [t["name"] for t in row["top"]]
+        assert len(names) == 15 and "aten::mm" in names and row["wall_s"] > 0
+    md = (tmp_path / "p.md").read_text()
+    assert md.count("| `aten::mm` |") == 2
 
 
 # A stand-in for a checkout of kanenorman/grassmann: its model.py's interface (LMConfig with

@@ -7,6 +7,10 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
   settings  the training step at the shortest L, both models: default vs fused AdamW, the
             reference LM head + loss vs the head op, eager vs compiled: time, tokens/s, G/T, memory
   launches  per layer and training step: the Plücker op's kernel launches, ATen ops per block
+  kernels   old (441a7fd) vs new Plücker kernels through the same interface (bench/kernels.py)
+  graph     the training step eager vs captured as one CUDA graph, and bitwise? (bench/graph.py)
+  head      the LM head and its loss: reference, chunked, chunked-bf16 (bench/graph.py)
+  --profile   instead of the parts: one step of each model under torch.profiler (bench/profile.py)
   peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench/peer.py)
   --generate  instead of the parts: decoding, incremental vs recompute (bench/generate.py)
   --concurrency 1,2,4,8  instead of the parts: K Table 1 runs side by side on the device,
@@ -41,6 +45,8 @@ from grassflow.bench.core import (
     step_table,
     to_markdown,
 )
+from grassflow.bench.graph import bench_graph, bench_head
+from grassflow.bench.kernels import bench_kernels
 from grassflow.bench.peer import peer_step
 from grassflow.runtime import claim_device, configure_torch, device_name
 
@@ -56,8 +62,14 @@ def main(argv=None):
     ap.add_argument("--name", help="file stem (default bench-[quick-]<device>)")
     ap.add_argument("--peer", help="a checkout of kanenorman/grassmann: its Grassmann step beside ours (L=128, "
                                    "B=32; with --quick the smoke sizes)")
-    ap.add_argument("--parts", default="op,step,settings,launches",
-                    help="comma-separated parts to run (op, step, settings, launches)")
+    ap.add_argument("--parts", default="op,step,settings,launches,kernels,graph,head",
+                    help="comma-separated parts to run (op, step, settings, launches, kernels, graph, head)")
+    ap.add_argument("--kernel-tokens", default="4096,12288,32768",
+                    help="kernels: tokens per step (B·128) of old vs new kernels (the CPU shim: the first only)")
+    ap.add_argument("--profile", action="store_true", help="instead of the parts: one training step of each model "
+                                                           "under torch.profiler (bench/profile.py)")
+    ap.add_argument("--compile", default="auto", choices=("auto", "graph", "false"),
+                    help="--profile: train.compile of the profiled step")
     ap.add_argument("--concurrency", help="instead of the parts: K runs side by side for each K listed, e.g. "
                                           "1,2,4,8 (bench/concurrency.py)")
     ap.add_argument("--steps", type=int, default=50, help="--concurrency: timed steps per run")
@@ -73,6 +85,11 @@ def main(argv=None):
 
         return run(device, [int(k) for k in args.concurrency.split(",")], args.steps, args.quick, args.mps,
                    Path(args.out), args.name or "concurrency-" + ("quick-" if args.quick else "") + device.type)
+    if args.profile:
+        from grassflow.bench.profile import run as run_profile
+
+        return run_profile(device, args.quick, Path(args.out), args.name or "profile-" + ("quick-" if args.quick else "")
+                           + device.type, {"false": False}.get(args.compile, args.compile))
     if args.generate:
         from grassflow.bench.generate import run as run_generate
 
@@ -99,6 +116,13 @@ def main(argv=None):
         for backend in grassmann_backends(device):
             res["peer"].append({"ours": True, **bench_step(device, "grassmann", L, B * L, n_layers, vocab, True,
                                                             backend, dropout=0.1)})
+    if "kernels" in parts:
+        counts = [int(x) for x in args.kernel_tokens.split(",")]
+        res["kernels"] = bench_kernels(device, [256] if q else counts if device.type == "cuda" else counts[:1])
+    if "graph" in parts:
+        res["graph"] = bench_graph(device, *((32, 4, 2, vocab) if q else (128, 32, 6, vocab)))
+    if "head" in parts:
+        res["head"] = bench_head(device, *((256, vocab, 32) if q else (tokens, vocab, 256)))
     if "step" in parts:
         rows = []
         for L in lengths:

@@ -167,6 +167,29 @@ def to_markdown(res) -> str:
                   f"{sum(g['plucker_kernels'].values())} ({kernels}). ATen ops of one block (each at least one "
                   f"kernel on a GPU; views excluded): Grassmann {g['aten_ops']}, Transformer "
                   f"{la['transformer']['aten_ops']}.", ""]
+    if res.get("kernels"):
+        lines += ["## Plücker kernels, old (441a7fd) vs new, forward + backward through the same interface", "",
+                  "The op with its stages run by each set of kernels (the projections by W are torch GEMMs in "
+                  "both). " + ("On a CPU the kernels run through the serial CUDA-on-CPU shim: this times their "
+                  "total work, not their parallelism (the new ones recompute each pair's scalars per component)."
+                  if res["device_type"] == "cpu" else ""), "", *markdown.table(
+                      ["tokens", "B × T", "r", "dtype", "old (ms)", "new (ms)", "speed-up"],
+                      [[r["tokens"], f"{r['B']} × {r['T']}", r["r"], r["dtype"], f"{r['old_s'] * 1e3:.2f}",
+                        f"{r['new_s'] * 1e3:.2f}", f"**{r['speedup']:.2f}×**"] for r in res["kernels"]]), ""]
+    if res.get("graph"):
+        lines += ["## The training step: eager vs one CUDA graph", "",
+                  "The loop's own step (TrainStep, fused AdamW, the head op as training resolves it), mean over "
+                  "the timed steps after the warm-up and the capture; bitwise: the parameters after them, eager "
+                  "vs replayed, at dropout 0.", "", *markdown.table(
+                      ["model", "L × B", "eager (ms)", "graph (ms)", "speed-up", "graph tokens/s", "bitwise"],
+                      [[r["model"], f"{r['L']} × {r['B']}", f"{r['eager_s'] * 1e3:.2f}", f"{r['graph_s'] * 1e3:.2f}",
+                        f"**{r['speedup']:.2f}×**", f"{r['graph_tok_s']:,.0f}", "yes" if r["bitwise_at_dropout_0"] else "NO"]
+                       for r in res["graph"]]), ""]
+    if res.get("head"):
+        lines += ["## The LM head and its loss, forward + backward", "", *markdown.table(
+            ["backend", "N × V × d", "time (ms)", "peak memory (MB)"],
+            [[r["backend"], f"{r['N']} × {r['V']} × {r['d']}", f"{r['seconds'] * 1e3:.2f}",
+              "–" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}"] for r in res["head"]]), ""]
     if res.get("step"):
         lines += [f"## Training step (AdamW), N={res['n_layers']}, vocab {res['vocab']}, "
                   f"{res['tokens']} tokens per step", "",
