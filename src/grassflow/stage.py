@@ -20,8 +20,9 @@ def _train_args(p):
     p.add_argument("--spec", required=True, type=json_arg, help="the run's spec: " + JSON)
     required("train-tokens", "val-tokens", "out-dir")(p)
     p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
-    p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
-                   help="train.compile: torch.compile the training loss and validation forward")
+    p.add_argument("--compile", choices=("auto", "true", "false", "graph"), default="auto",
+                   help="train.compile: torch.compile the training loss and validation forward, or (graph) "
+                        "capture the training step as one CUDA graph")
     p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
     p.add_argument("--trackers", default="none", help="train.trackers, comma-separated (tensorboard,wandb), or none")
 
