@@ -110,7 +110,7 @@ def _rehearse(kind, region=None, steps=3):
     opt, impl = make_optimizer(model, TCFG, CPU)
     assert impl == "fused"
     losses = ts.EpochLoss(CPU)
-    losses.reset(0.0, 0)
+    losses.reset([0.0], 0)
     step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG["grad_clip"], CPU, losses, static=True)
     rehearsal = Rehearsal()
     step.region_context = rehearsal
@@ -216,24 +216,29 @@ def test_the_step_written_for_capture_trains_exactly_as_the_eager_step(kind):
     task = _task(model)
     opt, _ = make_optimizer(model, TCFG, CPU)
     losses = ts.EpochLoss(CPU)
-    losses.reset(0.0, 0)
+    losses.reset([0.0], 0)
     step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG["grad_clip"], CPU, losses, static=True)
     for i in range(n):
         set_lr(opt, lr_at(i, n, TCFG))
         step(task.batch(0, i))
     for (name, p), q in zip(model.named_parameters(), want.parameters()):
         assert torch.equal(p, q), name
-    loss_sum, bad, _ = losses.read()
+    (loss_sum,), (bad,), _ = losses.read()
     assert bad is None and loss_sum == pytest.approx(total, rel=0, abs=1e-12)
     assert step.buffers[0] is step.batch[0]  # the region read the static buffers
 
 
 def test_a_non_finite_loss_is_found_at_its_step_by_the_device_counter():
     losses = ts.EpochLoss(CPU)
-    losses.reset(5.0, 7)  # a resumed epoch: step 7, 5.0 so far
+    losses.reset([5.0], 7)  # a resumed epoch: step 7, 5.0 so far
     for loss in (1.0, 2.0, math.nan, 4.0):
         losses.add(torch.tensor(loss), torch.tensor(1.0))
-    assert losses.read() == (8.0, 9, 4.0)
+    assert losses.read() == ([8.0], [9], [4.0])
+    members = ts.EpochLoss(CPU, 3)  # an ensemble's: each member its own sum and first bad step
+    members.reset([0.0, 1.0, 2.0], 0)
+    for losses_of_step in ((1.0, 1.0, math.nan), (math.inf, 1.0, 1.0), (1.0, 1.0, 1.0)):
+        members.add(torch.tensor(losses_of_step), torch.ones(3))
+    assert members.read() == ([1.0, 4.0, 2.0], [1, None, 0], [3.0, 3.0, 3.0])
 
 
 def test_graph_is_refused_off_cuda(tmp_path):

@@ -43,10 +43,11 @@ def static_shapes(setting, device) -> bool:
 
 
 class Compiled:
-    """`loss(batch)` (task.loss of the model) and `eval_model`, compiled where `setting` says;
-    `graph`: whether the training step is to be captured (grassflow.train_step)."""
+    """`loss(batch)` (task.loss of the model) and `eval_model` (the model's, or the plain model
+    an ensemble's members are validated in), compiled where `setting` says; `graph`: whether
+    the training step is to be captured (grassflow.train_step)."""
 
-    def __init__(self, model, task, setting, mode: str, device):
+    def __init__(self, model, task, setting, mode: str, device, eval_model=None):
         self.setting, self.mode = setting, mode
         self.how = resolve(setting, device)
         self.enabled, self.graph = self.how == "compiled", self.how == "graph"
@@ -56,9 +57,9 @@ class Compiled:
 
         if self.enabled:
             self.loss = torch.compile(loss, fullgraph=True, dynamic=False, mode=mode)
-            self.eval_model = torch.compile(model, fullgraph=True, dynamic=False)
+            self.eval_model = torch.compile(eval_model or model, fullgraph=True, dynamic=False)
         else:
-            self.loss, self.eval_model = loss, model
+            self.loss, self.eval_model = loss, eval_model or model
 
     def record(self) -> dict:
         return {"setting": self.setting, "enabled": self.enabled, "mode": self.mode if self.enabled else None,

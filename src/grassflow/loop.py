@@ -20,6 +20,7 @@ import math
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +41,8 @@ from grassflow.checkpoint import (
 )
 from grassflow.compiled import Compiled
 from grassflow.io import atomic_path, spec_hash, write_json, write_text
+from grassflow.models import layers
+from grassflow.models.ensemble import member_state
 from grassflow.trackers import Trackers
 from grassflow.train_step import EpochLoss, GraphedForward, TrainStep
 
@@ -103,9 +106,12 @@ def make_optimizer(model, tcfg: dict, device) -> tuple[torch.optim.AdamW, str]:
     """AdamW over the trainable parameters (no decay on biases and norms) and its
     implementation: `fused` (one kernel per step; its LR a device tensor updated in place, so
     a compiled or captured step never sees a new Python float) where fused_adamw() says so,
-    else PyTorch's default (`foreach` on CUDA, a loop on the CPU) with a Python-float LR."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    else PyTorch's default (`foreach` on CUDA, a loop on the CPU) with a Python-float LR.
+    An ensemble's parameters have a member dimension more (AdamW is elementwise: each member
+    steps as its own run's optimizer would)."""
+    extra = 1 if layers.members(model) else 0
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra < 2]
     groups = [{"params": decay, "weight_decay": tcfg["weight_decay"]},
               {"params": no_decay, "weight_decay": 0.0}]
     if fused_adamw(device):
@@ -156,6 +162,15 @@ def load_trained(model, state: dict) -> None:
         raise RuntimeError(f"checkpoint does not fit the model: {bad[:5]}")
 
 
+@dataclass
+class Run:
+    """One run of a fit: its spec, its directory, and what config.json says of its weights."""
+
+    spec: dict
+    out_dir: Path
+    header: dict
+
+
 def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
     """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
@@ -163,93 +178,125 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
     to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
     spec): a checkpoint resumes under any of them."""
+    (status,), (metrics,), ran = fit_runs(model, task, [Run(spec, Path(out_dir), header)], out_dir, device,
+                                          execution=execution)
+    return status, metrics, ran
+
+
+def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewer=None,
+             execution: dict | None = None) -> tuple[list[dict], list[list[dict]], dict]:
+    """fit() of one run, or of E runs that differ only in their seeds as one ensemble
+    (models/ensemble.py: `model` stacked, `viewer` a plain model of the same shape, in which
+    each member is validated; the task's loss one per member). Each member is what its own run
+    would be: its batches, its clipping, its validation, its best weights, its divergence (it
+    stops alone: its record freezes, the others go on), its outputs in its own directory. The
+    resume state (last.pt) is the ensemble's, in `work_dir`. Returns (status per run, metrics
+    per run, how it ran)."""
     execution = {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})}
-    out = Path(out_dir)
-    tcfg = spec["train"]
+    E, work = len(runs), Path(work_dir)
+    tcfg = runs[0].spec["train"]
+    if E > 1 and (viewer is None or layers.members(model) != E):
+        raise ValueError(f"fit_runs: {E} runs need an ensemble of {E} and a viewer model")
+    viewer = model if E == 1 else viewer
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    check_disk(out, n_params)
-    for stray in out.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
-        stray.unlink()
+    check_disk(work, n_params)
+    for d in {work, *(r.out_dir for r in runs)}:
+        for stray in d.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
+            stray.unlink()
     opt, opt_impl = make_optimizer(model, tcfg, device)
-    compiled = Compiled(model, task, execution["compile"], execution["compile_mode"], device)
+    compiled = Compiled(model, task, execution["compile"], execution["compile_mode"], device, eval_model=viewer)
     steps = min(task.steps_per_epoch, tcfg.get("max_steps_per_epoch") or task.steps_per_epoch)
     total_steps = steps * tcfg["epochs"]
     log_every = tcfg.get("log_every") or 50
 
-    h = spec_hash(spec)
-    last = out / "last.pt"
-    best_state = out / "best_state.pt"
+    h = spec_hash(runs[0].spec) if E == 1 else spec_hash({"runs": [r.spec for r in runs]})
+    last = work / "last.pt"
+    best_states = [r.out_dir / "best_state.pt" for r in runs]
     state = load_checkpoint(last)
     if state is not None and state["spec_hash"] != h:
         print(f"[train] {last} belongs to another spec ({state['spec_hash']} ≠ {h}); starting fresh",
               file=sys.stderr)
         state = None
+    if state is not None and "members" not in state:  # written before fused runs: one run's, as then
+        state["members"] = [{"metrics": state["metrics"], "best": state["best_val"], "status": state["status"]}]
+        state["pos"]["loss_sum"] = [state["pos"]["loss_sum"]]
     if state is None:
-        best_state.unlink(missing_ok=True)  # weights of an abandoned attempt are not this run's best
-        pos = {"epoch": 0, "step": 0, "loss_sum": 0.0, "seconds": 0.0}
-        metrics, best, status = [], math.inf, {"state": "running"}
+        for f in best_states:  # weights of an abandoned attempt are not this run's best
+            f.unlink(missing_ok=True)
+        pos = {"epoch": 0, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
+        members = [{"metrics": [], "best": math.inf, "status": {"state": "running"}} for _ in runs]
     else:
         load_trained(model, state["model"])
         opt.load_state_dict(state["optimizer"])
         tensor_lr(opt, device)
         set_rng_state(state["rng"])
-        pos, metrics, best, status = state["pos"], state["metrics"], state["best_val"], state["status"]
-        print(f"[train] resuming {spec['run_id']} at epoch {pos['epoch'] + 1}, step {pos['step']}",
-              file=sys.stderr)
+        pos, members = state["pos"], state["members"]
+        print(f"[train] resuming {', '.join(r.spec['run_id'] for r in runs)} at epoch {pos['epoch'] + 1}, "
+              f"step {pos['step']}", file=sys.stderr)
+
+    def running() -> list[int]:
+        return [e for e, m in enumerate(members) if m["status"]["state"] == "running"]
 
     def checkpoint():
         save_checkpoint(last, {"spec_hash": h, "model": trained_state(model), "optimizer": opt.state_dict(),
-                               "rng": rng_state(), "pos": pos, "metrics": metrics, "best_val": best,
-                               "status": status})
+                               "rng": rng_state(), "pos": pos, "members": members})
 
-    def diverged(loss_mean, bad_step=None):
+    def diverged(e, loss_mean, bad_step=None):
         record = {"state": "diverged", "epoch": pos["epoch"] + 1,
                   "step": pos["step"] if bad_step is None else bad_step, "last_finite_loss": loss_mean}
         if bad_step is not None:  # found by the periodic check: the steps after it also ran
             record["detected_at_step"] = pos["step"]
-        return record
+        members[e]["status"] = record
 
-    def sync(losses) -> bool:
-        """The periodic host sync: the loss sum into pos, divergence into status, the gradient
-        norms' sum into `read`. True if the run diverged (some step of this epoch had a
-        non-finite loss)."""
-        nonlocal status
-        pos["loss_sum"], bad, read["grad_norm_sum"] = losses.read()
-        if bad is None:
-            return False
-        prev = metrics[-1]["train_loss"] if metrics else None
-        status = diverged(pos["loss_sum"] / bad if bad else prev, bad)
-        return True
+    def sync() -> None:
+        """The periodic host sync: the loss sums into pos, divergence into each member's status,
+        the gradient norms' sums into `read`."""
+        sums, bads, read["grad_norm_sum"] = losses.read()
+        for e in running():
+            pos["loss_sum"][e] = sums[e]
+            if bads[e] is not None:
+                prev = members[e]["metrics"][-1]["train_loss"] if members[e]["metrics"] else None
+                diverged(e, sums[e] / bads[e] if bads[e] else prev, bads[e])
 
     def log_window(now: float) -> None:
         """The steps since the last log, to the trackers: floats the sync has already read."""
         n, at = pos["step"] - mark["step"], pos["epoch"] * steps + pos["step"]
-        trackers.log({"train/loss": (pos["loss_sum"] - mark["loss_sum"]) / n,
-                      "train/grad_norm": (read["grad_norm_sum"] - mark["grad_norm_sum"]) / n,
-                      "train/lr": lr_at(at - 1, total_steps, tcfg),
-                      f"train/{task.rate_key}": n * task.items_per_step / (now - mark["time"])}, at)
-        mark.update(step=pos["step"], loss_sum=pos["loss_sum"], grad_norm_sum=read["grad_norm_sum"], time=now)
+        for e in running():
+            trackers[e].log({"train/loss": (pos["loss_sum"][e] - mark["loss_sum"][e]) / n,
+                             "train/grad_norm": (read["grad_norm_sum"][e] - mark["grad_norm_sum"][e]) / n,
+                             "train/lr": lr_at(at - 1, total_steps, tcfg),
+                             f"train/{task.rate_key}": n * task.items_per_step / (now - mark["time"])}, at)
+        mark.update(step=pos["step"], loss_sum=list(pos["loss_sum"]), grad_norm_sum=list(read["grad_norm_sum"]),
+                    time=now)
 
-    trackers = Trackers(execution["trackers"], spec, out)
-    losses = EpochLoss(device)
+    def validate(e) -> dict:
+        if E > 1:  # member e's weights into the plain model (in place: a captured forward stays valid)
+            load_trained(viewer, member_state(model, e))
+        return task.validate(eval_model)
+
+    trackers = [Trackers(execution["trackers"], r.spec, r.out_dir) for r in runs]
+    losses = EpochLoss(device, E)
     train_step = TrainStep(model, compiled.loss, opt, tcfg["grad_clip"], device, losses, capture=compiled.graph)
     eval_model = GraphedForward(compiled.eval_model, device) if compiled.graph else compiled.eval_model
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
     every = tcfg.get("checkpoint_every") or 0
+    label = runs[0].spec["run_id"] if E == 1 else f"{runs[0].spec['run_id']} (+{E - 1} fused)"
     try:
-        while pos["epoch"] < tcfg["epochs"] and status["state"] == "running":
+        while pos["epoch"] < tcfg["epochs"] and running():
             model.train()
             t0 = time.perf_counter() - pos["seconds"]
             losses.reset(pos["loss_sum"], pos["step"])
-            read = {"grad_norm_sum": 0.0}
-            mark = {"step": pos["step"], "loss_sum": pos["loss_sum"], "grad_norm_sum": 0.0, "time": time.perf_counter()}
+            read = {"grad_norm_sum": [0.0] * E}
+            mark = {"step": pos["step"], "loss_sum": list(pos["loss_sum"]), "grad_norm_sum": [0.0] * E,
+                    "time": time.perf_counter()}
             bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
-                       desc=f"{spec['run_id']} epoch {pos['epoch'] + 1}", file=sys.stderr)
-            while pos["step"] < steps:
+                       desc=f"{label} epoch {pos['epoch'] + 1}", file=sys.stderr)
+            while pos["step"] < steps and running():
                 if stop.signal:
                     pos["seconds"] = time.perf_counter() - t0
-                    if not sync(losses):
+                    sync()
+                    if running():
                         checkpoint()
                         print(f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
                               f"{pos['step']}; rerun to resume", file=sys.stderr)
@@ -260,53 +307,61 @@ def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
                 pos["step"] += 1
                 at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
                 if pos["step"] % log_every == 0 or pos["step"] == steps or at_checkpoint:
-                    if sync(losses):
+                    sync()
+                    if not running():
                         break
                     bar.update(pos["step"] - bar.n)
                     rate = pos["step"] * task.items_per_step / (time.perf_counter() - t0)
-                    bar.set_postfix(loss=f"{pos['loss_sum'] / pos['step']:.3f}", per_s=f"{rate:.0f}",
+                    bar.set_postfix(loss=f"{pos['loss_sum'][running()[0]] / pos['step']:.3f}", per_s=f"{rate:.0f}",
                                     refresh=False)
                     log_window(time.perf_counter())
                 if at_checkpoint:
                     pos["seconds"] = time.perf_counter() - t0
                     checkpoint()
             bar.close()
-            if status["state"] != "running":
+            if not running():
                 break
-            train_loss = pos["loss_sum"] / max(1, pos["step"])
-            val = task.validate(eval_model)
-            if not math.isfinite(val["val_loss"]):
-                status = diverged(train_loss)
-                break
-            elapsed = time.perf_counter() - t0
-            row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val, "lr": lr_at(
-                   pos["epoch"] * steps + steps - 1, total_steps, tcfg),
-                   "seconds": elapsed, task.rate_key: pos["step"] * task.items_per_step / elapsed}
-            metrics.append(row)
-            trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
-            if task.score(row) < best:
-                best = task.score(row)
-                with atomic_path(best_state) as tmp:
-                    torch.save({"model": trained_state(model), "epoch": row["epoch"], "val_loss": row["val_loss"],
-                                "val_metrics": val}, tmp)
-            write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
-            pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": 0.0, "seconds": 0.0}
+            for e in running():
+                train_loss = pos["loss_sum"][e] / max(1, pos["step"])
+                val = validate(e)
+                if not math.isfinite(val["val_loss"]):
+                    diverged(e, train_loss)
+                    continue
+                elapsed = time.perf_counter() - t0
+                row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val, "lr": lr_at(
+                       pos["epoch"] * steps + steps - 1, total_steps, tcfg),
+                       "seconds": elapsed, task.rate_key: pos["step"] * task.items_per_step / elapsed}
+                members[e]["metrics"].append(row)
+                trackers[e].log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
+                if task.score(row) < members[e]["best"]:
+                    members[e]["best"] = task.score(row)
+                    with atomic_path(best_states[e]) as tmp:
+                        torch.save({"model": trained_state(model) if E == 1 else member_state(model, e),
+                                    "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, tmp)
+                write_text(runs[e].out_dir / "metrics.jsonl",
+                           "".join(json.dumps(m) + "\n" for m in members[e]["metrics"]))
+            pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
             checkpoint()
     finally:
-        trackers.close()
+        for t in trackers:
+            t.close()
         for s, handler in old.items():
             signal.signal(s, handler)
 
-    if status["state"] == "running":
-        status = {"state": "completed"}
-    if status["state"] == "diverged":
+    if any(m["status"]["state"] == "diverged" for m in members):
         checkpoint()
-    # The declared outputs are (re)written from the working files only now: a failed attempt's
-    # outputs are deleted by Snakemake, and a resumed run must still produce all of them.
-    write_text(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
-    # diverged before a first validation: no weights, and a record that still evaluates (as diverged)
-    best_run = load_data(best_state) if best_state.exists() else {"model": None, "epoch": 0, "val_loss": math.nan}
-    save_weights(out / WEIGHTS, best_run["model"])
-    write_json(out / CONFIG, {**header, **{k: v for k, v in best_run.items() if k in ("epoch", "val_loss", "val_metrics")},
-                              "weights_sha256": state_sha256(best_run["model"])})
-    return status, metrics, {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record(), "trackers": execution["trackers"]}
+    for e, (run, m) in enumerate(zip(runs, members)):
+        if m["status"]["state"] == "running":
+            m["status"] = {"state": "completed"}
+        # The declared outputs are (re)written from the working files only now: a failed attempt's
+        # outputs are deleted by Snakemake, and a resumed run must still produce all of them.
+        write_text(run.out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in m["metrics"]))
+        # diverged before a first validation: no weights, and a record that still evaluates (as diverged)
+        best_run = load_data(best_states[e]) if best_states[e].exists() else {"model": None, "epoch": 0,
+                                                                                "val_loss": math.nan}
+        save_weights(run.out_dir / WEIGHTS, best_run["model"])
+        write_json(run.out_dir / CONFIG, {**run.header, **{k: v for k, v in best_run.items()
+                                                             if k in ("epoch", "val_loss", "val_metrics")},
+                                          "weights_sha256": state_sha256(best_run["model"])})
+    ran = {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record(), "trackers": execution["trackers"]}
+    return [m["status"] for m in members], [m["metrics"] for m in members], ran

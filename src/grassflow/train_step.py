@@ -24,48 +24,50 @@ from contextlib import nullcontext
 
 import torch
 
+from grassflow.models import layers
 from grassflow.runtime import autocast
 
 WARMUP = 3  # eager steps before the capture (torch.cuda.graphs' own examples take 3)
 
 
 class EpochLoss:
-    """The epoch's training loss, summed on the device in float64 so that no step waits for
-    the GPU: the sum stops at the first non-finite loss, whose step (within the epoch) it
-    records; beside it the gradient norms' sum (for the trackers). read() is the one host
-    sync, taken every `train.log_every` steps, at checkpoints and at the end of the epoch.
-    float64 holds the fp32 losses' sum exactly as the Python float it is checkpointed as, so a
-    resumed sum is bitwise the uninterrupted one. Its tensors never move (reset() writes them
-    in place), so a captured step keeps adding to them."""
+    """The epoch's training loss of each of E runs (one, or an ensemble's members), summed on
+    the device in float64 so that no step waits for the GPU: a run's sum stops at its first
+    non-finite loss, whose step (within the epoch) it records; beside it the gradient norms' sum
+    (for the trackers). read() is the one host sync, taken every `train.log_every` steps, at
+    checkpoints and at the end of the epoch. float64 holds the fp32 losses' sum exactly as the
+    Python float it is checkpointed as, so a resumed sum is bitwise the uninterrupted one. Its
+    tensors never move (reset() writes them in place), so a captured step keeps adding to them."""
 
-    def __init__(self, device):
-        self.sum = torch.zeros((), dtype=torch.float64, device=device)
-        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
-        self.grad_norm_sum = torch.zeros((), dtype=torch.float64, device=device)
+    def __init__(self, device, runs: int = 1):
+        self.sum = torch.zeros(runs, dtype=torch.float64, device=device)
+        self.first_bad = torch.full((runs,), -1, dtype=torch.int64, device=device)
+        self.grad_norm_sum = torch.zeros(runs, dtype=torch.float64, device=device)
         self.step = torch.zeros((), dtype=torch.int64, device=device)  # the next step's index
 
-    def reset(self, loss_sum: float, step: int) -> None:
-        """A new epoch (or a resumed one) at `step`, its loss so far `loss_sum`."""
-        self.sum.fill_(loss_sum)
+    def reset(self, loss_sums: list[float], step: int) -> None:
+        """A new epoch (or a resumed one) at `step`, each run's loss so far in `loss_sums`."""
+        self.sum.copy_(torch.tensor(loss_sums, dtype=torch.float64))
         self.first_bad.fill_(-1)
         self.grad_norm_sum.zero_()
         self.step.fill_(step)
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """The loss of the step the counter points at; then the counter moves on."""
-        loss = loss.detach().to(torch.float64)
+        """The losses (a scalar or one per run) of the step the counter points at; then the
+        counter moves on."""
+        loss = loss.detach().to(torch.float64).reshape(-1)
         bad = ~torch.isfinite(loss) & (self.first_bad < 0)
         self.first_bad.copy_(torch.where(bad, self.step, self.first_bad))
         self.sum.add_(torch.where(self.first_bad < 0, loss, 0.0))
-        self.grad_norm_sum.add_(grad_norm.detach().to(torch.float64))
+        self.grad_norm_sum.add_(grad_norm.detach().to(torch.float64).reshape(-1))
         self.step.add_(1)
 
-    def read(self) -> tuple[float, int | None, float]:
-        """(sum of the finite losses so far, step of the first non-finite one or None, sum of
-        the gradient norms since the last reset)."""
-        loss_sum, first_bad, grad_norm_sum = torch.stack(
+    def read(self) -> tuple[list[float], list[int | None], list[float]]:
+        """Per run: (sum of the finite losses so far, step of the first non-finite one or None,
+        sum of the gradient norms since the last reset)."""
+        sums, first_bad, grad_norm_sums = torch.stack(
             [self.sum, self.first_bad.to(torch.float64), self.grad_norm_sum]).tolist()
-        return loss_sum, (None if first_bad < 0 else int(first_bad)), grad_norm_sum
+        return sums, [None if b < 0 else int(b) for b in first_bad], grad_norm_sums
 
 
 class TrainStep:
@@ -78,6 +80,7 @@ class TrainStep:
         self.model, self.loss_fn, self.opt, self.grad_clip = model, loss_fn, opt, grad_clip
         self.device, self.losses, self.capture, self.static_buffers = device, losses, capture, static or capture
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.members = layers.members(model)
         self.buffers = self.batch = None  # the batch's tensors' buffers (from the first batch); the batch the region reads
         self.graph, self.eager_steps = None, 0
         self.region_context = nullcontext  # tests wrap the region (tests/test_capture.py)
@@ -110,8 +113,12 @@ class TrainStep:
         self.opt.zero_grad(set_to_none=True)  # in a capture: the graph's backward makes the grads
         with autocast(self.device, cache=not self.capture):
             loss = self.loss_fn(self.batch)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        if self.members:  # an ensemble: a loss per member, clipped per member
+            loss.sum().backward()
+            grad_norm = clip_per_member(self.params, self.grad_clip, self.members)
+        else:
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         self.opt.step()
         self.losses.add(loss, grad_norm)
 
@@ -127,6 +134,18 @@ class TrainStep:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.region()
+
+
+def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
+    """clip_grad_norm_ for each member of an ensemble on its slices [e] of the stacked
+    gradients, as its own run clips (the norm of the per-parameter norms, the coefficient
+    max_norm / (norm + 1e-6) clamped at 1); returns the members' norms (E,)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norms = torch.stack([g.reshape(members, -1).norm(dim=1) for g in grads])  # (parameters, E)
+    total = torch.linalg.vector_norm(norms, dim=0)
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(grads, [coef.view(-1, *[1] * (g.dim() - 1)) for g in grads])
+    return total
 
 
 class GraphedForward:

@@ -36,7 +36,7 @@ def _run(device, kind, L, B, n_layers, vocab, capture, steps, dropout, backend="
     task = LanguageModelTask(ids, ids[: L * 4 + 1], L, B, 0, B, device, "bench")
     opt, _ = make_optimizer(model, TCFG, device)
     losses = EpochLoss(device)
-    losses.reset(0.0, 0)
+    losses.reset([0.0], 0)
     step = TrainStep(model, lambda b: task.loss(model, b), opt, 1.0, device, losses, capture=capture)
     total = WARMUP + 1 + steps
 

@@ -30,7 +30,7 @@ def _step(device, kind, L, B, n_layers, vocab, capture):
     task = LanguageModelTask(ids, ids[: L * 4 + 1], L, B, 0, B, device, "profile")
     opt, _ = make_optimizer(model, {"lr": 1e-4, "weight_decay": 0.01, "betas": [0.9, 0.95]}, device)
     losses = EpochLoss(device)
-    losses.reset(0.0, 0)
+    losses.reset([0.0], 0)
     step = TrainStep(model, lambda b: task.loss(model, b), opt, 1.0, device, losses, capture=capture)
     counter = iter(range(10**9))
 

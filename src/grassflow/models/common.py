@@ -1,18 +1,20 @@
-"""Pieces both language models share: the FFN and the embedding/LM-head shell."""
+"""Pieces both language models share: the FFN and the embedding/LM-head shell. Their layers
+(models/layers.py) also run a config's seeds as one ensemble (models/ensemble.py)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
+from grassflow.models import layers
 from grassflow.models.config import ModelConfig
 
 
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.up = layers.Linear(cfg.d_model, cfg.d_ff)
+        self.down = layers.Linear(cfg.d_ff, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x):
@@ -25,12 +27,12 @@ class LanguageModel(nn.Module):
     def __init__(self, cfg: ModelConfig, blocks: list[nn.Module]):
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.context_len, cfg.d_model)
+        self.tok_emb = layers.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = layers.Embedding(cfg.context_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(blocks)
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.ln_f = layers.LayerNorm(cfg.d_model)
+        self.head = layers.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.init == "small":
             self.apply(_init_small)
         if cfg.tie_weights:
@@ -44,8 +46,12 @@ class LanguageModel(nn.Module):
         T = idx.shape[1]
         if T > self.cfg.context_len:
             raise ValueError(f"sequence length {T} exceeds context_len {self.cfg.context_len}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        x, E = self.tok_emb(idx), layers.members(self)
+        if E:  # an ensemble: member e's positions on its rows
+            x = layers.add_per_member(x, self.pos_emb.weight[:, :T], E)
+        else:
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         return self.ln_f(x)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from grassflow.models import layers
 from grassflow.models.common import FeedForward, LanguageModel
 from grassflow.models.config import ModelConfig
 from grassflow.ops.plucker import plucker_mix
@@ -28,9 +28,9 @@ class GrassmannMixer(nn.Module):
     def __init__(self, cfg: ModelConfig, lags: tuple[int, ...]):
         super().__init__()
         self.cfg, self.lags = cfg, lags
-        self.reduce = nn.Linear(cfg.d_model, cfg.r)
-        self.plucker = nn.Linear(cfg.r * (cfg.r - 1) // 2, cfg.d_model)
-        self.gate = nn.Linear(2 * cfg.d_model, cfg.d_model)
+        self.reduce = layers.Linear(cfg.d_model, cfg.r)
+        self.plucker = layers.Linear(cfg.r * (cfg.r - 1) // 2, cfg.d_model)
+        self.gate = layers.Linear(2 * cfg.d_model, cfg.d_model)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
@@ -39,14 +39,14 @@ class GrassmannMixer(nn.Module):
         return gated_mix(self.gate, h, g)
 
 
-def gated_mix(gate: nn.Linear, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+def gated_mix(gate: layers.Linear, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """α = σ(W_gate [h; g] + b);  α h + (1−α) g.  Without materialising [h; g], and as a
     lerp: backward then keeps only α beyond tensors it already holds (h, g).
     lerp has no autocast rule and wants one dtype, while under autocast the gate's linear
     gives bf16 beside an fp32 h (a LayerNorm's output): the mix is taken in h's dtype."""
     d, w = h.shape[-1], gate.weight
     g = g.to(h.dtype)
-    alpha = torch.sigmoid(F.linear(h, w[:, :d], gate.bias) + F.linear(g, w[:, d:]))
+    alpha = torch.sigmoid(layers.linear(h, w[..., :d], gate.bias) + layers.linear(g, w[..., d:]))
     return torch.lerp(g, h, alpha.to(h.dtype))
 
 
@@ -58,8 +58,8 @@ class GrassmannBlock(nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.mix = mixer
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.ln2 = nn.LayerNorm(cfg.d_model) if cfg.ffn else None
+        self.ln1 = layers.LayerNorm(cfg.d_model)
+        self.ln2 = layers.LayerNorm(cfg.d_model) if cfg.ffn else None
         self.ffn = FeedForward(cfg) if cfg.ffn else None
         self.drop = nn.Dropout(cfg.dropout)
 

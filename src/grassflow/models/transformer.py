@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from grassflow.models import layers
 from grassflow.models.common import FeedForward, LanguageModel
 from grassflow.models.config import ModelConfig
 
@@ -31,8 +32,8 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.n_heads, self.p, self.causal = cfg.n_heads, cfg.dropout, causal
         self.window = cfg.attention_window if causal else None
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.qkv = layers.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = layers.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x, mask=None):
         B, T, C = x.shape
@@ -52,8 +53,8 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.attn = SelfAttention(cfg, causal)
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.ln2 = nn.LayerNorm(cfg.d_model) if cfg.ffn else None
+        self.ln1 = layers.LayerNorm(cfg.d_model)
+        self.ln2 = layers.LayerNorm(cfg.d_model) if cfg.ffn else None
         self.ffn = FeedForward(cfg) if cfg.ffn else None
         self.drop = nn.Dropout(cfg.dropout)
 

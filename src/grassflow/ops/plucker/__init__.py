@@ -1,7 +1,8 @@
 """The Plücker mixing op of GrassmannLM, with interchangeable backends.
 
 `plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="auto")`
-takes z (B, T, r) and weight (d, r(r−1)/2) and returns g (B, T, d):
+takes z (B, T, r) and weight (d, r(r−1)/2) and returns g (B, T, d) (an ensemble of E models,
+models/layers.py: weight (E, d, ·), bias (E, d), member e's rows of z at [e·B/E, (e+1)·B/E)):
 
     g_t = mean_{Δ ∈ lags, t−Δ ≥ 0} ( W p̂(z_t ∧ z_{t−Δ}) + b ),   p̂ = p / max(‖p‖, eps)
 
@@ -30,10 +31,13 @@ def plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="
     r = z.shape[-1]
     if r < 2:
         raise ValueError(f"r must be ≥ 2, got {r}")
-    if weight.dim() != 2 or weight.shape[1] != r * (r - 1) // 2:
-        raise ValueError(f"weight must be (d, {r * (r - 1) // 2}) for r={r}, got {tuple(weight.shape)}")
-    if bias is not None and bias.shape != (weight.shape[0],):
-        raise ValueError(f"bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
+    if weight.dim() not in (2, 3) or weight.shape[-1] != r * (r - 1) // 2:
+        raise ValueError(f"weight must be (d, {r * (r - 1) // 2}) for r={r} (or (E, d, ...) for an ensemble of E), "
+                         f"got {tuple(weight.shape)}")
+    if weight.dim() == 3 and z.shape[0] % weight.shape[0]:
+        raise ValueError(f"an ensemble of {weight.shape[0]} needs z's batch in as many blocks, got {z.shape[0]} rows")
+    if bias is not None and bias.shape != weight.shape[:-1]:
+        raise ValueError(f"bias must be {tuple(weight.shape[:-1])}, got {tuple(bias.shape)}")
     lags = tuple(int(d) for d in lags)
     if any(d <= 0 for d in lags):
         raise ValueError(f"lags must be positive integers, got {lags}")

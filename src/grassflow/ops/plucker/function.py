@@ -48,16 +48,33 @@ def _has_offsets(lags, T, device, dtype):
     return (valid_counts(lags, T, device) > 0).to(dtype)[:, None]
 
 
+# An ensemble (models/layers.py): weight (E, d, P) and bias (E, d), z (E·B, T, r) with member e's
+# rows at [e·B, (e+1)·B). The stages are per token and run on all rows at once; the projections
+# by W are one batched GEMM over the members (`_members` gives E, 0 for a plain weight).
+def _members(weight) -> int:
+    return weight.shape[0] if weight.dim() == 3 else 0
+
+
+def _bias_term(bias, lags, T, empty, device, dtype):
+    """What the bias adds: (T, d) or (d,) for a plain bias, (E, T, d) or (E, 1, d) for an ensemble's."""
+    b = bias.to(dtype) if bias.dim() == 1 else bias.to(dtype).unsqueeze(1)
+    mask = _bias_mask(lags, T, empty, device, dtype)
+    return b if mask is None else b * mask
+
+
 def forward(z, weight, bias, lags, eps, empty, stages) -> tuple[torch.Tensor, torch.Tensor]:
     """(g, c): the op's output and the per-token coefficient c that backward needs."""
     z = z.contiguous()
-    T = z.shape[1]
+    T, E = z.shape[1], _members(weight)
     c = stages.coeff(z, lags, eps)
     q = stages.wedge(z, c)
-    g = torch.matmul(q, weight.to(z.dtype).t())
+    if E:
+        g = torch.bmm(q.reshape(E, -1, q.shape[-1]), weight.to(z.dtype).transpose(1, 2)).reshape(*z.shape[:2], -1)
+    else:
+        g = torch.matmul(q, weight.to(z.dtype).t())
     if bias is not None:
-        mask = _bias_mask(lags, T, empty, z.device, g.dtype)
-        g = g + (bias.to(g.dtype) if mask is None else bias.to(g.dtype) * mask)
+        term = _bias_term(bias, lags, T, empty, z.device, g.dtype)
+        g = g + term if not E else (g.reshape(E, -1, T, g.shape[-1]) + term.unsqueeze(1)).reshape(g.shape)
     return g, c
 
 
@@ -65,17 +82,24 @@ def backward(dg, z, c, weight, has_bias, lags, eps, empty, stages, needs):
     """(dz, dW, db) for needs = (dz?, dW?, db?); None where not needed."""
     z = z.contiguous()
     B, T, r = z.shape
-    d = weight.shape[0]
+    E, d = _members(weight), weight.shape[-2]
     dg = dg.contiguous().to(z.dtype)
     dz = dweight = dbias = None
     if needs[1]:
         q = stages.wedge(z, c)
-        dweight = (dg.reshape(-1, d).t() @ q.reshape(B * T, -1)).to(weight.dtype)
+        if E:
+            dweight = torch.bmm(dg.reshape(E, -1, d).transpose(1, 2), q.reshape(E, -1, q.shape[-1])).to(weight.dtype)
+        else:
+            dweight = (dg.reshape(-1, d).t() @ q.reshape(B * T, -1)).to(weight.dtype)
     if has_bias and needs[2]:
         mask = _bias_mask(lags, T, empty, z.device, dg.dtype)
-        dbias = (dg if mask is None else dg * mask).sum((0, 1)).to(weight.dtype)
+        masked = dg if mask is None else dg * mask
+        dbias = (masked.reshape(E, -1, d).sum(1) if E else masked.sum((0, 1))).to(weight.dtype)
     if needs[0]:
-        dq = torch.matmul(dg, weight.to(z.dtype)).contiguous()
+        if E:
+            dq = torch.bmm(dg.reshape(E, -1, d), weight.to(z.dtype)).reshape(B, T, -1)
+        else:
+            dq = torch.matmul(dg, weight.to(z.dtype)).contiguous()
         da, dc = stages.wedge_bwd(dq, z, c)
         dz = stages.lag_bwd(z, dc, da, lags, eps).to(z.dtype)
     return dz, dweight, dbias
@@ -113,7 +137,7 @@ def plucker_mix_op(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 @plucker_mix_op.register_fake
 def _(z, weight, bias, lags, eps, empty, backend):
     B, T, r = z.shape
-    return z.new_empty(B, T, weight.shape[0]), z.new_empty(B, T, r, dtype=acc_dtype(z.dtype))
+    return z.new_empty(B, T, weight.shape[-2]), z.new_empty(B, T, r, dtype=acc_dtype(z.dtype))
 
 
 @torch.library.custom_op("grassflow::plucker_mix_backward", mutates_args=())
@@ -130,7 +154,7 @@ def plucker_mix_backward_op(dg: torch.Tensor, z: torch.Tensor, c: torch.Tensor, 
 @plucker_mix_backward_op.register_fake
 def _(dg, z, c, weight, has_bias, lags, eps, empty, backend, needs):
     return (z.new_empty(z.shape if needs[0] else (0,)), weight.new_empty(weight.shape if needs[1] else (0,)),
-            weight.new_empty((weight.shape[0],) if has_bias and needs[2] else (0,)))
+            weight.new_empty(weight.shape[:-1] if has_bias and needs[2] else (0,)))
 
 
 def _setup_context(ctx, inputs, output):
