@@ -10,21 +10,25 @@ written when the run ends; working files: last.pt (resume state), best_state.pt 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 
 from grassflow.checkpoint import seed_everything
 from grassflow.lm.data import read_tokens
 from grassflow.lm.perplexity import chunked_nll
-from grassflow.loop import ShuffledBatches, fit
+from grassflow.loop import Run, ShuffledBatches, fit_runs
 from grassflow.models import ModelConfig, build_model, config_json
+from grassflow.models.ensemble import stack
 from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.runs import read_train_val, run_record, start_run
 
 
 class LanguageModelTask:
-    """Next-token prediction on random non-overlapping blocks of L+1 tokens."""
+    """Next-token prediction on random non-overlapping blocks of L+1 tokens. `seed` may be a
+    list: the task of an ensemble of that many runs (models/ensemble.py), each member's batch
+    the one its own run draws, side by side."""
 
     rate_key = "tokens_per_s"
 
@@ -36,21 +40,28 @@ class LanguageModelTask:
         self.L, self.device = L, device
         self.head_loss = resolve_head_loss("auto", device)
         self.val_ids, self.eval_batch_size = val_ids, eval_batch_size
-        self.order = ShuffledBatches(n_blocks, B, seed, device)
-        self.steps_per_epoch, self.items_per_step = self.order.steps_per_epoch, B * L
+        self.members = len(seed) if isinstance(seed, (list, tuple)) else 0
+        self.orders = [ShuffledBatches(n_blocks, B, s, device) for s in (seed if self.members else [seed])]
+        self.steps_per_epoch, self.items_per_step = self.orders[0].steps_per_epoch, B * L
         self.data = torch.as_tensor(train_ids[: n_blocks * L + 1], dtype=torch.long).to(device)
         self.offsets = torch.arange(L + 1, device=device)
 
     def batch(self, epoch, step):
-        rows = self.order(epoch, step)[:, None] * self.L + self.offsets[None, :]
+        blocks = self.orders[0](epoch, step) if not self.members else torch.cat([o(epoch, step) for o in self.orders])
+        rows = blocks[:, None] * self.L + self.offsets[None, :]
         return self.data[rows[:, :-1]], self.data[rows[:, 1:]]
 
     def loss(self, model, batch):
-        """Mean next-token cross-entropy; the head and its loss as one op (ops.linear_ce)."""
+        """Mean next-token cross-entropy (one per member of an ensemble); the head and its loss
+        as one op (ops.linear_ce)."""
         x, y = batch
         h = model.hidden(x)
-        return linear_cross_entropy(h.reshape(-1, h.shape[-1]), model.head.weight, y.reshape(-1),
-                                    backend=self.head_loss)
+        if not self.members:
+            return linear_cross_entropy(h.reshape(-1, h.shape[-1]), model.head.weight, y.reshape(-1),
+                                        backend=self.head_loss)
+        hs, ys = h.reshape(self.members, -1, h.shape[-1]), y.reshape(self.members, -1)
+        return torch.stack([linear_cross_entropy(hs[e], model.head.weight[e], ys[e], backend=self.head_loss)
+                            for e in range(self.members)])
 
     def validate(self, model):
         nll, n = chunked_nll(model, self.val_ids, self.L, self.eval_batch_size, self.device)
@@ -61,19 +72,46 @@ class LanguageModelTask:
 
 
 def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
-    t_start, out, device = start_run(spec, out_dir)
+    """One run; its record (run.json)."""
+    return train_fused([spec], train_tokens, val_tokens, [out_dir], out_dir, preflight, execution)[0]
+
+
+def train_fused(specs: list[dict], train_tokens, val_tokens, out_dirs, work_dir, preflight=None,
+                execution=None) -> list[dict]:
+    """Runs that differ only in their seeds (a config's seeds, train.fuse_seeds) trained as one
+    ensemble (models/ensemble.py), each member built with its own seed as its own run builds it,
+    each run's outputs in its own directory; one run alone is trained as itself. The resume state
+    is in `work_dir`. Returns each run's record (run.json, which names its fused group)."""
+    base = {k: v for k, v in specs[0].items() if k not in ("seed", "run_id")}
+    for spec in specs[1:]:
+        if {k: v for k, v in spec.items() if k not in ("seed", "run_id")} != base:
+            raise ValueError(f"fused runs differ in more than their seeds: {specs[0]['run_id']}, {spec['run_id']}")
+    spec = specs[0]
+    t_start, _, device = start_run(spec, work_dir)
+    for d in out_dirs:
+        Path(d).mkdir(parents=True, exist_ok=True)
     tcfg = spec["train"]
     train_ids, train_meta, val_ids, val_meta = read_train_val(read_tokens, train_tokens, val_tokens)
     mcfg = ModelConfig.from_dict({**spec["model"], "vocab_size": train_meta["vocab_size"]})
-    task = LanguageModelTask(train_ids, val_ids, mcfg.context_len, tcfg["batch_size"], spec["seed"],
+    seeds = [s["seed"] for s in specs]
+    task = LanguageModelTask(train_ids, val_ids, mcfg.context_len, tcfg["batch_size"], seeds if len(specs) > 1 else seeds[0],
                              tcfg["eval_batch_size"], device, train_tokens)
-    seed_everything(spec["seed"])
-    model = build_model(spec["model_kind"], mcfg).to(device)
+    members = []
+    for seed in seeds:  # each as its own run builds it
+        seed_everything(seed)
+        members.append(build_model(spec["model_kind"], mcfg).to(device))
+    model = members[0] if len(specs) == 1 else stack(members)
     tokenizer = {"name": train_meta["tokenizer"], "sha256": train_meta["tokenizer_sha256"]}
-    status, metrics, ran = fit(model, task, spec, out, device, execution=execution,
-                               header={**config_json(spec["model_kind"], mcfg), "spec": spec, "tokenizer": tokenizer})
-    best = min(metrics, key=lambda m: m["val_loss"]) if metrics else None
+    runs = [Run(s, Path(d), {**config_json(s["model_kind"], mcfg), "spec": s, "tokenizer": tokenizer})
+            for s, d in zip(specs, out_dirs)]
+    statuses, metrics, ran = fit_runs(model, task, runs, work_dir, device, viewer=members[0], execution=execution)
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
-    return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
-                      model_config=mcfg.to_dict(), **ran, head_loss=task.head_loss,
-                      best_val_ppl=best["val_ppl"] if best else None)
+    group = {"fused": {"runs": [s["run_id"] for s in specs], "work_dir": str(work_dir)}} if len(specs) > 1 else {}
+    records = []
+    for e, (run, status, m) in enumerate(zip(runs, statuses, metrics)):
+        best = min(m, key=lambda r: r["val_loss"]) if m else None
+        extra = {"fused": {**group["fused"], "index": e}} if group else {}
+        records.append(run_record(run.spec, run.out_dir, members[0], status, m, best, device, files, t_start,
+                                  preflight=preflight, model_config=mcfg.to_dict(), **ran, **extra,
+                                  head_loss=task.head_loss, best_val_ppl=best["val_ppl"] if best else None))
+    return records
