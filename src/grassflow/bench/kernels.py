@@ -25,7 +25,9 @@ from grassflow.ops.plucker.kernel_stages import (
 )
 from grassflow.runtime import autocast
 
-BASELINE = "baseline/plucker_441a7fd.cu"
+# What the baseline builds, under kernels/ (read by grassflow.staleness, as the backends' lists)
+KERNEL_SOURCES = ("baseline/plucker_441a7fd_cpu.cpp", "baseline/plucker_441a7fd.cu", "cpu_shim/cuda_cpu_shim.h")
+BASELINE = KERNEL_SOURCES[1]
 PER_TOKEN = ("plucker_coeff", "plucker_lag_bwd")  # the stages the baseline ran a thread per token
 
 
@@ -62,8 +64,8 @@ def _info(x):
 
 @cache
 def _cpu_library():
-    main = kernels_dir() / "baseline/plucker_441a7fd_cpu.cpp"
-    return build_library(main, [kernels_dir() / BASELINE, kernels_dir() / "cpu_shim/cuda_cpu_shim.h"], ["-O2"])
+    main, *deps = (kernels_dir() / s for s in KERNEL_SOURCES)
+    return build_library(main, deps, ["-O2"])
 
 
 @cache
