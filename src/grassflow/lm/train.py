@@ -59,9 +59,11 @@ class LanguageModelTask:
         if not self.members:
             return linear_cross_entropy(h.reshape(-1, h.shape[-1]), model.head.weight, y.reshape(-1),
                                         backend=self.head_loss)
-        hs, ys = h.reshape(self.members, -1, h.shape[-1]), y.reshape(self.members, -1)
-        return torch.stack([linear_cross_entropy(hs[e], model.head.weight[e], ys[e], backend=self.head_loss)
-                            for e in range(self.members)])
+        # unbind, not [e]: its backward stacks the members' gradients once, where [e] would fill a
+        # zero tensor of the whole ensemble's head per member
+        return torch.stack([linear_cross_entropy(h_e, w_e, y_e, backend=self.head_loss) for h_e, w_e, y_e in zip(
+            h.reshape(self.members, -1, h.shape[-1]).unbind(0), model.head.weight.unbind(0),
+            y.reshape(self.members, -1).unbind(0))])
 
     def validate(self, model):
         nll, n = chunked_nll(model, self.val_ids, self.L, self.eval_batch_size, self.device)

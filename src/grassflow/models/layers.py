@@ -16,10 +16,16 @@ import torch.nn.functional as F
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x Wᵀ + b; with weight (E, out, in) and bias (E, out), member e's on its rows of x."""
+    """x Wᵀ + b; with weight (E, out, in) and bias (E, out), member e's on its rows of x: one
+    batched GEMM on a GPU (one launch for all members), a GEMM per member on a CPU (its bmm
+    measured slower than as many GEMMs: reports/bench/bench-cpu.md, fused rows)."""
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
     E, out = weight.shape[:2]
+    if x.device.type == "cpu":  # unbind, not [e]: its backward stacks the members' gradients once
+        biases = [None] * E if bias is None else bias.unbind(0)
+        return torch.cat([F.linear(r, w, b) for r, w, b in zip(x.reshape(E, -1, x.shape[-1]).unbind(0),
+                                                                weight.unbind(0), biases)]).reshape(*x.shape[:-1], out)
     xs = x.reshape(E, -1, x.shape[-1])
     w = weight.transpose(1, 2)
     y = torch.bmm(xs, w) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, w)
