@@ -210,14 +210,43 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
     """The profile is YAML: it is checked against the tasks' declaration (grassflow.tasks)."""
     from grassflow.tasks import RUN_RULES
 
+    from grassflow.tasks import TASKS
+
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     groups = dict(g.split("=") for g in prof["groups"])
-    assert set(groups) == set(RUN_RULES)
-    for rule, (task, _) in RUN_RULES.items():
+    # a fused group's job (train.fuse_seeds) with its runs' evaluations: one allocation per group
+    rules = {**RUN_RULES, "train_fused": (TASKS["lm"], "train_fused")}
+    assert set(groups) == set(rules)
+    for rule, (task, _) in rules.items():
         assert groups[rule] == task.group, rule
         assert prof["set-resources"][rule]["slurm_partition"] == "gpu" and rule in prof["set-threads"], rule
         # one GPU per allocation however many runs it packs: a string, which a group job shares
         assert prof["set-resources"][rule]["gres"] == "gpu:1" and prof["set-resources"][rule]["gpu"] == 0, rule
+
+
+def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
+    """train.fuse_seeds on the demo: each table's config of each model (its 2 seeds) one
+    train_fused job; the ablation's one-seed runs train alone; every run evaluated as before;
+    `grassflow plan` sums a group's runs' estimates. Off (auto on a CPU): the demo unchanged."""
+    from pipeline import by_rule, planned
+
+    work = copy_repo(tmp_path)
+    off = planned(work)
+    assert by_rule(off)["train"] == 10 and "train_fused" not in by_rule(off)
+    on = planned(work, {"train": {"fuse_seeds": True}})
+    assert by_rule(on)["evaluate"] == by_rule(off)["evaluate"] == 10
+    assert by_rule(on)["train"] == 2 and {r for (rule, r) in on if rule == "train"} == {
+        "table1_pre_norm-transformer-s0", "table1_pre_norm-grassmann-s0"}
+    res = snakemake(work, "-n", "--configfile", "overlay.yaml")
+    groups = set(re.findall(r"wildcards: group=(\S+)", res.stdout))
+    assert groups == {f"{t}-{m}" for t in ("table1", "table2") for m in ("transformer", "grassmann")}
+    assert "--specs results/demo/specs/run/table1-grassmann-s0.json results/demo/specs/run/table1-grassmann-s1.json" \
+        in snakemake(work, "results/demo/runs/table1-grassmann-s1/run.json", "-np", "--configfile", "overlay.yaml").stdout
+    res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--configfile",
+                          str(work / "overlay.yaml")], cwd=work, env={**pipeline_env(), "PYTHONPATH": str(work / "src")},
+                         capture_output=True, text=True, timeout=600)
+    rows = plan_rows(res.stdout)
+    assert rows["train_fused"][1] == "4" and rows["train_fused"][2] == "gpu" and float(rows["train_fused"][3]) > 0
 
 
 def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):

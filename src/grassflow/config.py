@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -236,7 +237,31 @@ def main_run_ids(p: dict) -> list[str]:
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
 # (the rules hand compile, compile_mode and trackers to the training jobs as resources: exec_resources).
-EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu")
+EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu", "fuse_seeds")
+
+# train.device -> whether train.fuse_seeds `auto` fuses there, from `python -m grassflow.bench`
+# (fused rows). CPU: no faster per member (reports/bench/bench-cpu.md); CUDA: not yet measured
+# (a GPU default is only what ran on one); train.device auto: unknown where the jobs land.
+FUSE_WINS = {"cpu": False, "cuda": False}
+
+
+def fused_groups(p: dict, run_specs: dict[str, dict]) -> dict[str, list[str]]:
+    """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
+    group id g, the runs g-s<seed> for each of the preset's seeds, whose specs differ only in
+    their seed and run id. Ablation runs of other seeds train one by one."""
+    train = p["train"]
+    if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
+        return {}
+    if len(p["seeds"]) < 2:
+        return {}
+    groups = {}
+    for g in dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs):
+        members = [f"{g}-s{seed}" for seed in p["seeds"]]
+        if all(m in run_specs for m in members) and len({json.dumps(
+                {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
+                for m in members}) == 1:
+            groups[g] = members
+    return groups
 
 
 def exec_resources(train: dict) -> dict:

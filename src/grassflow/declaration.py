@@ -30,6 +30,9 @@ class Task:
     train: str  # (spec, train_tokens, val_tokens, out_dir, preflight, execution, <dir>_dir...) → model.safetensors, config.json, metrics.jsonl, run.json
     evaluate: str  # (weights, run_json, val_tokens, test_tokens, out, <dir>_dir...) → eval.json
     estimate: str  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
+    # (specs, train_tokens, val_tokens, out_dirs, work_dir, preflight, execution) → each run's train
+    # outputs: runs that differ only in their seed as one ensemble (train.fuse_seeds; the LM's)
+    train_fused: str | None = None
     token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
     aggregate: str | None = None  # (preset, preset_name, runs, out_dir) → its tables (the LM's: report.smk)
     outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/

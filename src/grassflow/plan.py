@@ -170,11 +170,12 @@ def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
 
 def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
          measured=False) -> list[dict]:
-    from grassflow.config import select_preset
+    from grassflow.config import fused_groups, select_preset
 
     config = load_config(project, configfiles, preset)
     name, P = select_preset(config)
     specs = {t.wildcard: t.specs(name, P) for t in TASKS.values()}
+    fused = fused_groups(P, specs["run"]) if P.get("experiments") else {}
     settings = config.get("estimate") or {}
     by_rule, default = cluster_resources(profile)
     local = local_rules(project)
@@ -183,18 +184,20 @@ def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, 
         rule = job["rule"]
         res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
         row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "limit_hours": 0.0,
-                                     "max_mem_mb": 0, "items": 0, "estimated": rule in RUN_RULES,
+                                     "max_mem_mb": 0, "items": 0, "estimated": rule in RUN_RULES or rule == "train_fused",
                                      "partition": "login node (local)" if rule in local else res.get("slurm_partition")})
         row["jobs"] += 1
         if rule not in local:
             row["limit_hours"] += int(res.get("runtime", 0)) / 60
             row["max_mem_mb"] = max(row["max_mem_mb"], int(res.get("mem_mb", 0)))
-        if rule in RUN_RULES:
-            task = RUN_RULES[rule][0]
-            spec = specs[task.wildcard][job["wildcards"][task.wildcard]]
-            est = job_estimate(rule, spec, P, settings, task.files(project / "results" / name, P))
-            row["est_hours"] += est.seconds / 3600 / est.share  # K runs share a GPU
-            row["items"] += est.items
+        if rule in RUN_RULES or rule == "train_fused":  # a fused group: its runs' estimates summed
+            task, stage = RUN_RULES[rule] if rule in RUN_RULES else (TASKS["lm"], "train")
+            runs = fused[job["wildcards"]["group"]] if rule == "train_fused" else [job["wildcards"][task.wildcard]]
+            for run in runs:
+                est = job_estimate(task.rule(stage), specs[task.wildcard][run], P, settings,
+                                   task.files(project / "results" / name, P))
+                row["est_hours"] += est.seconds / 3600 / est.share  # K runs share a GPU
+                row["items"] += est.items
     out = list(rows.values())
     if measured:
         wall = measured_seconds(project, name)

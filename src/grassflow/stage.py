@@ -19,6 +19,15 @@ from grassflow.declaration import STAGES, declared, entry
 def _train_args(p):
     p.add_argument("--spec", required=True, type=json_arg, help="the run's spec: " + JSON)
     required("train-tokens", "val-tokens", "out-dir")(p)
+
+
+def _train_fused_args(p):
+    p.add_argument("--specs", required=True, nargs="+", type=json_arg, help="each run's spec: " + JSON)
+    p.add_argument("--out-dirs", required=True, nargs="+", help="each run's directory, in the specs' order")
+    required("train-tokens", "val-tokens", "work-dir")(p)
+
+
+def _execution_args(p):
     p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
     p.add_argument("--compile", choices=("auto", "true", "false", "graph"), default="auto",
                    help="train.compile: torch.compile the training loss and validation forward, or (graph) "
@@ -63,7 +72,9 @@ AGGREGATE_ARGS = [required("preset", type=json_arg, help="the preset: " + JSON),
 
 # stage → (help, handler, argument groups)
 STAGE_COMMANDS = {
-    "train": ("train one run from its spec", _train, [_train_args]),
+    "train": ("train one run from its spec", _train, [_train_args, _execution_args]),
+    "train_fused": ("train runs that differ only in their seed as one ensemble (train.fuse_seeds)", _train,
+                    [_train_fused_args, _execution_args]),
     "evaluate": ("evaluate a run's best weights (model.safetensors, config.json beside it)", call,
                  [required("weights", "run-json", "val-tokens", "test-tokens", "out")]),
     "aggregate": ("its tables and figures", call, AGGREGATE_ARGS),
@@ -84,7 +95,7 @@ def parser(task, stage: str, prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=f"{task.title}: {help_}")
     for add in groups:
         add(p)
-    for d in task.dirs if stage in STAGES else ():
+    for d in task.dirs if stage in (*STAGES, "train_fused") else ():
         p.add_argument(f"--{d}-dir", help=f"the run's {d} directory")
     for split in ("val", "test") if stage == "evaluate" and task.documents else ():
         p.add_argument(f"--{split}-docs", help="the split's documents (the documents stage): its word-level "

@@ -102,8 +102,8 @@ class PlannedTask(Task):
 
     def entries(self) -> dict[str, tuple[str, str]]:
         """{command: (stage, "module:function")} of the commands the CLI makes from this declaration."""
-        named = {s: getattr(self, s) for s in ("train", "evaluate", "aggregate", "data", "download", "train_tokenizer",
-                                               "tokenize", "documents")}
+        named = {s: getattr(self, s) for s in ("train", "train_fused", "evaluate", "aggregate", "data", "download",
+                                               "train_tokenizer", "tokenize", "documents")}
         return {self.command(stage): (stage, e) for stage, e in named.items() if e}
 
 

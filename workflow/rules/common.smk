@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.config import ablation_runs, exec_resources, main_run_ids, run_train, select_preset
+from grassflow.config import ablation_runs, exec_resources, fused_groups, main_run_ids, run_train, select_preset
 from grassflow.staleness import CODE_INDEX, command_code, kind_code, remember
 from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
@@ -25,6 +25,9 @@ EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp 
 ABLATIONS = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
              for v, models in ablation_runs(PRESET, P, RUNS).items()}
 ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
+# {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
+FUSED = fused_groups(P, RUNS) if LM else {}
+FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
 PUBLISHED = str(Path("workflow", "resources", "published.yaml"))  # the paper's setup, published numbers
 SPLITS = ["train", "validation", "test"]
 TOKENIZER = P["tokenizer"]["name"] if LM else None
@@ -56,6 +59,18 @@ def estimated(rule):
 
     return {"runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
             "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt)}
+
+
+def fused_estimated():
+    """The resources of a fused group's job (rule train_fused): its runs' estimates summed, as
+    if the ensemble were no faster than its runs one after another (what it measured on a CPU)."""
+    from grassflow.estimate import job_estimate
+
+    def ests(wc):
+        return [job_estimate("train", RUNS[r], P, ESTIMATE, TASKS["lm"].files(RES, P)) for r in FUSED[wc.group]]
+
+    return {"runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
+            "mem_mb": lambda wc, attempt: sum(e.request_mb(attempt) for e in ests(wc))}
 
 
 # How each task's training jobs run, not what they compute (train.compile, compile_mode, trackers): handed
@@ -146,11 +161,13 @@ def preflight_file(device, backend="auto"):
 
 
 def run_preflight(task_name):
-    """The preflight a run's jobs of this task depend on: its device's, with a Grassmann run's op backend."""
+    """The preflight a run's jobs of this task depend on: its device's, with a Grassmann run's op
+    backend (a fused group's: its first run's)."""
     task = TASKS[task_name]
 
     def of(wc):
-        spec = TASK_RUNS[task_name][getattr(wc, task.wildcard)]
+        run = FUSED[wc.group][0] if hasattr(wc, "group") else getattr(wc, task.wildcard)
+        spec = TASK_RUNS[task_name][run]
         grassmann = spec["model_kind"] == "grassmann"
         return preflight_file(spec["train"]["device"], spec[task.model_key].get("plucker_backend", "auto") if grassmann else "auto")
 
@@ -223,8 +240,11 @@ def task_tokens(task):
 
 
 def estimate_benchmarks():
-    """The benchmark file (wall time) of every training and evaluation job, of every task."""
-    return [str(t.bench_file(RES, stage, r)) for t in TASKS.values() for stage in STAGES for r in TASK_RUNS[t.name]]
+    """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
+    group's run: its group's job's)."""
+    return [str(t.bench_file(RES, stage, r)) for t in TASKS.values() for stage in STAGES for r in TASK_RUNS[t.name]
+            if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)] + [
+        f"{RES}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
 
 
 def final_outputs():

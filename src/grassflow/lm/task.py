@@ -8,6 +8,7 @@ TASK = Task(
     part_key=None,
     runs="grassflow.config:runs",
     train="grassflow.lm.train:train",
+    train_fused="grassflow.lm.train:train_fused",
     evaluate="grassflow.lm.evaluate:evaluate_run",
     estimate="grassflow.estimate:lm_job",
     token_dir=lambda d, p: d / "data" / "tokens" / p["tokenizer"]["name"],
