@@ -315,7 +315,7 @@ def test_the_standin_holds_cupys_contracts(standin, gen):
     with pytest.raises(NotImplementedError):  # and name_expressions bypass CuPy's disk cache
         cupy.RawModule(code=mod_code, options=("-std=c++17",), name_expressions=["plucker_coeff<float>"])
     with pytest.raises(RuntimeError, match="outside a Device context"):
-        mod.get_function("plucker_coeff_r4_f32").kernel
+        _ = mod.get_function("plucker_coeff_r4_f32").kernel
     with cupy.cuda.Device(0):
         f = mod.get_function("plucker_coeff_r4_f32").kernel.ptr
     z, c, lags = torch.randn(2, 3, 4, generator=gen), torch.zeros(2, 3, 4), torch.ones(1, dtype=torch.int32)
