@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 CORES ?= all
 
-.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-profile gpu-concurrency gpu-table1-window plan lint clean
+.PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-profile gpu-paper-prepare gpu-wheels gpu-paper-window gpu-concurrency plan lint clean
 
 # Exactly the versions CI tested: constraints.txt (make lock). torch from PyPI: a CPU build here, the
 # same version built for CUDA on a GPU machine (docs/gpu.md).
@@ -89,6 +89,19 @@ gpu-check-run:
 	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
 
+# One GPU lease, the paper's Tables 1 and 2 (bench/gpu_paper_window.sh): prepare on any machine
+# (gpu-paper-prepare: paper_v1's token files and specs; gpu-wheels: what the GPU machine lacks),
+# carry results/paper_v1 and .whl, then run gpu-paper-window there (again, to resume).
+PAPER_V1 := --configfile config.yaml workflow/overlays/wikitext2-v1-local.yaml
+gpu-paper-prepare: $(VENV)/.installed
+	snakemake table1 table2 --cores all --until spec tokenize documents unigram download $(PAPER_V1)
+
+gpu-wheels: $(VENV)/.installed
+	PY=$(PY) bash bench/gpu_wheels.sh
+
+gpu-paper-window:
+	PY=$(PY) bash bench/gpu_paper_window.sh
+
 # One training step of each model under torch.profiler, eager and as one CUDA graph: the top kernels
 # by GPU time, kernels per step, the host's share (reports/bench/profile-cuda*.md).
 gpu-profile:
@@ -99,12 +112,6 @@ gpu-profile:
 # what train.runs_per_gpu's default is to be set from.
 gpu-concurrency:
 	$(PY) -m grassflow.bench --device cuda --concurrency 1,2,4,8 --mps --out reports/bench
-
-# One short GPU lease as one command (bench/gpu_table1_window.sh): K = 1, 2, 4, 8 runs side by side,
-# then paper_v1's Table 1 (3 seeds x 2 models, K = 6) for WINDOW seconds; each job then checkpoints
-# and exits 75 for `snakemake table1` to resume. Records, no weights: reports/gpu-window/.
-gpu-table1-window:
-	PY=$(PY) bash bench/gpu_table1_window.sh
 
 # What a preset will do and cost before it runs: jobs per rule and partition, device-hours, memory
 plan: $(VENV)/.installed

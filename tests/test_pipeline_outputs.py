@@ -203,18 +203,6 @@ def test_job_command_lines_are_short_and_can_be_pasted_to_rerun_a_job(demo, tmp_
     assert (work / "results/demo/report/table1.csv").read_bytes() == (demo / "results/demo/report/table1.csv").read_bytes()
 
 
-
-def test_the_gpu_window_scripts_train_command_is_the_train_rules(demo):
-    """bench/gpu_table1_window.sh starts training jobs on a GPU machine without Snakemake, with the
-    `train` rule's shell command copied: the same stage and the same options, or the copy has drifted."""
-    out = snakemake(demo, "-n", "-p", "--forceall").stdout
-    rule = next(c for c in re.findall(r"^Shell command: (.+)$", out, re.M) if " lm train " in c)
-    script = (ROOT / "bench/gpu_table1_window.sh").read_text()
-    copied = re.search(r"(-m grassflow\.stage lm train .*?)>", script, re.S).group(1)
-    options = lambda cmd: sorted(re.findall(r"(?<=\s)--[a-z][a-z-]*", cmd))  # noqa: E731
-    assert "-m grassflow.stage lm train " in rule and options(copied) == options(rule), (copied, rule)
-
-
 # --- real text: the laptop preset on ../shared's Wikitext-2 v1 -----------------------------------
 SHARED_DATA = ROOT.parent / "shared" / "data"
 BERT_VOCAB = SHARED_DATA / "tokenizers" / "bert-base-uncased"

@@ -49,6 +49,10 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
         if rule == "preflight":  # a check of the machine: no fingerprint, rerun only when missing
             assert code is None
             continue
+        if rule == "train_fused":  # a fused group's job: the LM's stage, with its runs' model kind
+            assert '"python -m grassflow.stage lm train_fused --' in block
+            assert code.group(1) == "train-fused" and "model_kind" in code.group(2)
+            continue
         if shell is None:  # a rule that runs no grassflow command (`all`)
             assert code is None, rule
             continue

@@ -10,6 +10,7 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
   kernels   old (441a7fd) vs new Plücker kernels through the same interface (bench/kernels.py)
   graph     the training step eager vs captured as one CUDA graph, and bitwise? (bench/graph.py)
   head      the LM head and its loss: reference, chunked, chunked-bf16 (bench/graph.py)
+  fused     a config's 3 seeds as one ensemble vs one seed: tokens/s per member and in all (bench/fused.py)
   --profile   instead of the parts: one step of each model under torch.profiler (bench/profile.py)
   peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench/peer.py)
   --generate  instead of the parts: decoding, incremental vs recompute (bench/generate.py)
@@ -45,6 +46,7 @@ from grassflow.bench.core import (
     step_table,
     to_markdown,
 )
+from grassflow.bench.fused import bench_fused
 from grassflow.bench.graph import bench_graph, bench_head
 from grassflow.bench.kernels import bench_kernels
 from grassflow.bench.peer import peer_step
@@ -62,8 +64,8 @@ def main(argv=None):
     ap.add_argument("--name", help="file stem (default bench-[quick-]<device>)")
     ap.add_argument("--peer", help="a checkout of kanenorman/grassmann: its Grassmann step beside ours (L=128, "
                                    "B=32; with --quick the smoke sizes)")
-    ap.add_argument("--parts", default="op,step,settings,launches,kernels,graph,head",
-                    help="comma-separated parts to run (op, step, settings, launches, kernels, graph, head)")
+    ap.add_argument("--parts", default="op,step,settings,launches,kernels,graph,head,fused",
+                    help="comma-separated parts to run (op, step, settings, launches, kernels, graph, head, fused)")
     ap.add_argument("--kernel-tokens", default="4096,12288,32768",
                     help="kernels: tokens per step (B·128) of old vs new kernels (the CPU shim: the first only)")
     ap.add_argument("--profile", action="store_true", help="instead of the parts: one training step of each model "
@@ -123,6 +125,8 @@ def main(argv=None):
         res["graph"] = bench_graph(device, *((32, 4, 2, vocab) if q else (128, 32, 6, vocab)))
     if "head" in parts:
         res["head"] = bench_head(device, *((256, vocab, 32) if q else (tokens, vocab, 256)))
+    if "fused" in parts:
+        res["fused"] = bench_fused(device, *((32, 4, 2, vocab) if q else (128, 32, 6, vocab)), steps=3 if q else 10)
     if "step" in parts:
         rows = []
         for L in lengths:

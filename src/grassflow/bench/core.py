@@ -185,6 +185,16 @@ def to_markdown(res) -> str:
                       [[r["model"], f"{r['L']} × {r['B']}", f"{r['eager_s'] * 1e3:.2f}", f"{r['graph_s'] * 1e3:.2f}",
                         f"**{r['speedup']:.2f}×**", f"{r['graph_tok_s']:,.0f}", "yes" if r["bitwise_at_dropout_0"] else "NO"]
                        for r in res["graph"]]), ""]
+    if res.get("fused"):
+        lines += ["## A config's seeds as one ensemble (train.fuse_seeds) vs one seed", "",
+                  "The loop's own step at a table's size, dropout 0.1; per member: the ensemble's step time / its "
+                  "members; speed-up per member = members × (one seed's step) / (the ensemble's step).", "",
+                  *markdown.table(
+                      ["model", "L × B, N", "members", "1 seed (ms)", "fused step (ms)", "tokens/s, 1 seed",
+                       "tokens/s per member, fused", "tokens/s in all, fused", "speed-up per member"],
+                      [[r["model"], f"{r['L']} × {r['B']}, {r['n_layers']}", r["members"], f"{r['one_s'] * 1e3:.1f}",
+                        f"{r['fused_s'] * 1e3:.1f}", f"{r['one_tok_s']:,.0f}", f"{r['fused_tok_s_per_member']:,.0f}",
+                        f"{r['fused_tok_s']:,.0f}", f"**{r['speedup_per_member']:.2f}×**"] for r in res["fused"]]), ""]
     if res.get("head"):
         lines += ["## The LM head and its loss, forward + backward", "", *markdown.table(
             ["backend", "N × V × d", "time (ms)", "peak memory (MB)"],

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One GPU lease as one command (`make gpu-paper-window`): the paper's Tables 1 and 2 at the paper's
+# settings on Wikitext-2 v1 (paper_v1: 3 seeds x 2 models each, 30 epochs), by the DAG itself.
+#   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window)
+#   2. a one-step profile of each model under torch.profiler (python -m grassflow.bench --profile),
+#      captured as one CUDA graph unless COMPILE says otherwise; if the captured step fails, the
+#      window runs eager and says so in window.log
+#   3. `snakemake $TARGETS` with train.fuse_seeds (each config's 3 seeds one job), the jobs side by
+#      side on the GPU (train.runs_per_gpu), their evaluations and the tables; at DEADLINE seconds
+#      from the start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
+#      Snakemake finishes what it can: the same command again, on the same machine, resumes them
+#   4. with the time left, the benchmark rows (old vs new kernels, graph vs eager, the head, fused)
+#   5. what comes back, without weights or checkpoints, packed into $OUT (at most 8 files of 16 MiB):
+#      window.log, the profile, records.tar.gz (each run's records and log, the tables and figures,
+#      Snakemake's benchmark files, the GPU's load)
+# Before the lease, on any machine (`make gpu-paper-prepare`): the token files and the specs, and
+# the wheels the GPU machine lacks (`make gpu-wheels`: snakemake for its Python), carried along.
+# The plumbing is tested on the CPU with the demo preset (tests/test_gpu_window.py).
+set -u
+START=$(date +%s)
+OUT=${OUT:-reports/wikitext2-v1-gpu}
+PY=${PY:-python3}
+PRESET=${PRESET:-paper_v1}
+TARGETS=${TARGETS:-table1 table2}
+CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
+DEADLINE=${DEADLINE:-500}        # seconds from the start to the SIGTERM of the training jobs
+COMPILE=${COMPILE:-graph}        # train.compile of the window's jobs
+RUNS_PER_GPU=${RUNS_PER_GPU:-4}  # the window's fused jobs side by side (Tables 1 and 2: 4)
+THREADS=${THREADS:-4}
+PROFILE_ARGS=${PROFILE_ARGS:---device cuda}
+BENCH_ARGS=${BENCH_ARGS:---device cuda --parts kernels,graph,head,fused}
+RES=results/$PRESET
+PREFLIGHT=${PREFLIGHT:-$RES/preflight/auto_auto.json}  # the preflight the runs depend on (train.device auto)
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+mkdir -p "$OUT" "$RES/logs"
+LOG="$OUT/window.log"
+trap 'DEADLINE=0' USR1  # kill -USR1 <this script>: the deadline is now (the jobs checkpoint)
+say() { echo "[window $(( $(date +%s) - START )) s] $*" | tee -a "$LOG"; }
+left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
+
+if [ -d .whl ]; then  # wheels carried for a machine that lacks them (make gpu-wheels)
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || { say "error: the carried wheels did not install"; exit 2; }
+fi
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+SNAKEMAKE="$PY -m snakemake"
+{ nvidia-smi 2>&1 || true; $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } > "$OUT/machine.txt" 2>&1
+say "preset $PRESET, targets $TARGETS, deadline $DEADLINE s, compile $COMPILE, $RUNS_PER_GPU jobs per GPU"
+
+# 1. the preflight, as the DAG names it (its device and backend: auto)
+$SNAKEMAKE "$PREFLIGHT" --cores all --configfile $CONFIGFILES --config preset=$PRESET \
+  > "$RES/logs/window-preflight.log" 2>&1 || { say "error: the preflight failed"; tail -20 "$RES/logs/window-preflight.log" | tee -a "$LOG"; exit 1; }
+say "preflight done"
+
+# 2. the profile: each model's step as the window will run it
+if ! timeout 150 $PY -m grassflow.bench $PROFILE_ARGS --profile --compile "$COMPILE" --out "$OUT" >> "$LOG" 2>&1; then
+  say "warning: the profile under compile $COMPILE failed; the window runs eager (compile false)"
+  COMPILE=false
+  timeout 120 $PY -m grassflow.bench $PROFILE_ARGS --profile --compile false --out "$OUT" >> "$LOG" 2>&1 || say "the eager profile failed too"
+fi
+say "profile done"
+
+# 3. the tables: fused seeds, side by side on the GPU, their evaluations and tables
+cat > "$RES/window.yaml" <<EOF
+presets:
+  $PRESET:
+    train: {fuse_seeds: true, runs_per_gpu: $RUNS_PER_GPU, threads: $THREADS, compile: $COMPILE}
+EOF
+(nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$RES/logs/gpu-load.csv" 2>&1 &)
+SLOTS=$($PY -m grassflow gpus --preset $PRESET --configfile $CONFIGFILES "$RES/window.yaml")  # K jobs per GPU
+$SNAKEMAKE $TARGETS --cores all $SLOTS --keep-going --rerun-incomplete \
+  --configfile $CONFIGFILES "$RES/window.yaml" --config preset=$PRESET > "$RES/logs/window-snakemake.log" 2>&1 &
+SM=$!
+while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 2; done
+if kill -0 $SM 2>/dev/null; then
+  say "deadline: SIGTERM to the training jobs (each checkpoints and exits 75; rerun to resume)"
+  while kill -0 $SM 2>/dev/null; do  # and to any Snakemake starts after it; it finishes the rest
+    pkill -TERM -f "grassflow[.]stage lm train(_fused)? " || true
+    sleep 2
+  done
+fi
+wait $SM; rc=$?
+pkill -f "nvidia-smi --query-gpu" || true
+say "snakemake exit $rc"
+grep -E "^(rule|localrule) |Finished jobid|Error in rule" "$RES/logs/window-snakemake.log" | tail -40 >> "$LOG"
+
+# 4. the benchmark rows, with the time left (at least 2 minutes)
+if [ "$(left)" -gt 0 ] || [ -n "${BENCH_ANYWAY:-}" ]; then
+  timeout $(( $(left) > 120 ? $(left) : 120 )) $PY -m grassflow.bench $BENCH_ARGS --out "$OUT" >> "$LOG" 2>&1 \
+    || say "the benchmark did not finish (exit $?)"
+fi
+
+# 5. what comes back: records, tables, figures, logs, benchmark files; no weights, no checkpoints
+tar czf "$OUT/records.tar.gz" --exclude='*.pt' --exclude='*.safetensors' --exclude='*.parquet' \
+  --exclude="$RES/fused" $(ls -d "$RES/runs" "$RES/report" "$RES/logs" "$RES/benchmarks" "$RES/preflight" 2>/dev/null)
+if [ "$(stat -c %s "$OUT/records.tar.gz")" -gt 16000000 ]; then
+  split -b 15m -d "$OUT/records.tar.gz" "$OUT/records.tar.gz.part" && rm "$OUT/records.tar.gz"
+fi
+shopt -s nullglob
+for d in "$RES"/runs/*/; do
+  say "$(basename "$d"): $(wc -l < "$d/metrics.jsonl" 2>/dev/null || echo 0) epochs$([ -f "$d/run.json" ] && echo ", finished")"
+done
+say "done"
+exit $rc
