@@ -23,8 +23,9 @@ def test_bench_quick_reports_every_part(tmp_path):
     # old vs new kernels at the smoke size, same inputs; the head's three paths; no graph off CUDA
     assert [(r["tokens"], r["r"]) for r in saved["kernels"]] == [(256, 32)]
     assert all(r["old_s"] > 0 and r["new_s"] > 0 for r in saved["kernels"])
-    assert [r["backend"] for r in saved["head"]] == ["reference", "chunked", "chunked-bf16"]
-    assert saved["graph"] == [] and "old (441a7fd) vs new" in md and "| chunked-bf16 |" in md
+    assert [r["backend"] for r in saved["head"]] == ["reference", "chunked"]  # chunked-bf16: CUDA's
+    assert saved["graph"] == [] and "old (441a7fd) vs new" in md and "| chunked |" in md
+    assert [(r["model"], r["members"]) for r in saved["fused"]] == [("transformer", 3), ("grassmann", 3)]
 
 
 def test_bench_profile_names_each_models_top_ops(tmp_path):
