@@ -89,7 +89,7 @@ def ours(model_dir: Path, docs: list[str]) -> dict:
     """The pipeline's number: each page's detokenized text encoded, its words counted on the page."""
     from grassflow.decode import open_model
 
-    model, tok = open_model(model_dir)
+    model, tok, _ = open_model(model_dir)
     return word_perplexity(model, [encode(tok, detokenize(p)) for p in docs], [harness_words(p) for p in docs],
                            model.cfg.context_len, prefix_id(tok), batch_size=4)
 

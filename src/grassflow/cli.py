@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from grassflow import fetch, stage
-from grassflow.command import json_arg, record, required, run
+from grassflow.command import ArgumentParser, json_arg, record, required, run
 from grassflow.stage import AGGREGATE_ARGS, STAGE_COMMANDS
 from grassflow.tasks import COMMANDS as TASK_COMMANDS
 from grassflow.tasks import TASKS, entry
@@ -42,9 +42,27 @@ def _baseline_args(p):
     p.add_argument("--published", required=True, help="workflow/resources/published.yaml")
 
 
+def _checked(kind, allowed: str, ok):
+    """An argparse type: `kind` of the value, refused (naming what is allowed) unless ok(value)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind.__name__}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {allowed}")
+        return value
+
+    return parse
+
+
 def _preflight_args(p):
-    p.add_argument("--device", nargs="+", default=["auto"], dest="devices", help="train.device value(s): auto, cpu, cuda")
-    p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", help="the Plücker op backend(s) the jobs use")
+    from grassflow.models.config import PLUCKER_BACKENDS
+
+    p.add_argument("--device", nargs="+", default=["auto"], dest="devices", choices=("auto", "cpu", "cuda"),
+                   help="train.device value(s)")
+    p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", choices=PLUCKER_BACKENDS,
+                   help="the Plücker op backend(s) the jobs use")
     p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
     p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
 
@@ -78,12 +96,19 @@ COMMANDS = [
      "grassflow.export:export_run",
      [lambda p: [p.add_argument("run_dir", help="results/<preset>/runs/<run>"), p.add_argument("out_dir"),
                  p.add_argument("--tokenizer", help="its tokenizer.json, where the pipeline's is not beside the run")]]),
-    ("generate", "continue a prompt with a model (an export or a run directory)", "grassflow.decode:generate_text",
+    ("generate", "continue a prompt with a model (an export or a run directory); a prompt longer than the "
+     "model's context is cropped to its last context_len tokens, said on stderr", "grassflow.decode:generate_text",
      [lambda p: [p.add_argument("model", help="an export (grassflow export) or a run directory"),
-                 p.add_argument("--prompt", required=True), p.add_argument("--max-new-tokens", type=int, default=50),
-                 p.add_argument("--temperature", type=float, default=1.0, help="0: greedy"),
-                 p.add_argument("--top-k", type=int), p.add_argument("--top-p", type=float),
-                 p.add_argument("--seed", type=int, default=0), p.add_argument("--device", default="cpu"),
+                 p.add_argument("--prompt", required=True, type=_checked(str, "a non-empty text", lambda v: v.strip())),
+                 p.add_argument("--max-new-tokens", type=_checked(int, "≥ 1", lambda v: v >= 1), default=50),
+                 p.add_argument("--temperature", type=_checked(float, "≥ 0", lambda v: v >= 0), default=1.0,
+                                help="0: greedy"),
+                 p.add_argument("--top-k", type=_checked(int, "≥ 1", lambda v: v >= 1)),
+                 p.add_argument("--top-p", type=_checked(float, "in (0, 1]", lambda v: 0 < v <= 1)),
+                 p.add_argument("--seed", type=int, default=0), p.add_argument("--device", default="cpu",
+                                                                                 choices=("cpu", "cuda")),
+                 p.add_argument("--tokenizer", help="its tokenizer.json, where none is beside the model (an export) "
+                                                    "or where the pipeline keeps it (a run directory)"),
                  p.add_argument("--recompute", action="store_true",
                                 help="no cache: every step reads the whole prefix (for comparison)")]]),
 ]
@@ -100,7 +125,7 @@ OWN_PARSERS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     fetch.add_commands(sub, [*COMMANDS, *fetch.COMMANDS])
     # listed here; main() hands their arguments to their own parsers (grassflow.stage's, bench's, plan's)
@@ -118,7 +143,14 @@ def main(argv=None) -> int:
         return stage.main([task.name, stage_, *argv[1:]], prog=f"grassflow {argv[0]}")
     record(argv)
     if argv[:1] and argv[0] in OWN_PARSERS:
-        entry(OWN_PARSERS[argv[0]][1])(argv[1:])
+        from grassflow.errors import MissingExtra
+
+        try:
+            command = entry(OWN_PARSERS[argv[0]][1])
+        except MissingExtra as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        command(argv[1:])
         return 0
     return run(build_parser().parse_args(argv))
 

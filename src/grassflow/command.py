@@ -18,12 +18,21 @@ from grassflow.errors import (
     ConfigError,
     DataError,
     DiskSpaceError,
+    ModelFileError,
     PreflightError,
 )
 
 JSON = "a JSON file, or JSON"
 PARSER_KEYS = {"cmd", "fn", "entry", "task"}  # what the parsers set besides the command's arguments
 RECORD_IMPORTS = "GRASSFLOW_RECORD_IMPORTS"  # a directory: each command writes the grassflow files it loaded
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose refusal of a command line is one line, as every other failure's:
+    `error: <prog>: <what>` (exit 2); `-h` gives the usage."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} -h)\n")
 
 
 def json_arg(value: str):
@@ -75,7 +84,8 @@ def run(args) -> int:
     """Run the parsed command `args.fn(args)`: an expected failure is one `error:` line, exit 1."""
     try:
         args.fn(args)
-    except (CommandError, DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError) as e:
+    except (CommandError, DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError,
+            ModelFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

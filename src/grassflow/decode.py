@@ -168,32 +168,68 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, *, temperature: floa
     return out
 
 
-def open_model(path, device="cpu"):
-    """(model, tokenizer) of an export or a finished run directory: the model from its
-    model.safetensors and config.json; the tokenizer beside it (an export) or where the pipeline
-    keeps the run's (a run directory)."""
+def open_model(path, device="cpu", tokenizer=None):
+    """(model, tokenizer, the unknown token's id where `<unk>` is read as it (the model was trained
+    on Wikitext-2 v1 with tokenizer.map_unk), else None) of an export or a finished run directory:
+    the model from its model.safetensors and config.json; the tokenizer `tokenizer`, or the one
+    beside it (an export), or where the pipeline keeps the run's (a run directory)."""
     from pathlib import Path
 
     from tokenizers import Tokenizer
 
+    from grassflow.errors import CommandError
+    from grassflow.export import find_tokenizer, model_from_run, unk_mapped
+    from grassflow.lm.tokenize import unk_id_of
+    from grassflow.pretrained import load_model, read_config
+
     path = Path(path)
-    if (path / "tokenizer.json").is_file():
-        from grassflow.pretrained import load_model
-
-        return load_model(path, device), Tokenizer.from_file(str(path / "tokenizer.json"))
-    from grassflow.export import find_tokenizer, model_from_run
-
-    model, record = model_from_run(path)
-    return model.to(device), Tokenizer.from_file(str(find_tokenizer(path, record)))
+    if not (path / "run.json").is_file():  # an export
+        config = read_config(path)
+        tok_file = Path(tokenizer) if tokenizer else path / "tokenizer.json"
+        if not tok_file.is_file():
+            raise CommandError(f"{path}: no tokenizer.json beside the model: give its tokenizer with --tokenizer "
+                               f"(the one config.json's tokenizer sha256 names)")
+        tok_cfg = config.get("tokenizer") or {}
+        map_unk, name = tok_cfg.get("map_unk"), tok_cfg.get("name", "")
+        if not isinstance(map_unk, bool):  # guessing would change what a v1 model's numbers mean
+            raise CommandError(f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 v1's "
+                               "`<unk>` as one unknown token); export the run again with `grassflow export`")
+        model = load_model(path, device)
+    else:
+        model, record = model_from_run(path)
+        model, map_unk, name = model.to(device), unk_mapped(record), record["data"]["train"]["tokenizer"]
+        tok_file = find_tokenizer(path, record, tokenizer)
+    try:
+        tok = Tokenizer.from_file(str(tok_file))
+    except Exception as e:  # the tokenizers library raises its own Exception on a bad file
+        raise CommandError(f"{tok_file}: not a tokenizer.json ({str(e).splitlines()[0]})") from None
+    return model, tok, unk_id_of(tok, name) if map_unk else None
 
 
 def generate_text(model, prompt, max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0,
-                  device="cpu", recompute=False) -> str:
-    """`grassflow generate`: the prompt's continuation, printed and returned."""
-    net, tok = open_model(model, device)
-    ids = tok.encode(prompt, add_special_tokens=False).ids
+                  device="cpu", recompute=False, tokenizer=None) -> str:
+    """`grassflow generate`: the prompt's continuation, printed and returned. The prompt is encoded
+    as the model's training text was (a literal `<unk>` is the unknown token where its tokens
+    mapped it); a prompt longer than the model's context is cropped to its last context_len
+    tokens, said on stderr."""
+    import sys
+
+    import torch
+
+    from grassflow.errors import CommandError
+    from grassflow.lm.tokenize import encode_rows
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise CommandError(f"--device {device}: no CUDA device here (torch {torch.__version__}, built for CUDA "
+                           f"{torch.version.cuda}); use --device cpu")
+    net, tok, unk_id = open_model(model, device, tokenizer)
+    ids = encode_rows(tok, [prompt], unk_id=unk_id)[0].tolist()
     if not ids:
-        raise ValueError(f"--prompt {prompt!r}: no tokens")
+        raise CommandError(f"--prompt {prompt!r}: no tokens to start from")
+    L = net.cfg.context_len
+    if len(ids) > L:
+        print(f"note: the prompt is {len(ids)} tokens; the model reads its last {L} (context_len)", file=sys.stderr)
+        ids = ids[-L:]
     out = generate(net, torch.tensor([ids], device=device), max_new_tokens, temperature=temperature,
                    top_k=top_k, top_p=top_p, seed=seed, recompute=recompute)
     text = tok.decode(out[0, len(ids):].tolist())

@@ -24,3 +24,12 @@ class DiskSpaceError(RuntimeError):
 
 class CommandError(ValueError):
     """A command line the command cannot honour (an argument no parameter takes)."""
+
+
+class ModelFileError(ValueError):
+    """A model directory (an export, a run's) whose files do not make the model they describe;
+    the message names the file and the key or tensor."""
+
+
+class MissingExtra(ImportError):
+    """An optional extra that a command needs is not installed; the message names the install."""

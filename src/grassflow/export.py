@@ -152,6 +152,9 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
         raise CommandError(f"{out}: exists; export into a new directory")
     model, record = model_from_run(run_dir)
     evaluation = _json(run_dir / "eval.json")
+    if evaluation.get("weights_sha256") != record["weights_sha256"]:  # the card's numbers must be these weights'
+        raise CommandError(f"{run_dir / 'eval.json'}: it evaluated weights {str(evaluation.get('weights_sha256'))[:12]}…, "
+                           f"not the run's {record['weights_sha256'][:12]}…: rerun its evaluation (snakemake)")
     tok = find_tokenizer(run_dir, record, tokenizer)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -274,7 +274,7 @@ def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewe
             load_trained(viewer, member_state(model, e))
         return task.validate(eval_model)
 
-    trackers = [Trackers(execution["trackers"], r.spec, r.out_dir) for r in runs]
+    trackers = [Trackers(execution["trackers"], r.spec, r.out_dir, fresh=state is None) for r in runs]
     losses = EpochLoss(device, E)
     train_step = TrainStep(model, compiled.loss, opt, tcfg["grad_clip"], device, losses, capture=compiled.graph)
     eval_model = GraphedForward(compiled.eval_model, device) if compiled.graph else compiled.eval_model

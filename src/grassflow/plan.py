@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from grassflow import markdown
+from grassflow.command import ArgumentParser
 from grassflow.estimate import job_estimate
 from grassflow.tasks import RUN_RULES, TASKS
 
@@ -228,9 +229,7 @@ def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="grassflow plan", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="grassflow plan", description=__doc__.split("\n")[0])
     ap.add_argument("--preset", help="the preset to plan (default: config.yaml's, or the configfiles')")
     ap.add_argument("--configfile", nargs="*", default=[], help="config overlays, as snakemake --configfile")
     ap.add_argument("--profile", default="profiles/slurm", help="cluster profile whose partitions to show")

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from grassflow.command import JSON, call, json_arg, record, required, run
+from grassflow.command import JSON, ArgumentParser, call, json_arg, record, required, run
 from grassflow.declaration import STAGES, declared, entry
 
 
@@ -92,7 +92,7 @@ STAGE_COMMANDS = {
 def parser(task, stage: str, prog: str) -> argparse.ArgumentParser:
     """The command line of `task`'s `stage` (a task's runs' jobs also get `--<dir>-dir` per declared dir)."""
     help_, fn, groups = STAGE_COMMANDS[stage]
-    p = argparse.ArgumentParser(prog=prog, description=f"{task.title}: {help_}")
+    p = ArgumentParser(prog=prog, description=f"{task.title}: {help_}")
     for add in groups:
         add(p)
     for d in task.dirs if stage in (*STAGES, "train_fused") else ():

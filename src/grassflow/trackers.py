@@ -68,11 +68,21 @@ class WandB:
         self.run.finish()
 
 
-class Trackers:
-    """The chosen trackers as one: log(values, step) to each, close() all."""
+DIRS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # each tracker's directory in the run directory
 
-    def __init__(self, names, spec: dict, out_dir):
+
+class Trackers:
+    """The chosen trackers as one: log(values, step) to each, close() all. A run started afresh
+    (`fresh`) starts its trackers' directories afresh: an abandoned attempt's curves are not
+    this run's; a resumed run appends to them."""
+
+    def __init__(self, names, spec: dict, out_dir, fresh: bool = True):
         self.open = []
+        if fresh:
+            import shutil
+
+            for name in DIRS.values():
+                shutil.rmtree(Path(out_dir) / name, ignore_errors=True)
         for name in names or ():
             if name not in CHOICES:
                 raise ConfigError(f"train.trackers: unknown tracker {name!r} (choices: {', '.join(CHOICES)})")

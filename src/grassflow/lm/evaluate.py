@@ -21,6 +21,7 @@ context its definition gives it (tests/test_perplexity.py).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from grassflow.data import DataError
 from grassflow.io import sha256_file, write_json
@@ -62,7 +63,7 @@ def evaluate_run(weights, run_json, val_tokens, test_tokens, out, val_docs=None,
     if not evaluable:
         return result
     spec = ckpt["spec"]
-    cfg = config_from_json(ckpt)
+    cfg = config_from_json({k: v for k, v in ckpt.items() if k != "model"}, Path(weights).parent / "config.json")
     model = build_model(spec["model_kind"], cfg)
     load_trained(model, ckpt["model"])
     model = model.to(device)

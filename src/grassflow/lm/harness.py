@@ -31,36 +31,17 @@ import sys
 
 import torch
 
+from grassflow.errors import MissingExtra
+
 try:
     from lm_eval import utils
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
-except ImportError as e:  # an optional extra: say which
-    raise ImportError(f"grassflow.lm.harness needs lm-evaluation-harness ({e}): pip install -e '.[eval]'") from e
+except ImportError as e:  # an optional extra: say which (the CLI prints it as its one error line)
+    raise MissingExtra(f"grassflow lm-eval needs lm-evaluation-harness ({e}): pip install 'grassflow[eval]'") from e
 
 from grassflow.decode import generate, open_model
 from grassflow.lm.rolling import encode, prefix_id, score
-
-
-def unk_id(path, tokenizer) -> int | None:
-    """The id a literal `<unk>` encodes to: the tokenizer's unknown token where the model's
-    training data read Wikitext-2 v1's `<unk>` as it (tokenizer.map_unk: config.json's
-    tokenizer.map_unk in an export, run.json in a run directory), else None (split in pieces)."""
-    import json
-    from pathlib import Path
-
-    from grassflow.export import unk_mapped
-    from grassflow.lm.tokenize import unk_id_of
-
-    path = Path(path)
-    if (path / "run.json").is_file():
-        mapped = unk_mapped(json.loads((path / "run.json").read_text()))
-    else:  # an export: guessing would change what a v1 model's number means
-        mapped = (json.loads((path / "config.json").read_text()).get("tokenizer") or {}).get("map_unk")
-        if not isinstance(mapped, bool):
-            raise ValueError(f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 v1's "
-                             "`<unk>` as one unknown token); export the run again with `grassflow export`")
-    return unk_id_of(tokenizer, str(path)) if mapped else None
 
 
 @register_model("grassflow")
@@ -68,13 +49,12 @@ class GrassflowLM(LM):
     def __init__(self, pretrained: str, device: str = "cpu", batch_size=16, max_batch_size=None,
                  prefix_token: str | None = None, max_gen_toks=256):
         super().__init__()
-        self.model, self.tokenizer = open_model(pretrained, device)
+        self.model, self.tokenizer, self.unk_id = open_model(pretrained, device)
         self.dev = torch.device(device)
         self.L = self.model.cfg.context_len
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16  # "auto" (not measured): 16
         del max_batch_size  # what "auto" would cap
         self.prefix = prefix_id(self.tokenizer, prefix_token)
-        self.unk_id = unk_id(pretrained, self.tokenizer)
         self.max_gen_toks = int(max_gen_toks)
 
     def tok_encode(self, text: str) -> list[int]:
@@ -82,7 +62,15 @@ class GrassflowLM(LM):
 
     def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """(log-probability of the continuation, whether greedy decoding gives it) of each
-        (context, continuation): the model reads the last L+1 tokens of both, less the last."""
+        (context, continuation): the model reads the last L+1 tokens of both, less the last. A
+        continuation must have a token and fit the context (HFLM asserts the same)."""
+        for c, x in pairs:
+            if not x:
+                raise ValueError(f"an empty continuation (after a context of {len(c)} tokens) has no "
+                                 "log-probability to score")
+            if len(x) > self.L:
+                raise ValueError(f"a continuation of {len(x)} tokens does not fit the model's context of "
+                                 f"{self.L} (context_len)")
         return score(self.model, [((c + x)[-(self.L + 1):][:-1], x) for c, x in pairs], self.batch_size, self.dev)
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:

@@ -5,6 +5,8 @@ receptive field for Grassmann, N·window for a windowed Transformer, the context
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -46,7 +48,7 @@ def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
 
 def evaluate_recall_run(weights, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
     ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
-    cfg = config_from_json(ckpt)
+    cfg = config_from_json({k: v for k, v in ckpt.items() if k != "model"}, Path(weights).parent / "config.json")
     spec = ckpt["spec"]
     result["reach"] = reach(spec["model_kind"], cfg)
     if not evaluable:
