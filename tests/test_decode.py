@@ -63,6 +63,26 @@ def test_generation_is_deterministic_under_a_seed_and_incremental_equals_recompu
     assert torch.equal(greedy, generate(model, prompt, 15, temperature=0, recompute=True))
 
 
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_sampled_decoding_equals_recompute_to_the_context_limit_and_from_a_prompt_longer_than_it(kind, gen):
+    """Sampled under a seed, incremental decoding draws what recomputing every prefix draws: up to
+    the last position of the context (prompt 4 + 19 new = 23 = context_len), and from a prompt
+    longer than the context (both read its last context_len tokens for the first new one)."""
+    model = small(kind)
+    sampled = dict(temperature=0.9, top_k=20, top_p=0.9, seed=3)
+    prompt = torch.randint(0, 37, (2, 4), generator=gen)
+    inc = generate(model, prompt, 19, **sampled)
+    assert inc.shape == (2, 23) and torch.equal(inc, generate(model, prompt, 19, recompute=True, **sampled))
+    long = torch.randint(0, 37, (2, 30), generator=gen)
+    first = generate(model, long, 1, **sampled)
+    assert torch.equal(first, generate(model, long, 1, recompute=True, **sampled))
+    with torch.no_grad():  # and that first token is drawn from the last context_len tokens' logits
+        g = torch.Generator().manual_seed(3)
+        from grassflow.decode import sample
+
+        assert torch.equal(first[:, -1:], sample(model(long[:, -23:])[:, -1], 0.9, 20, 0.9, g))
+
+
 def test_past_the_context_the_window_slides(gen):
     """Incrementally, past context_len the last context_len/2 tokens are read anew: the step after
     the slide equals recomputing those tokens alone."""

@@ -193,7 +193,6 @@ def test_loglikelihood_and_generation_through_the_harness(model_dir):
     prefix token as its context); greedy generation is our decoder's, cut at the stop string."""
     from lm_eval.api.instance import Instance
 
-    from grassflow.decode import generate
     from grassflow.lm.harness import GrassflowLM
 
     lm = GrassflowLM(str(model_dir), batch_size=2)
@@ -203,11 +202,60 @@ def test_loglikelihood_and_generation_through_the_harness(model_dir):
     (rolling,) = lm.loglikelihood_rolling([req((text,), "loglikelihood_rolling")])
     assert ll == pytest.approx(rolling, rel=1e-6)
     ids = lm.tok_encode("the history")
-    greedy = lm.tokenizer.decode(generate(lm.model, torch.tensor([ids]), 5, temperature=0.0)[0, len(ids):].tolist())
+    with torch.no_grad():  # greedy by hand: the whole prefix each step, its last position's argmax
+        seq = list(ids)
+        for _ in range(5):
+            seq.append(int(lm.model(torch.tensor([seq]))[0, -1].argmax()))
+    greedy = lm.tokenizer.decode(seq[len(ids):])
     (out,) = lm.generate_until([req(("the history", {"until": ["\n"], "max_gen_toks": 5}), "generate_until")])
     assert out == greedy.split("\n")[0]
     with pytest.raises(TypeError, match="no_such_arg"):
         GrassflowLM(str(model_dir), no_such_arg=1)
+
+
+def _by_hand(model, context: list[int], continuation: list[int], L: int) -> tuple[float, bool]:
+    """What HFLM computes for (context, continuation), done here without grassflow's scorer: the
+    model reads the last L+1 tokens of both, less the last; the continuation's tokens are scored at
+    the last len(continuation) positions; greedy iff each is its position's argmax."""
+    ids = (context + continuation)[-(L + 1):]
+    with torch.no_grad():
+        logp = model(torch.tensor([ids[:-1]]))[0].double().log_softmax(-1)[-len(continuation):]
+    targets = torch.tensor(ids[-len(continuation):])
+    return float(logp.gather(1, targets[:, None]).sum()), bool((logp.argmax(-1) == targets).all())
+
+
+def test_loglikelihood_splits_truncates_and_says_greedy_as_hflm(model_dir):
+    """The context/continuation split (a context's trailing spaces move to the continuation), the
+    truncation to the last L+1 tokens for a context longer than the model's, `is_greedy` (a
+    continuation made of the model's own greedy tokens is greedy), each against the computation by
+    hand; an empty or longer-than-the-context continuation is refused, naming why."""
+    from lm_eval.api.instance import Instance
+
+    from grassflow.lm.harness import GrassflowLM
+
+    lm = GrassflowLM(str(model_dir), batch_size=2)
+    req = lambda c, x: Instance(request_type="loglikelihood", doc={}, arguments=(c, x), idx=0)  # noqa: E731
+    enc = lm.tok_encode
+    short = lm.loglikelihood([req("the history ", "of the place")])[0]
+    assert short == pytest.approx(_by_hand(lm.model, enc("the history"), enc(" of the place"), L), rel=1e-5)
+    assert short == pytest.approx(lm.loglikelihood([req("the history", " of the place")])[0], rel=1e-6)
+    long_ctx = "the history of the place and its people " * 6
+    assert len(enc(long_ctx)) > L + 1
+    got = lm.loglikelihood([req(long_ctx, "the end")])[0]
+    assert got == pytest.approx(_by_hand(lm.model, enc(long_ctx.rstrip()), enc(" the end"), L), rel=1e-5)
+    ctx = enc("the history")
+    with torch.no_grad():
+        seq = list(ctx)
+        for _ in range(3):
+            seq.append(int(lm.model(torch.tensor([seq]))[0, -1].argmax()))
+    own = seq[len(ctx):]  # the model's greedy tokens: greedy; one of them changed: not
+    other = own[:-1] + [(own[-1] + 1) % lm.model.cfg.vocab_size]
+    assert [g for _, g in lm._score([(ctx, own), (ctx, other)])] == [True, False]
+    assert _by_hand(lm.model, ctx, own, L)[1] is True and _by_hand(lm.model, ctx, other, L)[1] is False
+    with pytest.raises(ValueError, match="an empty continuation"):
+        lm.loglikelihood([req("the history", "")])
+    with pytest.raises(ValueError, match=rf"a continuation of \d+ tokens does not fit the model's context of {L}"):
+        lm.loglikelihood([req("the", " history of the place and its people" * 4)])
 
 
 def test_grassflow_lm_eval_is_lm_evals_command_line(tmp_path):
