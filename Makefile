@@ -21,8 +21,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # constraints.txt anew: the newest versions pyproject.toml allows, resolved in a fresh venv, frozen
-# (torch's local label dropped: the pin then holds for its CPU and CUDA builds alike). Commit it once
-# `make test` passes with it (docs/development.md).
+# (torch's local label dropped: the pin then holds for its CPU and CUDA builds alike), and the newest
+# CuPy for each CUDA major (the gpu-cuda12/13 extras, installed by gpu-check with these pins; not
+# installed here: its CUDA libraries are GBs). Commit it once `make test` passes with it (docs/development.md).
 LOCK_VENV := .lock-venv
 lock:
 	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
@@ -30,7 +31,10 @@ lock:
 	$(LOCK_VENV)/bin/python -m pip install -q torch
 	$(LOCK_VENV)/bin/python -m pip install -q -e ".[dev,slurm,eval,tensorboard,wandb]"
 	{ echo "# Every dependency at the version CI tests (make lock regenerates; pip install -c constraints.txt ...)."; \
-	  $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; } > constraints.txt
+	  $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; \
+	  for c in cupy-cuda12x cupy-cuda13x; do \
+	    $(LOCK_VENV)/bin/python -m pip index versions $$c 2>/dev/null | sed -nE "1s/^($$c) \(([^)]+)\)$$/\1==\2/p"; \
+	  done; } > constraints.txt
 	rm -rf $(LOCK_VENV)
 
 demo: $(VENV)/.installed
@@ -79,7 +83,7 @@ bench: $(VENV)/.installed
 gpu-check: $(VENV)/.installed
 	@major=$$($(PY) -c 'import torch; print((torch.version.cuda or "").split(".")[0])'); \
 	  if [ -z "$$major" ]; then echo "error: torch $$($(PY) -c 'import torch; print(torch.__version__)') is a CPU build: install torch for CUDA 12 or 13 first (docs/gpu.md)"; exit 1; fi; \
-	  echo "$(PY) -m pip install -e .[gpu-cuda$$major]"; $(PY) -m pip install -q -e ".[gpu-cuda$$major]"
+	  echo "$(PY) -m pip install -c constraints.txt -e .[gpu-cuda$$major]"; $(PY) -m pip install -q -c constraints.txt -e ".[gpu-cuda$$major]"
 	$(MAKE) gpu-check-run PY=$(PY)
 
 # The same without installing, for a machine whose Python already holds torch (CUDA) and CuPy:

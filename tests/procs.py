@@ -36,12 +36,42 @@ def _wait_for_checkpoints(path, proc, k: int, timeout=HANG) -> None:
     assert proc.poll() is not None or seen >= k, f"{seen} of {k} checkpoints after {timeout} s: hung"
 
 
-def stop_then_signal(proc, sig) -> None:
+def stop_then_signal(proc, sig, still=None) -> None:
     """Deliver `sig` to a frozen process: SIGSTOP, the signal, SIGCONT. Whatever it was doing
-    when frozen, it handles the signal from there, so a fast run cannot finish first."""
+    when frozen, it handles the signal from there, so a fast run cannot finish first. `still()`:
+    the state the signal is meant for, checked while it is frozen (it cannot change then): a
+    test whose process got past it fails, naming that, instead of testing something else."""
     proc.send_signal(signal.SIGSTOP)
+    if still is not None and not still():
+        proc.send_signal(signal.SIGCONT)
+        raise AssertionError("the process got past the state this signal is for before it could be delivered")
     proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
+
+
+IN_CI = __import__("os").environ.get("CI") == "true"
+
+
+def needs(present: bool, reason: str):
+    """A skipif marker for a feature's prerequisite (../shared's data, which CI has): skipped on
+    a developer's machine without it, run in CI (CI=true), where the missing file then fails it."""
+    import pytest
+
+    return pytest.mark.skipif(not present and not IN_CI, reason=reason)
+
+
+def import_or_skip(name: str, module_level: bool = False):
+    """pytest.importorskip for an optional extra that CI installs: a skip elsewhere, a failure in CI."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if IN_CI:
+            pytest.fail(f"in CI this cannot be skipped: no {name} ({e})", pytrace=False)
+        pytest.skip(f"no {name} ({e})", allow_module_level=module_level)
 
 
 def skip_or_fail_in_ci(reason: str) -> None:

@@ -18,6 +18,7 @@ from grassflow.data.tokenizers import load_tokenizer
 from grassflow.lm.data import download, read_tokens
 from grassflow.lm.synthetic import generate_split
 from grassflow.lm.tokenize import leading_rows, tokenize_split, train_tokenizer
+from procs import needs
 
 SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
 SYN = {"source": "synthetic", "synthetic": {"seed": 3, "articles": {"train": 20, "validation": 3, "test": 3}}}
@@ -130,7 +131,7 @@ def test_eval_max_tokens_cuts_validation_and_test_to_leading_rows(tmp_path):
     assert leading_rows(rows_of(0, 5, 1), 2) == 2  # at least one non-blank row, even over the cap
 
 
-@pytest.mark.skipif(not SHARED_TEST.exists(), reason="../shared/data not present")
+@needs(SHARED_TEST.exists(), "../shared/data not present")
 def test_real_wikitext_test_split(tmp_path):
     rows = read_rows(SHARED_TEST)
     assert len(rows) == 4358 and sum(1 for r in rows if r) == 2891

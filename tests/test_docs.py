@@ -253,3 +253,40 @@ def test_the_checks_catch_a_broken_page(tmp_path):
                                               "gpus-make-gpu-check-and-what-is-verified-where")])
 def test_anchors_are_githubs(heading, anchor):
     assert slug(heading) == anchor
+
+
+def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
+    """Every ```python block of the docs and the README runs as written, in a directory holding
+    the paths they name (an export and a run directory of a tiny trained model); the hub's upload
+    is a stand-in that records its call (no network here)."""
+    import re
+    import shutil
+    import sys
+    import types
+
+    from grassflow.export import export_run
+    from grassflow.lm.evaluate import evaluate_run
+    from grassflow.lm.train import train
+    from specs import LM_SPEC
+
+    run = tmp_path / "results/paper/runs/table1-grassmann-s0"
+    train({**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": 2}},
+          tokens / "train.parquet", tokens / "validation.parquet", run)
+    evaluate_run(run / "model.safetensors", run / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
+                 run / "eval.json")
+    export_run(run, tmp_path / "exports/table1-grassmann-s0", tokenizer=tokens / "tok.json")
+    uploads = []
+    hub = types.ModuleType("huggingface_hub")
+    hub.upload_folder = lambda **kw: uploads.append(kw)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    monkeypatch.chdir(tmp_path)
+    snippets = [(md.relative_to(ROOT), code) for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+                for code in re.findall(r"```python\n(.*?)```", md.read_text(), re.S)]
+    assert len(snippets) >= 2
+    for where, code in snippets:
+        try:
+            exec(compile(code, str(where), "exec"), {"__name__": "__snippet__"})
+        except Exception as e:
+            raise AssertionError(f"a snippet of {where} fails: {type(e).__name__}: {e}\n{code}") from e
+    assert uploads and all(Path(u["folder_path"]).is_dir() for u in uploads)
+    shutil.rmtree(tmp_path / "exports")

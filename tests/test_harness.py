@@ -30,6 +30,7 @@ from grassflow.lm.rolling import (
 from grassflow.lm.synthetic import generate_split
 from grassflow.models import ModelConfig, build_model
 from grassflow.pretrained import save_pretrained
+from procs import needs
 
 L = 16  # short windows: most documents span several
 SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
@@ -163,7 +164,7 @@ def test_an_export_without_tokenizer_map_unk_is_refused_not_guessed(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED_TEST.is_file(), reason="needs ../shared (the Wikitext-2 raw test split)")
+@needs(SHARED_TEST.is_file(), "needs ../shared (the Wikitext-2 raw test split)")
 def test_lm_eval_reports_our_word_perplexity_on_the_wikitext2_test_split(tmp_path):
     """The real test split (its 62 articles: the document-level test split's count), cut as a
     preset's eval_max_tokens cuts it, through the documents stage as the pipeline runs it: the

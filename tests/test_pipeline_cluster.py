@@ -113,6 +113,51 @@ def training_pids(work: Path, run: str) -> list[str]:
     return here
 
 
+class Watcher:
+    """`poll()` every `every` seconds in a thread while a pipeline runs; stop() re-raises in the
+    test's thread whatever the thread raised (it would otherwise die silently, and the test go on
+    without its watcher) and then calls `final()` once, synchronously: the final states, which a
+    last poll racing the pipeline's end might have missed."""
+
+    def __init__(self, poll, every: float, final):
+        import threading
+
+        self.poll, self.every, self.final = poll, every, final
+        self.done, self.errors = threading.Event(), []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            while not self.done.is_set():
+                self.poll()
+                self.done.wait(self.every)
+        except BaseException as e:  # noqa: BLE001  (handed to the test's thread)
+            self.errors.append(e)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        if self.errors:
+            raise self.errors[0]
+        self.final()
+
+
+def _signal_all(pids, sig) -> list[str]:
+    """Send `sig` to each pid; those that ended meanwhile are skipped (returns those signalled)."""
+    sent = []
+    for pid in pids:
+        try:
+            os.kill(int(pid), sig)
+            sent.append(pid)
+        except ProcessLookupError:  # ended between pgrep and now
+            pass
+    return sent
+
+
 def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
     """(rule, run) of every job Snakemake ran inside SLURM job `jid`, from its kept log."""
     (log,) = list((work / ".snakemake/slurm_logs").glob(f"**/{jid}.log")) or [None]
@@ -131,8 +176,6 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     retried with a longer limit and resume from their checkpoints; every run's row of every table
     equals the local demo's."""
     import signal
-    import threading
-    import time
 
     from grassflow.config import runs, select_preset
     from grassflow.estimate import job_estimate
@@ -143,7 +186,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     work = copy_repo(tmp_path)
     profile = site_profile(work)
     env = pipeline_env()
-    seen, cancelled, timed, limit_before, done = {}, {}, {}, {}, threading.Event()
+    seen, cancelled, timed, limit_before = {}, {}, {}, {}
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 
     def lm_run(jid, fields):
@@ -153,38 +196,34 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         run = next((r for rule, r in _jobs_of_allocation(work, jid) if rule == "train"), None)
         return run if run and (work / "results/demo/runs" / run / "last.pt").exists() else None
 
-    def watch():  # job records straight from slurmctld, while they exist (MinJobAge=30 s)
-        while not done.is_set():
-            for jid, fields in scontrol_jobs().items():
-                if jid in before:
-                    continue
-                seen.setdefault(jid, {}).update(fields)
-                run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
-                if run and not cancelled:  # preempted mid-training, after a checkpoint (unless it just ended)
-                    if subprocess.run(["scancel", jid]).returncode == 0:
-                        cancelled[jid] = run
-                elif run and not timed and run not in cancelled.values():
-                    # hold the training process so that it is still running when SLURM's limit
-                    # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
-                    pids = training_pids(work, run)
-                    if pids:
-                        for pid in pids:
-                            os.kill(int(pid), signal.SIGSTOP)
-                        if subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"]).returncode == 0:
-                            timed[jid] = run
-                            limit_before[jid] = fields["TimeLimit"]
-                        else:  # the allocation ended first: let the process go, and try another
-                            for pid in pids:
-                                os.kill(int(pid), signal.SIGCONT)
-            time.sleep(0.5)
+    def record():  # job records straight from slurmctld, while they exist (MinJobAge=30 s)
+        jobs = {jid: fields for jid, fields in scontrol_jobs().items() if jid not in before}
+        for jid, fields in jobs.items():
+            seen.setdefault(jid, {}).update(fields)
+        return jobs
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--configfile", str(SMALL),
-                          "--config", "preset=demo"], cwd=work, env=env, capture_output=True, text=True, timeout=3600)
-    time.sleep(1)
-    done.set()
-    watcher.join()
+    def watch():
+        for jid, fields in record().items():
+            run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
+            if run and not cancelled:  # preempted mid-training, after a checkpoint (unless it just ended)
+                if subprocess.run(["scancel", jid]).returncode == 0:
+                    cancelled[jid] = run
+            elif run and not timed and run not in cancelled.values():
+                # hold the training process so that it is still running when SLURM's limit
+                # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
+                pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
+                if pids:
+                    if subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"]).returncode == 0:
+                        timed[jid] = run
+                        limit_before[jid] = fields["TimeLimit"]
+                    else:  # the allocation ended first: let the process go, and try another
+                        _signal_all(pids, signal.SIGCONT)
+
+    with Watcher(watch, 0.5, record) as watcher:
+        res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--configfile", str(SMALL),
+                              "--config", "preset=demo"], cwd=work, env=env, capture_output=True, text=True,
+                             timeout=3600)
+        watcher.stop()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
     by_rule = {}  # rule, or group: [(SLURM job id, run, its record)]
@@ -255,8 +294,6 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     longest job estimate ×2 (the executor plugin runs a group's jobs one after another:
     snakemake-executor-plugin-slurm#469). One allocation is cancelled once both of its runs have
     a checkpoint: it is retried with a longer limit and both runs resume. Table 1 equals the local run's."""
-    import threading
-    import time
 
     from grassflow.config import runs, select_preset
     from grassflow.estimate import job_estimate
@@ -270,37 +307,34 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
                            "--configfile", str(work / "pool.yaml")], cwd=work, capture_output=True, text=True,
                           check=True, env={**env, "PYTHONPATH": str(work / "src")}).stdout.split()
     assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
-    seen, cancelled, done = {}, {}, threading.Event()
+    seen, cancelled = {}, {}
     before = set(scontrol_jobs())
     runs_dir = work / "results/demo/runs"
 
     def training(run):
         return training_pids(work, run)
 
-    def watch():
-        while not done.is_set():
-            for jid, fields in scontrol_jobs().items():
-                if jid in before:
-                    continue
-                seen.setdefault(jid, {}).update(fields)
-                if (cancelled or fields.get("JobState") != "RUNNING"
-                        or _group(fields.get("Comment", "")) != "lm_run"):
-                    continue
-                pair = sorted(r for rule, r in _jobs_of_allocation(work, jid) if rule == "train")
-                if len(pair) == 2 and all((runs_dir / r / "last.pt").exists() for r in pair) and any(
-                        training(r) for r in pair):
-                    if subprocess.run(["scancel", jid]).returncode == 0:  # preempted mid-training, both checkpointed
-                        cancelled[jid] = pair
-            time.sleep(0.3)
+    def record():
+        jobs = {jid: fields for jid, fields in scontrol_jobs().items() if jid not in before}
+        for jid, fields in jobs.items():
+            seen.setdefault(jid, {}).update(fields)
+        return jobs
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    res = subprocess.run([str(BIN / "snakemake"), "table1", "--profile", profile, "--configfile", str(work / "pool.yaml"),
-                          *flag, "--config", "preset=demo"], cwd=work, env=env, capture_output=True, text=True,
-                         timeout=3600)
-    time.sleep(1)
-    done.set()
-    watcher.join()
+    def watch():
+        for jid, fields in record().items():
+            if cancelled or fields.get("JobState") != "RUNNING" or _group(fields.get("Comment", "")) != "lm_run":
+                continue
+            pair = sorted(r for rule, r in _jobs_of_allocation(work, jid) if rule == "train")
+            if len(pair) == 2 and all((runs_dir / r / "last.pt").exists() for r in pair) and any(
+                    training(r) for r in pair):
+                if subprocess.run(["scancel", jid]).returncode == 0:  # preempted mid-training, both checkpointed
+                    cancelled[jid] = pair
+
+    with Watcher(watch, 0.3, record) as watcher:
+        res = subprocess.run([str(BIN / "snakemake"), "table1", "--profile", profile, "--configfile",
+                              str(work / "pool.yaml"), *flag, "--config", "preset=demo"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=3600)
+        watcher.stop()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
     packed = sorted(((jid, f) for jid, f in seen.items() if _group(f.get("Comment", "")) == "lm_run"),

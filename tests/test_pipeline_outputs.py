@@ -16,6 +16,7 @@ import yaml
 
 from grassflow.io import sha256_file
 from pipeline import DEMO_RECALL_RUNS, ROOT, copy_repo, pipeline_env, plan_rows, snakemake
+from procs import import_or_skip, needs
 
 
 def test_demo_produces_tables_figures_and_provenance(demo):
@@ -127,7 +128,7 @@ def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
     """The demo fixture ran with train.trackers: [tensorboard]: every LM run's event files hold
     its training curve every log_every steps and, per epoch, the validation perplexity of its
     metrics.jsonl."""
-    pytest.importorskip("tensorboard")
+    import_or_skip("tensorboard")
     from test_trackers import tensorboard_scalars
 
     runs = sorted((demo / "results/demo/runs").iterdir())
@@ -219,8 +220,8 @@ V1_SPLITS = SHARED_DATA / "wikitext-2-v1"
 
 
 @pytest.mark.slow  # ~2.5 min alone: in CI through `make test TIERS="not gpu"`
-@pytest.mark.skipif(not (V1_SPLITS.is_dir() and (BERT_VOCAB / "vocab.txt").is_file()),
-                    reason="needs ../shared/data (Wikitext-2 v1 and the bert-base-uncased vocabulary)")
+@needs(V1_SPLITS.is_dir() and (BERT_VOCAB / "vocab.txt").is_file(),
+       "needs ../shared/data (Wikitext-2 v1 and the bert-base-uncased vocabulary)")
 def test_full_v1_splits_through_the_dag(tmp_path):
     """All of Wikitext-2 v1 through the real DAG, the laptop preset learning real text: the
     laptop_v1 preset (laptop size) trimmed to a few minutes (1 seed, 2 × 100 steps, an evaluation

@@ -14,6 +14,7 @@ import yaml
 
 from grassflow.plan import local_rules
 from pipeline import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
+from procs import needs
 
 
 def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
@@ -188,9 +189,10 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
 
 
 def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
-    """After a finished run: every rule of the preset, with the measured hours of its jobs from
-    Snakemake's benchmark files (the sum of the files, to the rounding of the table)."""
-    from grassflow.plan import measured_seconds
+    """After a finished run: every rule of the preset, with the measured hours of its jobs: the
+    sum of its jobs' Snakemake benchmark files (their `s` column), read here from the files each
+    rule's `benchmark:` names, to the rounding of the table."""
+    import csv
 
     env = {**pipeline_env(), "PYTHONPATH": str(demo / "src")}
     res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--measured"], cwd=demo,
@@ -198,12 +200,18 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
     assert res.returncode == 0, res.stderr[-3000:]
     rows = plan_rows(res.stdout)
     assert "| measured hours |" in res.stdout
-    wall = measured_seconds(demo, "demo")
-    for rule in ("train", "evaluate", "snli_train", "recall_train", "bench", "aggregate", "download", "tokenize",
-                 "snli_download", "snli_tokenize", "snli_train_tokenizer"):  # a task's data stages by their rule's name
-        assert float(rows[rule][-1]) == pytest.approx(sum(wall[rule]) / 3600, abs=6e-4), rule
-    assert "snli" not in wall and "snli" not in rows  # never a path read back as a rule
-    assert int(rows["train"][1]) == len(wall["train"]) == 10
+    bench = demo / "results/demo/benchmarks"
+    files = {"train": "train/*.tsv", "evaluate": "evaluate/*.tsv", "snli_train": "snli/train/*.tsv",
+             "recall_train": "recall/train/*.tsv", "bench": "bench.tsv", "aggregate": "aggregate/*.tsv",
+             "download": "download.tsv", "tokenize": "tokenize.tsv", "snli_download": "snli/download.tsv",
+             "snli_tokenize": "snli/tokenize.tsv", "snli_train_tokenizer": "snli/train_tokenizer.tsv"}
+    for rule, pattern in files.items():
+        found = sorted(bench.glob(pattern))
+        assert found, rule
+        seconds = sum(float(list(csv.reader(f.open(), delimiter="\t"))[-1][0]) for f in found)
+        assert float(rows[rule][-1]) == pytest.approx(seconds / 3600, abs=6e-4), rule
+    assert "snli" not in rows  # never a path read back as a rule
+    assert int(rows["train"][1]) == len(list(bench.glob("train/*.tsv"))) == 10
 
 
 def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation_per_run():
@@ -283,7 +291,7 @@ def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
     assert job_stats(replan) == job_stats(plan) and jobs(replan) == jobs(plan)
 
 
-@pytest.mark.skipif(not (ROOT.parent / "shared/data/wikitext-2-v1").is_dir(), reason="needs ../shared/data (Wikitext-2 v1)")
+@needs((ROOT.parent / "shared/data/wikitext-2-v1").is_dir(), "needs ../shared/data (Wikitext-2 v1)")
 def test_the_laptop_seeds_presets_plan_their_runs_and_nothing_else(tmp_path):
     """laptop_v1 and laptop_v1_paper_settings offline (the v1 overlay): three seeds of both models,
     their table, nothing of SNLI, recall or the ablations."""

@@ -42,9 +42,10 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     deadline = time.time() + 1200
     while time.time() < deadline and proc.poll() is None and not any((d / "metrics.jsonl").exists() for d in runs):
         time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGSTOP)  # frozen: the state the kill is for cannot change before it lands
+    half = [d for d in runs if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    half = [d for d in runs if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
     assert half, "the kill did not land inside a training job"
     jobs = planned(work)
     for d in half:

@@ -30,6 +30,7 @@ from grassflow.ops.plucker.function import _has_offsets
 from grassflow.ops.plucker.kernel_stages import KernelStages
 from host_syncs import HostSyncs
 from margins import close, within
+from procs import import_or_skip
 from specs import LM_SPEC
 
 CPU = torch.device("cpu")
@@ -85,8 +86,8 @@ def test_training_steps_take_no_host_sync(tokens, tmp_path):
 def test_trackers_add_no_host_sync(tokens, tmp_path, monkeypatch):
     """train.trackers log what the periodic read has already read: with TensorBoard and W&B on,
     a run logging every 2 steps takes exactly the syncs it takes without them."""
-    pytest.importorskip("tensorboard")
-    pytest.importorskip("wandb")
+    import_or_skip("tensorboard")
+    import_or_skip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: the default
     plain = _syncs_of_lm_runs(tokens, tmp_path, log_every=2)
     assert _syncs_of_lm_runs(tokens, tmp_path, log_every=2, trackers=("tensorboard", "wandb")) == plain

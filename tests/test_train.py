@@ -279,8 +279,8 @@ def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path)
     the retry; the resumed run must write them again, with the best epoch's weights even when
     that epoch came before the interruption."""
     proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(tmp_path / "metrics.jsonl", proc)
-    proc.send_signal(signal.SIGTERM)
+    _wait_for(tmp_path / "metrics.jsonl", proc)  # an epoch done, the run not: frozen, checked, then SIGTERM
+    stop_then_signal(proc, signal.SIGTERM, still=lambda: proc.poll() is None and not (tmp_path / "run.json").exists())
     assert proc.wait() == 75
     for name in ("model.safetensors", "config.json", "metrics.jsonl"):
         (tmp_path / name).unlink(missing_ok=True)

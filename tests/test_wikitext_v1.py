@@ -20,6 +20,7 @@ from grassflow.data.tokenizers import build_wordpiece
 from grassflow.lm.data import download, read_tokens
 from grassflow.lm.tokenize import tokenize_split, unk_id_of
 from grassflow.report.setup import data_label, load_published, not_comparable, verdict_scope
+from procs import needs
 from specs import PUBLISHED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +135,7 @@ def test_a_v1_table_says_what_its_data_is_and_scopes_its_verdict():
     assert "not the paper's data" in not_comparable(p, "table1", p["experiments"]["table1"], other, setup, learned)[0]
 
 
-@pytest.mark.skipif(not V1.is_dir(), reason="needs ../shared/data/wikitext-2-v1")
+@needs(V1.is_dir(), "needs ../shared/data/wikitext-2-v1")
 def test_shared_v1_files_are_v1_by_content(tmp_path):
     """The download stage over ../shared's files (data.source: local): every split's content
     hash is the one the presets expect, and v1's `<unk>` counts are there."""
