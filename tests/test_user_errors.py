@@ -48,11 +48,12 @@ def _copy(src, dst, edit_config=None, write=None):
 
 def _cli(argv, capfd):
     """(exit code, stderr lines) of `grassflow <argv>` in this process."""
+    message = ""
     try:
         code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    err = capfd.readouterr().err.strip().splitlines()
+    except SystemExit as e:  # sys.exit("error: ...") prints its message and exits 1, as Python does
+        code, message = (e.code, "") if isinstance(e.code, int) else (1, str(e.code))
+    err = (capfd.readouterr().err + message).strip().splitlines()
     return code, err
 
 
@@ -214,3 +215,26 @@ def test_a_prompt_longer_than_the_context_is_cropped_and_said(model_dirs, capfd,
     decode.generate_text(str(model_dirs[1]), "the history of " * 20, max_new_tokens=1)
     err = capfd.readouterr().err
     assert seen["n"] == LM_SPEC["model"]["context_len"] and "the model reads its last 16 (context_len)" in err
+
+
+OTHER_VERBS = [
+    (["plan", "--configfile", "/no/such.yaml"], 1, "error: --configfile /no/such.yaml: no such file"),
+    (["plan", "--preset", "nosuch"], 1, "error: config preset: 'nosuch' is not defined; choose one of"),
+    (["gpus", "--preset", "nosuch"], 1, "error: config preset: 'nosuch' is not defined; choose one of"),
+    (["bench", "--device", "tpu"], 2, "error: python -m grassflow.bench: argument --device: invalid choice: 'tpu'"),
+    (["bench", "--parts", "op,nope"], 2, "error: python -m grassflow.bench: argument --parts: unknown part(s) ['nope']"),
+    (["export", "/no/such/run", "{out}"], 1, "error: /no/such/run/run.json: missing: not a finished language-model run"),
+    (["preflight", "--backend", "triton", "--out", "{out}"], 2,
+     "error: grassflow preflight: argument --backend: invalid choice: 'triton'"),
+]
+
+
+@pytest.mark.parametrize("argv, code, first", OTHER_VERBS, ids=[" ".join(a[:2]) for a, *_ in OTHER_VERBS])
+def test_every_other_verb_refuses_bad_input_in_one_line(argv, code, first, capfd, tmp_path, monkeypatch):
+    from pipeline import ROOT
+
+    monkeypatch.chdir(ROOT)  # plan and gpus read the project's config.yaml
+    out = tmp_path / "out"
+    got, err = _cli([a.format(out=out) for a in argv], capfd)
+    assert got == code and len(err) == 1 and err[0].startswith(first), err
+    assert not out.exists()  # nothing written

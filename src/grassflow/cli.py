@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from grassflow import fetch, stage
-from grassflow.command import ArgumentParser, json_arg, record, required, run
+from grassflow.command import ArgumentParser, json_arg, record, required, run, run_expected
 from grassflow.stage import AGGREGATE_ARGS, STAGE_COMMANDS
 from grassflow.tasks import COMMANDS as TASK_COMMANDS
 from grassflow.tasks import TASKS, entry
@@ -150,8 +150,7 @@ def main(argv=None) -> int:
         except MissingExtra as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        command(argv[1:])
-        return 0
+        return run_expected(command, argv[1:])
     return run(build_parser().parse_args(argv))
 
 

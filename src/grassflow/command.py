@@ -80,12 +80,21 @@ def record(argv: list[str]) -> None:
         atexit.register(_record_imports, os.environ[RECORD_IMPORTS], argv)
 
 
+# the failures a command expects (bad input, missing files): one `error:` line each, never a traceback
+EXPECTED = (CommandError, DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError,
+            ModelFileError)
+
+
 def run(args) -> int:
     """Run the parsed command `args.fn(args)`: an expected failure is one `error:` line, exit 1."""
+    return run_expected(args.fn, args)
+
+
+def run_expected(fn, *args) -> int:
+    """fn(*args), an expected failure (EXPECTED) printed as one `error:` line: exit 1; else 0."""
     try:
-        args.fn(args)
-    except (CommandError, DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError,
-            ModelFileError) as e:
+        fn(*args)
+    except EXPECTED as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

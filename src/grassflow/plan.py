@@ -30,9 +30,12 @@ def load_config(project: Path, configfiles=(), preset: str | None = None) -> dic
     """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
     then preset=...; bases resolved, checked, defaults filled."""
     from grassflow.config import deep_merge, validate_or_exit
+    from grassflow.errors import ConfigError
 
     config = yaml.safe_load((project / "config.yaml").read_text())
     for f in configfiles:
+        if not Path(f).is_file():
+            raise ConfigError(f"--configfile {f}: no such file")
         deep_merge(config, yaml.safe_load(Path(f).read_text()))
     if preset:
         config["preset"] = preset

@@ -29,7 +29,6 @@ parameters, gradients and AdamW states are the same size within 0.2 %).
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from pathlib import Path
@@ -50,11 +49,14 @@ from grassflow.bench.fused import bench_fused
 from grassflow.bench.graph import bench_graph, bench_head
 from grassflow.bench.kernels import bench_kernels
 from grassflow.bench.peer import peer_step
+from grassflow.command import ArgumentParser
 from grassflow.runtime import claim_device, configure_torch, device_name
+
+PARTS = ("op", "step", "settings", "launches", "kernels", "graph", "head", "fused")
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m grassflow.bench", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m grassflow.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="reports/bench", help="directory for bench-<device>.json/.md")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                     help="what to time: the device the training jobs use (train.device)")
@@ -64,7 +66,7 @@ def main(argv=None):
     ap.add_argument("--name", help="file stem (default bench-[quick-]<device>)")
     ap.add_argument("--peer", help="a checkout of kanenorman/grassmann: its Grassmann step beside ours (L=128, "
                                    "B=32; with --quick the smoke sizes)")
-    ap.add_argument("--parts", default="op,step,settings,launches,kernels,graph,head,fused",
+    ap.add_argument("--parts", default=",".join(PARTS),
                     help="comma-separated parts to run (op, step, settings, launches, kernels, graph, head, fused)")
     ap.add_argument("--kernel-tokens", default="4096,12288,32768",
                     help="kernels: tokens per step (B·128) of old vs new kernels (the CPU shim: the first only)")
@@ -79,6 +81,9 @@ def main(argv=None):
     ap.add_argument("--generate", action="store_true", help="instead of the parts: decoding, incremental vs "
                                                             "recompute, both models (bench/generate.py)")
     args = ap.parse_args(argv)
+    if set(args.parts.split(",")) - set(PARTS):
+        ap.error(f"argument --parts: unknown part(s) {sorted(set(args.parts.split(',')) - set(PARTS))}; "
+                 f"choose from {', '.join(PARTS)}")
 
     configure_torch()
     device = claim_device(args.device, log=True, exclusive=True)  # it times the device: alone on it
