@@ -124,7 +124,7 @@ def test_make_gpu_check_installs_the_extra_of_torchs_cuda_major(tmp_path, major)
     calls = log.read_text()
     if major:
         assert res.returncode == 0, res.stdout + res.stderr
-        assert f"-m pip install -q -e .[gpu-cuda{major}]" in calls and "-m pytest -q -p no:cacheprovider -m gpu" in calls
+        assert f"-m pip install -q -c constraints.txt -e .[gpu-cuda{major}]" in calls and "-m pytest -q -p no:cacheprovider -m gpu" in calls
     else:
         assert res.returncode != 0 and "torch 2.13.0+cpu is a CPU build" in res.stdout
         assert "pip install" not in calls

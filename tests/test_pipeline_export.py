@@ -47,7 +47,7 @@ def test_an_export_alone_gives_the_evaluations_logits_and_perplexity(demo, tmp_p
 
     # the evaluation's model, as the evaluate job loads it
     ckpt, _, _, _ = open_for_evaluation(run / "model.safetensors", run / "run.json", tmp_path / "unused.json")
-    model = build_model(kind, config_from_json(ckpt))
+    model = build_model(kind, config_from_json({k: v for k, v in ckpt.items() if k != "model"}))
     load_trained(model, ckpt["model"])
     ids = pq.read_table(demo / "results/demo/data/tokens/trained/validation.parquet")["ids"].to_numpy().astype(np.int64)
     np.save(tmp_path / "ids.npy", ids)
