@@ -47,6 +47,7 @@ def _metrics(d):
     return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
     """fp32, dropout 0, 14 steps: each member's losses, validation and best weights within 1e-6
@@ -73,6 +74,7 @@ def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
     assert not torch.equal(*(load_weights(d / "model.safetensors")["tok_emb.weight"] for d in fdirs[:2]))
 
 
+@pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 def test_initial_weights_are_each_runs_bit_for_bit(tokens, tmp_path):
     """At lr 0 (AdamW then moves nothing) the best weights are the initial ones: each member's
     equal its own run's bit for bit (built with its own seed, then stacked)."""
@@ -120,6 +122,7 @@ def _poison(monkeypatch, seed, epoch, step):
     monkeypatch.setattr(LanguageModelTask, "loss", poisoned)
 
 
+@pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 def test_a_diverging_member_stops_alone_with_its_runs_record(tokens, tmp_path, monkeypatch):
     """Member s1's loss turns NaN at epoch 2, step 4: it records the divergence its own run
     records (found at the next periodic read, step 6) and keeps its epoch-1 weights; s0 and s2
@@ -155,6 +158,7 @@ class _StopAt:
         return "SIGTERM" if self.asked > self.after else None
 
 
+@pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 def test_a_fused_group_resumes_mid_epoch_as_if_uninterrupted(tokens, tmp_path, monkeypatch):
     specs = _specs()
     _, full = _fused(tokens, tmp_path, specs, "full")
