@@ -138,6 +138,11 @@ class Watcher:
         self.thread.start()
         return self
 
+    def __exit__(self, *exc):
+        if not self.done.is_set():  # left by an exception before stop(): end the thread, raise that one
+            self.done.set()
+            self.thread.join()
+
     def stop(self):
         self.done.set()
         self.thread.join()

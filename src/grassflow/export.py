@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grassflow.checkpoint import state_sha256
 from grassflow.errors import CommandError
+from grassflow.io import write_json
 from grassflow.pretrained import load_model, save_pretrained
 
 LM_DATASET = "Salesforce/wikitext"
@@ -94,6 +95,21 @@ def table_of(run_dir: Path, record: dict) -> dict:
             "run_row": row}
 
 
+def tokenizer_config(tokenizer_json: Path, context_len: int) -> dict:
+    """tokenizer_config.json: the export's tokenizer.json as transformers' PreTrainedTokenizerFast
+    (AutoTokenizer), with its special tokens; its end-of-text token is what a document's first
+    token is conditioned on, the harness's prefix token (grassflow.lm.rolling.prefix_id)."""
+    from tokenizers import Tokenizer
+
+    from grassflow.lm.rolling import prefix_id
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    special = {k: t for k, t in (("unk_token", "[UNK]"), ("pad_token", "[PAD]"), ("sep_token", "[SEP]"),
+                                 ("cls_token", "[CLS]"), ("mask_token", "[MASK]")) if tok.token_to_id(t) is not None}
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": context_len,
+            "eos_token": tok.id_to_token(prefix_id(tok)), "clean_up_tokenization_spaces": False, **special}
+
+
 def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str:
     kind, spec = record["spec"]["model_kind"], record["spec"]
     test = (evaluation.get("test") or {})
@@ -159,13 +175,16 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:  # a failure leaves no partial export behind
-        config = save_pretrained(model, record["spec"]["model_kind"], tmp,
+        kind = record["spec"]["model_kind"]
+        config = save_pretrained(model, kind, tmp,
                                  tokenizer={"name": record["data"]["train"]["tokenizer"],
                                             "sha256": record["data"]["train"]["tokenizer_sha256"],
                                             "map_unk": unk_mapped(record)},
                                  run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
-                                      "commit": (record.get("git") or {}).get("commit")})
+                                      "commit": (record.get("git") or {}).get("commit")},
+                                 model_type=f"grassflow_{kind}")  # transformers' Auto classes (grassflow.hf)
         shutil.copyfile(tok, tmp / "tokenizer.json")
+        write_json(tmp / "tokenizer_config.json", tokenizer_config(tmp / "tokenizer.json", model.cfg.context_len))
         (tmp / "README.md").write_text(model_card(record, evaluation, config, table_of(run_dir, record)))
         tmp.rename(out)
     except BaseException:

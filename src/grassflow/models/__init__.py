@@ -41,7 +41,7 @@ def config_json(kind: str, cfg: ModelConfig) -> dict:
 
 # config.json's keys beside the model's fields: what it is, what the weights are, where they came from
 CONFIG_KEYS = {"format", "model_kind", "architectures", "weights_sha256", "tokenizer", "spec", "epoch", "val_loss",
-               "val_metrics", "run"}
+               "val_metrics", "run", "model_type"}
 
 
 def config_from_json(config: dict, source="config.json") -> ModelConfig:
