@@ -261,8 +261,6 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
     is a stand-in that records its call (no network here)."""
     import re
     import shutil
-    import sys
-    import types
 
     from grassflow.export import export_run
     from grassflow.lm.evaluate import evaluate_run
@@ -275,10 +273,10 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
     evaluate_run(run / "model.safetensors", run / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
                  run / "eval.json")
     export_run(run, tmp_path / "exports/table1-grassmann-s0", tokenizer=tokens / "tok.json")
+    import huggingface_hub
+
     uploads = []
-    hub = types.ModuleType("huggingface_hub")
-    hub.upload_folder = lambda **kw: uploads.append(kw)
-    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploads.append(kw))
     monkeypatch.chdir(tmp_path)
     snippets = [(md.relative_to(ROOT), code) for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
                 for code in re.findall(r"```python\n(.*?)```", md.read_text(), re.S)]
