@@ -100,6 +100,12 @@ def test_generate_is_grassflow_generates_greedy_text_and_decodes_incrementally(k
     fed.clear()
     recomputed = model.generate(**enc, max_new_tokens=n, do_sample=False, use_cache=False)
     assert fed == [] and torch.equal(cached, recomputed)  # without the cache: the whole text each step, same tokens
+    sampled = {}
+    for use_cache in (True, False):  # sampled, under one seed: the same draws either way
+        torch.manual_seed(7)
+        sampled[use_cache] = model.generate(**enc, max_new_tokens=n, do_sample=True, top_k=20, temperature=0.9,
+                                            use_cache=use_cache)
+    assert torch.equal(sampled[True], sampled[False])
     text = generate_text(str(exports[kind]), "the history of", max_new_tokens=n, temperature=0)
     capfd.readouterr()
     ours = tok("the history of" + (" " if not text.startswith(" ") else "") + text, add_special_tokens=False)["input_ids"]
