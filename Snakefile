@@ -42,6 +42,7 @@ if LM:
 
 
 include: "workflow/rules/runs.smk"
+include: "workflow/rules/fused.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/estimates.smk"
 include: "workflow/rules/specs.smk"

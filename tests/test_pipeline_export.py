@@ -43,7 +43,8 @@ def test_an_export_alone_gives_the_evaluations_logits_and_perplexity(demo, tmp_p
     res = gf("export", run, tmp_path / "export")
     assert res.returncode == 0, res.stderr
     export = tmp_path / "export"
-    assert sorted(p.name for p in export.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in export.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json",
+                                                          "tokenizer_config.json"]
 
     # the evaluation's model, as the evaluate job loads it
     ckpt, _, _, _ = open_for_evaluation(run / "model.safetensors", run / "run.json", tmp_path / "unused.json")

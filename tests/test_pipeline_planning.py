@@ -278,7 +278,7 @@ def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
     body = body.replace("if LM:\n\n    include: \"workflow/rules/report.smk\"\n", "")
     reversed_includes = "".join(
         ('if LM:\n\n    include: "workflow/rules/report.smk"\n\n\n' if name == "report" else f'include: "workflow/rules/{name}.smk"\n')
-        for name in ["specs", "estimates", "tasks", "runs", "report", "fetch", "data", "preflight"])
+        for name in ["specs", "estimates", "tasks", "fused", "runs", "report", "fetch", "data", "preflight"])
     body = body.replace('include: "workflow/rules/common.smk"\n', 'include: "workflow/rules/common.smk"\n' + reversed_includes)
     assert body.index("specs.smk") < body.index("runs.smk") < body.index("fetch.smk")
     (work / "Snakefile").write_text(body)

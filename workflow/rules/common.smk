@@ -62,7 +62,7 @@ def estimated(rule):
 
 
 def fused_estimated():
-    """The resources of a fused group's job (rule train_fused): its runs' estimates summed, as
+    """The resources of a fused group's job (the train_fused rule), its runs' estimates summed, as
     if the ensemble were no faster than its runs one after another (what it measured on a CPU)."""
     from grassflow.estimate import job_estimate
 
