@@ -127,8 +127,9 @@ audit: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[audit]"
 	$(VENV)/bin/pip-audit --skip-editable
 
+# ruff and snakefmt (.pre-commit-config.yaml) over every tracked file; CI runs it before the tests
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
 
 clean:
 	rm -rf results .snakemake

@@ -49,6 +49,6 @@ include: "workflow/rules/specs.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True

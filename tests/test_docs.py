@@ -44,6 +44,7 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
+import rule_graph  # noqa: E402
 import schema_keys  # noqa: E402
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -162,13 +163,6 @@ def known_keys() -> set[str]:
     return ks
 
 
-def rule_graph(cwd: Path) -> str:
-    res = subprocess.run([str(BIN / "snakemake"), "--rulegraph", "mermaid-js", "--config", "preset=paper"], cwd=cwd,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout.strip()
-
-
 def test_every_relative_link_and_anchor_resolves():
     problems = [p for page in DOCS for p in link_problems(page, page.read_text())]
     assert not problems, "\n".join(problems)
@@ -193,27 +187,20 @@ def test_the_readme_is_short_and_its_rule_graph_is_todays(tmp_path):
 
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 210
-    (graph,) = code_blocks(readme, "mermaid")
-    assert as_graph(graph) == as_graph(rule_graph(copy_repo(tmp_path)), hidden={"spec"}), \
-        "README's DAG: paste `snakemake --rulegraph mermaid-js --config preset=paper`, less the spec rule"
+    assert "](docs/dag.svg)" in readme
+    assert rule_graph.svg_graph(rule_graph.SVG.read_text()) == rule_graph.dot_graph(
+        rule_graph.rule_graph_dot(copy_repo(tmp_path))), "docs/dag.svg: redraw it: python tests/rule_graph.py"
 
 
-def as_graph(mermaid: str, hidden=()) -> tuple[frozenset, frozenset]:
-    """(rule names, edges by name) of a mermaid rule graph, less the `hidden` rules and their
-    edges: Snakemake prints its edges (and may number its nodes) in hash order, which differs
-    between runs."""
-    names = dict(re.findall(r"(?m)^\s*(id\d+)\[(\w+)\]", mermaid))
-    edges = {(names[a], names[b]) for a, b in re.findall(r"(?m)^\s*(id\d+) --> (id\d+)", mermaid)}
-    return (frozenset(set(names.values()) - set(hidden)),
-            frozenset((a, b) for a, b in edges if not {a, b} & set(hidden)))
-
-
-def test_the_graph_comparison_sees_a_missing_edge():
-    (graph,) = code_blocks((ROOT / "README.md").read_text(), "mermaid")
-    nodes, edges = as_graph(graph)
-    assert len(nodes) > 15 and ("train", "evaluate") in edges and ("summary", "all") in edges
-    first_edge = re.search(r"(?m)^\s*id\d+ --> id\d+\n", graph).group(0)
-    assert as_graph(graph.replace(first_edge, "", 1)) != as_graph(graph)
+def test_the_graph_comparison_sees_a_missing_edge_and_rule():
+    nodes, edges = rule_graph.svg_graph(rule_graph.SVG.read_text())
+    assert len(nodes) > 15 and ("train", "evaluate") in edges and ("summary", "all") in edges and "spec" not in nodes
+    svg = rule_graph.SVG.read_text()
+    first_edge = re.search(r'<g id="edge\d+" class="edge">.*?</g>', svg, re.S).group(0)
+    assert rule_graph.svg_graph(svg.replace(first_edge, "", 1))[1] < edges
+    dot = "0[label = \"all\"];\n1[label = \"train\"];\n2[label = \"spec\"];\n1 -> 0\n2 -> 1\n"
+    assert rule_graph.dot_graph(dot) == (frozenset({"all", "train"}), frozenset({("train", "all")}))
+    assert rule_graph.dot_graph(rule_graph.without_hidden(dot), hidden=()) == rule_graph.dot_graph(dot)
 
 
 @pytest.mark.slow

@@ -6,7 +6,14 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.config import ablation_runs, exec_resources, fused_groups, main_run_ids, run_train, select_preset
+from grassflow.config import (
+    ablation_runs,
+    exec_resources,
+    fused_groups,
+    main_run_ids,
+    run_train,
+    select_preset,
+)
 from grassflow.staleness import CODE_INDEX, command_code, kind_code, remember
 from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
@@ -20,15 +27,21 @@ ACTIVE = [t for t in TASKS.values() if t.part(P)]  # the tasks this preset has a
 RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
-EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}  # a table's runs
+EXP_RUNS = {
+    exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS
+}  # a table's runs
 # {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
-ABLATIONS = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-             for v, models in ablation_runs(PRESET, P, RUNS).items()}
+ABLATIONS = {
+    v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
+    for v, models in ablation_runs(PRESET, P, RUNS).items()
+}
 ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
 # {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
 FUSED = fused_groups(P, RUNS) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
-PUBLISHED = str(Path("workflow", "resources", "published.yaml"))  # the paper's setup, published numbers
+PUBLISHED = str(
+    Path("workflow", "resources", "published.yaml")
+)  # the paper's setup, published numbers
 SPLITS = ["train", "validation", "test"]
 TOKENIZER = P["tokenizer"]["name"] if LM else None
 
@@ -57,8 +70,10 @@ def estimated(rule):
         spec = TASK_RUNS[task.name][getattr(wc, task.wildcard)]
         return job_estimate(rule, spec, P, ESTIMATE, task.files(RES, P))
 
-    return {"runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
-            "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt)}
+    return {
+        "runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
+        "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt),
+    }
 
 
 def fused_estimated():
@@ -67,10 +82,15 @@ def fused_estimated():
     from grassflow.estimate import job_estimate
 
     def ests(wc):
-        return [job_estimate("train", RUNS[r], P, ESTIMATE, TASKS["lm"].files(RES, P)) for r in FUSED[wc.group]]
+        return [
+            job_estimate("train", RUNS[r], P, ESTIMATE, TASKS["lm"].files(RES, P))
+            for r in FUSED[wc.group]
+        ]
 
-    return {"runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
-            "mem_mb": lambda wc, attempt: sum(e.request_mb(attempt) for e in ests(wc))}
+    return {
+        "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
+        "mem_mb": lambda wc, attempt: sum(e.request_mb(attempt) for e in ests(wc)),
+    }
 
 
 # How each task's training jobs run, not what they compute (train.compile, compile_mode, trackers): handed
@@ -81,17 +101,26 @@ EXEC = {t.name: exec_resources(t.part(P)["train"]) if t.part(P) else {} for t in
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
 # node, the only one with internet): tokenizers named but not given a local `path` (and a task's
 # directories: SNLI's pretrained backbone, fetch.smk).
-FETCH_TOKENIZERS = {tok["name"]: tok for tok in (t.part(P)["tokenizer"] for t in ACTIVE if t.tokenize)
-                    if tok["name"] != "trained" and not tok.get("path")}
+FETCH_TOKENIZERS = {
+    tok["name"]: tok
+    for tok in (t.part(P)["tokenizer"] for t in ACTIVE if t.tokenize)
+    if tok["name"] != "trained" and not tok.get("path")
+}
+
 
 wildcard_constraints:
     **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
+    **{
+        f"{t.name}_cell": "|".join(map(re.escape, entry(t.cells)(t.part(P))))
+        for t in ACTIVE
+        if t.cells
+    },
     exp="|".join(map(re.escape, EXPERIMENTS)) or "(?!)",
     tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
-    **{f"{t.name}_cell": "|".join(map(re.escape, entry(t.cells)(t.part(P)))) for t in ACTIVE if t.cells},
     split="|".join(SPLITS),
     pf_device="auto|cpu|cuda",
     pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
+
 
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
@@ -151,9 +180,11 @@ onstart:
     # before any job starts (Snakemake hands its --group-components to the workflow only here)
     for _group, _n in dict(workflow.group_settings.group_components).items():
         if _group in {t.group for t in TASKS.values()} and _n != RUNS_PER_GPU:
-            sys.exit(f"error: --group-components {_group}={_n} packs {_n} runs per allocation but "
-                     f"train.runs_per_gpu is {RUNS_PER_GPU} (it sizes their time limits and GPU slots): "
-                     f"set train.runs_per_gpu: {_n}, and print the flag with `grassflow gpus --slurm`")
+            sys.exit(
+                f"error: --group-components {_group}={_n} packs {_n} runs per allocation but "
+                f"train.runs_per_gpu is {RUNS_PER_GPU} (it sizes their time limits and GPU slots): "
+                f"set train.runs_per_gpu: {_n}, and print the flag with `grassflow gpus --slurm`"
+            )
 
 
 def preflight_file(device, backend="auto"):
@@ -169,7 +200,10 @@ def run_preflight(task_name):
         run = FUSED[wc.group][0] if hasattr(wc, "group") else getattr(wc, task.wildcard)
         spec = TASK_RUNS[task_name][run]
         grassmann = spec["model_kind"] == "grassmann"
-        return preflight_file(spec["train"]["device"], spec[task.model_key].get("plucker_backend", "auto") if grassmann else "auto")
+        return preflight_file(
+            spec["train"]["device"],
+            spec[task.model_key].get("plucker_backend", "auto") if grassmann else "auto",
+        )
 
     return of
 
@@ -194,7 +228,9 @@ def run_outputs(name, run_ids=None):
 def ablation_outputs():
     if not ABLATIONS:
         return []
-    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex")] + [f"{REPORT}/ablations.png"]
+    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex")] + [
+        f"{REPORT}/ablations.png"
+    ]
 
 
 def table_outputs():
@@ -202,12 +238,17 @@ def table_outputs():
 
 
 def figure_outputs():
-    return ([f"{REPORT}/curves_{exp}.png" for exp in EXPERIMENTS]
-            + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS] + [f"{REPORT}/scaling.png"])
+    return (
+        [f"{REPORT}/curves_{exp}.png" for exp in EXPERIMENTS]
+        + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS]
+        + [f"{REPORT}/scaling.png"]
+    )
 
 
 # --- every task's files (grassflow.tasks) -------------------------------------------------------
-TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the preset keys of the tasks other than the LM
+TASK_PARTS = {
+    t.part_key for t in TASKS.values() if t.part_key
+}  # the preset keys of the tasks other than the LM
 
 
 def task_run_outputs(task, name):
@@ -217,16 +258,25 @@ def task_run_outputs(task, name):
 
 def task_outputs(task):
     """The tables and figures a task's aggregate writes (the LM's: table_outputs, figure_outputs, ...)."""
-    return [f"{REPORT}/{f}" for f in task.outputs(task.part(P))] if task.outputs and task.part(P) else []
+    return (
+        [f"{REPORT}/{f}" for f in task.outputs(task.part(P))]
+        if task.outputs and task.part(P)
+        else []
+    )
 
 
 def task_dirs(task):
     """{name: the run's directories of that name, a function of the wildcards}: what the task's
-    `run_dirs` declares a run's jobs get beyond their token files (SNLI's fetched backbone, fetch.smk)."""
+    `run_dirs` declares a run's jobs get beyond their token files (SNLI's fetched backbone, fetch.smk).
+    """
+
     def named(name):  # an input function takes the wildcards alone
         def of(wc):
-            dirs = entry(task.run_dirs)(task.part(P), TASK_RUNS[task.name][getattr(wc, task.wildcard)])
+            dirs = entry(task.run_dirs)(
+                task.part(P), TASK_RUNS[task.name][getattr(wc, task.wildcard)]
+            )
             return [str(task.results(RES) / dirs[name])] if name in dirs else []
+
         return of
 
     return {name: named(name) for name in task.dirs} if task.run_dirs else {}
@@ -235,22 +285,32 @@ def task_dirs(task):
 def task_tokens(task):
     """A run's token file of a split: its task's (data.smk, tasks.smk), or its cell's (a function of the run)."""
     if task.cells:
-        return lambda split: lambda wc: str(task.files(RES, P, TASK_RUNS[task.name][getattr(wc, task.wildcard)]["data_cell"])[split])
+        return lambda split: lambda wc: str(
+            task.files(RES, P, TASK_RUNS[task.name][getattr(wc, task.wildcard)]["data_cell"])[split]
+        )
     return lambda split: str(task.files(RES, P)[split])
 
 
 def estimate_benchmarks():
     """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
     group's run: its group's job's)."""
-    return [str(t.bench_file(RES, stage, r)) for t in TASKS.values() for stage in STAGES for r in TASK_RUNS[t.name]
-            if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)] + [
-        f"{RES}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
+    return [
+        str(t.bench_file(RES, stage, r))
+        for t in TASKS.values()
+        for stage in STAGES
+        for r in TASK_RUNS[t.name]
+        if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)
+    ] + [f"{RES}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
 
 
 def final_outputs():
     """The tables and figures, and every run's evaluation too: Snakemake (>= 7.7, by design,
     snakemake#1978) does not redo a deleted intermediate file whose consumers look up to date,
     so without these a deleted or failed run would leave the old tables standing."""
-    lm = table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs() if LM else []
+    lm = (
+        table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs()
+        if LM
+        else []
+    )
     tasks = [f for t in ACTIVE for f in task_outputs(t) + task_run_outputs(t, "eval.json")]
     return lm + tasks + [f"{REPORT}/estimates.md"]

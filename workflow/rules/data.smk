@@ -14,21 +14,21 @@ def _text_data_rules(task):
     rule:
         name:
             task.rule("download")
-        localrule: True
         input:
             data=spec(f"{sub}data", part["data"]),
         output:
             raw=raw,
             checksums=f"{task.results(RES)}/data/raw/checksums.json",
-        params:
-            out_dir=lambda wc, output: Path(output.checksums).parent,
-            code=code_of(task.command("download")),
-        conda:
-            "../../envs/data.yaml"
         log:
             f"{RES}/logs/{sub}download.log",
         benchmark:
             f"{RES}/benchmarks/{sub}download.tsv"
+        localrule: True
+        conda:
+            "../../envs/data.yaml"
+        params:
+            out_dir=lambda wc, output: Path(output.checksums).parent,
+            code=code_of(task.command("download")),
         shell:
             f"{task.job('download')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
 
@@ -41,15 +41,15 @@ def _text_data_rules(task):
                 raw[0],
             output:
                 artifact,
-            params:
-                vocab_size=part["tokenizer"]["vocab_size"],
-                code=code_of(task.command("train_tokenizer")),
-            conda:
-                "../../envs/data.yaml"
             log:
                 f"{RES}/logs/{sub}train_tokenizer.log",
             benchmark:
                 f"{RES}/benchmarks/{sub}train_tokenizer.tsv"
+            conda:
+                "../../envs/data.yaml"
+            params:
+                vocab_size=part["tokenizer"]["vocab_size"],
+                code=code_of(task.command("train_tokenizer")),
             shell:
                 f"{task.job('train_tokenizer')} --train {{input}} --vocab-size {{params.vocab_size}} "
                 "--out {output} > {log} 2>&1"
@@ -63,16 +63,16 @@ def _text_data_rules(task):
             tokenizer=spec(f"{sub}tokenize", entry(task.tokenize_section)(P)),
         output:
             [str(f) for f in task.files(RES, P).values()],
-        params:
-            out_dir=lambda wc, output: Path(output[0]).parent,
-            artifact=" ".join(f"--artifact {a}" for a in artifact),
-            code=code_of(task.command("tokenize")),
-        conda:
-            "../../envs/data.yaml"
         log:
             f"{RES}/logs/{sub}tokenize.log",
         benchmark:
             f"{RES}/benchmarks/{sub}tokenize.tsv"
+        conda:
+            "../../envs/data.yaml"
+        params:
+            out_dir=lambda wc, output: Path(output[0]).parent,
+            artifact=" ".join(f"--artifact {a}" for a in artifact),
+            code=code_of(task.command("tokenize")),
         shell:
             f"{task.job('tokenize')} --tokenizer {{input.tokenizer}} {{params.artifact}} "
             "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
@@ -88,16 +88,16 @@ def _text_data_rules(task):
                 tokenizer=spec(f"{sub}tokenize", entry(task.tokenize_section)(P)),
             output:
                 [str(f) for f in task.docs_files(RES, P).values()],
-            params:
-                out_dir=lambda wc, output: Path(output[0]).parent,
-                artifact=" ".join(f"--artifact {a}" for a in artifact),
-                code=code_of(task.command("documents")),
-            conda:
-                "../../envs/data.yaml"
             log:
                 f"{RES}/logs/{sub}documents.log",
             benchmark:
                 f"{RES}/benchmarks/{sub}documents.tsv"
+            conda:
+                "../../envs/data.yaml"
+            params:
+                out_dir=lambda wc, output: Path(output[0]).parent,
+                artifact=" ".join(f"--artifact {a}" for a in artifact),
+                code=code_of(task.command("documents")),
             shell:
                 f"{task.job('documents')} --tokenizer {{input.tokenizer}} {{params.artifact}} "
                 "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"

@@ -6,20 +6,22 @@
 rule estimates:
     input:
         benchmarks=estimate_benchmarks(),
-        preset=spec("estimates/preset", {k: run_train(v) if k == "train" else v for k, v in P.items()}),
+        preset=spec(
+            "estimates/preset", {k: run_train(v) if k == "train" else v for k, v in P.items()}
+        ),
         estimate=spec("estimates/estimate", ESTIMATE),
     output:
         md=report(f"{REPORT}/estimates.md", category="Summary", labels={"table": "estimates"}),
         csv=f"{REPORT}/estimates.csv",
+    log:
+        f"{RES}/logs/estimates.log",
+    conda:
+        "../../envs/report.yaml"
     params:
         gf=GF,
         preset_name=PRESET,
         results=lambda wc, output: Path(output.md).parent.parent,
         code=code_of("estimates"),
-    conda:
-        "../../envs/report.yaml"
-    log:
-        f"{RES}/logs/estimates.log",
     shell:
         "{params.gf} estimates --preset {input.preset} --preset-name {params.preset_name} "
         "--estimate {input.estimate} --results {params.results} --out {output.md} > {log} 2>&1"

@@ -14,13 +14,13 @@ if FETCH_TOKENIZERS:
             tokenizer=specs("fetch_tokenizer", FETCH_TOKENIZERS, "tok_name"),
         output:
             fetched_tokenizer("{tok_name}"),
+        log:
+            f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
+        conda:
+            "../../envs/data.yaml"
         params:
             gf=FETCH,
             code=code_of("fetch-tokenizer"),
-        conda:
-            "../../envs/data.yaml"
-        log:
-            f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
         shell:
             "{params.gf} fetch-tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
 
@@ -35,13 +35,12 @@ if TASKS["snli"].part(P):
             backbone=spec("snli/backbone", TASKS["snli"].part(P).get("backbone")),
         output:
             directory(f"{TASKS['snli'].results(RES)}/backbone/{{name}}"),
+        log:
+            f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
+        conda:
+            "../../envs/train.yaml"
         params:
             gf=FETCH,
             code=code_of("snli-fetch-backbone"),
-        conda:
-            "../../envs/train.yaml"
-        log:
-            f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
         shell:
             "{params.gf} snli-fetch-backbone --backbone {input.backbone} --out-dir {output} > {log} 2>&1"
-

@@ -4,8 +4,6 @@
 if FUSED:
 
     rule train_fused:
-        wildcard_constraints:
-            group="|".join(map(re.escape, FUSED)),
         input:
             specs=lambda wc: [f"{RES}/specs/run/{r}.json" for r in FUSED[wc.group]],
             train=f"{TOKENS}/train.parquet",
@@ -22,22 +20,24 @@ if FUSED:
                     ("record", "run.json"),
                 )
             },
-        threads: P["train"]["threads"]
-        params:
-            code=lambda wc: code_of("train-fused", RUNS[FUSED[wc.group][0]]["model_kind"]),
-            out_dirs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in FUSED[wc.group]),
-            work_dir=lambda wc: f"{RES}/fused/{wc.group}",
-        resources:
-            gpu=1,
-            runs_per_gpu=RUNS_PER_GPU,
-            **EXEC["lm"],
-            **fused_estimated(),
-        conda:
-            "../../envs/train.yaml"
         log:
             f"{RES}/logs/train_fused/{{group}}.log",
         benchmark:
             f"{RES}/benchmarks/train_fused/{{group}}.tsv"
+        wildcard_constraints:
+            group="|".join(map(re.escape, FUSED)),
+        conda:
+            "../../envs/train.yaml"
+        threads: P["train"]["threads"]
+        resources:
+            **EXEC["lm"],
+            **fused_estimated(),
+            gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
+        params:
+            code=lambda wc: code_of("train-fused", RUNS[FUSED[wc.group][0]]["model_kind"]),
+            out_dirs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in FUSED[wc.group]),
+            work_dir=lambda wc: f"{RES}/fused/{wc.group}",
         shell:
             "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
             "python -m grassflow.stage lm train_fused --specs {input.specs} --train-tokens {input.train} "

@@ -11,13 +11,13 @@ rule unigram:
         test=f"{TOKENS}/test.parquet",
     output:
         f"{TOKENS}/unigram.json",
+    log:
+        f"{RES}/logs/unigram.log",
+    conda:
+        "../../envs/data.yaml"
     params:
         gf=GF,
         code=code_of("unigram"),
-    conda:
-        "../../envs/data.yaml"
-    log:
-        f"{RES}/logs/unigram.log",
     shell:
         "{params.gf} unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
         "--out {output} > {log} 2>&1"
@@ -28,7 +28,16 @@ rule bench:
         preflight=preflight_file(P["train"]["device"]),
     output:
         f"{RES}/bench/bench.json",
+    log:
+        f"{RES}/logs/bench.log",
+    benchmark:
+        f"{RES}/benchmarks/bench.tsv"
+    conda:
+        "../../envs/train.yaml"
     threads: P["train"]["threads"]
+    resources:
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
     params:
         gf=GF,
         out_dir=lambda wc, output: Path(output[0]).parent,
@@ -36,15 +45,6 @@ rule bench:
         lengths=",".join(map(str, P["bench"]["lengths"])),
         device=P["train"]["device"],
         code=code_of("bench", *MODEL_KINDS),
-    resources:
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
-    conda:
-        "../../envs/train.yaml"
-    log:
-        f"{RES}/logs/bench.log",
-    benchmark:
-        f"{RES}/benchmarks/bench.tsv"
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
@@ -56,29 +56,52 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
         # this experiment only: the other tables', the other tasks', ablation edits (and
         # train.threads) leave this table alone
-        preset=specs("aggregate", {exp: {**{k: run_train(v) if k == "train" else v for k, v in P.items()
-                                            if k not in ("ablations", "experiments", *TASK_PARTS)},
-                                         "experiments": {exp: P["experiments"][exp]}} for exp in EXPERIMENTS}, "exp"),
+        preset=specs(
+            "aggregate",
+            {
+                exp: {
+                    **{
+                        k: run_train(v) if k == "train" else v
+                        for k, v in P.items()
+                        if k not in ("ablations", "experiments", *TASK_PARTS)
+                    },
+                    "experiments": {exp: P["experiments"][exp]},
+                }
+                for exp in EXPERIMENTS
+            },
+            "exp",
+        ),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
     output:
-        tables=[report(f"{REPORT}/{{exp}}.{ext}", category="Tables", labels={"table": f"{{exp}}.{ext}"})
-                for ext in ("md", "csv", "tex")],
-        figures=[report(f"{REPORT}/{kind}_{{exp}}.png", caption="../report/figure.rst", category="Figures",
-                        labels={"figure": f"{kind}_{{exp}}"}) for kind in ("curves", "best_ppl")],
+        tables=[
+            report(
+                f"{REPORT}/{{exp}}.{ext}", category="Tables", labels={"table": f"{{exp}}.{ext}"}
+            )
+            for ext in ("md", "csv", "tex")
+        ],
+        figures=[
+            report(
+                f"{REPORT}/{kind}_{{exp}}.png",
+                caption="../report/figure.rst",
+                category="Figures",
+                labels={"figure": f"{kind}_{{exp}}"},
+            )
+            for kind in ("curves", "best_ppl")
+        ],
+    log:
+        f"{RES}/logs/aggregate/{{exp}}.log",
+    benchmark:
+        f"{RES}/benchmarks/aggregate/{{exp}}.tsv"
+    conda:
+        "../../envs/report.yaml"
     params:
         gf=GF,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.tables[0]).parent,
         runs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in EXP_RUNS[wc.exp]),
         code=code_of("aggregate"),
-    conda:
-        "../../envs/report.yaml"
-    log:
-        f"{RES}/logs/aggregate/{{exp}}.log",
-    benchmark:
-        f"{RES}/benchmarks/aggregate/{{exp}}.tsv"
     shell:
         "{params.gf} aggregate --preset {input.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
         "--runs {params.runs} --unigram {input.unigram} --checksums {input.checksums} "
@@ -91,19 +114,27 @@ rule summary:
         figures=[f for f in figure_outputs() if not f.endswith("scaling.png")],
         bench=f"{RES}/bench/bench.json",
     output:
-        summary=report(f"{REPORT}/summary.md", caption="../report/summary.rst", category="Summary",
-                       labels={"table": "summary"}),
-        scaling=report(f"{REPORT}/scaling.png", caption="../report/figure.rst", category="Figures",
-                       labels={"figure": "scaling"}),
+        summary=report(
+            f"{REPORT}/summary.md",
+            caption="../report/summary.rst",
+            category="Summary",
+            labels={"table": "summary"},
+        ),
+        scaling=report(
+            f"{REPORT}/scaling.png",
+            caption="../report/figure.rst",
+            category="Figures",
+            labels={"figure": "scaling"},
+        ),
+    log:
+        f"{RES}/logs/summary.log",
+    conda:
+        "../../envs/report.yaml"
     params:
         gf=GF,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.summary).parent,
         code=code_of("summary"),
-    conda:
-        "../../envs/report.yaml"
-    log:
-        f"{RES}/logs/summary.log",
     shell:
         "{params.gf} summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
         "--out-dir {params.out_dir} > {log} 2>&1"
@@ -130,26 +161,40 @@ if ABLATIONS:
             checksums=f"{RAW}/checksums.json",
             published=PUBLISHED,
             # what the table reads of the preset: editing another experiment leaves it alone
-            preset=spec("ablations/preset", {**{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
-                                             "model_overrides": P.get("model_overrides") or {},
-                                             "train": run_train(P["train"]),
-                                             "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]}}),
+            preset=spec(
+                "ablations/preset",
+                {
+                    **{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
+                    "model_overrides": P.get("model_overrides") or {},
+                    "train": run_train(P["train"]),
+                    "experiments": {
+                        P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]
+                    },
+                },
+            ),
             grid=spec("ablations/grid", ABLATIONS),
         output:
-            tables=[report(t, category="Ablations", labels={"table": Path(t).name})
-                    for t in ablation_outputs() if not t.endswith(".png")],
-            figure=report(f"{REPORT}/ablations.png", caption="../report/ablations.rst", category="Ablations",
-                          labels={"figure": "ablations"}),
+            tables=[
+                report(t, category="Ablations", labels={"table": Path(t).name})
+                for t in ablation_outputs()
+                if not t.endswith(".png")
+            ],
+            figure=report(
+                f"{REPORT}/ablations.png",
+                caption="../report/ablations.rst",
+                category="Ablations",
+                labels={"figure": "ablations"},
+            ),
+        log:
+            f"{RES}/logs/ablation_aggregate.log",
+        conda:
+            "../../envs/report.yaml"
         params:
             gf=GF,
             preset_name=PRESET,
             out_dir=lambda wc, output: Path(output.figure).parent,
             runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
             code=code_of("ablations"),
-        conda:
-            "../../envs/report.yaml"
-        log:
-            f"{RES}/logs/ablation_aggregate.log",
         shell:
             "{params.gf} ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
             "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "

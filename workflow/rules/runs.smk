@@ -14,41 +14,46 @@ def _run_rules(task, data):
     runs_of = TASK_RUNS[task.name]
     kind = lambda wc: runs_of[getattr(wc, task.wildcard)]["model_kind"]  # noqa: E731
     extra_input = task_dirs(task)
-    extra_arg = lambda wc: " ".join(f"--{n}-dir {d}" for n, of in extra_input.items() for d in of(wc))  # noqa: E731
+    extra_arg = lambda wc: " ".join(
+        f"--{n}-dir {d}" for n, of in extra_input.items() for d in of(wc)
+    )  # noqa: E731
 
     rule:
         name:
             task.rule("train")
-        wildcard_constraints:
-            # the LM's runs of a fused group are made by rule train_fused instead
-            **{task.wildcard: "|".join(re.escape(r) for r in runs_of if r not in FUSED_RUNS) or "(?!)"},
         input:
+            **extra_input,
             spec=specs(f"{task.subdir}run", runs_of, task.wildcard),
             train=data("train"),
             val=data("validation"),
             preflight=run_preflight(task.name),
-            **extra_input,
         output:
             weights=f"{run_dir}/model.safetensors",
             config=f"{run_dir}/config.json",
             metrics=f"{run_dir}/metrics.jsonl",
             record=f"{run_dir}/run.json",
-        threads: task.part(P)["train"]["threads"]
-        params:
-            code=lambda wc: code_of(task.command("train"), kind(wc)),
-            out_dir=run_dir,
-            extra=extra_arg,
-        resources:
-            gpu=1,
-            runs_per_gpu=RUNS_PER_GPU,
-            **EXEC[task.name],
-            **estimated(task.rule("train")),
-        conda:
-            "../../envs/train.yaml"
         log:
             f"{logs}train/{{{task.wildcard}}}.log",
         benchmark:
             str(task.bench_file(RES, "train", f"{{{task.wildcard}}}"))
+        wildcard_constraints:
+            # the LM's runs of a fused group are made by rule train_fused instead
+            **{
+                task.wildcard: "|".join(re.escape(r) for r in runs_of if r not in FUSED_RUNS)
+                or "(?!)"
+            },
+        conda:
+            "../../envs/train.yaml"
+        threads: task.part(P)["train"]["threads"]
+        resources:
+            **EXEC[task.name],
+            **estimated(task.rule("train")),
+            gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
+        params:
+            code=lambda wc: code_of(task.command("train"), kind(wc)),
+            out_dir=run_dir,
+            extra=extra_arg,
         shell:
             "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
             + task.job("train")
@@ -62,30 +67,30 @@ def _run_rules(task, data):
         name:
             task.rule("evaluate")
         input:
+            **{f"{split}_docs": str(f) for split, f in docs.items()},
+            **extra_input,
             weights=f"{run_dir}/model.safetensors",
             config=f"{run_dir}/config.json",
             record=f"{run_dir}/run.json",
             val=data("validation"),
             test=data("test"),
             preflight=run_preflight(task.name),
-            **{f"{split}_docs": str(f) for split, f in docs.items()},
-            **extra_input,
         output:
             f"{run_dir}/eval.json",
-        threads: task.part(P)["train"]["threads"]
-        params:
-            code=lambda wc: code_of(task.command("evaluate"), kind(wc)),
-            extra=extra_arg,
-        resources:
-            gpu=1,
-            runs_per_gpu=RUNS_PER_GPU,
-            **estimated(task.rule("evaluate")),
-        conda:
-            "../../envs/train.yaml"
         log:
             f"{logs}evaluate/{{{task.wildcard}}}.log",
         benchmark:
             str(task.bench_file(RES, "evaluate", f"{{{task.wildcard}}}"))
+        conda:
+            "../../envs/train.yaml"
+        threads: task.part(P)["train"]["threads"]
+        resources:
+            **estimated(task.rule("evaluate")),
+            gpu=1,
+            runs_per_gpu=RUNS_PER_GPU,
+        params:
+            code=lambda wc: code_of(task.command("evaluate"), kind(wc)),
+            extra=extra_arg,
         shell:
             "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
             + task.job("evaluate")
@@ -98,4 +103,3 @@ def _run_rules(task, data):
 # Every task's runs, reading its token files (task_tokens) and the directories it declares (task_dirs).
 for _task in ACTIVE:
     _run_rules(_task, task_tokens(_task))
-

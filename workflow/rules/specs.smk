@@ -10,10 +10,10 @@ localrules:
 rule spec:
     output:
         f"{RES}/specs/{{name}}.json",
-    params:
-        content=lambda wc: SPECS[wc.name],
     log:
         f"{RES}/logs/spec/{{name}}.log",
+    params:
+        content=lambda wc: SPECS[wc.name],
     run:
         from grassflow.io import write_text
 

@@ -19,16 +19,20 @@ def _task_rules(task):
             name:
                 task.rule("data")
             input:
-                data=specs(f"{task.subdir}data", cells, f"{task.name}_cell") if cells else spec(f"{task.subdir}data", part["data"]),
+                data=(
+                    specs(f"{task.subdir}data", cells, f"{task.name}_cell")
+                    if cells
+                    else spec(f"{task.subdir}data", part["data"])
+                ),
             output:
                 [str(f) for f in task.files(RES, P, cell).values()],
+            log:
+                log,
+            conda:
+                "../../envs/data.yaml"
             params:
                 out_dir=lambda wc, output: Path(output[0]).parent,
                 code=code_of(task.command("data")),
-            conda:
-                "../../envs/data.yaml"
-            log:
-                log,
             shell:
                 f"{task.job('data')} --data {{input.data}} --out-dir {{params.out_dir}} > {{log}} 2>&1"
 
@@ -43,19 +47,29 @@ def _task_rules(task):
             records=task_run_outputs(task, "run.json"),
             metrics=task_run_outputs(task, "metrics.jsonl"),
             # only its own part, without execution keys: other tasks' edits leave its tables alone
-            preset=spec(f"{task.name}/aggregate", {task.part_key: {**part, "train": run_train(part["train"])}}),
+            preset=spec(
+                f"{task.name}/aggregate",
+                {task.part_key: {**part, "train": run_train(part["train"])}},
+            ),
         output:
-            [report(f, category=task.title, labels={"figure" if f.endswith(".png") else "table": Path(f).name},
-                    **captioned) for f in task_outputs(task)],
+            [
+                report(
+                    f,
+                    category=task.title,
+                    labels={"figure" if f.endswith(".png") else "table": Path(f).name},
+                    **captioned,
+                )
+                for f in task_outputs(task)
+            ],
+        log:
+            f"{RES}/logs/{task.name}/aggregate.log",
+        conda:
+            "../../envs/report.yaml"
         params:
             preset_name=PRESET,
             out_dir=lambda wc, output: Path(output[0]).parent,
             runs=" ".join(str(Path(f).parent) for f in task_run_outputs(task, "eval.json")),
             code=code_of(task.command("aggregate")),
-        conda:
-            "../../envs/report.yaml"
-        log:
-            f"{RES}/logs/{task.name}/aggregate.log",
         shell:
             f"{task.job('aggregate')} --preset {{input.preset}} --preset-name {{params.preset_name}} "
             "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
