@@ -13,23 +13,33 @@ from grassflow.config import (
     main_run_ids,
     run_train,
     select_preset,
+    tokenizer_spec,
 )
+from grassflow.recall.grid import recall_cells
+from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 from grassflow.staleness import CODE_INDEX, command_code, kind_code, remember
 from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
 PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
-# The language-modelling part (Tables 1-2, ablations), when the preset has one: a preset may
-# hold only SNLI or only recall.
-LM = bool(P.get("experiments"))
+RES = f"results/{PRESET}"
+REPORT = f"{RES}/report"
+SPLITS = ["train", "validation", "test"]
 # {task: {run_id: spec}} of every task the preset has (grassflow.tasks): one job of each stage per run
 TASK_RUNS = {t.name: t.specs(PRESET, P) for t in TASKS.values()}
 ACTIVE = [t for t in TASKS.values() if t.part(P)]  # the tasks this preset has a part of
+# Every task's rules exist whatever the preset; a preset without a task's part plans none of its
+# jobs (its run wildcard matches nothing), and its names below are empty.
+THREADS = {t.name: ((t.part(P) or {}).get("train") or {}).get("threads", 1) for t in TASKS.values()}
+
+# The language-modelling part (Tables 1-2, ablations; lm.smk, report.smk): the preset itself, when
+# it has experiments (a preset may hold only SNLI or only recall).
+LM = bool(P.get("experiments"))
+LM_TRAIN = P["train"] if LM else {}
+BENCH = P.get("bench") or {}
 RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(P.get("experiments") or {})
 MAIN_RUNS = main_run_ids(P)
-EXP_RUNS = {
-    exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS
-}  # a table's runs
+EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}
 # {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
 ABLATIONS = {
     v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
@@ -39,20 +49,32 @@ ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.valu
 # {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
 FUSED = fused_groups(P, RUNS) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
-PUBLISHED = str(
-    Path("workflow", "resources", "published.yaml")
-)  # the paper's setup, published numbers
-SPLITS = ["train", "validation", "test"]
-TOKENIZER = P["tokenizer"]["name"] if LM else None
-
-RES = f"results/{PRESET}"
+FUSED_SEEDS = P["seeds"] if FUSED else []
+PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
 RAW = f"{RES}/data/raw"
-TOKENS = f"{RES}/data/tokens/{TOKENIZER}"
-REPORT = f"{RES}/report"
+TOKENS = f"{RES}/data/tokens/{P['tokenizer']['name'] if LM else None}"
+
+# SNLI (snli.smk), the preset's `snli` part
+SNLI = TASKS["snli"].part(P) or {}
+SNLI_RUNS = TASK_RUNS["snli"]
+SNLI_RES = f"{RES}/snli"
+SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else None}"
+
+# Recall (recall.smk), the preset's `recall` part: its data per (seq_len, kv) cell
+RECALL = TASKS["recall"].part(P) or {}
+RECALL_RUNS = TASK_RUNS["recall"]
+RECALL_RES = f"{RES}/recall"
+RECALL_CELLS = recall_cells(RECALL) if RECALL else {}
+
 # Rules run this checkout's src/ (the Snakefile puts it first on PYTHONPATH), so the code
 # fingerprints below hash exactly the code that runs. GF: the CLI's commands; a task's jobs run
-# its stage's own command line instead (task.job: `python -m grassflow.stage <task> <stage>`).
+# its stage's own command line instead (`python -m grassflow.stage <task> <stage>`); FETCH: the
+# hub fetches' own (grassflow.fetch).
 GF = "python -m grassflow"
+FETCH = "python -m grassflow.fetch"
+# A run rule's {params.extra}: the directories a run gets beyond its token files, as arguments
+# (SNLI's backbone: snli_backbone_arg); none for the LM's and recall's runs.
+NO_EXTRA = ""
 
 # Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -209,28 +231,63 @@ def run_preflight(task_name):
 
 
 # --- file names ----------------------------------------------------------------------------
+def alternatives(names):
+    """A wildcard's constraint: exactly these names (none: a pattern that matches nothing)."""
+    return "|".join(map(re.escape, names)) or "(?!)"
+
+
+UNFUSED_RUNS = alternatives(r for r in RUNS if r not in FUSED_RUNS)
+
+
 def fetched_tokenizer(name):
     return f"{RES}/tokenizers/{name}/tokenizer.json"
 
 
-def tokenizer_artifact(task):
-    """The tokenizer file a task's tokenize reads: trained here, fetched from the hub, or none (path)."""
-    name = task.part(P)["tokenizer"]["name"]
+def tokenizer_artifact(part, results):
+    """The tokenizer file a task's tokenize reads: trained here, fetched from the hub, or none (a
+    `path`, or no such part)."""
+    name = part["tokenizer"]["name"] if part else None
     if name == "trained":
-        return [f"{task.results(RES)}/data/tokenizer/trained/tokenizer.json"]
+        return [f"{results}/data/tokenizer/trained/tokenizer.json"]
     return [fetched_tokenizer(name)] if name in FETCH_TOKENIZERS else []
+
+
+def artifact_args(part, results):
+    return " ".join(f"--artifact {a}" for a in tokenizer_artifact(part, results))
+
+
+def snli_backbone(wc):
+    """The fetched backbone an SNLI run reads (snli_fetch_backbone), or none (a `path`, random, scratch)."""
+    dirs = run_dirs(SNLI, SNLI_RUNS[wc.snli_run])
+    return [f"{SNLI_RES}/{dirs['backbone']}"] if "backbone" in dirs else []
+
+
+def snli_backbone_arg(wc):
+    return " ".join(f"--backbone-dir {d}" for d in snli_backbone(wc))
+
+
+def recall_tokens(split):
+    """A recall run's token file of `split`: its cell's (recall_data)."""
+    return lambda wc: f"{RECALL_RES}/data/{RECALL_RUNS[wc.recall_run]['data_cell']}/{split}.parquet"
 
 
 def run_outputs(name, run_ids=None):
     return [f"{RES}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
 
 
+def experiment_outputs(exp):
+    """An LM experiment's table and figures (rule aggregate), none where the preset lacks it."""
+    if exp not in EXPERIMENTS:
+        return []
+    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")] + [
+        f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")
+    ]
+
+
 def ablation_outputs():
     if not ABLATIONS:
         return []
-    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex")] + [
-        f"{REPORT}/ablations.png"
-    ]
+    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
 
 
 def table_outputs():
@@ -245,50 +302,65 @@ def figure_outputs():
     )
 
 
+# --- what the tables read of the preset (spec files) -----------------------------------------
+TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the other tasks' preset keys
+# each LM experiment's table: this experiment only, so that the other tables', the other tasks' and
+# the ablations' edits (and train.threads) leave it alone
+AGGREGATE_PRESETS = {
+    exp: {
+        **{
+            k: run_train(v) if k == "train" else v
+            for k, v in P.items()
+            if k not in ("ablations", "experiments", *TASK_PARTS)
+        },
+        "experiments": {exp: P["experiments"][exp]},
+    }
+    for exp in EXPERIMENTS
+}
+# the ablation table: the grid's base experiment, not the others
+ABLATIONS_PRESET = (
+    {
+        **{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
+        "model_overrides": P.get("model_overrides") or {},
+        "train": run_train(P["train"]),
+        "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]},
+    }
+    if ABLATIONS
+    else None
+)
+
+
+def aggregate_part(part, key):
+    """Another task's tables read its own part only, without execution keys."""
+    return {key: {**part, "train": run_train(part["train"])}} if part else None
+
+
 # --- every task's files (grassflow.tasks) -------------------------------------------------------
-TASK_PARTS = {
-    t.part_key for t in TASKS.values() if t.part_key
-}  # the preset keys of the tasks other than the LM
+def task_run_outputs(name, file):
+    """File `file` of each of task `name`'s runs."""
+    task = TASKS[name]
+    return [f"{task.results(RES)}/runs/{run}/{file}" for run in TASK_RUNS[name]]
 
 
-def task_run_outputs(task, name):
-    """File `name` of each of the task's runs."""
-    return [f"{task.results(RES)}/runs/{run}/{name}" for run in TASK_RUNS[task.name]]
+def task_outputs(name):
+    """The tables and figures task `name`'s aggregate writes (not the LM's: report.smk)."""
+    task = TASKS[name]
+    part = task.part(P)
+    return [f"{REPORT}/{f}" for f in task.outputs(part)] if task.outputs and part else []
 
 
-def task_outputs(task):
-    """The tables and figures a task's aggregate writes (the LM's: table_outputs, figure_outputs, ...)."""
-    return (
-        [f"{REPORT}/{f}" for f in task.outputs(task.part(P))]
-        if task.outputs and task.part(P)
-        else []
-    )
+def task_report(name):
+    """task_outputs(name) as Snakemake's report shows them: under the task's title, captioned by
+    workflow/report/<name>.rst where there is one."""
+    task = TASKS[name]
+    caption = Path(workflow.basedir, "workflow", "report", f"{name}.rst")
+    captioned = {"caption": f"../report/{name}.rst"} if caption.is_file() else {}
 
+    def shown(f):
+        kind = "figure" if f.endswith(".png") else "table"
+        return report(f, category=task.title, labels={kind: Path(f).name}, **captioned)
 
-def task_dirs(task):
-    """{name: the run's directories of that name, a function of the wildcards}: what the task's
-    `run_dirs` declares a run's jobs get beyond their token files (SNLI's fetched backbone, fetch.smk).
-    """
-
-    def named(name):  # an input function takes the wildcards alone
-        def of(wc):
-            dirs = entry(task.run_dirs)(
-                task.part(P), TASK_RUNS[task.name][getattr(wc, task.wildcard)]
-            )
-            return [str(task.results(RES) / dirs[name])] if name in dirs else []
-
-        return of
-
-    return {name: named(name) for name in task.dirs} if task.run_dirs else {}
-
-
-def task_tokens(task):
-    """A run's token file of a split: its task's (data.smk, tasks.smk), or its cell's (a function of the run)."""
-    if task.cells:
-        return lambda split: lambda wc: str(
-            task.files(RES, P, TASK_RUNS[task.name][getattr(wc, task.wildcard)]["data_cell"])[split]
-        )
-    return lambda split: str(task.files(RES, P)[split])
+    return [shown(f) for f in task_outputs(name)]
 
 
 def estimate_benchmarks():
@@ -312,5 +384,7 @@ def final_outputs():
         if LM
         else []
     )
-    tasks = [f for t in ACTIVE for f in task_outputs(t) + task_run_outputs(t, "eval.json")]
+    tasks = [
+        f for t in ACTIVE for f in task_outputs(t.name) + task_run_outputs(t.name, "eval.json")
+    ]
     return lm + tasks + [f"{REPORT}/estimates.md"]

@@ -1,5 +1,6 @@
-# Stage 5 of the language-modelling part: the scaling benchmark on the device the training jobs
-# use (train.device; under profiles/slurm a `gpu` node), then tables, figures, summary.
+# The language-modelling part's tables (Tables 1-2, the ablations): the unigram baseline, the scaling
+# benchmark on the device the training jobs use (train.device; under profiles/slurm a `gpu` node),
+# then one table per experiment, the summary and the ablation table.
 
 
 # The unigram baseline of the evaluation tokens (training-split counts): the perplexity a model
@@ -25,7 +26,7 @@ rule unigram:
 
 rule bench:
     input:
-        preflight=preflight_file(P["train"]["device"]),
+        preflight=preflight_file(LM_TRAIN.get("device", "cpu")),
     output:
         f"{RES}/bench/bench.json",
     log:
@@ -34,16 +35,16 @@ rule bench:
         f"{RES}/benchmarks/bench.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: P["train"]["threads"]
+    threads: THREADS["lm"]
     resources:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
         gf=GF,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        quick="--quick" if P["bench"]["quick"] else "",
-        lengths=",".join(map(str, P["bench"]["lengths"])),
-        device=P["train"]["device"],
+        quick="--quick" if BENCH.get("quick") else "",
+        lengths=",".join(map(str, BENCH.get("lengths", []))),
+        device=LM_TRAIN.get("device", "cpu"),
         code=code_of("bench", *MODEL_KINDS),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
@@ -56,21 +57,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
         # this experiment only: the other tables', the other tasks', ablation edits (and
         # train.threads) leave this table alone
-        preset=specs(
-            "aggregate",
-            {
-                exp: {
-                    **{
-                        k: run_train(v) if k == "train" else v
-                        for k, v in P.items()
-                        if k not in ("ablations", "experiments", *TASK_PARTS)
-                    },
-                    "experiments": {exp: P["experiments"][exp]},
-                }
-                for exp in EXPERIMENTS
-            },
-            "exp",
-        ),
+        preset=specs("aggregate", AGGREGATE_PRESETS, "exp"),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
@@ -140,66 +127,58 @@ rule summary:
         "--out-dir {params.out_dir} > {log} 2>&1"
 
 
-# `snakemake table1` (a target per experiment, named after it): that table, its runs and their data
-for _exp in EXPERIMENTS:
-
-    rule:
-        name:
-            _exp
-        input:
-            [f"{REPORT}/{_exp}.{ext}" for ext in ("md", "csv", "tex")],
-            [f"{REPORT}/{kind}_{_exp}.png" for kind in ("curves", "best_ppl")],
+# `snakemake table1`, `snakemake table2`: that table, its runs and their data
+rule table1:
+    input:
+        experiment_outputs("table1"),
 
 
-if ABLATIONS:
+rule table2:
+    input:
+        experiment_outputs("table2"),
 
-    rule ablation_aggregate:
-        input:
-            evals=run_outputs("eval.json", ABLATION_RUNS),
-            records=run_outputs("run.json", ABLATION_RUNS),
-            unigram=f"{TOKENS}/unigram.json",
-            checksums=f"{RAW}/checksums.json",
-            published=PUBLISHED,
-            # what the table reads of the preset: editing another experiment leaves it alone
-            preset=spec(
-                "ablations/preset",
-                {
-                    **{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
-                    "model_overrides": P.get("model_overrides") or {},
-                    "train": run_train(P["train"]),
-                    "experiments": {
-                        P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]
-                    },
-                },
-            ),
-            grid=spec("ablations/grid", ABLATIONS),
-        output:
-            tables=[
-                report(t, category="Ablations", labels={"table": Path(t).name})
-                for t in ablation_outputs()
-                if not t.endswith(".png")
-            ],
-            figure=report(
-                f"{REPORT}/ablations.png",
-                caption="../report/ablations.rst",
+
+rule ablation_aggregate:
+    input:
+        evals=run_outputs("eval.json", ABLATION_RUNS),
+        records=run_outputs("run.json", ABLATION_RUNS),
+        unigram=f"{TOKENS}/unigram.json",
+        checksums=f"{RAW}/checksums.json",
+        published=PUBLISHED,
+        # what the table reads of the preset: editing another experiment leaves it alone
+        preset=spec("ablations/preset", ABLATIONS_PRESET),
+        grid=spec("ablations/grid", ABLATIONS),
+    output:
+        tables=[
+            report(
+                f"{REPORT}/ablations.{ext}",
                 category="Ablations",
-                labels={"figure": "ablations"},
-            ),
-        log:
-            f"{RES}/logs/ablation_aggregate.log",
-        conda:
-            "../../envs/report.yaml"
-        params:
-            gf=GF,
-            preset_name=PRESET,
-            out_dir=lambda wc, output: Path(output.figure).parent,
-            runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
-            code=code_of("ablations"),
-        shell:
-            "{params.gf} ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
-            "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
-            "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+                labels={"table": f"ablations.{ext}"},
+            )
+            for ext in ("md", "csv", "tex")
+        ],
+        figure=report(
+            f"{REPORT}/ablations.png",
+            caption="../report/ablations.rst",
+            category="Ablations",
+            labels={"figure": "ablations"},
+        ),
+    log:
+        f"{RES}/logs/ablation_aggregate.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        gf=GF,
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output.figure).parent,
+        runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
+        code=code_of("ablations"),
+    shell:
+        "{params.gf} ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
+        "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
+        "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 
-    rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
-        input:
-            ablation_outputs(),
+
+rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
+    input:
+        ablation_outputs(),

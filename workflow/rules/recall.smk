@@ -1,0 +1,112 @@
+# Multi-query associative recall (MQAR), the preset's `recall` part: one recall_data job per
+# (seq_len, kv) cell, then recall_train → recall_evaluate per run (each reading its cell's data)
+# → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
+
+
+rule recall_data:
+    input:
+        data=specs("recall/data", RECALL_CELLS, "recall_cell"),
+    output:
+        expand(f"{RECALL_RES}/data/{{{{recall_cell}}}}/{{split}}.parquet", split=SPLITS),
+    log:
+        f"{RES}/logs/recall/data/{{recall_cell}}.log",
+    conda:
+        "../../envs/data.yaml"
+    params:
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        code=code_of("recall-data"),
+    shell:
+        "python -m grassflow.stage recall data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule recall_train:
+    input:
+        spec=specs("recall/run", RECALL_RUNS, "recall_run"),
+        train=recall_tokens("train"),
+        val=recall_tokens("validation"),
+        preflight=run_preflight("recall"),
+    output:
+        weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
+        config=f"{RECALL_RES}/runs/{{recall_run}}/config.json",
+        metrics=f"{RECALL_RES}/runs/{{recall_run}}/metrics.jsonl",
+        record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
+    log:
+        f"{RES}/logs/recall/train/{{recall_run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/recall/train/{{recall_run}}.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: THREADS["recall"]
+    resources:
+        **EXEC["recall"],
+        **estimated("recall_train"),
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        code=lambda wc: code_of("recall-train", RECALL_RUNS[wc.recall_run]["model_kind"]),
+        out_dir=f"{RECALL_RES}/runs/{{recall_run}}",
+        extra=NO_EXTRA,
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+        "python -m grassflow.stage recall train --spec {input.spec} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dir} {params.extra} --preflight {input.preflight} "
+        "--compile {resources.compile} --compile-mode {resources.compile_mode} "
+        "--trackers {resources.trackers} > {log} 2>&1"
+
+
+rule recall_evaluate:
+    input:
+        weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
+        config=f"{RECALL_RES}/runs/{{recall_run}}/config.json",
+        record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
+        val=recall_tokens("validation"),
+        test=recall_tokens("test"),
+        preflight=run_preflight("recall"),
+    output:
+        f"{RECALL_RES}/runs/{{recall_run}}/eval.json",
+    log:
+        f"{RES}/logs/recall/evaluate/{{recall_run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: THREADS["recall"]
+    resources:
+        **estimated("recall_evaluate"),
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        code=lambda wc: code_of("recall-evaluate", RECALL_RUNS[wc.recall_run]["model_kind"]),
+        extra=NO_EXTRA,
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+        "python -m grassflow.stage recall evaluate --weights {input.weights} --run-json {input.record} "
+        "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
+
+
+rule recall_aggregate:
+    input:
+        evals=task_run_outputs("recall", "eval.json"),
+        records=task_run_outputs("recall", "run.json"),
+        metrics=task_run_outputs("recall", "metrics.jsonl"),
+        # its own part only, without execution keys: other tasks' edits leave its tables alone
+        preset=spec("recall/aggregate", aggregate_part(RECALL, "recall")),
+    output:
+        task_report("recall"),
+    log:
+        f"{RES}/logs/recall/aggregate.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        runs=" ".join(str(Path(f).parent) for f in task_run_outputs("recall", "eval.json")),
+        code=code_of("recall-aggregate"),
+    shell:
+        "python -m grassflow.stage recall aggregate --preset {input.preset} --preset-name {params.preset_name} "
+        "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule recall:
+    input:
+        task_outputs("recall"),

@@ -1,0 +1,178 @@
+# SNLI (the paper's Table 3), the preset's `snli` part:
+#   snli_download → (snli_train_tokenizer) → snli_tokenize → snli_train → snli_evaluate → snli_aggregate
+# and snli_fetch_backbone: the pretrained backbone a run on its frozen features reads (--backbone-dir),
+# fetched where Snakemake runs (on clusters only the login node has the internet), as download is.
+# `snakemake snli`: its tables, their runs and data only.
+
+
+rule snli_fetch_backbone:
+    input:
+        backbone=spec("snli/backbone", SNLI.get("backbone")),
+    output:
+        directory(f"{SNLI_RES}/backbone/{{name}}"),
+    log:
+        f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
+    localrule: True
+    conda:
+        "../../envs/train.yaml"
+    params:
+        gf=FETCH,
+        code=code_of("snli-fetch-backbone"),
+    shell:
+        "{params.gf} snli-fetch-backbone --backbone {input.backbone} --out-dir {output} > {log} 2>&1"
+
+
+rule snli_download:
+    input:
+        data=spec("snli/data", SNLI.get("data")),
+    output:
+        raw=expand(f"{SNLI_RES}/data/raw/{{split}}.parquet", split=SPLITS),
+        checksums=f"{SNLI_RES}/data/raw/checksums.json",
+    log:
+        f"{RES}/logs/snli/download.log",
+    benchmark:
+        f"{RES}/benchmarks/snli/download.tsv"
+    localrule: True
+    conda:
+        "../../envs/data.yaml"
+    params:
+        out_dir=lambda wc, output: Path(output.checksums).parent,
+        code=code_of("snli-download"),
+    shell:
+        "python -m grassflow.stage snli download --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule snli_train_tokenizer:
+    input:
+        f"{SNLI_RES}/data/raw/train.parquet",
+    output:
+        f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json",
+    log:
+        f"{RES}/logs/snli/train_tokenizer.log",
+    benchmark:
+        f"{RES}/benchmarks/snli/train_tokenizer.tsv"
+    conda:
+        "../../envs/data.yaml"
+    params:
+        vocab_size=lambda wc: SNLI["tokenizer"]["vocab_size"],
+        code=code_of("snli-train-tokenizer"),
+    shell:
+        "python -m grassflow.stage snli train_tokenizer --train {input} --vocab-size {params.vocab_size} "
+        "--out {output} > {log} 2>&1"
+
+
+rule snli_tokenize:
+    input:
+        raw=expand(f"{SNLI_RES}/data/raw/{{split}}.parquet", split=SPLITS),
+        artifact=tokenizer_artifact(SNLI, SNLI_RES),
+        tokenizer=spec("snli/tokenize", snli_tokenizer_spec(P) if SNLI else None),
+    output:
+        expand(f"{SNLI_TOKENS}/{{split}}.parquet", split=SPLITS),
+    log:
+        f"{RES}/logs/snli/tokenize.log",
+    benchmark:
+        f"{RES}/benchmarks/snli/tokenize.tsv"
+    conda:
+        "../../envs/data.yaml"
+    params:
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        artifact=artifact_args(SNLI, SNLI_RES),
+        code=code_of("snli-tokenize"),
+    shell:
+        "python -m grassflow.stage snli tokenize --tokenizer {input.tokenizer} {params.artifact} "
+        "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule snli_train:
+    input:
+        spec=specs("snli/run", SNLI_RUNS, "snli_run"),
+        train=f"{SNLI_TOKENS}/train.parquet",
+        val=f"{SNLI_TOKENS}/validation.parquet",
+        preflight=run_preflight("snli"),
+        backbone=snli_backbone,
+    output:
+        weights=f"{SNLI_RES}/runs/{{snli_run}}/model.safetensors",
+        config=f"{SNLI_RES}/runs/{{snli_run}}/config.json",
+        metrics=f"{SNLI_RES}/runs/{{snli_run}}/metrics.jsonl",
+        record=f"{SNLI_RES}/runs/{{snli_run}}/run.json",
+    log:
+        f"{RES}/logs/snli/train/{{snli_run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: THREADS["snli"]
+    resources:
+        **EXEC["snli"],
+        **estimated("snli_train"),
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        code=lambda wc: code_of("snli-train", SNLI_RUNS[wc.snli_run]["model_kind"]),
+        out_dir=f"{SNLI_RES}/runs/{{snli_run}}",
+        extra=snli_backbone_arg,
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+        "python -m grassflow.stage snli train --spec {input.spec} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dir} {params.extra} --preflight {input.preflight} "
+        "--compile {resources.compile} --compile-mode {resources.compile_mode} "
+        "--trackers {resources.trackers} > {log} 2>&1"
+
+
+rule snli_evaluate:
+    input:
+        weights=f"{SNLI_RES}/runs/{{snli_run}}/model.safetensors",
+        config=f"{SNLI_RES}/runs/{{snli_run}}/config.json",
+        record=f"{SNLI_RES}/runs/{{snli_run}}/run.json",
+        val=f"{SNLI_TOKENS}/validation.parquet",
+        test=f"{SNLI_TOKENS}/test.parquet",
+        preflight=run_preflight("snli"),
+        backbone=snli_backbone,
+    output:
+        f"{SNLI_RES}/runs/{{snli_run}}/eval.json",
+    log:
+        f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: THREADS["snli"]
+    resources:
+        **estimated("snli_evaluate"),
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        code=lambda wc: code_of("snli-evaluate", SNLI_RUNS[wc.snli_run]["model_kind"]),
+        extra=snli_backbone_arg,
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+        "python -m grassflow.stage snli evaluate --weights {input.weights} --run-json {input.record} "
+        "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
+
+
+rule snli_aggregate:
+    input:
+        evals=task_run_outputs("snli", "eval.json"),
+        records=task_run_outputs("snli", "run.json"),
+        metrics=task_run_outputs("snli", "metrics.jsonl"),
+        # its own part only, without execution keys: other tasks' edits leave its tables alone
+        preset=spec("snli/aggregate", aggregate_part(SNLI, "snli")),
+    output:
+        task_report("snli"),
+    log:
+        f"{RES}/logs/snli/aggregate.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        runs=" ".join(str(Path(f).parent) for f in task_run_outputs("snli", "eval.json")),
+        code=code_of("snli-aggregate"),
+    shell:
+        "python -m grassflow.stage snli aggregate --preset {input.preset} --preset-name {params.preset_name} "
+        "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule snli:
+    input:
+        task_outputs("snli"),
