@@ -22,53 +22,48 @@ SRC = ROOT / "src" / "grassflow"
 
 
 def rule_blocks():
-    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for block in re.split(r"(?m)^(?=(?:    )?rule )", smk.read_text()):
-            m = re.match(r"(?:    )?rule (\w+):", block)
+    for smk in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
+        for block in re.split(r"(?m)^(?=rule )", smk.read_text()):
+            m = re.match(r"rule (\w+):", block)
             if m:
                 yield m.group(1), block
 
 
 def test_every_rule_fingerprints_the_command_its_shell_runs():
-    # the runs' rules of every task come from one template (runs.smk): it fingerprints the
-    # command its shell runs, with the run's model kind
-    template = (ROOT / "workflow/rules/runs.smk").read_text()
-    for stage in ("train", "evaluate"):
-        assert f'code=lambda wc: code_of(task.command("{stage}"), kind(wc)),' in template
-        assert '"\n            + task.job("' + stage + '")\n            + " --' in template
-    # so do every task's data and aggregate rules (tasks.smk) and a text corpus's (data.smk), without a model kind
-    for smk, stages in (("tasks", ("data", "aggregate")), ("data", ("download", "train_tokenizer", "tokenize"))):
-        template = (ROOT / f"workflow/rules/{smk}.smk").read_text()
-        for stage in stages:
-            assert f'code=code_of(task.command("{stage}")),' in template
-            assert f"f\"{{task.job('{stage}')}} --" in template
-    seen = {}
+    """Each rule's `code` param hashes the command its shell runs: the CLI's or the hub fetches'
+    (`{params.gf} <command>`), or a task's stage (`python -m grassflow.stage <task> <stage>`, whose
+    command is `<task>-<stage>`, the LM's without a prefix); a run's stage with the run's model kind."""
+    from grassflow.tasks import TASKS
+
+    seen, stages = {}, set()
     for rule, block in rule_blocks():
-        shell = re.search(r"\{params\.gf\} ([a-z-]+)", block)
-        code = re.search(r'code=(?:lambda wc: )?code_of\("([a-z-]+)"(.*)\),?\n', block)
+        gf = re.search(r"\{params\.gf\} ([a-z-]+)", block)
+        stage = re.search(r"python -m grassflow\.stage (\w+) (\w+) ", block)
+        code = re.search(r'code=(?:lambda wc: )?code_of\(\s*"([a-z-]+)"(.*?)\),?\n', block, re.S)
         if rule == "preflight":  # a check of the machine: no fingerprint, rerun only when missing
             assert code is None
             continue
-        if rule == "train_fused":  # a fused group's job: the LM's stage, with its runs' model kind
-            assert '"python -m grassflow.stage lm train_fused --' in block
-            assert code.group(1) == "train-fused" and "model_kind" in code.group(2)
-            continue
-        if shell is None:  # a rule that runs no grassflow command (`all`)
+        if gf is None and stage is None:  # a rule that runs no grassflow command (`all`, a target)
             assert code is None, rule
             continue
-        assert code, f"rule {rule} runs `grassflow {shell.group(1)}` but fingerprints no code"
-        assert code.group(1) == shell.group(1), rule
+        assert code, f"rule {rule} runs a grassflow command but fingerprints no code"
+        if stage:
+            task, name = stage.groups()
+            assert code.group(1) == TASKS[task].command(name), rule
+            # a run's jobs: the code of the run's own model kind
+            assert ("model_kind" in code.group(2)) == (name in ("train", "train_fused", "evaluate")), rule
+            stages.add((task, name))
+            continue
+        assert code.group(1) == gf.group(1), rule
         # through the command line whose slice the fingerprint holds: the CLI's, or the hub fetches' own
-        gf = {"grassflow.cli": "gf=GF,", "grassflow.fetch": "gf=FETCH,"}[staleness._dispatcher(code.group(1))[1]]
-        assert gf in block, (rule, gf)
-        seen[rule] = code.group(2)
-    # bench fingerprints every kind; the rest, none
-    assert not {r for r, kinds in seen.items() if "kind" in kinds}
-    assert seen["bench"] == ", *MODEL_KINDS" and len(seen) == 8
-    # a task's job is its stage's command line (grassflow.stage), not the CLI's: its fingerprint's command
-    from grassflow.tasks import TASKS
-
-    assert TASKS["snli"].job("train") == "python -m grassflow.stage snli train"
+        dispatcher = {"grassflow.cli": "gf=GF,", "grassflow.fetch": "gf=FETCH,"}[staleness._dispatcher(gf.group(1))[1]]
+        assert dispatcher in block, (rule, dispatcher)
+        seen[rule] = code.group(2).strip()
+    # bench fingerprints every kind; the CLI's other rules, none
+    assert {r: k for r, k in seen.items() if k} == {"bench": ", *MODEL_KINDS"} and len(seen) == 8
+    # every built-in task's run stages, and the text corpora's data stages
+    assert {(t, s) for t in ("lm", "snli", "recall") for s in ("train", "evaluate")} <= stages
+    assert {("lm", "download"), ("lm", "tokenize"), ("snli", "tokenize"), ("recall", "data"), ("lm", "train_fused")} <= stages
     assert staleness._dispatcher("snli-train")[1] == "grassflow.stage"
 
 

@@ -1,7 +1,7 @@
-"""A task is one directory (grassflow.tasks): a toy fourth task, copied into a scratch
-repository's src/grassflow/toy/ and nowhere else, is validated (its part's schema and checks),
-given its commands, planned, estimated, run and tabled by the DAG; and the shared contracts of
-the tasks' declarations hold."""
+"""A task is its package and its rule file: a toy fourth task, copied into a scratch repository's
+src/grassflow/toy/ and workflow/rules/toy.smk, one include line added to the Snakefile, is
+validated (its part's schema and checks), given its commands, planned, estimated, run and tabled
+by the DAG; and the shared contracts of the tasks' declarations hold."""
 
 from __future__ import annotations
 
@@ -41,7 +41,12 @@ def _overlay(work, name, preset) -> str:
 @pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
-    shutil.copytree(TOY, work / "src" / "grassflow" / "toy")  # the only change to the repository
+    # the only changes to the repository: its package, its rule file and the line that includes it
+    shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
+    shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
+    snakefile = work / "Snakefile"
+    snakefile.write_text(snakefile.read_text().replace('include: "workflow/rules/specs.smk"\n',
+                                                       'include: "workflow/rules/specs.smk"\ninclude: "workflow/rules/toy.smk"\n'))
     toy = _overlay(work, "toy", TOY_PRESET)
 
     # its commands, made from its declaration

@@ -1,0 +1,102 @@
+# The toy task's rules (tests/test_tasks.py copies this file to workflow/rules/toy.smk and includes
+# it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`.
+TOY = TASKS["toy"].part(P) or {}
+TOY_RUNS = TASK_RUNS["toy"]
+TOY_RES = f"{RES}/toy"
+
+
+rule toy_data:
+    input:
+        data=spec("toy/data", TOY.get("data")),
+    output:
+        expand(f"{TOY_RES}/data/{{split}}.parquet", split=SPLITS),
+    log:
+        f"{RES}/logs/toy/data.log",
+    params:
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        code=code_of("toy-data"),
+    shell:
+        "python -m grassflow.stage toy data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule toy_train:
+    input:
+        spec=specs("toy/run", TOY_RUNS, "toy_run"),
+        train=f"{TOY_RES}/data/train.parquet",
+        val=f"{TOY_RES}/data/validation.parquet",
+        preflight=run_preflight("toy"),
+    output:
+        weights=f"{TOY_RES}/runs/{{toy_run}}/model.safetensors",
+        config=f"{TOY_RES}/runs/{{toy_run}}/config.json",
+        metrics=f"{TOY_RES}/runs/{{toy_run}}/metrics.jsonl",
+        record=f"{TOY_RES}/runs/{{toy_run}}/run.json",
+    log:
+        f"{RES}/logs/toy/train/{{toy_run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/toy/train/{{toy_run}}.tsv"
+    threads: THREADS["toy"]
+    resources:
+        **EXEC["toy"],
+        **estimated("toy_train"),
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        code=lambda wc: code_of("toy-train", TOY_RUNS[wc.toy_run]["model_kind"]),
+        out_dir=f"{TOY_RES}/runs/{{toy_run}}",
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+        "python -m grassflow.stage toy train --spec {input.spec} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
+        "--compile {resources.compile} --compile-mode {resources.compile_mode} "
+        "--trackers {resources.trackers} > {log} 2>&1"
+
+
+rule toy_evaluate:
+    input:
+        weights=f"{TOY_RES}/runs/{{toy_run}}/model.safetensors",
+        record=f"{TOY_RES}/runs/{{toy_run}}/run.json",
+        val=f"{TOY_RES}/data/validation.parquet",
+        test=f"{TOY_RES}/data/test.parquet",
+        preflight=run_preflight("toy"),
+    output:
+        f"{TOY_RES}/runs/{{toy_run}}/eval.json",
+    log:
+        f"{RES}/logs/toy/evaluate/{{toy_run}}.log",
+    benchmark:
+        f"{RES}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
+    threads: THREADS["toy"]
+    resources:
+        **estimated("toy_evaluate"),
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        code=lambda wc: code_of("toy-evaluate", TOY_RUNS[wc.toy_run]["model_kind"]),
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
+        "python -m grassflow.stage toy evaluate --weights {input.weights} --run-json {input.record} "
+        "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
+
+
+rule toy_aggregate:
+    input:
+        evals=task_run_outputs("toy", "eval.json"),
+        records=task_run_outputs("toy", "run.json"),
+        metrics=task_run_outputs("toy", "metrics.jsonl"),
+        preset=spec("toy/aggregate", aggregate_part(TOY, "toy")),
+    output:
+        task_report("toy"),
+    log:
+        f"{RES}/logs/toy/aggregate.log",
+    params:
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        runs=" ".join(str(Path(f).parent) for f in task_run_outputs("toy", "eval.json")),
+        code=code_of("toy-aggregate"),
+    shell:
+        "python -m grassflow.stage toy aggregate --preset {input.preset} --preset-name {params.preset_name} "
+        "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule toy:
+    input:
+        task_outputs("toy"),
