@@ -36,15 +36,14 @@ class Task:
     token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
     aggregate: str | None = None  # (preset, preset_name, runs, out_dir) → its tables (the LM's: report.smk)
     outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files `aggregate` writes in report/
-    data: str | None = None  # (data: its part's data section, out_dir) → {split}.parquet: the generic data rule
+    data: str | None = None  # (data: its part's data section, out_dir) → {split}.parquet (recall's: rule recall_data)
     # one data job per cell instead (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's
     # spec names the cell it reads (`data_cell`)
     cells: str | None = None  # (its part) → {cell: its data section}
-    # or a text corpus's three (workflow/rules/data.smk: the LM's, SNLI's), into its token_dir:
+    # or a text corpus's three (the LM's, SNLI's: lm.smk, snli.smk), into its token_dir:
     download: str | None = None  # (data section, split, out path) → the split's checksum record
     train_tokenizer: str | None = None  # (train, vocab_size, out): the train split's, for tokenizer.name "trained"
     tokenize: str | None = None  # (tokenize section, raw split, out path, tokenizer file) → the token file's facts
-    tokenize_section: str | None = None  # (preset) → the section `tokenize` gets (a spec file)
     # (tokenize section, raw split, out path, tokenizer file) → the validation or test split as
     # lm-evaluation-harness's documents, into its token_dir's docs/; its evaluate job reads them
     # (--val-docs, --test-docs): the LM's word-level perplexity, the harness's (lm/rolling.py)
@@ -55,7 +54,6 @@ class Task:
     schema: dict | str | None = None
     model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
     dirs: tuple[str, ...] = ()  # directories its jobs also get (`--<dir>-dir`; SNLI: its backbone)
-    run_dirs: str | None = None  # (its part, a run's spec) → {dir: path under its results dir}, those the run needs
     title: str = ""  # its category in Snakemake's report
 
 

@@ -122,12 +122,16 @@ def why_markdown(jobs: list[dict]) -> str:
 
 
 def local_rules(project: Path) -> set[str]:
-    """The rules the workflow declares `localrules` (run where Snakemake runs: the login node), and
-    a text corpus's download (data.smk's template: `localrule: True`). A dry run does not say."""
-    names = {t.rule("download") for t in TASKS.values() if t.download}
-    for smk in (project / "workflow" / "rules").glob("*.smk"):
-        for block in re.findall(r"localrules:\s*\n((?:\s+\w+,?\s*\n)+)", smk.read_text()):
+    """The rules the workflow runs where Snakemake runs (the login node): those marked
+    `localrule: True`, and those a `localrules:` directive names. A dry run does not say."""
+    names = set()
+    for smk in [project / "Snakefile", *(project / "workflow" / "rules").glob("*.smk")]:
+        text = smk.read_text()
+        for block in re.findall(r"localrules:\s*\n((?:\s+\w+,?\s*\n)+)", text):
             names |= set(re.findall(r"\w+", block))
+        for name, body in re.findall(r"(?m)^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", text):
+            if re.search(r"(?m)^[ \t]+localrule: True", body):
+                names.add(name)
     return names
 
 

@@ -1,8 +1,9 @@
 """The tasks, each declared once in its own package: `grassflow/<task>/task.py` holds `TASK`, a
 `Task` (grassflow.declaration; language modelling: lm/task.py, SNLI: snli/task.py, recall:
-recall/task.py). A new task is one more such directory: this module finds it, and the Snakemake
-rules (workflow/rules/common.smk, runs.smk), the CLI's commands, the config schema, `grassflow plan`,
-the estimates and the tests read the declarations, not lists of their own.
+recall/task.py). A new task is one more such directory, with its rules in their own file
+(workflow/rules/<task>.smk, included by the Snakefile): this module finds it, and the rules'
+helpers (workflow/rules/common.smk), the CLI's commands, the config schema, `grassflow plan`, the
+estimates and the tests read the declarations, not lists of their own.
 
 This module is planning: where a task's files, rules and runs are (the methods of `PlannedTask`).
 No job imports it (a job reads its own task's declaration: grassflow.stage), so editing it reruns
@@ -18,7 +19,7 @@ from grassflow.declaration import STAGES, Task, declared, entry
 
 # entry points called in the process that reads the declarations (the Snakefile, `grassflow plan`, the
 # estimates report); the others are jobs' commands (grassflow.stage), each fingerprinted as its own job
-PLANNING_HOOKS = ("runs", "estimate", "check", "cells", "tokenize_section", "run_dirs")
+PLANNING_HOOKS = ("runs", "estimate", "check", "cells")
 BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
 
@@ -62,10 +63,6 @@ class PlannedTask(Task):
         """Its `grassflow <command>` for a stage ("snli-train")."""
         return self.rule(stage).replace("_", "-")
 
-    def job(self, stage: str) -> str:
-        """The command line of a job of a stage, as its rule's shell runs it (grassflow.stage)."""
-        return f"python -m grassflow.stage {self.name} {stage}"
-
     def results(self, res) -> Path:
         """The task's results directory under a preset's (`results/<preset>`)."""
         return Path(res) / self.prefix.rstrip("_") if self.prefix else Path(res)
@@ -81,11 +78,6 @@ class PlannedTask(Task):
             return None
         d = self.results(res) / "data" / cell if self.cells else self.token_dir(self.results(res), preset)
         return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
-
-    def docs_files(self, res, preset: dict) -> dict | None:
-        """The documents files its evaluate jobs read (`documents`), by split, or None."""
-        files = self.files(res, preset) if self.documents else None
-        return {s: files[s].parent / "docs" / files[s].name for s in ("validation", "test")} if files else None
 
     def part_schema(self) -> dict | None:
         """The JSON schema of its part (a fresh copy), or None (the LM's is the config schema's)."""

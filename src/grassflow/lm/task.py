@@ -1,5 +1,5 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
-Its tables have their own rules (workflow/rules/report.smk)."""
+Its rules: workflow/rules/lm.smk; its tables': report.smk."""
 
 from grassflow.declaration import Task
 
@@ -16,7 +16,6 @@ TASK = Task(
     download="grassflow.lm.data:download",
     train_tokenizer="grassflow.lm.tokenize:train_tokenizer",
     tokenize="grassflow.lm.tokenize:tokenize_split",
-    tokenize_section="grassflow.config:tokenizer_spec",
     documents="grassflow.lm.rolling:documents_split",
     title="Language modelling",
 )

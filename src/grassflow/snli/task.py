@@ -1,5 +1,4 @@
-"""SNLI (paper Table 3): the preset's `snli` part. Its data: download, tokenizer and tokenize below
-(workflow/rules/data.smk); its pretrained backbone's rule: workflow/rules/fetch.smk."""
+"""SNLI (paper Table 3): the preset's `snli` part; its rules: workflow/rules/snli.smk."""
 
 from grassflow.declaration import Task
 
@@ -24,10 +23,8 @@ TASK = Task(
     download="grassflow.snli.data:download",
     train_tokenizer="grassflow.snli.data:train_tokenizer",
     tokenize="grassflow.snli.data:tokenize_split",
-    tokenize_section="grassflow.snli.grid:snli_tokenizer_spec",
     model_key="head",
     dirs=("backbone",),
-    run_dirs="grassflow.snli.grid:run_dirs",
     schema="schema.yaml",
     title="SNLI",
 )
