@@ -56,7 +56,7 @@ def test_every_rule_fingerprints_the_command_its_shell_runs():
             continue
         assert code.group(1) == gf.group(1), rule
         # through the command line whose slice the fingerprint holds: the CLI's, or the hub fetches' own
-        dispatcher = {"grassflow.cli": "gf=GF,", "grassflow.fetch": "gf=FETCH,"}[staleness._dispatcher(gf.group(1))[1]]
+        dispatcher = {"grassflow.cli": "gf=CLI,", "grassflow.fetch": "gf=FETCH,"}[staleness._dispatcher(gf.group(1))[1]]
         assert dispatcher in block, (rule, dispatcher)
         seen[rule] = code.group(2).strip()
     # bench fingerprints every kind; the CLI's other rules, none

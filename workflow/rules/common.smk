@@ -20,57 +20,62 @@ from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 from grassflow.staleness import CODE_INDEX, command_code, kind_code, remember
 from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
 
-PRESET, P = select_preset(config)  # checked by validate_or_exit in the Snakefile
-RES = f"results/{PRESET}"
-REPORT = f"{RES}/report"
+PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
+RESULTS = f"results/{PRESET}"
+REPORT = f"{RESULTS}/report"
 SPLITS = ["train", "validation", "test"]
 # {task: {run_id: spec}} of every task the preset has (grassflow.tasks): one job of each stage per run
-TASK_RUNS = {t.name: t.specs(PRESET, P) for t in TASKS.values()}
-ACTIVE = [t for t in TASKS.values() if t.part(P)]  # the tasks this preset has a part of
+TASK_RUNS = {t.name: t.specs(PRESET, PRESET_CFG) for t in TASKS.values()}
+ACTIVE_TASKS = [
+    t for t in TASKS.values() if t.part(PRESET_CFG)
+]  # the tasks this preset has a part of
 # Every task's rules exist whatever the preset; a preset without a task's part plans none of its
 # jobs (its run wildcard matches nothing), and its names below are empty.
-THREADS = {t.name: ((t.part(P) or {}).get("train") or {}).get("threads", 1) for t in TASKS.values()}
+THREADS = {
+    t.name: ((t.part(PRESET_CFG) or {}).get("train") or {}).get("threads", 1)
+    for t in TASKS.values()
+}
 
 # The language-modelling part (Tables 1-2, ablations; lm.smk, report.smk): the preset itself, when
 # it has experiments (a preset may hold only SNLI or only recall).
-LM = bool(P.get("experiments"))
-LM_TRAIN = P["train"] if LM else {}
-BENCH = P.get("bench") or {}
+LM = bool(PRESET_CFG.get("experiments"))
+LM_TRAIN = PRESET_CFG["train"] if LM else {}
+BENCH = PRESET_CFG.get("bench") or {}
 RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
-EXPERIMENTS = list(P.get("experiments") or {})
-MAIN_RUNS = main_run_ids(P)
+EXPERIMENTS = list(PRESET_CFG.get("experiments") or {})
+MAIN_RUNS = main_run_ids(PRESET_CFG)
 EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}
 # {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
 ABLATIONS = {
     v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-    for v, models in ablation_runs(PRESET, P, RUNS).items()
+    for v, models in ablation_runs(PRESET, PRESET_CFG, RUNS).items()
 }
 ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
 # {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
-FUSED = fused_groups(P, RUNS) if LM else {}
+FUSED = fused_groups(PRESET_CFG, RUNS) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
-FUSED_SEEDS = P["seeds"] if FUSED else []
+FUSED_SEEDS = PRESET_CFG["seeds"] if FUSED else []
 PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
-RAW = f"{RES}/data/raw"
-TOKENS = f"{RES}/data/tokens/{P['tokenizer']['name'] if LM else None}"
+RAW = f"{RESULTS}/data/raw"
+TOKENS = f"{RESULTS}/data/tokens/{PRESET_CFG['tokenizer']['name'] if LM else None}"
 
 # SNLI (snli.smk), the preset's `snli` part
-SNLI = TASKS["snli"].part(P) or {}
+SNLI = TASKS["snli"].part(PRESET_CFG) or {}
 SNLI_RUNS = TASK_RUNS["snli"]
-SNLI_RES = f"{RES}/snli"
+SNLI_RES = f"{RESULTS}/snli"
 SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else None}"
 
 # Recall (recall.smk), the preset's `recall` part: its data per (seq_len, kv) cell
-RECALL = TASKS["recall"].part(P) or {}
+RECALL = TASKS["recall"].part(PRESET_CFG) or {}
 RECALL_RUNS = TASK_RUNS["recall"]
-RECALL_RES = f"{RES}/recall"
+RECALL_RES = f"{RESULTS}/recall"
 RECALL_CELLS = recall_cells(RECALL) if RECALL else {}
 
 # Rules run this checkout's src/ (the Snakefile puts it first on PYTHONPATH), so the code
-# fingerprints below hash exactly the code that runs. GF: the CLI's commands; a task's jobs run
+# fingerprints below hash exactly the code that runs. CLI: the CLI's commands; a task's jobs run
 # its stage's own command line instead (`python -m grassflow.stage <task> <stage>`); FETCH: the
 # hub fetches' own (grassflow.fetch).
-GF = "python -m grassflow"
+CLI = "python -m grassflow"
 FETCH = "python -m grassflow.fetch"
 # A run rule's {params.extra}: the directories a run gets beyond its token files, as arguments
 # (SNLI's backbone: snli_backbone_arg); none for the LM's and recall's runs.
@@ -90,7 +95,7 @@ def estimated(rule):
 
     def est(wc):
         spec = TASK_RUNS[task.name][getattr(wc, task.wildcard)]
-        return job_estimate(rule, spec, P, ESTIMATE, task.files(RES, P))
+        return job_estimate(rule, spec, PRESET_CFG, ESTIMATE, task.files(RESULTS, PRESET_CFG))
 
     return {
         "runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
@@ -105,7 +110,9 @@ def fused_estimated():
 
     def ests(wc):
         return [
-            job_estimate("train", RUNS[r], P, ESTIMATE, TASKS["lm"].files(RES, P))
+            job_estimate(
+                "train", RUNS[r], PRESET_CFG, ESTIMATE, TASKS["lm"].files(RESULTS, PRESET_CFG)
+            )
             for r in FUSED[wc.group]
         ]
 
@@ -118,14 +125,17 @@ def fused_estimated():
 # How each task's training jobs run, not what they compute (train.compile, compile_mode, trackers): handed
 # to the jobs as resources, which are not rerun triggers (params are), so changing them reruns
 # nothing, as train.threads; a profile may set them per rule (set-resources).
-EXEC = {t.name: exec_resources(t.part(P)["train"]) if t.part(P) else {} for t in TASKS.values()}
+EXECUTION = {
+    t.name: exec_resources(t.part(PRESET_CFG)["train"]) if t.part(PRESET_CFG) else {}
+    for t in TASKS.values()
+}
 
 # Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
 # node, the only one with internet): tokenizers named but not given a local `path` (and a task's
 # directories: SNLI's pretrained backbone, fetch.smk).
 FETCH_TOKENIZERS = {
     tok["name"]: tok
-    for tok in (t.part(P)["tokenizer"] for t in ACTIVE if t.tokenize)
+    for tok in (t.part(PRESET_CFG)["tokenizer"] for t in ACTIVE_TASKS if t.tokenize)
     if tok["name"] != "trained" and not tok.get("path")
 }
 
@@ -133,8 +143,8 @@ FETCH_TOKENIZERS = {
 wildcard_constraints:
     **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
     **{
-        f"{t.name}_cell": "|".join(map(re.escape, entry(t.cells)(t.part(P))))
-        for t in ACTIVE
+        f"{t.name}_cell": "|".join(map(re.escape, entry(t.cells)(t.part(PRESET_CFG))))
+        for t in ACTIVE_TASKS
         if t.cells
     },
     exp="|".join(map(re.escape, EXPERIMENTS)) or "(?!)",
@@ -171,14 +181,14 @@ SPECS = {}  # name → canonical JSON; every name registered at parse time
 def spec(name, obj):
     """The file of spec `name`, holding `obj`."""
     SPECS[name] = json.dumps(obj, sort_keys=True, indent=1)
-    return f"{RES}/specs/{name}.json"
+    return f"{RESULTS}/specs/{name}.json"
 
 
 def specs(name, objs, wildcard):
     """The file pattern of one spec per key of `objs` (`<name>/<key>.json`), keyed by `wildcard`."""
     for key, obj in objs.items():
         spec(f"{name}/{key}", obj)
-    return f"{RES}/specs/{name}/{{{wildcard}}}.json"
+    return f"{RESULTS}/specs/{name}/{{{wildcard}}}.json"
 
 
 # --- preflight ---------------------------------------------------------------------------
@@ -190,11 +200,11 @@ def specs(name, objs, wildcard):
 # would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
 # jobs' own rerun reasons (changed params), so they would silently stay stale.
 # the preflight's threads: those of the pipeline run's training jobs (grassflow.tasks.pipeline_train)
-PREFLIGHT_THREADS = pipeline_train(P)["threads"]
+PREFLIGHT_THREADS = pipeline_train(PRESET_CFG)["threads"]
 # K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run. On
 # SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
 # allocation; their time limits are sized from K (grassflow.estimate).
-RUNS_PER_GPU = pipeline_train(P)["runs_per_gpu"]
+RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 
 
 onstart:
@@ -210,7 +220,7 @@ onstart:
 
 
 def preflight_file(device, backend="auto"):
-    return f"{RES}/preflight/{device}_{backend}.json"
+    return f"{RESULTS}/preflight/{device}_{backend}.json"
 
 
 def run_preflight(task_name):
@@ -240,7 +250,7 @@ UNFUSED_RUNS = alternatives(r for r in RUNS if r not in FUSED_RUNS)
 
 
 def fetched_tokenizer(name):
-    return f"{RES}/tokenizers/{name}/tokenizer.json"
+    return f"{RESULTS}/tokenizers/{name}/tokenizer.json"
 
 
 def tokenizer_artifact(part, results):
@@ -272,7 +282,7 @@ def recall_tokens(split):
 
 
 def run_outputs(name, run_ids=None):
-    return [f"{RES}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
+    return [f"{RESULTS}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
 
 
 def experiment_outputs(exp):
@@ -310,20 +320,24 @@ AGGREGATE_PRESETS = {
     exp: {
         **{
             k: run_train(v) if k == "train" else v
-            for k, v in P.items()
+            for k, v in PRESET_CFG.items()
             if k not in ("ablations", "experiments", *TASK_PARTS)
         },
-        "experiments": {exp: P["experiments"][exp]},
+        "experiments": {exp: PRESET_CFG["experiments"][exp]},
     }
     for exp in EXPERIMENTS
 }
 # the ablation table: the grid's base experiment, not the others
 ABLATIONS_PRESET = (
     {
-        **{k: P[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
-        "model_overrides": P.get("model_overrides") or {},
-        "train": run_train(P["train"]),
-        "experiments": {P["ablations"]["base"]: P["experiments"][P["ablations"]["base"]]},
+        **{k: PRESET_CFG[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
+        "model_overrides": PRESET_CFG.get("model_overrides") or {},
+        "train": run_train(PRESET_CFG["train"]),
+        "experiments": {
+            PRESET_CFG["ablations"]["base"]: PRESET_CFG["experiments"][
+                PRESET_CFG["ablations"]["base"]
+            ]
+        },
     }
     if ABLATIONS
     else None
@@ -339,13 +353,13 @@ def aggregate_part(part, key):
 def task_run_outputs(name, file):
     """File `file` of each of task `name`'s runs."""
     task = TASKS[name]
-    return [f"{task.results(RES)}/runs/{run}/{file}" for run in TASK_RUNS[name]]
+    return [f"{task.results(RESULTS)}/runs/{run}/{file}" for run in TASK_RUNS[name]]
 
 
 def task_outputs(name):
     """The tables and figures task `name`'s aggregate writes (not the LM's: report.smk)."""
     task = TASKS[name]
-    part = task.part(P)
+    part = task.part(PRESET_CFG)
     return [f"{REPORT}/{f}" for f in task.outputs(part)] if task.outputs and part else []
 
 
@@ -367,12 +381,12 @@ def estimate_benchmarks():
     """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
     group's run: its group's job's)."""
     return [
-        str(t.bench_file(RES, stage, r))
+        str(t.bench_file(RESULTS, stage, r))
         for t in TASKS.values()
         for stage in STAGES
         for r in TASK_RUNS[t.name]
         if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)
-    ] + [f"{RES}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
+    ] + [f"{RESULTS}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
 
 
 def final_outputs():
@@ -385,6 +399,8 @@ def final_outputs():
         else []
     )
     tasks = [
-        f for t in ACTIVE for f in task_outputs(t.name) + task_run_outputs(t.name, "eval.json")
+        f
+        for t in ACTIVE_TASKS
+        for f in task_outputs(t.name) + task_run_outputs(t.name, "eval.json")
     ]
     return lm + tasks + [f"{REPORT}/estimates.md"]

@@ -7,18 +7,19 @@ rule estimates:
     input:
         benchmarks=estimate_benchmarks(),
         preset=spec(
-            "estimates/preset", {k: run_train(v) if k == "train" else v for k, v in P.items()}
+            "estimates/preset",
+            {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
         ),
         estimate=spec("estimates/estimate", ESTIMATE),
     output:
         md=report(f"{REPORT}/estimates.md", category="Summary", labels={"table": "estimates"}),
         csv=f"{REPORT}/estimates.csv",
     log:
-        f"{RES}/logs/estimates.log",
+        f"{RESULTS}/logs/estimates.log",
     conda:
         "../../envs/report.yaml"
     params:
-        gf=GF,
+        gf=CLI,
         preset_name=PRESET,
         results=lambda wc, output: Path(output.md).parent.parent,
         code=code_of("estimates"),

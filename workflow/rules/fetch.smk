@@ -9,7 +9,7 @@ rule fetch_tokenizer:
     output:
         fetched_tokenizer("{tok_name}"),
     log:
-        f"{RES}/logs/fetch_tokenizer/{{tok_name}}.log",
+        f"{RESULTS}/logs/fetch_tokenizer/{{tok_name}}.log",
     localrule: True
     conda:
         "../../envs/data.yaml"

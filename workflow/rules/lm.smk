@@ -8,14 +8,14 @@
 
 rule download:
     input:
-        data=spec("data", P.get("data")),
+        data=spec("data", PRESET_CFG.get("data")),
     output:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
         checksums=f"{RAW}/checksums.json",
     log:
-        f"{RES}/logs/download.log",
+        f"{RESULTS}/logs/download.log",
     benchmark:
-        f"{RES}/benchmarks/download.tsv"
+        f"{RESULTS}/benchmarks/download.tsv"
     localrule: True
     conda:
         "../../envs/data.yaml"
@@ -30,15 +30,15 @@ rule train_tokenizer:
     input:
         f"{RAW}/train.parquet",
     output:
-        f"{RES}/data/tokenizer/trained/tokenizer.json",
+        f"{RESULTS}/data/tokenizer/trained/tokenizer.json",
     log:
-        f"{RES}/logs/train_tokenizer.log",
+        f"{RESULTS}/logs/train_tokenizer.log",
     benchmark:
-        f"{RES}/benchmarks/train_tokenizer.tsv"
+        f"{RESULTS}/benchmarks/train_tokenizer.tsv"
     conda:
         "../../envs/data.yaml"
     params:
-        vocab_size=lambda wc: P["tokenizer"]["vocab_size"],
+        vocab_size=lambda wc: PRESET_CFG["tokenizer"]["vocab_size"],
         code=code_of("train-tokenizer"),
     shell:
         "python -m grassflow.stage lm train_tokenizer --train {input} --vocab-size {params.vocab_size} "
@@ -48,19 +48,19 @@ rule train_tokenizer:
 rule tokenize:
     input:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
-        artifact=tokenizer_artifact(P if LM else None, RES),
-        tokenizer=spec("tokenize", tokenizer_spec(P) if LM else None),
+        artifact=tokenizer_artifact(PRESET_CFG if LM else None, RESULTS),
+        tokenizer=spec("tokenize", tokenizer_spec(PRESET_CFG) if LM else None),
     output:
         expand(f"{TOKENS}/{{split}}.parquet", split=SPLITS),
     log:
-        f"{RES}/logs/tokenize.log",
+        f"{RESULTS}/logs/tokenize.log",
     benchmark:
-        f"{RES}/benchmarks/tokenize.tsv"
+        f"{RESULTS}/benchmarks/tokenize.tsv"
     conda:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
-        artifact=artifact_args(P if LM else None, RES),
+        artifact=artifact_args(PRESET_CFG if LM else None, RESULTS),
         code=code_of("tokenize"),
     shell:
         "python -m grassflow.stage lm tokenize --tokenizer {input.tokenizer} {params.artifact} "
@@ -70,19 +70,19 @@ rule tokenize:
 rule documents:
     input:
         raw=[f"{RAW}/validation.parquet", f"{RAW}/test.parquet"],
-        artifact=tokenizer_artifact(P if LM else None, RES),
-        tokenizer=spec("tokenize", tokenizer_spec(P) if LM else None),
+        artifact=tokenizer_artifact(PRESET_CFG if LM else None, RESULTS),
+        tokenizer=spec("tokenize", tokenizer_spec(PRESET_CFG) if LM else None),
     output:
         [f"{TOKENS}/docs/validation.parquet", f"{TOKENS}/docs/test.parquet"],
     log:
-        f"{RES}/logs/documents.log",
+        f"{RESULTS}/logs/documents.log",
     benchmark:
-        f"{RES}/benchmarks/documents.tsv"
+        f"{RESULTS}/benchmarks/documents.tsv"
     conda:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
-        artifact=artifact_args(P if LM else None, RES),
+        artifact=artifact_args(PRESET_CFG if LM else None, RESULTS),
         code=code_of("documents"),
     shell:
         "python -m grassflow.stage lm documents --tokenizer {input.tokenizer} {params.artifact} "
@@ -96,27 +96,27 @@ rule train:
         val=f"{TOKENS}/validation.parquet",
         preflight=run_preflight("lm"),
     output:
-        weights=f"{RES}/runs/{{run}}/model.safetensors",
-        config=f"{RES}/runs/{{run}}/config.json",
-        metrics=f"{RES}/runs/{{run}}/metrics.jsonl",
-        record=f"{RES}/runs/{{run}}/run.json",
+        weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
+        config=f"{RESULTS}/runs/{{run}}/config.json",
+        metrics=f"{RESULTS}/runs/{{run}}/metrics.jsonl",
+        record=f"{RESULTS}/runs/{{run}}/run.json",
     log:
-        f"{RES}/logs/train/{{run}}.log",
+        f"{RESULTS}/logs/train/{{run}}.log",
     benchmark:
-        f"{RES}/benchmarks/train/{{run}}.tsv"
+        f"{RESULTS}/benchmarks/train/{{run}}.tsv"
     wildcard_constraints:
         run=UNFUSED_RUNS,  # the runs of a fused group are trained by train_fused
     conda:
         "../../envs/train.yaml"
     threads: THREADS["lm"]
     resources:
-        **EXEC["lm"],
+        **EXECUTION["lm"],
         **estimated("train"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
         code=lambda wc: code_of("train", RUNS[wc.run]["model_kind"]),
-        out_dir=f"{RES}/runs/{{run}}",
+        out_dir=f"{RESULTS}/runs/{{run}}",
         extra=NO_EXTRA,
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
@@ -131,13 +131,13 @@ rule train:
 # run's. The resume state is the group's (results/<preset>/fused/<group>/last.pt).
 rule train_fused:
     input:
-        specs=lambda wc: [f"{RES}/specs/run/{r}.json" for r in FUSED[wc.group]],
+        specs=lambda wc: [f"{RESULTS}/specs/run/{r}.json" for r in FUSED[wc.group]],
         train=f"{TOKENS}/train.parquet",
         val=f"{TOKENS}/validation.parquet",
         preflight=run_preflight("lm"),
     output:
         **{
-            f"{f}_s{seed}": f"{RES}/runs/{{group}}-s{seed}/{name}"
+            f"{f}_s{seed}": f"{RESULTS}/runs/{{group}}-s{seed}/{name}"
             for seed in FUSED_SEEDS
             for f, name in (
                 ("weights", "model.safetensors"),
@@ -147,23 +147,23 @@ rule train_fused:
             )
         },
     log:
-        f"{RES}/logs/train_fused/{{group}}.log",
+        f"{RESULTS}/logs/train_fused/{{group}}.log",
     benchmark:
-        f"{RES}/benchmarks/train_fused/{{group}}.tsv"
+        f"{RESULTS}/benchmarks/train_fused/{{group}}.tsv"
     wildcard_constraints:
         group=alternatives(FUSED),
     conda:
         "../../envs/train.yaml"
     threads: THREADS["lm"]
     resources:
-        **EXEC["lm"],
+        **EXECUTION["lm"],
         **fused_estimated(),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
         code=lambda wc: code_of("train-fused", RUNS[FUSED[wc.group][0]]["model_kind"]),
-        out_dirs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in FUSED[wc.group]),
-        work_dir=lambda wc: f"{RES}/fused/{wc.group}",
+        out_dirs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in FUSED[wc.group]),
+        work_dir=lambda wc: f"{RESULTS}/fused/{wc.group}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.stage lm train_fused --specs {input.specs} --train-tokens {input.train} "
@@ -174,20 +174,20 @@ rule train_fused:
 
 rule evaluate:
     input:
-        weights=f"{RES}/runs/{{run}}/model.safetensors",
-        config=f"{RES}/runs/{{run}}/config.json",
-        record=f"{RES}/runs/{{run}}/run.json",
+        weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
+        config=f"{RESULTS}/runs/{{run}}/config.json",
+        record=f"{RESULTS}/runs/{{run}}/run.json",
         val=f"{TOKENS}/validation.parquet",
         test=f"{TOKENS}/test.parquet",
         validation_docs=f"{TOKENS}/docs/validation.parquet",
         test_docs=f"{TOKENS}/docs/test.parquet",
         preflight=run_preflight("lm"),
     output:
-        f"{RES}/runs/{{run}}/eval.json",
+        f"{RESULTS}/runs/{{run}}/eval.json",
     log:
-        f"{RES}/logs/evaluate/{{run}}.log",
+        f"{RESULTS}/logs/evaluate/{{run}}.log",
     benchmark:
-        f"{RES}/benchmarks/evaluate/{{run}}.tsv"
+        f"{RESULTS}/benchmarks/evaluate/{{run}}.tsv"
     conda:
         "../../envs/train.yaml"
     threads: THREADS["lm"]

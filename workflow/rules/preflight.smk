@@ -4,7 +4,7 @@ rule preflight:
     output:
         preflight_file("{pf_device}", "{pf_backend}"),
     log:
-        f"{RES}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
+        f"{RESULTS}/logs/preflight/{{pf_device}}_{{pf_backend}}.log",
     conda:
         "../../envs/train.yaml"
     threads: PREFLIGHT_THREADS
@@ -12,7 +12,7 @@ rule preflight:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        gf=GF,
+        gf=CLI,
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
         "--out {output} > {log} 2>&1"

@@ -9,7 +9,7 @@ rule recall_data:
     output:
         expand(f"{RECALL_RES}/data/{{{{recall_cell}}}}/{{split}}.parquet", split=SPLITS),
     log:
-        f"{RES}/logs/recall/data/{{recall_cell}}.log",
+        f"{RESULTS}/logs/recall/data/{{recall_cell}}.log",
     conda:
         "../../envs/data.yaml"
     params:
@@ -31,14 +31,14 @@ rule recall_train:
         metrics=f"{RECALL_RES}/runs/{{recall_run}}/metrics.jsonl",
         record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
     log:
-        f"{RES}/logs/recall/train/{{recall_run}}.log",
+        f"{RESULTS}/logs/recall/train/{{recall_run}}.log",
     benchmark:
-        f"{RES}/benchmarks/recall/train/{{recall_run}}.tsv"
+        f"{RESULTS}/benchmarks/recall/train/{{recall_run}}.tsv"
     conda:
         "../../envs/train.yaml"
     threads: THREADS["recall"]
     resources:
-        **EXEC["recall"],
+        **EXECUTION["recall"],
         **estimated("recall_train"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
@@ -65,9 +65,9 @@ rule recall_evaluate:
     output:
         f"{RECALL_RES}/runs/{{recall_run}}/eval.json",
     log:
-        f"{RES}/logs/recall/evaluate/{{recall_run}}.log",
+        f"{RESULTS}/logs/recall/evaluate/{{recall_run}}.log",
     benchmark:
-        f"{RES}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
+        f"{RESULTS}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
     conda:
         "../../envs/train.yaml"
     threads: THREADS["recall"]
@@ -94,7 +94,7 @@ rule recall_aggregate:
     output:
         task_report("recall"),
     log:
-        f"{RES}/logs/recall/aggregate.log",
+        f"{RESULTS}/logs/recall/aggregate.log",
     conda:
         "../../envs/report.yaml"
     params:

@@ -13,11 +13,11 @@ rule unigram:
     output:
         f"{TOKENS}/unigram.json",
     log:
-        f"{RES}/logs/unigram.log",
+        f"{RESULTS}/logs/unigram.log",
     conda:
         "../../envs/data.yaml"
     params:
-        gf=GF,
+        gf=CLI,
         code=code_of("unigram"),
     shell:
         "{params.gf} unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
@@ -28,11 +28,11 @@ rule bench:
     input:
         preflight=preflight_file(LM_TRAIN.get("device", "cpu")),
     output:
-        f"{RES}/bench/bench.json",
+        f"{RESULTS}/bench/bench.json",
     log:
-        f"{RES}/logs/bench.log",
+        f"{RESULTS}/logs/bench.log",
     benchmark:
-        f"{RES}/benchmarks/bench.tsv"
+        f"{RESULTS}/benchmarks/bench.tsv"
     conda:
         "../../envs/train.yaml"
     threads: THREADS["lm"]
@@ -40,7 +40,7 @@ rule bench:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        gf=GF,
+        gf=CLI,
         out_dir=lambda wc, output: Path(output[0]).parent,
         quick="--quick" if BENCH.get("quick") else "",
         lengths=",".join(map(str, BENCH.get("lengths", []))),
@@ -78,16 +78,16 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
             for kind in ("curves", "best_ppl")
         ],
     log:
-        f"{RES}/logs/aggregate/{{exp}}.log",
+        f"{RESULTS}/logs/aggregate/{{exp}}.log",
     benchmark:
-        f"{RES}/benchmarks/aggregate/{{exp}}.tsv"
+        f"{RESULTS}/benchmarks/aggregate/{{exp}}.tsv"
     conda:
         "../../envs/report.yaml"
     params:
-        gf=GF,
+        gf=CLI,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.tables[0]).parent,
-        runs=lambda wc: " ".join(f"{RES}/runs/{r}" for r in EXP_RUNS[wc.exp]),
+        runs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in EXP_RUNS[wc.exp]),
         code=code_of("aggregate"),
     shell:
         "{params.gf} aggregate --preset {input.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
@@ -99,7 +99,7 @@ rule summary:
     input:
         tables=[f"{REPORT}/{exp}.md" for exp in EXPERIMENTS],
         figures=[f for f in figure_outputs() if not f.endswith("scaling.png")],
-        bench=f"{RES}/bench/bench.json",
+        bench=f"{RESULTS}/bench/bench.json",
     output:
         summary=report(
             f"{REPORT}/summary.md",
@@ -114,11 +114,11 @@ rule summary:
             labels={"figure": "scaling"},
         ),
     log:
-        f"{RES}/logs/summary.log",
+        f"{RESULTS}/logs/summary.log",
     conda:
         "../../envs/report.yaml"
     params:
-        gf=GF,
+        gf=CLI,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.summary).parent,
         code=code_of("summary"),
@@ -164,11 +164,11 @@ rule ablation_aggregate:
             labels={"figure": "ablations"},
         ),
     log:
-        f"{RES}/logs/ablation_aggregate.log",
+        f"{RESULTS}/logs/ablation_aggregate.log",
     conda:
         "../../envs/report.yaml"
     params:
-        gf=GF,
+        gf=CLI,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.figure).parent,
         runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,

@@ -11,7 +11,7 @@ rule snli_fetch_backbone:
     output:
         directory(f"{SNLI_RES}/backbone/{{name}}"),
     log:
-        f"{RES}/logs/snli/fetch_backbone/{{name}}.log",
+        f"{RESULTS}/logs/snli/fetch_backbone/{{name}}.log",
     localrule: True
     conda:
         "../../envs/train.yaml"
@@ -29,9 +29,9 @@ rule snli_download:
         raw=expand(f"{SNLI_RES}/data/raw/{{split}}.parquet", split=SPLITS),
         checksums=f"{SNLI_RES}/data/raw/checksums.json",
     log:
-        f"{RES}/logs/snli/download.log",
+        f"{RESULTS}/logs/snli/download.log",
     benchmark:
-        f"{RES}/benchmarks/snli/download.tsv"
+        f"{RESULTS}/benchmarks/snli/download.tsv"
     localrule: True
     conda:
         "../../envs/data.yaml"
@@ -48,9 +48,9 @@ rule snli_train_tokenizer:
     output:
         f"{SNLI_RES}/data/tokenizer/trained/tokenizer.json",
     log:
-        f"{RES}/logs/snli/train_tokenizer.log",
+        f"{RESULTS}/logs/snli/train_tokenizer.log",
     benchmark:
-        f"{RES}/benchmarks/snli/train_tokenizer.tsv"
+        f"{RESULTS}/benchmarks/snli/train_tokenizer.tsv"
     conda:
         "../../envs/data.yaml"
     params:
@@ -65,13 +65,13 @@ rule snli_tokenize:
     input:
         raw=expand(f"{SNLI_RES}/data/raw/{{split}}.parquet", split=SPLITS),
         artifact=tokenizer_artifact(SNLI, SNLI_RES),
-        tokenizer=spec("snli/tokenize", snli_tokenizer_spec(P) if SNLI else None),
+        tokenizer=spec("snli/tokenize", snli_tokenizer_spec(PRESET_CFG) if SNLI else None),
     output:
         expand(f"{SNLI_TOKENS}/{{split}}.parquet", split=SPLITS),
     log:
-        f"{RES}/logs/snli/tokenize.log",
+        f"{RESULTS}/logs/snli/tokenize.log",
     benchmark:
-        f"{RES}/benchmarks/snli/tokenize.tsv"
+        f"{RESULTS}/benchmarks/snli/tokenize.tsv"
     conda:
         "../../envs/data.yaml"
     params:
@@ -96,14 +96,14 @@ rule snli_train:
         metrics=f"{SNLI_RES}/runs/{{snli_run}}/metrics.jsonl",
         record=f"{SNLI_RES}/runs/{{snli_run}}/run.json",
     log:
-        f"{RES}/logs/snli/train/{{snli_run}}.log",
+        f"{RESULTS}/logs/snli/train/{{snli_run}}.log",
     benchmark:
-        f"{RES}/benchmarks/snli/train/{{snli_run}}.tsv"
+        f"{RESULTS}/benchmarks/snli/train/{{snli_run}}.tsv"
     conda:
         "../../envs/train.yaml"
     threads: THREADS["snli"]
     resources:
-        **EXEC["snli"],
+        **EXECUTION["snli"],
         **estimated("snli_train"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
@@ -131,9 +131,9 @@ rule snli_evaluate:
     output:
         f"{SNLI_RES}/runs/{{snli_run}}/eval.json",
     log:
-        f"{RES}/logs/snli/evaluate/{{snli_run}}.log",
+        f"{RESULTS}/logs/snli/evaluate/{{snli_run}}.log",
     benchmark:
-        f"{RES}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
+        f"{RESULTS}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
     conda:
         "../../envs/train.yaml"
     threads: THREADS["snli"]
@@ -160,7 +160,7 @@ rule snli_aggregate:
     output:
         task_report("snli"),
     log:
-        f"{RES}/logs/snli/aggregate.log",
+        f"{RESULTS}/logs/snli/aggregate.log",
     conda:
         "../../envs/report.yaml"
     params:

@@ -9,9 +9,9 @@ localrules:
 
 rule spec:
     output:
-        f"{RES}/specs/{{name}}.json",
+        f"{RESULTS}/specs/{{name}}.json",
     log:
-        f"{RES}/logs/spec/{{name}}.log",
+        f"{RESULTS}/logs/spec/{{name}}.log",
     params:
         content=lambda wc: SPECS[wc.name],
     run:

@@ -1,8 +1,8 @@
 # The toy task's rules (tests/test_tasks.py copies this file to workflow/rules/toy.smk and includes
 # it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`.
-TOY = TASKS["toy"].part(P) or {}
+TOY = TASKS["toy"].part(PRESET_CFG) or {}
 TOY_RUNS = TASK_RUNS["toy"]
-TOY_RES = f"{RES}/toy"
+TOY_RES = f"{RESULTS}/toy"
 
 
 rule toy_data:
@@ -11,7 +11,7 @@ rule toy_data:
     output:
         expand(f"{TOY_RES}/data/{{split}}.parquet", split=SPLITS),
     log:
-        f"{RES}/logs/toy/data.log",
+        f"{RESULTS}/logs/toy/data.log",
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
         code=code_of("toy-data"),
@@ -31,12 +31,12 @@ rule toy_train:
         metrics=f"{TOY_RES}/runs/{{toy_run}}/metrics.jsonl",
         record=f"{TOY_RES}/runs/{{toy_run}}/run.json",
     log:
-        f"{RES}/logs/toy/train/{{toy_run}}.log",
+        f"{RESULTS}/logs/toy/train/{{toy_run}}.log",
     benchmark:
-        f"{RES}/benchmarks/toy/train/{{toy_run}}.tsv"
+        f"{RESULTS}/benchmarks/toy/train/{{toy_run}}.tsv"
     threads: THREADS["toy"]
     resources:
-        **EXEC["toy"],
+        **EXECUTION["toy"],
         **estimated("toy_train"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
@@ -61,9 +61,9 @@ rule toy_evaluate:
     output:
         f"{TOY_RES}/runs/{{toy_run}}/eval.json",
     log:
-        f"{RES}/logs/toy/evaluate/{{toy_run}}.log",
+        f"{RESULTS}/logs/toy/evaluate/{{toy_run}}.log",
     benchmark:
-        f"{RES}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
+        f"{RESULTS}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
     threads: THREADS["toy"]
     resources:
         **estimated("toy_evaluate"),
@@ -86,7 +86,7 @@ rule toy_aggregate:
     output:
         task_report("toy"),
     log:
-        f"{RES}/logs/toy/aggregate.log",
+        f"{RESULTS}/logs/toy/aggregate.log",
     params:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
