@@ -12,7 +12,7 @@ CORES ?= all
 .PHONY: audit demo lock test test-seeds test-slow test-slurm test-all bench gpu-check gpu-check-run gpu-profile gpu-paper-prepare gpu-wheels gpu-paper-window gpu-concurrency plan lint clean
 
 # Exactly the versions CI tested: constraints.txt (make lock). torch from PyPI: a CPU build here, the
-# same version built for CUDA on a GPU machine (docs/gpu.md).
+# same version built for CUDA on a GPU machine (docs/scale/gpu.md).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # constraints.txt anew: the newest versions pyproject.toml allows, resolved in a fresh venv, frozen
 # (torch's local label dropped: the pin then holds for its CPU and CUDA builds alike), and the newest
 # CuPy for each CUDA major (the gpu-cuda12/13 extras, installed by gpu-check with these pins; not
-# installed here: its CUDA libraries are GBs). Commit it once `make test` passes with it (docs/development.md).
+# installed here: its CUDA libraries are GBs). Commit it once `make test` passes with it (docs/develop/development.md).
 LOCK_VENV := .lock-venv
 lock:
 	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
@@ -82,7 +82,7 @@ bench: $(VENV)/.installed
 # It installs the CuPy extra of torch's CUDA major (gpu-cuda12, gpu-cuda13).
 gpu-check: $(VENV)/.installed
 	@major=$$($(PY) -c 'import torch; print((torch.version.cuda or "").split(".")[0])'); \
-	  if [ -z "$$major" ]; then echo "error: torch $$($(PY) -c 'import torch; print(torch.__version__)') is a CPU build: install torch for CUDA 12 or 13 first (docs/gpu.md)"; exit 1; fi; \
+	  if [ -z "$$major" ]; then echo "error: torch $$($(PY) -c 'import torch; print(torch.__version__)') is a CPU build: install torch for CUDA 12 or 13 first (docs/scale/gpu.md)"; exit 1; fi; \
 	  echo "$(PY) -m pip install -c constraints.txt -e .[gpu-cuda$$major]"; $(PY) -m pip install -q -c constraints.txt -e ".[gpu-cuda$$major]"
 	$(MAKE) gpu-check-run PY=$(PY)
 

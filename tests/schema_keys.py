@@ -1,5 +1,5 @@
 """Every key a preset may set, as dotted paths, read from the JSON schema (for the docs test and
-docs/configuration.md's key table)."""
+docs/use/configuration.md's key table)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _allowed(node: dict) -> str:
 
 
 def table() -> str:
-    """The key table of docs/configuration.md (regenerate: python tests/schema_keys.py)."""
+    """The key table of docs/use/configuration.md (regenerate: python tests/schema_keys.py)."""
     rows = ["| key | allowed | default | meaning |", "|---|---|---|---|"]
     for key, node in keys().items():
         same = f"the keys of `{node['same_keys_as']}`" if node.get("same_keys_as") else ""
@@ -75,7 +75,7 @@ def table() -> str:
 
 if __name__ == "__main__":
 
-    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    page = Path(__file__).resolve().parents[1] / "docs" / "use" / "configuration.md"
     text = page.read_text()
     marker = "## Every key\n"
     head = text.split(marker)[0] if marker in text else text.rstrip() + "\n\n"

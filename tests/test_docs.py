@@ -47,7 +47,7 @@ import pytest  # noqa: E402
 import rule_graph  # noqa: E402
 import schema_keys  # noqa: E402
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 
 
@@ -121,7 +121,7 @@ PRESET_SECTIONS = ("data", "tokenizer", "models", "seeds", "model", "model_overr
                    "ablations", "bench", "snli", "recall", "estimate", "base")
 
 
-FILE_SUFFIX = re.compile(r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|safetensors|tsv|parquet|cu|cpp|h|so|txt|zip|log)$")
+FILE_SUFFIX = re.compile(r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|safetensors|tsv|parquet|cu|cpp|h|so|txt|zip|log|smk)$")
 
 
 def _expand(token: str) -> list[str]:
@@ -175,8 +175,8 @@ def test_every_make_target_named_exists():
 
 
 def test_every_config_key_is_on_the_configuration_page_and_no_page_names_another():
-    page = ROOT / "docs" / "configuration.md"
-    assert schema_keys.table() in page.read_text(), "docs/configuration.md: regenerate: python tests/schema_keys.py"
+    page = ROOT / "docs" / "use" / "configuration.md"
+    assert schema_keys.table() in page.read_text(), "docs/use/configuration.md: regenerate: python tests/schema_keys.py"
     known = known_keys()
     problems = [p for doc in DOCS for p in key_problems(doc, doc.read_text(), known)]
     assert not problems, "\n".join(problems)
@@ -215,7 +215,7 @@ def test_every_snakemake_command_in_the_docs_plans(tmp_path):
 
 
 # --- and each check fails on a broken page -------------------------------------------------------
-BROKEN = ROOT / "docs" / "broken.md"
+BROKEN = ROOT / "docs" / "use" / "broken.md"
 
 
 def test_the_checks_catch_a_broken_page(tmp_path):
@@ -265,7 +265,7 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
     uploads = []
     monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploads.append(kw))
     monkeypatch.chdir(tmp_path)
-    snippets = [(md.relative_to(ROOT), code) for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    snippets = [(md.relative_to(ROOT), code) for md in DOCS
                 for code in re.findall(r"```python\n(.*?)```", md.read_text(), re.S)]
     assert len(snippets) >= 2
     for where, code in snippets:

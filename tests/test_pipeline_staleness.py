@@ -286,6 +286,6 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
         assert plan() == Counter({"download": 1, "tokenize": 1})  # its handler's job, and what it feeds
     with edited(work / "src/grassflow/data/tokenizers.py"):
         assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
-        # a rerun the user judges cannot change a result, accepted as docs/pipeline.md says: recorded, not run
+        # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run
         run("--touch")
         assert plan() == Counter()

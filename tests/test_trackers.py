@@ -107,7 +107,7 @@ def tracked_run(tmp_path, monkeypatch):
 
 
 def _lr_by_hand(step: int, total: int, t: dict) -> float:
-    """The schedule docs/training-step.md states, written here apart from loop.lr_at: linear
+    """The schedule docs/scale/training-step.md states, written here apart from loop.lr_at: linear
     warm-up to lr over max(1, ⌊warmup_frac · total⌋) steps, then a cosine to min_lr_frac · lr."""
     warmup = max(1, math.floor(t["warmup_frac"] * total))
     if step < warmup:

@@ -91,7 +91,7 @@ COMMANDS = [
      [_preflight_args]),
     ("estimates", "every training/evaluation job's estimated time beside its measured wall time", "grassflow.plan:estimates_report",
      [required("preset", "estimate", type=json_arg), required("preset-name", "results", "out")]),
-    # a trained model outside the pipeline (docs/using-models.md); no rule runs these
+    # a trained model outside the pipeline (docs/use/using-models.md); no rule runs these
     ("export", "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
      "grassflow.export:export_run",
      [lambda p: [p.add_argument("run_dir", help="results/<preset>/runs/<run>"), p.add_argument("out_dir"),
@@ -120,7 +120,7 @@ OWN_PARSERS = {
     "plan": ("a preset's jobs, estimated device-hours and memory before it runs (see grassflow plan -h)",
              "grassflow.plan:main"),
     "lm-eval": ("lm-evaluation-harness's command line with --model grassflow (pip install grassflow[eval]; "
-                "docs/lm-eval.md)", "grassflow.lm.harness:main"),
+                "docs/use/lm-eval.md)", "grassflow.lm.harness:main"),
 }
 
 

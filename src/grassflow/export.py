@@ -8,7 +8,7 @@
 
 The export is made from the run's model.safetensors and config.json, and its run.json, eval.json and
 table (results/<preset>/report/<experiment>.md/.csv); written to a temporary directory and renamed,
-so an OUT_DIR that exists is complete. Upload: `huggingface_hub.upload_folder` (docs/using-models.md).
+so an OUT_DIR that exists is complete. Upload: `huggingface_hub.upload_folder` (docs/use/using-models.md).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
             "model = load_model(\"path/to/this/directory\")",
             "tok = Tokenizer.from_file(\"path/to/this/directory/tokenizer.json\")",
             "```", "",
-            "`grassflow generate path/to/this/directory --prompt \"...\"` samples from it (docs/using-models.md).", ""]
+            "`grassflow generate path/to/this/directory --prompt \"...\"` samples from it (docs/use/using-models.md).", ""]
     return "\n".join(out)
 
 

@@ -12,7 +12,7 @@ Why not huggingface_hub's PyTorchModelHubMixin on the model classes: it would pu
 into every training job's code fingerprint (grassflow.staleness), so adding it would rerun every
 trained model, and it rebuilds a model from its __init__ keyword arguments while ours take one
 ModelConfig. The files it writes are these; pushing a directory is
-`huggingface_hub.upload_folder(repo_id=..., folder_path=...)` (docs/using-models.md).
+`huggingface_hub.upload_folder(repo_id=..., folder_path=...)` (docs/use/using-models.md).
 
 A training run writes the same two files into its directory (grassflow.loop), so a run directory
 loads as well. This module is read by `grassflow export` and `grassflow generate`, never by a
