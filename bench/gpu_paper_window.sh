@@ -66,21 +66,30 @@ presets:
   $PRESET:
     train: {fuse_seeds: true, runs_per_gpu: $RUNS_PER_GPU, threads: $THREADS, compile: $COMPILE}
 EOF
-(nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$RES/logs/gpu-load.csv" 2>&1 &)
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$RES/logs/gpu-load.csv" 2>&1 &
+GPU_LOAD=$!
 SLOTS=$($PY -m grassflow gpus --preset $PRESET --configfile $CONFIGFILES "$RES/window.yaml")  # K jobs per GPU
 $SNAKEMAKE $TARGETS --cores all $SLOTS --keep-going --rerun-incomplete \
   --configfile $CONFIGFILES "$RES/window.yaml" --config preset=$PRESET > "$RES/logs/window-snakemake.log" 2>&1 &
 SM=$!
+# this window's training jobs: under its Snakemake, never another pipeline's on the same machine
+descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+own_training() {
+  local p
+  for p in $(descendants $SM); do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE "grassflow[.]stage lm train(_fused)? " && echo "$p"
+  done
+}
 while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 2; done
 if kill -0 $SM 2>/dev/null; then
   say "deadline: SIGTERM to the training jobs (each checkpoints and exits 75; rerun to resume)"
   while kill -0 $SM 2>/dev/null; do  # and to any Snakemake starts after it; it finishes the rest
-    pkill -TERM -f "grassflow[.]stage lm train(_fused)? " || true
+    for p in $(own_training); do kill -TERM "$p" 2>/dev/null || true; done
     sleep 2
   done
 fi
 wait $SM; rc=$?
-pkill -f "nvidia-smi --query-gpu" || true
+kill $GPU_LOAD 2>/dev/null || true
 say "snakemake exit $rc"
 grep -E "^(rule|localrule) |Finished jobid|Error in rule" "$RES/logs/window-snakemake.log" | tail -40 >> "$LOG"
 

@@ -1,14 +1,16 @@
 """`make gpu-paper-window`'s plumbing on the CPU (bench/gpu_paper_window.sh), with the demo preset
 in place of paper_v1: the preflight, the profile (its graph capture refused off CUDA: the window
 then runs eager and says so), `snakemake table1` with fused seeds; stopped at its deadline (here:
-SIGUSR1 once a group has checkpointed), the training jobs checkpoint and exit 75, and the same
-command again resumes them and makes the table; what comes back holds no weights or checkpoints."""
+SIGUSR1 once a group has checkpointed), its training jobs (and no other pipeline's) checkpoint and
+exit 75, and the same command again resumes them and makes the table; what comes back holds no
+weights or checkpoints."""
 
 from __future__ import annotations
 
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 
@@ -33,6 +35,9 @@ def test_the_gpu_window_stops_at_its_deadline_and_resumes(tmp_path):
     (tmp_path / "work").mkdir()
     work = copy_repo(tmp_path / "work")
     shutil.copytree(ROOT / "bench", work / "bench")
+    # another pipeline's training job on the same machine (here: a process whose command line reads as one)
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.stage lm train ",
+                              "--out-dir", "another/pipeline"])
     proc = _window(work, tmp_path / "first")
     fused = work / "results/demo/fused"
     t0 = time.time()
@@ -48,6 +53,8 @@ def test_the_gpu_window_stops_at_its_deadline_and_resumes(tmp_path):
     logs = "".join(p.read_text() for p in (work / "results/demo/logs/train_fused").glob("*.log"))
     assert "SIGTERM: checkpointed at epoch" in logs
     assert not list((work / "results/demo/runs").glob("*/run.json"))  # an interrupted run never looks complete
+    assert decoy.poll() is None, "the deadline signalled a training job that was not the window's"
+    decoy.kill()
 
     proc = _window(work, tmp_path / "second")
     out, _ = proc.communicate(timeout=HANG)
