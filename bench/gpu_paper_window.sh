@@ -77,7 +77,7 @@ descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$
 own_training() {
   local p
   for p in $(descendants $SM); do
-    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE "grassflow[.]stage lm train(_fused)? " && echo "$p"
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE "grassflow[.]lm[.]train " && echo "$p"
   done
 }
 while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 2; done

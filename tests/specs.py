@@ -45,7 +45,8 @@ def _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, vocab_size, 
 
 def make_lm_tokens(d):
     from grassflow.lm.data import download
-    from grassflow.lm.tokenize import tokenize_split, train_tokenizer
+    from grassflow.lm.tokenize import tokenize_split
+    from grassflow.lm.train_tokenizer import train_tokenizer
 
     cfg = {"source": "synthetic", "synthetic": {"seed": 1, "articles": {"train": 150, "validation": 10, "test": 10}}}
     return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 300)

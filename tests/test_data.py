@@ -17,7 +17,8 @@ from grassflow.data.sources import content_sha256, read_rows
 from grassflow.data.tokenizers import load_tokenizer
 from grassflow.lm.data import download, read_tokens
 from grassflow.lm.synthetic import generate_split
-from grassflow.lm.tokenize import leading_rows, tokenize_split, train_tokenizer
+from grassflow.lm.tokenize import leading_rows, tokenize_split
+from grassflow.lm.train_tokenizer import train_tokenizer
 from procs import needs
 
 SHARED_TEST = Path(__file__).resolve().parents[2] / "shared/data/wikitext-2-raw-v1/test.parquet"
@@ -143,8 +144,9 @@ def test_real_wikitext_test_split(tmp_path):
     assert meta["n_words"] == len(re.split(r"\s+", "\n".join(rows))) and np.all(ids < meta["vocab_size"])
 
 
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "grassflow", *args], cwd=cwd, capture_output=True,
+def _cli(stage, *args, cwd):
+    """The LM's stage `stage` as its rule runs it: `python -m grassflow.lm.<stage>`."""
+    return subprocess.run([sys.executable, "-m", f"grassflow.lm.{stage}", *args], cwd=cwd, capture_output=True,
                           text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
 
 
@@ -174,14 +176,14 @@ def test_truncated_raw_parquet_is_named_by_the_stage(tmp_path):
     pq.write_table(pa.table({"text": [" hello world \n"] * 50}), good)
     bad = tmp_path / "validation.parquet"
     bad.write_bytes(good.read_bytes()[:-40])
-    res = _cli("train-tokenizer", "--train", str(bad), "--vocab-size", "50", "--out", "tok.json", cwd=tmp_path)
+    res = _cli("train_tokenizer", "--train", str(bad), "--vocab-size", "50", "--out", "tok.json", cwd=tmp_path)
     assert res.returncode == 1 and "validation.parquet: not a readable parquet file" in res.stderr
     assert not (tmp_path / "tok.json").exists()
 
 
 def test_trained_tokenizer_is_identical_across_processes(tmp_path):
     download(SYN, "train", tmp_path / "train.parquet")
-    code = ("import sys; from grassflow.lm.tokenize import train_tokenizer; "
+    code = ("import sys; from grassflow.lm.train_tokenizer import train_tokenizer; "
             "train_tokenizer(sys.argv[1], 300, sys.argv[2])")
     for name in ("a.json", "b.json"):
         subprocess.run([sys.executable, "-c", code, str(tmp_path / "train.parquet"), str(tmp_path / name)],

@@ -98,7 +98,7 @@ def test_flops_per_token_counts_the_head_and_attention():
 def test_estimates_report_of_a_preset_without_snli_or_recall(tmp_path):
     """A preset with only language-model runs (laptop): rows for train and evaluate, measured
     times where a benchmark file exists, nothing for the parts it does not have."""
-    from grassflow.plan import estimates_report
+    from grassflow.report.estimates import estimates_report
 
     name, p, settings = _paper("laptop")
     results = tmp_path / "results" / name

@@ -36,7 +36,7 @@ def test_the_gpu_window_stops_at_its_deadline_and_resumes(tmp_path):
     work = copy_repo(tmp_path / "work")
     shutil.copytree(ROOT / "bench", work / "bench")
     # another pipeline's training job on the same machine (here: a process whose command line reads as one)
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.stage lm train ",
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
                               "--out-dir", "another/pipeline"])
     proc = _window(work, tmp_path / "first")
     fused = work / "results/demo/fused"

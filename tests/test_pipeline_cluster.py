@@ -102,7 +102,7 @@ def _group(comment: str) -> str | None:
 def training_pids(work: Path, run: str) -> list[str]:
     """The training processes of `run` in this pipeline run (their working directory is `work`):
     the run ids repeat in every demo-like run on this machine (other pytest workers' tests)."""
-    pids = subprocess.run(["pgrep", "-f", f"grassflow.stage lm train .*runs/{run} "], capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(["pgrep", "-f", f"grassflow.lm.train .*runs/{run} "], capture_output=True, text=True).stdout.split()
     here = []
     for pid in pids:
         try:

@@ -109,7 +109,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     assert a.pop("spec") == b.pop("spec") + 1  # and its tokenizer section's spec file
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
-    assert "grassflow.stage lm download --data results/paper_v1/specs/data.json" in v1
+    assert "grassflow.lm.download --data results/paper_v1/specs/data.json" in v1
     # the sections the data jobs read: their spec files, written (only them) for each preset
     for res, overlay in (("paper_v1", ["--configfile", "workflow/overlays/wikitext2-v1-local.yaml"]), ("paper", [])):
         specs = [f"results/{res}/specs/{name}.json" for name in ("data", "tokenize")]
@@ -183,7 +183,7 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
     local = local_rules(work)
     assert {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone"} <= local, local
     assert "--artifact results/paper/tokenizers/bert-base-uncased/tokenizer.json" in out
-    train = [c for c in out.splitlines() if "grassflow.stage snli train --spec" in c]
+    train = [c for c in out.splitlines() if "grassflow.snli.train --spec" in c]
     assert len(train) == 12
     assert sum("--backbone-dir results/paper/snli/backbone/distilbert-base-uncased" in c for c in train) == 6
 

@@ -7,34 +7,36 @@ import json
 import re
 from collections import Counter
 
-from pipeline import DEMO_GRASSMANN_RUNS, ROOT, TASKS, by_rule, edited, planned, spec_jobs
+from pipeline import DEMO_GRASSMANN_RUNS, ROOT, by_rule, edited, planned, spec_jobs
 
 
 def test_nothing_to_do_after_a_full_run(demo):
     assert planned(demo) == Counter()
 
 
-RUN_COMMANDS = {"train", "evaluate", "snli-train", "snli-evaluate", "recall-train", "recall-evaluate"}
+RUN_JOBS = {f"grassflow.{t}.{s}" for t in ("lm", "snli", "recall") for s in ("train", "evaluate")}
 
 
 def test_every_demo_job_loaded_only_fingerprinted_code(demo):
     """The import closure each rule fingerprints holds all that its job really loaded (less the
     other model kinds' code), for every job of the demo: the static reading misses nothing."""
-    from test_staleness import assert_closure_holds, command_of
+    from test_staleness import assert_closure_holds
 
     records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
-    commands = Counter(command_of(r["argv"]) for r in records)
-    assert {"download", "tokenize", "train", "evaluate", "aggregate", "bench", "snli-train", "recall-train",
-            "snli-aggregate", "recall-aggregate", "estimates", "preflight"} <= set(commands), commands
+    modules = Counter(r["module"] for r in records)
+    assert {f"grassflow.{m}" for m in ("lm.download", "lm.tokenize", "lm.documents", "lm.train", "lm.evaluate",
+                                       "lm.unigram", "report.aggregate", "report.summary", "report.ablations", "bench",
+                                       "snli.train", "recall.train", "snli.aggregate", "recall.aggregate",
+                                       "report.estimates", "preflight")} <= set(modules), modules
     for r in records:
-        cmd, line = command_of(r["argv"]), " ".join(r["argv"])
-        if cmd == "preflight":  # no fingerprint: a check of the machine
+        module, line = r["module"], " ".join(r["argv"])
+        if module == "grassflow.preflight":  # no fingerprint: a check of the machine
             continue
-        kinds = ("transformer", "grassmann") if cmd == "bench" else \
-            tuple(k for k in ("transformer", "grassmann") if k in line) if cmd in RUN_COMMANDS else ()
-        assert cmd not in RUN_COMMANDS or len(kinds) == 1, line
+        kinds = ("transformer", "grassmann") if module == "grassflow.bench" else \
+            tuple(k for k in ("transformer", "grassmann") if k in line) if module in RUN_JOBS else ()
+        assert module not in RUN_JOBS or len(kinds) == 1, line
         r["files"] = [f.replace(str(demo), str(ROOT)) for f in r["files"]]
-        assert_closure_holds(r, cmd, kinds)
+        assert_closure_holds(r, module, kinds)
 
 
 def test_editing_report_setup_plans_every_table(demo):
@@ -70,7 +72,7 @@ def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
 
 
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
-    with edited(demo / "src/grassflow/report/snli.py"):
+    with edited(demo / "src/grassflow/snli/aggregate.py"):
         assert planned(demo) == Counter({("snli_aggregate", None): 1})
 
 
@@ -159,17 +161,17 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
 
 # --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only ------------
 UNUSED_FUNCTION = "\n\ndef _never_called():\n    return 1\n"
-REFORMATTED = ('"""Command line', '"""  Command line')  # a docstring edit
+REFORMATTED = ('"""`grassflow <verb>`', '"""  `grassflow <verb>`')  # a docstring edit
 SPEC_RUN_COMMENT = ("        write_text(output[0]", "        # edited\n        write_text(output[0]")
 
 
 def test_edits_that_cannot_change_a_result_plan_nothing(demo):
-    """A comment in the files every job imports, a docstring, a function nobody calls in the
-    command line: code fingerprints cover code (syntax trees), and each command's own part of cli.py;
-    a comment in the run block of the rule that writes every job's spec (Snakemake's code trigger)."""
+    """A comment in the files every job imports, a docstring, any edit to the user's command line
+    (no job imports cli.py): code fingerprints cover code (syntax trees); a comment in the run
+    block of the rule that writes every job's spec (Snakemake's code trigger)."""
     from pipeline import COMMENT_EDIT, replaced
 
-    for f in ("cli.py", "config.py", "loop.py", "tasks.py", "models/grassmann.py"):
+    for f in ("job.py", "config.py", "loop.py", "tasks.py", "models/grassmann.py"):
         with edited(demo / "src/grassflow" / f, COMMENT_EDIT):
             assert planned(demo) == Counter(), f
     with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
@@ -201,26 +203,27 @@ def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
         shutil.rmtree(toy)
 
 
-def test_editing_one_commands_handler_plans_only_that_commands_jobs(demo):
-    """A task's job holds its stage's slice of stage.py (grassflow.staleness.cli_slice): the text
-    tasks' tokenize handler is the tokenize jobs' code, no other job's."""
+def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
+    """A job's code is its stage module's closure: the tokenize stages' shared loop
+    (grassflow.data.stages) is the tokenize and documents jobs' code, no other job's; one stage
+    module's edit plans its own jobs (and what they feed), not its task's other stages'."""
     from pipeline import replaced
 
-    with replaced(demo / "src/grassflow/stage.py", "def _tokenize(a):\n", "def _tokenize(a):\n    _edited = 1\n"):
+    loop = "    for raw in a.raw:\n"
+    with replaced(demo / "src/grassflow/data/stages.py", loop, loop + "        _edited = 1\n"):
         rules = by_rule(planned(demo))
-    assert {"tokenize", "snli_tokenize"} <= set(rules) and not {"download", "snli_download", "recall_data"} & set(rules)
+    assert {"tokenize", "documents", "snli_tokenize"} <= set(rules)
+    assert not {"download", "snli_download", "recall_data", "train_tokenizer", "snli_train_tokenizer"} & set(rules)
     assert not {"recall_train", "recall_evaluate"} & set(rules)  # the text tasks' runs: downstream of tokenize
+    with edited(demo / "src/grassflow/lm/documents.py"):
+        assert by_rule(planned(demo)) == Counter({"documents": 1, "evaluate": 10})
 
 
-def test_editing_the_planning_of_the_tasks_plans_no_tasks_job(demo):
+def test_editing_the_planning_of_the_tasks_plans_only_the_estimates_report(demo):
     """grassflow.tasks (where a task's files, rules and runs are) is planning: a code edit there
-    reruns no task's job (a task's job reads its own declaration: grassflow.stage); the CLI's
-    commands that list the tasks (unigram, the LM tables, bench, estimates) rerun, seconds each."""
+    reruns no job but the estimates report, which reads every task's declaration (seconds)."""
     with edited(demo / "src/grassflow/tasks.py"):
-        rules = by_rule(planned(demo))
-    jobs = {t.rule(s) for t in TASKS.values() for s in ("train", "evaluate", "data", "download", "tokenize", "aggregate")
-            if getattr(t, s)}  # the LM's tables are the CLI's `aggregate`
-    assert rules and not jobs & set(rules), rules
+        assert planned(demo) == Counter({("estimates", None): 1})
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):
@@ -262,7 +265,7 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     edit to the planning of the tasks or to another stage's handler plans no fetch and none of what
     it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
     tokenizer taken from the hub (here an offline cache): the paper preset's case."""
-    from pipeline import copy_repo, replaced, snakemake
+    from pipeline import copy_repo, snakemake
 
     work = copy_repo(tmp_path)
     fake_hub_cache(tmp_path / ".hf", "bert-base-uncased", {"vocab.txt": "\n".join(
@@ -282,8 +285,8 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     assert plan() == Counter()
     with edited(work / "src/grassflow/tasks.py"):
         assert plan() == Counter()
-    with replaced(work / "src/grassflow/stage.py", "def _download(a):\n", "def _download(a):\n    _edited = 1\n"):
-        assert plan() == Counter({"download": 1, "tokenize": 1})  # its handler's job, and what it feeds
+    with edited(work / "src/grassflow/lm/download.py"):
+        assert plan() == Counter({"download": 1, "tokenize": 1})  # its stage's job, and what it feeds
     with edited(work / "src/grassflow/data/tokenizers.py"):
         assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
         # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run

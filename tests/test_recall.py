@@ -145,7 +145,7 @@ def test_the_learning_rate_is_chosen_by_mean_validation_accuracy():
     smaller lr. Only the chosen lr's runs are kept, every seed of them."""
     import pandas as pd
 
-    from grassflow.report.recall import best_lr
+    from grassflow.recall.aggregate import best_lr
 
     nan = float("nan")
     rows = [("grassmann", 1e-3, 0, 60.0), ("grassmann", 1e-3, 1, 70.0),

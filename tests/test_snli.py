@@ -284,7 +284,7 @@ def test_backbone_stays_frozen_and_out_of_checkpoints(snli_tokens, tmp_path):
 
 
 def _cmd(tokens, out, spec):
-    return [sys.executable, "-m", "grassflow", "snli-train", "--spec", json.dumps(spec),
+    return [sys.executable, "-m", "grassflow.snli.train", "--spec", json.dumps(spec),
             "--train-tokens", str(tokens / "train.parquet"), "--val-tokens", str(tokens / "validation.parquet"),
             "--out-dir", str(out)]
 
@@ -406,8 +406,8 @@ def test_snli_table_statistics_and_diverged_runs(tmp_path):
 
     import pandas as pd
 
-    from grassflow.report.snli import markdown_table, summarise
     from grassflow.report.stats import diff_ci
+    from grassflow.snli.aggregate import markdown_table, summarise
 
     d = diff_ci([86.0, 86.2, 85.9], [85.0, 85.1, 84.8])
     assert d["diff"] == pytest.approx(86.0333 - 84.9667, abs=1e-3) and 0 < d["ci_low"] < d["diff"] < d["ci_high"]

@@ -118,7 +118,7 @@ def _md_rows(md: str, first_cells) -> dict[str, list[str]]:
 def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_path):
     from grassflow.config import select_preset
     from grassflow.plan import load_config
-    from grassflow.report.snli import aggregate_snli
+    from grassflow.snli.aggregate import aggregate_snli
     from grassflow.snli.synthetic import LABELS
 
     def values(i, ev):  # validation, test and each class's test accuracy: distinct everywhere
@@ -153,7 +153,7 @@ def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_p
 def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
     from grassflow.config import select_preset
     from grassflow.plan import load_config
-    from grassflow.report.recall import aggregate_recall
+    from grassflow.recall.aggregate import aggregate_recall
 
     def values(i, ev):
         v = {("validation", "accuracy"): 10.0 + i, ("test", "accuracy"): 30.0 + i}

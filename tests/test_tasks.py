@@ -1,7 +1,6 @@
 """A task is its package and its rule file: a toy fourth task, copied into a scratch repository's
 src/grassflow/toy/ and workflow/rules/toy.smk, one include line added to the Snakefile, is
-validated (its part's schema and checks), given its commands, planned, estimated, run and tabled
-by the DAG; and the shared contracts of the tasks' declarations hold."""
+validated (its part's schema and checks), planned, estimated, run and tabled by the DAG; and the shared contracts of the tasks' declarations hold."""
 
 from __future__ import annotations
 
@@ -49,10 +48,10 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
                                                        'include: "workflow/rules/specs.smk"\ninclude: "workflow/rules/toy.smk"\n'))
     toy = _overlay(work, "toy", TOY_PRESET)
 
-    # its commands, made from its declaration
-    for cmd, flag in (("toy-train", "--spec"), ("toy-evaluate", "--weights"), ("toy-aggregate", "--runs"),
-                      ("toy-data", "--data")):
-        assert flag in _grassflow(work, cmd, "--help").stdout, cmd
+    # its table's job: its own stage module's command line
+    res = subprocess.run([sys.executable, "-m", "grassflow.toy.toy", "--help"], cwd=work, capture_output=True,
+                         text=True, env={**pipeline_env(), "PYTHONPATH": str(work / "src")})
+    assert res.returncode == 0 and "--runs" in res.stdout, res.stderr[-2000:]
     # its part of the config: checked by its schema and its own check, each naming the key
     bad = _overlay(work, "bad", {"toy": {**TOY_PRESET["toy"], "epochs": 0}})
     res = snakemake(work, "-n", "--configfile", bad, preset="bad", check=False)
@@ -88,64 +87,16 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
 
 
 def test_every_tasks_declaration_keeps_the_shared_contracts():
-    """Every spec names its task and model kind; a task is named after its package; the CLI has
-    each task's commands; the built-in tasks come first, the LM's first of all."""
-    from grassflow.cli import build_parser
+    """Every spec names its task and model kind; a task is named after its package; the built-in
+    tasks come first, the LM's first of all."""
     from grassflow.plan import load_config
 
     assert list(TASKS)[:3] == ["lm", "snli", "recall"]
     config = load_config(Path(__file__).resolve().parents[1], preset="demo")
     preset = config["presets"]["demo"]
-    commands = set(build_parser()._subparsers._group_actions[0].choices)
     for task in TASKS.values():
         specs = task.specs("demo", preset)
         assert specs, task.name
         for run_id, spec in specs.items():
             assert spec["task"] == task.name and spec["model_kind"] in ("transformer", "grassmann"), run_id
             assert spec["run_id"] == run_id and "train" in spec
-        assert {task.command("train"), task.command("evaluate")} <= commands
-        assert not task.aggregate or task.command("aggregate") in commands
-
-
-def _commands_called_by_name():
-    """{command: (its parser, its function)} of every command that calls one function by name."""
-    import inspect
-
-    from grassflow import cli, command, stage
-    from grassflow.tasks import COMMANDS, entry
-
-    parsers = dict(cli.build_parser()._subparsers._group_actions[0].choices)
-    parsers |= {name: stage.parser(task, stage_, name) for name, (task, stage_, _) in COMMANDS.items()}
-    return {name: (p, inspect.signature(entry(p.get_default("entry"))).parameters) for name, p in parsers.items()
-            if p.get_default("fn") in (command.call, stage._train)}
-
-
-def test_every_argument_of_a_command_called_by_name_is_a_parameter_of_its_function():
-    """What command.call passes by name reaches a parameter: renaming one (backbone_dir) breaks here, not
-    silently in a job (the train commands turn --compile, --compile-mode and --trackers into `execution`)."""
-    commands = _commands_called_by_name()
-    assert {"train", "snli-train", "recall-evaluate", "unigram", "estimates"} <= set(commands)
-    for name, (parser, params) in commands.items():
-        dests = {a.dest for a in parser._actions if a.dest != "help"}
-        if {"compile", "compile_mode", "trackers"} <= dests:
-            dests = dests - {"compile", "compile_mode", "trackers"} | {"execution"}
-        assert dests <= set(params), f"grassflow {name}: {sorted(dests - set(params))} taken by no parameter"
-
-
-def test_call_refuses_an_argument_no_parameter_takes(monkeypatch, tmp_path, capsys):
-    """As if snli/evaluate.py's backbone_dir had been renamed: the command fails at once, naming
-    the argument, instead of running without the backbone it was given."""
-    import grassflow.snli.evaluate as ev
-    from grassflow import cli
-
-    called = []
-
-    def renamed(checkpoint, run_json, val_tokens, test_tokens, out, backbone_path=None):
-        called.append(backbone_path)
-
-    monkeypatch.setattr(ev, "evaluate_snli_run", renamed)
-    argv = ["snli-evaluate", "--weights", "c", "--run-json", "r", "--val-tokens", "v", "--test-tokens", "t",
-            "--out", str(tmp_path / "eval.json"), "--backbone-dir", str(tmp_path)]
-    assert cli.main(argv) == 1
-    err = capsys.readouterr().err
-    assert "--backbone-dir (backbone_dir)" in err and "evaluate_snli_run" in err and not called

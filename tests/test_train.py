@@ -22,7 +22,7 @@ SPEC = LM_SPEC
 
 
 def _cmd(tokens, out, spec=SPEC):
-    return [sys.executable, "-m", "grassflow", "train", "--spec", json.dumps(spec),
+    return [sys.executable, "-m", "grassflow.lm.train", "--spec", json.dumps(spec),
             "--train-tokens", str(tokens / "train.parquet"), "--val-tokens", str(tokens / "validation.parquet"),
             "--out-dir", str(out)]
 
@@ -241,20 +241,20 @@ def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_p
     args = ["--weights", str(uninterrupted / "model.safetensors"), "--run-json", str(uninterrupted / "run.json"),
             "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet")]
     ref = tmp_path / "ref" / "eval.json"
-    subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(ref)], check=True)
+    subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(ref)], check=True)
     out = tmp_path / "eval.json"
     out.write_text("stale")  # an earlier result must survive a failed run untouched
-    res = subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)],
+    res = subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)],
                          env={**os.environ, KILL_WRITING: "eval.json"}, capture_output=True)
     assert res.returncode == -signal.SIGKILL
     assert out.read_text() == "stale"
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".eval.json.")]
     assert all(p.suffix == ".tmp" for p in leftovers)  # a killed process leaves at most a *.tmp
     out.unlink()
-    res = subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)],
+    res = subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)],
                          env={**os.environ, KILL_WRITING: "eval.json"}, capture_output=True)
     assert res.returncode == -signal.SIGKILL and not out.exists()
-    subprocess.run([sys.executable, "-m", "grassflow", "evaluate", *args, "--out", str(out)], check=True)
+    subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)], check=True)
     assert json.loads(out.read_text()) == json.loads(ref.read_text())
 
 

@@ -1,9 +1,8 @@
-"""Command line of the pipeline: `python -m grassflow <command> ...` (or `grassflow`).
+"""`grassflow <verb>`: the user's verbs (plan, gpus, export, generate, lm-eval, bench, preflight).
 
-The Snakemake rules are thin shells over these commands; a task's stages (train, snli-train,
-recall-data, ...) are its own command lines (grassflow.stage), which the rules run directly, so
-that no job imports this module. Expected failures (bad data, bad config, missing files) print
-one `error:` line naming the file or key, and exit 1.
+The pipeline's jobs are not here: each stage is its own command line, `python -m grassflow.<task>.<stage>` (grassflow.job), which its
+rule's shell runs. Expected failures (bad data, bad config, missing files) print one `error:`
+line naming the file or key, and exit 1.
 """
 
 from __future__ import annotations
@@ -12,11 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from grassflow import fetch, stage
-from grassflow.command import ArgumentParser, json_arg, record, required, run, run_expected
-from grassflow.stage import AGGREGATE_ARGS, STAGE_COMMANDS
-from grassflow.tasks import COMMANDS as TASK_COMMANDS
-from grassflow.tasks import TASKS, entry
+from grassflow.job import ArgumentParser, run
 
 
 def _gpus(a):
@@ -26,7 +21,7 @@ def _gpus(a):
     from grassflow.config import select_preset
     from grassflow.gpu_slots import flag
     from grassflow.plan import load_config
-    from grassflow.tasks import pipeline_train
+    from grassflow.tasks import TASKS, pipeline_train
 
     _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
     k = a.runs_per_gpu or pipeline_train(p)["runs_per_gpu"]
@@ -34,12 +29,6 @@ def _gpus(a):
         print(" ".join(["--group-components", *(f"{t.group}={k}" for t in TASKS.values())]) if k > 1 else "")
     else:
         print(flag(k))
-
-
-def _baseline_args(p):
-    p.add_argument("--unigram", required=True, help="unigram.json of the evaluation tokens")
-    p.add_argument("--checksums", required=True, help="the download stage's checksums.json")
-    p.add_argument("--published", required=True, help="workflow/resources/published.yaml")
 
 
 def _checked(kind, allowed: str, ok):
@@ -56,48 +45,35 @@ def _checked(kind, allowed: str, ok):
     return parse
 
 
-def _preflight_args(p):
-    from grassflow.models.config import PLUCKER_BACKENDS
+def _export(a):
+    from grassflow.export import export_run
 
-    p.add_argument("--device", nargs="+", default=["auto"], dest="devices", choices=("auto", "cpu", "cuda"),
-                   help="train.device value(s)")
-    p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", choices=PLUCKER_BACKENDS,
-                   help="the Plücker op backend(s) the jobs use")
-    p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
-    p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
+    export_run(a.run_dir, a.out_dir, a.tokenizer)
 
 
-# (command, help, handler or "module:function" (command.call), argument groups): the commands not
-# made from a task's declaration; each task's (train, evaluate, aggregate, data, download, tokenize, ...)
-# are its stages' command lines (grassflow.stage), and the hub fetches' their own (grassflow.fetch),
-# listed by build_parser
+def _generate(a):
+    from grassflow.decode import generate_text
+
+    generate_text(a.model, a.prompt, a.max_new_tokens, a.temperature, a.top_k, a.top_p, a.seed, a.device,
+                  a.recompute, a.tokenizer)
+
+
+# (command, help, handler, argument groups): the verbs parsed here; a job of the pipeline is its
+# stage's own command line (`python -m grassflow.<task>.<stage>`, grassflow.job), never this one
 COMMANDS = [
-    ("unigram", "the unigram-perplexity baseline of the validation and test tokens", "grassflow.lm.unigram:unigram_baseline",
-     [required("train-tokens", "val-tokens", "test-tokens", "out")]),
-    ("aggregate", "one experiment's table and figures", "grassflow.report.aggregate:aggregate",
-     [*AGGREGATE_ARGS, _baseline_args, required("experiment")]),
     ("gpus", "the flag that runs K GPU jobs per GPU: snakemake $(grassflow gpus); on SLURM, K runs per "
      "allocation: snakemake --profile profiles/slurm $(grassflow gpus --slurm)", _gpus,
      [lambda p: [p.add_argument("--preset"), p.add_argument("--configfile", nargs="*", default=[]),
                  p.add_argument("--project", default="."),
                  p.add_argument("--slurm", action="store_true", help="--group-components for profiles/slurm"),
                  p.add_argument("--runs-per-gpu", type=int, help="K (default: the preset's train.runs_per_gpu)")]]),
-    ("summary", "summary.md of a preset's tables, and the scaling figure", "grassflow.report.aggregate:summary",
-     [required("preset-name", "out-dir"), required("tables", nargs="+", help="the tables' .md files"),
-      required("bench", help="bench JSON for the scaling figure")]),
-    ("ablations", "the ablation table and figure of a preset", "grassflow.report.ablations:aggregate_ablations",
-     [_baseline_args, required("preset", "grid", type=json_arg), required("preset-name", "runs-dir", "out-dir")]),
-    ("preflight", "check the device, op backends and a training step before the GPU jobs", "grassflow.preflight:main",
-     [_preflight_args]),
-    ("estimates", "every training/evaluation job's estimated time beside its measured wall time", "grassflow.plan:estimates_report",
-     [required("preset", "estimate", type=json_arg), required("preset-name", "results", "out")]),
     # a trained model outside the pipeline (docs/use/using-models.md); no rule runs these
     ("export", "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
-     "grassflow.export:export_run",
+     lambda a: _export(a),
      [lambda p: [p.add_argument("run_dir", help="results/<preset>/runs/<run>"), p.add_argument("out_dir"),
                  p.add_argument("--tokenizer", help="its tokenizer.json, where the pipeline's is not beside the run")]]),
     ("generate", "continue a prompt with a model (an export or a run directory); a prompt longer than the "
-     "model's context is cropped to its last context_len tokens, said on stderr", "grassflow.decode:generate_text",
+     "model's context is cropped to its last context_len tokens, said on stderr", lambda a: _generate(a),
      [lambda p: [p.add_argument("model", help="an export (grassflow export) or a run directory"),
                  p.add_argument("--prompt", required=True, type=_checked(str, "a non-empty text", lambda v: v.strip())),
                  p.add_argument("--max-new-tokens", type=_checked(int, "≥ 1", lambda v: v >= 1), default=50),
@@ -114,44 +90,68 @@ COMMANDS = [
 ]
 
 
-# command → (help, "module:main"): commands with their own parsers (their options are not this one's)
+def _bench(argv):
+    from grassflow.bench import main
+
+    return main(argv)
+
+
+def _plan(argv):
+    from grassflow.plan import main
+
+    return main(argv)
+
+
+def _preflight(argv):
+    from grassflow.preflight import main
+
+    return main(argv)
+
+
+def _lm_eval(argv):
+    from grassflow.lm.harness import (
+        main,  # without the eval extra: MissingExtra, naming the install
+    )
+
+    return main(argv)
+
+
+# command → (help, main): the verbs with their own parsers (their options are not this one's)
 OWN_PARSERS = {
-    "bench": ("core benchmark (see python -m grassflow.bench -h)", "grassflow.bench:main"),
-    "plan": ("a preset's jobs, estimated device-hours and memory before it runs (see grassflow plan -h)",
-             "grassflow.plan:main"),
+    "bench": ("core benchmark (see python -m grassflow.bench -h)", _bench),
+    "plan": ("a preset's jobs, estimated device-hours and memory before it runs (see grassflow plan -h)", _plan),
+    "preflight": ("check the device, op backends and a training step before the GPU jobs "
+                  "(see grassflow preflight -h)", _preflight),
     "lm-eval": ("lm-evaluation-harness's command line with --model grassflow (pip install grassflow[eval]; "
-                "docs/use/lm-eval.md)", "grassflow.lm.harness:main"),
+                "docs/use/lm-eval.md)", _lm_eval),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="grassflow", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    fetch.add_commands(sub, [*COMMANDS, *fetch.COMMANDS])
-    # listed here; main() hands their arguments to their own parsers (grassflow.stage's, bench's, plan's)
-    for name, (task, stage_, _) in TASK_COMMANDS.items():
-        sub.add_parser(name, help=f"{task.title}: {STAGE_COMMANDS[stage_][0]}", add_help=False)
-    for name, (help_, _) in OWN_PARSERS.items():
+    for name, help_, fn, groups in COMMANDS:
+        p = sub.add_parser(name, help=help_)
+        for add in groups:
+            add(p)
+        p.set_defaults(fn=fn)
+    for name, (help_, _) in OWN_PARSERS.items():  # listed here; main() hands them their arguments
         sub.add_parser(name, help=help_, add_help=False)
     return ap
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] and argv[0] in TASK_COMMANDS:
-        task, stage_, _ = TASK_COMMANDS[argv[0]]
-        return stage.main([task.name, stage_, *argv[1:]], prog=f"grassflow {argv[0]}")
-    record(argv)
     if argv[:1] and argv[0] in OWN_PARSERS:
         from grassflow.errors import MissingExtra
 
         try:
-            command = entry(OWN_PARSERS[argv[0]][1])
+            return run(OWN_PARSERS[argv[0]][1], argv[1:])
         except MissingExtra as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        return run_expected(command, argv[1:])
-    return run(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    return run(args.fn, args)
 
 
 if __name__ == "__main__":

@@ -149,7 +149,7 @@ def select_preset(config: dict) -> tuple[str, dict]:
 
 
 def check_preset(name: str, p: dict) -> None:
-    from grassflow.tasks import TASKS, entry
+    from grassflow.tasks import TASKS
 
     where = f"presets.{name}"
     parts = [t.part_key or "experiments" for t in TASKS.values()]
@@ -159,7 +159,7 @@ def check_preset(name: str, p: dict) -> None:
         raise ConfigError(f"{where}.ablations: needs the language-model experiments it varies")
     for t in TASKS.values():  # each task's own checks (its declaration's `check`)
         if t.part(p) and t.check:
-            entry(t.check)(t.where(name), name, p)
+            t.check(t.where(name), name, p)
 
 
 def check_specs(where: str, specs: dict, build) -> None:

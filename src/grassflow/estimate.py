@@ -205,7 +205,7 @@ def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = No
     """The estimate of one job of `rule` (a run's train or evaluate job of any task:
     grassflow.tasks.RUN_RULES) for its run's spec; `settings`: the config's `estimate` section;
     `files`: the job's token files by split (their counts are exact once they exist)."""
-    from grassflow.tasks import RUN_RULES, entry, pipeline_train
+    from grassflow.tasks import RUN_RULES, pipeline_train
 
     if rule not in RUN_RULES:
         raise ValueError(f"no estimate for rule {rule!r}")
@@ -215,7 +215,7 @@ def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = No
     # reruns nothing), where each is its default
     threads = (part.get("train") or {}).get("threads", 1)
     k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
-    est, source = entry(task.estimate)(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
+    est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
     # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
     # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
     # the time of the latter and the bound of the former (sharing gains nothing).

@@ -1,7 +1,7 @@
 """Preflight: check the software stack of the machine the training jobs will run on, in seconds,
 before two dozen of them fail one by one.
 
-`python -m grassflow preflight --device auto --backend auto --out preflight.json` checks, per
+`python -m grassflow.preflight --device auto --backend auto --out preflight.json` checks, per
 device asked for (the preset's train.device values):
   device    it is visible (train.device: cuda without a CUDA device fails; auto on a CPU-only
             node passes and says the jobs will train on the CPU)
@@ -19,12 +19,14 @@ its own log line which device it got.
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from grassflow.errors import PreflightError  # raised here, caught by the CLI
+from grassflow import job
+from grassflow.errors import PreflightError  # raised here, one `error:` line (grassflow.job)
 from grassflow.io import write_json
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.plucker import cupy_backend, plucker_mix, plucker_mix_reference, resolve_backend
@@ -175,7 +177,7 @@ def preflight(devices: list[str], backends: list[str], snli: bool = False) -> di
     return record
 
 
-def main(devices, backends, snli, out) -> dict:
+def check(devices, backends, snli, out) -> dict:
     try:
         record = preflight(devices, backends, snli)
     except PreflightError as e:
@@ -186,3 +188,21 @@ def main(devices, backends, snli, out) -> dict:
         print(f"[preflight] train.device={d['requested']} -> {d['type']} ({d['name']}); plucker backends: {used}; "
               f"{len(d['steps'])} training steps finite" + (f"; {d['note']}" if "note" in d else ""))
     return record
+
+
+def main(argv=None) -> int:
+    from grassflow.models.config import PLUCKER_BACKENDS
+
+    p = job.parser(__spec__.name, __doc__)
+    p.add_argument("--device", nargs="+", default=["auto"], dest="devices", choices=("auto", "cpu", "cuda"),
+                   help="train.device value(s)")
+    p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", choices=PLUCKER_BACKENDS,
+                   help="the Plücker op backend(s) the jobs use")
+    p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
+    p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
+    a = p.parse_args(argv)
+    return job.run(check, a.devices, a.backends, a.snli, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

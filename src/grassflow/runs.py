@@ -14,6 +14,7 @@ from grassflow import gpu_slots
 from grassflow.checkpoint import CONFIG, WEIGHTS, CheckpointError, load_weights, state_sha256
 from grassflow.data import DataError
 from grassflow.io import sha256_file, spec_hash, write_json
+from grassflow.job import JSON, json_arg
 from grassflow.ops.plucker import resolve_backend
 from grassflow.provenance import git_state, machine, package_versions
 from grassflow.runtime import claim_device, configure_torch, device_name
@@ -83,3 +84,36 @@ def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, 
     device = claim_device(ckpt["spec"]["train"]["device"])
     result["gpu_slot"] = gpu_slots.current()
     return ckpt, result, True, device
+
+
+# --- the command line of a run's jobs (train, evaluate: grassflow.<task>.train, .evaluate) --------
+def train_args(p, fused: bool = False) -> None:
+    """A run's training job; `fused`: also runs that differ only in their seed, as one ensemble
+    (train.fuse_seeds: a spec and an output directory per run, the resume state in --work-dir)."""
+    many = {"nargs": "+"} if fused else {}
+    p.add_argument("--spec", required=True, type=json_arg, **many, help="the run's spec: " + JSON)
+    p.add_argument("--train-tokens", required=True)
+    p.add_argument("--val-tokens", required=True)
+    p.add_argument("--out-dir", required=True, **many, help="the run's directory" + (", in the specs' order" if fused else ""))
+    if fused:
+        p.add_argument("--work-dir", help="the resume state of fused runs (default: the one run's directory)")
+    p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
+    p.add_argument("--compile", choices=("auto", "true", "false", "graph"), default="auto",
+                   help="train.compile: torch.compile the training loss and validation forward, or (graph) "
+                        "capture the training step as one CUDA graph")
+    p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
+    p.add_argument("--trackers", default="none", help="train.trackers, comma-separated (tensorboard,wandb), or none")
+
+
+def execution(a) -> dict:
+    """How a training job runs, not what it computes (train.compile, compile_mode, trackers)."""
+    return {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode,
+            "trackers": [t for t in a.trackers.split(",") if t != "none"]}
+
+
+def evaluate_args(p) -> None:
+    p.add_argument("--weights", required=True, help="the run's best weights (model.safetensors, config.json beside it)")
+    p.add_argument("--run-json", required=True)
+    p.add_argument("--val-tokens", required=True)
+    p.add_argument("--test-tokens", required=True)
+    p.add_argument("--out", required=True)

@@ -1,26 +1,19 @@
-"""The code a pipeline stage runs, derived from its imports: what a rule's code fingerprint
-covers, so that an edit reruns exactly the stages whose output it can change.
+"""The code a pipeline job runs, derived from its imports: what a rule's `code` param hashes, so
+that an edit reruns exactly the jobs whose output it can change.
 
-A stage is a CLI command (`python -m grassflow <command>`, as its rule's shell runs it). A
-task's job runs `python -m grassflow.stage <task> <stage>` instead (its rule's shell), and a hub
-fetch `python -m grassflow.fetch <command>`: neither imports cli.py or the planning
-(grassflow.tasks). A command's code is, read from the source without importing anything:
-  - of its command line's module (cli.py, stage.py, fetch.py), the slice the command runs
-    (cli_slice): main(), its own rows of the command tables and the functions they name; the
-    package's __init__ (and __main__.py for cli.py); the module of the function the command
-    calls by name (cli.COMMANDS' "module:function" rows, a task's entry points) and, for a task's
-    job, that task's declaration only;
-  - transitively, every grassflow module those import, at module level or inside a function
-    (a superset of what one run executes: an edit to a lazily imported module reruns the stage),
-    with the __init__ of every package on the way (importing a.b runs a/__init__.py); every
-    task's declaration where a module reads them all (grassflow.tasks.TASKS, ...);
+A job is one stage module run as `python -m grassflow.<task>.<stage>` (its rule's shell). Its
+code is, read from the source without importing anything:
+  - that module and, transitively, every grassflow module it imports, at module level or inside
+    a function (a superset of what one run executes), with the __init__ of every package on the
+    way (importing a.b runs a/__init__.py); where a module reads every task's declaration
+    (imports grassflow.tasks: the estimates report), every task.py;
   - the kernel sources a module declares it loads (KERNEL_SOURCES, paths under kernels/);
   - of the model kinds' code (models.KIND_CODE), only the kinds the job runs: a Transformer
     run imports the Grassmann model (the registry loads both) but never runs it.
 A file counts by its code, not its text (code_hash): a Python module's syntax tree without
 docstrings, so a comment, a docstring or reformatting reruns nothing; a kernel source's bytes.
 
-`python -m grassflow.staleness <command> [--kinds grassmann ...]` prints a stage's files.
+`python -m grassflow.staleness grassflow.lm.train --kinds grassmann` prints a job's files.
 """
 
 from __future__ import annotations
@@ -31,9 +24,6 @@ import json
 import sys
 from functools import cache
 from pathlib import Path
-
-from grassflow.tasks import COMMANDS as TASK_COMMANDS
-from grassflow.tasks import PLANNING_HOOKS, declarations
 
 PKG = Path(__file__).resolve().parent
 KERNELS_CANDIDATES = (PKG / "_kernels", PKG.parents[1] / "kernels")
@@ -68,7 +58,7 @@ def _tree(path: Path) -> ast.Module:
 def _parse(text: str, name: str) -> ast.Module:  # by content: a file edited in this process is read anew
     return ast.parse(text, name)
 # What is derived from a tree is cached by the tree (one per content, _parse): the Snakefile asks
-# for the code of every (command, model kinds), and those closures share most of their files.
+# for the code of every (job, model kinds), and those closures share most of their files.
 
 
 def _resolve(node: ast.ImportFrom, here: str, is_pkg: bool) -> str:
@@ -110,7 +100,7 @@ def _owned_by(name: str, kinds) -> bool:
 
 def _reads_declarations(path: Path, mod: str) -> bool:
     """Whether a module reads every task's declaration: imports from grassflow.tasks, which loads
-    them all (a job reads its own task's only, through grassflow.declaration: command_roots)."""
+    them all by name (grassflow/<task>/task.py, found on disk: no import names them)."""
     return _reads_tasks(_tree(path), mod, path.name == "__init__.py")
 
 
@@ -124,26 +114,14 @@ def _module_imports(tree: ast.Module, mod: str, is_pkg: bool) -> frozenset[str]:
     return frozenset(imported([tree], mod, is_pkg))
 
 
-def _entry_modules(pkg: str) -> set[str]:
-    """The modules of a task's planning hooks (its declaration's PLANNING_HOOKS: run grid, cells,
-    checks, estimate), which a module that reads the declarations calls in its own process (the
-    estimates report); the other entry points are commands, each fingerprinted as its own job."""
-    calls = [n for n in ast.walk(_tree(module_path(f"grassflow.{pkg}.task"))) if isinstance(n, ast.Call)]
-    refs = {k.value.value for c in calls for k in c.keywords
-            if k.arg in PLANNING_HOOKS and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
-    return {r.split(":")[0] for r in refs if module_path(r.split(":")[0])}
-
-
 def _with_parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def closure(roots, kinds=(), opaque=()) -> set[Path]:
+def closure(roots, kinds=()) -> set[Path]:
     """The files of `roots` (module names) and everything they import, transitively, less the
-    code of the model kinds not in `kinds`; plus the kernel sources the modules declare.
-    `opaque` modules count as files but their imports are not followed (the command line: each
-    command's own path through it is in its roots)."""
+    code of the model kinds not in `kinds`; plus the kernel sources the modules declare."""
     unknown = set(kinds) - set(kind_code())
     if unknown:
         raise ValueError(f"unknown model kind(s) {sorted(unknown)}; known: {sorted(kind_code())}")
@@ -157,119 +135,22 @@ def closure(roots, kinds=(), opaque=()) -> set[Path]:
             seen.add(mod)
             path = module_path(mod)
             files.add(path)
-            if mod in opaque:
-                continue
             todo += _module_imports(_tree(path), mod, path.name == "__init__.py")
             if _reads_declarations(path, mod):  # a module that reads every task's declaration (TASKS, ...)
-                todo += [m for pkg in declarations() for m in (f"grassflow.{pkg}.task", *_entry_modules(pkg))]
+                todo += [f"grassflow.{p.parent.name}.task" for p in sorted(PKG.glob("*/task.py"))]
             for src in _literal(path, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
     return files
 
 
-# --- the commands: the CLI's (cli.py), a task's jobs (stage.py), the hub fetches (fetch.py) ----------
-CLI = PKG / "cli.py"
-STAGE = PKG / "stage.py"
-FETCH = PKG / "fetch.py"
-# the command tables of the command lines: a command's slice holds its own row of each, not the others'
-TABLES = ("COMMANDS", "OWN_PARSERS", "STAGE_COMMANDS")
-
-
-def _defs(path: Path) -> dict[str, ast.stmt]:
-    """A module's module-level functions and assignments, by name."""
-    out = {}
-    for n in _tree(path).body:
-        if isinstance(n, ast.FunctionDef):
-            out[n.name] = n
-        elif isinstance(n, ast.Assign):
-            out.update({t.id: n for t in n.targets if isinstance(t, ast.Name)})
-    return out
-
-
-def _rows(command: str) -> tuple[list[ast.expr], str | None]:
-    """The command's own rows of its module's tables, and the module of the function it calls by
-    name (a COMMANDS "module:function" row, an OWN_PARSERS entry, a task's entry point) or None."""
-    if command in TASK_COMMANDS:
-        _, stage, ref = TASK_COMMANDS[command]
-        table = _defs(STAGE)["STAGE_COMMANDS"].value
-        return [v for k, v in zip(table.keys, table.values) if k.value == stage], ref.split(":")[0]
-    defs = _defs(_dispatcher(command)[0])
-    rows, module = [], None
-    for row in defs["COMMANDS"].value.elts:
-        if row.elts[0].value == command:
-            rows.append(row)
-            fn = row.elts[2]
-            module = fn.value.split(":")[0] if isinstance(fn, ast.Constant) else None
-    own = _defs(CLI)["OWN_PARSERS"].value
-    for k, v in zip(own.keys, own.values):
-        if k.value == command:
-            rows.append(v)
-            module = v.elts[1].value.split(":")[0]
-    if not rows:
-        raise ValueError(f"no grassflow command {command!r}; commands: {', '.join(commands())}")
-    return rows, module
-
-
-def _commands(path: Path) -> set[str]:
-    """The names of a command line's COMMANDS rows."""
-    return {r.elts[0].value for r in _defs(path)["COMMANDS"].value.elts}
-
-
-def commands() -> list[str]:
-    """Every command a rule can fingerprint: the CLI's, the hub fetches', the tasks' jobs."""
-    own = {k.value for k in _defs(CLI)["OWN_PARSERS"].value.keys}
-    return sorted(_commands(CLI) | _commands(FETCH) | set(TASK_COMMANDS) | own)
-
-
-def _dispatcher(command: str) -> tuple[Path, str]:
-    """The module whose slice is the command's command line: stage.py for a task's job, fetch.py
-    for a hub fetch, else cli.py."""
-    if command in TASK_COMMANDS:
-        return STAGE, "grassflow.stage"
-    return (FETCH, "grassflow.fetch") if command in _commands(FETCH) else (CLI, "grassflow.cli")
-
-
-@cache
-def cli_slice(command: str) -> tuple[ast.AST, ...]:
-    """The part of its command line's module (cli.py, stage.py or fetch.py) that `command`
-    runs: the module's imports, main() and the `__main__` guard, the command's own rows of the
-    tables, and every module-level function or value those name, transitively (a table named on
-    the way stands for the command's rows of it). An edit to another command's row or handler, or
-    a function nobody calls, is outside it."""
-    path, _ = _dispatcher(command)
-    defs = _defs(path)
-    rows, _ = _rows(command)
-    fixed = [n for n in _tree(path).body if isinstance(n, ast.Import | ast.ImportFrom | ast.If)]
-    reached, todo = {}, [defs["main"], *fixed, *rows]
-    while todo:
-        node = todo.pop()
-        if id(node) in reached:
-            continue
-        reached[id(node)] = node
-        for n in ast.walk(node):
-            if isinstance(n, ast.Name) and n.id in defs and n.id not in TABLES:
-                todo.append(defs[n.id])
-    order = {id(n): i for i, n in enumerate(ast.walk(_tree(path)))}
-    return tuple(sorted(reached.values(), key=lambda n: order[id(n)]))
-
-
-def command_roots(command: str) -> set[str]:
-    """The grassflow modules a command imports: those its slice names (at module level or in its
-    functions), the module of the function it calls, and for a task's job its task's declaration
-    (its entry points, its arguments), which grassflow.stage loads by name."""
-    _, module = _rows(command)
-    _, dispatcher = _dispatcher(command)
-    roots = imported(cli_slice(command), dispatcher, False) | {dispatcher}
-    if command in TASK_COMMANDS:
-        roots.add(f"grassflow.{TASK_COMMANDS[command][0].name}.task")
-    elif dispatcher == "grassflow.cli":  # run as `python -m grassflow`
-        roots.add("grassflow.__main__")
-    return roots | ({module} if module else set())
-
-
-def command_files(command: str, kinds=()) -> list[Path]:
-    opaque = {_dispatcher(command)[1], "grassflow.__main__"}  # each command's own path through them: its roots
-    return sorted(closure(command_roots(command), kinds, opaque=opaque))
+def job_files(module: str, kinds=()) -> list[Path]:
+    """The files of the job `python -m <module>` running model kinds `kinds` (of a package: its
+    __main__, which is what runs)."""
+    path = module_path(module)
+    if path is None:
+        raise ValueError(f"no grassflow module {module!r} (a job is `python -m grassflow.<task>.<stage>`)")
+    runs = f"{module}.__main__" if path.name == "__init__.py" and module_path(f"{module}.__main__") else module
+    return sorted(closure([runs], kinds))
 
 
 # --- what a file's fingerprint covers ------------------------------------------------------------
@@ -296,18 +177,14 @@ def _canonical(node) -> str:
     return repr(node)
 
 
-def code_hash(path: Path, command: str | None = None) -> str:
+def code_hash(path: Path) -> str:
     """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax
-    tree (comments, docstrings and formatting cannot change what runs); of the command's command
-    line (cli.py, stage.py or fetch.py), the slice the command runs (cli_slice); a kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
+    tree (comments, docstrings and formatting cannot change what runs); a kernel source's bytes
+    (NVRTC and the C++ compiler read all of it)."""
     path = Path(path)
-    if path.suffix != ".py":
-        text = path.read_bytes()
-    elif command is not None and path.resolve() == _dispatcher(command)[0]:
-        text = "\n".join(map(_canonical, cli_slice(command))).encode()
-    else:
+    if path.suffix == ".py":
         return _tree_hash(_tree(path.resolve()))
-    return hashlib.sha256(text).hexdigest()[:16]
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 @cache
@@ -315,10 +192,10 @@ def _tree_hash(tree: ast.Module) -> str:
     return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:16]
 
 
-def command_code(command: str, kinds=(), base: Path | None = None) -> dict[str, str]:
-    """{file (relative to `base`, the checkout): its code hash} of everything a command runs."""
+def job_code(module: str, kinds=(), base: Path | None = None) -> dict[str, str]:
+    """{file (relative to `base`, the checkout): its code hash} of everything a job runs."""
     base = base or PKG.parents[1]
-    return {_rel(f, base): code_hash(f, command) for f in command_files(command, kinds)}
+    return {_rel(f, base): code_hash(f) for f in job_files(module, kinds)}
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -355,11 +232,11 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m grassflow.staleness", description=__doc__.split("\n")[0])
-    ap.add_argument("command")
+    ap.add_argument("module", help="a job's stage module, e.g. grassflow.lm.train")
     ap.add_argument("--kinds", nargs="*", default=[], help="model kinds the job runs (transformer, grassmann)")
     a = ap.parse_args(argv)
     base = PKG.parents[1]
-    for f in command_files(a.command, a.kinds):
+    for f in job_files(a.module, a.kinds):
         print(f.relative_to(base) if f.is_relative_to(base) else f)
     return 0
 

@@ -1,30 +1,46 @@
 """The tasks, each declared once in its own package: `grassflow/<task>/task.py` holds `TASK`, a
-`Task` (grassflow.declaration; language modelling: lm/task.py, SNLI: snli/task.py, recall:
-recall/task.py). A new task is one more such directory, with its rules in their own file
-(workflow/rules/<task>.smk, included by the Snakefile): this module finds it, and the rules'
-helpers (workflow/rules/common.smk), the CLI's commands, the config schema, `grassflow plan`, the
-estimates and the tests read the declarations, not lists of their own.
+`Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py). A new task
+is one more such directory, with its rules in their own file (workflow/rules/<task>.smk, included
+by the Snakefile): this module finds it, and the rules' helpers (workflow/rules/common.smk), the
+config schema, `grassflow plan`, the estimates and the tests read the declarations, not lists of
+their own.
 
-This module is planning: where a task's files, rules and runs are (the methods of `PlannedTask`).
-No job imports it (a job reads its own task's declaration: grassflow.stage), so editing it reruns
-no job.
+This module is planning: where a task's files, rules and runs are. No job imports it, so
+editing it reruns no job.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from grassflow.declaration import STAGES, Task, declared, entry
-
-# entry points called in the process that reads the declarations (the Snakefile, `grassflow plan`, the
-# estimates report); the others are jobs' commands (grassflow.stage), each fingerprinted as its own job
-PLANNING_HOOKS = ("runs", "estimate", "check", "cells")
+STAGES = ("train", "evaluate")  # the jobs of one run, in order
 BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
 
-class PlannedTask(Task):
-    """A declaration with what planning derives from it."""
+@dataclass(frozen=True)
+class Task:
+    """What a task declares for planning; its jobs are its stage modules (`python -m
+    grassflow.<task>.<stage>`), which its rule file names."""
+
+    name: str  # its package's name; "lm" | "snli" | "recall" | a new one
+    part_key: str | None  # the preset key holding this task's part (None: the preset itself, the LM)
+    runs: Callable  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
+    estimate: Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
+    check: Callable | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
+    # one data job per cell (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's spec
+    # names the cell it reads (`data_cell`)
+    cells: Callable | None = None  # (its part) → {cell: its data section}
+    token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
+    outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files its aggregate writes in report/
+    tokenizer: bool = False  # its part has a tokenizer section (fetched from the hub where it names one)
+    # the JSON schema of its part: a dict, or a YAML file beside the declaration (snli/schema.yaml); its
+    # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
+    schema: dict | str | None = None
+    model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
+    title: str = ""  # its category in Snakemake's report
 
     @property
     def prefix(self) -> str:
@@ -59,10 +75,6 @@ class PlannedTask(Task):
     def rule(self, stage: str) -> str:
         return f"{self.prefix}{stage}"
 
-    def command(self, stage: str) -> str:
-        """Its `grassflow <command>` for a stage ("snli-train")."""
-        return self.rule(stage).replace("_", "-")
-
     def results(self, res) -> Path:
         """The task's results directory under a preset's (`results/<preset>`)."""
         return Path(res) / self.prefix.rstrip("_") if self.prefix else Path(res)
@@ -90,13 +102,7 @@ class PlannedTask(Task):
         return copy.deepcopy(self.schema)
 
     def specs(self, name: str, preset: dict) -> dict:
-        return entry(self.runs)(name, preset) if self.part(preset) else {}
-
-    def entries(self) -> dict[str, tuple[str, str]]:
-        """{command: (stage, "module:function")} of the commands the CLI makes from this declaration."""
-        named = {s: getattr(self, s) for s in ("train", "train_fused", "evaluate", "aggregate", "data", "download",
-                                               "train_tokenizer", "tokenize", "documents")}
-        return {self.command(stage): (stage, e) for stage, e in named.items() if e}
+        return self.runs(name, preset) if self.part(preset) else {}
 
 
 def declarations() -> list[str]:
@@ -105,20 +111,18 @@ def declarations() -> list[str]:
     return [n for n in BUILT_IN if n in found] + sorted(found - set(BUILT_IN))
 
 
-def _load() -> dict[str, PlannedTask]:
-    out = {}
-    for pkg in declarations():
-        task = declared(pkg)
-        out[pkg] = PlannedTask(**{f.name: getattr(task, f.name) for f in fields(task)})
-    return out
+def declared(name: str) -> Task:
+    """The declaration of task `name` (grassflow/<name>/task.py)."""
+    task = importlib.import_module(f"grassflow.{name}.task").TASK
+    if task.name != name:
+        raise ValueError(f"grassflow/{name}/task.py declares task {task.name!r}: a task is named after its package")
+    return task
 
 
-TASKS = _load()
+TASKS = {pkg: declared(pkg) for pkg in declarations()}
 
 # {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
 RUN_RULES = {t.rule(stage): (t, stage) for t in TASKS.values() for stage in STAGES}
-# {command: (task, stage, "module:function")} of the commands made from the declarations
-COMMANDS = {cmd: (t, *e) for t in TASKS.values() for cmd, e in t.entries().items()}
 
 
 def pipeline_train(preset: dict) -> dict:

@@ -17,8 +17,8 @@ from grassflow.config import (
 )
 from grassflow.recall.grid import recall_cells
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
-from grassflow.staleness import CODE_INDEX, command_code, kind_code, remember
-from grassflow.tasks import RUN_RULES, STAGES, TASKS, entry, pipeline_train
+from grassflow.staleness import CODE_INDEX, job_code, kind_code, remember
+from grassflow.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
 RESULTS = f"results/{PRESET}"
@@ -71,15 +71,9 @@ RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_RES = f"{RESULTS}/recall"
 RECALL_CELLS = recall_cells(RECALL) if RECALL else {}
 
-# Rules run this checkout's src/ (the Snakefile puts it first on PYTHONPATH), so the code
-# fingerprints below hash exactly the code that runs. CLI: the CLI's commands; a task's jobs run
-# its stage's own command line instead (`python -m grassflow.stage <task> <stage>`); FETCH: the
-# hub fetches' own (grassflow.fetch).
-CLI = "python -m grassflow"
-FETCH = "python -m grassflow.fetch"
-# A run rule's {params.extra}: the directories a run gets beyond its token files, as arguments
-# (SNLI's backbone: snli_backbone_arg); none for the LM's and recall's runs.
-NO_EXTRA = ""
+# Each rule's shell runs one stage module of this checkout's src/ (the Snakefile puts it first on
+# PYTHONPATH): `python -m grassflow.<task>.<stage>`, whose code its `code` param hashes (below).
+# SNLI's run rules' {params.extra}: the backbone directory a run reads (snli_backbone_arg).
 
 # Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -135,7 +129,7 @@ EXECUTION = {
 # directories: SNLI's pretrained backbone, fetch.smk).
 FETCH_TOKENIZERS = {
     tok["name"]: tok
-    for tok in (t.part(PRESET_CFG)["tokenizer"] for t in ACTIVE_TASKS if t.tokenize)
+    for tok in (t.part(PRESET_CFG)["tokenizer"] for t in ACTIVE_TASKS if t.tokenizer)
     if tok["name"] != "trained" and not tok.get("path")
 }
 
@@ -143,7 +137,7 @@ FETCH_TOKENIZERS = {
 wildcard_constraints:
     **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
     **{
-        f"{t.name}_cell": "|".join(map(re.escape, entry(t.cells)(t.part(PRESET_CFG))))
+        f"{t.name}_cell": "|".join(map(re.escape, t.cells(t.part(PRESET_CFG))))
         for t in ACTIVE_TASKS
         if t.cells
     },
@@ -156,18 +150,18 @@ wildcard_constraints:
 
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
-# the code its command runs: derived from the command's imports (grassflow.staleness), with of
-# the models' code only the kind the job runs, each file by its code (syntax tree), not its text.
-# Edit a file and exactly the stages that run its code rerun: `python -m grassflow.staleness
-# <command> --kinds <kind>` lists a stage's files. Each fingerprint's per-file hashes are kept in
+# the code its job runs: its stage module's import closure (grassflow.staleness), with of the
+# models' code only the kind the job runs, each file by its syntax tree, not its text. Edit a
+# file and exactly the jobs that run its code rerun: `python -m grassflow.staleness <module>
+# --kinds <kind>` lists a job's files. Each fingerprint's per-file hashes are kept in
 # .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can name the files a
 # changed fingerprint changed in.
 MODEL_KINDS = tuple(kind_code())
 
 
 @functools.cache
-def code_of(command, *kinds):
-    return remember(command_code(command, kinds, Path(workflow.basedir)), Path(CODE_INDEX))
+def code_of(module, *kinds):
+    return remember(job_code(module, kinds, Path(workflow.basedir)), Path(CODE_INDEX))
 
 
 # --- specs -------------------------------------------------------------------------------------

@@ -19,10 +19,9 @@ rule estimates:
     conda:
         "../../envs/report.yaml"
     params:
-        gf=CLI,
         preset_name=PRESET,
         results=lambda wc, output: Path(output.md).parent.parent,
-        code=code_of("estimates"),
+        code=code_of("grassflow.report.estimates"),
     shell:
-        "{params.gf} estimates --preset {input.preset} --preset-name {params.preset_name} "
+        "python -m grassflow.report.estimates --preset {input.preset} --preset-name {params.preset_name} "
         "--estimate {input.estimate} --results {params.results} --out {output.md} > {log} 2>&1"

@@ -14,7 +14,6 @@ rule fetch_tokenizer:
     conda:
         "../../envs/data.yaml"
     params:
-        gf=FETCH,
-        code=code_of("fetch-tokenizer"),
+        code=code_of("grassflow.data.fetch_tokenizer"),
     shell:
-        "{params.gf} fetch-tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
+        "python -m grassflow.data.fetch_tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"

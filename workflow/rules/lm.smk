@@ -21,9 +21,9 @@ rule download:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output.checksums).parent,
-        code=code_of("download"),
+        code=code_of("grassflow.lm.download"),
     shell:
-        "python -m grassflow.stage lm download --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m grassflow.lm.download --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule train_tokenizer:
@@ -39,9 +39,9 @@ rule train_tokenizer:
         "../../envs/data.yaml"
     params:
         vocab_size=lambda wc: PRESET_CFG["tokenizer"]["vocab_size"],
-        code=code_of("train-tokenizer"),
+        code=code_of("grassflow.lm.train_tokenizer"),
     shell:
-        "python -m grassflow.stage lm train_tokenizer --train {input} --vocab-size {params.vocab_size} "
+        "python -m grassflow.lm.train_tokenizer --train {input} --vocab-size {params.vocab_size} "
         "--out {output} > {log} 2>&1"
 
 
@@ -61,9 +61,9 @@ rule tokenize:
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
         artifact=artifact_args(PRESET_CFG if LM else None, RESULTS),
-        code=code_of("tokenize"),
+        code=code_of("grassflow.lm.tokenize"),
     shell:
-        "python -m grassflow.stage lm tokenize --tokenizer {input.tokenizer} {params.artifact} "
+        "python -m grassflow.lm.tokenize --tokenizer {input.tokenizer} {params.artifact} "
         "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -83,9 +83,9 @@ rule documents:
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
         artifact=artifact_args(PRESET_CFG if LM else None, RESULTS),
-        code=code_of("documents"),
+        code=code_of("grassflow.lm.documents"),
     shell:
-        "python -m grassflow.stage lm documents --tokenizer {input.tokenizer} {params.artifact} "
+        "python -m grassflow.lm.documents --tokenizer {input.tokenizer} {params.artifact} "
         "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -115,13 +115,12 @@ rule train:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("train", RUNS[wc.run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.lm.train", RUNS[wc.run]["model_kind"]),
         out_dir=f"{RESULTS}/runs/{{run}}",
-        extra=NO_EXTRA,
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage lm train --spec {input.spec} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} {params.extra} --preflight {input.preflight} "
+        "python -m grassflow.lm.train --spec {input.spec} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
 
@@ -161,13 +160,13 @@ rule train_fused:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("train-fused", RUNS[FUSED[wc.group][0]]["model_kind"]),
+        code=lambda wc: code_of("grassflow.lm.train", RUNS[FUSED[wc.group][0]]["model_kind"]),
         out_dirs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in FUSED[wc.group]),
         work_dir=lambda wc: f"{RESULTS}/fused/{wc.group}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage lm train_fused --specs {input.specs} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dirs {params.out_dirs} --work-dir {params.work_dir} "
+        "python -m grassflow.lm.train --spec {input.specs} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dirs} --work-dir {params.work_dir} "
         "--preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
 
@@ -196,10 +195,9 @@ rule evaluate:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("evaluate", RUNS[wc.run]["model_kind"]),
-        extra=NO_EXTRA,
+        code=lambda wc: code_of("grassflow.lm.evaluate", RUNS[wc.run]["model_kind"]),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage lm evaluate --weights {input.weights} --run-json {input.record} "
+        "python -m grassflow.lm.evaluate --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} "
-        "--val-docs {input.validation_docs} --test-docs {input.test_docs} {params.extra} > {log} 2>&1"
+        "--val-docs {input.validation_docs} --test-docs {input.test_docs} > {log} 2>&1"

@@ -11,8 +11,6 @@ rule preflight:
     resources:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
-    params:
-        gf=CLI,
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} preflight --device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli "
-        "--out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} python -m grassflow.preflight "
+        "--device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli --out {output} > {log} 2>&1"

@@ -14,9 +14,9 @@ rule recall_data:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
-        code=code_of("recall-data"),
+        code=code_of("grassflow.recall.data"),
     shell:
-        "python -m grassflow.stage recall data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m grassflow.recall.data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule recall_train:
@@ -43,13 +43,12 @@ rule recall_train:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("recall-train", RECALL_RUNS[wc.recall_run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.recall.train", RECALL_RUNS[wc.recall_run]["model_kind"]),
         out_dir=f"{RECALL_RES}/runs/{{recall_run}}",
-        extra=NO_EXTRA,
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage recall train --spec {input.spec} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} {params.extra} --preflight {input.preflight} "
+        "python -m grassflow.recall.train --spec {input.spec} --train-tokens {input.train} "
+        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
 
@@ -76,12 +75,13 @@ rule recall_evaluate:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("recall-evaluate", RECALL_RUNS[wc.recall_run]["model_kind"]),
-        extra=NO_EXTRA,
+        code=lambda wc: code_of(
+            "grassflow.recall.evaluate", RECALL_RUNS[wc.recall_run]["model_kind"]
+        ),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage recall evaluate --weights {input.weights} --run-json {input.record} "
-        "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
+        "python -m grassflow.recall.evaluate --weights {input.weights} --run-json {input.record} "
+        "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
 
 
 rule recall_aggregate:
@@ -101,9 +101,9 @@ rule recall_aggregate:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs=" ".join(str(Path(f).parent) for f in task_run_outputs("recall", "eval.json")),
-        code=code_of("recall-aggregate"),
+        code=code_of("grassflow.recall.aggregate"),
     shell:
-        "python -m grassflow.stage recall aggregate --preset {input.preset} --preset-name {params.preset_name} "
+        "python -m grassflow.recall.aggregate --preset {input.preset} --preset-name {params.preset_name} "
         "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 

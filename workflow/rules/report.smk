@@ -17,10 +17,9 @@ rule unigram:
     conda:
         "../../envs/data.yaml"
     params:
-        gf=CLI,
-        code=code_of("unigram"),
+        code=code_of("grassflow.lm.unigram"),
     shell:
-        "{params.gf} unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
+        "python -m grassflow.lm.unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
         "--out {output} > {log} 2>&1"
 
 
@@ -40,14 +39,13 @@ rule bench:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        gf=CLI,
         out_dir=lambda wc, output: Path(output[0]).parent,
         quick="--quick" if BENCH.get("quick") else "",
         lengths=",".join(map(str, BENCH.get("lengths", []))),
         device=LM_TRAIN.get("device", "cpu"),
-        code=code_of("bench", *MODEL_KINDS),
+        code=code_of("grassflow.bench", *MODEL_KINDS),
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} {params.gf} bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} python -m grassflow.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:  # one experiment's table: a table's target plans only its own runs
@@ -84,13 +82,12 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
     conda:
         "../../envs/report.yaml"
     params:
-        gf=CLI,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.tables[0]).parent,
         runs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in EXP_RUNS[wc.exp]),
-        code=code_of("aggregate"),
+        code=code_of("grassflow.report.aggregate"),
     shell:
-        "{params.gf} aggregate --preset {input.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
+        "python -m grassflow.report.aggregate --preset {input.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
         "--runs {params.runs} --unigram {input.unigram} --checksums {input.checksums} "
         "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 
@@ -118,12 +115,11 @@ rule summary:
     conda:
         "../../envs/report.yaml"
     params:
-        gf=CLI,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.summary).parent,
-        code=code_of("summary"),
+        code=code_of("grassflow.report.summary"),
     shell:
-        "{params.gf} summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
+        "python -m grassflow.report.summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
         "--out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -168,13 +164,12 @@ rule ablation_aggregate:
     conda:
         "../../envs/report.yaml"
     params:
-        gf=CLI,
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output.figure).parent,
         runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
-        code=code_of("ablations"),
+        code=code_of("grassflow.report.ablations"),
     shell:
-        "{params.gf} ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
+        "python -m grassflow.report.ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
         "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
         "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 

@@ -16,10 +16,9 @@ rule snli_fetch_backbone:
     conda:
         "../../envs/train.yaml"
     params:
-        gf=FETCH,
-        code=code_of("snli-fetch-backbone"),
+        code=code_of("grassflow.snli.fetch_backbone"),
     shell:
-        "{params.gf} snli-fetch-backbone --backbone {input.backbone} --out-dir {output} > {log} 2>&1"
+        "python -m grassflow.snli.fetch_backbone --backbone {input.backbone} --out-dir {output} > {log} 2>&1"
 
 
 rule snli_download:
@@ -37,9 +36,9 @@ rule snli_download:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output.checksums).parent,
-        code=code_of("snli-download"),
+        code=code_of("grassflow.snli.download"),
     shell:
-        "python -m grassflow.stage snli download --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m grassflow.snli.download --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule snli_train_tokenizer:
@@ -55,9 +54,9 @@ rule snli_train_tokenizer:
         "../../envs/data.yaml"
     params:
         vocab_size=lambda wc: SNLI["tokenizer"]["vocab_size"],
-        code=code_of("snli-train-tokenizer"),
+        code=code_of("grassflow.snli.train_tokenizer"),
     shell:
-        "python -m grassflow.stage snli train_tokenizer --train {input} --vocab-size {params.vocab_size} "
+        "python -m grassflow.snli.train_tokenizer --train {input} --vocab-size {params.vocab_size} "
         "--out {output} > {log} 2>&1"
 
 
@@ -77,9 +76,9 @@ rule snli_tokenize:
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
         artifact=artifact_args(SNLI, SNLI_RES),
-        code=code_of("snli-tokenize"),
+        code=code_of("grassflow.snli.tokenize"),
     shell:
-        "python -m grassflow.stage snli tokenize --tokenizer {input.tokenizer} {params.artifact} "
+        "python -m grassflow.snli.tokenize --tokenizer {input.tokenizer} {params.artifact} "
         "--raw {input.raw} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -108,12 +107,12 @@ rule snli_train:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("snli-train", SNLI_RUNS[wc.snli_run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.snli.train", SNLI_RUNS[wc.snli_run]["model_kind"]),
         out_dir=f"{SNLI_RES}/runs/{{snli_run}}",
         extra=snli_backbone_arg,
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage snli train --spec {input.spec} --train-tokens {input.train} "
+        "python -m grassflow.snli.train --spec {input.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} {params.extra} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
@@ -142,11 +141,11 @@ rule snli_evaluate:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("snli-evaluate", SNLI_RUNS[wc.snli_run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.snli.evaluate", SNLI_RUNS[wc.snli_run]["model_kind"]),
         extra=snli_backbone_arg,
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage snli evaluate --weights {input.weights} --run-json {input.record} "
+        "python -m grassflow.snli.evaluate --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
@@ -167,9 +166,9 @@ rule snli_aggregate:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs=" ".join(str(Path(f).parent) for f in task_run_outputs("snli", "eval.json")),
-        code=code_of("snli-aggregate"),
+        code=code_of("grassflow.snli.aggregate"),
     shell:
-        "python -m grassflow.stage snli aggregate --preset {input.preset} --preset-name {params.preset_name} "
+        "python -m grassflow.snli.aggregate --preset {input.preset} --preset-name {params.preset_name} "
         "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 

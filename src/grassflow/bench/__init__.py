@@ -49,7 +49,7 @@ from grassflow.bench.fused import bench_fused
 from grassflow.bench.graph import bench_graph, bench_head
 from grassflow.bench.kernels import bench_kernels
 from grassflow.bench.peer import peer_step
-from grassflow.command import ArgumentParser
+from grassflow.job import ArgumentParser
 from grassflow.runtime import claim_device, configure_torch, device_name
 
 PARTS = ("op", "step", "settings", "launches", "kernels", "graph", "head", "fused")

@@ -1,3 +1,6 @@
-from grassflow.bench import main
+import sys
 
-main()
+from grassflow.bench import main
+from grassflow.job import run
+
+sys.exit(run(main))

@@ -21,8 +21,10 @@ context its definition gives it (tests/test_perplexity.py).
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
+from grassflow import job, runs
 from grassflow.data import DataError
 from grassflow.io import sha256_file, write_json
 from grassflow.lm.data import read_tokens
@@ -77,3 +79,17 @@ def evaluate_run(weights, run_json, val_tokens, test_tokens, out, val_docs=None,
                                         "docs_file": str(docs), "docs_sha256": sha256_file(docs)}
     write_json(out, result)
     return result
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    runs.evaluate_args(p)
+    for split in ("val", "test"):
+        p.add_argument(f"--{split}-docs", help="the split's documents (the documents stage): its word-level "
+                       "perplexity as lm-evaluation-harness's (without them, eval.json has none)")
+    a = p.parse_args(argv)
+    return job.run(evaluate_run, a.weights, a.run_json, a.val_tokens, a.test_tokens, a.out, a.val_docs, a.test_docs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

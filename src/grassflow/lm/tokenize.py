@@ -1,12 +1,12 @@
-"""Stage 2 of the language-modelling data: raw rows to one flat token-id column in
-results/.../tokens/{tok}/{split}.parquet, and the trained tokenizer (see grassflow.lm.data for
-the sources and the token files' metadata). A module of its own so that the download stage
-does not import (and so does not rerun for) the tokenizer code."""
+"""The LM's tokenize stage: raw rows to one flat token-id column in
+results/.../tokens/{tok}/{split}.parquet (see grassflow.lm.data for the sources and the token
+files' metadata)."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -15,17 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from grassflow import job
 from grassflow.data import DataError
 from grassflow.data.sources import content_sha256, read_rows
-from grassflow.data.tokenizers import build_wordpiece, load_tokenizer, tokenizer_sha256
+from grassflow.data.stages import tokenize_args, tokenize_splits
+from grassflow.data.tokenizers import load_tokenizer, tokenizer_sha256
 from grassflow.io import atomic_path
 
 BATCH_ROWS = 2048
-
-
-def train_tokenizer(train, vocab_size: int, out) -> None:
-    """The LM's trained tokenizer: build_wordpiece over the rows of the train split."""
-    build_wordpiece(read_rows(train), vocab_size, out, source=train)
 
 
 UNK_LITERAL = "<unk>"  # Wikitext-2 v1's rare words
@@ -122,3 +119,13 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
         pq.write_table(table, tmp)
     meta["seconds"] = time.perf_counter() - t0
     return meta
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    tokenize_args(p)
+    return job.run(tokenize_splits, tokenize_split, p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,10 +10,12 @@ written when the run ends; working files: last.pt (resume state), best_state.pt 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import torch
 
+from grassflow import job, runs
 from grassflow.checkpoint import seed_everything
 from grassflow.lm.data import read_tokens
 from grassflow.lm.perplexity import chunked_nll
@@ -117,3 +119,17 @@ def train_fused(specs: list[dict], train_tokens, val_tokens, out_dirs, work_dir,
                                   preflight=preflight, model_config=mcfg.to_dict(), **ran, **extra,
                                   head_loss=task.head_loss, best_val_ppl=best["val_ppl"] if best else None))
     return records
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    runs.train_args(p, fused=True)
+    a = p.parse_args(argv)
+    if len(a.spec) != len(a.out_dir):
+        p.error(f"{len(a.spec)} specs but {len(a.out_dir)} output directories")
+    return job.run(train_fused, a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.work_dir or a.out_dir[0],
+                   a.preflight, runs.execution(a))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

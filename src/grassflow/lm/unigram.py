@@ -7,10 +7,12 @@ the first (which has no context)."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from grassflow import job
 from grassflow.io import sha256_file, write_json
 from grassflow.lm.data import read_tokens
 
@@ -33,3 +35,16 @@ def unigram_baseline(train_tokens, val_tokens, test_tokens, out) -> dict:
                          "tokens_sha256": sha256_file(path), "tokens_file": str(Path(path))}
     write_json(out, result)
     return result
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    for split in ("train", "val", "test"):
+        p.add_argument(f"--{split}-tokens", required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    return job.run(unigram_baseline, a.train_tokens, a.val_tokens, a.test_tokens, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from grassflow import job
 from grassflow.data import DataError
 from grassflow.data.sources import read_token_file
 from grassflow.io import atomic_path
@@ -122,3 +124,15 @@ def make_splits(vocab: int, L: int, kv: int, sizes: dict[str, int], seed: int, o
                   "split": split, "split_seed": split_seed}
         out[split] = write_split(generate(vocab, L, kv, n, split_seed), params, Path(out_dir) / f"{split}.parquet")
     return out
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    p.add_argument("--data", required=True, type=job.json_arg, help="the cell's data section: " + job.JSON)
+    p.add_argument("--out-dir", required=True)
+    a = p.parse_args(argv)
+    return job.run(make_cell, a.data, a.out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,11 +5,13 @@ receptive field for Grassmann, N·window for a windowed Transformer, the context
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from grassflow import job, runs
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
 from grassflow.models import ModelConfig, build_model, config_from_json
@@ -67,3 +69,14 @@ def evaluate_recall_run(weights, run_json, val_tokens, test_tokens, out, batch_s
                          "content_sha256": meta["content_sha256"]}
     write_json(out, result)
     return result
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    runs.evaluate_args(p)
+    a = p.parse_args(argv)
+    return job.run(evaluate_recall_run, a.weights, a.run_json, a.val_tokens, a.test_tokens, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

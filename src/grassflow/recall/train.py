@@ -9,9 +9,12 @@ Optimiser as zoology: AdamW (weight decay from the spec, 0.1 in the presets), co
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
+from grassflow import job, runs
 from grassflow.checkpoint import seed_everything
 from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
@@ -89,3 +92,14 @@ def train_recall(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, 
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
                       model_config=mcfg.to_dict(), **ran, best_val_acc=best["val_acc"] if best else None)
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    runs.train_args(p)
+    a = p.parse_args(argv)
+    return job.run(train_recall, a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.preflight, runs.execution(a))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
 
+from grassflow import job
 from grassflow.markdown import table as md_table
 from grassflow.models.config import ModelConfig
 from grassflow.report import figures
@@ -148,3 +150,18 @@ def aggregate_ablations(preset: dict, preset_name: str, grid: dict, runs_dir, un
     paper = next((p for p in pub["published"] if p.get("experiment") == base), None)
     paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None
     figures.ablation_gaps(rows, paper_gap, preset_name, out / "ablations.png")
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    for name in ("preset", "grid"):
+        p.add_argument(f"--{name}", required=True, type=job.json_arg, help=job.JSON)
+    for name in ("preset-name", "runs-dir", "unigram", "checksums", "published", "out-dir"):
+        p.add_argument(f"--{name}", required=True)
+    a = p.parse_args(argv)
+    return job.run(aggregate_ablations, a.preset, a.preset_name, a.grid, a.runs_dir, a.unigram, a.checksums,
+                   a.published, a.out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-from grassflow import markdown
+from grassflow import job, markdown
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
 from grassflow.report.setup import (
@@ -258,3 +259,26 @@ def summary(preset_name: str, tables, bench, out_dir) -> None:
     pngs = [f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("curves", "best_ppl")] + ["scaling.png"]
     lines += ["Figures: " + ", ".join(f"`{p}`" for p in sorted(pngs))]
     write_text(out / "summary.md", "\n".join(lines) + "\n")
+
+
+
+def aggregate_args(p) -> None:
+    """A task's table job: the preset (its spec file), its name, the runs it reads, where it writes."""
+    p.add_argument("--preset", required=True, type=job.json_arg, help="the preset: " + job.JSON)
+    p.add_argument("--preset-name", required=True)
+    p.add_argument("--runs", required=True, nargs="+", help="run directories")
+    p.add_argument("--out-dir", required=True)
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    aggregate_args(p)
+    for name in ("experiment", "unigram", "checksums", "published"):
+        p.add_argument(f"--{name}", required=True)
+    a = p.parse_args(argv)
+    return job.run(aggregate, a.preset, a.preset_name, a.experiment, a.runs, a.out_dir, a.unigram, a.checksums,
+                   a.published)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

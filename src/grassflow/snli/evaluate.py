@@ -3,8 +3,11 @@ matrix on validation and test."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
+from grassflow import job, runs
 from grassflow.data import DataError
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
@@ -48,3 +51,16 @@ def evaluate_snli_run(weights, run_json, val_tokens, test_tokens, out, batch_siz
                          "tokens_file": str(path), "tokens_sha256": sha256_file(path)}
     write_json(out, result)
     return result
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    runs.evaluate_args(p)
+    p.add_argument("--backbone-dir", help="the pretrained backbone the pipeline fetched (snli_fetch_backbone)")
+    a = p.parse_args(argv)
+    return job.run(evaluate_snli_run, a.weights, a.run_json, a.val_tokens, a.test_tokens, a.out,
+                   backbone_dir=a.backbone_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,7 @@
 """SNLI (paper Table 3): the preset's `snli` part; its rules: workflow/rules/snli.smk."""
 
-from grassflow.declaration import Task
+from grassflow.snli.grid import check_snli, estimate, snli_runs
+from grassflow.tasks import Task
 
 
 def _outputs(part: dict) -> list[str]:
@@ -12,19 +13,13 @@ def _outputs(part: dict) -> list[str]:
 TASK = Task(
     name="snli",
     part_key="snli",
-    runs="grassflow.snli.grid:snli_runs",
-    train="grassflow.snli.train:train_snli",
-    evaluate="grassflow.snli.evaluate:evaluate_snli_run",
-    estimate="grassflow.snli.grid:estimate",
+    runs=snli_runs,
+    estimate=estimate,
+    check=check_snli,
     token_dir=lambda d, p: d / "data" / "tokens" / p["snli"]["tokenizer"]["name"],
-    aggregate="grassflow.report.snli:aggregate_snli",
     outputs=_outputs,
-    check="grassflow.snli.grid:check_snli",
-    download="grassflow.snli.data:download",
-    train_tokenizer="grassflow.snli.data:train_tokenizer",
-    tokenize="grassflow.snli.data:tokenize_split",
+    tokenizer=True,
     model_key="head",
-    dirs=("backbone",),
     schema="schema.yaml",
     title="SNLI",
 )

@@ -8,9 +8,12 @@ rebuilt from the spec, never saved). Outputs: model.safetensors, config.json, me
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
+from grassflow import job, runs
 from grassflow.checkpoint import seed_everything
 from grassflow.compiled import static_shapes
 from grassflow.data import DataError
@@ -95,3 +98,16 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None,
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, features=features,
                       preflight=preflight, **ran, head_config=model.cfg.to_dict(),
                       best_val_acc=best["val_acc"] if best else None)
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    runs.train_args(p)
+    p.add_argument("--backbone-dir", help="the pretrained backbone the pipeline fetched (snli_fetch_backbone)")
+    a = p.parse_args(argv)
+    return job.run(train_snli, a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.backbone_dir, a.preflight,
+                   runs.execution(a))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

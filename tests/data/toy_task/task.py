@@ -1,7 +1,9 @@
 """The toy task's declaration: associative recall at one cell, trained and evaluated by recall's
-entry points, with its own preset part (and schema), data job, runs, checks, estimate and table."""
+stages, with its own preset part (and schema), data job, runs, checks, estimate and table."""
 
-from grassflow.declaration import Task
+from grassflow.toy.toy import check, estimate, runs
+
+from grassflow.tasks import Task
 
 SCHEMA = {
     "type": "object",
@@ -27,15 +29,11 @@ SCHEMA = {
 TASK = Task(
     name="toy",
     part_key="toy",
-    runs="grassflow.toy.toy:runs",
-    train="grassflow.recall.train:train_recall",
-    evaluate="grassflow.recall.evaluate:evaluate_recall_run",
-    estimate="grassflow.toy.toy:estimate",
+    runs=runs,
+    estimate=estimate,
     token_dir=lambda d, p: d / "data",
-    aggregate="grassflow.toy.toy:aggregate",
     outputs=lambda part: ["toy.md", "toy.csv"],
-    data="grassflow.recall.data:make_cell",
-    check="grassflow.toy.toy:check",
+    check=check,
     schema=SCHEMA,
     title="Toy",
 )

@@ -1,7 +1,11 @@
 """The toy task's runs, checks, estimate and table (its data: recall's make_cell)."""
 
 import json
+import sys
 from pathlib import Path
+
+from grassflow import job
+from grassflow.report.aggregate import aggregate_args
 
 
 def runs(name, p):
@@ -52,3 +56,14 @@ def aggregate(preset, preset_name, runs, out_dir):
     out = Path(out_dir)
     (out / "toy.csv").write_text("model,seed,test_accuracy\n" + "\n".join(sorted(rows)) + "\n")
     (out / "toy.md").write_text(f"# Toy ({preset_name})\n\n" + "\n".join(f"- {r}" for r in sorted(rows)) + "\n")
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    aggregate_args(p)
+    a = p.parse_args(argv)
+    return job.run(aggregate, a.preset, a.preset_name, a.runs, a.out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 # The toy task's rules (tests/test_tasks.py copies this file to workflow/rules/toy.smk and includes
-# it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`.
+# it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`. Its data, training
+# and evaluation are recall's stages; its table is its own (grassflow.toy.toy).
 TOY = TASKS["toy"].part(PRESET_CFG) or {}
 TOY_RUNS = TASK_RUNS["toy"]
 TOY_RES = f"{RESULTS}/toy"
@@ -14,9 +15,9 @@ rule toy_data:
         f"{RESULTS}/logs/toy/data.log",
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
-        code=code_of("toy-data"),
+        code=code_of("grassflow.recall.data"),
     shell:
-        "python -m grassflow.stage toy data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m grassflow.recall.data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule toy_train:
@@ -41,11 +42,11 @@ rule toy_train:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("toy-train", TOY_RUNS[wc.toy_run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.recall.train", TOY_RUNS[wc.toy_run]["model_kind"]),
         out_dir=f"{TOY_RES}/runs/{{toy_run}}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage toy train --spec {input.spec} --train-tokens {input.train} "
+        "python -m grassflow.recall.train --spec {input.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
@@ -70,10 +71,10 @@ rule toy_evaluate:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("toy-evaluate", TOY_RUNS[wc.toy_run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.recall.evaluate", TOY_RUNS[wc.toy_run]["model_kind"]),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.stage toy evaluate --weights {input.weights} --run-json {input.record} "
+        "python -m grassflow.recall.evaluate --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
 
 
@@ -91,9 +92,9 @@ rule toy_aggregate:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs=" ".join(str(Path(f).parent) for f in task_run_outputs("toy", "eval.json")),
-        code=code_of("toy-aggregate"),
+        code=code_of("grassflow.toy.toy"),
     shell:
-        "python -m grassflow.stage toy aggregate --preset {input.preset} --preset-name {params.preset_name} "
+        "python -m grassflow.toy.toy --preset {input.preset} --preset-name {params.preset_name} "
         "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 

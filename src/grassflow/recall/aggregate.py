@@ -11,15 +11,17 @@ learning rate included, with provenance. A cell whose runs all diverged says so.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from grassflow import markdown
+from grassflow import job, markdown
 from grassflow.report.aggregate import (
     _fmt,
+    aggregate_args,
     latex,
     read_runs,
     record_links,
@@ -143,3 +145,14 @@ def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
     write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=preset_name), tex)
     figure_vs_dmodel(rows, preset_name, out / "recall_vs_dmodel.png")
     figure_by_distance(chosen, preset_name, out / "recall_by_distance.png")
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    aggregate_args(p)
+    a = p.parse_args(argv)
+    return job.run(aggregate_recall, a.preset, a.preset_name, a.runs, a.out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

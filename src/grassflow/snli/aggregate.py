@@ -9,16 +9,18 @@ difference with a 95 % CI. Diverged runs are listed and left out of the means.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-from grassflow import markdown
+from grassflow import job, markdown
 from grassflow.io import write_text
 from grassflow.report import figures
 from grassflow.report.aggregate import (
     MODELS,
     _fmt,
+    aggregate_args,
     by_model,
     latex,
     read_runs,
@@ -128,3 +130,14 @@ def aggregate_snli(preset: dict, preset_name: str, runs, out_dir) -> None:
                        key="val_acc", ylabel="validation accuracy (%)", log=False)
         summary += [md, ""]
     write_text(out / "snli_summary.md", "\n".join(summary) + "\n")
+
+
+def main(argv=None) -> int:
+    p = job.parser(__spec__.name, __doc__)
+    aggregate_args(p)
+    a = p.parse_args(argv)
+    return job.run(aggregate_snli, a.preset, a.preset_name, a.runs, a.out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
