@@ -246,7 +246,7 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
     res = snakemake(work, "-n", "--configfile", "overlay.yaml")
     groups = set(re.findall(r"wildcards: group=(\S+)", res.stdout))
     assert groups == {f"{t}-{m}" for t in ("table1", "table2") for m in ("transformer", "grassmann")}
-    assert "--specs results/demo/specs/run/table1-grassmann-s0.json results/demo/specs/run/table1-grassmann-s1.json" \
+    assert "--spec results/demo/specs/run/table1-grassmann-s0.json results/demo/specs/run/table1-grassmann-s1.json" \
         in snakemake(work, "results/demo/runs/table1-grassmann-s1/run.json", "-np", "--configfile", "overlay.yaml").stdout
     res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--configfile",
                           str(work / "overlay.yaml")], cwd=work, env={**pipeline_env(), "PYTHONPATH": str(work / "src")},

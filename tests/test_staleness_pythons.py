@@ -23,16 +23,18 @@ PYODIDES = {"0.22.1": "3.10", "0.27.7": "3.12", "0.29.5": "3.13", "314.0.7": "3.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grassflow" / "pyodide"
 
 # Run by this interpreter and by each Pyodide: {what: hash} of every fingerprint a rule can carry
-# (each command with no model kind, each one, both) and of each file's code, tests/data's sampler
+# (each job's stage module, as the rules' shells name them, with no model kind, each one, both) and of each file's code, tests/data's sampler
 # of syntax included (constructs src/ may come to use).
 FINGERPRINTS = r"""
-import json, sys
+import json, re, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(ROOT) / "src"))
 from grassflow import staleness as s
 
 kinds = [(), *((k,) for k in s.kind_code()), tuple(s.kind_code())]
-out = {f"{c} {' '.join(k)}".strip(): s.fingerprint(s.command_code(c, k, Path(ROOT))) for c in s.commands() for k in kinds}
+rules = "".join(f.read_text() for f in sorted((Path(ROOT) / "workflow/rules").glob("*.smk")))
+jobs = sorted(set(re.findall(r"python -m (grassflow[\w.]*) ", rules)))
+out = {f"{m} {' '.join(k)}".strip(): s.fingerprint(s.job_code(m, k, Path(ROOT))) for m in jobs for k in kinds}
 files = [*sorted((Path(ROOT) / "src").rglob("*.py")), Path(ROOT) / "tests/data/syntax_sampler.py"]
 out.update({str(f.relative_to(ROOT)): s.code_hash(f) for f in files})
 RESULT = json.dumps({"python": sys.version.split()[0], "hashes": out})

@@ -105,7 +105,7 @@ def _plan(argv):
 def _preflight(argv):
     from grassflow.preflight import main
 
-    return main(argv)
+    return main(argv, prog="grassflow preflight")
 
 
 def _lm_eval(argv):

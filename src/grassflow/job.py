@@ -55,9 +55,10 @@ def json_arg(value: str):
         raise argparse.ArgumentTypeError(f"{source} is not valid JSON: {e}") from None
 
 
-def parser(module: str, doc: str) -> ArgumentParser:
-    """The command line of the stage module `module` (its __name__), described by its docstring's first line."""
-    return ArgumentParser(prog=f"python -m {module}", description=doc.strip().split("\n")[0])
+def parser(module: str, doc: str, prog: str | None = None) -> ArgumentParser:
+    """The command line of the stage module `module` (its __name__), described by its docstring's
+    first line; named `prog` where a user's verb runs it (`grassflow preflight`)."""
+    return ArgumentParser(prog=prog or f"python -m {module}", description=doc.strip().split("\n")[0])
 
 
 def run(fn, *args, **kwargs) -> int:

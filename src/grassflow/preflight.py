@@ -190,10 +190,10 @@ def check(devices, backends, snli, out) -> dict:
     return record
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog=None) -> int:
     from grassflow.models.config import PLUCKER_BACKENDS
 
-    p = job.parser(__spec__.name, __doc__)
+    p = job.parser(__spec__.name, __doc__, prog)
     p.add_argument("--device", nargs="+", default=["auto"], dest="devices", choices=("auto", "cpu", "cuda"),
                    help="train.device value(s)")
     p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", choices=PLUCKER_BACKENDS,

@@ -1,6 +1,7 @@
 # The tokenizers named without a local `path` (FETCH_TOKENIZERS), fetched from the hub where
 # Snakemake runs (a local rule: on clusters only the login node has the internet), for every LM
-# and SNLI run. Its command line is its own (grassflow.fetch), as is snli_fetch_backbone's (snli.smk).
+# and SNLI run. Its job is grassflow.data.fetch_tokenizer, as snli_fetch_backbone's is
+# grassflow.snli.fetch_backbone (snli.smk).
 
 
 rule fetch_tokenizer:
