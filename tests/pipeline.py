@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from grassflow.tasks import TASKS
+from grassflow.pipeline.tasks import TASKS
 
 RUN_WILDCARDS = "|".join(t.wildcard for t in TASKS.values())  # run=, snli_run=, recall_run=
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def replaced(path: Path, old: str, new: str):
 
 
 # An edit that changes a module's code (a new module-level name), and edits that cannot change
-# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.staleness)
+# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.pipeline.staleness)
 CODE_EDIT = "\n_EDITED = 1\n"
 COMMENT_EDIT = "\n# edited\n"
 

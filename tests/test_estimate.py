@@ -1,4 +1,4 @@
-"""Job estimates (grassflow.estimate): time limits and memory from a run's spec, the size of its
+"""Job estimates (grassflow.pipeline.estimate): time limits and memory from a run's spec, the size of its
 data and the throughput table. Through SLURM (requested limits equal the estimates, one
 allocation per run, a retry at a longer limit) in test_pipeline_cluster.py."""
 
@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from grassflow.config import runs, select_preset
-from grassflow.estimate import (
+from grassflow.pipeline.config import runs, select_preset
+from grassflow.pipeline.estimate import (
     STARTUP_S,
     UNKNOWN_DEVICE_SLOWDOWN,
     job_estimate,
@@ -23,7 +23,7 @@ from test_wikitext_v1 import ROOT, SCHEMA
 
 
 def _paper(preset="paper_v1"):
-    from grassflow.config import validate_or_exit
+    from grassflow.pipeline.config import validate_or_exit
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["preset"] = preset
@@ -98,7 +98,7 @@ def test_flops_per_token_counts_the_head_and_attention():
 def test_estimates_report_of_a_preset_without_snli_or_recall(tmp_path):
     """A preset with only language-model runs (laptop): rows for train and evaluate, measured
     times where a benchmark file exists, nothing for the parts it does not have."""
-    from grassflow.report.estimates import estimates_report
+    from grassflow.pipeline.estimates_report import estimates_report
 
     name, p, settings = _paper("laptop")
     results = tmp_path / "results" / name
@@ -144,7 +144,7 @@ def test_a_benchmark_file_names_its_rule():
     data stages included (benchmarks/snli/download.tsv: snli_download, not `snli`)."""
     from pathlib import Path
 
-    from grassflow.plan import benchmark_rule
+    from grassflow.pipeline.plan import benchmark_rule
 
     for path, rule in (("download.tsv", "download"), ("train/table1-grassmann-s0.tsv", "train"),
                        ("aggregate/table1.tsv", "aggregate"), ("snli/download.tsv", "snli_download"),

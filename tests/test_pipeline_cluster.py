@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grassflow.tasks import RUN_RULES as TASK_RULES
+from grassflow.pipeline.tasks import RUN_RULES as TASK_RULES
 from pipeline import (
     BIN,
     DEMO_RECALL_RUNS,
@@ -56,7 +56,7 @@ def site_profile(work: Path) -> str:
     return "profiles/slurm-site"
 
 
-RUN_RULES = tuple(TASK_RULES)  # train, evaluate, snli_train, ... (grassflow.tasks)
+RUN_RULES = tuple(TASK_RULES)  # train, evaluate, snli_train, ... (grassflow.pipeline.tasks)
 
 
 def rule_and_run(comment: str):
@@ -182,9 +182,9 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     equals the local demo's."""
     import signal
 
-    from grassflow.config import runs, select_preset
-    from grassflow.estimate import job_estimate
-    from grassflow.plan import load_config
+    from grassflow.pipeline.config import runs, select_preset
+    from grassflow.pipeline.estimate import job_estimate
+    from grassflow.pipeline.plan import load_config
     from grassflow.recall.grid import recall_runs
     from grassflow.snli.grid import snli_runs
 
@@ -300,9 +300,9 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     snakemake-executor-plugin-slurm#469). One allocation is cancelled once both of its runs have
     a checkpoint: it is retried with a longer limit and both runs resume. Table 1 equals the local run's."""
 
-    from grassflow.config import runs, select_preset
-    from grassflow.estimate import job_estimate
-    from grassflow.plan import load_config
+    from grassflow.pipeline.config import runs, select_preset
+    from grassflow.pipeline.estimate import job_estimate
+    from grassflow.pipeline.plan import load_config
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from grassflow.plan import local_rules
+from grassflow.pipeline.plan import local_rules
 from pipeline import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
 from procs import needs
 
@@ -215,8 +215,8 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
 
 
 def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation_per_run():
-    """The profile is YAML: it is checked against the tasks' declaration (grassflow.tasks)."""
-    from grassflow.tasks import RUN_RULES, TASKS
+    """The profile is YAML: it is checked against the tasks' declaration (grassflow.pipeline.tasks)."""
+    from grassflow.pipeline.tasks import RUN_RULES, TASKS
 
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     groups = dict(g.split("=") for g in prof["groups"])

@@ -182,7 +182,7 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
         assert planned(demo) == Counter()
     # planning code: what it decides reaches jobs through their specs; the estimates report runs it
-    with edited(demo / "src/grassflow/config.py"):
+    with edited(demo / "src/grassflow/pipeline/config.py"):
         assert set(planned(demo)) <= {("estimates", None)}
 
 
@@ -221,9 +221,9 @@ def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
 
 
 def test_editing_the_planning_of_the_tasks_plans_only_the_estimates_report(demo):
-    """grassflow.tasks (where a task's files, rules and runs are) is planning: a code edit there
+    """grassflow.pipeline.tasks (where a task's files, rules and runs are) is planning: a code edit there
     reruns no job but the estimates report, which reads every task's declaration (seconds)."""
-    with edited(demo / "src/grassflow/tasks.py"):
+    with edited(demo / "src/grassflow/pipeline/tasks.py"):
         assert planned(demo) == Counter({("estimates", None): 1})
 
 
@@ -284,7 +284,7 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     run()
     assert (work / "results/demo/tokenizers/bert-base-uncased/tokenizer.json").is_file()
     assert plan() == Counter()
-    with edited(work / "src/grassflow/tasks.py"):
+    with edited(work / "src/grassflow/pipeline/tasks.py"):
         assert plan() == Counter()
     with edited(work / "src/grassflow/lm/download.py"):
         assert plan() == Counter({"download": 1, "tokenize": 1})  # its stage's job, and what it feeds

@@ -1,4 +1,4 @@
-"""Staleness from imports (grassflow.staleness): each rule fingerprints the code of the very
+"""Staleness from imports (grassflow.pipeline.staleness): each rule fingerprints the code of the very
 stage module its shell runs; that code is the module's import closure, which holds everything a
 real run of the job loads (recorded by grassflow.job's GRASSFLOW_RECORD_IMPORTS hook), less only
 the other model kinds' code; the kernels the ops load are declared where they are loaded."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grassflow import staleness
+from grassflow.pipeline import staleness
 from specs import LM_SPEC
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +54,18 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
     # bench fingerprints every kind; the others, none
     assert {r: k for r, k in seen.items() if k and r not in runs} == {"bench": ", *MODEL_KINDS"}
     assert len(seen) == 25
+
+
+def test_no_jobs_code_holds_the_planning():
+    """No job's fingerprint holds a module of grassflow.pipeline, for every rule and model kind:
+    but the estimates report's, a job of the planning itself (it tables the planner's estimates
+    beside the measured times)."""
+    kinds = [(), ("transformer",), ("grassmann",), ("transformer", "grassmann")]
+    jobs = {m.group(1) for _, block in rule_blocks() if (m := re.search(r"python -m (grassflow[\w.]*) ", block))}
+    assert len(jobs) > 20 and "grassflow.pipeline.estimates_report" in jobs
+    for module in jobs - {"grassflow.pipeline.estimates_report"}:
+        for k in kinds:
+            assert not {f for f in files(module, *k) if f.startswith("src/grassflow/pipeline/")}, (module, k)
 
 
 def files(module, *kinds) -> set[str]:
@@ -156,7 +168,7 @@ def test_a_hub_fetch_loads_and_holds_its_own_code_only(tmp_path):
             "--out", str(tmp_path / "out/tokenizer.json")]
     record = _recorded(tmp_path, argv)
     assert_closure_holds(record, "grassflow.data.fetch_tokenizer")
-    planning = {"src/grassflow/tasks.py", "src/grassflow/cli.py", "src/grassflow/config.py"}
+    planning = {"src/grassflow/pipeline/tasks.py", "src/grassflow/cli.py", "src/grassflow/pipeline/config.py"}
     for module in ("grassflow.data.fetch_tokenizer", "grassflow.snli.fetch_backbone"):
         assert not planning & files(module), module
     assert not {f for f in record["files"] if f.endswith(("/tasks.py", "/cli.py", "/config.py"))}
@@ -196,10 +208,10 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
 
 def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
-    (grassflow.tasks) and the CLI are planning: what they decide reaches a job through
+    (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
-    planning = {"src/grassflow/config.py", "src/grassflow/estimate.py", "src/grassflow/plan.py",
-                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/tasks.py",
+    planning = {"src/grassflow/pipeline/config.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/plan.py",
+                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/pipeline/tasks.py",
                 "src/grassflow/cli.py"}
     lm = files("grassflow.lm.train", "grassmann") | files("grassflow.lm.evaluate", "transformer")
     assert not planning & lm
@@ -209,4 +221,4 @@ def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     assert not {f for f in recall if f.startswith(("src/grassflow/snli/", "src/grassflow/lm/"))}, recall
     assert not {f for f in files("grassflow.lm.tokenize") if "models/" in f or "ops/" in f}
     # the estimates report reads every task's estimate: their declarations and planning code are its code
-    assert {"src/grassflow/recall/task.py", "src/grassflow/snli/grid.py"} <= files("grassflow.report.estimates")
+    assert {"src/grassflow/recall/task.py", "src/grassflow/snli/grid.py"} <= files("grassflow.pipeline.estimates_report")

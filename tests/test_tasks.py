@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from grassflow.tasks import TASKS
+from grassflow.pipeline.tasks import TASKS
 from pipeline import copy_repo, job_stats, pipeline_env, snakemake
 
 TOY = Path(__file__).parent / "data" / "toy_task"
@@ -89,7 +89,7 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
 def test_every_tasks_declaration_keeps_the_shared_contracts():
     """Every spec names its task and model kind; a task is named after its package; the built-in
     tasks come first, the LM's first of all."""
-    from grassflow.plan import load_config
+    from grassflow.pipeline.plan import load_config
 
     assert list(TASKS)[:3] == ["lm", "snli", "recall"]
     config = load_config(Path(__file__).resolve().parents[1], preset="demo")

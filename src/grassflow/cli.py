@@ -18,10 +18,10 @@ def _gpus(a):
     """Snakemake's flag for K = the preset's train.runs_per_gpu runs per GPU: locally --resources
     for this machine's GPUs × K; on SLURM (--slurm) --group-components packing K runs into each
     allocation (nothing for K = 1: one run per allocation, the profile's default)."""
-    from grassflow.config import select_preset
+    from grassflow.pipeline.config import select_preset
     from grassflow.gpu_slots import flag
-    from grassflow.plan import load_config
-    from grassflow.tasks import TASKS, pipeline_train
+    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.tasks import TASKS, pipeline_train
 
     _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
     k = a.runs_per_gpu or pipeline_train(p)["runs_per_gpu"]
@@ -97,7 +97,7 @@ def _bench(argv):
 
 
 def _plan(argv):
-    from grassflow.plan import main
+    from grassflow.pipeline.plan import main
 
     return main(argv)
 

@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.config import (
+from grassflow.pipeline.config import (
     ablation_runs,
     exec_resources,
     fused_groups,
@@ -17,14 +17,14 @@ from grassflow.config import (
 )
 from grassflow.recall.grid import recall_cells
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
-from grassflow.staleness import CODE_INDEX, job_code, kind_code, remember
-from grassflow.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
+from grassflow.pipeline.staleness import CODE_INDEX, job_code, kind_code, remember
+from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
 RESULTS = f"results/{PRESET}"
 REPORT = f"{RESULTS}/report"
 SPLITS = ["train", "validation", "test"]
-# {task: {run_id: spec}} of every task the preset has (grassflow.tasks): one job of each stage per run
+# {task: {run_id: spec}} of every task the preset has (grassflow.pipeline.tasks): one job of each stage per run
 TASK_RUNS = {t.name: t.specs(PRESET, PRESET_CFG) for t in TASKS.values()}
 ACTIVE_TASKS = [
     t for t in TASKS.values() if t.part(PRESET_CFG)
@@ -75,7 +75,7 @@ RECALL_CELLS = recall_cells(RECALL) if RECALL else {}
 # PYTHONPATH): `python -m grassflow.<task>.<stage>`, whose code its `code` param hashes (below).
 # SNLI's run rules' {params.extra}: the backbone directory a run reads (snli_backbone_arg).
 
-# Each training and evaluation job's time limit and memory (grassflow.estimate): resources of
+# Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
 # (Snakemake evaluates resources again when a job's inputs are ready). Longer on every retry.
 ESTIMATE = config.get("estimate") or {}
@@ -83,7 +83,7 @@ ESTIMATE = config.get("estimate") or {}
 
 def estimated(rule):
     """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`."""
-    from grassflow.estimate import job_estimate
+    from grassflow.pipeline.estimate import job_estimate
 
     task = RUN_RULES[rule][0]
 
@@ -100,7 +100,7 @@ def estimated(rule):
 def fused_estimated():
     """The resources of a fused group's job (the train_fused rule), its runs' estimates summed, as
     if the ensemble were no faster than its runs one after another (what it measured on a CPU)."""
-    from grassflow.estimate import job_estimate
+    from grassflow.pipeline.estimate import job_estimate
 
     def ests(wc):
         return [
@@ -150,9 +150,9 @@ wildcard_constraints:
 
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
-# the code its job runs: its stage module's import closure (grassflow.staleness), with of the
+# the code its job runs: its stage module's import closure (grassflow.pipeline.staleness), with of the
 # models' code only the kind the job runs, each file by its syntax tree, not its text. Edit a
-# file and exactly the jobs that run its code rerun: `python -m grassflow.staleness <module>
+# file and exactly the jobs that run its code rerun: `python -m grassflow.pipeline.staleness <module>
 # --kinds <kind>` lists a job's files. Each fingerprint's per-file hashes are kept in
 # .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can name the files a
 # changed fingerprint changed in.
@@ -193,11 +193,11 @@ def specs(name, objs, wildcard):
 # Snakemake cannot order a job before others without their rerunning after it). ancient()
 # would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
 # jobs' own rerun reasons (changed params), so they would silently stay stale.
-# the preflight's threads: those of the pipeline run's training jobs (grassflow.tasks.pipeline_train)
+# the preflight's threads: those of the pipeline run's training jobs (grassflow.pipeline.tasks.pipeline_train)
 PREFLIGHT_THREADS = pipeline_train(PRESET_CFG)["threads"]
 # K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run. On
 # SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
-# allocation; their time limits are sized from K (grassflow.estimate).
+# allocation; their time limits are sized from K (grassflow.pipeline.estimate).
 RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 
 
@@ -343,7 +343,7 @@ def aggregate_part(part, key):
     return {key: {**part, "train": run_train(part["train"])}} if part else None
 
 
-# --- every task's files (grassflow.tasks) -------------------------------------------------------
+# --- every task's files (grassflow.pipeline.tasks) -------------------------------------------------------
 def task_run_outputs(name, file):
     """File `file` of each of task `name`'s runs."""
     task = TASKS[name]

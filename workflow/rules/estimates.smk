@@ -1,5 +1,5 @@
 # Estimated against measured: every training and evaluation job's estimate (the time limit and
-# memory it asked for, grassflow.estimate) beside its wall time from Snakemake's benchmark files,
+# memory it asked for, grassflow.pipeline.estimate) beside its wall time from Snakemake's benchmark files,
 # per job and per rule, so workflow/resources/throughput.csv can be corrected with real numbers.
 
 
@@ -21,7 +21,7 @@ rule estimates:
     params:
         preset_name=PRESET,
         results=lambda wc, output: Path(output.md).parent.parent,
-        code=code_of("grassflow.report.estimates"),
+        code=code_of("grassflow.pipeline.estimates_report"),
     shell:
-        "python -m grassflow.report.estimates --preset {input.preset} --preset-name {params.preset_name} "
+        "python -m grassflow.pipeline.estimates_report --preset {input.preset} --preset-name {params.preset_name} "
         "--estimate {input.estimate} --results {params.results} --out {output.md} > {log} 2>&1"

@@ -1,9 +1,9 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
 Its rules: workflow/rules/lm.smk; its tables': report.smk."""
 
-from grassflow.config import check_lm, runs
-from grassflow.estimate import lm_job
-from grassflow.tasks import Task
+from grassflow.pipeline.config import check_lm, runs
+from grassflow.pipeline.estimate import lm_job
+from grassflow.pipeline.tasks import Task
 
 TASK = Task(
     name="lm",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from grassflow.schema import check_fields
 
 NORMS = ("post", "pre")
 INITS = ("default", "small")
@@ -40,7 +39,7 @@ class ModelConfig:
     plucker_backend: str = "auto"  # reference | fast | cupy | kernel-cpu | fused-cpu | auto
 
     # the enums and ranges of the fields: checked here, and the JSON schema's `model` section is
-    # generated from them (grassflow.schema)
+    # generated from them (grassflow.pipeline.schema)
     CHOICES = {"norm": NORMS, "init": INITS, "lag_schedule": LAG_SCHEDULES, "empty_offsets": EMPTY_OFFSETS,
                "plucker_backend": PLUCKER_BACKENDS}
     BOUNDS = {**{k: {"minimum": 1} for k in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads",
@@ -80,3 +79,24 @@ def from_known_keys(cls, d: dict, key: str):
     if unknown:
         raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(known)}")
     return cls(**d)
+
+
+def check_fields(obj, prefix: str) -> None:
+    """ValueError naming `<prefix>.<field>` for a value outside the class's CHOICES or BOUNDS."""
+    for key, allowed in obj.CHOICES.items():
+        if getattr(obj, key) not in allowed:
+            raise ValueError(f"{prefix}.{key}: {getattr(obj, key)!r} is not one of {tuple(allowed)}")
+    for key, b in obj.BOUNDS.items():
+        value = getattr(obj, key)
+        for v in value if isinstance(value, (tuple, list)) else [value]:
+            if v is None:
+                continue
+            if ("minimum" in b and v < b["minimum"]) or ("exclusiveMinimum" in b and v <= b["exclusiveMinimum"]) \
+                    or ("exclusiveMaximum" in b and v >= b["exclusiveMaximum"]):
+                raise ValueError(f"{prefix}.{key} must be {_bounds_text(b)}, got {value}")
+
+
+def _bounds_text(b: dict) -> str:
+    if "minimum" in b and "exclusiveMaximum" in b:
+        return f"in [{b['minimum']}, {b['exclusiveMaximum']})"
+    return "≥ {}".format(b["minimum"]) if "minimum" in b else "> {}".format(b["exclusiveMinimum"])

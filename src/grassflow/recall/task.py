@@ -2,7 +2,7 @@
 (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed."""
 
 from grassflow.recall.grid import check_recall, estimate, recall_cells, recall_runs
-from grassflow.tasks import Task
+from grassflow.pipeline.tasks import Task
 
 TASK = Task(
     name="recall",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from grassflow.models.config import PLUCKER_BACKENDS, from_known_keys
-from grassflow.schema import check_fields
+from grassflow.models.config import check_fields
 
 CHOICES = {
     "norm": ("post", "pre"),
@@ -44,7 +44,7 @@ class HeadConfig:
     #                            [u, v, |u−v|, u⊙v]
 
     # the enums and ranges of the fields: checked here, and the JSON schema's `snli_head`
-    # section is generated from them (grassflow.schema)
+    # section is generated from them (grassflow.pipeline.schema)
     CHOICES = CHOICES
     BOUNDS = {**{k: {"minimum": 1} for k in ("d_model", "d_ff", "n_layers", "n_heads", "mix_heads", "stride")},
               "d_proj": {"minimum": 2}, "window": {"minimum": 2}, "dropout": {"minimum": 0, "exclusiveMaximum": 1},

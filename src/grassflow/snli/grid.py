@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import copy
 
-from grassflow.config import ConfigError, check_inputs, check_specs, run_train
-from grassflow.estimate import (
+from grassflow.pipeline.config import ConfigError, check_inputs, check_specs, run_train
+from grassflow.pipeline.estimate import (
     Estimate,
     device_kind,
     memory,

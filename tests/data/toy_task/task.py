@@ -3,7 +3,7 @@ stages, with its own preset part (and schema), data job, runs, checks, estimate 
 
 from grassflow.toy.toy import check, estimate, runs
 
-from grassflow.tasks import Task
+from grassflow.pipeline.tasks import Task
 
 SCHEMA = {
     "type": "object",

@@ -1,10 +1,10 @@
 """The typed configs are the one source of their keys' enums, ranges and defaults: the JSON
 schema's `model` and `snli_head` sections are generated from the dataclasses (ModelConfig,
-HeadConfig), and the dataclasses check themselves with the same tables.
+HeadConfig), and the dataclasses check themselves with the same tables (models.config.check_fields).
 
 A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema
 bounds: minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment
-after a field is its description. grassflow.config.load_schema reads
+after a field is its description. grassflow.pipeline.config.load_schema reads
 workflow/schemas/config.schema.yaml and puts each generated section where the YAML says
 `{generated: <module>:<class>}`.
 """
@@ -71,24 +71,3 @@ def dataclass_schema(cls, exclude=()) -> dict:
             node["x-default"] = list(f.default) if isinstance(f.default, tuple) else f.default
         props[f.name] = node
     return {"type": "object", "additionalProperties": False, "properties": props}
-
-
-def check_fields(obj, prefix: str) -> None:
-    """ValueError naming `<prefix>.<field>` for a value outside the class's CHOICES or BOUNDS."""
-    for key, allowed in obj.CHOICES.items():
-        if getattr(obj, key) not in allowed:
-            raise ValueError(f"{prefix}.{key}: {getattr(obj, key)!r} is not one of {tuple(allowed)}")
-    for key, b in obj.BOUNDS.items():
-        value = getattr(obj, key)
-        for v in value if isinstance(value, (tuple, list)) else [value]:
-            if v is None:
-                continue
-            if ("minimum" in b and v < b["minimum"]) or ("exclusiveMinimum" in b and v <= b["exclusiveMinimum"]) \
-                    or ("exclusiveMaximum" in b and v >= b["exclusiveMaximum"]):
-                raise ValueError(f"{prefix}.{key} must be {_bounds_text(b)}, got {value}")
-
-
-def _bounds_text(b: dict) -> str:
-    if "minimum" in b and "exclusiveMaximum" in b:
-        return f"in [{b['minimum']}, {b['exclusiveMaximum']})"
-    return "≥ {}".format(b["minimum"]) if "minimum" in b else "> {}".format(b["exclusiveMinimum"])

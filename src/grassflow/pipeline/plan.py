@@ -3,7 +3,7 @@
 Jobs come from Snakemake's own plan (`snakemake -n` in the project directory, with the same
 --config / --configfile), so the table never disagrees with what `snakemake` will schedule:
 per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours
-(grassflow.estimate, the same function the rules request their time limits with), the time
+(grassflow.pipeline.estimate, the same function the rules request their time limits with), the time
 limits requested, the largest memory request, and the tokens (or examples) trained on.
 With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
 estimate, so the throughput table can be corrected with real numbers.
@@ -21,15 +21,15 @@ from pathlib import Path
 import yaml
 
 from grassflow import markdown
-from grassflow.estimate import job_estimate
+from grassflow.pipeline.estimate import job_estimate
 from grassflow.job import ArgumentParser
-from grassflow.tasks import RUN_RULES, TASKS
+from grassflow.pipeline.tasks import RUN_RULES, TASKS
 
 
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
     """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
     then preset=...; bases resolved, checked, defaults filled."""
-    from grassflow.config import deep_merge, validate_or_exit
+    from grassflow.pipeline.config import deep_merge, validate_or_exit
     from grassflow.errors import ConfigError
 
     config = yaml.safe_load((project / "config.yaml").read_text())
@@ -67,9 +67,9 @@ FINGERPRINT = re.compile(r"\b[0-9a-f]{16}\b")
 
 def code_changes(before: str, now: str, index: Path) -> list[str] | None:
     """The files whose code differs between two code fingerprints found in a params change (their
-    per-file hashes kept by grassflow.staleness.remember), or None where a fingerprint's files
+    per-file hashes kept by grassflow.pipeline.staleness.remember), or None where a fingerprint's files
     were not kept."""
-    from grassflow.staleness import recalled
+    from grassflow.pipeline.staleness import recalled
 
     old = [c for fp in FINGERPRINT.findall(before) if (c := recalled(fp, index)) is not None]
     new = [c for fp in FINGERPRINT.findall(now) if (c := recalled(fp, index)) is not None]
@@ -107,7 +107,7 @@ def explain(reason: str, index: Path) -> list[str]:
 
 def why(project: Path, snakemake_args: list[str]) -> list[dict]:
     """Each job `snakemake -n` plans, with what made it stale (explain)."""
-    from grassflow.staleness import CODE_INDEX
+    from grassflow.pipeline.staleness import CODE_INDEX
 
     return [{**job, "why": explain(job.get("reason", ""), project / CODE_INDEX)}
             for job in dry_run(project, snakemake_args)]
@@ -178,7 +178,7 @@ def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
 
 def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
          measured=False) -> list[dict]:
-    from grassflow.config import fused_groups, select_preset
+    from grassflow.pipeline.config import fused_groups, select_preset
 
     config = load_config(project, configfiles, preset)
     name, P = select_preset(config)
@@ -215,7 +215,7 @@ def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, 
 
 
 def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
-    from grassflow.estimate import DEFAULTS
+    from grassflow.pipeline.estimate import DEFAULTS
 
     s = {**DEFAULTS, **settings}
     has_measured = any(r.get("measured_hours") is not None for r in rows)

@@ -6,14 +6,14 @@ code is, read from the source without importing anything:
   - that module and, transitively, every grassflow module it imports, at module level or inside
     a function (a superset of what one run executes), with the __init__ of every package on the
     way (importing a.b runs a/__init__.py); where a module reads every task's declaration
-    (imports grassflow.tasks: the estimates report), every task.py;
+    (imports grassflow.pipeline.tasks: the estimates report), every task.py;
   - the kernel sources a module declares it loads (KERNEL_SOURCES, paths under kernels/);
   - of the model kinds' code (models.KIND_CODE), only the kinds the job runs: a Transformer
     run imports the Grassmann model (the registry loads both) but never runs it.
 A file counts by its code, not its text (code_hash): a Python module's syntax tree without
 docstrings, so a comment, a docstring or reformatting reruns nothing; a kernel source's bytes.
 
-`python -m grassflow.staleness grassflow.lm.train --kinds grassmann` prints a job's files.
+`python -m grassflow.pipeline.staleness grassflow.lm.train --kinds grassmann` prints a job's files.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent
+PKG = Path(__file__).resolve().parents[1]  # src/grassflow
 KERNELS_CANDIDATES = (PKG / "_kernels", PKG.parents[1] / "kernels")
 
 
@@ -99,14 +99,14 @@ def _owned_by(name: str, kinds) -> bool:
 
 
 def _reads_declarations(path: Path, mod: str) -> bool:
-    """Whether a module reads every task's declaration: imports from grassflow.tasks, which loads
+    """Whether a module reads every task's declaration: imports from grassflow.pipeline.tasks, which loads
     them all by name (grassflow/<task>/task.py, found on disk: no import names them)."""
     return _reads_tasks(_tree(path), mod, path.name == "__init__.py")
 
 
 @cache
 def _reads_tasks(tree: ast.Module, mod: str, is_pkg: bool) -> bool:
-    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.tasks" for n in ast.walk(tree))
+    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.pipeline.tasks" for n in ast.walk(tree))
 
 
 @cache
@@ -231,7 +231,7 @@ def recalled(fp: str, index: Path) -> dict[str, str] | None:
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m grassflow.staleness", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m grassflow.pipeline.staleness", description=__doc__.split("\n")[0])
     ap.add_argument("module", help="a job's stage module, e.g. grassflow.lm.train")
     ap.add_argument("--kinds", nargs="*", default=[], help="model kinds the job runs (transformer, grassmann)")
     a = ap.parse_args(argv)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from grassflow.models.config import ModelConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
 DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
 UNKNOWN_DEVICE_SLOWDOWN = 3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
@@ -203,9 +203,9 @@ def lm_job(stage, spec, preset, settings, files):
 def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
                  files: dict | None = None) -> Estimate:
     """The estimate of one job of `rule` (a run's train or evaluate job of any task:
-    grassflow.tasks.RUN_RULES) for its run's spec; `settings`: the config's `estimate` section;
+    grassflow.pipeline.tasks.RUN_RULES) for its run's spec; `settings`: the config's `estimate` section;
     `files`: the job's token files by split (their counts are exact once they exist)."""
-    from grassflow.tasks import RUN_RULES, pipeline_train
+    from grassflow.pipeline.tasks import RUN_RULES, pipeline_train
 
     if rule not in RUN_RULES:
         raise ValueError(f"no estimate for rule {rule!r}")

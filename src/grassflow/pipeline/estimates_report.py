@@ -1,4 +1,4 @@
-"""The estimates report: every training and evaluation job's estimated time (grassflow.estimate)
+"""The estimates report: every training and evaluation job's estimated time (grassflow.pipeline.estimate)
 beside its measured wall time (Snakemake's benchmark files), per rule and per job."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from grassflow import job, markdown
-from grassflow.estimate import job_estimate
-from grassflow.plan import benchmark_seconds
-from grassflow.tasks import RUN_RULES
+from grassflow.pipeline.estimate import job_estimate
+from grassflow.pipeline.plan import benchmark_seconds
+from grassflow.pipeline.tasks import RUN_RULES
 
 
 def estimates_report(preset: dict, preset_name: str, estimate: dict, results, out) -> list[dict]:
@@ -36,7 +36,7 @@ def estimates_report(preset: dict, preset_name: str, estimate: dict, results, ou
         df.to_csv(tmp, index=False)
     lines = [f"# Estimated and measured wall time — preset `{preset_name}`", "",
              "Each training and evaluation job asked for its estimate × safety as its time limit "
-             "(grassflow.estimate); the measured times are Snakemake's benchmark files. A ratio far from 1 "
+             "(grassflow.pipeline.estimate); the measured times are Snakemake's benchmark files. A ratio far from 1 "
              "means workflow/resources/throughput.csv needs a row for this device or size "
              "(per job: `estimates.csv`).", ""]
     table = []

@@ -98,7 +98,7 @@ class Task:
         import yaml
 
         if isinstance(self.schema, str):
-            return yaml.safe_load((Path(__file__).resolve().parent / self.name / self.schema).read_text())
+            return yaml.safe_load((Path(__file__).resolve().parents[1] / self.name / self.schema).read_text())
         return copy.deepcopy(self.schema)
 
     def specs(self, name: str, preset: dict) -> dict:
@@ -107,7 +107,7 @@ class Task:
 
 def declarations() -> list[str]:
     """The packages that declare a task (have a task.py): the built-in ones, then the others by name."""
-    found = {p.parent.name for p in Path(__file__).resolve().parent.glob("*/task.py")}
+    found = {p.parent.name for p in Path(__file__).resolve().parents[1].glob("*/task.py")}
     return [n for n in BUILT_IN if n in found] + sorted(found - set(BUILT_IN))
 
 

@@ -17,14 +17,14 @@ from grassflow.errors import ConfigError  # noqa: F401  (raised here; re-exporte
 from grassflow.io import spec_hash
 from grassflow.lm.data import map_unk
 from grassflow.models.config import ModelConfig
-from grassflow.schema import dataclass_schema
+from grassflow.pipeline.schema import dataclass_schema
 
 
 def load_schema(path) -> dict:
     """The config schema, each `{generated: module:Class}` section built from its dataclass."""
     import yaml
 
-    from grassflow.tasks import TASKS
+    from grassflow.pipeline.tasks import TASKS
 
     schema = yaml.safe_load(Path(path).read_text())
     preset = schema["$defs"]["preset"]
@@ -149,7 +149,7 @@ def select_preset(config: dict) -> tuple[str, dict]:
 
 
 def check_preset(name: str, p: dict) -> None:
-    from grassflow.tasks import TASKS
+    from grassflow.pipeline.tasks import TASKS
 
     where = f"presets.{name}"
     parts = [t.part_key or "experiments" for t in TASKS.values()]
