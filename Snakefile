@@ -19,7 +19,7 @@ _PATH = os.environ.get("PYTHONPATH")
 if not _PATH or _PATH.split(os.pathsep)[0] != _SRC:  # set, not required: no envvars directive
     os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (_SRC, _PATH) if p))
 
-from grassflow.pipeline.config import validate_or_exit  # noqa: E402
+from grassflow.pipeline.presets import validate_or_exit  # noqa: E402
 
 min_version("9.0")
 

@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten
 
 import fake_cupy
 from grassflow import train_step as ts
-from grassflow.lm.train import LanguageModelTask
+from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import fit, lr_at, make_optimizer, set_lr
 from grassflow.models import ModelConfig, build_model
 from host_syncs import HostSyncs
@@ -100,7 +100,7 @@ def _model(kind="grassmann", **kw):
 
 def _task(model):
     ids = np.arange(900) % 37
-    return LanguageModelTask(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t")
+    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t")
 
 
 def _rehearse(kind, region=None, steps=3):

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from grassflow.pipeline.config import runs, select_preset
+from grassflow.pipeline.presets import runs, select_preset
 from grassflow.pipeline.estimate import (
     STARTUP_S,
     UNKNOWN_DEVICE_SLOWDOWN,
@@ -23,7 +23,7 @@ from test_wikitext_v1 import ROOT, SCHEMA
 
 
 def _paper(preset="paper_v1"):
-    from grassflow.pipeline.config import validate_or_exit
+    from grassflow.pipeline.presets import validate_or_exit
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["preset"] = preset

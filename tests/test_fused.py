@@ -13,7 +13,7 @@ import torch
 import grassflow.loop as loop
 from grassflow.checkpoint import load_weights
 from grassflow.lm.evaluate import evaluate_run
-from grassflow.lm.train import LanguageModelTask, train, train_fused
+from grassflow.lm.train import LanguageModelObjective, train, train_fused
 from grassflow.models.ensemble import member_state, stack
 from specs import LM_SPEC
 
@@ -104,7 +104,7 @@ def test_stacking_keeps_each_member_and_its_tied_head():
 
 def _poison(monkeypatch, seed, epoch, step):
     """The loss of the run with `seed` becomes NaN at (epoch, step), fused or not."""
-    batch, loss = LanguageModelTask.batch, LanguageModelTask.loss
+    batch, loss = LanguageModelObjective.batch, LanguageModelObjective.loss
 
     def batch_at(self, e, s):
         self.at = (e, s)
@@ -118,8 +118,8 @@ def _poison(monkeypatch, seed, epoch, step):
         scale = torch.tensor([math.nan if s == seed else 1.0 for s in seeds])
         return out * (scale if self.members else scale[0])
 
-    monkeypatch.setattr(LanguageModelTask, "batch", batch_at)
-    monkeypatch.setattr(LanguageModelTask, "loss", poisoned)
+    monkeypatch.setattr(LanguageModelObjective, "batch", batch_at)
+    monkeypatch.setattr(LanguageModelObjective, "loss", poisoned)
 
 
 @pytest.mark.slow  # trains 3 runs twice: CI's slow tier

@@ -97,7 +97,7 @@ def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
     tests/test_capture.py)."""
     import numpy as np
 
-    from grassflow.lm.train import LanguageModelTask
+    from grassflow.lm.train import LanguageModelObjective
     from grassflow.loop import lr_at, make_optimizer, set_lr
     from grassflow.train_step import WARMUP, EpochLoss, TrainStep
 
@@ -106,7 +106,7 @@ def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
     runs = {}
     for capture in (False, True):
         model = _lm(kind, backend)
-        task = LanguageModelTask(ids, ids[:2000], 32, 8, 0, 8, CUDA, "t")
+        task = LanguageModelObjective(ids, ids[:2000], 32, 8, 0, 8, CUDA, "t")
         opt, _ = make_optimizer(model, tcfg, CUDA)
         losses = EpochLoss(CUDA)
         losses.reset([0.0], 0)

@@ -182,7 +182,7 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
         assert planned(demo) == Counter()
     # planning code: what it decides reaches jobs through their specs; the estimates report runs it
-    with edited(demo / "src/grassflow/pipeline/config.py"):
+    with edited(demo / "src/grassflow/pipeline/presets.py"):
         assert set(planned(demo)) <= {("estimates", None)}
 
 

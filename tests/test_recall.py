@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from grassflow.pipeline.config import ConfigError, check_preset
+from grassflow.pipeline.presets import ConfigError, check_preset
 from grassflow.data import DataError
 from grassflow.models import ModelConfig, build_model
 from grassflow.recall.data import IGNORE, check_params, generate, make_splits, read_split

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grassflow.checkpoint import state_sha256
-from grassflow.pipeline.config import ablation_runs, runs
+from grassflow.pipeline.presets import ablation_runs, runs
 from grassflow.lm.unigram import unigram_ppl
 from grassflow.report.ablations import receptive_field
 from grassflow.report.setup import data_label, load_published, not_comparable

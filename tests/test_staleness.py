@@ -168,7 +168,7 @@ def test_a_hub_fetch_loads_and_holds_its_own_code_only(tmp_path):
             "--out", str(tmp_path / "out/tokenizer.json")]
     record = _recorded(tmp_path, argv)
     assert_closure_holds(record, "grassflow.data.fetch_tokenizer")
-    planning = {"src/grassflow/pipeline/tasks.py", "src/grassflow/cli.py", "src/grassflow/pipeline/config.py"}
+    planning = {"src/grassflow/pipeline/tasks.py", "src/grassflow/cli.py", "src/grassflow/pipeline/presets.py"}
     for module in ("grassflow.data.fetch_tokenizer", "grassflow.snli.fetch_backbone"):
         assert not planning & files(module), module
     assert not {f for f in record["files"] if f.endswith(("/tasks.py", "/cli.py", "/config.py"))}
@@ -210,7 +210,7 @@ def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
     (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
-    planning = {"src/grassflow/pipeline/config.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/plan.py",
+    planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/plan.py",
                 "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/pipeline/tasks.py",
                 "src/grassflow/cli.py"}
     lm = files("grassflow.lm.train", "grassmann") | files("grassflow.lm.evaluate", "transformer")

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import fake_cupy
 from grassflow.bench import count_launches
 from grassflow.checkpoint import load_weights
-from grassflow.lm.train import LanguageModelTask, train
+from grassflow.lm.train import LanguageModelObjective, train
 from grassflow.loop import fit, make_optimizer, set_lr, tensor_lr
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.linear_ce import linear_cross_entropy
@@ -97,14 +97,14 @@ def test_trackers_add_no_host_sync(tokens, tmp_path, monkeypatch):
 def test_a_per_step_read_would_be_caught(tokens, tmp_path, monkeypatch):
     """The premise of the test above: a `.tolist()` per step (what the periodic read uses, and
     invisible to ATen's sync ops on the CPU) makes the count grow with the steps."""
-    loss = LanguageModelTask.loss
+    loss = LanguageModelObjective.loss
 
     def reading(self, model, batch):
         out = loss(self, model, batch)
         out.detach().tolist()
         return out
 
-    monkeypatch.setattr(LanguageModelTask, "loss", reading)
+    monkeypatch.setattr(LanguageModelObjective, "loss", reading)
     counts = _syncs_of_lm_runs(tokens, tmp_path)
     assert counts[1] - counts[0] == 6
 
@@ -227,7 +227,7 @@ def _tiny_lm(kind, **kw):
 
 def _lm_task(model, device=CPU):
     ids = np.arange(600) % 37
-    return LanguageModelTask(ids, ids[:100], model.cfg.context_len, 4, 0, 8, device, "t")
+    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, device, "t")
 
 
 @pytest.mark.parametrize("kind, switches", [
@@ -249,14 +249,14 @@ def test_lm_and_recall_losses_trace_without_graph_breaks(kind, switches):
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
 def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
     from grassflow.snli.data import read_token_pairs
-    from grassflow.snli.train import SNLITask, build_classifier
+    from grassflow.snli.train import SNLIObjective, build_classifier
     from specs import snli_spec
 
     spec = snli_spec(features, kind=kind, head={"dropout": 0.0})  # backbone: a random DistilBERT
     train, meta = read_token_pairs(snli_tokens / "train.parquet")
     torch.manual_seed(0)
     model, _ = build_classifier(spec, meta)
-    task = SNLITask(train, train, meta, model.cfg.pair_input, 8, 0, 8, CPU, "t", static=True)
+    task = SNLIObjective(train, train, meta, model.cfg.pair_input, 8, 0, 8, CPU, "t", static=True)
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lambda b: task.loss(model, b))(task.batch(0, 0))
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons

@@ -47,7 +47,7 @@ def _runs(tmp_path) -> dict[str, dict]:
 
 
 def test_every_lm_table_column_comes_from_its_own_split_and_metric(tmp_path):
-    from grassflow.pipeline.config import select_preset
+    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
 
     runs = _runs(tmp_path)
@@ -116,7 +116,7 @@ def _md_rows(md: str, first_cells) -> dict[str, list[str]]:
 
 
 def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_path):
-    from grassflow.pipeline.config import select_preset
+    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
     from grassflow.snli.aggregate import aggregate_snli
     from grassflow.snli.synthetic import LABELS
@@ -151,7 +151,7 @@ def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_p
 
 
 def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
-    from grassflow.pipeline.config import select_preset
+    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
     from grassflow.recall.aggregate import aggregate_recall
 
@@ -179,7 +179,7 @@ def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
 
 
 def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
-    from grassflow.pipeline.config import select_preset
+    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
     from grassflow.report.ablations import aggregate_ablations
 

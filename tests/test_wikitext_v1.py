@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from grassflow.pipeline.config import ConfigError, config_errors, map_unk, resolve_bases
+from grassflow.pipeline.presets import ConfigError, config_errors, map_unk, resolve_bases
 from grassflow.data import DataError
 from grassflow.data.sources import content_sha256, read_rows
 from grassflow.data.tokenizers import build_wordpiece

@@ -43,17 +43,17 @@ def static_shapes(setting, device) -> bool:
 
 
 class Compiled:
-    """`loss(batch)` (task.loss of the model) and `eval_model` (the model's, or the plain model
+    """`loss(batch)` (objective.loss of the model) and `eval_model` (the model's, or the plain model
     an ensemble's members are validated in), compiled where `setting` says; `graph`: whether
     the training step is to be captured (grassflow.train_step)."""
 
-    def __init__(self, model, task, setting, mode: str, device, eval_model=None):
+    def __init__(self, model, objective, setting, mode: str, device, eval_model=None):
         self.setting, self.mode = setting, mode
         self.how = resolve(setting, device)
         self.enabled, self.graph = self.how == "compiled", self.how == "graph"
 
         def loss(batch):
-            return task.loss(model, batch)
+            return objective.loss(model, batch)
 
         if self.enabled:
             self.loss = torch.compile(loss, fullgraph=True, dynamic=False, mode=mode)

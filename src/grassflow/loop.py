@@ -47,8 +47,9 @@ from grassflow.trackers import Trackers
 from grassflow.train_step import EpochLoss, GraphedForward, TrainStep
 
 
-class TrainingTask(Protocol):
-    """What fit() trains on: a task's batches, loss, validation and the score that picks the best weights."""
+class Objective(Protocol):
+    """What fit() trains: its batches, loss, validation and the score that picks the best weights
+    (each task has one: LanguageModelObjective, SNLIObjective, RecallObjective)."""
 
     steps_per_epoch: int
     items_per_step: int  # tokens or examples per step, for the throughput column
@@ -171,23 +172,23 @@ class Run:
     header: dict
 
 
-def fit(model, task: TrainingTask, spec: dict, out_dir, device, header: dict,
+def fit(model, objective: Objective, spec: dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
-    """Train `model` on `task` per spec["train"]; return (status, metrics per epoch, how it
+    """Train `model` on `objective` per spec["train"]; return (status, metrics per epoch, how it
     ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
     to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
     spec): a checkpoint resumes under any of them."""
-    (status,), (metrics,), ran = fit_runs(model, task, [Run(spec, Path(out_dir), header)], out_dir, device,
+    (status,), (metrics,), ran = fit_runs(model, objective, [Run(spec, Path(out_dir), header)], out_dir, device,
                                           execution=execution)
     return status, metrics, ran
 
 
-def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewer=None,
+def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, viewer=None,
              execution: dict | None = None) -> tuple[list[dict], list[list[dict]], dict]:
     """fit() of one run, or of E runs that differ only in their seeds as one ensemble
     (models/ensemble.py: `model` stacked, `viewer` a plain model of the same shape, in which
-    each member is validated; the task's loss one per member). Each member is what its own run
+    each member is validated; the objective's loss one per member). Each member is what its own run
     would be: its batches, its clipping, its validation, its best weights, its divergence (it
     stops alone: its record freezes, the others go on), its outputs in its own directory. The
     resume state (last.pt) is the ensemble's, in `work_dir`. Returns (status per run, metrics
@@ -204,8 +205,8 @@ def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewe
         for stray in d.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
             stray.unlink()
     opt, opt_impl = make_optimizer(model, tcfg, device)
-    compiled = Compiled(model, task, execution["compile"], execution["compile_mode"], device, eval_model=viewer)
-    steps = min(task.steps_per_epoch, tcfg.get("max_steps_per_epoch") or task.steps_per_epoch)
+    compiled = Compiled(model, objective, execution["compile"], execution["compile_mode"], device, eval_model=viewer)
+    steps = min(objective.steps_per_epoch, tcfg.get("max_steps_per_epoch") or objective.steps_per_epoch)
     total_steps = steps * tcfg["epochs"]
     log_every = tcfg.get("log_every") or 50
 
@@ -265,14 +266,14 @@ def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewe
             trackers[e].log({"train/loss": (pos["loss_sum"][e] - mark["loss_sum"][e]) / n,
                              "train/grad_norm": (read["grad_norm_sum"][e] - mark["grad_norm_sum"][e]) / n,
                              "train/lr": lr_at(at - 1, total_steps, tcfg),
-                             f"train/{task.rate_key}": n * task.items_per_step / (now - mark["time"])}, at)
+                             f"train/{objective.rate_key}": n * objective.items_per_step / (now - mark["time"])}, at)
         mark.update(step=pos["step"], loss_sum=list(pos["loss_sum"]), grad_norm_sum=list(read["grad_norm_sum"]),
                     time=now)
 
     def validate(e) -> dict:
         if E > 1:  # member e's weights into the plain model (in place: a captured forward stays valid)
             load_trained(viewer, member_state(model, e))
-        return task.validate(eval_model)
+        return objective.validate(eval_model)
 
     trackers = [Trackers(execution["trackers"], r.spec, r.out_dir, fresh=state is None) for r in runs]
     losses = EpochLoss(device, E)
@@ -303,7 +304,7 @@ def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewe
                         raise SystemExit(75)
                     break
                 set_lr(opt, lr_at(pos["epoch"] * steps + pos["step"], total_steps, tcfg))
-                train_step(task.batch(pos["epoch"], pos["step"]))
+                train_step(objective.batch(pos["epoch"], pos["step"]))
                 pos["step"] += 1
                 at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
                 if pos["step"] % log_every == 0 or pos["step"] == steps or at_checkpoint:
@@ -311,7 +312,7 @@ def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewe
                     if not running():
                         break
                     bar.update(pos["step"] - bar.n)
-                    rate = pos["step"] * task.items_per_step / (time.perf_counter() - t0)
+                    rate = pos["step"] * objective.items_per_step / (time.perf_counter() - t0)
                     bar.set_postfix(loss=f"{pos['loss_sum'][running()[0]] / pos['step']:.3f}", per_s=f"{rate:.0f}",
                                     refresh=False)
                     log_window(time.perf_counter())
@@ -330,11 +331,11 @@ def fit_runs(model, task: TrainingTask, runs: list[Run], work_dir, device, viewe
                 elapsed = time.perf_counter() - t0
                 row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val, "lr": lr_at(
                        pos["epoch"] * steps + steps - 1, total_steps, tcfg),
-                       "seconds": elapsed, task.rate_key: pos["step"] * task.items_per_step / elapsed}
+                       "seconds": elapsed, objective.rate_key: pos["step"] * objective.items_per_step / elapsed}
                 members[e]["metrics"].append(row)
                 trackers[e].log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
-                if task.score(row) < members[e]["best"]:
-                    members[e]["best"] = task.score(row)
+                if objective.score(row) < members[e]["best"]:
+                    members[e]["best"] = objective.score(row)
                     with atomic_path(best_states[e]) as tmp:
                         torch.save({"model": trained_state(model) if E == 1 else member_state(model, e),
                                     "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, tmp)

@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.pipeline.config import (
+from grassflow.pipeline.presets import (
     ablation_runs,
     exec_resources,
     fused_groups,

@@ -88,7 +88,7 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
     x = torch.randint(0, vocab, (B, L + 1), device=device)
     meter = SavedBytes(model.parameters())
 
-    class StepTask:
+    class StepObjective:
         def loss(self, model, x):
             h = model.hidden(x[:, :-1])
             if not with_head:
@@ -96,7 +96,7 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
             return linear_cross_entropy(h.reshape(B * L, -1), model.head.weight, x[:, 1:].reshape(-1),
                                         backend=head_loss)
 
-    compiled = Compiled(model, StepTask(), compile, "default", device)
+    compiled = Compiled(model, StepObjective(), compile, "default", device)
 
     def step():
         with autocast(device), meter.hooks():

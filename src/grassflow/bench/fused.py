@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from grassflow.bench.common import sync
-from grassflow.lm.train import LanguageModelTask
+from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import lr_at, make_optimizer, set_lr
 from grassflow.models import ModelConfig, build_model
 from grassflow.models.ensemble import stack
@@ -28,7 +28,7 @@ def _seconds_per_step(device, kind, members, L, B, n_layers, vocab, steps, warmu
         models.append(build_model(kind, cfg).to(device))
     model = models[0] if members == 1 else stack(models)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
-    task = LanguageModelTask(ids, ids[: L * 4 + 1], L, B, 0 if members == 1 else list(range(members)), B, device, "bench")
+    task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0 if members == 1 else list(range(members)), B, device, "bench")
     opt, _ = make_optimizer(model, TCFG, device)
     losses = EpochLoss(device, members)
     losses.reset([0.0] * members, 0)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from grassflow.bench.common import sync, timeit
-from grassflow.lm.train import LanguageModelTask
+from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import lr_at, make_optimizer, set_lr
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.linear_ce import BACKENDS as HEAD_BACKENDS
@@ -33,7 +33,7 @@ def _run(device, kind, L, B, n_layers, vocab, capture, steps, dropout, backend="
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, dropout=dropout,
                                           plucker_backend=backend)).to(device)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
-    task = LanguageModelTask(ids, ids[: L * 4 + 1], L, B, 0, B, device, "bench")
+    task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0, B, device, "bench")
     opt, _ = make_optimizer(model, TCFG, device)
     losses = EpochLoss(device)
     losses.reset([0.0], 0)

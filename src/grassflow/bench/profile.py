@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 from grassflow import markdown
 from grassflow.bench.common import sync
 from grassflow.compiled import resolve
-from grassflow.lm.train import LanguageModelTask
+from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import make_optimizer, set_lr
 from grassflow.models import ModelConfig, build_model
 from grassflow.train_step import WARMUP, EpochLoss, TrainStep
@@ -27,7 +27,7 @@ def _step(device, kind, L, B, n_layers, vocab, capture):
     torch.manual_seed(0)
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers)).to(device)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
-    task = LanguageModelTask(ids, ids[: L * 4 + 1], L, B, 0, B, device, "profile")
+    task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0, B, device, "profile")
     opt, _ = make_optimizer(model, {"lr": 1e-4, "weight_decay": 0.01, "betas": [0.9, 0.95]}, device)
     losses = EpochLoss(device)
     losses.reset([0.0], 0)

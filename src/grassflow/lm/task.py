@@ -1,7 +1,7 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
 Its rules: workflow/rules/lm.smk; its tables': report.smk."""
 
-from grassflow.pipeline.config import check_lm, runs
+from grassflow.pipeline.presets import check_lm, runs
 from grassflow.pipeline.estimate import lm_job
 from grassflow.pipeline.tasks import Task
 

@@ -1,7 +1,7 @@
 """Stage 3, train: one language-model run (model × experiment × seed) from its spec.
 
 The loop, checkpoints and resume live in grassflow.loop; this module supplies the language
-modelling task (random blocks of L+1 tokens, chunked validation perplexity) and the run's
+modelling objective (random blocks of L+1 tokens, chunked validation perplexity) and the run's
 provenance record. Outputs in the run directory: model.safetensors and config.json (the best
 weights, a model directory grassflow.pretrained.load_model reads), metrics.jsonl, run.json, all
 written when the run ends; working files: last.pt (resume state), best_state.pt (best so far).
@@ -27,9 +27,9 @@ from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.runs import read_train_val, run_record, start_run
 
 
-class LanguageModelTask:
+class LanguageModelObjective:
     """Next-token prediction on random non-overlapping blocks of L+1 tokens. `seed` may be a
-    list: the task of an ensemble of that many runs (models/ensemble.py), each member's batch
+    list: the objective of an ensemble of that many runs (models/ensemble.py), each member's batch
     the one its own run draws, side by side."""
 
     rate_key = "tokens_per_s"
@@ -98,7 +98,7 @@ def train_fused(specs: list[dict], train_tokens, val_tokens, out_dirs, work_dir,
     train_ids, train_meta, val_ids, val_meta = read_train_val(read_tokens, train_tokens, val_tokens)
     mcfg = ModelConfig.from_dict({**spec["model"], "vocab_size": train_meta["vocab_size"]})
     seeds = [s["seed"] for s in specs]
-    task = LanguageModelTask(train_ids, val_ids, mcfg.context_len, tcfg["batch_size"], seeds if len(specs) > 1 else seeds[0],
+    objective = LanguageModelObjective(train_ids, val_ids, mcfg.context_len, tcfg["batch_size"], seeds if len(specs) > 1 else seeds[0],
                              tcfg["eval_batch_size"], device, train_tokens)
     members = []
     for seed in seeds:  # each as its own run builds it
@@ -108,7 +108,7 @@ def train_fused(specs: list[dict], train_tokens, val_tokens, out_dirs, work_dir,
     tokenizer = {"name": train_meta["tokenizer"], "sha256": train_meta["tokenizer_sha256"]}
     runs = [Run(s, Path(d), {**config_json(s["model_kind"], mcfg), "spec": s, "tokenizer": tokenizer})
             for s, d in zip(specs, out_dirs)]
-    statuses, metrics, ran = fit_runs(model, task, runs, work_dir, device, viewer=members[0], execution=execution)
+    statuses, metrics, ran = fit_runs(model, objective, runs, work_dir, device, viewer=members[0], execution=execution)
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     group = {"fused": {"runs": [s["run_id"] for s in specs], "work_dir": str(work_dir)}} if len(specs) > 1 else {}
     records = []
@@ -117,7 +117,7 @@ def train_fused(specs: list[dict], train_tokens, val_tokens, out_dirs, work_dir,
         extra = {"fused": {**group["fused"], "index": e}} if group else {}
         records.append(run_record(run.spec, run.out_dir, members[0], status, m, best, device, files, t_start,
                                   preflight=preflight, model_config=mcfg.to_dict(), **ran, **extra,
-                                  head_loss=task.head_loss, best_val_ppl=best["val_ppl"] if best else None))
+                                  head_loss=objective.head_loss, best_val_ppl=best["val_ppl"] if best else None))
     return records
 
 

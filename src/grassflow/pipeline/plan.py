@@ -29,7 +29,7 @@ from grassflow.pipeline.tasks import RUN_RULES, TASKS
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
     """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
     then preset=...; bases resolved, checked, defaults filled."""
-    from grassflow.pipeline.config import deep_merge, validate_or_exit
+    from grassflow.pipeline.presets import deep_merge, validate_or_exit
     from grassflow.errors import ConfigError
 
     config = yaml.safe_load((project / "config.yaml").read_text())
@@ -178,7 +178,7 @@ def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
 
 def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
          measured=False) -> list[dict]:
-    from grassflow.pipeline.config import fused_groups, select_preset
+    from grassflow.pipeline.presets import fused_groups, select_preset
 
     config = load_config(project, configfiles, preset)
     name, P = select_preset(config)

@@ -4,7 +4,7 @@ HeadConfig), and the dataclasses check themselves with the same tables (models.c
 
 A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema
 bounds: minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment
-after a field is its description. grassflow.pipeline.config.load_schema reads
+after a field is its description. grassflow.pipeline.presets.load_schema reads
 workflow/schemas/config.schema.yaml and puts each generated section where the YAML says
 `{generated: <module>:<class>}`.
 """

@@ -45,7 +45,7 @@ def predict(model, data: dict, batch_size: int, device) -> tuple[torch.Tensor, f
     return torch.cat(hits), nll / max(1, n)
 
 
-class RecallTask:
+class RecallObjective:
     rate_key = "examples_per_s"
 
     def __init__(self, train, val, B, seed, eval_batch_size, device, path):
@@ -83,12 +83,12 @@ def train_recall(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, 
     if (val_meta["vocab"], val_meta["seq_len"], val_meta["kv"]) != (train_meta["vocab"], train_meta["seq_len"], train_meta["kv"]):
         raise DataError(f"{train_tokens} and {val_tokens} are different MQAR settings")
     mcfg = model_config(spec, train_meta)
-    task = RecallTask(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_tokens)
+    objective = RecallObjective(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_tokens)
     seed_everything(spec["seed"])
     model = build_model(spec["model_kind"], mcfg).to(device)
-    status, metrics, ran = fit(model, task, spec, out, device, execution=execution,
+    status, metrics, ran = fit(model, objective, spec, out, device, execution=execution,
                                header={**config_json(spec["model_kind"], mcfg), "spec": spec})
-    best = min(metrics, key=task.score) if metrics else None
+    best = min(metrics, key=objective.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
                       model_config=mcfg.to_dict(), **ran, best_val_acc=best["val_acc"] if best else None)

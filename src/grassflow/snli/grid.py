@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from grassflow.pipeline.config import ConfigError, check_inputs, check_specs, run_train
+from grassflow.pipeline.presets import ConfigError, check_inputs, check_specs, run_train
 from grassflow.pipeline.estimate import (
     Estimate,
     device_kind,

@@ -53,7 +53,7 @@ def predict(model, data, meta, pair_input, batch_size, device, static=False) -> 
     return torch.cat(preds), nll / n
 
 
-class SNLITask:
+class SNLIObjective:
     rate_key = "examples_per_s"
 
     def __init__(self, train, val, meta, pair_input, B, seed, eval_batch_size, device, path, static=False):
@@ -88,12 +88,12 @@ def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None,
     seed_everything(spec["seed"])
     model, features = build_classifier(spec, train_meta, backbone_dir)
     model = model.to(device)
-    task = SNLITask(train, val, train_meta, model.cfg.pair_input, tcfg["batch_size"], spec["seed"],
+    objective = SNLIObjective(train, val, train_meta, model.cfg.pair_input, tcfg["batch_size"], spec["seed"],
                     tcfg["eval_batch_size"], device, train_tokens,
                     static=static_shapes((execution or {}).get("compile", "auto"), device))
-    status, metrics, ran = fit(model, task, spec, out, device, header={"spec": spec, "features": features},
+    status, metrics, ran = fit(model, objective, spec, out, device, header={"spec": spec, "features": features},
                                execution=execution)
-    best = min(metrics, key=task.score) if metrics else None
+    best = min(metrics, key=objective.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, features=features,
                       preflight=preflight, **ran, head_config=model.cfg.to_dict(),

@@ -9,7 +9,7 @@ from grassflow.report.aggregate import aggregate_args
 
 
 def runs(name, p):
-    from grassflow.pipeline.config import run_train
+    from grassflow.pipeline.presets import run_train
 
     t = p["toy"]
     out = {}
@@ -26,7 +26,7 @@ def runs(name, p):
 
 
 def check(where, name, p):
-    from grassflow.pipeline.config import ConfigError
+    from grassflow.pipeline.presets import ConfigError
     from grassflow.data import DataError
     from grassflow.recall.data import check_params
 
