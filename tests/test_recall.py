@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from grassflow.pipeline.presets import ConfigError, check_preset
 from grassflow.data import DataError
 from grassflow.models import ModelConfig, build_model
+from grassflow.pipeline.presets import ConfigError, check_preset
 from grassflow.recall.data import IGNORE, check_params, generate, make_splits, read_split
 from grassflow.recall.evaluate import evaluate_recall_run, reach
 from grassflow.recall.grid import geometric_lags, recall_runs

@@ -47,8 +47,8 @@ def _runs(tmp_path) -> dict[str, dict]:
 
 
 def test_every_lm_table_column_comes_from_its_own_split_and_metric(tmp_path):
-    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
 
     runs = _runs(tmp_path)
     name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
@@ -116,8 +116,8 @@ def _md_rows(md: str, first_cells) -> dict[str, list[str]]:
 
 
 def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_path):
-    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
     from grassflow.snli.aggregate import aggregate_snli
     from grassflow.snli.synthetic import LABELS
 
@@ -151,8 +151,8 @@ def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_p
 
 
 def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
-    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
     from grassflow.recall.aggregate import aggregate_recall
 
     def values(i, ev):
@@ -179,8 +179,8 @@ def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
 
 
 def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
-    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
     from grassflow.report.ablations import aggregate_ablations
 
     runs = _runs(tmp_path)

@@ -18,9 +18,9 @@ def _gpus(a):
     """Snakemake's flag for K = the preset's train.runs_per_gpu runs per GPU: locally --resources
     for this machine's GPUs × K; on SLURM (--slurm) --group-components packing K runs into each
     allocation (nothing for K = 1: one run per allocation, the profile's default)."""
-    from grassflow.pipeline.presets import select_preset
     from grassflow.gpu_slots import flag
     from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.tasks import TASKS, pipeline_train
 
     _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))

@@ -1,8 +1,8 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
 Its rules: workflow/rules/lm.smk; its tables': report.smk."""
 
-from grassflow.pipeline.presets import check_lm, runs
 from grassflow.pipeline.estimate import lm_job
+from grassflow.pipeline.presets import check_lm, runs
 from grassflow.pipeline.tasks import Task
 
 TASK = Task(

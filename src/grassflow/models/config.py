@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-
 NORMS = ("post", "pre")
 INITS = ("default", "small")
 LAG_SCHEDULES = ("all", "per_layer")

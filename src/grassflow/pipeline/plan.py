@@ -21,16 +21,16 @@ from pathlib import Path
 import yaml
 
 from grassflow import markdown
-from grassflow.pipeline.estimate import job_estimate
 from grassflow.job import ArgumentParser
+from grassflow.pipeline.estimate import job_estimate
 from grassflow.pipeline.tasks import RUN_RULES, TASKS
 
 
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
     """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
     then preset=...; bases resolved, checked, defaults filled."""
-    from grassflow.pipeline.presets import deep_merge, validate_or_exit
     from grassflow.errors import ConfigError
+    from grassflow.pipeline.presets import deep_merge, validate_or_exit
 
     config = yaml.safe_load((project / "config.yaml").read_text())
     for f in configfiles:

@@ -1,8 +1,8 @@
 """Multi-query associative recall (MQAR, zoology): the preset's `recall` part: one data job per
 (seq_len, kv) cell, then one run per cell × d_model × model × learning rate × seed."""
 
-from grassflow.recall.grid import check_recall, estimate, recall_cells, recall_runs
 from grassflow.pipeline.tasks import Task
+from grassflow.recall.grid import check_recall, estimate, recall_cells, recall_runs
 
 TASK = Task(
     name="recall",

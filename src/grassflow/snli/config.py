@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from grassflow.models.config import PLUCKER_BACKENDS, from_known_keys
-from grassflow.models.config import check_fields
+from grassflow.models.config import PLUCKER_BACKENDS, check_fields, from_known_keys
 
 CHOICES = {
     "norm": ("post", "pre"),

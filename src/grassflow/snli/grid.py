@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 
-from grassflow.pipeline.presets import ConfigError, check_inputs, check_specs, run_train
 from grassflow.pipeline.estimate import (
     Estimate,
     device_kind,
@@ -15,6 +14,7 @@ from grassflow.pipeline.estimate import (
     split_sizes,
     train_flops_per_token,
 )
+from grassflow.pipeline.presets import ConfigError, check_inputs, check_specs, run_train
 from grassflow.snli.config import HeadConfig
 
 BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding parameters

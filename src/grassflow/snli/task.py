@@ -1,7 +1,7 @@
 """SNLI (paper Table 3): the preset's `snli` part; its rules: workflow/rules/snli.smk."""
 
-from grassflow.snli.grid import check_snli, estimate, snli_runs
 from grassflow.pipeline.tasks import Task
+from grassflow.snli.grid import check_snli, estimate, snli_runs
 
 
 def _outputs(part: dict) -> list[str]:

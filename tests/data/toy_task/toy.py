@@ -26,8 +26,8 @@ def runs(name, p):
 
 
 def check(where, name, p):
-    from grassflow.pipeline.presets import ConfigError
     from grassflow.data import DataError
+    from grassflow.pipeline.presets import ConfigError
     from grassflow.recall.data import check_params
 
     d = p["toy"]["data"]
