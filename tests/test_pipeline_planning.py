@@ -60,6 +60,8 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert not any(r.startswith(("table1_paper", "table1_per_layer_lags-transformer", "table1_bias_empty-transformer"))
                    for r in trained)
     assert not any(r.startswith("table2") for r in trained)  # just the grid
+    # planning writes nothing of ours: the code index is kept when jobs run (onstart), not while parsing
+    assert not (work / ".snakemake" / "grassflow").exists()
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
 
 

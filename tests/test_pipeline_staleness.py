@@ -228,8 +228,8 @@ def test_editing_the_planning_of_the_tasks_plans_only_the_estimates_report(demo)
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):
-    """`grassflow plan --why`: a job planned after a code edit names the file; after a comment edit
-    nothing is planned."""
+    """`grassflow plan --why`: a job planned after a code edit names the file (its fingerprint's
+    per-file hashes were kept when the demo ran); after a comment edit nothing is planned."""
     import subprocess
     import sys
 

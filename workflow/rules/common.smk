@@ -17,7 +17,7 @@ from grassflow.pipeline.presets import (
 )
 from grassflow.recall.grid import recall_cells
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
-from grassflow.pipeline.staleness import CODE_INDEX, job_code, kind_code, remember
+from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
 from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
@@ -153,15 +153,18 @@ wildcard_constraints:
 # the code its job runs: its stage module's import closure (grassflow.pipeline.staleness), with of the
 # models' code only the kind the job runs, each file by its syntax tree, not its text. Edit a
 # file and exactly the jobs that run its code rerun: `python -m grassflow.pipeline.staleness <module>
-# --kinds <kind>` lists a job's files. Each fingerprint's per-file hashes are kept in
-# .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can name the files a
-# changed fingerprint changed in.
+# --kinds <kind>` lists a job's files. When jobs run (onstart, below), each fingerprint's per-file
+# hashes are kept in .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can
+# name the files a later edit changed.
 MODEL_KINDS = tuple(kind_code())
+CODE = {}  # fingerprint → {file: code hash}, of every fingerprint a param holds
 
 
 @functools.cache
 def code_of(module, *kinds):
-    return remember(job_code(module, kinds, Path(workflow.basedir)), Path(CODE_INDEX))
+    code = job_code(module, kinds, Path(workflow.basedir))
+    CODE[fingerprint(code)] = code
+    return fingerprint(code)
 
 
 # --- specs -------------------------------------------------------------------------------------
@@ -202,6 +205,7 @@ RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 
 
 onstart:
+    remember(CODE, Path(CODE_INDEX))
     # the runs' time limits and GPU slots are sized from K: a packing other than K is refused
     # before any job starts (Snakemake hands its --group-components to the workflow only here)
     for _group, _n in dict(workflow.group_settings.group_components).items():

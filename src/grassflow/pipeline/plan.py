@@ -65,29 +65,29 @@ def dry_run(project: Path, args: list[str]) -> list[dict]:
 FINGERPRINT = re.compile(r"\b[0-9a-f]{16}\b")
 
 
-def code_changes(before: str, now: str, index: Path) -> list[str] | None:
-    """The files whose code differs between two code fingerprints found in a params change (their
-    per-file hashes kept by grassflow.pipeline.staleness.remember), or None where a fingerprint's files
-    were not kept."""
-    from grassflow.pipeline.staleness import recalled
+def code_changes(before: str, index: Path, base: Path) -> list[str] | None:
+    """The files whose code differs now from when the job last ran, from the fingerprint found in
+    a params change (its per-file hashes kept when the job ran: grassflow.pipeline.staleness.remember);
+    None where they were not kept. An empty list: the job's import closure gained or lost a file."""
+    from grassflow.pipeline.staleness import code_hash, recalled
 
     old = [c for fp in FINGERPRINT.findall(before) if (c := recalled(fp, index)) is not None]
-    new = [c for fp in FINGERPRINT.findall(now) if (c := recalled(fp, index)) is not None]
-    if len(old) != 1 or len(new) != 1:
+    if len(old) != 1:
         return None
-    (old,), (new,) = old, new
-    return sorted(f for f in old.keys() | new.keys() if old.get(f) != new.get(f))
+    return sorted(f for f, h in old[0].items() if not (base / f).is_file() or code_hash(base / f) != h)
 
 
-def explain(reason: str, index: Path) -> list[str]:
+def explain(reason: str, index: Path, base: Path) -> list[str]:
     """Snakemake's reason for a job, read: a code change names its files, a spec file its change."""
     out = []
     for part in reason.split("; "):
         m = re.match(r"Params have changed since last execution: .*?before: (.*) now: (.*)$", part)
         if m:
-            changed = code_changes(m.group(1), m.group(2), index)
+            changed = code_changes(m.group(1), index, base)
             if changed:
                 out.append(f"code changed: {', '.join(changed)}")
+            elif changed == []:
+                out.append("code changed: its import closure gained or lost a file")
             elif FINGERPRINT.search(m.group(1)):
                 out.append(f"code changed (which files: not known, {index} lacks the previous fingerprint's)")
             else:
@@ -109,7 +109,7 @@ def why(project: Path, snakemake_args: list[str]) -> list[dict]:
     """Each job `snakemake -n` plans, with what made it stale (explain)."""
     from grassflow.pipeline.staleness import CODE_INDEX
 
-    return [{**job, "why": explain(job.get("reason", ""), project / CODE_INDEX)}
+    return [{**job, "why": explain(job.get("reason", ""), project / CODE_INDEX, project)}
             for job in dry_run(project, snakemake_args)]
 
 

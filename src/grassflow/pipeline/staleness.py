@@ -211,15 +211,15 @@ def fingerprint(code: dict[str, str]) -> str:
 CODE_INDEX = ".snakemake/grassflow/code"  # under the working directory: {fingerprint}.json per fingerprint
 
 
-def remember(code: dict[str, str], index: Path) -> str:
-    """The fingerprint of `code`, its per-file hashes kept as `index/<fingerprint>.json` (written
-    once, atomically: the Snakefile is parsed by many jobs at once on a cluster)."""
+def remember(codes: dict[str, dict[str, str]], index: Path) -> None:
+    """Keep each fingerprint's per-file hashes as `index/<fingerprint>.json` (once, atomically),
+    so that `grassflow plan --why` can name the files a later edit changed. Called when jobs are
+    about to run (the Snakefile's onstart), never while the workflow parses."""
     from grassflow.io import write_json
 
-    fp = fingerprint(code)
-    if not (index / f"{fp}.json").is_file():
-        write_json(index / f"{fp}.json", code)
-    return fp
+    for fp, code in codes.items():
+        if not (index / f"{fp}.json").is_file():
+            write_json(index / f"{fp}.json", code)
 
 
 def recalled(fp: str, index: Path) -> dict[str, str] | None:
