@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grassflow.pipeline.presets import config_errors, load_schema, runs, select_preset
+from grassflow.lm.grid import runs
+from grassflow.pipeline.presets import config_errors, load_schema, select_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"

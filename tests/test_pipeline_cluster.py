@@ -182,9 +182,10 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     equals the local demo's."""
     import signal
 
+    from grassflow.lm.grid import runs
     from grassflow.pipeline.estimate import job_estimate
     from grassflow.pipeline.plan import load_config
-    from grassflow.pipeline.presets import runs, select_preset
+    from grassflow.pipeline.presets import select_preset
     from grassflow.recall.grid import recall_runs
     from grassflow.snli.grid import snli_runs
 
@@ -300,9 +301,10 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     snakemake-executor-plugin-slurm#469). One allocation is cancelled once both of its runs have
     a checkpoint: it is retried with a longer limit and both runs resume. Table 1 equals the local run's."""
 
+    from grassflow.lm.grid import runs
     from grassflow.pipeline.estimate import job_estimate
     from grassflow.pipeline.plan import load_config
-    from grassflow.pipeline.presets import runs, select_preset
+    from grassflow.pipeline.presets import select_preset
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)

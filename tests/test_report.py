@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from grassflow.checkpoint import state_sha256
+from grassflow.lm.grid import ablation_runs, runs
 from grassflow.lm.unigram import unigram_ppl
-from grassflow.pipeline.presets import ablation_runs, runs
 from grassflow.report.ablations import receptive_field
 from grassflow.report.setup import data_label, load_published, not_comparable
 from specs import PUBLISHED

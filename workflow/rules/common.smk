@@ -6,15 +6,8 @@ import re
 import sys
 from pathlib import Path
 
-from grassflow.pipeline.presets import (
-    ablation_runs,
-    exec_resources,
-    fused_groups,
-    main_run_ids,
-    run_train,
-    select_preset,
-    tokenizer_spec,
-)
+from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids, tokenizer_spec
+from grassflow.pipeline.presets import exec_resources, run_train, select_preset
 from grassflow.recall.grid import recall_cells
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember

@@ -173,33 +173,7 @@ def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int
     return Estimate(seconds, 0, memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
 
 
-# --- a pipeline job's estimate, from its rule and spec -------------------------------------------------
-TOKENIZER_VOCAB = {"bert-base-uncased": 30522, "gpt2": 50257}
-
-
-def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
-    """({split: tokens} as training and evaluation read them, vocabulary, where from)."""
-    data, tok = preset["data"], preset["tokenizer"]
-    dataset = "synthetic" if data["source"] == "synthetic" else data.get("name", "")
-    sizes, source = split_sizes("lm", dataset, tok["name"], files)
-    cut = data.get("eval_max_tokens")
-    if cut:
-        sizes = {s: (min(n, cut) if s != "train" else n) for s, n in sizes.items()}
-    vocab = tok.get("vocab_size") or TOKENIZER_VOCAB.get(tok["name"], 30522)
-    if files and Path(files["train"]).is_file():
-        from grassflow.data.sources import token_meta
-
-        vocab = token_meta(files["train"])["vocab_size"]
-    return sizes, vocab, source
-
-
-# Each task's estimate hook (its declaration's `estimate`): (stage, spec, preset, settings, token
-# files) → (Estimate, where the data sizes came from).
-def lm_job(stage, spec, preset, settings, files):
-    sizes, vocab, source = lm_sizes(preset, files)
-    return (lm_train if stage == "train" else lm_evaluate)(spec, sizes, vocab, settings), source
-
-
+# --- a pipeline job's estimate, from its rule and spec (each task's hook: its grid's `estimate`) ---------
 def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
                  files: dict | None = None) -> Estimate:
     """The estimate of one job of `rule` (a run's train or evaluate job of any task:

@@ -178,7 +178,8 @@ def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
 
 def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
          measured=False) -> list[dict]:
-    from grassflow.pipeline.presets import fused_groups, select_preset
+    from grassflow.lm.grid import fused_groups
+    from grassflow.pipeline.presets import select_preset
 
     config = load_config(project, configfiles, preset)
     name, P = select_preset(config)

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import sys
 from pathlib import Path
 
 from grassflow.errors import ConfigError  # noqa: F401  (raised here; re-exported for callers)
-from grassflow.io import spec_hash
-from grassflow.lm.data import map_unk
-from grassflow.models.config import ModelConfig
 from grassflow.pipeline.schema import dataclass_schema
 
 
@@ -171,23 +167,6 @@ def check_specs(where: str, specs: dict, build) -> None:
             raise ConfigError(f"{where} (run {run_id}): {e}") from None
 
 
-def check_lm(where: str, name: str, p: dict) -> None:
-    # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
-    check_inputs(where, p, "data")
-    if map_unk(p) and p["tokenizer"]["name"] == "gpt2":
-        raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
-                          "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
-    check_ablations(where, p)
-    check_specs(where, runs(name, p), lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": 1}))
-
-
-def check_ablations(where: str, p: dict) -> None:
-    a = p.get("ablations")
-    if a and a["base"] not in p["experiments"]:
-        raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
-                          f"({sorted(p['experiments'])})")
-
-
 def check_inputs(where: str, part: dict, data_key: str) -> None:
     """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a trained one)."""
     tok = part["tokenizer"]
@@ -200,12 +179,6 @@ def check_inputs(where: str, part: dict, data_key: str) -> None:
         raise ConfigError(f"{where}.data.synthetic: required when {data_key}.source is 'synthetic'")
 
 
-def tokenizer_spec(p: dict) -> dict:
-    """The section the LM's tokenize stage runs: the tokenizer, map_unk resolved, and the cut of the
-    evaluation splits."""
-    return {**p["tokenizer"], "map_unk": map_unk(p), "eval_max_tokens": p["data"].get("eval_max_tokens")}
-
-
 GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")
 
 
@@ -215,54 +188,9 @@ def own_keys(kind: str, model: dict) -> dict:
     return {k: v for k, v in model.items() if k not in other}
 
 
-def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict) -> dict:
-    """The spec of one language-model run: everything it depends on, and nothing else, so
-    that editing one model's settings (or one ablation variant) changes only those specs."""
-    e = p["experiments"][exp]
-    model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
-                            "n_layers": e["n_layers"], "context_len": e["context_len"]})
-    return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
-            "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]},
-            "tokenizer": p["tokenizer"]["name"]}
-
-
-def _content(spec: dict) -> str:
-    return spec_hash({k: v for k, v in spec.items() if k != "run_id"})
-
-
-def main_run_ids(p: dict) -> list[str]:
-    """The main tables' runs: experiment × model × seed."""
-    return [f"{exp}-{kind}-s{seed}" for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
-
-
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
 # (the rules hand compile, compile_mode and trackers to the training jobs as resources: exec_resources).
 EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu", "fuse_seeds")
-
-# train.device -> whether train.fuse_seeds `auto` fuses there, from `python -m grassflow.bench`
-# (fused rows). CPU: no faster per member (reports/bench/bench-cpu.md); CUDA: not yet measured
-# (a GPU default is only what ran on one); train.device auto: unknown where the jobs land.
-FUSE_WINS = {"cpu": False, "cuda": False}
-
-
-def fused_groups(p: dict, run_specs: dict[str, dict]) -> dict[str, list[str]]:
-    """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
-    group id g, the runs g-s<seed> for each of the preset's seeds, whose specs differ only in
-    their seed and run id. Ablation runs of other seeds train one by one."""
-    train = p["train"]
-    if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
-        return {}
-    if len(p["seeds"]) < 2:
-        return {}
-    groups = {}
-    for g in dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs):
-        members = [f"{g}-s{seed}" for seed in p["seeds"]]
-        if all(m in run_specs for m in members) and len({json.dumps(
-                {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
-                for m in members}) == 1:
-            groups[g] = members
-    return groups
-
 
 def exec_resources(train: dict) -> dict:
     """A train section's execution keys as the training rules' resources (strings)."""
@@ -273,42 +201,3 @@ def exec_resources(train: dict) -> dict:
 def run_train(train: dict) -> dict:
     """A preset's train section as a run spec holds it (without the execution keys)."""
     return {k: v for k, v in train.items() if k not in EXECUTION_KEYS}
-
-
-def runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec}: experiment × model × seed, then the ablation grid's runs that are not
-    already among them (see ablation_runs)."""
-    out = {}
-    for exp in p.get("experiments") or {}:
-        for kind in p["models"]:
-            for seed in p["seeds"]:
-                spec = _run_spec(name, p, exp, kind, seed, {})
-                out[spec["run_id"]] = spec
-    for variant in ablation_runs(name, p, out).values():
-        for specs in variant.values():
-            for spec in specs:
-                out.setdefault(spec["run_id"], spec)
-    return out
-
-
-def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:
-    """{variant: {model: [spec per seed]}} of the preset's `ablations` section: each variant's
-    switches applied to the base experiment, for both models where a switch applies. A run
-    whose spec equals another's is that run (the `paper` variant is the main table's runs; a
-    Transformer is the same under a Grassmann-only switch): it is trained once."""
-    a = p.get("ablations")
-    if not a:
-        return {}
-    by_content = {_content(s): s["run_id"] for s in (main or {}).values()}
-    out = {}
-    for variant, switches in a["variants"].items():
-        out[variant] = {}
-        for kind in p["models"]:
-            specs = []
-            for seed in a["seeds"]:
-                spec = _run_spec(name, p, a["base"], kind, seed, switches or {})
-                key = _content(spec)
-                spec["run_id"] = by_content.setdefault(key, f"{a['base']}_{variant}-{kind}-s{seed}")
-                specs.append(spec)
-            out[variant][kind] = specs
-    return out

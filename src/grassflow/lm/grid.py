@@ -1,0 +1,146 @@
+"""The language-modelling runs (Tables 1-2 and the ablation grid), their checks and their
+estimate: planning code (the LM's declaration, lm/task.py, names these). What it decides reaches a
+job through the job's spec file, so no job's code fingerprint holds this file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grassflow.io import spec_hash
+from grassflow.lm.data import map_unk
+from grassflow.models.config import ModelConfig
+from grassflow.pipeline.estimate import lm_evaluate, lm_train, split_sizes
+from grassflow.pipeline.presets import ConfigError, check_inputs, check_specs, own_keys, run_train
+
+
+def check_lm(where: str, name: str, p: dict) -> None:
+    # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
+    check_inputs(where, p, "data")
+    if map_unk(p) and p["tokenizer"]["name"] == "gpt2":
+        raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
+                          "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
+    check_ablations(where, p)
+    check_specs(where, runs(name, p), lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": 1}))
+
+
+def check_ablations(where: str, p: dict) -> None:
+    a = p.get("ablations")
+    if a and a["base"] not in p["experiments"]:
+        raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
+                          f"({sorted(p['experiments'])})")
+
+
+def tokenizer_spec(p: dict) -> dict:
+    """The section the LM's tokenize stage runs: the tokenizer, map_unk resolved, and the cut of the
+    evaluation splits."""
+    return {**p["tokenizer"], "map_unk": map_unk(p), "eval_max_tokens": p["data"].get("eval_max_tokens")}
+
+
+def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict) -> dict:
+    """The spec of one language-model run: everything it depends on, and nothing else, so
+    that editing one model's settings (or one ablation variant) changes only those specs."""
+    e = p["experiments"][exp]
+    model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
+                            "n_layers": e["n_layers"], "context_len": e["context_len"]})
+    return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
+            "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]},
+            "tokenizer": p["tokenizer"]["name"]}
+
+
+def _content(spec: dict) -> str:
+    return spec_hash({k: v for k, v in spec.items() if k != "run_id"})
+
+
+def main_run_ids(p: dict) -> list[str]:
+    """The main tables' runs: experiment × model × seed."""
+    return [f"{exp}-{kind}-s{seed}" for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
+
+
+# train.device -> whether train.fuse_seeds `auto` fuses there, from `python -m grassflow.bench`
+# (fused rows). CPU: no faster per member (reports/bench/bench-cpu.md); CUDA: not yet measured
+# (a GPU default is only what ran on one); train.device auto: unknown where the jobs land.
+FUSE_WINS = {"cpu": False, "cuda": False}
+
+
+def fused_groups(p: dict, run_specs: dict[str, dict]) -> dict[str, list[str]]:
+    """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
+    group id g, the runs g-s<seed> for each of the preset's seeds, whose specs differ only in
+    their seed and run id. Ablation runs of other seeds train one by one."""
+    train = p["train"]
+    if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
+        return {}
+    if len(p["seeds"]) < 2:
+        return {}
+    groups = {}
+    for g in dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs):
+        members = [f"{g}-s{seed}" for seed in p["seeds"]]
+        if all(m in run_specs for m in members) and len({json.dumps(
+                {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
+                for m in members}) == 1:
+            groups[g] = members
+    return groups
+
+
+def runs(name: str, p: dict) -> dict[str, dict]:
+    """{run_id: spec}: experiment × model × seed, then the ablation grid's runs that are not
+    already among them (see ablation_runs)."""
+    out = {}
+    for exp in p.get("experiments") or {}:
+        for kind in p["models"]:
+            for seed in p["seeds"]:
+                spec = _run_spec(name, p, exp, kind, seed, {})
+                out[spec["run_id"]] = spec
+    for variant in ablation_runs(name, p, out).values():
+        for specs in variant.values():
+            for spec in specs:
+                out.setdefault(spec["run_id"], spec)
+    return out
+
+
+def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:
+    """{variant: {model: [spec per seed]}} of the preset's `ablations` section: each variant's
+    switches applied to the base experiment, for both models where a switch applies. A run
+    whose spec equals another's is that run (the `paper` variant is the main table's runs; a
+    Transformer is the same under a Grassmann-only switch): it is trained once."""
+    a = p.get("ablations")
+    if not a:
+        return {}
+    by_content = {_content(s): s["run_id"] for s in (main or {}).values()}
+    out = {}
+    for variant, switches in a["variants"].items():
+        out[variant] = {}
+        for kind in p["models"]:
+            specs = []
+            for seed in a["seeds"]:
+                spec = _run_spec(name, p, a["base"], kind, seed, switches or {})
+                key = _content(spec)
+                spec["run_id"] = by_content.setdefault(key, f"{a['base']}_{variant}-{kind}-s{seed}")
+                specs.append(spec)
+            out[variant][kind] = specs
+    return out
+
+
+TOKENIZER_VOCAB = {"bert-base-uncased": 30522, "gpt2": 50257}
+
+
+def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
+    """({split: tokens} as training and evaluation read them, vocabulary, where from)."""
+    data, tok = preset["data"], preset["tokenizer"]
+    dataset = "synthetic" if data["source"] == "synthetic" else data.get("name", "")
+    sizes, source = split_sizes("lm", dataset, tok["name"], files)
+    cut = data.get("eval_max_tokens")
+    if cut:
+        sizes = {s: (min(n, cut) if s != "train" else n) for s, n in sizes.items()}
+    vocab = tok.get("vocab_size") or TOKENIZER_VOCAB.get(tok["name"], 30522)
+    if files and Path(files["train"]).is_file():
+        from grassflow.data.sources import token_meta
+
+        vocab = token_meta(files["train"])["vocab_size"]
+    return sizes, vocab, source
+
+
+def estimate(stage, spec, preset, settings, files):
+    """The LM's estimate hook: (Estimate, where the data sizes came from) of one train or evaluate job."""
+    sizes, vocab, source = lm_sizes(preset, files)
+    return (lm_train if stage == "train" else lm_evaluate)(spec, sizes, vocab, settings), source
