@@ -171,7 +171,7 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     block of the rule that writes every job's spec (Snakemake's code trigger)."""
     from pipeline import COMMENT_EDIT, replaced
 
-    for f in ("job.py", "config.py", "loop.py", "tasks.py", "models/grassmann.py"):
+    for f in ("job.py", "pipeline/presets.py", "loop.py", "pipeline/tasks.py", "models/grassmann.py"):
         with edited(demo / "src/grassflow" / f, COMMENT_EDIT):
             assert planned(demo) == Counter(), f
     with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
@@ -182,8 +182,9 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
         assert planned(demo) == Counter()
     # planning code: what it decides reaches jobs through their specs; the estimates report runs it
-    with edited(demo / "src/grassflow/pipeline/presets.py"):
-        assert set(planned(demo)) <= {("estimates", None)}
+    for f in ("pipeline/presets.py", "lm/grid.py"):
+        with edited(demo / "src/grassflow" / f):
+            assert set(planned(demo)) <= {("estimates", None)}, f
 
 
 def test_editing_one_task_plans_none_of_anothers_runs(demo):

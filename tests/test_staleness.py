@@ -211,7 +211,8 @@ def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
     planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/plan.py",
-                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/pipeline/tasks.py",
+                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/lm/grid.py",
+                "src/grassflow/pipeline/tasks.py",
                 "src/grassflow/cli.py"}
     lm = files("grassflow.lm.train", "grassmann") | files("grassflow.lm.evaluate", "transformer")
     assert not planning & lm
