@@ -194,7 +194,7 @@ def test_job_command_lines_are_short_and_can_be_pasted_to_rerun_a_job(demo, tmp_
     commands = [c for c in re.findall(r"^Shell command: (.+)$", out, re.M) if c != "None"]
     assert len(commands) >= 50 and max(map(len, commands)) < 700, max(commands, key=len)
     assert not [c for c in commands if "{" in c or "'" in c], "JSON on a command line"
-    (table1,) = [c for c in commands if " aggregate " in c and "--experiment table1 " in c]
+    (table1,) = [c for c in commands if "grassflow.report.aggregate " in c and "--experiment table1 " in c]
     assert "--preset results/demo/specs/aggregate/table1.json" in table1
     work = tmp_path / "copy"
     shutil.copytree(demo, work, symlinks=True)
