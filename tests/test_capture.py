@@ -27,11 +27,13 @@ from grassflow import train_step as ts
 from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import fit, lr_at, make_optimizer, set_lr
 from grassflow.models import ModelConfig, build_model
+from grassflow.train_config import TrainConfig
 from host_syncs import HostSyncs
 from specs import LM_SPEC
 
 CPU = torch.device("cpu")
-TCFG = {**LM_SPEC["train"], "lr": 3e-3, "warmup_frac": 0.5, "grad_clip": 0.5}
+TCFG_DICT = {**LM_SPEC["train"], "lr": 3e-3, "warmup_frac": 0.5, "grad_clip": 0.5}  # a spec's train section
+TCFG = TrainConfig.from_dict(TCFG_DICT)
 
 
 class Recorder(TorchDispatchMode):
@@ -111,7 +113,7 @@ def _rehearse(kind, region=None, steps=3):
     assert impl == "fused"
     losses = ts.EpochLoss(CPU)
     losses.reset([0.0], 0)
-    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG["grad_clip"], CPU, losses, static=True)
+    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, static=True)
     rehearsal = Rehearsal()
     step.region_context = rehearsal
     if region is not None:
@@ -200,7 +202,7 @@ def _plain_steps(kind, n):
         loss = task.loss(model, task.batch(0, i))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), TCFG["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), TCFG.grad_clip)
         opt.step()
         total += loss.item()
     return model, total
@@ -217,7 +219,7 @@ def test_the_step_written_for_capture_trains_exactly_as_the_eager_step(kind):
     opt, _ = make_optimizer(model, TCFG, CPU)
     losses = ts.EpochLoss(CPU)
     losses.reset([0.0], 0)
-    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG["grad_clip"], CPU, losses, static=True)
+    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, static=True)
     for i in range(n):
         set_lr(opt, lr_at(i, n, TCFG))
         step(task.batch(0, i))
@@ -243,7 +245,7 @@ def test_a_non_finite_loss_is_found_at_its_step_by_the_device_counter():
 
 def test_graph_is_refused_off_cuda(tmp_path):
     model = _model("transformer")
-    spec = {"run_id": "t", "train": {**TCFG, "epochs": 1, "max_steps_per_epoch": 1, "checkpoint_every": 0,
+    spec = {"run_id": "t", "train": {**TCFG_DICT, "epochs": 1, "max_steps_per_epoch": 1, "checkpoint_every": 0,
                                      "log_every": 10}}
     with pytest.raises(ValueError, match="train.compile: graph captures CUDA graphs; this run is on cpu"):
         fit(model, _task(model), spec, tmp_path, CPU, header={}, execution={"compile": "graph"})

@@ -188,6 +188,26 @@ def test_model_and_head_schemas_are_generated_from_their_dataclasses():
         HeadConfig(window=1, stride=1)
 
 
+def test_each_train_default_is_stated_once_by_train_config():
+    """The train section's defaults are TrainConfig's, the one place they are written: the YAML
+    schema states none, the loaded schema has each (so the presets and run specs hold them), and
+    the loop reads a spec's section through TrainConfig (a key it lacks: the same default)."""
+    from dataclasses import MISSING, fields
+
+    from grassflow.train_config import TrainConfig
+
+    raw = yaml.safe_load(SCHEMA.read_text())["$defs"]["train"]["properties"]
+    assert not [k for k, v in raw.items() if "default" in v]
+    loaded = load_schema(SCHEMA)["$defs"]["train"]["properties"]
+    stated = {f.name: f.default for f in fields(TrainConfig) if f.default is not MISSING}
+    assert set(stated) == set(loaded)  # every key of the section, and no other, has its default there
+    assert {k: v["default"] for k, v in loaded.items()} == {k: list(v) if isinstance(v, tuple) else v
+                                                           for k, v in stated.items()}
+    assert TrainConfig.from_dict({"epochs": 1, "batch_size": 2}).log_every == stated["log_every"]
+    with pytest.raises(ValueError, match=r"train: unknown key\(s\) \['lr_max'\]"):
+        TrainConfig.from_dict({"epochs": 1, "batch_size": 2, "lr_max": 1.0})
+
+
 def test_defaults_are_filled_before_the_semantic_checks():
     """The semantic checks and the run specs read every key: a preset that leaves the recall
     model's sizes to the schema gets the schema's defaults in its specs."""

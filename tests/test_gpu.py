@@ -99,9 +99,10 @@ def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
 
     from grassflow.lm.train import LanguageModelObjective
     from grassflow.loop import lr_at, make_optimizer, set_lr
+    from grassflow.train_config import TrainConfig
     from grassflow.train_step import WARMUP, EpochLoss, TrainStep
 
-    tcfg = {"lr": 3e-3, "warmup_frac": 0.3, "min_lr_frac": 0.1, "weight_decay": 0.01, "betas": [0.9, 0.95]}
+    tcfg = TrainConfig(epochs=1, batch_size=8, lr=3e-3, warmup_frac=0.3, min_lr_frac=0.1, weight_decay=0.01)
     ids = np.arange(20_000) % 197
     runs = {}
     for capture in (False, True):

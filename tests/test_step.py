@@ -28,6 +28,7 @@ from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.plucker import plucker_mix
 from grassflow.ops.plucker.function import _has_offsets
 from grassflow.ops.plucker.kernel_stages import KernelStages
+from grassflow.train_config import TrainConfig
 from host_syncs import HostSyncs
 from margins import close, within
 from procs import import_or_skip
@@ -154,7 +155,7 @@ def test_last_finite_loss_is_the_mean_before_the_bad_step(tmp_path):
 
 def test_fused_adamw_lr_is_a_tensor_set_in_place_and_survives_a_checkpoint():
     model = torch.nn.Linear(3, 2)
-    opt, impl = make_optimizer(model, {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}, CPU)
+    opt, impl = make_optimizer(model, TrainConfig(epochs=1, batch_size=1, lr=1e-3, weight_decay=0.1), CPU)
     assert impl == "fused" and opt.defaults["fused"]
     lr = opt.param_groups[0]["lr"]
     set_lr(opt, 5e-4)
@@ -162,7 +163,7 @@ def test_fused_adamw_lr_is_a_tensor_set_in_place_and_survives_a_checkpoint():
     model(torch.ones(1, 3)).sum().backward()
     opt.step()
     saved = opt.state_dict()
-    again, _ = make_optimizer(model, {"lr": 1.0, "betas": [0.9, 0.95], "weight_decay": 0.1}, CPU)
+    again, _ = make_optimizer(model, TrainConfig(epochs=1, batch_size=1, lr=1.0, weight_decay=0.1), CPU)
     again.load_state_dict(saved)
     tensor_lr(again, CPU)
     assert all(isinstance(g["lr"], torch.Tensor) and g["lr"].item() == pytest.approx(5e-4) for g in again.param_groups)

@@ -44,6 +44,7 @@ from grassflow.io import atomic_path, spec_hash, write_json, write_text
 from grassflow.models import layers
 from grassflow.models.ensemble import member_state
 from grassflow.trackers import Trackers
+from grassflow.train_config import TrainConfig
 from grassflow.train_step import EpochLoss, GraphedForward, TrainStep
 
 
@@ -61,13 +62,13 @@ class Objective(Protocol):
     def score(self, row: dict) -> float: ...  # lower is better; selects the best weights
 
 
-def lr_at(step: int, total: int, cfg: dict) -> float:
-    warmup = max(1, int(cfg["warmup_frac"] * total))
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    warmup = max(1, int(cfg.warmup_frac * total))
     if step < warmup:
-        return cfg["lr"] * (step + 1) / warmup
+        return cfg.lr * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    floor = cfg["min_lr_frac"] * cfg["lr"]
-    return floor + (cfg["lr"] - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    floor = cfg.min_lr_frac * cfg.lr
+    return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def batch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -103,7 +104,7 @@ class StopRequest:
         self.signal = signal.Signals(signum).name
 
 
-def make_optimizer(model, tcfg: dict, device) -> tuple[torch.optim.AdamW, str]:
+def make_optimizer(model, tcfg: TrainConfig, device) -> tuple[torch.optim.AdamW, str]:
     """AdamW over the trainable parameters (no decay on biases and norms) and its
     implementation: `fused` (one kernel per step; its LR a device tensor updated in place, so
     a compiled or captured step never sees a new Python float) where fused_adamw() says so,
@@ -113,12 +114,12 @@ def make_optimizer(model, tcfg: dict, device) -> tuple[torch.optim.AdamW, str]:
     extra = 1 if layers.members(model) else 0
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra < 2]
-    groups = [{"params": decay, "weight_decay": tcfg["weight_decay"]},
+    groups = [{"params": decay, "weight_decay": tcfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     if fused_adamw(device):
-        lr = torch.tensor(float(tcfg["lr"]), dtype=torch.float32, device=device)
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(tcfg["betas"]), fused=True), "fused"
-    return torch.optim.AdamW(groups, lr=tcfg["lr"], betas=tuple(tcfg["betas"])), "default"
+        lr = torch.tensor(float(tcfg.lr), dtype=torch.float32, device=device)
+        return torch.optim.AdamW(groups, lr=lr, betas=tcfg.betas, fused=True), "fused"
+    return torch.optim.AdamW(groups, lr=tcfg.lr, betas=tcfg.betas), "default"
 
 
 def fused_adamw(device) -> bool:
@@ -195,7 +196,7 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     per run, how it ran)."""
     execution = {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})}
     E, work = len(runs), Path(work_dir)
-    tcfg = runs[0].spec["train"]
+    tcfg = TrainConfig.from_dict(runs[0].spec["train"])
     if E > 1 and (viewer is None or layers.members(model) != E):
         raise ValueError(f"fit_runs: {E} runs need an ensemble of {E} and a viewer model")
     viewer = model if E == 1 else viewer
@@ -206,9 +207,8 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
             stray.unlink()
     opt, opt_impl = make_optimizer(model, tcfg, device)
     compiled = Compiled(model, objective, execution["compile"], execution["compile_mode"], device, eval_model=viewer)
-    steps = min(objective.steps_per_epoch, tcfg.get("max_steps_per_epoch") or objective.steps_per_epoch)
-    total_steps = steps * tcfg["epochs"]
-    log_every = tcfg.get("log_every") or 50
+    steps = min(objective.steps_per_epoch, tcfg.max_steps_per_epoch or objective.steps_per_epoch)
+    total_steps = steps * tcfg.epochs
 
     h = spec_hash(runs[0].spec) if E == 1 else spec_hash({"runs": [r.spec for r in runs]})
     last = work / "last.pt"
@@ -277,14 +277,14 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
 
     trackers = [Trackers(execution["trackers"], r.spec, r.out_dir, fresh=state is None) for r in runs]
     losses = EpochLoss(device, E)
-    train_step = TrainStep(model, compiled.loss, opt, tcfg["grad_clip"], device, losses, capture=compiled.graph)
+    train_step = TrainStep(model, compiled.loss, opt, tcfg.grad_clip, device, losses, capture=compiled.graph)
     eval_model = GraphedForward(compiled.eval_model, device) if compiled.graph else compiled.eval_model
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
-    every = tcfg.get("checkpoint_every") or 0
+    every = tcfg.checkpoint_every
     label = runs[0].spec["run_id"] if E == 1 else f"{runs[0].spec['run_id']} (+{E - 1} fused)"
     try:
-        while pos["epoch"] < tcfg["epochs"] and running():
+        while pos["epoch"] < tcfg.epochs and running():
             model.train()
             t0 = time.perf_counter() - pos["seconds"]
             losses.reset(pos["loss_sum"], pos["step"])
@@ -307,7 +307,7 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
                 train_step(objective.batch(pos["epoch"], pos["step"]))
                 pos["step"] += 1
                 at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
-                if pos["step"] % log_every == 0 or pos["step"] == steps or at_checkpoint:
+                if pos["step"] % tcfg.log_every == 0 or pos["step"] == steps or at_checkpoint:
                     sync()
                     if not running():
                         break

@@ -17,6 +17,7 @@ from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.linear_ce import resolve as resolve_head_loss
 from grassflow.ops.plucker import cupy_backend
 from grassflow.runtime import autocast
+from grassflow.train_config import TrainConfig
 
 LAGS = (1, 2, 4, 8, 12, 16)
 
@@ -80,7 +81,7 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
     B = max(1, tokens // L)
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers,
                                           dropout=dropout, plucker_backend=backend)).to(device)
-    tcfg = {"lr": 1e-4, "betas": (0.9, 0.95), "weight_decay": 0.01}
+    tcfg = TrainConfig(epochs=1, batch_size=1, lr=1e-4)
     if optimizer == "train":
         opt, opt_impl = make_optimizer(model, tcfg, device)
     else:

@@ -15,9 +15,10 @@ from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import lr_at, make_optimizer, set_lr
 from grassflow.models import ModelConfig, build_model
 from grassflow.models.ensemble import stack
+from grassflow.train_config import TrainConfig
 from grassflow.train_step import EpochLoss, TrainStep
 
-TCFG = {"lr": 1e-3, "warmup_frac": 0.1, "min_lr_frac": 0.1, "weight_decay": 0.01, "betas": [0.9, 0.95]}
+TCFG = TrainConfig(epochs=1, batch_size=1, lr=1e-3, warmup_frac=0.1)
 
 
 def _seconds_per_step(device, kind, members, L, B, n_layers, vocab, steps, warmup=2) -> float:

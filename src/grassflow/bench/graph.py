@@ -22,9 +22,10 @@ from grassflow.models import ModelConfig, build_model
 from grassflow.ops.linear_ce import BACKENDS as HEAD_BACKENDS
 from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.runtime import autocast
+from grassflow.train_config import TrainConfig
 from grassflow.train_step import WARMUP, EpochLoss, TrainStep
 
-TCFG = {"lr": 1e-3, "warmup_frac": 0.1, "min_lr_frac": 0.1, "weight_decay": 0.01, "betas": [0.9, 0.95]}
+TCFG = TrainConfig(epochs=1, batch_size=1, lr=1e-3, warmup_frac=0.1)
 
 
 def _run(device, kind, L, B, n_layers, vocab, capture, steps, dropout, backend="auto"):

@@ -10,14 +10,17 @@ from __future__ import annotations
 import copy
 import importlib
 import sys
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from grassflow.errors import ConfigError  # noqa: F401  (raised here; re-exported for callers)
 from grassflow.pipeline.schema import dataclass_schema
+from grassflow.train_config import TrainConfig
 
 
 def load_schema(path) -> dict:
-    """The config schema, each `{generated: module:Class}` section built from its dataclass."""
+    """The config schema, each `{generated: module:Class}` section built from its dataclass, the
+    train section's defaults TrainConfig's."""
     import yaml
 
     from grassflow.pipeline.tasks import TASKS
@@ -30,6 +33,10 @@ def load_schema(path) -> dict:
             schema["$defs"].update(part.pop("$defs", {}))
             preset["properties"][t.part_key] = part
             preset["anyOf"].append({"required": [t.part_key]})
+    for f in fields(TrainConfig):  # the train section's defaults, each stated once: by TrainConfig
+        if f.default is not MISSING:
+            schema["$defs"]["train"]["properties"][f.name]["default"] = (
+                list(f.default) if isinstance(f.default, tuple) else f.default)
     for name, node in schema["$defs"].items():
         if isinstance(node, dict) and "generated" in node:
             module, cls = node["generated"].split(":")
