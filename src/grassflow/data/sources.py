@@ -90,3 +90,20 @@ def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None
     if expected and expected != digest:
         raise DataError(f"{key}: split {split!r} content sha256 {digest} does not match the expected "
                         f"{expected} ({key}.expected_sha256.{split}); the source changed or is corrupt")
+
+
+def download_main(download, module: str, doc: str, argv=None) -> int:
+    """A text corpus's download stage (the LM's, SNLI's: `python -m grassflow.<task>.download`):
+    its data section's train, validation and test splits by `download(data, split, path)`, their
+    records in checksums.json."""
+    from grassflow import job
+    from grassflow.io import write_json
+
+    p = job.parser(module, doc)
+    p.add_argument("--data", required=True, type=job.json_arg, help="its data section: " + job.JSON)
+    p.add_argument("--out-dir", required=True)
+    a = p.parse_args(argv)
+    out = Path(a.out_dir)
+    return job.run(lambda: write_json(out / "checksums.json", {
+        split: download(a.data, split, out / f"{split}.parquet") for split in ("train", "validation", "test")}))
+
