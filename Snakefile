@@ -4,22 +4,21 @@
 #   SNLI (paper Table 3: snli.smk); for presets with a `recall` part, multi-query associative
 #   recall (MQAR: recall.smk)
 # `snakemake --cores all` runs config.yaml's preset (paper); `--config preset=demo` the demo.
-import os
 import sys
+from pathlib import Path
 
 from snakemake.utils import min_version
 
-# This checkout's package, for this file and (through the environment, which cluster jobs
-# inherit and re-derive) every job, whatever else is installed. An environment variable, not a
-# rule param: a param holding this absolute path made every job look changed after the project
-# directory moved.
-_SRC = os.path.join(workflow.basedir, "src")
-sys.path.insert(0, _SRC)
-_PATH = os.environ.get("PYTHONPATH")
-if not _PATH or _PATH.split(os.pathsep)[0] != _SRC:  # set, not required: no envvars directive
-    os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (_SRC, _PATH) if p))
+import grassflow
+from grassflow.pipeline.presets import validate_or_exit
 
-from grassflow.pipeline.presets import validate_or_exit  # noqa: E402
+# The jobs run the installed package (`pip install -e .`, as make does), and their code
+# fingerprints hash this checkout's src/ (common.smk): the two must be the same files.
+if Path(grassflow.__file__).parent.resolve() != Path(workflow.basedir, "src", "grassflow").resolve():
+    sys.exit(
+        f"error: python imports grassflow from {Path(grassflow.__file__).parent}, not from this "
+        f"checkout's src/: run `pip install -e {workflow.basedir}` (make does), or set PYTHONPATH=src"
+    )
 
 min_version("9.0")
 

@@ -34,9 +34,11 @@ def copy_repo(dst: Path) -> Path:
     return dst
 
 
-def pipeline_env():
-    """The venv's snakemake first, offline; no PYTHONPATH: the Snakefile puts the copy's src/ first."""
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1"}
+def pipeline_env(work: Path) -> dict:
+    """The venv's snakemake first, offline, importing the copy's package (its src/ on PYTHONPATH:
+    the venv's is the repository's, and the Snakefile refuses a package that is not its own)."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(Path(work) / "src")}
 
 
 POOL_ENV = {"GRASSFLOW_GPUS": "0,1"}  # the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
@@ -46,13 +48,13 @@ def pool_flag(work, env) -> list[str]:
     """`grassflow gpus`'s flag for the stand-in pool and the demo's train.runs_per_gpu overlay."""
     return subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
                            str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
-                          env={**pipeline_env(), "PYTHONPATH": str(work / "src"), **env}).stdout.split()
+                          env={**pipeline_env(work), **env}).stdout.split()
 
 
 def snakemake(cwd, *args, check=True, preset="demo", env=None):
     # --config last: a target right after it would be read as a config entry
     res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *args, "--config", f"preset={preset}"],
-                         cwd=cwd, env={**pipeline_env(), **(env or {})}, capture_output=True, text=True, timeout=2700)
+                         cwd=cwd, env={**pipeline_env(cwd), **(env or {})}, capture_output=True, text=True, timeout=2700)
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
     return res

@@ -121,6 +121,25 @@ def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
     assert expected in out and "Traceback" not in out and 'File "' not in out
 
 
+def test_a_checkout_whose_package_is_not_the_one_python_imports_is_refused(tmp_path):
+    """The Snakefile injects nothing into sys.path or PYTHONPATH: the jobs run the package python
+    imports (installed with `pip install -e .`), and the code fingerprints hash the checkout's
+    src/. A copy of the project planned with the venv's package (this checkout's) is refused
+    before any job, naming both places and the fix; with its own src/ on PYTHONPATH it plans."""
+    from pipeline import copy_repo, pipeline_env
+
+    work = copy_repo(tmp_path)
+    env = {**pipeline_env(work), "PYTHONPATH": ""}
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "-n", "--cores", "1", "--config", "preset=demo"]
+    res = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and f"python imports grassflow from {SRC}, not from this checkout's src/" in out, out
+    assert f"pip install -e {work}" in out and "Traceback" not in out
+    assert not (work / "results").exists()
+    res = subprocess.run(cmd, cwd=work, env=pipeline_env(work), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
 def test_paper_preset_holds_the_full_snli_grid():
     from grassflow.snli.config import HeadConfig
     from grassflow.snli.grid import snli_runs

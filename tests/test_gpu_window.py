@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def _window(work, out, deadline=3000):
-    env = {**pipeline_env(), "PY": str(BIN / "python"), "PRESET": "demo", "TARGETS": "table1",
+    env = {**pipeline_env(work), "PY": str(BIN / "python"), "PRESET": "demo", "TARGETS": "table1",
            "CONFIGFILES": "config.yaml", "PREFLIGHT": "results/demo/preflight/cpu_auto.json", "DEADLINE": str(deadline),
            "THREADS": "1", "PROFILE_ARGS": "--device cpu --quick", "BENCH_ARGS": "--device cpu --quick --parts fused",
            "OUT": str(out)}

@@ -191,7 +191,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)
-    env = pipeline_env()
+    env = pipeline_env(work)
     seen, cancelled, timed, limit_before = {}, {}, {}, {}
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 
@@ -309,10 +309,10 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     work = copy_repo(tmp_path)
     profile = site_profile(work)
     (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
-    env = pipeline_env()
+    env = pipeline_env(work)
     flag = subprocess.run([str(BIN / "python"), "-m", "grassflow", "gpus", "--slurm", "--preset", "demo",
                            "--configfile", str(work / "pool.yaml")], cwd=work, capture_output=True, text=True,
-                          check=True, env={**env, "PYTHONPATH": str(work / "src")}).stdout.split()
+                          check=True, env=env).stdout.split()
     assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
     seen, cancelled = {}, {}
     before = set(scontrol_jobs())

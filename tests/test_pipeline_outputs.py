@@ -199,7 +199,7 @@ def test_job_command_lines_are_short_and_can_be_pasted_to_rerun_a_job(demo, tmp_
     work = tmp_path / "copy"
     shutil.copytree(demo, work, symlinks=True)
     (work / "results/demo/report/table1.csv").unlink()
-    subprocess.run(["bash", "-c", table1], cwd=work, env={**pipeline_env(), "PYTHONPATH": str(work / "src")},
+    subprocess.run(["bash", "-c", table1], cwd=work, env=pipeline_env(work),
                    check=True, timeout=600)
     assert (work / "results/demo/report/table1.csv").read_bytes() == (demo / "results/demo/report/table1.csv").read_bytes()
 

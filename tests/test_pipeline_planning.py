@@ -37,7 +37,7 @@ def test_every_preset_is_lint_clean(tmp_path):
     """snakemake --lint (the snakemake-workflow-catalog's bar for a standardized workflow)."""
 
     work = copy_repo(tmp_path)
-    env = pipeline_env()
+    env = pipeline_env(work)
     for preset in yaml.safe_load((work / "config.yaml").read_text())["presets"]:
         res = subprocess.run([str(BIN / "snakemake"), "--lint", "--config", f"preset={preset}"], cwd=work, env=env,
                              capture_output=True, text=True, timeout=1200)
@@ -49,7 +49,7 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     size, each distinct run once: the `paper` variant is the main table's runs, and a
     Transformer under a Grassmann-only switch is the paper variant's Transformer."""
     work = copy_repo(tmp_path)
-    env = pipeline_env()
+    env = pipeline_env(work)
     res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -70,7 +70,7 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
     """`snakemake table1` (and table2, snli, ablations, recall): that table, its runs and their
     data, nothing else; on Wikitext-2 v1 without the hub (the local overlay), Table 1's 6 runs."""
     work = copy_repo(tmp_path)
-    env = pipeline_env()
+    env = pipeline_env(work)
 
     def stats(*args):
         res = subprocess.run([str(BIN / "snakemake"), *args, "-n", "--cores", "2"], cwd=work, env=env,
@@ -96,7 +96,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     local directory with `<unk>` mapped; bert-base-uncased read from its local copy instead of
     fetched."""
     work = copy_repo(tmp_path)
-    env = pipeline_env()
+    env = pipeline_env(work)
 
     def dry(*args):
         res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2", *args], cwd=work, env=env,
@@ -128,7 +128,7 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
     """`grassflow plan` on the demo and on the paper preset (dry): per rule the job counts of
     `snakemake -n`, the profile's partitions, device-hours for the training and evaluation rules."""
     work = copy_repo(tmp_path)
-    env = {**pipeline_env(), "PYTHONPATH": str(work / "src")}
+    env = pipeline_env(work)
     for preset in ("demo", "paper"):
         res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", preset], cwd=work, env=env,
                              capture_output=True, text=True, timeout=1800)
@@ -173,7 +173,7 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
     """The paper preset's hub tokenizers and backbone are fetched by localrules (on a cluster
     the login node has the internet); the jobs on compute nodes read the fetched files."""
     work = copy_repo(tmp_path)
-    env = pipeline_env()
+    env = pipeline_env(work)
     res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -196,7 +196,7 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
     rule's `benchmark:` names, to the rounding of the table."""
     import csv
 
-    env = {**pipeline_env(), "PYTHONPATH": str(demo / "src")}
+    env = pipeline_env(demo)
     res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--measured"], cwd=demo,
                          env=env, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -251,7 +251,7 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
     assert "--spec results/demo/specs/run/table1-grassmann-s0.json results/demo/specs/run/table1-grassmann-s1.json" \
         in snakemake(work, "results/demo/runs/table1-grassmann-s1/run.json", "-np", "--configfile", "overlay.yaml").stdout
     res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--configfile",
-                          str(work / "overlay.yaml")], cwd=work, env={**pipeline_env(), "PYTHONPATH": str(work / "src")},
+                          str(work / "overlay.yaml")], cwd=work, env=pipeline_env(work),
                          capture_output=True, text=True, timeout=600)
     rows = plan_rows(res.stdout)
     assert rows["train_fused"][1] == "4" and rows["train_fused"][2] == "gpu" and float(rows["train_fused"][3]) > 0
@@ -274,7 +274,7 @@ def test_every_rule_is_a_named_block_you_can_grep():
     texts = [(ROOT / "Snakefile").read_text()] + [f.read_text() for f in sorted((ROOT / "workflow/rules").glob("*.smk"))]
     grepped = [name for text in texts for name in re.findall(r"(?m)^rule (\w+):", text)]
     res = subprocess.run([str(BIN / "snakemake"), "--list-rules", "--config", "preset=paper"], cwd=ROOT,
-                         env=pipeline_env(), capture_output=True, text=True, timeout=600)
+                         env=pipeline_env(ROOT), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     listed = [line.strip() for line in res.stdout.splitlines() if line.strip()]
     assert len(listed) > 25 and sorted(listed) == sorted(grepped) and len(set(grepped)) == len(grepped)

@@ -35,7 +35,7 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     assert {("evaluate", name) for name in redo} | {("aggregate", None)} <= set(jobs), jobs
     table = work / "results/demo/report/table1.csv"
     old_table = table.stat().st_mtime_ns
-    env = pipeline_env()
+    env = pipeline_env(work)
     proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     runs = [work / "results/demo/runs" / name for name in redo]

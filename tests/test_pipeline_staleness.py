@@ -238,7 +238,7 @@ def test_plan_why_names_the_files_whose_code_changed(demo):
 
     def why():
         res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--why", "--preset", "demo"], cwd=demo,
-                             env={**pipeline_env(), "PYTHONPATH": str(demo / "src")}, capture_output=True, text=True)
+                             env=pipeline_env(demo), capture_output=True, text=True)
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stdout
 

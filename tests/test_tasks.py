@@ -26,7 +26,7 @@ TOY_PRESET = {"description": "a toy fourth task",
 
 def _grassflow(work, *argv, check=True):
     res = subprocess.run([sys.executable, "-m", "grassflow", *argv], cwd=work, capture_output=True, text=True,
-                         env={**pipeline_env(), "PYTHONPATH": str(work / "src")})
+                         env=pipeline_env(work))
     assert not check or res.returncode == 0, res.stderr[-3000:]
     return res
 
@@ -50,7 +50,7 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
 
     # its table's job: its own stage module's command line
     res = subprocess.run([sys.executable, "-m", "grassflow.toy.toy", "--help"], cwd=work, capture_output=True,
-                         text=True, env={**pipeline_env(), "PYTHONPATH": str(work / "src")})
+                         text=True, env=pipeline_env(work))
     assert res.returncode == 0 and "--runs" in res.stdout, res.stderr[-2000:]
     # its part of the config: checked by its schema and its own check, each naming the key
     bad = _overlay(work, "bad", {"toy": {**TOY_PRESET["toy"], "epochs": 0}})

@@ -64,8 +64,8 @@ RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_RES = f"{RESULTS}/recall"
 RECALL_CELLS = recall_cells(RECALL) if RECALL else {}
 
-# Each rule's shell runs one stage module of this checkout's src/ (the Snakefile puts it first on
-# PYTHONPATH): `python -m grassflow.<task>.<stage>`, whose code its `code` param hashes (below).
+# Each rule's shell runs one stage module of the installed package (this checkout's src/: the
+# Snakefile checks): `python -m grassflow.<task>.<stage>`, whose code its `code` param hashes (below).
 # SNLI's run rules' {params.extra}: the backbone directory a run reads (snli_backbone_arg).
 
 # Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of
@@ -162,23 +162,44 @@ def code_of(module, *kinds):
 
 # --- specs -------------------------------------------------------------------------------------
 # What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
-# table reads), as a small JSON file that the local rule `spec` (specs.smk) writes when its
-# content changes: a job's command line stays short and can be pasted to rerun the job by hand,
-# and the job reruns when its spec file is rewritten, as it did when the JSON was its param.
-SPECS = {}  # name → canonical JSON; every name registered at parse time
+# table reads), as a small JSON file that the local rule `spec` (specs.smk) writes from
+# spec_objects() when its content changes: a job's command line stays short and can be pasted to
+# rerun the job by hand, and the job reruns when its spec file is rewritten.
+@functools.cache
+def spec_objects():
+    """Every spec file the rules read, by name (results/<preset>/specs/<name>.json)."""
+    families = {  # <family>/<key>: one per run, data cell, table or tokenizer
+        "run": RUNS,
+        "snli/run": SNLI_RUNS,
+        "recall/run": RECALL_RUNS,
+        "recall/data": RECALL_CELLS,
+        "aggregate": AGGREGATE_PRESETS,
+        "fetch_tokenizer": FETCH_TOKENIZERS,
+    }
+    return {
+        "data": PRESET_CFG.get("data"),
+        "tokenize": tokenizer_spec(PRESET_CFG) if LM else None,
+        "ablations/preset": ABLATIONS_PRESET,
+        "ablations/grid": ABLATIONS,
+        "estimates/preset": {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
+        "estimates/estimate": ESTIMATE,
+        "snli/backbone": SNLI.get("backbone"),
+        "snli/data": SNLI.get("data"),
+        "snli/tokenize": snli_tokenizer_spec(PRESET_CFG) if SNLI else None,
+        "snli/aggregate": aggregate_part(SNLI, "snli"),
+        "recall/aggregate": aggregate_part(RECALL, "recall"),
+        **{f"{fam}/{key}": obj for fam, objs in families.items() for key, obj in objs.items()},
+    }
 
 
-def spec(name, obj):
-    """The file of spec `name`, holding `obj`."""
-    SPECS[name] = json.dumps(obj, sort_keys=True, indent=1)
-    return f"{RESULTS}/specs/{name}.json"
+def spec_json(name):
+    """Spec `name`'s file content: canonical JSON."""
+    return json.dumps(spec_objects()[name], sort_keys=True, indent=1)
 
 
-def specs(name, objs, wildcard):
-    """The file pattern of one spec per key of `objs` (`<name>/<key>.json`), keyed by `wildcard`."""
-    for key, obj in objs.items():
-        spec(f"{name}/{key}", obj)
-    return f"{RESULTS}/specs/{name}/{{{wildcard}}}.json"
+def spec(name, wildcard=None):
+    """The file of spec `name`, or with `wildcard` the pattern of family `name`'s (<name>/<key>)."""
+    return f"{RESULTS}/specs/{name}/{{{wildcard}}}.json" if wildcard else f"{RESULTS}/specs/{name}.json"
 
 
 # --- preflight ---------------------------------------------------------------------------

@@ -6,11 +6,8 @@
 rule estimates:
     input:
         benchmarks=estimate_benchmarks(),
-        preset=spec(
-            "estimates/preset",
-            {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
-        ),
-        estimate=spec("estimates/estimate", ESTIMATE),
+        preset=spec("estimates/preset"),
+        estimate=spec("estimates/estimate"),
     output:
         md=report(f"{REPORT}/estimates.md", category="Summary", labels={"table": "estimates"}),
         csv=f"{REPORT}/estimates.csv",

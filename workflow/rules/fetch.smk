@@ -6,7 +6,7 @@
 
 rule fetch_tokenizer:
     input:
-        tokenizer=specs("fetch_tokenizer", FETCH_TOKENIZERS, "tok_name"),
+        tokenizer=spec("fetch_tokenizer", "tok_name"),
     output:
         fetched_tokenizer("{tok_name}"),
     log:

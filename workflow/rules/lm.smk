@@ -8,7 +8,7 @@
 
 rule download:
     input:
-        data=spec("data", PRESET_CFG.get("data")),
+        data=spec("data"),
     output:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
         checksums=f"{RAW}/checksums.json",
@@ -49,7 +49,7 @@ rule tokenize:
     input:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
         artifact=tokenizer_artifact(PRESET_CFG if LM else None, RESULTS),
-        tokenizer=spec("tokenize", tokenizer_spec(PRESET_CFG) if LM else None),
+        tokenizer=spec("tokenize"),
     output:
         expand(f"{TOKENS}/{{split}}.parquet", split=SPLITS),
     log:
@@ -71,7 +71,7 @@ rule documents:
     input:
         raw=[f"{RAW}/validation.parquet", f"{RAW}/test.parquet"],
         artifact=tokenizer_artifact(PRESET_CFG if LM else None, RESULTS),
-        tokenizer=spec("tokenize", tokenizer_spec(PRESET_CFG) if LM else None),
+        tokenizer=spec("tokenize"),
     output:
         [f"{TOKENS}/docs/validation.parquet", f"{TOKENS}/docs/test.parquet"],
     log:
@@ -91,7 +91,7 @@ rule documents:
 
 rule train:
     input:
-        spec=specs("run", RUNS, "run"),
+        spec=spec("run", "run"),
         train=f"{TOKENS}/train.parquet",
         val=f"{TOKENS}/validation.parquet",
         preflight=run_preflight("lm"),

@@ -5,7 +5,7 @@
 
 rule recall_data:
     input:
-        data=specs("recall/data", RECALL_CELLS, "recall_cell"),
+        data=spec("recall/data", "recall_cell"),
     output:
         expand(f"{RECALL_RES}/data/{{{{recall_cell}}}}/{{split}}.parquet", split=SPLITS),
     log:
@@ -21,7 +21,7 @@ rule recall_data:
 
 rule recall_train:
     input:
-        spec=specs("recall/run", RECALL_RUNS, "recall_run"),
+        spec=spec("recall/run", "recall_run"),
         train=recall_tokens("train"),
         val=recall_tokens("validation"),
         preflight=run_preflight("recall"),
@@ -90,7 +90,7 @@ rule recall_aggregate:
         records=task_run_outputs("recall", "run.json"),
         metrics=task_run_outputs("recall", "metrics.jsonl"),
         # its own part only, without execution keys: other tasks' edits leave its tables alone
-        preset=spec("recall/aggregate", aggregate_part(RECALL, "recall")),
+        preset=spec("recall/aggregate"),
     output:
         task_report("recall"),
     log:

@@ -55,7 +55,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
         # this experiment only: the other tables', the other tasks', ablation edits (and
         # train.threads) leave this table alone
-        preset=specs("aggregate", AGGREGATE_PRESETS, "exp"),
+        preset=spec("aggregate", "exp"),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
@@ -142,8 +142,8 @@ rule ablation_aggregate:
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
         # what the table reads of the preset: editing another experiment leaves it alone
-        preset=spec("ablations/preset", ABLATIONS_PRESET),
-        grid=spec("ablations/grid", ABLATIONS),
+        preset=spec("ablations/preset"),
+        grid=spec("ablations/grid"),
     output:
         tables=[
             report(

@@ -7,7 +7,7 @@
 
 rule snli_fetch_backbone:
     input:
-        backbone=spec("snli/backbone", SNLI.get("backbone")),
+        backbone=spec("snli/backbone"),
     output:
         directory(f"{SNLI_RES}/backbone/{{name}}"),
     log:
@@ -23,7 +23,7 @@ rule snli_fetch_backbone:
 
 rule snli_download:
     input:
-        data=spec("snli/data", SNLI.get("data")),
+        data=spec("snli/data"),
     output:
         raw=expand(f"{SNLI_RES}/data/raw/{{split}}.parquet", split=SPLITS),
         checksums=f"{SNLI_RES}/data/raw/checksums.json",
@@ -64,7 +64,7 @@ rule snli_tokenize:
     input:
         raw=expand(f"{SNLI_RES}/data/raw/{{split}}.parquet", split=SPLITS),
         artifact=tokenizer_artifact(SNLI, SNLI_RES),
-        tokenizer=spec("snli/tokenize", snli_tokenizer_spec(PRESET_CFG) if SNLI else None),
+        tokenizer=spec("snli/tokenize"),
     output:
         expand(f"{SNLI_TOKENS}/{{split}}.parquet", split=SPLITS),
     log:
@@ -84,7 +84,7 @@ rule snli_tokenize:
 
 rule snli_train:
     input:
-        spec=specs("snli/run", SNLI_RUNS, "snli_run"),
+        spec=spec("snli/run", "snli_run"),
         train=f"{SNLI_TOKENS}/train.parquet",
         val=f"{SNLI_TOKENS}/validation.parquet",
         preflight=run_preflight("snli"),
@@ -155,7 +155,7 @@ rule snli_aggregate:
         records=task_run_outputs("snli", "run.json"),
         metrics=task_run_outputs("snli", "metrics.jsonl"),
         # its own part only, without execution keys: other tasks' edits leave its tables alone
-        preset=spec("snli/aggregate", aggregate_part(SNLI, "snli")),
+        preset=spec("snli/aggregate"),
     output:
         task_report("snli"),
     log:

@@ -1,6 +1,5 @@
-# The spec files the rules read (common.smk `spec`): written where Snakemake runs, when missing
-# or when their content (the param) changed. The registry is read when a job is made, after every
-# rule file has registered its specs: this file may be included in any order.
+# The spec files the rules read (common.smk `spec`, their content spec_objects): written where
+# Snakemake runs, when missing or when their content (the param) changed.
 # Snakemake compares this rule's run block as code (its comments aside) when it plans: an edit
 # there, even to the log line, reruns every spec and so every job of the DAG. Keep it as it is.
 localrules:
@@ -13,7 +12,7 @@ rule spec:
     log:
         f"{RESULTS}/logs/spec/{{name}}.log",
     params:
-        content=lambda wc: SPECS[wc.name],
+        content=lambda wc: spec_json(wc.name),
     run:
         from grassflow.io import write_text
 
