@@ -14,9 +14,10 @@ from grassflow.pipeline.presets import validate_or_exit
 
 # The jobs run the installed package (`pip install -e .`, as make does), and their code
 # fingerprints hash this checkout's src/ (common.smk): the two must be the same files.
-if Path(grassflow.__file__).parent.resolve() != Path(workflow.basedir, "src", "grassflow").resolve():
+PACKAGE = Path(grassflow.__file__).parent
+if PACKAGE.resolve() != Path(workflow.basedir, "src", "grassflow").resolve():
     sys.exit(
-        f"error: python imports grassflow from {Path(grassflow.__file__).parent}, not from this "
+        f"error: python imports grassflow from {PACKAGE}, not from this "
         f"checkout's src/: run `pip install -e {workflow.basedir}` (make does), or set PYTHONPATH=src"
     )
 

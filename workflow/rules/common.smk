@@ -199,7 +199,11 @@ def spec_json(name):
 
 def spec(name, wildcard=None):
     """The file of spec `name`, or with `wildcard` the pattern of family `name`'s (<name>/<key>)."""
-    return f"{RESULTS}/specs/{name}/{{{wildcard}}}.json" if wildcard else f"{RESULTS}/specs/{name}.json"
+    return (
+        f"{RESULTS}/specs/{name}/{{{wildcard}}}.json"
+        if wildcard
+        else f"{RESULTS}/specs/{name}.json"
+    )
 
 
 # --- preflight ---------------------------------------------------------------------------
