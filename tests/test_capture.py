@@ -245,7 +245,7 @@ def test_a_non_finite_loss_is_found_at_its_step_by_the_device_counter():
 
 def test_graph_is_refused_off_cuda(tmp_path):
     model = _model("transformer")
-    spec = {"run_id": "t", "train": {**TCFG_DICT, "epochs": 1, "max_steps_per_epoch": 1, "checkpoint_every": 0,
+    spec = {**LM_SPEC, "run_id": "t", "train": {**TCFG_DICT, "epochs": 1, "max_steps_per_epoch": 1, "checkpoint_every": 0,
                                      "log_every": 10}}
     with pytest.raises(ValueError, match="train.compile: graph captures CUDA graphs; this run is on cpu"):
         fit(model, _task(model), spec, tmp_path, CPU, header={}, execution={"compile": "graph"})

@@ -255,3 +255,43 @@ def test_snli_head_ffn_is_settable_and_reaches_the_runs():
     assert config_errors(cfg, SCHEMA) == []
     specs = snli_runs(*select_preset(cfg))
     assert specs and all(s["head"]["ffn"] is False for s in specs.values())
+
+
+def test_every_run_spec_of_every_preset_reads_as_a_run_spec():
+    """What the jobs read of a spec file: every run of every task of every preset, as a RunSpec
+    whose train section is a TrainConfig and whose record is the file's dict, unchanged."""
+    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.tasks import TASKS
+    from grassflow.run_spec import RunSpec
+    from grassflow.train_config import TrainConfig
+
+    seen = set()
+    for name in BASE["presets"]:
+        _, preset = select_preset(load_config(ROOT, preset=name))
+        for task in TASKS.values():
+            for run_id, spec in task.specs(name, preset).items():
+                rs = RunSpec.from_dict(spec)
+                assert isinstance(rs.train, TrainConfig) and rs.source is spec
+                assert (rs.run_id, rs.task, rs.seed, rs.train.epochs) == (run_id, task.name, spec["seed"],
+                                                                          spec["train"]["epochs"])
+                seen.add(task.name)
+    assert seen == set(TASKS)
+
+
+@pytest.mark.parametrize("edit, first", [
+    ({"bogus": 1}, "run spec t-grassmann-s0: unknown key(s) ['bogus']"),
+    ({"seed": None}, "run spec t-grassmann-s0: missing key(s) ['seed']"),
+    ({"train": {"epochs": 1, "batch_size": 2, "lrr": 3}}, "run spec t-grassmann-s0: train: unknown key(s) ['lrr']"),
+    ({"train": {"epochs": 1}}, "run spec t-grassmann-s0: train: missing key(s) ['batch_size']"),
+])
+def test_a_training_job_refuses_a_spec_with_a_bad_key_in_one_line(edit, first, capfd):
+    import json
+
+    from grassflow.lm.train import main
+    from specs import LM_SPEC
+
+    spec = {k: v for k, v in {**LM_SPEC, **edit}.items() if v is not None}
+    with pytest.raises(SystemExit) as e:
+        main(["--spec", json.dumps(spec), "--train-tokens", "t", "--val-tokens", "v", "--out-dir", "o"])
+    err = capfd.readouterr().err
+    assert e.value.code == 2 and first in err and len(err.strip().splitlines()) == 1, err

@@ -267,11 +267,12 @@ _spec = snli_spec
 
 
 def test_backbone_stays_frozen_and_out_of_checkpoints(snli_tokens, tmp_path):
+    from grassflow.run_spec import RunSpec
     from grassflow.snli.backbone import weights_sha256
     from grassflow.snli.train import build_classifier
 
     _, meta = read_token_pairs(snli_tokens / "train.parquet")
-    model, features = build_classifier(_spec({"kind": "backbone"}), meta)
+    model, features = build_classifier(RunSpec.from_dict(_spec({"kind": "backbone"})), meta)
     before = weights_sha256(model.backbone)
     assert features["weights_sha256"] == before
     model.train()

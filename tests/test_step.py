@@ -60,7 +60,7 @@ class Toy:
 
 
 def _toy_spec(**train):
-    return {"run_id": "toy", "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0, "log_every": 100,
+    return {**LM_SPEC, "run_id": "toy", "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0, "log_every": 100,
                                        "max_steps_per_epoch": None, **train}}
 
 
@@ -249,6 +249,7 @@ def test_lm_and_recall_losses_trace_without_graph_breaks(kind, switches):
                          ids=["scratch", "backbone"])
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
 def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
+    from grassflow.run_spec import RunSpec
     from grassflow.snli.data import read_token_pairs
     from grassflow.snli.train import SNLIObjective, build_classifier
     from specs import snli_spec
@@ -256,7 +257,7 @@ def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
     spec = snli_spec(features, kind=kind, head={"dropout": 0.0})  # backbone: a random DistilBERT
     train, meta = read_token_pairs(snli_tokens / "train.parquet")
     torch.manual_seed(0)
-    model, _ = build_classifier(spec, meta)
+    model, _ = build_classifier(RunSpec.from_dict(spec), meta)
     task = SNLIObjective(train, train, meta, model.cfg.pair_input, 8, 0, 8, CPU, "t", static=True)
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lambda b: task.loss(model, b))(task.batch(0, 0))

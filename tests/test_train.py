@@ -316,7 +316,7 @@ def test_max_steps_per_epoch_caps_every_epoch(tmp_path):
 
     model = torch.nn.Linear(3, 1)
     task = Counting()
-    spec = {"run_id": "cap", "train": {**SPEC["train"], "epochs": 2, "max_steps_per_epoch": 3, "checkpoint_every": 0}}
+    spec = {**SPEC, "run_id": "cap", "train": {**SPEC["train"], "epochs": 2, "max_steps_per_epoch": 3, "checkpoint_every": 0}}
     status, metrics, _ = fit(model, task, spec, tmp_path, torch.device("cpu"), header={})
     assert status == {"state": "completed"} and len(metrics) == 2
     assert task.calls == [(e, s) for e in range(2) for s in range(3)]

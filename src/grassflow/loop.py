@@ -43,6 +43,7 @@ from grassflow.compiled import Compiled
 from grassflow.io import atomic_path, spec_hash, write_json, write_text
 from grassflow.models import layers
 from grassflow.models.ensemble import member_state
+from grassflow.run_spec import RunSpec
 from grassflow.trackers import Trackers
 from grassflow.train_config import TrainConfig
 from grassflow.train_step import EpochLoss, GraphedForward, TrainStep
@@ -168,19 +169,20 @@ def load_trained(model, state: dict) -> None:
 class Run:
     """One run of a fit: its spec, its directory, and what config.json says of its weights."""
 
-    spec: dict
+    spec: RunSpec
     out_dir: Path
     header: dict
 
 
-def fit(model, objective: Objective, spec: dict, out_dir, device, header: dict,
+def fit(model, objective: Objective, spec: RunSpec | dict, out_dir, device, header: dict,
         execution: dict | None = None) -> tuple[dict, list[dict], dict]:
-    """Train `model` on `objective` per spec["train"]; return (status, metrics per epoch, how it
+    """Train `model` on `objective` per spec.train; return (status, metrics per epoch, how it
     ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
     to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
     spec): a checkpoint resumes under any of them."""
-    (status,), (metrics,), ran = fit_runs(model, objective, [Run(spec, Path(out_dir), header)], out_dir, device,
+    run = Run(RunSpec.of(spec), Path(out_dir), header)
+    (status,), (metrics,), ran = fit_runs(model, objective, [run], out_dir, device,
                                           execution=execution)
     return status, metrics, ran
 
@@ -196,7 +198,7 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     per run, how it ran)."""
     execution = {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})}
     E, work = len(runs), Path(work_dir)
-    tcfg = TrainConfig.from_dict(runs[0].spec["train"])
+    tcfg = runs[0].spec.train
     if E > 1 and (viewer is None or layers.members(model) != E):
         raise ValueError(f"fit_runs: {E} runs need an ensemble of {E} and a viewer model")
     viewer = model if E == 1 else viewer
@@ -210,7 +212,7 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     steps = min(objective.steps_per_epoch, tcfg.max_steps_per_epoch or objective.steps_per_epoch)
     total_steps = steps * tcfg.epochs
 
-    h = spec_hash(runs[0].spec) if E == 1 else spec_hash({"runs": [r.spec for r in runs]})
+    h = spec_hash(runs[0].spec.source) if E == 1 else spec_hash({"runs": [r.spec.source for r in runs]})
     last = work / "last.pt"
     best_states = [r.out_dir / "best_state.pt" for r in runs]
     state = load_checkpoint(last)
@@ -232,7 +234,7 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
         tensor_lr(opt, device)
         set_rng_state(state["rng"])
         pos, members = state["pos"], state["members"]
-        print(f"[train] resuming {', '.join(r.spec['run_id'] for r in runs)} at epoch {pos['epoch'] + 1}, "
+        print(f"[train] resuming {', '.join(r.spec.run_id for r in runs)} at epoch {pos['epoch'] + 1}, "
               f"step {pos['step']}", file=sys.stderr)
 
     def running() -> list[int]:
@@ -275,14 +277,14 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
             load_trained(viewer, member_state(model, e))
         return objective.validate(eval_model)
 
-    trackers = [Trackers(execution["trackers"], r.spec, r.out_dir, fresh=state is None) for r in runs]
+    trackers = [Trackers(execution["trackers"], r.spec.source, r.out_dir, fresh=state is None) for r in runs]
     losses = EpochLoss(device, E)
     train_step = TrainStep(model, compiled.loss, opt, tcfg.grad_clip, device, losses, capture=compiled.graph)
     eval_model = GraphedForward(compiled.eval_model, device) if compiled.graph else compiled.eval_model
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
     every = tcfg.checkpoint_every
-    label = runs[0].spec["run_id"] if E == 1 else f"{runs[0].spec['run_id']} (+{E - 1} fused)"
+    label = runs[0].spec.run_id if E == 1 else f"{runs[0].spec.run_id} (+{E - 1} fused)"
     try:
         while pos["epoch"] < tcfg.epochs and running():
             model.train()

@@ -4,6 +4,7 @@ the provenance record (run.json), and opening a run's best weights for evaluatio
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -17,26 +18,27 @@ from grassflow.io import sha256_file, spec_hash, write_json
 from grassflow.job import JSON, json_arg
 from grassflow.ops.plucker import resolve_backend
 from grassflow.provenance import git_state, machine, package_versions
+from grassflow.run_spec import RunSpec
 from grassflow.runtime import claim_device, configure_torch, device_name
 
 
-def run_record(spec, out, model, status, metrics, best, device, files, t_start, *, preflight=None, **extra) -> dict:
+def run_record(spec: RunSpec, out, model, status, metrics, best, device, files, t_start, *, preflight=None, **extra) -> dict:
     """run.json: what this run is, how it ended, and where every input came from (`files`:
     {split: (token file, its metadata)}); also the device asked for and the one used, the Plücker
     op backend that ran (what `auto` became) and the preflight record of the job's environment,
     if the pipeline made one."""
-    grassmann = spec["model_kind"] == "grassmann"
+    grassmann = spec.model_kind == "grassmann"
     record = {
-        "run_id": spec["run_id"], "spec": spec, "spec_hash": spec_hash(spec), **extra,
+        "run_id": spec.run_id, "spec": spec.source, "spec_hash": spec_hash(spec.source), **extra,
         "n_params": model.num_params(), "status": status, "epochs_completed": len(metrics),
         "best_epoch": best["epoch"] if best else None,
         "git": git_state(Path(__file__).parent), "packages": package_versions(), "machine": machine(),
-        "device": device_name(device), "device_requested": spec["train"]["device"],
+        "device": device_name(device), "device_requested": spec.train.device,
         "device_type": device.type, "plucker_backend": resolve_backend(model.cfg.plucker_backend, device) if grassmann else None,
         "threads": torch.get_num_threads(),
         "gpu_slot": gpu_slots.current(), "finished_at": time.time(),
         "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
-        "seed": spec["seed"],
+        "seed": spec.seed,
         "data": {split: {"path": str(p), **meta, "file_sha256": sha256_file(p)} for split, (p, meta) in files.items()},
         "wall_seconds": time.time() - t_start,
         "weights_sha256": json.loads((Path(out) / CONFIG).read_text())["weights_sha256"],
@@ -46,12 +48,12 @@ def run_record(spec, out, model, status, metrics, best, device, files, t_start, 
     return record
 
 
-def start_run(spec: dict, out_dir) -> tuple[float, Path, torch.device]:
+def start_run(spec: RunSpec, out_dir) -> tuple[float, Path, torch.device]:
     """(start time, run directory, device) of a training job, torch set up for it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     configure_torch(deterministic=True)
-    return time.time(), out, claim_device(spec["train"]["device"], log=True)
+    return time.time(), out, claim_device(spec.train.device, log=True)
 
 
 def read_train_val(read, train_tokens, val_tokens):
@@ -87,11 +89,19 @@ def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, 
 
 
 # --- the command line of a run's jobs (train, evaluate: grassflow.<task>.train, .evaluate) --------
+def run_spec_arg(value: str) -> RunSpec:
+    """A training job's --spec (JSON text or a file of it), read as a RunSpec."""
+    try:
+        return RunSpec.from_dict(json_arg(value))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value}: {e}") from None
+
+
 def train_args(p, fused: bool = False) -> None:
     """A run's training job; `fused`: also runs that differ only in their seed, as one ensemble
     (train.fuse_seeds: a spec and an output directory per run, the resume state in --work-dir)."""
     many = {"nargs": "+"} if fused else {}
-    p.add_argument("--spec", required=True, type=json_arg, **many, help="the run's spec: " + JSON)
+    p.add_argument("--spec", required=True, type=run_spec_arg, **many, help="the run's spec: " + JSON)
     p.add_argument("--train-tokens", required=True)
     p.add_argument("--val-tokens", required=True)
     p.add_argument("--out-dir", required=True, **many, help="the run's directory" + (", in the specs' order" if fused else ""))

@@ -32,6 +32,7 @@ from grassflow.lm.perplexity import chunked_nll, strided_nll
 from grassflow.lm.rolling import read_documents, word_perplexity
 from grassflow.loop import load_trained
 from grassflow.models import build_model, config_from_json
+from grassflow.run_spec import RunSpec
 from grassflow.runs import open_for_evaluation
 
 
@@ -64,12 +65,12 @@ def evaluate_run(weights, run_json, val_tokens, test_tokens, out, val_docs=None,
     ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
     if not evaluable:
         return result
-    spec = ckpt["spec"]
+    spec = RunSpec.from_dict(ckpt["spec"])
     cfg = config_from_json({k: v for k, v in ckpt.items() if k != "model"}, Path(weights).parent / "config.json")
-    model = build_model(spec["model_kind"], cfg)
+    model = build_model(spec.model_kind, cfg)
     load_trained(model, ckpt["model"])
     model = model.to(device)
-    bs = batch_size or spec["train"]["eval_batch_size"]
+    bs = batch_size or spec.train.eval_batch_size
     for split, path, docs in (("validation", val_tokens, val_docs), ("test", test_tokens, test_docs)):
         ids, meta = read_tokens(path, vocab_size=cfg.vocab_size)
         result[split] = {**perplexities(model, ids, meta, cfg.context_len, bs, device),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from grassflow.models import ModelConfig, build_model, config_json
 from grassflow.models.ensemble import stack
 from grassflow.ops.linear_ce import linear_cross_entropy
 from grassflow.ops.linear_ce import resolve as resolve_head_loss
+from grassflow.run_spec import RunSpec
 from grassflow.runs import read_train_val, run_record, start_run
 
 
@@ -75,42 +77,42 @@ class LanguageModelObjective:
         return row["val_loss"]
 
 
-def train(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
+def train(spec: RunSpec | dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
     """One run; its record (run.json)."""
     return train_fused([spec], train_tokens, val_tokens, [out_dir], out_dir, preflight, execution)[0]
 
 
-def train_fused(specs: list[dict], train_tokens, val_tokens, out_dirs, work_dir, preflight=None,
+def train_fused(specs: list[RunSpec | dict], train_tokens, val_tokens, out_dirs, work_dir, preflight=None,
                 execution=None) -> list[dict]:
     """Runs that differ only in their seeds (a config's seeds, train.fuse_seeds) trained as one
     ensemble (models/ensemble.py), each member built with its own seed as its own run builds it,
     each run's outputs in its own directory; one run alone is trained as itself. The resume state
     is in `work_dir`. Returns each run's record (run.json, which names its fused group)."""
-    base = {k: v for k, v in specs[0].items() if k not in ("seed", "run_id")}
+    specs = [RunSpec.of(s) for s in specs]
     for spec in specs[1:]:
-        if {k: v for k, v in spec.items() if k not in ("seed", "run_id")} != base:
-            raise ValueError(f"fused runs differ in more than their seeds: {specs[0]['run_id']}, {spec['run_id']}")
+        if replace(spec, seed=specs[0].seed, run_id=specs[0].run_id) != specs[0]:
+            raise ValueError(f"fused runs differ in more than their seeds: {specs[0].run_id}, {spec.run_id}")
     spec = specs[0]
     t_start, _, device = start_run(spec, work_dir)
     for d in out_dirs:
         Path(d).mkdir(parents=True, exist_ok=True)
-    tcfg = spec["train"]
+    tcfg = spec.train
     train_ids, train_meta, val_ids, val_meta = read_train_val(read_tokens, train_tokens, val_tokens)
-    mcfg = ModelConfig.from_dict({**spec["model"], "vocab_size": train_meta["vocab_size"]})
-    seeds = [s["seed"] for s in specs]
-    objective = LanguageModelObjective(train_ids, val_ids, mcfg.context_len, tcfg["batch_size"], seeds if len(specs) > 1 else seeds[0],
-                             tcfg["eval_batch_size"], device, train_tokens)
+    mcfg = ModelConfig.from_dict({**spec.model, "vocab_size": train_meta["vocab_size"]})
+    seeds = [s.seed for s in specs]
+    objective = LanguageModelObjective(train_ids, val_ids, mcfg.context_len, tcfg.batch_size, seeds if len(specs) > 1 else seeds[0],
+                             tcfg.eval_batch_size, device, train_tokens)
     members = []
     for seed in seeds:  # each as its own run builds it
         seed_everything(seed)
-        members.append(build_model(spec["model_kind"], mcfg).to(device))
+        members.append(build_model(spec.model_kind, mcfg).to(device))
     model = members[0] if len(specs) == 1 else stack(members)
     tokenizer = {"name": train_meta["tokenizer"], "sha256": train_meta["tokenizer_sha256"]}
-    runs = [Run(s, Path(d), {**config_json(s["model_kind"], mcfg), "spec": s, "tokenizer": tokenizer})
+    runs = [Run(s, Path(d), {**config_json(s.model_kind, mcfg), "spec": s.source, "tokenizer": tokenizer})
             for s, d in zip(specs, out_dirs)]
     statuses, metrics, ran = fit_runs(model, objective, runs, work_dir, device, viewer=members[0], execution=execution)
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
-    group = {"fused": {"runs": [s["run_id"] for s in specs], "work_dir": str(work_dir)}} if len(specs) > 1 else {}
+    group = {"fused": {"runs": [s.run_id for s in specs], "work_dir": str(work_dir)}} if len(specs) > 1 else {}
     records = []
     for e, (run, status, m) in enumerate(zip(runs, statuses, metrics)):
         best = min(m, key=lambda r: r["val_loss"]) if m else None

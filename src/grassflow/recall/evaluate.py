@@ -17,6 +17,7 @@ from grassflow.loop import load_trained
 from grassflow.models import ModelConfig, build_model, config_from_json
 from grassflow.recall.data import IGNORE, read_split
 from grassflow.recall.train import predict
+from grassflow.run_spec import RunSpec
 from grassflow.runs import open_for_evaluation
 
 
@@ -51,15 +52,15 @@ def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
 def evaluate_recall_run(weights, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
     ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
     cfg = config_from_json({k: v for k, v in ckpt.items() if k != "model"}, Path(weights).parent / "config.json")
-    spec = ckpt["spec"]
-    result["reach"] = reach(spec["model_kind"], cfg)
+    spec = RunSpec.from_dict(ckpt["spec"])
+    result["reach"] = reach(spec.model_kind, cfg)
     if not evaluable:
         write_json(out, result)
         return result
-    model = build_model(spec["model_kind"], cfg)
+    model = build_model(spec.model_kind, cfg)
     load_trained(model, ckpt["model"])
     model = model.to(device)
-    bs = batch_size or spec["train"]["eval_batch_size"]
+    bs = batch_size or spec.train.eval_batch_size
     for split, path in (("validation", val_tokens), ("test", test_tokens)):
         data, meta = read_split(path)
         hits, nll = predict(model, data, bs, device)

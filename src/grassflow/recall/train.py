@@ -20,12 +20,13 @@ from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
 from grassflow.models import ModelConfig, build_model, config_json
 from grassflow.recall.data import IGNORE, read_split
+from grassflow.run_spec import RunSpec
 from grassflow.runs import run_record, start_run
 from grassflow.runtime import autocast
 
 
-def model_config(spec: dict, meta: dict) -> ModelConfig:
-    return ModelConfig.from_dict({**spec["model"], "vocab_size": meta["vocab"], "context_len": meta["seq_len"]})
+def model_config(spec: RunSpec, meta: dict) -> ModelConfig:
+    return ModelConfig.from_dict({**spec.model, "vocab_size": meta["vocab"], "context_len": meta["seq_len"]})
 
 
 @torch.no_grad()
@@ -75,19 +76,20 @@ class RecallObjective:
         return -row["val_acc"]
 
 
-def train_recall(spec: dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
+def train_recall(spec: RunSpec | dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
+    spec = RunSpec.of(spec)
     t_start, out, device = start_run(spec, out_dir)
-    tcfg = spec["train"]
+    tcfg = spec.train
     train, train_meta = read_split(train_tokens)
     val, val_meta = read_split(val_tokens)
     if (val_meta["vocab"], val_meta["seq_len"], val_meta["kv"]) != (train_meta["vocab"], train_meta["seq_len"], train_meta["kv"]):
         raise DataError(f"{train_tokens} and {val_tokens} are different MQAR settings")
     mcfg = model_config(spec, train_meta)
-    objective = RecallObjective(train, val, tcfg["batch_size"], spec["seed"], tcfg["eval_batch_size"], device, train_tokens)
-    seed_everything(spec["seed"])
-    model = build_model(spec["model_kind"], mcfg).to(device)
+    objective = RecallObjective(train, val, tcfg.batch_size, spec.seed, tcfg.eval_batch_size, device, train_tokens)
+    seed_everything(spec.seed)
+    model = build_model(spec.model_kind, mcfg).to(device)
     status, metrics, ran = fit(model, objective, spec, out, device, execution=execution,
-                               header={**config_json(spec["model_kind"], mcfg), "spec": spec})
+                               header={**config_json(spec.model_kind, mcfg), "spec": spec.source})
     best = min(metrics, key=objective.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
     return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,

@@ -11,6 +11,7 @@ from grassflow import job, runs
 from grassflow.data import DataError
 from grassflow.io import sha256_file, write_json
 from grassflow.loop import load_trained
+from grassflow.run_spec import RunSpec
 from grassflow.runs import open_for_evaluation
 from grassflow.snli.data import read_token_pairs
 from grassflow.snli.synthetic import LABELS
@@ -31,7 +32,7 @@ def evaluate_snli_run(weights, run_json, val_tokens, test_tokens, out, batch_siz
     ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
     if not evaluable:
         return result
-    spec = ckpt["spec"]
+    spec = RunSpec.from_dict(ckpt["spec"])
     splits = {}
     for split, path in (("validation", val_tokens), ("test", test_tokens)):
         splits[split] = (path, *read_token_pairs(path))
@@ -44,7 +45,7 @@ def evaluate_snli_run(weights, run_json, val_tokens, test_tokens, out, batch_siz
                            f"but {features.get('backbone')} now loads {features.get('weights_sha256')}")
     load_trained(model, ckpt["model"])
     model = model.to(device)
-    bs = batch_size or spec["train"]["eval_batch_size"]
+    bs = batch_size or spec.train.eval_batch_size
     for split, (path, data, meta) in splits.items():
         pred, nll = predict(model, data, meta, model.cfg.pair_input, bs, device)
         result[split] = {**accuracy_report(pred, torch.as_tensor(data["label"])), "nll": nll,

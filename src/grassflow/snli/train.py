@@ -18,6 +18,7 @@ from grassflow.checkpoint import seed_everything
 from grassflow.compiled import static_shapes
 from grassflow.data import DataError
 from grassflow.loop import ShuffledBatches, fit
+from grassflow.run_spec import RunSpec
 from grassflow.runs import read_train_val, run_record, start_run
 from grassflow.runtime import autocast
 from grassflow.snli.backbone import hidden_size, load_backbone, weights_sha256
@@ -26,17 +27,17 @@ from grassflow.snli.data import read_token_pairs
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
 
 
-def build_classifier(spec: dict, meta: dict, backbone_dir=None) -> tuple[SNLIClassifier, dict]:
+def build_classifier(spec: RunSpec, meta: dict, backbone_dir=None) -> tuple[SNLIClassifier, dict]:
     """The model of a spec, and what provenance needs to know of its features;
     backbone_dir: where the pipeline fetched a pretrained backbone (else its name or path)."""
-    hcfg = HeadConfig.from_dict(spec["head"])
-    feats = spec["features"]
+    hcfg = HeadConfig.from_dict(spec.head)
+    feats = spec.features
     if feats["kind"] == "backbone":
-        backbone = load_backbone(spec["backbone"], meta["vocab_size"], meta["pad_id"], backbone_dir)
-        model = SNLIClassifier(spec["model_kind"], hcfg, backbone=backbone, feat_dim=hidden_size(backbone))
-        return model, {"kind": "backbone", "backbone": spec["backbone"], "weights_sha256": weights_sha256(backbone)}
+        backbone = load_backbone(spec.backbone, meta["vocab_size"], meta["pad_id"], backbone_dir)
+        model = SNLIClassifier(spec.model_kind, hcfg, backbone=backbone, feat_dim=hidden_size(backbone))
+        return model, {"kind": "backbone", "backbone": spec.backbone, "weights_sha256": weights_sha256(backbone)}
     emb = ScratchEmbedding(meta["vocab_size"], feats["embed_dim"], 2 * meta["max_tokens"], hcfg.dropout)
-    return SNLIClassifier(spec["model_kind"], hcfg, embedding=emb, feat_dim=feats["embed_dim"]), {"kind": "scratch"}
+    return SNLIClassifier(spec.model_kind, hcfg, embedding=emb, feat_dim=feats["embed_dim"]), {"kind": "scratch"}
 
 
 @torch.no_grad()
@@ -81,17 +82,19 @@ class SNLIObjective:
         return -row["val_acc"]
 
 
-def train_snli(spec: dict, train_tokens, val_tokens, out_dir, backbone_dir=None, preflight=None, execution=None) -> dict:
+def train_snli(spec: RunSpec | dict, train_tokens, val_tokens, out_dir, backbone_dir=None, preflight=None,
+               execution=None) -> dict:
+    spec = RunSpec.of(spec)
     t_start, out, device = start_run(spec, out_dir)
-    tcfg = spec["train"]
+    tcfg = spec.train
     train, train_meta, val, val_meta = read_train_val(read_token_pairs, train_tokens, val_tokens)
-    seed_everything(spec["seed"])
+    seed_everything(spec.seed)
     model, features = build_classifier(spec, train_meta, backbone_dir)
     model = model.to(device)
-    objective = SNLIObjective(train, val, train_meta, model.cfg.pair_input, tcfg["batch_size"], spec["seed"],
-                    tcfg["eval_batch_size"], device, train_tokens,
+    objective = SNLIObjective(train, val, train_meta, model.cfg.pair_input, tcfg.batch_size, spec.seed,
+                    tcfg.eval_batch_size, device, train_tokens,
                     static=static_shapes((execution or {}).get("compile", "auto"), device))
-    status, metrics, ran = fit(model, objective, spec, out, device, header={"spec": spec, "features": features},
+    status, metrics, ran = fit(model, objective, spec, out, device, header={"spec": spec.source, "features": features},
                                execution=execution)
     best = min(metrics, key=objective.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}

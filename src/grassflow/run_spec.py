@@ -1,0 +1,49 @@
+"""A run's spec as a dataclass, free of torch: what one training job computes from, as its task's
+grid (grassflow.<task>.grid) writes it to the run's spec file. The jobs read a spec through
+RunSpec (typed, an unknown or missing key refused by name); the file's dict stays the record:
+run.json and config.json keep it, and its hash (grassflow.io.spec_hash) names the run's content."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+
+from grassflow.train_config import TrainConfig
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    preset: str
+    task: str  # lm, snli, recall
+    model_kind: str  # grassmann, transformer
+    seed: int
+    train: TrainConfig
+    experiment: str | None = None  # lm, snli: the table the run belongs to
+    tokenizer: str | None = None  # lm, snli: the tokenizer's name
+    model: dict | None = None  # lm, recall: ModelConfig's fields, less the data's (vocabulary, context)
+    head: dict | None = None  # snli: HeadConfig's fields
+    features: dict | None = None  # snli: what the head reads (a frozen backbone's states, or its own embedding)
+    backbone: dict | None = None  # snli, on a backbone's features: which
+    max_tokens: int | None = None  # snli: per sentence
+    cell: dict | None = None  # recall: the (seq_len, kv) cell
+    data_cell: str | None = None  # recall: the cell's data directory
+    model_name: str | None = None  # recall: the model variant
+    source: dict = field(default_factory=dict, repr=False, compare=False)  # the spec file's dict
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSpec:
+        keys = [f for f in fields(cls) if f.name != "source"]
+        where = f"run spec {d.get('run_id', '?')}"
+        if unknown := sorted(set(d) - {f.name for f in keys}):
+            raise ValueError(f"{where}: unknown key(s) {unknown}")
+        if missing := sorted(f.name for f in keys if f.default is MISSING and f.name not in d):
+            raise ValueError(f"{where}: missing key(s) {missing}")
+        try:
+            train = TrainConfig.from_dict(d["train"])
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        return cls(**{**d, "train": train, "source": d})
+
+    @classmethod
+    def of(cls, spec: RunSpec | dict) -> RunSpec:
+        return spec if isinstance(spec, RunSpec) else cls.from_dict(spec)
