@@ -8,6 +8,7 @@ picture's rules and edges back and compares them with today's `snakemake --ruleg
 from __future__ import annotations
 
 import html
+import os
 import re
 import subprocess
 import sys
@@ -21,7 +22,8 @@ HIDDEN = {"spec"}
 def rule_graph_dot(cwd: Path = ROOT) -> str:
     """`snakemake --rulegraph` (graphviz's dot language) of the paper preset."""
     res = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--rulegraph", "--config", "preset=paper"],
-                         cwd=cwd, capture_output=True, text=True, timeout=600)
+                         cwd=cwd, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(Path(cwd) / "src")})  # a copy: its own package
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 

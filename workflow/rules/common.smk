@@ -75,33 +75,18 @@ ESTIMATE = config.get("estimate") or {}
 
 
 def estimated(rule):
-    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`."""
+    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`;
+    a fused group's job (train_fused): its runs' estimates summed, as if the ensemble were no
+    faster than its runs one after another (what it measured on a CPU)."""
     from grassflow.pipeline.estimate import job_estimate
 
-    task = RUN_RULES[rule][0]
-
-    def est(wc):
-        spec = TASK_RUNS[task.name][getattr(wc, task.wildcard)]
-        return job_estimate(rule, spec, PRESET_CFG, ESTIMATE, task.files(RESULTS, PRESET_CFG))
-
-    return {
-        "runtime": lambda wc, attempt: est(wc).minutes(ESTIMATE, attempt),
-        "mem_mb": lambda wc, attempt: est(wc).request_mb(attempt),
-    }
-
-
-def fused_estimated():
-    """The resources of a fused group's job (the train_fused rule), its runs' estimates summed, as
-    if the ensemble were no faster than its runs one after another (what it measured on a CPU)."""
-    from grassflow.pipeline.estimate import job_estimate
+    task, stage = RUN_RULES.get(rule, (TASKS["lm"], "train"))
 
     def ests(wc):
-        return [
-            job_estimate(
-                "train", RUNS[r], PRESET_CFG, ESTIMATE, TASKS["lm"].files(RESULTS, PRESET_CFG)
-            )
-            for r in FUSED[wc.group]
-        ]
+        runs = FUSED[wc.group] if rule == "train_fused" else [getattr(wc, task.wildcard)]
+        files = task.files(RESULTS, PRESET_CFG)
+        spec = TASK_RUNS[task.name]
+        return [job_estimate(task.rule(stage), spec[r], PRESET_CFG, ESTIMATE, files) for r in runs]
 
     return {
         "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
@@ -316,18 +301,6 @@ def ablation_outputs():
     return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
 
 
-def table_outputs():
-    return [f"{REPORT}/{exp}.{ext}" for exp in EXPERIMENTS for ext in ("md", "csv", "tex")]
-
-
-def figure_outputs():
-    return (
-        [f"{REPORT}/curves_{exp}.png" for exp in EXPERIMENTS]
-        + [f"{REPORT}/best_ppl_{exp}.png" for exp in EXPERIMENTS]
-        + [f"{REPORT}/scaling.png"]
-    )
-
-
 # --- what the tables read of the preset (spec files) -----------------------------------------
 TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the other tasks' preset keys
 # each LM experiment's table: this experiment only, so that the other tables', the other tasks' and
@@ -410,7 +383,9 @@ def final_outputs():
     snakemake#1978) does not redo a deleted intermediate file whose consumers look up to date,
     so without these a deleted or failed run would leave the old tables standing."""
     lm = (
-        table_outputs() + figure_outputs() + [f"{REPORT}/summary.md"] + ablation_outputs()
+        [f for exp in EXPERIMENTS for f in experiment_outputs(exp)]
+        + [f"{REPORT}/scaling.png", f"{REPORT}/summary.md"]
+        + ablation_outputs()
         if LM
         else []
     )

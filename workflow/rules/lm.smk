@@ -156,7 +156,7 @@ rule train_fused:
     threads: THREADS["lm"]
     resources:
         **EXECUTION["lm"],
-        **fused_estimated(),
+        **estimated("train_fused"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:

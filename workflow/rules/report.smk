@@ -95,7 +95,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
 rule summary:
     input:
         tables=[f"{REPORT}/{exp}.md" for exp in EXPERIMENTS],
-        figures=[f for f in figure_outputs() if not f.endswith("scaling.png")],
+        figures=[f for e in EXPERIMENTS for f in experiment_outputs(e) if f.endswith(".png")],
         bench=f"{RESULTS}/bench/bench.json",
     output:
         summary=report(
