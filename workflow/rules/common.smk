@@ -8,7 +8,6 @@ from pathlib import Path
 
 from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids, tokenizer_spec
 from grassflow.pipeline.presets import exec_resources, run_train, select_preset
-from grassflow.recall.grid import recall_cells
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
 from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
@@ -62,7 +61,6 @@ SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else N
 RECALL = TASKS["recall"].part(PRESET_CFG) or {}
 RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_RES = f"{RESULTS}/recall"
-RECALL_CELLS = recall_cells(RECALL) if RECALL else {}
 
 # Each rule's shell runs one stage module of the installed package (this checkout's src/: the
 # Snakefile checks): `python -m grassflow.<task>.<stage>`, whose code its `code` param hashes (below).
@@ -152,16 +150,10 @@ def code_of(module, *kinds):
 # rerun the job by hand, and the job reruns when its spec file is rewritten.
 @functools.cache
 def spec_objects():
-    """Every spec file the rules read, by name (results/<preset>/specs/<name>.json)."""
-    families = {  # <family>/<key>: one per run, data cell, table or tokenizer
-        "run": RUNS,
-        "snli/run": SNLI_RUNS,
-        "recall/run": RECALL_RUNS,
-        "recall/data": RECALL_CELLS,
-        "aggregate": AGGREGATE_PRESETS,
-        "fetch_tokenizer": FETCH_TOKENIZERS,
-    }
-    return {
+    """Every spec file the rules read, by name (results/<preset>/specs/<name>.json): each task's
+    runs, data and table's part (<task>/run/<run id>, <task>/data[/<cell>], <task>/aggregate; a
+    new task's rules read theirs so), the LM's and the other inputs the rules compute from."""
+    out = {
         "data": PRESET_CFG.get("data"),
         "tokenize": tokenizer_spec(PRESET_CFG) if LM else None,
         "ablations/preset": ABLATIONS_PRESET,
@@ -169,12 +161,19 @@ def spec_objects():
         "estimates/preset": {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
         "estimates/estimate": ESTIMATE,
         "snli/backbone": SNLI.get("backbone"),
-        "snli/data": SNLI.get("data"),
         "snli/tokenize": snli_tokenizer_spec(PRESET_CFG) if SNLI else None,
-        "snli/aggregate": aggregate_part(SNLI, "snli"),
-        "recall/aggregate": aggregate_part(RECALL, "recall"),
-        **{f"{fam}/{key}": obj for fam, objs in families.items() for key, obj in objs.items()},
+        **{f"aggregate/{exp}": part for exp, part in AGGREGATE_PRESETS.items()},
+        **{f"fetch_tokenizer/{name}": tok for name, tok in FETCH_TOKENIZERS.items()},
     }
+    for t in TASKS.values():
+        out |= {f"{t.subdir}run/{run}": s for run, s in TASK_RUNS[t.name].items()}
+        part = t.part(PRESET_CFG) or {}
+        if t.part_key:  # the LM's data and tables: above
+            out[f"{t.subdir}data"] = part.get("data")
+            out[f"{t.subdir}aggregate"] = aggregate_part(part, t.part_key)
+        if t.cells and part:
+            out |= {f"{t.subdir}data/{c}": d for c, d in t.cells(part).items()}
+    return out
 
 
 def spec_json(name):

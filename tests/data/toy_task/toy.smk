@@ -1,14 +1,13 @@
 # The toy task's rules (tests/test_tasks.py copies this file to workflow/rules/toy.smk and includes
 # it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`. Its data, training
 # and evaluation are recall's stages; its table is its own (grassflow.toy.toy).
-TOY = TASKS["toy"].part(PRESET_CFG) or {}
 TOY_RUNS = TASK_RUNS["toy"]
 TOY_RES = f"{RESULTS}/toy"
 
 
 rule toy_data:
     input:
-        data=spec("toy/data", TOY.get("data")),
+        data=spec("toy/data"),
     output:
         expand(f"{TOY_RES}/data/{{split}}.parquet", split=SPLITS),
     log:
@@ -22,7 +21,7 @@ rule toy_data:
 
 rule toy_train:
     input:
-        spec=specs("toy/run", TOY_RUNS, "toy_run"),
+        spec=spec("toy/run", "toy_run"),
         train=f"{TOY_RES}/data/train.parquet",
         val=f"{TOY_RES}/data/validation.parquet",
         preflight=run_preflight("toy"),
@@ -83,7 +82,7 @@ rule toy_aggregate:
         evals=task_run_outputs("toy", "eval.json"),
         records=task_run_outputs("toy", "run.json"),
         metrics=task_run_outputs("toy", "metrics.jsonl"),
-        preset=spec("toy/aggregate", aggregate_part(TOY, "toy")),
+        preset=spec("toy/aggregate"),
     output:
         task_report("toy"),
     log:
