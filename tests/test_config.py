@@ -283,6 +283,7 @@ def test_every_run_spec_of_every_preset_reads_as_a_run_spec():
     ({"seed": None}, "run spec t-grassmann-s0: missing key(s) ['seed']"),
     ({"train": {"epochs": 1, "batch_size": 2, "lrr": 3}}, "run spec t-grassmann-s0: train: unknown key(s) ['lrr']"),
     ({"train": {"epochs": 1}}, "run spec t-grassmann-s0: train: missing key(s) ['batch_size']"),
+    (None, "a run spec is a JSON object, not list"),
 ])
 def test_a_training_job_refuses_a_spec_with_a_bad_key_in_one_line(edit, first, capfd):
     import json
@@ -290,7 +291,7 @@ def test_a_training_job_refuses_a_spec_with_a_bad_key_in_one_line(edit, first, c
     from grassflow.lm.train import main
     from specs import LM_SPEC
 
-    spec = {k: v for k, v in {**LM_SPEC, **edit}.items() if v is not None}
+    spec = [LM_SPEC] if edit is None else {k: v for k, v in {**LM_SPEC, **edit}.items() if v is not None}
     with pytest.raises(SystemExit) as e:
         main(["--spec", json.dumps(spec), "--train-tokens", "t", "--val-tokens", "v", "--out-dir", "o"])
     err = capfd.readouterr().err

@@ -32,6 +32,8 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
+        if not isinstance(d, dict):
+            raise ValueError(f"a run spec is a JSON object, not {type(d).__name__}")
         keys = [f for f in fields(cls) if f.name != "source"]
         where = f"run spec {d.get('run_id', '?')}"
         if unknown := sorted(set(d) - {f.name for f in keys}):
@@ -46,4 +48,5 @@ class RunSpec:
 
     @classmethod
     def of(cls, spec: RunSpec | dict) -> RunSpec:
+        """The jobs' entry functions take a spec file's dict too (called from Python: tests, notebooks)."""
         return spec if isinstance(spec, RunSpec) else cls.from_dict(spec)
