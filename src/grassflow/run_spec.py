@@ -5,8 +5,9 @@ run.json and config.json keep it, and its hash (grassflow.io.spec_hash) names th
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, replace
 
+from grassflow.models.config import from_known_keys
 from grassflow.train_config import TrainConfig
 
 
@@ -34,17 +35,11 @@ class RunSpec:
     def from_dict(cls, d: dict) -> RunSpec:
         if not isinstance(d, dict):
             raise ValueError(f"a run spec is a JSON object, not {type(d).__name__}")
-        keys = [f for f in fields(cls) if f.name != "source"]
-        where = f"run spec {d.get('run_id', '?')}"
-        if unknown := sorted(set(d) - {f.name for f in keys}):
-            raise ValueError(f"{where}: unknown key(s) {unknown}")
-        if missing := sorted(f.name for f in keys if f.default is MISSING and f.name not in d):
-            raise ValueError(f"{where}: missing key(s) {missing}")
+        spec = from_known_keys(cls, d, f"run spec {d.get('run_id', '?')}", source=d)
         try:
-            train = TrainConfig.from_dict(d["train"])
+            return replace(spec, train=TrainConfig.from_dict(spec.train))
         except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
-        return cls(**{**d, "train": train, "source": d})
+            raise ValueError(f"run spec {spec.run_id}: {e}") from None
 
     @classmethod
     def of(cls, spec: RunSpec | dict) -> RunSpec:

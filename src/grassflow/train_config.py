@@ -3,7 +3,9 @@ planning states the config schema's train defaults from it (pipeline.presets.loa
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
+
+from grassflow.models.config import from_known_keys
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,4 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        if unknown := sorted(set(d) - {f.name for f in fields(cls)}):
-            raise ValueError(f"train: unknown key(s) {unknown}")
-        if missing := sorted(f.name for f in fields(cls) if f.default is MISSING and f.name not in d):
-            raise ValueError(f"train: missing key(s) {missing}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        return from_known_keys(cls, {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}, "train")

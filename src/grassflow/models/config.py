@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 NORMS = ("post", "pre")
 INITS = ("default", "small")
@@ -71,13 +71,16 @@ class ModelConfig:
         return from_known_keys(cls, d, "model")
 
 
-def from_known_keys(cls, d: dict, key: str):
-    """cls(**d) for a dataclass, with an error naming any key it does not have."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
+def from_known_keys(cls, d: dict, key: str, **given):
+    """cls(**d, **given) for a dataclass, with an error naming any key of `d` it does not have, or
+    any it needs that `d` lacks; `given`: the fields the caller fills, not `d`."""
+    known = {f.name for f in fields(cls)} - set(given)
+    if unknown := sorted(set(d) - known):
         raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    return cls(**d)
+    required = (f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+    if missing := sorted(k for k in required if k in known and k not in d):
+        raise ValueError(f"{key}: missing key(s) {missing}")
+    return cls(**d, **given)
 
 
 def check_fields(obj, prefix: str) -> None:
