@@ -78,13 +78,13 @@ def estimated(rule):
     faster than its runs one after another (what it measured on a CPU)."""
     from grassflow.pipeline.estimate import job_estimate
 
-    task, stage = RUN_RULES.get(rule, (TASKS["lm"], "train"))
+    fused = rule == "train_fused"
+    task, stage = (TASKS["lm"], "train") if fused else RUN_RULES[rule]
 
     def ests(wc):
-        runs = FUSED[wc.group] if rule == "train_fused" else [getattr(wc, task.wildcard)]
-        files = task.files(RESULTS, PRESET_CFG)
-        spec = TASK_RUNS[task.name]
-        return [job_estimate(task.rule(stage), spec[r], PRESET_CFG, ESTIMATE, files) for r in runs]
+        runs = FUSED[wc.group] if fused else [getattr(wc, task.wildcard)]
+        specs, files = TASK_RUNS[task.name], task.files(RESULTS, PRESET_CFG)
+        return [job_estimate(task.rule(stage), specs[r], PRESET_CFG, ESTIMATE, files) for r in runs]
 
     return {
         "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
