@@ -81,6 +81,50 @@ def test_closures_hold_what_the_hand_kept_lists_missed():
         "grassflow.bench", "transformer", "grassmann")
 
 
+def test_imports_are_found_in_every_kind_of_statement_body():
+    """The import scan walks statements only (an expression holds none): an import nested in any
+    statement body is found, as a walk over every node finds it."""
+    import ast
+
+    src = """
+import grassflow.io
+if X:
+    import grassflow.runs
+else:
+    from grassflow import data
+try:
+    from grassflow.models import config
+except ImportError:
+    import grassflow.report
+else:
+    import grassflow.lm
+finally:
+    import grassflow.snli
+with x:
+    for _ in y:
+        while z:
+            from grassflow.ops import plucker
+        else:
+            import grassflow.recall
+match q:
+    case 1:
+        import grassflow.bench
+class C:
+    def f(self):
+        async def g():
+            import grassflow.job
+f = lambda: __import__("grassflow.hf")  # not an import statement: not found by either
+"""
+    tree = ast.parse(src)
+    every_node = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert all(map(staleness.module_path, every_node)), every_node
+    found = staleness.imported([tree], "grassflow.x", False)
+    assert {"grassflow.io", "grassflow.runs", "grassflow.bench", "grassflow.job", "grassflow.snli", "grassflow.recall",
+            "grassflow.data", "grassflow.models.config", "grassflow.ops.plucker"} <= found
+    assert every_node <= found and "grassflow.hf" not in found
+
+
 def test_a_job_holds_its_own_model_kinds_code_only():
     t, g = files("grassflow.lm.train", "transformer"), files("grassflow.lm.train", "grassmann")
     grassmann_only = {"src/grassflow/models/grassmann.py", "src/grassflow/ops/plucker/function.py", "kernels/plucker.cu",

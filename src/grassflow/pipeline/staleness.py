@@ -69,22 +69,39 @@ def _resolve(node: ast.ImportFrom, here: str, is_pkg: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _statements(nodes):
+    """Every statement in `nodes`, at any depth. Only statements can import (an expression cannot
+    hold one), so the walk skips expressions, which are most of a tree's nodes."""
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt | ast.excepthandler | ast.match_case):
+                todo += value
+
+
 def imported(nodes, here: str, is_pkg: bool) -> set[str]:
     """The grassflow modules named by the import statements in `nodes` (any depth)."""
     out = set()
-    for node in nodes:
-        for n in ast.walk(node):
-            if isinstance(n, ast.Import):
-                out |= {a.name for a in n.names}
-            elif isinstance(n, ast.ImportFrom):
-                mod = _resolve(n, here, is_pkg)
-                out.add(mod)
-                out |= {f"{mod}.{a.name}" for a in n.names if module_path(f"{mod}.{a.name}")}
+    for n in _statements(nodes):
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            mod = _resolve(n, here, is_pkg)
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in n.names if module_path(f"{mod}.{a.name}")}
     return {m for m in out if module_path(m)}
 
 
 def _literal(path: Path, name: str):
-    for node in _tree(path).body:
+    return _assigned(_tree(path), name)
+
+
+@cache
+def _assigned(tree: ast.Module, name: str):
+    for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return ast.literal_eval(node.value)
     return None
@@ -98,20 +115,14 @@ def _owned_by(name: str, kinds) -> bool:
     return any(name == m or name.startswith(m + ".") for k in kinds for m in kind_code()[k])
 
 
-def _reads_declarations(path: Path, mod: str) -> bool:
-    """Whether a module reads every task's declaration: imports from grassflow.pipeline.tasks, which loads
-    them all by name (grassflow/<task>/task.py, found on disk: no import names them)."""
-    return _reads_tasks(_tree(path), mod, path.name == "__init__.py")
-
-
 @cache
-def _reads_tasks(tree: ast.Module, mod: str, is_pkg: bool) -> bool:
-    return any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.pipeline.tasks" for n in ast.walk(tree))
-
-
-@cache
-def _module_imports(tree: ast.Module, mod: str, is_pkg: bool) -> frozenset[str]:
-    return frozenset(imported([tree], mod, is_pkg))
+def _module_facts(tree: ast.Module, mod: str, is_pkg: bool) -> tuple[frozenset[str], bool]:
+    """(the grassflow modules a module imports, whether it reads every task's declaration: imports
+    from grassflow.pipeline.tasks, which loads them all by name, grassflow/<task>/task.py, found on
+    disk: no import names them)."""
+    reads_tasks = any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.pipeline.tasks"
+                      for n in _statements([tree]))
+    return frozenset(imported([tree], mod, is_pkg)), reads_tasks
 
 
 def _with_parents(name: str) -> list[str]:
@@ -135,10 +146,12 @@ def closure(roots, kinds=()) -> set[Path]:
             seen.add(mod)
             path = module_path(mod)
             files.add(path)
-            todo += _module_imports(_tree(path), mod, path.name == "__init__.py")
-            if _reads_declarations(path, mod):  # a module that reads every task's declaration (TASKS, ...)
+            tree = _tree(path)
+            imports, reads_tasks = _module_facts(tree, mod, path.name == "__init__.py")
+            todo += imports
+            if reads_tasks:  # a module that reads every task's declaration (TASKS, ...)
                 todo += [f"grassflow.{p.parent.name}.task" for p in sorted(PKG.glob("*/task.py"))]
-            for src in _literal(path, "KERNEL_SOURCES") or ():
+            for src in _assigned(tree, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
     return files
 
