@@ -107,9 +107,26 @@ def _swap(src, dst):
     os.replace(tmp, dst)
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One build of the kernel into a private cache (the compiler's ~20 s, once for the file):
+    an entry holding lib.so and the sha256 of its bytes."""
+    root = tmp_path_factory.mktemp("built") / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRASSFLOW_CACHE", str(root))
+        cpu_kernel._library.cache_clear()
+        cpu_kernel._library()
+        cpu_kernel._library.cache_clear()
+    (entry,) = [p for p in (root / "kernel-cpu").iterdir() if p.name.startswith("plucker_cpu_")]
+    assert (entry / "lib.so.sha256").read_text().strip() == hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest()
+    return root
+
+
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
+def cache(built, tmp_path, monkeypatch):
+    """A private cache of each test's own holding that build (copied: modes kept), which
+    _library() loads rather than builds."""
+    root = shutil.copytree(built, tmp_path / "cache")
     monkeypatch.setenv("GRASSFLOW_CACHE", str(root))
     cpu_kernel._library.cache_clear()
     yield root / "kernel-cpu"
@@ -123,10 +140,9 @@ def _entry(cache):
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_a_swapped_library_is_refused_and_never_loaded(cache, tmp_path):
-    cpu_kernel._library()  # builds a private entry: lib.so and the sha256 of its bytes
+    cpu_kernel._library()  # the private entry's library loads
     cpu_kernel._library.cache_clear()
     entry = _entry(cache)
-    assert (entry / "lib.so.sha256").read_text().strip() == hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest()
     marker = tmp_path / "loaded"
     _swap(_planted_library(tmp_path, marker), entry / "lib.so")
     with pytest.raises(cpu_kernel.UnsafeKernelCache, match=r"lib\.so: its bytes do not match.*Delete"):
