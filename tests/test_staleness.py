@@ -267,3 +267,48 @@ def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     assert not {f for f in files("grassflow.lm.tokenize") if "models/" in f or "ops/" in f}
     # the estimates report reads every task's estimate: their declarations and planning code are its code
     assert {"src/grassflow/recall/task.py", "src/grassflow/snli/grid.py"} <= files("grassflow.pipeline.estimates_report")
+
+
+def test_the_package_digest_is_every_files_name_and_bytes(tmp_path):
+    """The key a job's kept fingerprint is read under: any change to any file a closure can read
+    (a comment included), a file added or renamed, another checkout as the base, is another digest."""
+    import shutil
+
+    pkg = shutil.copytree(SRC, tmp_path / "src/grassflow", ignore=shutil.ignore_patterns("__pycache__"))
+    kernels = shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
+
+    def digest(base=tmp_path):
+        return staleness.package_digest(base, (pkg, kernels))
+
+    before = digest()
+    assert digest() == before and len(before) == 16
+    (pkg / "__pycache__").mkdir(exist_ok=True)
+    (pkg / "__pycache__" / "x.pyc").write_bytes(b"\0")  # bytecode is no file a closure reads
+    assert digest() == before
+    assert digest(tmp_path / "elsewhere") != before
+    changes = []
+    for change in (lambda: (pkg / "io.py").write_text((pkg / "io.py").read_text() + "\n# a comment\n"),
+                   lambda: (pkg / "lm" / "new.py").write_text(""),
+                   lambda: (pkg / "lm" / "new.py").rename(pkg / "lm" / "newer.py"),
+                   lambda: next(kernels.rglob("*.cu")).write_text("// edited\n", "utf-8")):
+        change()
+        changes.append(digest())
+    assert len({before, *changes}) == 5, changes
+
+
+def test_kept_fingerprints_are_data_checked_entry_by_entry(tmp_path):
+    """What a later parse reads: only well-formed entries (a job name, 16 hex digits); a file that
+    is not JSON, or not an object, is not used; keeping writes only what is new to the file."""
+    index, digest = tmp_path / "code", "0123456789abcdef"
+    kept = index / staleness.BY_PACKAGE / f"{digest}.json"
+    assert staleness.kept_fingerprints(index, digest) == {}
+    staleness.keep_fingerprints({"grassflow.lm.train grassmann": "a" * 16}, index, digest)
+    assert staleness.kept_fingerprints(index, digest) == {"grassflow.lm.train grassmann": "a" * 16}
+    stamp = kept.stat().st_mtime_ns
+    staleness.keep_fingerprints({"grassflow.lm.train grassmann": "a" * 16}, index, digest)
+    assert kept.stat().st_mtime_ns == stamp  # nothing new: not rewritten
+    kept.write_text(json.dumps({"a": "b" * 16, "b": "__import__('os')", "c": 3, "d": "B" * 16}))
+    assert staleness.kept_fingerprints(index, digest) == {"a": "b" * 16}
+    for text in ("not json", "[1, 2]", '"x"'):
+        kept.write_text(text)
+        assert staleness.kept_fingerprints(index, digest) == {}
