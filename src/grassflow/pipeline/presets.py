@@ -11,21 +11,18 @@ import copy
 import importlib
 import sys
 from dataclasses import MISSING, fields
-from pathlib import Path
 
 from grassflow.errors import ConfigError  # noqa: F401  (raised here; re-exported for callers)
-from grassflow.pipeline.schema import dataclass_schema
+from grassflow.pipeline.schema import dataclass_schema, read_yaml
 from grassflow.train_config import TrainConfig
 
 
 def load_schema(path) -> dict:
     """The config schema, each `{generated: module:Class}` section built from its dataclass, the
     train section's defaults TrainConfig's."""
-    import yaml
-
     from grassflow.pipeline.tasks import TASKS
 
-    schema = yaml.safe_load(Path(path).read_text())
+    schema = read_yaml(path)
     preset = schema["$defs"]["preset"]
     for t in TASKS.values():  # each task's part: the schema its declaration names, with its own $defs
         part = t.part_schema()
@@ -68,11 +65,10 @@ def _key(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def schema_errors(config: dict, schema_path) -> list[str]:
+def schema_errors(config: dict, schema: dict) -> list[str]:
     """Every schema violation as one line naming the key, the value and what is allowed."""
     import jsonschema
 
-    schema = load_schema(schema_path)
     lines = []
     for err in sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.path)):
         msg = err.message
@@ -123,10 +119,11 @@ def config_errors(config: dict, schema_path) -> list[str]:
         resolve_bases(config)
     except ConfigError as e:
         return [f"config {e}"]
-    errors = schema_errors(config, schema_path)
+    schema = load_schema(schema_path)
+    errors = schema_errors(config, schema)
     if errors:
         return errors
-    fill_defaults(config, load_schema(schema_path))  # before the semantic checks: they read every key
+    fill_defaults(config, schema)  # before the semantic checks: they read every key
     try:
         name, preset = select_preset(config)
         check_preset(name, preset)

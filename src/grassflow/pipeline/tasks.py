@@ -95,10 +95,10 @@ class Task:
         """The JSON schema of its part (a fresh copy), or None (the LM's is the config schema's)."""
         import copy
 
-        import yaml
+        from grassflow.pipeline.schema import read_yaml
 
         if isinstance(self.schema, str):
-            return yaml.safe_load((Path(__file__).resolve().parents[1] / self.name / self.schema).read_text())
+            return read_yaml(Path(__file__).resolve().parents[1] / self.name / self.schema)
         return copy.deepcopy(self.schema)
 
     def specs(self, name: str, preset: dict) -> dict:
