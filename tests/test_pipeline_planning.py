@@ -257,6 +257,21 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
     assert rows["train_fused"][1] == "4" and rows["train_fused"][2] == "gpu" and float(rows["train_fused"][3]) > 0
 
 
+def test_an_overlay_is_merged_as_snakemake_merges_it(tmp_path):
+    """A --configfile is merged into config.yaml as Snakemake merges it, a null kept as a null:
+    what `grassflow plan` reads (load_config) refuses what the Snakefile refuses, in the same words."""
+    from grassflow.pipeline.plan import load_config
+
+    work = copy_repo(tmp_path)
+    (work / "overlay.yaml").write_text("presets: {demo: {experiments: {table2: null}}}\n")
+    line = "error: config presets.demo.experiments.table2: None is not of type 'object'"
+    res = snakemake(work, "-n", "--configfile", "overlay.yaml", check=False)
+    assert res.returncode != 0 and line in res.stderr.splitlines(), res.stderr[-2000:]
+    with pytest.raises(SystemExit) as e:
+        load_config(work, [work / "overlay.yaml"], preset="demo")
+    assert line in str(e.value).splitlines()
+
+
 def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):
     """`--group-components lm_run=2` with train.runs_per_gpu 1: the runs' time limits would be sized
     for one run per GPU; Snakemake stops before its first job with one error naming both."""

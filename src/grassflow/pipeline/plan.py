@@ -29,14 +29,16 @@ from grassflow.pipeline.tasks import RUN_RULES, TASKS
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
     """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
     then preset=...; bases resolved, checked, defaults filled."""
+    from snakemake.utils import update_config  # Snakemake's own merge: a null overrides, as a null
+
     from grassflow.errors import ConfigError
-    from grassflow.pipeline.presets import deep_merge, validate_or_exit
+    from grassflow.pipeline.presets import validate_or_exit
 
     config = yaml.safe_load((project / "config.yaml").read_text())
     for f in configfiles:
         if not Path(f).is_file():
             raise ConfigError(f"--configfile {f}: no such file")
-        deep_merge(config, yaml.safe_load(Path(f).read_text()))
+        update_config(config, yaml.safe_load(Path(f).read_text()))
     if preset:
         config["preset"] = preset
     validate_or_exit(config, project / "workflow" / "schemas" / "config.schema.yaml")
