@@ -32,13 +32,20 @@ def _metrics(out):
             for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tokens, tmp_path_factory):
+    """The run the interrupted ones must end identical to (one for the file)."""
+    out = tmp_path_factory.mktemp("full")
+    subprocess.run(_cmd(tokens, out), check=True, capture_output=True)
+    return out
+
+
 # SIGUSR1 (SLURM's warning signal) and two of the three kills: slow (make test-slow)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["SIGTERM", "SIGUSR1"])
-def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, tmp_path):
+def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
     a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise."""
-    full, cut = tmp_path / "full", tmp_path / "cut"
-    subprocess.run(_cmd(tokens, full), check=True, capture_output=True)
+    full, cut = uninterrupted, tmp_path / "cut"
     proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
     _wait_for(cut / "last.pt", proc)
     stop_then_signal(proc, sig)
@@ -196,13 +203,6 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     df = pd.read_csv(tmp_path / "report" / "t.csv")
     assert dict(zip(df.run_id, df.status)) == {"t-transformer-s0": "completed", "t-grassmann-s0": "completed",
                                                "t-grassmann-s1": "diverged"}
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tokens, tmp_path_factory):
-    out = tmp_path_factory.mktemp("full")
-    subprocess.run(_cmd(tokens, out), check=True, capture_output=True)
-    return out
 
 
 @pytest.mark.parametrize("how", ["mid-epoch", *(pytest.param(h, marks=pytest.mark.slow) for h in ("during-write", "random-3x"))])
