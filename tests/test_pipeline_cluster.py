@@ -294,12 +294,13 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
 @pytest.mark.slurm
 def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, demo, tmp_path):
-    """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's four runs: two SLURM
-    jobs, each one allocation with one GPU (gres, not two) running two runs' training and
+    """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's two runs of seed 0:
+    one SLURM job, one allocation with one GPU (gres, not two) running both runs' training and
     evaluation, whose time limit is the sum over the train and evaluate layers of the pair's
     longest job estimate ×2 (the executor plugin runs a group's jobs one after another:
-    snakemake-executor-plugin-slurm#469). One allocation is cancelled once both of its runs have
-    a checkpoint: it is retried with a longer limit and both runs resume. Table 1 equals the local run's."""
+    snakemake-executor-plugin-slurm#469). The allocation is cancelled once both of its runs have
+    a checkpoint: it is retried with a longer limit and both runs resume. Table 1's rows equal the
+    local run's."""
 
     from grassflow.lm.grid import runs
     from grassflow.pipeline.estimate import job_estimate
@@ -308,7 +309,7 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)
-    (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2}}}\n")
+    (work / "pool.yaml").write_text("presets: {demo: {seeds: [0], train: {runs_per_gpu: 2}}}\n")
     env = pipeline_env(work)
     flag = subprocess.run([str(BIN / "python"), "-m", "grassflow", "gpus", "--slurm", "--preset", "demo",
                            "--configfile", str(work / "pool.yaml")], cwd=work, capture_output=True, text=True,
@@ -363,8 +364,7 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
             assert len(pair) == 2 and ran == {(rule, r) for r in pair for rule in ("train", "evaluate")}, (jid, ran)
             assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pair, f["TimeLimit"], want)
             completed.add(pair)
-    assert {r for pair in completed for r in pair} == {
-        f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1)} and len(completed) == 2
+    assert completed == {("table1-grassmann-s0", "table1-transformer-s0")}
     ((jid, pair),) = cancelled.items()
     assert seen[jid]["JobState"] == "CANCELLED"
     again = [f for j, f in packed if int(j) > int(jid) and f["JobState"] == "COMPLETED" and tuple(sorted(
@@ -372,4 +372,4 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     assert again and _minutes(again[-1]["TimeLimit"]) > _minutes(seen[jid]["TimeLimit"])
     for run in pair:
         assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), run
-    assert_same_tables(demo, work, names=["table1"])
+    assert_same_tables(demo, work, names=["table1"], subset=True)
