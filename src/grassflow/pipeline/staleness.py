@@ -288,8 +288,9 @@ def keep_fingerprints(fingerprints: dict[str, str], index: Path, digest: str) ->
     Called when jobs are about to run (the Snakefile's onstart), never while the workflow parses."""
     from grassflow.io import write_json
 
-    if fingerprints.items() - kept_fingerprints(index, digest).items():
-        write_json(index / BY_PACKAGE / f"{digest}.json", {**kept_fingerprints(index, digest), **fingerprints})
+    kept = kept_fingerprints(index, digest)
+    if fingerprints.items() - kept.items():
+        write_json(index / BY_PACKAGE / f"{digest}.json", {**kept, **fingerprints})
 
 
 def main(argv=None) -> int:
