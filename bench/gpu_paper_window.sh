@@ -2,17 +2,16 @@
 # One GPU lease as one command (`make gpu-paper-window`): the paper's Tables 1 and 2 at the paper's
 # settings on Wikitext-2 v1 (paper_v1: 3 seeds x 2 models each, 30 epochs), by the DAG itself.
 #   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window)
-#   2. a one-step profile of each model under torch.profiler (python -m grassflow.bench --profile),
-#      captured as one CUDA graph unless COMPILE says otherwise; if the captured step fails, the
-#      window runs eager and says so in window.log
-#   3. `snakemake $TARGETS` with train.fuse_seeds (each config's 3 seeds one job), the jobs side by
+#   2. `snakemake $TARGETS` (default: Table 1 alone; table2 in a later lease) with train.fuse_seeds
+#      (each config's 3 seeds one job), the jobs side by
 #      side on the GPU (train.runs_per_gpu), their evaluations and the tables; at DEADLINE seconds
 #      from the start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
 #      Snakemake finishes what it can: the same command again, on the same machine, resumes them
-#   4. with the time left, the benchmark rows (old vs new kernels, graph vs eager, the head, fused)
-#   5. what comes back, without weights or checkpoints, packed into $OUT (at most 8 files of 16 MiB):
-#      window.log, the profile, records.tar.gz (each run's records and log, the tables and figures,
-#      Snakemake's benchmark files, the GPU's load)
+#      (--keep-incomplete: a stopped run's metrics.jsonl, its epochs so far, stays)
+#   3. what comes back, without weights or checkpoints, packed into $OUT (at most 8 files of 16 MiB):
+#      window.log, records.tar.gz (each run's records and log, the tables and figures, Snakemake's
+#      benchmark files, the GPU's load); each run's epochs and best validation PPL so far
+#   4. with the time left, if any, the benchmark rows (old vs new kernels, graph vs eager, the head)
 # Before the lease, on any machine (`make gpu-paper-prepare`): the token files and the specs, and
 # the wheels the GPU machine lacks (`make gpu-wheels`: snakemake for its Python), carried along.
 # The plumbing is tested on the CPU with the demo preset (tests/test_gpu_window.py).
@@ -21,15 +20,17 @@ START=$(date +%s)
 OUT=${OUT:-reports/wikitext2-v1-gpu}
 PY=${PY:-python3}
 PRESET=${PRESET:-paper_v1}
-TARGETS=${TARGETS:-table1 table2}
+TARGETS=${TARGETS:-table1}  # Table 1 first; TARGETS=table2 in a later lease, once Table 1 is in reports/
 CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
-DEADLINE=${DEADLINE:-500}        # seconds from the start to the SIGTERM of the training jobs
+DEADLINE=${DEADLINE:-520}        # seconds from the start to the SIGTERM of the training jobs
 COMPILE=${COMPILE:-graph}        # train.compile of the window's jobs
 RUNS_PER_GPU=${RUNS_PER_GPU:-4}  # the window's fused jobs side by side (Tables 1 and 2: 4)
 THREADS=${THREADS:-4}
 PROFILE_ARGS=${PROFILE_ARGS:---device cuda}
 BENCH_ARGS=${BENCH_ARGS:---device cuda --parts kernels,graph,head,fused}
 RES=results/$PRESET
+CARRY=${CARRY:-.gpu-carry.tar}  # make gpu-paper-prepare's tar of $RES and .snakemake's records
+ALLOWED="preflight train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
 PREFLIGHT=${PREFLIGHT:-$RES/preflight/auto_auto.json}  # the preflight the runs depend on (train.device auto)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT" "$RES/logs"
@@ -44,62 +45,66 @@ if [ -d .whl ]; then  # wheels carried for a machine that lacks them (make gpu-w
 fi
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
 SNAKEMAKE="$PY -m snakemake"
+SMARGS="--configfile $CONFIGFILES $RES/window.yaml --config preset=$PRESET"
+if [ -f "$CARRY" ]; then  # the prepared tree as it was (make gpu-paper-prepare): file times and Snakemake's records kept
+  tar xf "$CARRY" || { say "error: $CARRY did not unpack"; exit 2; }
+fi
 { nvidia-smi 2>&1 || true; $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } > "$OUT/machine.txt" 2>&1
 say "preset $PRESET, targets $TARGETS, deadline $DEADLINE s, compile $COMPILE, $RUNS_PER_GPU jobs per GPU"
 
-# 1. the preflight, as the DAG names it (its device and backend: auto)
-$SNAKEMAKE "$PREFLIGHT" --cores all --configfile $CONFIGFILES --config preset=$PRESET \
-  > "$RES/logs/window-preflight.log" 2>&1 || { say "error: the preflight failed"; tail -20 "$RES/logs/window-preflight.log" | tee -a "$LOG"; exit 1; }
-say "preflight done"
-
-# 2. the profile: each model's step as the window will run it
-if ! timeout 150 $PY -m grassflow.bench $PROFILE_ARGS --profile --compile "$COMPILE" --out "$OUT" >> "$LOG" 2>&1; then
-  say "warning: the profile under compile $COMPILE failed; the window runs eager (compile false)"
-  COMPILE=false
-  timeout 120 $PY -m grassflow.bench $PROFILE_ARGS --profile --compile false --out "$OUT" >> "$LOG" 2>&1 || say "the eager profile failed too"
-fi
-say "profile done"
-
-# 3. the tables: fused seeds, side by side on the GPU, their evaluations and tables
 cat > "$RES/window.yaml" <<EOF
 presets:
   $PRESET:
     train: {fuse_seeds: true, runs_per_gpu: $RUNS_PER_GPU, threads: $THREADS, compile: $COMPILE}
 EOF
+# 0. the gate: a copy whose file times or records were lost would replan the data stages here,
+#    where the sources (../shared, the hub) are not: stop in one line instead of spending the lease
+planned=$($SNAKEMAKE $TARGETS -n --quiet rules --cores all $SMARGS 2>&1) \
+  || { say "error: the dry run failed"; echo "$planned" | tail -20 | tee -a "$LOG"; exit 2; }
+extra=$(echo "$planned" | awk -v ok=" $ALLOWED " 'f && NF == 2 && $2 ~ /^[0-9]+$/ && index(ok, " " $1 " ") == 0 {print $1} /^job +count/ {f=1}')
+if [ -n "$extra" ]; then
+  say "error: the dry run plans $(echo $extra) besides the preflight, training, evaluation and tables; carry $CARRY from make gpu-paper-prepare"
+  exit 2
+fi
+say "planned: $(echo "$planned" | awk 'f == 1 && NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {printf "%s %s, ", $1, $2} /^job +count/ {f++}')"
+
+# 1. the preflight, as the DAG names it (its device and backend: auto)
+$SNAKEMAKE "$PREFLIGHT" --cores all $SMARGS \
+  > "$RES/logs/window-preflight.log" 2>&1 || { say "error: the preflight failed"; tail -20 "$RES/logs/window-preflight.log" | tee -a "$LOG"; exit 1; }
+say "preflight done"
+
+# 2. the tables: fused seeds, side by side on the GPU, their evaluations and tables
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$RES/logs/gpu-load.csv" 2>&1 &
 GPU_LOAD=$!
 SLOTS=$($PY -m grassflow gpus --preset $PRESET --configfile $CONFIGFILES "$RES/window.yaml")  # K jobs per GPU
-$SNAKEMAKE $TARGETS --cores all $SLOTS --keep-going --rerun-incomplete \
-  --configfile $CONFIGFILES "$RES/window.yaml" --config preset=$PRESET > "$RES/logs/window-snakemake.log" 2>&1 &
+$SNAKEMAKE $TARGETS --cores all $SLOTS --keep-going --rerun-incomplete --keep-incomplete $SMARGS \
+  > "$RES/logs/window-snakemake.log" 2>&1 &
 SM=$!
 # this window's training jobs: under its Snakemake, never another pipeline's on the same machine
 descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
 own_training() {
   local p
   for p in $(descendants $SM); do
+    case "$(cat "/proc/$p/comm" 2>/dev/null)" in python*) ;; *) continue;; esac  # the trainer, not its shell
     tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE "grassflow[.]lm[.]train " && echo "$p"
   done
 }
 while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 2; done
 if kill -0 $SM 2>/dev/null; then
   say "deadline: SIGTERM to the training jobs (each checkpoints and exits 75; rerun to resume)"
+  TRAINERS=""
   while kill -0 $SM 2>/dev/null; do  # and to any Snakemake starts after it; it finishes the rest
-    for p in $(own_training); do kill -TERM "$p" 2>/dev/null || true; done
+    for p in $(own_training); do kill -TERM "$p" 2>/dev/null && TRAINERS="$TRAINERS $p"; done
     sleep 2
   done
+  for p in $TRAINERS; do while kill -0 "$p" 2>/dev/null; do sleep 1; done; done  # their last.pt written
 fi
 wait $SM; rc=$?
 kill $GPU_LOAD 2>/dev/null || true
 say "snakemake exit $rc"
 grep -E "^(rule|localrule) |Finished jobid|Error in rule" "$RES/logs/window-snakemake.log" | tail -40 >> "$LOG"
 
-# 4. the benchmark rows, with the time left (at least 2 minutes)
-if [ "$(left)" -gt 0 ] || [ -n "${BENCH_ANYWAY:-}" ]; then
-  timeout $(( $(left) > 120 ? $(left) : 120 )) $PY -m grassflow.bench $BENCH_ARGS --out "$OUT" >> "$LOG" 2>&1 \
-    || say "the benchmark did not finish (exit $?)"
-fi
-
-# 5. what comes back: records, tables, figures, logs, benchmark files; no weights, no checkpoints
+# 3. what comes back: records, tables, figures, logs, benchmark files; no weights, no checkpoints
 tar czf "$OUT/records.tar.gz" --exclude='*.pt' --exclude='*.safetensors' --exclude='*.parquet' \
   --exclude="$RES/fused" $(ls -d "$RES/runs" "$RES/report" "$RES/logs" "$RES/benchmarks" "$RES/preflight" 2>/dev/null)
 if [ "$(stat -c %s "$OUT/records.tar.gz")" -gt 16000000 ]; then
@@ -107,7 +112,22 @@ if [ "$(stat -c %s "$OUT/records.tar.gz")" -gt 16000000 ]; then
 fi
 shopt -s nullglob
 for d in "$RES"/runs/*/; do
-  say "$(basename "$d"): $(wc -l < "$d/metrics.jsonl" 2>/dev/null || echo 0) epochs$([ -f "$d/run.json" ] && echo ", finished")"
+  say "$(basename "$d"): $($PY - "$d/metrics.jsonl" <<'PY'
+import json, sys
+try:
+    rows = [json.loads(line) for line in open(sys.argv[1])]
+except OSError:
+    rows = []
+best = min((r["val_ppl"] for r in rows if "val_ppl" in r), default=None)
+print(f"{len(rows)} epochs" + (f", best validation PPL so far {best:.1f}" if best is not None else ""))
+PY
+)$([ -f "$d/run.json" ] && echo ", finished")"
 done
+# 4. the benchmark rows, with the time left (at least 2 minutes)
+if [ "$(left)" -gt 0 ] || [ -n "${BENCH_ANYWAY:-}" ]; then
+  timeout $(( $(left) > 120 ? $(left) : 120 )) $PY -m grassflow.bench $BENCH_ARGS --out "$OUT" >> "$LOG" 2>&1 \
+    || say "the benchmark did not finish (exit $?)"
+fi
+
 say "done"
 exit $rc

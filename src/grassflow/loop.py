@@ -119,7 +119,8 @@ def make_optimizer(model, tcfg: TrainConfig, device) -> tuple[torch.optim.AdamW,
               {"params": no_decay, "weight_decay": 0.0}]
     if fused_adamw(device):
         lr = torch.tensor(float(tcfg.lr), dtype=torch.float32, device=device)
-        return torch.optim.AdamW(groups, lr=lr, betas=tcfg.betas, fused=True), "fused"
+        return torch.optim.AdamW(groups, lr=lr, betas=tcfg.betas, fused=True,
+                                 capturable=capturable(device)), "fused"
     return torch.optim.AdamW(groups, lr=tcfg.lr, betas=tcfg.betas), "default"
 
 
@@ -128,6 +129,13 @@ def fused_adamw(device) -> bool:
     ours measured it faster than the default loop (reports/bench/bench-cpu.md, settings rows:
     a whole step 1.10× (Transformer) and 1.03× (Grassmann) faster)."""
     return device.type in ("cuda", "cpu")
+
+
+def capturable(device) -> bool:
+    """AdamW's `capturable` (its step counters on the device): on CUDA, where the step may be
+    captured as a CUDA graph and torch refuses to capture a step() whose param groups are not
+    capturable (Optimizer's graph-capture health check, which runs only when CUDA captures)."""
+    return torch.device(device).type == "cuda"
 
 
 def set_lr(opt, value: float) -> None:
@@ -140,11 +148,14 @@ def set_lr(opt, value: float) -> None:
 
 def tensor_lr(opt, device) -> None:
     """After load_state_dict: a fused optimizer's LR back to one tensor on `device` (a
-    checkpoint holds it on the CPU, or as a float if written by the default optimizer)."""
+    checkpoint holds it on the CPU, or as a float if written by the default optimizer), and its
+    `capturable` flag this device's (load_state_dict restores the checkpoint's groups, whose flag
+    may be another machine's: a CPU run's False would make CUDA refuse the capture)."""
     if opt.defaults.get("fused"):
         lr = torch.tensor(float(opt.param_groups[0]["lr"]), dtype=torch.float32, device=device)
         for g in opt.param_groups:
             g["lr"] = lr
+            g["capturable"] = capturable(device)
 
 
 def _owned(model, key: str) -> bool:
@@ -339,7 +350,9 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
                 if objective.score(row) < members[e]["best"]:
                     members[e]["best"] = objective.score(row)
                     with atomic_path(best_states[e]) as tmp:
-                        torch.save({"model": trained_state(model) if E == 1 else member_state(model, e),
+                        # a member's state as copies: views would save the whole stacked storage (E× the size)
+                        torch.save({"model": trained_state(model) if E == 1 else
+                                    {k: v.clone() for k, v in member_state(model, e).items()},
                                     "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, tmp)
                 write_text(runs[e].out_dir / "metrics.jsonl",
                            "".join(json.dumps(m) + "\n" for m in members[e]["metrics"]))
@@ -367,4 +380,6 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
                                                              if k in ("epoch", "val_loss", "val_metrics")},
                                           "weights_sha256": state_sha256(best_run["model"])})
     ran = {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record(), "trackers": execution["trackers"]}
+    if train_step.capture_error:  # the step ran eagerly after its capture failed
+        ran["compile"].update(cuda_graph=False, capture_error=train_step.capture_error)
     return [m["status"] for m in members], [m["metrics"] for m in members], ran

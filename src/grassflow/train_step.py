@@ -20,6 +20,7 @@ else the region runs eagerly: the very same code.
 
 from __future__ import annotations
 
+import sys
 from contextlib import nullcontext
 
 import torch
@@ -83,6 +84,7 @@ class TrainStep:
         self.members = layers.members(model)
         self.buffers = self.batch = None  # the batch's tensors' buffers (from the first batch); the batch the region reads
         self.graph, self.eager_steps = None, 0
+        self.capture_error = None  # why the capture failed, if it did: the run goes on eagerly
         self.region_context = nullcontext  # tests wrap the region (tests/test_capture.py)
 
     def __call__(self, batch) -> None:
@@ -97,9 +99,11 @@ class TrainStep:
             self.graph.replay()
         elif self.eager_steps < WARMUP:
             self._warm_up()
-        else:
-            self._capture()
+        elif self._capture():
             self.graph.replay()
+        else:  # the capture failed: this step (none of the capture's kernels ran) and all later ones eager
+            with self.region_context():
+                self.region()
 
     def stage(self, batch) -> None:
         """The batch on the static buffers: its tensors copied into them (the first batch makes
@@ -130,10 +134,22 @@ class TrainStep:
         torch.cuda.current_stream(self.device).wait_stream(side)
         self.eager_steps += 1
 
-    def _capture(self) -> None:
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.region()
+    def _capture(self) -> bool:
+        """Capture the region; on failure (a library's check, an op that cannot be captured) say
+        why once, drop the graph and run eagerly from here on (run.json: cuda_graph false, and the
+        error). A captured op only records its kernel, so the failed capture changed no tensor."""
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.region()
+        except Exception as err:  # noqa: BLE001 - any capture error: the eager step is the same step
+            self.capture, self.capture_error = False, f"{type(err).__name__}: {err}"
+            print(f"[train] warning: the CUDA graph capture failed, training on eagerly: {self.capture_error}",
+                  file=sys.stderr)
+            torch.cuda.synchronize(self.device)
+            return False
+        self.graph = graph
+        return True
 
 
 def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
@@ -156,11 +172,15 @@ class GraphedForward:
 
     def __init__(self, model, device):
         self.model, self.device, self.graphs = model, device, {}
+        self.capture_error = None  # a failed capture: the forward runs eagerly from then on
 
     def __getattr__(self, name):
         return getattr(self.model, name)
 
     def __call__(self, *inputs):
+        if self.capture_error:
+            with autocast(self.device):
+                return self.model(*inputs)
         key = tuple(_map(lambda t: (tuple(t.shape), t.dtype), list(inputs)))
         if key not in self.graphs:
             buffers = _map(lambda t: t.clone(), list(inputs))
@@ -170,8 +190,15 @@ class GraphedForward:
                 self.model(*buffers)  # the warm-up: lazy initialisations, outside the capture
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), autocast(self.device, cache=False):
-                out = self.model(*buffers)
+            try:
+                with torch.cuda.graph(graph), autocast(self.device, cache=False):
+                    out = self.model(*buffers)
+            except Exception as err:  # noqa: BLE001 - the eager forward computes the same
+                self.capture_error = f"{type(err).__name__}: {err}"
+                print(f"[train] warning: the validation forward's CUDA graph capture failed, validating "
+                      f"eagerly: {self.capture_error}", file=sys.stderr)
+                torch.cuda.synchronize(self.device)
+                return self(*inputs)
             self.graphs[key] = (graph, buffers, out)
         graph, buffers, out = self.graphs[key]
         _restage(buffers, list(inputs))
