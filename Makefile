@@ -96,12 +96,9 @@ gpu-check-run:
 # One GPU lease, the paper's Tables 1 and 2 (bench/gpu_paper_window.sh): prepare on any machine
 # (gpu-paper-prepare: paper_v1's token files and specs; gpu-wheels: what the GPU machine lacks),
 # carry .gpu-carry.tar and .whl, then run gpu-paper-window there (again, to resume).
-PAPER_V1 := --configfile config.yaml workflow/overlays/wikitext2-v1-local.yaml
-# The tar keeps what a copy to the GPU machine would lose: the file times and Snakemake's records,
-# without which the data stages replan there (the window refuses to start then).
+# (bench/gpu_paper_prepare.sh: the tar keeps the file times and Snakemake's records a copy would lose)
 gpu-paper-prepare: $(VENV)/.installed
-	snakemake table1 table2 --cores all --omit-from preflight train $(PAPER_V1)
-	tar cf .gpu-carry.tar results/paper_v1 .snakemake/metadata .snakemake/grassflow
+	bash bench/gpu_paper_prepare.sh
 
 gpu-wheels: $(VENV)/.installed
 	PY=$(PY) bash bench/gpu_wheels.sh
