@@ -14,7 +14,7 @@ bookkeeping, and a batch sliced from the epoch's order at a moving offset.
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_flatten
 import fake_cupy
 from grassflow import train_step as ts
 from grassflow.lm.train import LanguageModelObjective
-from grassflow.loop import fit, lr_at, make_optimizer, set_lr
+from grassflow.loop import fit, lr_at, make_optimizer, set_lr, tensor_lr
 from grassflow.models import ModelConfig, build_model
 from grassflow.train_config import TrainConfig
 from host_syncs import HostSyncs
@@ -67,9 +67,30 @@ class Recorder(TorchDispatchMode):
         return out
 
 
+class _Stream:
+    def __init__(self, capturing):
+        self.capturing = capturing
+
+    def is_capturing(self):
+        return self.capturing
+
+
+@contextmanager
+def cuda_as_torch_sees_it(capturing: bool):
+    """torch's accelerator probes answering as on a GPU: the accelerator is CUDA and its current
+    stream is (or is not) capturing. Then the libraries' own CUDA-only checks run on the CPU:
+    Optimizer._accelerator_graph_capture_health_check refuses a captured step() of an optimizer
+    whose param groups are not capturable, exactly as it does at a real capture."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda"))
+        mp.setattr(torch.accelerator, "current_stream", lambda device=None: _Stream(capturing))
+        yield
+
+
 class Rehearsal:
     """A TrainStep's region_context: each step's region recorded with its host syncs; after the
-    first (the warm-up, eager on CUDA too: lazy initialisations run there) in capture mode."""
+    first (the warm-up, eager on CUDA too: lazy initialisations run there) in capture mode, with
+    torch's probes saying CUDA is capturing (cuda_as_torch_sees_it)."""
 
     def __init__(self):
         self.steps, self.syncs = [], []
@@ -79,6 +100,7 @@ class Rehearsal:
         rec = Recorder()
         with ExitStack() as stack:
             syncs = stack.enter_context(HostSyncs())
+            stack.enter_context(cuda_as_torch_sees_it(capturing=bool(self.steps)))
             if self.steps:
                 stack.enter_context(fake_cupy.capturing())
             stack.enter_context(rec)
@@ -105,11 +127,12 @@ def _task(model):
     return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t")
 
 
-def _rehearse(kind, region=None, steps=3):
-    """Steps 0..steps-1 of a tiny LM through TrainStep, each region recorded."""
+def _rehearse(kind, region=None, steps=3, opt=None):
+    """Steps 0..steps-1 of a tiny LM through TrainStep, each region recorded; the optimizer
+    the loop makes for a captured step unless `opt` (a function of the model) makes it."""
     model = _model(kind)
     task = _task(model)
-    opt, impl = make_optimizer(model, TCFG, CPU)
+    opt, impl = opt(model) if opt else make_optimizer(model, TCFG, CPU, capture=True)
     assert impl == "fused"
     losses = ts.EpochLoss(CPU)
     losses.reset([0.0], 0)
@@ -139,6 +162,34 @@ def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outsi
     assert rehearsal.syncs == [{}, {}, {}]
     assert len(rehearsal.steps[1]) > 100
     assert _differences(rehearsal.steps[1], rehearsal.steps[2]) == []
+
+
+def test_torchs_own_capture_check_runs_and_refuses_an_optimizer_that_is_not_capturable(monkeypatch):
+    """What failed on main before a GPU ever ran it: loop.make_optimizer's fused AdamW without
+    capturable, which torch refuses at the first CUDA capture (and only there)."""
+    with fake_cupy.installed(monkeypatch):
+        with pytest.raises(RuntimeError, match="Attempting CUDA graph capture of step.* capturable is False"):
+            _rehearse("transformer", steps=2, opt=lambda m: make_optimizer(m, TCFG, CPU))
+        _rehearse("transformer", steps=2)  # the loop's optimizer for a captured step
+
+
+def test_a_resumed_optimizer_is_capturable_again(monkeypatch):
+    """A checkpoint written by an eager run holds capturable False in its param groups, which
+    load_state_dict restores; tensor_lr, as the loop calls it on resuming, sets this run's flag."""
+
+    def resumed(model, fix):
+        eager, _ = make_optimizer(model, TCFG, CPU)
+        state = eager.state_dict()
+        opt, impl = make_optimizer(model, TCFG, CPU, capture=True)
+        opt.load_state_dict(state)
+        if fix:
+            tensor_lr(opt, CPU, capture=True)
+        return opt, impl
+
+    with fake_cupy.installed(monkeypatch):
+        with pytest.raises(RuntimeError, match="capturable is False"):
+            _rehearse("transformer", steps=2, opt=lambda m: resumed(m, fix=False))
+        _rehearse("transformer", steps=2, opt=lambda m: resumed(m, fix=True))
 
 
 def _lr_inside(step, task):  # loop.py before the region: set_lr in the step, a Python float
@@ -249,3 +300,58 @@ def test_graph_is_refused_off_cuda(tmp_path):
                                      "log_every": 10}}
     with pytest.raises(ValueError, match="train.compile: graph captures CUDA graphs; this run is on cpu"):
         fit(model, _task(model), spec, tmp_path, CPU, header={}, execution={"compile": "graph"})
+
+
+class _FakeCudaGraphs:
+    """torch.cuda's stream and graph API on the CPU: the region runs as it would be captured,
+    under torch's probes saying CUDA is capturing (so torch's own capture checks run)."""
+
+    class Stream:
+        def __init__(self, device=None):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    class CUDAGraph:
+        def replay(self):
+            raise AssertionError("a graph whose capture failed was replayed")
+
+    @staticmethod
+    @contextmanager
+    def graph(g):
+        with cuda_as_torch_sees_it(capturing=True):
+            yield
+
+    @staticmethod
+    def install(mp):
+        for name in ("Stream", "CUDAGraph", "graph"):
+            mp.setattr(torch.cuda, name, getattr(_FakeCudaGraphs, name))
+        mp.setattr(torch.cuda, "stream", lambda s: nullcontext())
+        mp.setattr(torch.cuda, "current_stream", lambda device=None: _FakeCudaGraphs.Stream())
+        mp.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
+
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
+    """A capture that raises (here torch's own check, given an optimizer that is not
+    capturable) is not fatal: the step it failed on and every later one run eagerly, the
+    parameters after n steps are bitwise the eager loop's, and the step says why."""
+    n = 6
+    want, total = _plain_steps(kind, n)
+    _FakeCudaGraphs.install(monkeypatch)
+    model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
+    task = _task(model)
+    opt, _ = make_optimizer(model, TCFG, CPU)  # not capturable: the capture fails
+    losses = ts.EpochLoss(CPU)
+    losses.reset([0.0], 0)
+    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, capture=True)
+    for i in range(n):
+        set_lr(opt, lr_at(i, n, TCFG))
+        step(task.batch(0, i))
+    assert step.graph is None and "capturable is False" in step.capture_error
+    assert "the CUDA graph capture failed, training on eagerly" in capsys.readouterr().err
+    for (name, p), q in zip(model.named_parameters(), want.parameters()):
+        assert torch.equal(p, q), name
+    (loss_sum,), (bad,), _ = losses.read()
+    assert bad is None and loss_sum == pytest.approx(total, rel=0, abs=1e-12)

@@ -108,7 +108,7 @@ def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
     for capture in (False, True):
         model = _lm(kind, backend)
         task = LanguageModelObjective(ids, ids[:2000], 32, 8, 0, 8, CUDA, "t")
-        opt, _ = make_optimizer(model, tcfg, CUDA)
+        opt, _ = make_optimizer(model, tcfg, CUDA, capture=capture)
         losses = EpochLoss(CUDA)
         losses.reset([0.0], 0)
         step = TrainStep(model, lambda b, m=model, t=task: t.loss(m, b), opt, 0.5, CUDA, losses, capture=capture)

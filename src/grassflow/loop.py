@@ -105,11 +105,15 @@ class StopRequest:
         self.signal = signal.Signals(signum).name
 
 
-def make_optimizer(model, tcfg: TrainConfig, device) -> tuple[torch.optim.AdamW, str]:
+def make_optimizer(model, tcfg: TrainConfig, device, capture: bool = False) -> tuple[torch.optim.AdamW, str]:
     """AdamW over the trainable parameters (no decay on biases and norms) and its
     implementation: `fused` (one kernel per step; its LR a device tensor updated in place, so
     a compiled or captured step never sees a new Python float) where fused_adamw() says so,
     else PyTorch's default (`foreach` on CUDA, a loop on the CPU) with a Python-float LR.
+    `capture`: the step is to be captured as a CUDA graph, so the optimizer is `capturable`
+    (its step counters on the device): torch refuses to capture a step() whose param groups are
+    not (Optimizer._accelerator_graph_capture_health_check, which runs only under a CUDA
+    capture; tests/test_capture.py runs it), and an uncaptured capturable step only costs more.
     An ensemble's parameters have a member dimension more (AdamW is elementwise: each member
     steps as its own run's optimizer would)."""
     extra = 1 if layers.members(model) else 0
@@ -119,8 +123,7 @@ def make_optimizer(model, tcfg: TrainConfig, device) -> tuple[torch.optim.AdamW,
               {"params": no_decay, "weight_decay": 0.0}]
     if fused_adamw(device):
         lr = torch.tensor(float(tcfg.lr), dtype=torch.float32, device=device)
-        return torch.optim.AdamW(groups, lr=lr, betas=tcfg.betas, fused=True,
-                                 capturable=capturable(device)), "fused"
+        return torch.optim.AdamW(groups, lr=lr, betas=tcfg.betas, fused=True, capturable=capture), "fused"
     return torch.optim.AdamW(groups, lr=tcfg.lr, betas=tcfg.betas), "default"
 
 
@@ -131,13 +134,6 @@ def fused_adamw(device) -> bool:
     return device.type in ("cuda", "cpu")
 
 
-def capturable(device) -> bool:
-    """AdamW's `capturable` (its step counters on the device): on CUDA, where the step may be
-    captured as a CUDA graph and torch refuses to capture a step() whose param groups are not
-    capturable (Optimizer's graph-capture health check, which runs only when CUDA captures)."""
-    return torch.device(device).type == "cuda"
-
-
 def set_lr(opt, value: float) -> None:
     for g in opt.param_groups:
         if isinstance(g["lr"], torch.Tensor):
@@ -146,16 +142,16 @@ def set_lr(opt, value: float) -> None:
             g["lr"] = value
 
 
-def tensor_lr(opt, device) -> None:
+def tensor_lr(opt, device, capture: bool = False) -> None:
     """After load_state_dict: a fused optimizer's LR back to one tensor on `device` (a
     checkpoint holds it on the CPU, or as a float if written by the default optimizer), and its
-    `capturable` flag this device's (load_state_dict restores the checkpoint's groups, whose flag
-    may be another machine's: a CPU run's False would make CUDA refuse the capture)."""
+    `capturable` flag this run's (load_state_dict restores the checkpoint's groups, whose flag is
+    the writing run's: an eager run's False would make CUDA refuse this run's capture)."""
     if opt.defaults.get("fused"):
         lr = torch.tensor(float(opt.param_groups[0]["lr"]), dtype=torch.float32, device=device)
         for g in opt.param_groups:
             g["lr"] = lr
-            g["capturable"] = capturable(device)
+            g["capturable"] = capture
 
 
 def _owned(model, key: str) -> bool:
@@ -218,8 +214,8 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     for d in {work, *(r.out_dir for r in runs)}:
         for stray in d.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
             stray.unlink()
-    opt, opt_impl = make_optimizer(model, tcfg, device)
     compiled = Compiled(model, objective, execution["compile"], execution["compile_mode"], device, eval_model=viewer)
+    opt, opt_impl = make_optimizer(model, tcfg, device, capture=compiled.graph)
     steps = min(objective.steps_per_epoch, tcfg.max_steps_per_epoch or objective.steps_per_epoch)
     total_steps = steps * tcfg.epochs
 
@@ -242,7 +238,7 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     else:
         load_trained(model, state["model"])
         opt.load_state_dict(state["optimizer"])
-        tensor_lr(opt, device)
+        tensor_lr(opt, device, capture=compiled.graph)
         set_rng_state(state["rng"])
         pos, members = state["pos"], state["members"]
         print(f"[train] resuming {', '.join(r.spec.run_id for r in runs)} at epoch {pos['epoch'] + 1}, "

@@ -35,7 +35,7 @@ def _run(device, kind, L, B, n_layers, vocab, capture, steps, dropout, backend="
                                           plucker_backend=backend)).to(device)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
     task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0, B, device, "bench")
-    opt, _ = make_optimizer(model, TCFG, device)
+    opt, _ = make_optimizer(model, TCFG, device, capture=capture)
     losses = EpochLoss(device)
     losses.reset([0.0], 0)
     step = TrainStep(model, lambda b: task.loss(model, b), opt, 1.0, device, losses, capture=capture)

@@ -29,7 +29,7 @@ def _step(device, kind, L, B, n_layers, vocab, capture):
     model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers)).to(device)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
     task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0, B, device, "profile")
-    opt, _ = make_optimizer(model, TrainConfig(epochs=1, batch_size=1, lr=1e-4), device)
+    opt, _ = make_optimizer(model, TrainConfig(epochs=1, batch_size=1, lr=1e-4), device, capture=capture)
     losses = EpochLoss(device)
     losses.reset([0.0], 0)
     step = TrainStep(model, lambda b: task.loss(model, b), opt, 1.0, device, losses, capture=capture)
