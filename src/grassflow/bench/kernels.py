@@ -69,12 +69,22 @@ def _cpu_library():
 
 
 @cache
+def _cuda_module(index: int):
+    """The baseline's module, kept for the process: a CUfunction's pointer outlives nothing of
+    its module (a module collected after the lookup unloads it, and the first launch then failed
+    with CUDA_ERROR_INVALID_CONTEXT on an H200)."""
+    import cupy
+
+    with cupy.cuda.Device(index):
+        return cupy.RawModule(code=(kernels_dir() / BASELINE).read_text(), options=("-std=c++17",))
+
+
+@cache
 def _cuda_function(index: int, name: str) -> int:
     import cupy
 
     with cupy.cuda.Device(index):
-        mod = cupy.RawModule(code=(kernels_dir() / BASELINE).read_text(), options=("-std=c++17",))
-        return mod.get_function(name).kernel.ptr
+        return _cuda_module(index).get_function(name).kernel.ptr
 
 
 def new_stages(device):
