@@ -7,7 +7,8 @@
 #      side on the GPU (train.runs_per_gpu), their evaluations and the tables; at DEADLINE seconds
 #      from the start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
 #      Snakemake finishes what it can: the same command again, on the same machine, resumes them
-#      (--keep-incomplete: a stopped run's metrics.jsonl, its epochs so far, stays)
+#      (--keep-incomplete: a stopped run's metrics.jsonl, its epochs so far, stays); once a group's
+#      first epoch is in, its projected finish against the deadline
 #   3. what comes back, without weights or checkpoints, packed into $OUT (at most 8 files of 16 MiB):
 #      window.log, records.tar.gz (each run's records and log, the tables and figures, Snakemake's
 #      benchmark files, the GPU's load); each run's epochs and best validation PPL so far
@@ -89,7 +90,34 @@ own_training() {
     tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qE "grassflow[.]lm[.]train " && echo "$p"
   done
 }
-while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do sleep 2; done
+# the budget, from the jobs themselves: once a group's first epoch is in, its projected finish
+# against the deadline (a table that cannot finish in this lease is said so now, not at the end)
+budget() {  # prints "<group> <line>" for each group whose first seed has an epoch and is not in $1
+  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" <<'PY'
+import json, sys
+from pathlib import Path
+res, done, now, deadline = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+for m in sorted(res.glob("runs/*-s0/metrics.jsonl")):
+    group = m.parent.name.removesuffix("-s0")
+    rows = [json.loads(line) for line in m.read_text().splitlines() if line.strip()]
+    if group in done or not rows:
+        continue
+    epochs = json.loads((res / "specs/run" / f"{m.parent.name}.json").read_text())["train"]["epochs"]
+    per_epoch = rows[-1]["seconds"]
+    finish = now + (epochs - len(rows)) * per_epoch
+    by_deadline = min(epochs, len(rows) + int(max(0, deadline - now) // per_epoch))
+    verdict = "fits" if finish <= deadline else f"does NOT fit: about {by_deadline} of {epochs} epochs by then"
+    print(f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs done at about "
+          f"{finish:.0f} s of the window, deadline {deadline} s: {verdict}")
+PY
+}
+BUDGETED=""
+while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do
+  while read -r group line; do
+    [ -n "$group" ] && say "$group $line" && BUDGETED="$BUDGETED $group"
+  done < <(budget "$BUDGETED")
+  sleep 2
+done
 if kill -0 $SM 2>/dev/null; then
   say "deadline: SIGTERM to the training jobs (each checkpoints and exits 75; rerun to resume)"
   TRAINERS=""

@@ -4,7 +4,8 @@
 Prepared in one copy, the window runs in another, as on the GPU machine: every file's time
 disturbed, only the carried tar restoring the results tree and Snakemake's records. Without the tar
 the window's dry-run gate stops it in one line before any work. With it, only the preflight, the
-fused training, the evaluations and the table are planned. Stopped at its deadline (here: SIGUSR1
+fused training, the evaluations and the table are planned; once a group's first epoch is in, the
+window states its projected finish against the deadline. Stopped at its deadline (here: SIGUSR1
 once every group has finished an epoch and checkpointed), its training processes, and no other
 pipeline's, checkpoint and exit 75. Every started run's epochs so far come back
 (--keep-incomplete), and the window's closing lines say them. The same command again resumes
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -77,18 +79,23 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     res = work / "results/demo"
     t0 = time.time()
     groups = ("table1-transformer", "table1-grassmann")
-    # every group past its first epoch and checkpointed (metrics.jsonl is written before last.pt)
-    while not all((res / f"fused/{g}/last.pt").exists() and (res / f"runs/{g}-s0/metrics.jsonl").exists()
-                  for g in groups):
+    log = tmp_path / "first/window.log"
+    # every group past its first epoch, budgeted and checkpointed (metrics.jsonl is written before last.pt)
+    while not (log.exists() and all((res / f"fused/{g}/last.pt").exists() and f"{g} budget: epoch" in log.read_text()
+                                     for g in groups)):
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         assert time.time() - t0 < HANG, "no group finished an epoch"
         time.sleep(0.5)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode != 0, out[-3000:]  # the interrupted jobs failed: Snakemake says so
-    log = (tmp_path / "first/window.log").read_text()
+    log = log.read_text()
     assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in log, log
     assert "deadline: SIGTERM to the training jobs" in log
+    for g in groups:  # the budget before the end: epoch time, projected finish, against a deadline of 3000 s
+        assert re.search(rf"{g} budget: epoch \d+ took \d+ s; all \d+ epochs done at about \d+ s of the window, "
+                         r"deadline 3000 s: fits", log), log
+        assert log.index(f"{g} budget:") < log.index("deadline: SIGTERM")
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
     assert "SIGTERM: checkpointed at epoch" in logs
     assert not list((res / "runs").glob("*/run.json"))  # an interrupted run never looks complete
