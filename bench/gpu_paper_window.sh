@@ -31,6 +31,7 @@ PROFILE_ARGS=${PROFILE_ARGS:---device cuda}
 BENCH_ARGS=${BENCH_ARGS:---device cuda --parts kernels,graph,head,fused}
 RES=results/$PRESET
 CARRY=${CARRY:-.gpu-carry.tar}  # make gpu-paper-prepare's tar of $RES and .snakemake's records
+EXPECT=${EXPECT:-cuda cupy}  # the preflight's resolved device type and op backend(s), or the window stops
 ALLOWED="preflight train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
 PREFLIGHT=${PREFLIGHT:-$RES/preflight/auto_auto.json}  # the preflight the runs depend on (train.device auto)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -72,7 +73,16 @@ say "planned: $(echo "$planned" | awk 'f == 1 && NF == 2 && $2 ~ /^[0-9]+$/ && $
 # 1. the preflight, as the DAG names it (its device and backend: auto)
 $SNAKEMAKE "$PREFLIGHT" --cores all $SMARGS \
   > "$RES/logs/window-preflight.log" 2>&1 || { say "error: the preflight failed"; tail -20 "$RES/logs/window-preflight.log" | tee -a "$LOG"; exit 1; }
-say "preflight done"
+# what the jobs will run on, as the preflight resolved it: a lease is for CUDA and the CuPy kernels,
+# never for a silent fallback (a CPU device, the slower `fast` op after a failed compile)
+resolved=$($PY -c 'import json, sys
+d = json.load(open(sys.argv[1]))["devices"][0]
+print(d.get("type", "cpu"), *sorted({b["resolved"] for b in d["backends"]}))' "$PREFLIGHT")
+if [ "$resolved" != "$EXPECT" ]; then
+  say "error: the preflight resolved '$resolved' (device, op backends), not '$EXPECT': not spending the lease on it"
+  exit 2
+fi
+say "preflight done: $resolved"
 
 # 2. the tables: fused seeds, side by side on the GPU, their evaluations and tables
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$RES/logs/gpu-load.csv" 2>&1 &

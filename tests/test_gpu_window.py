@@ -7,7 +7,8 @@ the window's dry-run gate stops it in one line before any work. With it, only th
 fused training, the evaluations and the table are planned; once a group's first epoch is in, the
 window states its projected finish against the deadline. Stopped at its deadline (here: SIGUSR1
 once every group has finished an epoch and checkpointed), its training processes, and no other
-pipeline's, checkpoint and exit 75. Every started run's epochs so far come back
+pipeline's, checkpoint and exit 75. A preflight that resolves another device or op backend than the
+lease's (EXPECT: cuda cupy) stops the window before training. Every started run's epochs so far come back
 (--keep-incomplete), and the window's closing lines say them. The same command again resumes
 them and makes the table. What comes back holds no weights or checkpoints."""
 
@@ -41,7 +42,7 @@ def _copy(dst):
 
 def _window(work, out, deadline=3000, **env):
     env = {**pipeline_env(work), **DEMO, "PY": str(BIN / "python"), "PREFLIGHT": "results/demo/preflight/cpu_auto.json",
-           "DEADLINE": str(deadline), "THREADS": "1", "COMPILE": "false",
+           "DEADLINE": str(deadline), "THREADS": "1", "COMPILE": "false", "EXPECT": "cpu fast",
            "BENCH_ARGS": "--device cpu --quick --parts fused", "OUT": str(out), **env}
     return subprocess.Popen(["bash", "bench/gpu_paper_window.sh"], cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -72,6 +73,13 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     work = _copy(tmp_path / "work")
     shutil.copy(prep / ".gpu-carry.tar", work / ".gpu-carry.tar")
     _disturb_times(work)
+    # a lease is for CUDA and the CuPy kernels: what this preflight resolves (cpu, fast) stops it
+    proc = _window(work, tmp_path / "expect", EXPECT="cuda cupy")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 2, out[-3000:]
+    assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
+    assert not (work / "results/demo/fused").exists()
+    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in out, out[-3000:]
     # another pipeline's training job on the same machine (here: a process whose command line reads as one)
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
                               "--out-dir", "another/pipeline"])
@@ -90,7 +98,7 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode != 0, out[-3000:]  # the interrupted jobs failed: Snakemake says so
     log = log.read_text()
-    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in log, log
+    assert "planned: train_fused 2, evaluate 4, aggregate 1, table1 1," in log, log  # the preflight ran above
     assert "deadline: SIGTERM to the training jobs" in log
     for g in groups:  # the budget before the end: epoch time, projected finish, against a deadline of 3000 s
         assert re.search(rf"{g} budget: epoch \d+ took \d+ s; all \d+ epochs done at about \d+ s of the window, "
