@@ -307,8 +307,10 @@ class _FakeCudaGraphs:
     under torch's probes saying CUDA is capturing (so torch's own capture checks run)."""
 
     class Stream:
+        made = 0
+
         def __init__(self, device=None):
-            pass
+            _FakeCudaGraphs.Stream.made += 1
 
         def wait_stream(self, other):
             pass
@@ -328,8 +330,11 @@ class _FakeCudaGraphs:
         for name in ("Stream", "CUDAGraph", "graph"):
             mp.setattr(torch.cuda, name, getattr(_FakeCudaGraphs, name))
         mp.setattr(torch.cuda, "stream", lambda s: nullcontext())
-        mp.setattr(torch.cuda, "current_stream", lambda device=None: _FakeCudaGraphs.Stream())
+        mp.setattr(torch.cuda, "current_stream", lambda device=None: _CURRENT)
         mp.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
+
+_CURRENT = object.__new__(_FakeCudaGraphs.Stream)  # torch's current stream: not made by the step
 
 
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
@@ -340,6 +345,7 @@ def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
     n = 6
     want, total = _plain_steps(kind, n)
     _FakeCudaGraphs.install(monkeypatch)
+    _FakeCudaGraphs.Stream.made = 0
     model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
     task = _task(model)
     opt, _ = make_optimizer(model, TCFG, CPU)  # not capturable: the capture fails
@@ -350,6 +356,7 @@ def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
         set_lr(opt, lr_at(i, n, TCFG))
         step(task.batch(0, i))
     assert step.graph is None and "capturable is False" in step.capture_error
+    assert _FakeCudaGraphs.Stream.made == 1  # one side stream for the warm-up steps (current_stream makes none)
     assert "the CUDA graph capture failed, training on eagerly" in capsys.readouterr().err
     for (name, p), q in zip(model.named_parameters(), want.parameters()):
         assert torch.equal(p, q), name

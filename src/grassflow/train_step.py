@@ -85,6 +85,7 @@ class TrainStep:
         self.buffers = self.batch = None  # the batch's tensors' buffers (from the first batch); the batch the region reads
         self.graph, self.eager_steps = None, 0
         self.capture_error = None  # why the capture failed, if it did: the run goes on eagerly
+        self.side = None  # the warm-up's stream
         self.region_context = nullcontext  # tests wrap the region (tests/test_capture.py)
 
     def __call__(self, batch) -> None:
@@ -127,7 +128,9 @@ class TrainStep:
         self.losses.add(loss, grad_norm)
 
     def _warm_up(self) -> None:
-        side = torch.cuda.Stream(self.device)
+        if self.side is None:  # one side stream for all the warm-up steps
+            self.side = torch.cuda.Stream(self.device)
+        side = self.side
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             self.region()
