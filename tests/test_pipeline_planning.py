@@ -4,10 +4,12 @@ overlay, `grassflow plan`, the login-node rules, lint."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import yaml
@@ -130,7 +132,9 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
     for preset in ("demo", "paper"):
-        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", preset], cwd=work, env=env,
+        # without the venv on PATH (not activated): plan runs the Snakemake beside its Python
+        bare = {**env, "PATH": os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN)}
+        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", preset], cwd=work, env=bare,
                              capture_output=True, text=True, timeout=1800)
         assert res.returncode == 0, res.stderr[-3000:]
         rows = plan_rows(res.stdout)

@@ -221,6 +221,8 @@ OTHER_VERBS = [
     (["plan", "--configfile", "/no/such.yaml"], 1, "error: --configfile /no/such.yaml: no such file"),
     (["plan", "--preset", "nosuch"], 1, "error: config preset: 'nosuch' is not defined; choose one of"),
     (["gpus", "--preset", "nosuch"], 1, "error: config preset: 'nosuch' is not defined; choose one of"),
+    (["gpus", "--runs-per-gpu", "0"], 2, "error: grassflow gpus: argument --runs-per-gpu: '0': must be ≥ 1"),
+    (["gpus", "--runs-per-gpu", "two"], 2, "error: grassflow gpus: argument --runs-per-gpu: 'two' is not int"),
     (["bench", "--device", "tpu"], 2, "error: python -m grassflow.bench: argument --device: invalid choice: 'tpu'"),
     (["bench", "--parts", "op,nope"], 2, "error: python -m grassflow.bench: argument --parts: unknown part(s) ['nope']"),
     (["export", "/no/such/run", "{out}"], 1, "error: /no/such/run/run.json: missing: not a finished language-model run"),

@@ -66,7 +66,8 @@ COMMANDS = [
      [lambda p: [p.add_argument("--preset"), p.add_argument("--configfile", nargs="*", default=[]),
                  p.add_argument("--project", default="."),
                  p.add_argument("--slurm", action="store_true", help="--group-components for profiles/slurm"),
-                 p.add_argument("--runs-per-gpu", type=int, help="K (default: the preset's train.runs_per_gpu)")]]),
+                 p.add_argument("--runs-per-gpu", type=_checked(int, "≥ 1", lambda v: v >= 1),
+                                help="K (default: the preset's train.runs_per_gpu)")]]),
     # a trained model outside the pipeline (docs/use/using-models.md); no rule runs these
     ("export", "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
      lambda a: _export(a),

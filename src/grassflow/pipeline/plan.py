@@ -47,7 +47,10 @@ def load_config(project: Path, configfiles=(), preset: str | None = None) -> dic
 
 def dry_run(project: Path, args: list[str]) -> list[dict]:
     """Every job of `snakemake -n`: rule, wildcards, resources."""
-    res = subprocess.run(["snakemake", "-n", "--cores", "1", *args], cwd=project, capture_output=True, text=True)
+    # the Snakemake installed beside this Python (a dependency of ours), not whichever is first on PATH:
+    # `.venv/bin/grassflow plan` works without an activated venv
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *args], cwd=project,
+                         capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"error: snakemake -n failed:\n{(res.stderr or res.stdout)[-3000:]}")
     jobs, job = [], None
