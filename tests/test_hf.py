@@ -114,6 +114,66 @@ def test_generate_is_grassflow_generates_greedy_text_and_decodes_incrementally(k
         model.generate(**enc, max_new_tokens=20, do_sample=False)
 
 
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_save_pretrained_writes_a_directory_both_loaders_read_with_the_same_logits(kind, exports, tmp_path):
+    """What a transformers user does after fine-tuning: model.save_pretrained(dir). The tied head is
+    stored once; the directory loads by AutoModelForCausalLM and by load_model with equal logits.
+    The run's record stays while the weights are the run's, and goes once they are not."""
+    from transformers import AutoModelForCausalLM
+
+    import grassflow.hf  # noqa: F401
+    from grassflow.pretrained import load_model
+
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    model = AutoModelForCausalLM.from_pretrained(exports[kind])
+    for name, edit in (("same", None), ("tuned", lambda m: m.model.tok_emb.weight.data.mul_(1.01))):
+        if edit:
+            edit(model)
+        with torch.no_grad():
+            want = model(ids).logits
+        model.save_pretrained(tmp_path / name)
+        again = AutoModelForCausalLM.from_pretrained(tmp_path / name)
+        with torch.no_grad():
+            assert torch.equal(again(ids).logits, want)
+            assert torch.equal(load_model(tmp_path / name)(ids), want)
+        config = json.loads((tmp_path / name / "config.json").read_text())
+        assert config["model_type"] == f"grassflow_{kind}" and config["tokenizer"] == model.config.tokenizer
+        assert ("run" in config) is (name == "same")  # the run's record: its weights only
+    half = AutoModelForCausalLM.from_pretrained(exports[kind], torch_dtype=torch.bfloat16)
+    half.save_pretrained(tmp_path / "bf16")  # saved in float32, as load_model rebuilds it: its checksum holds
+    with torch.no_grad():
+        assert torch.equal(load_model(tmp_path / "bf16")(ids), half.float()(ids).logits)
+
+
+def test_push_to_hub_uploads_the_save_pretrained_folder(exports, tmp_path, monkeypatch):
+    """push_to_hub's folder, as transformers writes it before the upload (the hub itself is out of
+    reach here: its repo creation, model card and upload are stand-ins that keep the folder)."""
+    import shutil
+    from types import SimpleNamespace
+
+    import transformers.utils.hub as hub
+    from transformers import AutoModelForCausalLM
+
+    import grassflow.hf  # noqa: F401
+    from grassflow.pretrained import load_model
+
+    monkeypatch.setattr(hub, "hf_api", lambda: SimpleNamespace(create_repo=lambda repo_id, **kw: SimpleNamespace(
+        repo_id=repo_id)))
+    monkeypatch.setattr(hub, "create_and_tag_model_card", lambda *a, **kw: SimpleNamespace(
+        save=lambda path: open(path, "w").close()))
+    model = AutoModelForCausalLM.from_pretrained(exports["grassmann"])
+    pushed = tmp_path / "pushed"
+    monkeypatch.setattr(model, "_upload_modified_files", lambda folder, *a, **kw: shutil.copytree(folder, pushed))
+    model.push_to_hub("someone/grassmann")
+    model.save_pretrained(tmp_path / "saved")
+    assert {p.name for p in pushed.iterdir()} == {p.name for p in (tmp_path / "saved").iterdir()} | {"README.md"}
+    for name in ("config.json", "model.safetensors"):
+        assert (pushed / name).read_bytes() == (tmp_path / "saved" / name).read_bytes()
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert torch.equal(load_model(pushed)(ids), model(ids).logits)
+
+
 def test_the_cache_holds_a_constant_state_for_grassmann_and_keys_and_values_for_the_transformer(exports):
     from transformers import AutoModelForCausalLM
 

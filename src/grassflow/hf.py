@@ -24,6 +24,7 @@ that imports grassflow anyway.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -174,6 +175,29 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # its cache is a GrassflowCache, made by its first forward
+
+    def save_pretrained(self, save_directory, is_main_process: bool = True, push_to_hub: bool = False,
+                        safe_serialization: bool = True, **kwargs):
+        """The export layout (grassflow.pretrained.save_pretrained), which from_pretrained and
+        load_model both read: model.safetensors in float32 with a tied head stored once, and our
+        config.json. The tokenizer's record stays; the run's (spec, epoch, validation) stays only
+        while the weights are still that run's. `model.push_to_hub(repo_id)` uploads this folder
+        (transformers calls this method to write it)."""
+        from grassflow.checkpoint import state_sha256
+        from grassflow.pretrained import save_pretrained
+
+        if push_to_hub:
+            raise TypeError("save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which saves the same folder")
+        if not safe_serialization:
+            raise TypeError("save_pretrained: our weights are safetensors only (safe_serialization=True)")
+        if not is_main_process:
+            return
+        model = copy.deepcopy(self.model).float()  # float32, as load_model rebuilds it: its sha256 is the one kept
+        record = {k: v for k in ("tokenizer",) if (v := getattr(self.config, k, None)) is not None}
+        if getattr(self.config, "weights_sha256", None) == state_sha256(model.state_dict()):
+            record.update({k: v for k in ("spec", "epoch", "val_loss", "val_metrics", "run")
+                           if (v := getattr(self.config, k, None)) is not None})
+        save_pretrained(model, self.config.model_kind, save_directory, model_type=self.config.model_type, **record)
 
     def get_input_embeddings(self):
         return self.model.tok_emb
