@@ -174,6 +174,56 @@ def test_push_to_hub_uploads_the_save_pretrained_folder(exports, tmp_path, monke
         assert torch.equal(load_model(pushed)(ids), model(ids).logits)
 
 
+PROMPTS = [[5, 6, 7, 8, 9], [11, 12], [13, 14, 15]]
+
+
+def _padded(side: str, pad: int = 0):
+    T = max(map(len, PROMPTS))
+    rows = [[pad] * (T - len(p)) + p if side == "left" else p + [pad] * (T - len(p)) for p in PROMPTS]
+    mask = [[0] * (T - len(p)) + [1] * len(p) if side == "left" else [1] * len(p) + [0] * (T - len(p)) for p in PROMPTS]
+    return torch.tensor(rows), torch.tensor(mask)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_a_padded_batch_gives_each_prompt_its_own_logits(kind, side, exports):
+    """Prompts of different lengths in one batch with an attention_mask: each row's logits are its
+    prompt's alone, cached or not; a Grassmann pair whose earlier token is padding is one with
+    t − Δ < 0, left out, and each row's positions start at its first real token."""
+    from transformers import AutoModelForCausalLM
+
+    import grassflow.hf  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(exports[kind])
+    ids, mask = _padded(side)
+    with torch.no_grad():
+        alone = [model(torch.tensor([p])).logits[0] for p in PROMPTS]
+        for use_cache in (False, True):
+            got = model(ids, attention_mask=mask, use_cache=use_cache).logits
+            for b, want in enumerate(alone):
+                assert torch.equal(got[b][mask[b].bool()], want), (b, use_cache)
+
+
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_batched_greedy_generate_with_left_padding_is_each_prompt_alone(kind, exports):
+    from transformers import AutoModelForCausalLM
+
+    import grassflow.hf  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(exports[kind])
+    ids, mask = _padded("left")
+    n = 6
+    alone = [model.generate(torch.tensor([p]), max_new_tokens=n, do_sample=False, pad_token_id=0)[0, -n:]
+             for p in PROMPTS]
+    for use_cache in (True, False):
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=0,
+                             use_cache=use_cache)
+        for b, want in enumerate(alone):
+            assert torch.equal(out[b, -n:], want), (b, use_cache)
+    with pytest.raises(NotImplementedError, match="beam search over a padded batch"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2, do_sample=False, pad_token_id=0)
+
+
 def test_the_cache_holds_a_constant_state_for_grassmann_and_keys_and_values_for_the_transformer(exports):
     from transformers import AutoModelForCausalLM
 
@@ -206,11 +256,12 @@ def test_lm_evals_own_hf_model_reports_the_grassflow_models_word_perplexity(expo
 
     manager, task = wikitext_task(tmp_path, pages(generate_split(2, seed=1)))
     for kind in ("grassmann", "transformer"):
-        got = {m: lm_eval.simple_evaluate(model=m, model_args=f"pretrained={exports[kind]},backend=causal"
-                                          if m == "hf" else f"pretrained={exports[kind]}", tasks=[task],
-                                          task_manager=manager, device="cpu", batch_size=4)
-               ["results"][task]["word_perplexity,none"] for m in ("grassflow", "hf")}
-        assert got["hf"] == pytest.approx(got["grassflow"], rel=1e-4), (kind, got)
+        got = {(m, b): lm_eval.simple_evaluate(model=m, model_args=f"pretrained={exports[kind]},backend=causal"
+                                               if m == "hf" else f"pretrained={exports[kind]}", tasks=[task],
+                                               task_manager=manager, device="cpu", batch_size=b)
+               ["results"][task]["word_perplexity,none"] for m, b in (("grassflow", 4), ("hf", 4), ("hf", 1))}
+        assert got["hf", 4] == pytest.approx(got["grassflow", 4], rel=1e-4), (kind, got)
+        assert got["hf", 4] == pytest.approx(got["hf", 1], rel=1e-6), (kind, got)  # its padded batches: exact
 
 
 def test_an_edit_to_the_transformers_classes_reruns_no_job(demo):

@@ -13,7 +13,8 @@ cache API: `GrassflowCache` holds, per layer, what grassflow.decode keeps — a 
 and values, a Grassmann layer's last max(offsets) reduced states (its state does not grow) — so
 `generate()` feeds only the new tokens; positions are learned absolute embeddings, so a text can
 be at most context_len tokens long (grassflow generate slides its window; transformers' generate
-is refused past it, naming the limit).
+is refused past it, naming the limit). A padded batch (an attention_mask with zeros, left or right)
+runs row by row, each row its prompt alone: exact for both kinds.
 
 Registration is `import grassflow.hf`, not `import grassflow`: a training or evaluation job
 imports grassflow, and registering on its import would make this module part of every job's code
@@ -100,15 +101,18 @@ class _DecoderLayer(CacheLayerMixin):
         raise NotImplementedError("a grassflow layer extends its own state (GrassflowCache.feed)")
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.cache.decoder.pos + query_length, 0
+        return self.cache.seen + query_length, 0
 
     def get_seq_length(self) -> int:
-        return self.cache.decoder.pos
+        return self.cache.seen
 
     def get_max_length(self) -> int:
         return self.cache.decoder.model.cfg.context_len
 
     def reorder_cache(self, beam_idx):
+        if self.cache.rows is not None:
+            raise NotImplementedError("beam search over a padded batch: generate its prompts one at a time, or "
+                                      "prompts of one length, or greedy/sampled decoding")
         _, _, cached = self.cache.decoder.caches[self.index]
         for name in ("k", "v", "z"):
             if getattr(cached, name, None) is not None:
@@ -120,19 +124,58 @@ class _DecoderLayer(CacheLayerMixin):
 
 class GrassflowCache(Cache):
     """transformers' cache of one of our models: a grassflow.decode.Decoder (per layer, a
-    Transformer's keys and values or a Grassmann layer's last max(offsets) reduced states)."""
+    Transformer's keys and values or a Grassmann layer's last max(offsets) reduced states), one
+    for the batch, or, once a batch came padded, one per row (`rows`): each row then decodes
+    exactly as its prompt alone, its own positions from 0."""
 
     def __init__(self, model):
+        self.model = model
         self.decoder = Decoder(model)
+        self.rows = None  # a Decoder per row, once padded
+        self.seen = 0  # columns fed, padding included: transformers' sequence length
         super().__init__(layers=[_DecoderLayer(self, i) for i in range(len(model.blocks))])
 
-    def feed(self, idx: torch.Tensor) -> torch.Tensor:
-        L = self.decoder.model.cfg.context_len
-        if self.decoder.pos + idx.shape[1] > L:
-            raise ValueError(f"a text of {self.decoder.pos + idx.shape[1]} tokens is longer than the model's context "
-                             f"({L} learned positions): generate at most max_length={L} (grassflow generate slides "
-                             "its window instead)")
-        return self.decoder.feed(idx)
+    def feed(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) of the new columns `idx` (B, T); `attention_mask` transformers' mask of
+        every column so far (B, seen + T). A padded column's logits are 0."""
+        T = idx.shape[1]
+        new = None if attention_mask is None else attention_mask[:, -T:].bool()
+        if self.rows is None and (new is None or bool(new.all())):
+            self._check(self.decoder.pos + T)
+            out = self.decoder.feed(idx)
+        else:
+            if self.rows is None:
+                if self.seen:
+                    raise ValueError("padding after the first tokens: a batch is padded in its first call only")
+                self.rows = [Decoder(self.model) for _ in range(idx.shape[0])]
+            out = _per_row(idx, new, lambda b, ids: self._check(self.rows[b].pos + ids.shape[1]) or self.rows[b].feed(ids))
+        self.seen += T
+        return out
+
+    def _check(self, length: int) -> None:
+        L = self.model.cfg.context_len
+        if length > L:
+            raise ValueError(f"a text of {length} tokens is longer than the model's context ({L} learned positions): "
+                             f"generate at most max_length={L} (grassflow generate slides its window instead)")
+
+
+def _per_row(idx: torch.Tensor, mask: torch.Tensor, logits_of) -> torch.Tensor:
+    """Each row's real tokens (its mask's one run of ones: left or right padding) through
+    `logits_of(row, ids (1, n))`, alone: the logits (B, T, V) of a batch of prompts of different
+    lengths, each row exactly its prompt's, a padded column's 0."""
+    out = None
+    for b in range(idx.shape[0]):
+        real = mask[b].nonzero().flatten()
+        if not len(real):
+            raise ValueError(f"row {b} of the batch is all padding")
+        s, e = int(real[0]), int(real[-1]) + 1
+        if e - s != len(real):
+            raise ValueError(f"row {b}'s attention_mask has holes: padding on the left or the right only")
+        row = logits_of(b, idx[b : b + 1, s:e])
+        if out is None:
+            out = row.new_zeros(idx.shape[0], idx.shape[1], row.shape[-1])
+        out[b, s:e] = row[0]
+    return out
 
 
 class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
@@ -210,12 +253,11 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids: torch.LongTensor, cache: Cache | None = None, attention_mask=None, labels=None,
                 use_cache: bool | None = None, return_dict: bool | None = None, **kwargs) -> CausalLMOutputWithPast:
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError("padded inputs are not supported: our models have no attention mask (one prompt at "
-                             "a time, or prompts of one length)")
         if use_cache or cache is not None:
             cache = cache if cache is not None else GrassflowCache(self.model)
-            logits = cache.feed(input_ids)
+            logits = cache.feed(input_ids, attention_mask)
+        elif attention_mask is not None and not bool(attention_mask.all()):
+            logits = _per_row(input_ids, attention_mask.bool(), lambda b, ids: self.model(ids))
         else:
             logits = self.model(input_ids)
         loss = None
