@@ -47,9 +47,10 @@ def test_every_preset_is_lint_clean(tmp_path):
 
 
 def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
-    """`snakemake ablations` on the paper preset: 6 variants × 2 models × 3 seeds at Table 1
+    """`snakemake ablations` on the paper preset: 9 variants × 2 models × 3 seeds at Table 1
     size, each distinct run once: the `paper` variant is the main table's runs, and a
-    Transformer under a Grassmann-only switch is the paper variant's Transformer."""
+    Transformer under a Grassmann-only switch (offsets, r, the schedule, empty offsets) is the
+    paper variant's Transformer. laptop_v1's grid: the offsets and rank variants, Grassmann only."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
     res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
@@ -57,14 +58,24 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     trained = re.findall(r"wildcards: run=(\S+)", res.stdout)
     train_jobs = Counter(re.findall(r"rule (train|evaluate):", res.stdout))
-    assert train_jobs == Counter({"train": 30, "evaluate": 30}) and len(set(trained)) == 30
+    assert train_jobs == Counter({"train": 39, "evaluate": 39}) and len(set(trained)) == 39
     assert {f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)} <= set(trained)
-    assert not any(r.startswith(("table1_paper", "table1_per_layer_lags-transformer", "table1_bias_empty-transformer"))
+    grassmann_only = ("per_layer_lags", "bias_empty", "lags_124", "r64", "lags_124_r64")
+    assert {f"table1_{v}-grassmann-s{s}" for v in grassmann_only for s in (0, 1, 2)} <= set(trained)
+    assert not any(r.startswith(("table1_paper", *(f"table1_{v}-transformer" for v in grassmann_only)))
                    for r in trained)
     assert not any(r.startswith("table2") for r in trained)  # just the grid
     # planning writes nothing of ours: the code index is kept when jobs run (onstart), not while parsing
     assert not (work / ".snakemake" / "grassflow").exists()
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
+    res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations", "--configfile", "config.yaml",
+                          "workflow/overlays/wikitext2-v1-local.yaml", "--config", "preset=laptop_v1"], cwd=work,
+                         env=env, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    variants = {"": ""} | {v: f"_{v}" for v in ("lags_124", "r64", "lags_124_r64")}
+    assert set(re.findall(r"wildcards: run=(\S+)", res.stdout)) == (
+        {f"table1-transformer-s{s}" for s in (0, 1, 2)}
+        | {f"table1{suffix}-grassmann-s{s}" for suffix in variants.values() for s in (0, 1, 2)})
 
 
 @pytest.mark.slow
