@@ -185,12 +185,24 @@ def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
 
     runs = _runs(tmp_path)
     name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
-    preset = {**preset, "seeds": [0, 1], "ablations": {"base": "table1", "seeds": [0, 1], "variants": {"laptop": {}}}}
-    grid = {"laptop": {m: [r for r in runs if f"-{m}-" in r] for m in ("transformer", "grassmann")}}
+    wider = []  # an r: 64 variant's Grassmann runs: more parameters
+    for run_id in [r for r in runs if "-grassmann-" in r]:
+        twin = tmp_path / "runs" / run_id.replace("table1", "table1_r64")
+        shutil.copytree(runs[run_id]["dir"], twin)
+        rec = json.loads((twin / "run.json").read_text())
+        rec["run_id"] = rec["spec"]["run_id"] = twin.name
+        rec["n_params"] = 2 * runs[run_id]["n_params"]
+        (twin / "run.json").write_text(json.dumps(rec))
+        wider.append(twin.name)
+    preset = {**preset, "seeds": [0, 1], "ablations": {"base": "table1", "seeds": [0, 1],
+                                                        "variants": {"laptop": {}, "r64": {"r": 64}}}}
+    grid = {"laptop": {m: [r for r in runs if f"-{m}-" in r] for m in ("transformer", "grassmann")},
+            "r64": {"transformer": [r for r in runs if "-transformer-" in r], "grassmann": wider}}
     aggregate_ablations(preset, name, grid, str(tmp_path / "runs"), str(TEMPLATE / "data/unigram.json"),
                         str(TEMPLATE / "data/checksums.json"), str(ROOT / "workflow/resources/published.yaml"),
                         tmp_path / "report")
-    csv = pd.read_csv(tmp_path / "report/ablations.csv").set_index("run_id")
+    csv = pd.read_csv(tmp_path / "report/ablations.csv")
+    csv = csv[csv.variant == "laptop"].set_index("run_id")  # a shared run is listed under each variant
     for run_id, r in runs.items():
         assert csv.loc[run_id, "val_ppl"] == r["values"]["validation", "chunked_ppl"]
         assert csv.loc[run_id, "test_ppl"] == r["values"]["test", "chunked_ppl"]
@@ -200,3 +212,7 @@ def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
              for m in ("transformer", "grassmann") for s in ("validation", "test")}
     assert row[2:6] == [cells["transformer", "validation"], cells["transformer", "test"],
                         cells["grassmann", "validation"], cells["grassmann", "test"]]
+    wide = next(line.strip("| ").split(" | ") for line in (tmp_path / "report/ablations.md").read_text().splitlines()
+                if line.startswith("| r64 |"))
+    base_params = runs["table1-grassmann-s0"]["n_params"]
+    assert (row[9], wide[9]) == (f"{base_params:,}", f"{2 * base_params:,} (+100.0 %)")  # the Grassmann params column

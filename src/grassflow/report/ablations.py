@@ -2,7 +2,8 @@
 
 `ablations.md/.csv/.tex` and `ablations.png`: per variant (model switches on the base
 experiment), both models' best validation and test perplexity (mean ± std over seeds), the gap
-with its 95 % CI, diverged and did-not-learn runs counted, and the Grassmann variant's receptive
+with its 95 % CI, diverged and did-not-learn runs counted, the Grassmann variant's parameter count
+(and its change from the unswitched variant's: r changes it), and its receptive
 field in tokens (Σ over layers of the layer's largest offset: N·max Δ when every layer has all
 offsets). The CSV has one row per variant × run with the run's provenance (a run shared by two
 variants appears under each). Under the table: the published numbers (published.yaml), so ours
@@ -53,6 +54,7 @@ def receptive_field(preset: dict, switches: dict) -> int:
 def _model_stats(sub: pd.DataFrame) -> dict:
     good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
     return {"n": len(sub), "n_ok": len(good), "n_learned": int(good.learned.sum()),
+            "params": int(sub.n_params.iloc[0]) if len(sub) else None,
             "not_learned": sorted(good[~good.learned].run_id), "diverged": int((sub.status == "diverged").sum()),
             "val": mean_std(good.val_ppl), "test": mean_std(good.test_ppl), "val_values": list(good.val_ppl),
             "records": list(sub.record)}
@@ -82,6 +84,16 @@ def _gap(row) -> str:
     return f"{g['gap_pct']:+.1f} %{ci}"
 
 
+def _params_cell(m: dict | None, base: dict | None) -> str:
+    """A model's parameter count, and its change from the base variant's where it differs (r)."""
+    if not m or m["params"] is None:
+        return "—"
+    cell = f"{m['params']:,}"
+    if base and base["params"] and m["params"] != base["params"]:
+        cell += f" ({100 * (m['params'] - base['params']) / base['params']:+.1f} %)"
+    return cell
+
+
 def _runs_cell(m: dict) -> str:
     cell = f"{m['n_learned']}/{m['n_ok']}/{m['n']}"
     if m["diverged"]:
@@ -96,16 +108,17 @@ def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[st
     a = preset["ablations"]
     e = preset["experiments"][a["base"]]
     table = []
+    base = next((r["models"].get("grassmann") for r in rows if not r["switches"]), None)  # the unswitched variant
     for r in rows:
         t, g = r["models"].get("transformer"), r["models"].get("grassmann")
         table.append([r["variant"], _switches(r["switches"]), *(_fmt(*m[k]) if m else "—" for m in (t, g) for k in ("val", "test")),
-                      _gap(r), _runs_cell(t) if t else "—", _runs_cell(g) if g else "—", r["receptive_field"],
-                      record_links((t["records"] if t else []) + (g["records"] if g else []), out)])
+                      _gap(r), _runs_cell(t) if t else "—", _runs_cell(g) if g else "—", _params_cell(g, base),
+                      r["receptive_field"], record_links((t["records"] if t else []) + (g["records"] if g else []), out)])
     lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, {e['epochs']} epochs, "
              f"seeds {a['seeds']}", "", *md_table(
                  ["variant", "switches", "Transformer val PPL", "Transformer test PPL", "Grassmann val PPL",
                   "Grassmann test PPL", "gap G−T (95 % CI)", "runs T (learned/ok/all)", "runs G",
-                  "Grassmann receptive field (tokens)", "provenance"], table),
+                  "Grassmann params", "Grassmann receptive field (tokens)", "provenance"], table),
              "", baseline_line(unigram), "",
              ("**These numbers cannot be compared with the paper's:** " + "; ".join(why) + ".") if why else
              (f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with the paper's, "
