@@ -98,9 +98,9 @@ def test_shipped_config_is_valid_for_every_preset():
     grid = runs(*select_preset({**BASE, "preset": "paper"}))
     main = [r for r in grid if "_" not in r.split("-")[0]]
     assert len(main) == 2 * 2 * 3  # tables × models × seeds
-    # ablations: 6 variants × 2 models × 3 seeds, less the `paper` variant (the main runs) and the
-    # Transformer under the two Grassmann-only switches (the paper variant's Transformer)
-    assert len(grid) - len(main) == 6 * 2 * 3 - 2 * 3 - 2 * 3
+    # ablations: 9 variants × 2 models × 3 seeds, less the `paper` variant (the main runs) and the
+    # Transformer under the five Grassmann-only switches (the paper variant's Transformer)
+    assert len(grid) - len(main) == 9 * 2 * 3 - 2 * 3 - 5 * 3
 
 
 def test_transformer_specs_carry_no_grassmann_keys():

@@ -119,7 +119,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
 
     paper, v1 = dry(), dry("--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
     a, b = job_stats(paper), job_stats(v1)
-    assert a["train"] == b["train"] == 36 and a["evaluate"] == b["evaluate"] == 36
+    assert a["train"] == b["train"] == 45 and a["evaluate"] == b["evaluate"] == 45
     assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1  # bert from tokenizer.path
     assert a.pop("spec") == b.pop("spec") + 1  # and its tokenizer section's spec file
     assert a == b
