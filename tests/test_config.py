@@ -47,7 +47,7 @@ CASES = [
     ("model.lags", [1, 40], "model.lags: offset 40 must be in 1..context_len-1 (31)"),
     ("model.n_heads", 3, "model.n_heads (3) must divide model.d_model (64)"),
     ("models", ["transformer", "mamba"], "config presets.demo.models.1: 'mamba' is not one of ['transformer', 'grassmann']"),
-    ("preset", "nope", "config preset: 'nope' is not defined; choose one of ['demo', 'laptop', 'laptop_v1', 'laptop_v1_paper_settings', 'paper', 'paper_v1', 'recall']"),
+    ("preset", "nope", "config preset: 'nope' is not defined; choose one of ['demo', 'laptop', 'laptop_v1', 'laptop_v1_ablations', 'laptop_v1_paper_settings', 'paper', 'paper_v1', 'recall']"),
     ("experiments", {}, "config presets.demo.experiments: {} should be non-empty"),
     ("seeds", [], "config presets.demo.seeds: [] should be non-empty"),
     ("seeds", [0, 0], "config presets.demo.seeds: [0, 0] has non-unique elements"),

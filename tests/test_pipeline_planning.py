@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grassflow.pipeline.plan import local_rules
+from grassflow.pipeline.plan import load_config, local_rules
+from grassflow.pipeline.presets import select_preset
 from pipeline import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
 from procs import needs
 
@@ -50,7 +51,8 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     """`snakemake ablations` on the paper preset: 9 variants × 2 models × 3 seeds at Table 1
     size, each distinct run once: the `paper` variant is the main table's runs, and a
     Transformer under a Grassmann-only switch (offsets, r, the schedule, empty offsets) is the
-    paper variant's Transformer. laptop_v1's grid: the offsets and rank variants, Grassmann only."""
+    paper variant's Transformer. laptop_v1_ablations: laptop_v1's runs and the offsets and rank
+    variants, Grassmann only, on the v1 files (the overlay's laptop_v1 settings, inherited)."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
     res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
@@ -69,10 +71,12 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert not (work / ".snakemake" / "grassflow").exists()
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
     res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations", "--configfile", "config.yaml",
-                          "workflow/overlays/wikitext2-v1-local.yaml", "--config", "preset=laptop_v1"], cwd=work,
+                          "workflow/overlays/wikitext2-v1-local.yaml", "--config", "preset=laptop_v1_ablations"], cwd=work,
                          env=env, capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     variants = {"": ""} | {v: f"_{v}" for v in ("lags_124", "r64", "lags_124_r64")}
+    _, lap = select_preset(load_config(work, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1_ablations"))
+    assert lap["data"]["source"] == "local" and lap["data"]["name"] == "wikitext-2-v1"  # the overlay's, inherited
     assert set(re.findall(r"wildcards: run=(\S+)", res.stdout)) == (
         {f"table1-transformer-s{s}" for s in (0, 1, 2)}
         | {f"table1{suffix}-grassmann-s{s}" for suffix in variants.values() for s in (0, 1, 2)})
