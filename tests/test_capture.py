@@ -362,3 +362,28 @@ def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
         assert torch.equal(p, q), name
     (loss_sum,), (bad,), _ = losses.read()
     assert bad is None and loss_sum == pytest.approx(total, rel=0, abs=1e-12)
+
+
+def test_a_failed_validation_capture_validates_eagerly(monkeypatch, capsys):
+    """GraphedForward (train.compile graph's validation forward): a capture that raises is said
+    once, and this and every later call run the model eagerly, with its own output."""
+    _FakeCudaGraphs.install(monkeypatch)
+    model = _model("transformer")
+
+    class RefusesCapture(torch.nn.Module):  # an op that cannot be captured, as CUDA would refuse it
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            if torch.accelerator.current_stream().is_capturing():
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return self.model(x)
+
+    graphed = ts.GraphedForward(RefusesCapture(), CPU)
+    x = torch.arange(12).reshape(1, 12) % 37
+    with torch.no_grad(), cuda_as_torch_sees_it(capturing=False):  # capturing inside the stand-in graph only
+        want = model(x)
+        assert torch.equal(graphed(x), want) and torch.equal(graphed(x), want)
+    assert graphed.graphs == {} and "not permitted when stream is capturing" in graphed.capture_error
+    assert capsys.readouterr().err.count("validating eagerly") == 1
