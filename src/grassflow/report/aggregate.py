@@ -21,6 +21,7 @@ import pandas as pd
 from grassflow import job, markdown
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
+from grassflow.report.records import fields, read_metrics, read_record
 from grassflow.report.setup import (
     data_label,
     load_checksums,
@@ -39,10 +40,15 @@ def read_runs(run_dirs, columns) -> pd.DataFrame:
     validation results, test results)`, then the provenance columns."""
     rows = []
     for d in map(Path, run_dirs):
-        rec, ev = (json.loads((d / f).read_text()) for f in ("run.json", "eval.json"))
-        ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
-        rows.append({**columns(rec, ev, ok, ev.get("validation") or {}, ev.get("test") or {}),
-                     **provenance_columns(d, rec, ev)})
+        rec, ev = (read_record(d / f) for f in ("run.json", "eval.json"))
+        read_metrics(d / "metrics.jsonl")  # checked before any table is written (the curves read it later)
+
+        def row(rec=rec, ev=ev, d=d):
+            ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
+            return {**columns(rec, ev, ok, ev.get("validation") or {}, ev.get("test") or {}),
+                    **provenance_columns(d, rec, ev)}
+
+        rows.append(fields(d, row))
     return pd.DataFrame(rows)
 
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from grassflow.io import atomic_path  # noqa: E402
+from grassflow.report.records import read_metrics  # noqa: E402
 
 COLORS = {"transformer": "tab:blue", "grassmann": "tab:orange"}
 
@@ -24,7 +22,7 @@ def _save(fig, path):
 def curves(df, exp_name, preset, path, key="val_ppl", ylabel="validation perplexity (chunked)", log=True):
     fig, ax = plt.subplots(figsize=(6, 4))
     for _, run in df.iterrows():
-        rows = [json.loads(line) for line in Path(run.metrics).read_text().splitlines() if line]
+        rows = read_metrics(run.metrics, ("epoch", key))
         if rows:
             ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], marker="o", ms=3,
                     color=COLORS.get(run.model), alpha=0.8, label=f"{run.model} s{run.seed}")
