@@ -2,7 +2,8 @@
 contracts, which the CPU paths otherwise never meet:
 
   RawModule             compiles nothing here, but knows exactly the kernels a real compile of
-                        kernels/plucker.cu exports: its extern "C" __global__ functions;
+                        kernels/plucker.cu (or cross_entropy.cu, the fused LM head's) exports:
+                        its extern "C" __global__ functions;
                         get_function of any other name (a template's, say) fails as CUDA's
                         module lookup does (CUDA_ERROR_NOT_FOUND). Other sources and
                         name_expressions are refused: the backend uses neither. A kernel's
@@ -35,9 +36,12 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 import torch
 
-from grassflow.ops.plucker import cupy_backend, kernel_abi
-from grassflow.ops.plucker.cpu_kernel import launch_packed_on_cpu
+from grassflow.ops.linear_ce import fused
+from grassflow.ops.plucker import cupy_backend, cpu_kernel, kernel_abi
 from grassflow.ops.plucker.kernel_stages import kernels_dir
+
+# The sources a module may be compiled from, and the shim launcher of each one's kernels
+SOURCES = {"plucker.cu": cpu_kernel.launch_packed_on_cpu, "cross_entropy.cu": fused.launch_packed_on_cpu}
 
 STREAM = 0x5EED  # the stream handle "torch" reports; every launch must be on it
 CAPTURE = 0xCA97  # torch's current stream while a CUDA graph is being captured
@@ -79,21 +83,21 @@ class Device:
 class Function:
     """A CUfunction: what RawKernel.kernel gives, for the device current at the lookup."""
 
-    def __init__(self, name: str, device):
-        self.name, self.device = name, device
+    def __init__(self, name: str, device, launch):
+        self.name, self.device, self.launch = name, device, launch
         self.ptr = 0xF000 + len(STATE.functions)
         STATE.functions[self.ptr] = self
 
 
 class RawKernel:
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, launch):
+        self.name, self.launch = name, launch
 
     @property
     def kernel(self):
         if STATE.device is None:
             raise RuntimeError(f"{self.name}: looked up outside a Device context")
-        return Function(self.name, STATE.device)
+        return Function(self.name, STATE.device, self.launch)
 
     def __call__(self, *args, **kwargs):
         raise NotImplementedError("stand-in: the backend launches through driver.launchKernel")
@@ -106,7 +110,7 @@ def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, 
     if not all(type(v) is int for v in (gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra)):
         raise TypeError("launchKernel takes integers (handles and pointers as int)")
     if (gy, gz, by, bz) != (1, 1, 1, 1):
-        raise ValueError(f"{fn.name}: plucker kernels are 1-D, got grid ({gx}, {gy}, {gz}), block ({bx}, {by}, {bz})")
+        raise ValueError(f"{fn.name}: our kernels are 1-D, got grid ({gx}, {gy}, {gz}), block ({bx}, {by}, {bz})")
     if shared_mem or extra:
         raise ValueError(f"{fn.name}: no shared memory and no `extra` launch options expected")
     current = CpuAsCuda.stream(None)
@@ -114,15 +118,16 @@ def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, 
         raise RuntimeError(f"{fn.name}: launched on stream {stream:#x}, torch's current stream is {current:#x}"
                            + (": it would be missing from the graph" if STATE.capturing else ""))
     STATE.launches.append((fn.name, gx, bx, stream))
-    launch_packed_on_cpu(fn.name, gx, bx, kernel_params)
+    fn.launch(fn.name, gx, bx, kernel_params)
 
 
 class RawModule:
     def __init__(self, code=None, options=(), name_expressions=None, **kwargs):
         if kwargs or name_expressions is not None:
             raise NotImplementedError(f"stand-in RawModule: unsupported {sorted(kwargs) or 'name_expressions'}")
-        if code != (kernels_dir() / "plucker.cu").read_text():
-            raise NotImplementedError("stand-in RawModule: models kernels/plucker.cu only")
+        self.source = next((s for s in SOURCES if code == (kernels_dir() / s).read_text()), None)
+        if self.source is None:
+            raise NotImplementedError(f"stand-in RawModule: models kernels/{' and kernels/'.join(SOURCES)} only")
         self.options = tuple(options)
         self._compiled = None
 
@@ -134,14 +139,14 @@ class RawModule:
                 raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
                                    "cannot open shared object file: No such file or directory")
             STATE.compiles += 1
-            self._compiled = kernel_abi.signatures(kernels_dir() / "plucker.cu")  # its exports
+            self._compiled = kernel_abi.signatures(kernels_dir() / self.source)  # its exports
         return self
 
     def get_function(self, name):
         self.compile()
         if name not in self._compiled:
             raise CUDADriverError(f"CUDA_ERROR_NOT_FOUND: named symbol not found ({name!r})")
-        return RawKernel(name)
+        return RawKernel(name, SOURCES[self.source])
 
 
 def _allocate(shape, dtype=np.float32):
@@ -213,6 +218,8 @@ def _clear_caches():
     cupy_backend._function.cache_clear()
     cupy_backend._compile_error.cache_clear()
     cupy_backend._warn_fallback.cache_clear()
+    fused._module.cache_clear()
+    fused._function.cache_clear()
 
 
 @contextmanager

@@ -1,11 +1,14 @@
 """The benchmark runs end to end (smoke sizes) and reports what it promises; no timing asserted."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from grassflow.bench import grassmann_backends, main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_quick_reports_every_part(tmp_path):
@@ -23,9 +26,19 @@ def test_bench_quick_reports_every_part(tmp_path):
     # old vs new kernels at the smoke size, same inputs; the head's three paths; no graph off CUDA
     assert [(r["tokens"], r["r"]) for r in saved["kernels"]] == [(256, 32)]
     assert all(r["old_s"] > 0 and r["new_s"] > 0 for r in saved["kernels"])
-    assert [r["backend"] for r in saved["head"]] == ["reference", "chunked"]  # chunked-bf16: CUDA's
+    assert [r["backend"] for r in saved["head"]] == ["reference", "chunked"]  # chunked-bf16, fused: CUDA's
     assert saved["graph"] == [] and "old (441a7fd) vs new" in md and "| chunked |" in md
     assert [(r["model"], r["members"]) for r in saved["fused"]] == [("transformer", 3), ("grassmann", 3)]
+
+
+def test_head_bytes_report_is_the_arithmetic():
+    """reports/bench/head-bytes.md is what bench/head_bytes.py computes (regenerate it with its
+    command), and the fused head's loss and gradient stay under 1 GB per member-step at Table 1's shape."""
+    from grassflow.bench import head_bytes
+
+    assert (ROOT / "reports" / "bench" / "head-bytes.md").read_text() == head_bytes.report()
+    N, V = head_bytes.TABLE1
+    assert head_bytes.per_logit("fused", loss_only=True) * N * V <= 1e9 < head_bytes.per_logit("reference", True) * N * V
 
 
 def test_bench_profile_names_each_models_top_ops(tmp_path):

@@ -122,16 +122,16 @@ def _model(kind="grassmann", **kw):
     return build_model(kind, ModelConfig(**{**cfg, **kw}))
 
 
-def _task(model):
+def _task(model, head_loss="auto"):
     ids = np.arange(900) % 37
-    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t")
+    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t", head_loss)
 
 
-def _rehearse(kind, region=None, steps=3, opt=None):
+def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto"):
     """Steps 0..steps-1 of a tiny LM through TrainStep, each region recorded; the optimizer
     the loop makes for a captured step unless `opt` (a function of the model) makes it."""
     model = _model(kind)
-    task = _task(model)
+    task = _task(model, head_loss)
     opt, impl = opt(model) if opt else make_optimizer(model, TCFG, CPU, capture=True)
     assert impl == "fused"
     losses = ts.EpochLoss(CPU)
@@ -148,14 +148,16 @@ def _rehearse(kind, region=None, steps=3, opt=None):
     return rehearsal, losses
 
 
-@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
-def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(kind, monkeypatch):
+@pytest.mark.parametrize("kind, head_loss", [("grassmann", "auto"), ("transformer", "auto"), ("transformer", "fused")])
+def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(kind, head_loss, monkeypatch):
     """After the first step (AdamW's state is made lazily: the warm-up's work), two consecutive
-    regions issue the same ops with the same arguments on the same outside tensors."""
+    regions issue the same ops with the same arguments on the same outside tensors; with the
+    fused head too (its kernels compiled by the warm-up, launched on the capture's stream)."""
     with fake_cupy.installed(monkeypatch) as state:
-        rehearsal, _ = _rehearse(kind)
-        assert state.allocations == 0 and state.compiles == (1 if kind == "grassmann" else 0)
-        if kind == "grassmann":  # the warm-up's on torch's stream, the two captured steps' on the capture's
+        rehearsal, _ = _rehearse(kind, head_loss=head_loss)
+        # the fused head's check compiles plucker.cu (the CuPy backend's), then cross_entropy.cu
+        assert state.allocations == 0 and state.compiles == (1 if kind == "grassmann" else 0) + 2 * (head_loss == "fused")
+        if kind == "grassmann" or head_loss == "fused":  # the warm-up's on torch's stream, the two captured steps' on the capture's
             streams = [s for *_, s in state.launches]
             assert set(streams) == {fake_cupy.STREAM, fake_cupy.CAPTURE}
             assert streams.count(fake_cupy.CAPTURE) == 2 * streams.count(fake_cupy.STREAM)

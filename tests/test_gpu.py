@@ -138,3 +138,25 @@ def test_a_captured_validation_forward_gives_the_eager_perplexity():
     assert chunked_nll(graphed, ids, 32, 7, CUDA) == eager
     assert len(graphed.graphs) == 2  # 7 blocks a batch, and the last 93 % 7 = 2
     assert chunked_nll(graphed, ids, 32, 7, CUDA) == eager  # replayed
+
+
+@pytest.mark.skipif(not cupy_backend.cupy_available(), reason="needs CuPy")
+@pytest.mark.parametrize("N, V", [(4096, 30522), (37, 53), (5, 1111)])
+def test_fused_head_equals_the_autocast_reference_on_this_gpu(N, V):
+    """kernels/cross_entropy.cu compiled by NVRTC and launched on this GPU: the loss of the same
+    bf16 logits, the gradients within bf16's rounding of the reference under CUDA's autocast."""
+    from grassflow.ops.linear_ce import linear_cross_entropy
+
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    h = torch.randn(N, 256, device=CUDA, generator=gen).requires_grad_()
+    W = (torch.randn(V, 256, device=CUDA, generator=gen) * 0.05).requires_grad_()
+    y = torch.randint(0, V, (N,), device=CUDA, generator=gen)
+    out = {}
+    for backend in ("reference", "fused"):
+        with autocast(CUDA):
+            loss = linear_cross_entropy(h, W, y, backend=backend)
+        out[backend] = (loss.detach(), *torch.autograd.grad(loss, (h, W)))
+    same_logits = F.cross_entropy((h.detach().bfloat16() @ W.detach().bfloat16().t()).double(), y)
+    assert abs(out["fused"][0].item() - same_logits.item()) <= 1e-5 * same_logits.item()
+    for a, b in zip(out["fused"][1:], out["reference"][1:]):
+        assert ((a - b).abs().max() / b.abs().max()).item() <= 3e-2

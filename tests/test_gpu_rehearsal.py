@@ -405,10 +405,10 @@ def test_preflight_command_on_a_cpu_node(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: preflight:") and "no CUDA device" in lines[0]
 
 
-@pytest.mark.parametrize("backend", ["reference", "chunked", "chunked-bf16"])
+@pytest.mark.parametrize("backend", ["reference", "chunked", "chunked-bf16", "fused"])
 def test_lm_head_loss_under_autocast(backend, policy, gen):
     """The LM task's loss (the head and its loss as one op): `reference` is what CUDA runs
-    (auto), `chunked` the CPU's, `chunked-bf16` CUDA's candidate; under either autocast the loss
+    (auto), `chunked` the CPU's, `chunked-bf16` and `fused` CUDA's candidates; under either autocast the loss
     is fp32 and finite and the gradients reach the final LayerNorm's input and the (tied) head
     weight in their dtypes."""
     from grassflow.ops.linear_ce import linear_cross_entropy

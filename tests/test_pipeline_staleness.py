@@ -98,10 +98,10 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
 
 
 def test_execution_keys_rerun_nothing(demo):
-    """train.threads, compile, compile_mode and trackers say how to run, not what to compute:
+    """train.threads, compile, compile_mode, trackers and head_loss say how to run, not what to compute:
     changing them on a finished demo (run with trackers: [tensorboard]) plans nothing."""
     assert planned(demo, {"train": {"threads": 2, "compile": True, "compile_mode": "reduce-overhead",
-                                    "trackers": ["wandb"]}}) == Counter()
+                                    "trackers": ["wandb"], "head_loss": "reference"}}) == Counter()
 
 
 def test_editing_report_code_plans_only_aggregate(demo):

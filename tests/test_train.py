@@ -320,3 +320,16 @@ def test_max_steps_per_epoch_caps_every_epoch(tmp_path):
     status, metrics, _ = fit(model, task, spec, tmp_path, torch.device("cpu"), header={})
     assert status == {"state": "completed"} and len(metrics) == 2
     assert task.calls == [(e, s) for e in range(2) for s in range(3)]
+
+
+def test_head_loss_is_the_jobs_flag_recorded_and_fused_refused_on_the_cpu(tokens, tmp_path):
+    """train.head_loss, handed to the job by the rules (--head-loss): recorded in run.json; `fused`
+    on a CPU job refused in one error line naming the key, before any training or output."""
+    spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
+    res = subprocess.run(_cmd(tokens, tmp_path / "fused", spec) + ["--head-loss", "fused"], capture_output=True, text=True)
+    assert res.returncode == 1, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("error:") and "train.head_loss 'fused'" in lines[-1] and "chunked" in lines[-1]
+    assert not (tmp_path / "fused" / "last.pt").exists() and not (tmp_path / "fused" / "run.json").exists()
+    subprocess.run(_cmd(tokens, tmp_path / "ref", spec) + ["--head-loss", "reference"], check=True, capture_output=True)
+    assert json.loads((tmp_path / "ref" / "run.json").read_text())["head_loss"] == "reference"

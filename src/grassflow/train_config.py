@@ -34,6 +34,7 @@ class TrainConfig:
     compile_mode: str = "default"
     trackers: tuple[str, ...] = ()
     fuse_seeds: bool | str = "auto"
+    head_loss: str = "auto"  # language modelling: ops.linear_ce's backend
     runs_per_gpu: int = 1
 
     @classmethod

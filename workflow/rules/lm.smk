@@ -122,7 +122,7 @@ rule train:
         "python -m grassflow.lm.train --spec {input.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} > {log} 2>&1"
+        "--trackers {resources.trackers} --head-loss {resources.head_loss} > {log} 2>&1"
 
 
 # train.fuse_seeds: a config's seeds (FUSED, common.smk) trained as one ensemble by one job, each
@@ -168,7 +168,7 @@ rule train_fused:
         "python -m grassflow.lm.train --spec {input.specs} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dirs} --work-dir {params.work_dir} "
         "--preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} > {log} 2>&1"
+        "--trackers {resources.trackers} --head-loss {resources.head_loss} > {log} 2>&1"
 
 
 rule evaluate:

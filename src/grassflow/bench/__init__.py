@@ -9,7 +9,7 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
   launches  per layer and training step: the Plücker op's kernel launches, ATen ops per block
   kernels   old (441a7fd) vs new Plücker kernels through the same interface (bench/kernels.py)
   graph     the training step eager vs captured as one CUDA graph, and bitwise? (bench/graph.py)
-  head      the LM head and its loss: reference, chunked, chunked-bf16 (bench/graph.py)
+  head      the LM head and its loss: reference, chunked, and on CUDA chunked-bf16, fused (bench/graph.py)
   fused     a config's 3 seeds as one ensemble vs one seed: tokens/s per member and in all (bench/fused.py)
   --profile   instead of the parts: one step of each model under torch.profiler (bench/profile.py)
   peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench/peer.py)

@@ -5,7 +5,8 @@ graph  the loop's own step (grassflow.train_step.TrainStep on the LM task, fused
        step, tokens/s, G/T; and whether replay equals eager bitwise at dropout 0 after a few steps.
        CUDA only (a CPU cannot capture: its rehearsal is tests/test_capture.py).
 head   the LM head and its loss (ops/linear_ce), forward + backward, each backend, under the
-       device's autocast: reference (on CUDA: bf16 then fp32 logits), chunked (fp32), chunked-bf16.
+       device's autocast: reference (on CUDA: bf16 then fp32 logits), chunked (fp32), and on CUDA
+       chunked-bf16 and fused (bytes by arithmetic: bench/head_bytes.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from grassflow.runtime import autocast
 from grassflow.train_config import TrainConfig
 from grassflow.train_step import WARMUP, EpochLoss, TrainStep
 
+CUDA_HEADS = ("chunked-bf16", "fused")
 TCFG = TrainConfig(epochs=1, batch_size=1, lr=1e-3, warmup_frac=0.1)
 
 
@@ -76,8 +78,9 @@ def bench_head(device, N, V, d) -> list[dict]:
     W = (torch.randn(V, d, device=device, generator=gen) * 0.02).requires_grad_()
     y = torch.randint(0, V, (N,), device=device, generator=gen)
     rows = []
-    # chunked-bf16 is CUDA's candidate: a CPU without bf16 matrix units runs its GEMMs many times slower
-    for backend in (b for b in HEAD_BACKENDS if b != "auto" and (b != "chunked-bf16" or device.type == "cuda")):
+    # chunked-bf16 and fused are CUDA's candidates: a CPU without bf16 matrix units runs their GEMMs
+    # many times slower, and fused's kernels run there only through the tests' shim
+    for backend in (b for b in HEAD_BACKENDS if b != "auto" and (b not in CUDA_HEADS or device.type == "cuda")):
         def step(backend=backend):
             with autocast(device):
                 loss = linear_cross_entropy(h, W, y, backend=backend)

@@ -23,8 +23,9 @@ from grassflow.lm.perplexity import chunked_nll
 from grassflow.loop import Run, ShuffledBatches, fit_runs
 from grassflow.models import ModelConfig, build_model, config_json
 from grassflow.models.ensemble import stack
+from grassflow.ops.linear_ce import BACKENDS as HEAD_LOSSES
 from grassflow.ops.linear_ce import linear_cross_entropy
-from grassflow.ops.linear_ce import resolve as resolve_head_loss
+from grassflow.ops.linear_ce import require as require_head_loss
 from grassflow.run_spec import RunSpec
 from grassflow.runs import read_train_val, run_record, start_run
 
@@ -36,13 +37,13 @@ class LanguageModelObjective:
 
     rate_key = "tokens_per_s"
 
-    def __init__(self, train_ids, val_ids, L, B, seed, eval_batch_size, device, path):
+    def __init__(self, train_ids, val_ids, L, B, seed, eval_batch_size, device, path, head_loss="auto"):
         n_blocks = (len(train_ids) - 1) // L
         if n_blocks < B:
             raise RuntimeError(f"{path}: {len(train_ids)} tokens make {n_blocks} blocks of {L}, "
                                f"fewer than one batch of {B}")
         self.L, self.device = L, device
-        self.head_loss = resolve_head_loss("auto", device)
+        self.head_loss = require_head_loss(head_loss, device)
         self.val_ids, self.eval_batch_size = val_ids, eval_batch_size
         self.members = len(seed) if isinstance(seed, (list, tuple)) else 0
         self.orders = [ShuffledBatches(n_blocks, B, s, device) for s in (seed if self.members else [seed])]
@@ -101,7 +102,7 @@ def train_fused(specs: list[RunSpec | dict], train_tokens, val_tokens, out_dirs,
     mcfg = ModelConfig.from_dict({**spec.model, "vocab_size": train_meta["vocab_size"]})
     seeds = [s.seed for s in specs]
     objective = LanguageModelObjective(train_ids, val_ids, mcfg.context_len, tcfg.batch_size, seeds if len(specs) > 1 else seeds[0],
-                             tcfg.eval_batch_size, device, train_tokens)
+                             tcfg.eval_batch_size, device, train_tokens, (execution or {}).get("head_loss", "auto"))
     members = []
     for seed in seeds:  # each as its own run builds it
         seed_everything(seed)
@@ -126,11 +127,12 @@ def train_fused(specs: list[RunSpec | dict], train_tokens, val_tokens, out_dirs,
 def main(argv=None) -> int:
     p = job.parser(__spec__.name, __doc__)
     runs.train_args(p, fused=True)
+    p.add_argument("--head-loss", choices=HEAD_LOSSES, default="auto", help="train.head_loss (ops.linear_ce)")
     a = p.parse_args(argv)
     if len(a.spec) != len(a.out_dir):
         p.error(f"{len(a.spec)} specs but {len(a.out_dir)} output directories")
     return job.run(train_fused, a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.work_dir or a.out_dir[0],
-                   a.preflight, runs.execution(a))
+                   a.preflight, {**runs.execution(a), "head_loss": a.head_loss})
 
 
 if __name__ == "__main__":

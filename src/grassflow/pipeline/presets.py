@@ -193,13 +193,13 @@ def own_keys(kind: str, model: dict) -> dict:
 
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
-# (the rules hand compile, compile_mode and trackers to the training jobs as resources: exec_resources).
-EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu", "fuse_seeds")
+# (the rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources: exec_resources).
+EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu", "fuse_seeds", "head_loss")
 
 def exec_resources(train: dict) -> dict:
     """A train section's execution keys as the training rules' resources (strings)."""
     return {"compile": str(train["compile"]).lower(), "compile_mode": train["compile_mode"],
-            "trackers": ",".join(train["trackers"]) or "none"}
+            "trackers": ",".join(train["trackers"]) or "none", "head_loss": train["head_loss"]}
 
 
 def run_train(train: dict) -> dict:

@@ -16,6 +16,11 @@
   inside each GEMM) and each chunk's (log-)softmax in fp32: the head under CUDA's autocast,
   whose reference materialises bf16 logits and then fp32 ones (~5 GB of traffic per step at
   4,096 × 30,522); dW summed over the chunks in fp32;
+- `fused` — CUDA's autocast head in one pass over its logits: the bf16 logits of one GEMM,
+  then kernels/cross_entropy.cu (ops/linear_ce/fused.py) reads them twice and writes the
+  gradient over them (fp32 arithmetic), then dh = G W and dW = Gᵀ h: the loss and gradient
+  move 6 bytes per logit where the reference moves 44 (by arithmetic: reports/bench/head-bytes.md).
+  On the CPU the same kernels run through the shim, for the tests;
 - `auto` — `chunked` on the CPU; `reference` on CUDA until a GPU measurement says otherwise.
 
 It is a torch.library custom op (fake + autograd registered), so torch.compile sees it whole.
@@ -26,7 +31,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("auto", "reference", "chunked", "chunked-bf16")
+from grassflow.errors import ConfigError
+from grassflow.ops.linear_ce import fused
+from grassflow.ops.linear_ce.fused import softmax_cross_entropy_
+
+BACKENDS = ("auto", "reference", "chunked", "chunked-bf16", "fused")
 BUFFER_FLOATS = 2**23  # a chunk's logits: 32 MB of fp32 (and as much for its log-softmax)
 
 
@@ -40,6 +49,21 @@ def resolve(backend: str, device) -> str:
         raise ValueError(f"linear_cross_entropy backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
         return AUTO.get(torch.device(device).type, "reference")
+    return backend
+
+
+def require(backend: str, device) -> str:
+    """resolve(), and for `fused` raise naming the cause unless its kernels run on `device`: a
+    CUDA device with CuPy (on the CPU they run only through the tests' shim, far too slowly to train)."""
+    backend = resolve(backend, device)
+    device = torch.device(device)
+    if backend == "fused":
+        if not fused.cupy_backend.CUDA.is_cuda(device):
+            raise ConfigError(f"train.head_loss 'fused' runs CUDA kernels, and this job trains on {device}: "
+                               "set train.head_loss to auto or chunked")
+        why = fused.why_not(device)
+        if why is not None:
+            raise ConfigError(f"train.head_loss 'fused': {why}")
     return backend
 
 
@@ -99,6 +123,23 @@ def _backward(ctx, g, _dh, _dw):
 _chunked.register_autograd(_backward, setup_context=_setup_context)
 
 
+@torch.library.custom_op("grassflow::linear_cross_entropy_fused", mutates_args=())
+def _fused(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean loss, d loss/dh, d loss/dW): bf16 GEMMs, the loss and gradient by the fused kernels."""
+    hg, wg = h.to(torch.bfloat16), weight.to(torch.bfloat16)
+    g = torch.mm(hg, wg.t())  # (N, V) bf16: the only logits tensor, overwritten by the gradient
+    loss = softmax_cross_entropy_(g, target, 1.0 / h.shape[0])
+    return loss.mean(), torch.mm(g, wg).to(h.dtype), torch.mm(g.t(), hg).to(weight.dtype)
+
+
+@_fused.register_fake
+def _(h, weight, target):
+    return h.new_empty((), dtype=torch.float32), torch.empty_like(h), torch.empty_like(weight)
+
+
+_fused.register_autograd(lambda ctx, g, dh, dw: _backward(ctx, g, dh, dw)[:3], setup_context=_setup_context)
+
+
 def linear_cross_entropy(h, weight, target, backend="auto"):
     """Mean cross-entropy of h Wᵀ against target; h (N, d), weight (V, d). The logits are fp32,
     but for chunked-bf16's (and the reference's under autocast: bf16, then fp32)."""
@@ -108,4 +149,6 @@ def linear_cross_entropy(h, weight, target, backend="auto"):
     backend = resolve(backend, h.device)
     if backend == "reference":
         return F.cross_entropy((h @ weight.t()).float(), target)
+    if backend == "fused":
+        return _fused(h, weight, target)[0]
     return _chunked(h, weight, target, max(1, BUFFER_FLOATS // weight.shape[0]), backend == "chunked-bf16")[0]
