@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from grassflow.ops.linear_ce import fused
-from grassflow.ops.plucker import cupy_backend, cpu_kernel, kernel_abi
+from grassflow.ops.plucker import cpu_kernel, cupy_backend, kernel_abi
 from grassflow.ops.plucker.kernel_stages import kernels_dir
 
 # The sources a module may be compiled from, and the shim launcher of each one's kernels
