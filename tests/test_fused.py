@@ -102,6 +102,41 @@ def test_stacking_keeps_each_member_and_its_tied_head():
         stack(members[:1])
 
 
+class _OnCuda(torch.Tensor):
+    """CPU values that say they are on CUDA: the device check of layers.linear takes the GPU's branch."""
+
+    @property
+    def device(self):
+        return torch.device("cuda")
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_the_gpus_batched_gemm_equals_a_gemm_per_member(with_bias, rows):
+    """layers.linear on a GPU: one (b)addbmm over the members; on the CPU: a GEMM per member.
+    The GPU's branch, taken on CPU values, gives each member's rows its own x Wᵀ + b, in value and
+    in every gradient (x, weight, bias)."""
+    from grassflow.models.layers import linear
+
+    torch.manual_seed(0)
+    E, d_in, d_out = 3, 7, 5
+    x = torch.randn(E * rows, 4, d_in, requires_grad=True)
+    w = torch.randn(E, d_out, d_in, requires_grad=True)
+    b = torch.randn(E, d_out, requires_grad=True) if with_bias else None
+    g = torch.randn(E * rows, 4, d_out)
+    leaves = [x, w] + ([b] if with_bias else [])
+    cpu = linear(x, w, b)
+    cpu_grads = torch.autograd.grad(cpu, leaves, g)
+    gpu = linear(x.as_subclass(_OnCuda), w.as_subclass(_OnCuda), b.as_subclass(_OnCuda) if with_bias else None)
+    assert type(gpu) is _OnCuda  # the branch taken was the GPU's
+    gpu_grads = torch.autograd.grad(gpu, leaves, g)
+    by_hand = torch.stack([x[e * rows:(e + 1) * rows] @ w[e].t() + (b[e] if with_bias else 0) for e in range(E)])
+    assert torch.allclose(gpu.as_subclass(torch.Tensor), by_hand.reshape(gpu.shape), atol=1e-5)
+    assert torch.allclose(cpu, by_hand.reshape(cpu.shape), atol=1e-5)
+    for a, c in zip(gpu_grads, cpu_grads):
+        assert torch.allclose(a.as_subclass(torch.Tensor), c, atol=1e-5)
+
+
 def _poison(monkeypatch, seed, epoch, step):
     """The loss of the run with `seed` becomes NaN at (epoch, step), fused or not."""
     batch, loss = LanguageModelObjective.batch, LanguageModelObjective.loss
