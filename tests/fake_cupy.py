@@ -8,7 +8,8 @@ contracts, which the CPU paths otherwise never meet:
                         module lookup does (CUDA_ERROR_NOT_FOUND). Other sources and
                         name_expressions are refused: the backend uses neither. A kernel's
                         `.kernel.ptr` is its CUfunction handle, valid on the device it was
-                        looked up on.
+                        looked up on while its module lives: a module collected after the
+                        lookup is unloaded, and a launch of its function fails as on a GPU.
   driver.launchKernel   cuLaunchKernel(f, grid, block, shared, stream, kernel_params, extra):
                         f must be a handle get_function gave, the launch 1-D, the stream
                         torch's current one (every launch is recorded with it); the argument
@@ -31,17 +32,20 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
 from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
 
+from grassflow.bench import kernels as bench_kernels
 from grassflow.ops.linear_ce import fused
 from grassflow.ops.plucker import cpu_kernel, cupy_backend, kernel_abi
 from grassflow.ops.plucker.kernel_stages import kernels_dir
 
 # The sources a module may be compiled from, and the shim launcher of each one's kernels
-SOURCES = {"plucker.cu": cpu_kernel.launch_packed_on_cpu, "cross_entropy.cu": fused.launch_packed_on_cpu}
+SOURCES = {"plucker.cu": cpu_kernel.launch_packed_on_cpu, "cross_entropy.cu": fused.launch_packed_on_cpu,
+           bench_kernels.BASELINE: bench_kernels.launch_packed_on_cpu}
 
 STREAM = 0x5EED  # the stream handle "torch" reports; every launch must be on it
 CAPTURE = 0xCA97  # torch's current stream while a CUDA graph is being captured
@@ -83,21 +87,21 @@ class Device:
 class Function:
     """A CUfunction: what RawKernel.kernel gives, for the device current at the lookup."""
 
-    def __init__(self, name: str, device, launch):
-        self.name, self.device, self.launch = name, device, launch
+    def __init__(self, name: str, device, launch, module):
+        self.name, self.device, self.launch, self.module = name, device, launch, weakref.ref(module)
         self.ptr = 0xF000 + len(STATE.functions)
         STATE.functions[self.ptr] = self
 
 
 class RawKernel:
-    def __init__(self, name, launch):
-        self.name, self.launch = name, launch
+    def __init__(self, name, launch, module):
+        self.name, self.launch, self.module = name, launch, module  # a kernel object keeps its module
 
     @property
     def kernel(self):
         if STATE.device is None:
             raise RuntimeError(f"{self.name}: looked up outside a Device context")
-        return Function(self.name, STATE.device, self.launch)
+        return Function(self.name, STATE.device, self.launch, self.module)
 
     def __call__(self, *args, **kwargs):
         raise NotImplementedError("stand-in: the backend launches through driver.launchKernel")
@@ -107,6 +111,9 @@ def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, 
     fn = STATE.functions.get(f)
     if fn is None:
         raise CUDADriverError(f"CUDA_ERROR_INVALID_HANDLE: {f:#x} is no function of a loaded module")
+    if fn.module() is None:
+        raise CUDADriverError(f"CUDA_ERROR_INVALID_CONTEXT: {fn.name}: its module was collected after the lookup "
+                              "(and unloaded): keep the module for as long as its functions are launched")
     if not all(type(v) is int for v in (gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra)):
         raise TypeError("launchKernel takes integers (handles and pointers as int)")
     if (gy, gz, by, bz) != (1, 1, 1, 1):
@@ -146,7 +153,7 @@ class RawModule:
         self.compile()
         if name not in self._compiled:
             raise CUDADriverError(f"CUDA_ERROR_NOT_FOUND: named symbol not found ({name!r})")
-        return RawKernel(name, SOURCES[self.source])
+        return RawKernel(name, SOURCES[self.source], self)
 
 
 def _allocate(shape, dtype=np.float32):

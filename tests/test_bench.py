@@ -182,3 +182,23 @@ def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypat
     assert loc.loc("HEAD") == 8
     git("commit", "-qam", "two")
     assert loc.loc("HEAD") == 9 and loc.loc("HEAD~1") == 8
+
+
+def test_the_kernels_part_runs_its_cuda_path(monkeypatch):
+    """bench/kernels.py on a GPU, through the CuPy stand-in: the baseline's module compiled from
+    its own source and kept while its functions launch (one collected after the lookup made the
+    first launch fail with CUDA_ERROR_INVALID_CONTEXT on an H200), both kernel sets on torch's
+    stream."""
+    import fake_cupy
+    from grassflow.bench import kernels
+
+    kernels._cuda_module.cache_clear()
+    kernels._cuda_function.cache_clear()
+    with fake_cupy.installed(monkeypatch) as state:
+        rows = kernels.bench_kernels(torch.device("cpu"), [64], T=32, r=8, d=16)
+    kernels._cuda_module.cache_clear()
+    kernels._cuda_function.cache_clear()
+    assert [(r["tokens"], r["r"]) for r in rows] == [(64, 8)] and rows[0]["old_s"] > 0 and rows[0]["new_s"] > 0
+    names = {name for name, *_ in state.launches}
+    assert {"plucker_coeff_f32", "plucker_coeff_r8_f32"} <= names  # the baseline's and today's
+    assert {s for *_, s in state.launches} == {fake_cupy.STREAM}

@@ -43,19 +43,24 @@ class BaselineStages(KernelStages):
     def _launch(self, kernel, dtype, r, n_threads, *args):
         threads = n_threads // r if kernel in PER_TOKEN else n_threads
         name = f"{kernel}_{KERNEL_TYPES[dtype][1]}"
-        if self.device.type == "cuda":  # parameters as today's kernels of the same stage
+        cuda = cupy_backend.CUDA  # torch's CUDA as the cupy backend asks it (the tests' stand-in answers for CPU tensors)
+        if cuda.is_cuda(self.device):  # parameters as today's kernels of the same stage
             packed, _keep = kernel_abi.pack(signature(kernel, dtype), args, lambda t: t.data_ptr())
             cupy = __import__("cupy")
-            cupy.cuda.driver.launchKernel(_cuda_function(self.device.index or 0, name), grid_for(threads), 1, 1,
-                                          BLOCK, 1, 1, 0, torch.cuda.current_stream(self.device).cuda_stream,
-                                          ctypes.addressof(packed), 0)
+            cupy.cuda.driver.launchKernel(_cuda_function(cuda.index(self.device), name), grid_for(threads), 1, 1,
+                                          BLOCK, 1, 1, 0, cuda.stream(self.device), ctypes.addressof(packed), 0)
         else:
             params = kernel_abi.signatures(kernels_dir() / BASELINE)[name]
             kernel_abi.check(name, params, args, _info)
             packed, _keep = kernel_abi.pack(params, args, lambda t: t.data_ptr())
-            fn = getattr(_cpu_library(), f"launch_{name}")
-            fn.restype = None
-            fn(ctypes.c_uint(grid_for(threads)), ctypes.c_uint(BLOCK), ctypes.cast(packed, ctypes.c_void_p))
+            launch_packed_on_cpu(name, grid_for(threads), BLOCK, ctypes.addressof(packed))
+
+
+def launch_packed_on_cpu(name: str, grid: int, block: int, kernel_params: int) -> None:
+    """Run the baseline's kernel `name` through the shim with CUDA's argument array at `kernel_params`."""
+    fn = getattr(_cpu_library(), f"launch_{name}")
+    fn.restype = None
+    fn(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_void_p(kernel_params))
 
 
 def _info(x):
@@ -89,7 +94,7 @@ def _cuda_function(index: int, name: str) -> int:
 
 def new_stages(device):
     """Today's kernels on `device`: the cupy backend on a GPU, the shim's on the CPU."""
-    return cupy_backend.CupyStages() if device.type == "cuda" else CpuKernelStages()
+    return cupy_backend.CupyStages() if cupy_backend.CUDA.is_cuda(device) else CpuKernelStages()
 
 
 def bench_kernels(device, token_counts, T=128, r=32, d=256) -> list[dict]:
