@@ -27,6 +27,7 @@ def test_bench_quick_reports_every_part(tmp_path):
     assert [(r["tokens"], r["r"]) for r in saved["kernels"]] == [(256, 32)]
     assert all(r["old_s"] > 0 and r["new_s"] > 0 for r in saved["kernels"])
     assert [r["backend"] for r in saved["head"]] == ["reference", "chunked"]  # chunked-bf16, fused: CUDA's
+    assert saved["head"][0]["rel_diff_vs_reference"] == 0 and saved["head"][1]["rel_diff_vs_reference"] < 1e-4
     assert saved["graph"] == [] and "old (441a7fd) vs new" in md and "| chunked |" in md
     assert [(r["model"], r["members"]) for r in saved["fused"]] == [("transformer", 3), ("grassmann", 3)]
 

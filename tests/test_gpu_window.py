@@ -8,7 +8,8 @@ fused training, the evaluations and the table are planned; once a group's first 
 window states its projected finish against the deadline. Stopped at its deadline (here: SIGUSR1
 once every group has finished an epoch and checkpointed), its training processes, and no other
 pipeline's, checkpoint and exit 75. A preflight that resolves another device or op backend than the
-lease's (EXPECT: cuda cupy) stops the window before training. Every started run's epochs so far come back
+lease's (EXPECT: cuda cupy) stops the window before training, and so does a head (HEAD_LOSS) whose
+check on the device fails. Every started run's epochs so far come back
 (--keep-incomplete), and the window's closing lines say them. The same command again resumes
 them and makes the table. What comes back holds no weights or checkpoints."""
 
@@ -80,6 +81,12 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
     assert not (work / "results/demo/fused").exists()
     assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in out, out[-3000:]
+    # a head other than the reference trains only after its check on the device: none here, so no training
+    proc = _window(work, tmp_path / "head", HEAD_LOSS="fused")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 1 and "error: the head check failed" in out, out[-3000:]
+    assert "head_loss: fused" in (work / "results/demo/window.yaml").read_text()
+    assert not (work / "results/demo/fused").exists()
     # another pipeline's training job on the same machine (here: a process whose command line reads as one)
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
                               "--out-dir", "another/pipeline"])

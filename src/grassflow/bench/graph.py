@@ -77,7 +77,7 @@ def bench_head(device, N, V, d) -> list[dict]:
     h = torch.randn(N, d, device=device, generator=gen, requires_grad=True)
     W = (torch.randn(V, d, device=device, generator=gen) * 0.02).requires_grad_()
     y = torch.randint(0, V, (N,), device=device, generator=gen)
-    rows = []
+    rows, first = [], None
     # chunked-bf16 and fused are CUDA's candidates: a CPU without bf16 matrix units runs their GEMMs
     # many times slower, and fused's kernels run there only through the tests' shim
     for backend in (b for b in HEAD_BACKENDS if b != "auto" and (b not in CUDA_HEADS or device.type == "cuda")):
@@ -90,6 +90,13 @@ def bench_head(device, N, V, d) -> list[dict]:
             torch.cuda.reset_peak_memory_stats(device)
         t = timeit(step, device, repeat=5, best=True)
         peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-        rows.append({"backend": backend, "N": N, "V": V, "d": d, "seconds": t, "peak_mem_mb": peak})
-        print(f"head {backend:13s}: {t * 1e3:.2f} ms", flush=True)
+        # what it computes against the first backend's (the reference): the loss and both gradients
+        with autocast(device):
+            loss = linear_cross_entropy(h, W, y, backend=backend)
+        got = [loss.detach().float(), *(g.float() for g in torch.autograd.grad(loss, (h, W)))]
+        first = first or got
+        diff = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(got, first))
+        rows.append({"backend": backend, "N": N, "V": V, "d": d, "seconds": t, "peak_mem_mb": peak,
+                     "rel_diff_vs_reference": diff})
+        print(f"head {backend:13s}: {t * 1e3:.2f} ms, rel. difference from the reference {diff:.1e}", flush=True)
     return rows
