@@ -333,3 +333,21 @@ def test_head_loss_is_the_jobs_flag_recorded_and_fused_refused_on_the_cpu(tokens
     assert not (tmp_path / "fused" / "last.pt").exists() and not (tmp_path / "fused" / "run.json").exists()
     subprocess.run(_cmd(tokens, tmp_path / "ref", spec) + ["--head-loss", "reference"], check=True, capture_output=True)
     assert json.loads((tmp_path / "ref" / "run.json").read_text())["head_loss"] == "reference"
+
+
+def test_a_checkpoint_from_before_fused_runs_resumes_as_one_member(tmp_path, capsys):
+    """last.pt as a single run wrote it before fused runs (its metrics, best_val and status at the
+    top, one loss sum) is read as a fit of one member; another spec's is not read at all."""
+    from grassflow.checkpoint import resume_state, save_checkpoint
+
+    rows = [{"epoch": 1, "train_loss": 5.0, "val_loss": 4.0}]
+    old = {"spec_hash": "abc", "model": {"w": torch.ones(2)}, "optimizer": {}, "rng": {},
+           "pos": {"epoch": 1, "step": 0, "loss_sum": 3.5, "seconds": 0.0},
+           "metrics": rows, "best_val": 4.0, "status": {"state": "running"}}
+    save_checkpoint(tmp_path / "last.pt", old)
+    state = resume_state(tmp_path / "last.pt", "abc")
+    assert state["members"] == [{"metrics": rows, "best": 4.0, "status": {"state": "running"}}]
+    assert state["pos"]["loss_sum"] == [3.5]
+    assert resume_state(tmp_path / "last.pt", "another") is None
+    assert "belongs to another spec (abc ≠ another); starting fresh" in capsys.readouterr().err
+    assert resume_state(tmp_path / "absent.pt", "abc") is None

@@ -16,6 +16,7 @@ import pickle
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,21 @@ def load_checkpoint(path: Path):
         raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
                               f"delete it to restart this run from scratch")
     return load_data(io.BytesIO(raw[head:]), path)
+
+
+def resume_state(path: Path, spec_hash: str) -> dict | None:
+    """A fit's resume state (grassflow.loop: model, optimizer, rng, pos, members) from `path`, or
+    None: absent, or another spec's (said, and started afresh). One written before fused runs
+    (one run's metrics, best_val and status at the top) is read as a fit of one member."""
+    state = load_checkpoint(path)
+    if state is not None and state["spec_hash"] != spec_hash:
+        print(f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); starting fresh",
+              file=sys.stderr)
+        return None
+    if state is not None and "members" not in state:
+        state["members"] = [{"metrics": state["metrics"], "best": state["best_val"], "status": state["status"]}]
+        state["pos"]["loss_sum"] = [state["pos"]["loss_sum"]]
+    return state
 
 
 # The oldest torch whose weights-only loader we trust with a results tree others can write to:

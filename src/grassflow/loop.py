@@ -20,7 +20,7 @@ import math
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,8 +31,8 @@ from grassflow.checkpoint import (
     CONFIG,
     WEIGHTS,
     check_disk,
-    load_checkpoint,
     load_data,
+    resume_state,
     rng_state,
     save_checkpoint,
     save_weights,
@@ -203,179 +203,225 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     stops alone: its record freezes, the others go on), its outputs in its own directory. The
     resume state (last.pt) is the ensemble's, in `work_dir`. Returns (status per run, metrics
     per run, how it ran)."""
-    execution = {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})}
-    E, work = len(runs), Path(work_dir)
-    tcfg = runs[0].spec.train
-    if E > 1 and (viewer is None or layers.members(model) != E):
-        raise ValueError(f"fit_runs: {E} runs need an ensemble of {E} and a viewer model")
-    viewer = model if E == 1 else viewer
-    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    check_disk(work, n_params)
-    for d in {work, *(r.out_dir for r in runs)}:
-        for stray in d.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
-            stray.unlink()
-    compiled = Compiled(model, objective, execution["compile"], execution["compile_mode"], device, eval_model=viewer)
-    opt, opt_impl = make_optimizer(model, tcfg, device, capture=compiled.graph)
-    steps = min(objective.steps_per_epoch, tcfg.max_steps_per_epoch or objective.steps_per_epoch)
-    total_steps = steps * tcfg.epochs
-
-    h = spec_hash(runs[0].spec.source) if E == 1 else spec_hash({"runs": [r.spec.source for r in runs]})
-    last = work / "last.pt"
-    best_states = [r.out_dir / "best_state.pt" for r in runs]
-    state = load_checkpoint(last)
-    if state is not None and state["spec_hash"] != h:
-        print(f"[train] {last} belongs to another spec ({state['spec_hash']} ≠ {h}); starting fresh",
-              file=sys.stderr)
-        state = None
-    if state is not None and "members" not in state:  # written before fused runs: one run's, as then
-        state["members"] = [{"metrics": state["metrics"], "best": state["best_val"], "status": state["status"]}]
-        state["pos"]["loss_sum"] = [state["pos"]["loss_sum"]]
-    if state is None:
-        for f in best_states:  # weights of an abandoned attempt are not this run's best
-            f.unlink(missing_ok=True)
-        pos = {"epoch": 0, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
-        members = [{"metrics": [], "best": math.inf, "status": {"state": "running"}} for _ in runs]
-    else:
-        load_trained(model, state["model"])
-        opt.load_state_dict(state["optimizer"])
-        tensor_lr(opt, device, capture=compiled.graph)
-        set_rng_state(state["rng"])
-        pos, members = state["pos"], state["members"]
-        print(f"[train] resuming {', '.join(r.spec.run_id for r in runs)} at epoch {pos['epoch'] + 1}, "
-              f"step {pos['step']}", file=sys.stderr)
-
-    def running() -> list[int]:
-        return [e for e, m in enumerate(members) if m["status"]["state"] == "running"]
-
-    def checkpoint():
-        save_checkpoint(last, {"spec_hash": h, "model": trained_state(model), "optimizer": opt.state_dict(),
-                               "rng": rng_state(), "pos": pos, "members": members})
-
-    def diverged(e, loss_mean, bad_step=None):
-        record = {"state": "diverged", "epoch": pos["epoch"] + 1,
-                  "step": pos["step"] if bad_step is None else bad_step, "last_finite_loss": loss_mean}
-        if bad_step is not None:  # found by the periodic check: the steps after it also ran
-            record["detected_at_step"] = pos["step"]
-        members[e]["status"] = record
-
-    def sync() -> None:
-        """The periodic host sync: the loss sums into pos, divergence into each member's status,
-        the gradient norms' sums into `read`."""
-        sums, bads, read["grad_norm_sum"] = losses.read()
-        for e in running():
-            pos["loss_sum"][e] = sums[e]
-            if bads[e] is not None:
-                prev = members[e]["metrics"][-1]["train_loss"] if members[e]["metrics"] else None
-                diverged(e, sums[e] / bads[e] if bads[e] else prev, bads[e])
-
-    def log_window(now: float) -> None:
-        """The steps since the last log, to the trackers: floats the sync has already read."""
-        n, at = pos["step"] - mark["step"], pos["epoch"] * steps + pos["step"]
-        for e in running():
-            trackers[e].log({"train/loss": (pos["loss_sum"][e] - mark["loss_sum"][e]) / n,
-                             "train/grad_norm": (read["grad_norm_sum"][e] - mark["grad_norm_sum"][e]) / n,
-                             "train/lr": lr_at(at - 1, total_steps, tcfg),
-                             f"train/{objective.rate_key}": n * objective.items_per_step / (now - mark["time"])}, at)
-        mark.update(step=pos["step"], loss_sum=list(pos["loss_sum"]), grad_norm_sum=list(read["grad_norm_sum"]),
-                    time=now)
-
-    def validate(e) -> dict:
-        if E > 1:  # member e's weights into the plain model (in place: a captured forward stays valid)
-            load_trained(viewer, member_state(model, e))
-        return objective.validate(eval_model)
-
-    trackers = [Trackers(execution["trackers"], r.spec.source, r.out_dir, fresh=state is None) for r in runs]
-    losses = EpochLoss(device, E)
-    train_step = TrainStep(model, compiled.loss, opt, tcfg.grad_clip, device, losses, capture=compiled.graph)
-    eval_model = GraphedForward(compiled.eval_model, device) if compiled.graph else compiled.eval_model
+    fit = Fit(model, objective, runs, Path(work_dir), device, viewer,
+              {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})})
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
-    every = tcfg.checkpoint_every
-    label = runs[0].spec.run_id if E == 1 else f"{runs[0].spec.run_id} (+{E - 1} fused)"
     try:
-        while pos["epoch"] < tcfg.epochs and running():
-            model.train()
-            t0 = time.perf_counter() - pos["seconds"]
-            losses.reset(pos["loss_sum"], pos["step"])
-            read = {"grad_norm_sum": [0.0] * E}
-            mark = {"step": pos["step"], "loss_sum": list(pos["loss_sum"]), "grad_norm_sum": [0.0] * E,
-                    "time": time.perf_counter()}
-            bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
-                       desc=f"{label} epoch {pos['epoch'] + 1}", file=sys.stderr)
-            while pos["step"] < steps and running():
-                if stop.signal:
-                    pos["seconds"] = time.perf_counter() - t0
-                    sync()
-                    if running():
-                        checkpoint()
-                        print(f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
-                              f"{pos['step']}; rerun to resume", file=sys.stderr)
-                        raise SystemExit(75)
-                    break
-                set_lr(opt, lr_at(pos["epoch"] * steps + pos["step"], total_steps, tcfg))
-                train_step(objective.batch(pos["epoch"], pos["step"]))
-                pos["step"] += 1
-                at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
-                if pos["step"] % tcfg.log_every == 0 or pos["step"] == steps or at_checkpoint:
-                    sync()
-                    if not running():
-                        break
-                    bar.update(pos["step"] - bar.n)
-                    rate = pos["step"] * objective.items_per_step / (time.perf_counter() - t0)
-                    bar.set_postfix(loss=f"{pos['loss_sum'][running()[0]] / pos['step']:.3f}", per_s=f"{rate:.0f}",
-                                    refresh=False)
-                    log_window(time.perf_counter())
-                if at_checkpoint:
-                    pos["seconds"] = time.perf_counter() - t0
-                    checkpoint()
-            bar.close()
-            if not running():
+        while fit.pos["epoch"] < fit.tcfg.epochs and fit.running():
+            t0 = fit.train_epoch(stop)
+            if not fit.running():
                 break
-            for e in running():
-                train_loss = pos["loss_sum"][e] / max(1, pos["step"])
-                val = validate(e)
-                if not math.isfinite(val["val_loss"]):
-                    diverged(e, train_loss)
-                    continue
-                elapsed = time.perf_counter() - t0
-                row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val, "lr": lr_at(
-                       pos["epoch"] * steps + steps - 1, total_steps, tcfg),
-                       "seconds": elapsed, objective.rate_key: pos["step"] * objective.items_per_step / elapsed}
-                members[e]["metrics"].append(row)
-                trackers[e].log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
-                if objective.score(row) < members[e]["best"]:
-                    members[e]["best"] = objective.score(row)
-                    with atomic_path(best_states[e]) as tmp:
-                        # a member's state as copies: views would save the whole stacked storage (E× the size)
-                        torch.save({"model": trained_state(model) if E == 1 else
-                                    {k: v.clone() for k, v in member_state(model, e).items()},
-                                    "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, tmp)
-                write_text(runs[e].out_dir / "metrics.jsonl",
-                           "".join(json.dumps(m) + "\n" for m in members[e]["metrics"]))
-            pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
-            checkpoint()
+            fit.validate_epoch(t0)
     finally:
-        for t in trackers:
-            t.close()
+        for m in fit.members:
+            m.trackers.close()
         for s, handler in old.items():
             signal.signal(s, handler)
+    return fit.finish()
 
-    if any(m["status"]["state"] == "diverged" for m in members):
-        checkpoint()
-    for e, (run, m) in enumerate(zip(runs, members)):
-        if m["status"]["state"] == "running":
-            m["status"] = {"state": "completed"}
-        # The declared outputs are (re)written from the working files only now: a failed attempt's
-        # outputs are deleted by Snakemake, and a resumed run must still produce all of them.
-        write_text(run.out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in m["metrics"]))
+
+@dataclass
+class Member:
+    """One run's own part of a fit: its metrics, best score and status (what last.pt keeps of it),
+    its trackers and the file of its best weights so far."""
+
+    run: Run
+    metrics: list = field(default_factory=list)
+    best: float = math.inf
+    status: dict = field(default_factory=lambda: {"state": "running"})
+    trackers: Any = None
+
+    @property
+    def running(self) -> bool:
+        return self.status["state"] == "running"
+
+    @property
+    def best_state(self) -> Path:
+        return self.run.out_dir / "best_state.pt"
+
+    def state(self) -> dict:
+        return {"metrics": self.metrics, "best": self.best, "status": self.status}
+
+    def diverge(self, epoch: int, step: int, last_finite_loss, detected_at: int | None = None) -> None:
+        self.status = {"state": "diverged", "epoch": epoch, "step": step, "last_finite_loss": last_finite_loss}
+        if detected_at is not None:  # found by the periodic check: the steps after it also ran
+            self.status["detected_at_step"] = detected_at
+
+    def write_metrics(self) -> None:
+        write_text(self.run.out_dir / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in self.metrics))
+
+    def write_outputs(self) -> None:
+        """The declared outputs, from the working files: a failed attempt's outputs are deleted by
+        Snakemake, and a resumed run must still produce all of them."""
+        if self.running:
+            self.status = {"state": "completed"}
+        self.write_metrics()
         # diverged before a first validation: no weights, and a record that still evaluates (as diverged)
-        best_run = load_data(best_states[e]) if best_states[e].exists() else {"model": None, "epoch": 0,
-                                                                                "val_loss": math.nan}
-        save_weights(run.out_dir / WEIGHTS, best_run["model"])
-        write_json(run.out_dir / CONFIG, {**run.header, **{k: v for k, v in best_run.items()
-                                                             if k in ("epoch", "val_loss", "val_metrics")},
-                                          "weights_sha256": state_sha256(best_run["model"])})
-    ran = {"optimizer": f"adamw-{opt_impl}", "compile": compiled.record(), "trackers": execution["trackers"]}
-    if train_step.capture_error:  # the step ran eagerly after its capture failed
-        ran["compile"].update(cuda_graph=False, capture_error=train_step.capture_error)
-    return [m["status"] for m in members], [m["metrics"] for m in members], ran
+        best = load_data(self.best_state) if self.best_state.exists() else {"model": None, "epoch": 0,
+                                                                              "val_loss": math.nan}
+        save_weights(self.run.out_dir / WEIGHTS, best["model"])
+        write_json(self.run.out_dir / CONFIG, {**self.run.header, **{k: v for k, v in best.items()
+                                                                     if k in ("epoch", "val_loss", "val_metrics")},
+                                               "weights_sha256": state_sha256(best["model"])})
+
+
+class Fit:
+    """A fit while it runs: the model (one run's, or the ensemble of E runs'), its optimizer and
+    step, the position (epoch, step, each member's loss sum: `pos`) and the members. Built from
+    last.pt where one of the same spec is there (resume)."""
+
+    def __init__(self, model, objective: Objective, runs: list[Run], work: Path, device, viewer, execution: dict):
+        E = self.E = len(runs)
+        if E > 1 and (viewer is None or layers.members(model) != E):
+            raise ValueError(f"fit_runs: {E} runs need an ensemble of {E} and a viewer model")
+        self.model, self.objective, self.runs, self.device = model, objective, runs, device
+        self.viewer, self.execution, self.tcfg = model if E == 1 else viewer, execution, runs[0].spec.train
+        check_disk(work, sum(p.numel() for p in model.parameters() if p.requires_grad))
+        for d in {work, *(r.out_dir for r in runs)}:
+            for stray in d.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
+                stray.unlink()
+        self.compiled = Compiled(model, objective, execution["compile"], execution["compile_mode"], device,
+                                 eval_model=self.viewer)
+        self.opt, self.opt_impl = make_optimizer(model, self.tcfg, device, capture=self.compiled.graph)
+        self.steps = min(objective.steps_per_epoch, self.tcfg.max_steps_per_epoch or objective.steps_per_epoch)
+        self.total_steps = self.steps * self.tcfg.epochs
+        self.hash = spec_hash(runs[0].spec.source) if E == 1 else spec_hash({"runs": [r.spec.source for r in runs]})
+        self.last = work / "last.pt"
+        state = resume_state(self.last, self.hash)
+        if state is None:
+            self.pos = {"epoch": 0, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
+            self.members = [Member(r) for r in runs]
+            for m in self.members:  # weights of an abandoned attempt are not this run's best
+                m.best_state.unlink(missing_ok=True)
+        else:
+            load_trained(model, state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            tensor_lr(self.opt, device, capture=self.compiled.graph)
+            set_rng_state(state["rng"])
+            self.pos = state["pos"]
+            self.members = [Member(r, **m) for r, m in zip(runs, state["members"])]
+            print(f"[train] resuming {', '.join(r.spec.run_id for r in runs)} at epoch {self.pos['epoch'] + 1}, "
+                  f"step {self.pos['step']}", file=sys.stderr)
+        for m in self.members:
+            m.trackers = Trackers(execution["trackers"], m.run.spec.source, m.run.out_dir, fresh=state is None)
+        self.losses = EpochLoss(device, E)
+        self.train_step = TrainStep(model, self.compiled.loss, self.opt, self.tcfg.grad_clip, device, self.losses,
+                                    capture=self.compiled.graph)
+        self.eval_model = GraphedForward(self.compiled.eval_model, device) if self.compiled.graph \
+            else self.compiled.eval_model
+        self.label = runs[0].spec.run_id if E == 1 else f"{runs[0].spec.run_id} (+{E - 1} fused)"
+
+    def running(self) -> list[int]:
+        return [e for e, m in enumerate(self.members) if m.running]
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.last, {"spec_hash": self.hash, "model": trained_state(self.model),
+                                    "optimizer": self.opt.state_dict(), "rng": rng_state(), "pos": self.pos,
+                                    "members": [m.state() for m in self.members]})
+
+    def sync(self) -> None:
+        """The periodic host sync: the loss sums into pos, divergence into each member's status,
+        the gradient norms' sums into `grad_norm_sum`."""
+        sums, bads, self.grad_norm_sum = self.losses.read()
+        for e in self.running():
+            self.pos["loss_sum"][e] = sums[e]
+            if bads[e] is not None:
+                m = self.members[e]
+                prev = m.metrics[-1]["train_loss"] if m.metrics else None
+                m.diverge(self.pos["epoch"] + 1, bads[e], sums[e] / bads[e] if bads[e] else prev, self.pos["step"])
+
+    def log_window(self, now: float) -> None:
+        """The steps since the last log, to the trackers: floats the sync has already read."""
+        pos, mark = self.pos, self.mark
+        n, at = pos["step"] - mark["step"], pos["epoch"] * self.steps + pos["step"]
+        for e in self.running():
+            self.members[e].trackers.log({
+                "train/loss": (pos["loss_sum"][e] - mark["loss_sum"][e]) / n,
+                "train/grad_norm": (self.grad_norm_sum[e] - mark["grad_norm_sum"][e]) / n,
+                "train/lr": lr_at(at - 1, self.total_steps, self.tcfg),
+                f"train/{self.objective.rate_key}": n * self.objective.items_per_step / (now - mark["time"])}, at)
+        self.mark = {"step": pos["step"], "loss_sum": list(pos["loss_sum"]), "grad_norm_sum": list(self.grad_norm_sum),
+                     "time": now}
+
+    def train_epoch(self, stop: StopRequest) -> float:
+        """The rest of this epoch's steps (from pos); returns the epoch's start time. On a stop
+        request: a checkpoint and SystemExit(75)."""
+        pos, steps, every, objective = self.pos, self.steps, self.tcfg.checkpoint_every, self.objective
+        self.model.train()
+        t0 = time.perf_counter() - pos["seconds"]
+        self.losses.reset(pos["loss_sum"], pos["step"])
+        self.grad_norm_sum = [0.0] * self.E
+        self.mark = {"step": pos["step"], "loss_sum": list(pos["loss_sum"]), "grad_norm_sum": [0.0] * self.E,
+                     "time": time.perf_counter()}
+        bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
+                   desc=f"{self.label} epoch {pos['epoch'] + 1}", file=sys.stderr)
+        while pos["step"] < steps and self.running():
+            if stop.signal:
+                pos["seconds"] = time.perf_counter() - t0
+                self.sync()
+                if self.running():
+                    self.checkpoint()
+                    print(f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
+                          f"{pos['step']}; rerun to resume", file=sys.stderr)
+                    raise SystemExit(75)
+                break
+            set_lr(self.opt, lr_at(pos["epoch"] * steps + pos["step"], self.total_steps, self.tcfg))
+            self.train_step(objective.batch(pos["epoch"], pos["step"]))
+            pos["step"] += 1
+            at_checkpoint = every and pos["step"] % every == 0 and pos["step"] < steps
+            if pos["step"] % self.tcfg.log_every == 0 or pos["step"] == steps or at_checkpoint:
+                self.sync()
+                if not self.running():
+                    break
+                bar.update(pos["step"] - bar.n)
+                rate = pos["step"] * objective.items_per_step / (time.perf_counter() - t0)
+                bar.set_postfix(loss=f"{pos['loss_sum'][self.running()[0]] / pos['step']:.3f}", per_s=f"{rate:.0f}",
+                                refresh=False)
+                self.log_window(time.perf_counter())
+            if at_checkpoint:
+                pos["seconds"] = time.perf_counter() - t0
+                self.checkpoint()
+        bar.close()
+        return t0
+
+    def validate_epoch(self, t0: float) -> None:
+        """Each running member validated in the plain model, its row and best weights kept; the
+        next epoch's position checkpointed."""
+        pos, steps, objective = self.pos, self.steps, self.objective
+        for e in self.running():
+            m = self.members[e]
+            train_loss = pos["loss_sum"][e] / max(1, pos["step"])
+            if self.E > 1:  # member e's weights into the plain model (in place: a captured forward stays valid)
+                load_trained(self.viewer, member_state(self.model, e))
+            val = objective.validate(self.eval_model)
+            if not math.isfinite(val["val_loss"]):
+                m.diverge(pos["epoch"] + 1, pos["step"], train_loss)
+                continue
+            elapsed = time.perf_counter() - t0
+            row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val,
+                   "lr": lr_at(pos["epoch"] * steps + steps - 1, self.total_steps, self.tcfg),
+                   "seconds": elapsed, objective.rate_key: pos["step"] * objective.items_per_step / elapsed}
+            m.metrics.append(row)
+            m.trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
+            if objective.score(row) < m.best:
+                m.best = objective.score(row)
+                with atomic_path(m.best_state) as tmp:
+                    # a member's state as copies: views would save the whole stacked storage (E× the size)
+                    torch.save({"model": trained_state(self.model) if self.E == 1 else
+                                {k: v.clone() for k, v in member_state(self.model, e).items()},
+                                "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, tmp)
+            m.write_metrics()
+        self.pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * self.E, "seconds": 0.0}
+        self.checkpoint()
+
+    def finish(self) -> tuple[list[dict], list[list[dict]], dict]:
+        if any(m.status["state"] == "diverged" for m in self.members):
+            self.checkpoint()
+        for m in self.members:
+            m.write_outputs()
+        ran = {"optimizer": f"adamw-{self.opt_impl}", "compile": self.compiled.record(),
+               "trackers": self.execution["trackers"]}
+        if self.train_step.capture_error:  # the step ran eagerly after its capture failed
+            ran["compile"].update(cuda_graph=False, capture_error=self.train_step.capture_error)
+        return [m.status for m in self.members], [m.metrics for m in self.members], ran
