@@ -97,7 +97,7 @@ def test_word_perplexity_is_the_strided_nll_over_the_harness_word_count(kind, to
     _, full_meta = read_tokens(tokens / "test.parquet")
     assert full_meta["n_words"] == len(re.split(r"\s+", "".join(rows))) == sum(len(r.split()) for r in rows) + 2
     doc = "".join(rows)
-    assert res["word_ppl"] == pytest.approx(math.exp(nll / meta["n_words"]), rel=1e-6)
+    assert res["strided_word_ppl"] == pytest.approx(math.exp(nll / meta["n_words"]), rel=1e-6)
     assert math.exp(nll / full_meta["n_words"]) == pytest.approx(harness_word_perplexity([(-nll, doc)]), rel=1e-12)
 
 

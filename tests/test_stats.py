@@ -108,7 +108,7 @@ def _run(root, model: str, seed: int, val_ppl: float):
            "status": {"state": "completed"}, "best_epoch": 30, "n_params": 1000, "epochs_completed": 30,
            "wall_seconds": 1.0, "device": "crafted", "device_type": "cpu", "plucker_backend": None,
            "git": {"commit": "0" * 40, "dirty": False}, "data": {"train": {"file_sha256": "a" * 64}}}
-    ppl = {"chunked_ppl": val_ppl, "strided_ppl": val_ppl, "word_ppl": 2 * val_ppl, "chunked_tokens": 10}
+    ppl = {"chunked_ppl": val_ppl, "strided_ppl": val_ppl, "strided_word_ppl": 2 * val_ppl, "chunked_tokens": 10}
     (d / "run.json").write_text(json.dumps(rec))
     (d / "eval.json").write_text(json.dumps({"validation": ppl, "test": ppl, "weights_sha256": "b" * 64}))
     (d / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "val_ppl": val_ppl}) + "\n")

@@ -15,10 +15,10 @@ from grassflow.report.aggregate import _fmt, aggregate, mean_std, tex_escape
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "reports/wikitext2-v1-laptop"  # real records of a finished run: their shape
-# a distinct value per (split, metric): validation's and test's chunked, strided, word-level (strided NLL
-# per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
-OFFSETS = {("validation", "chunked_ppl"): 1, ("validation", "strided_ppl"): 2, ("validation", "word_ppl"): 3,
-           ("test", "chunked_ppl"): 4, ("test", "strided_ppl"): 5, ("test", "word_ppl"): 6,
+# a distinct value per (split, metric): validation's and test's chunked, strided, strided word-level (strided
+# NLL per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
+OFFSETS = {("validation", "chunked_ppl"): 1, ("validation", "strided_ppl"): 2, ("validation", "strided_word_ppl"): 3,
+           ("test", "chunked_ppl"): 4, ("test", "strided_ppl"): 5, ("test", "strided_word_ppl"): 6,
            ("validation", "harness"): 7, ("test", "harness"): 8}
 
 

@@ -109,7 +109,7 @@ def test_evaluate_writes_all_perplexities(tokens, tmp_path):
                       tokens / "test.parquet", tmp_path / "eval.json")
     for split in ("validation", "test"):
         r = ev[split]
-        assert 1 < r["chunked_ppl"] < 300 and 1 < r["strided_ppl"] < 300 and r["word_ppl"] > 1
+        assert 1 < r["chunked_ppl"] < 300 and 1 < r["strided_ppl"] < 300 and r["strided_word_ppl"] > 1
         assert r["strided_tokens"] == r["n_tokens"] - 1 and r["chunked_tokens"] <= r["n_tokens"] - 1
     assert os.path.exists(tmp_path / "eval.json")
 

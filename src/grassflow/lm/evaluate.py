@@ -41,7 +41,7 @@ def perplexities(model, ids, meta, L, batch_size, device) -> dict:
     s_nll, s_n = strided_nll(model, ids, L, max(1, L // 2), batch_size, device)
     return {"chunked_ppl": math.exp(c_nll / c_n), "chunked_tokens": c_n,
             "strided_ppl": math.exp(s_nll / s_n), "strided_tokens": s_n,
-            "word_ppl": math.exp(s_nll / meta["n_words"]), "n_words": meta["n_words"],
+            "strided_word_ppl": math.exp(s_nll / meta["n_words"]), "n_words": meta["n_words"],
             "n_tokens": meta["n_tokens"]}
 
 
