@@ -15,10 +15,10 @@ from grassflow.lm.grid import runs
 from grassflow.pipeline.estimate import (
     STARTUP_S,
     UNKNOWN_DEVICE_SLOWDOWN,
-    job_estimate,
     train_flops_per_token,
 )
 from grassflow.pipeline.presets import select_preset
+from grassflow.pipeline.tasks import job_estimate
 from specs import LM_SPEC
 from test_wikitext_v1 import ROOT, SCHEMA
 

@@ -18,7 +18,14 @@ pytestmark = pytest.mark.skipif(LIB is None and not (platform.system() == "Linux
                                 reason="no NVRTC wheel for this platform")
 
 
-@pytest.mark.parametrize("source", nvrtc.SOURCES)
+def test_the_sources_are_those_cupy_compiles():
+    from grassflow.ops.linear_ce import fused
+    from grassflow.ops.plucker import cupy_backend
+
+    assert nvrtc.KERNEL_SOURCES == (cupy_backend.KERNEL_SOURCES[0], fused.KERNEL_SOURCES[0])
+
+
+@pytest.mark.parametrize("source", nvrtc.KERNEL_SOURCES)
 def test_each_source_compiles_and_exports_every_kernel(source):
     assert LIB is not None, "NVRTC missing: pip install -e '.[dev]' (nvidia-cuda-nvrtc-cu12)"
     ptx, _ = nvrtc.compile_source(LIB, kernels_dir() / source, "compute_90")

@@ -183,9 +183,9 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     import signal
 
     from grassflow.lm.grid import runs
-    from grassflow.pipeline.estimate import job_estimate
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.tasks import job_estimate
     from grassflow.recall.grid import recall_runs
     from grassflow.snli.grid import snli_runs
 
@@ -303,9 +303,9 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     local run's."""
 
     from grassflow.lm.grid import runs
-    from grassflow.pipeline.estimate import job_estimate
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.tasks import job_estimate
 
     work = copy_repo(tmp_path)
     profile = site_profile(work)

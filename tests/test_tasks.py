@@ -100,3 +100,44 @@ def test_every_tasks_declaration_keeps_the_shared_contracts():
         for run_id, spec in specs.items():
             assert spec["task"] == task.name and spec["model_kind"] in ("transformer", "grassmann"), run_id
             assert spec["run_id"] == run_id and "train" in spec
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """grassflow module -> the grassflow modules it imports (with their packages, whose __init__
+    runs), at any depth of its source; one that imports pipeline.tasks reads every task.py."""
+    import ast
+
+    from grassflow.pipeline import staleness as st
+
+    files = [p for p in st.PKG.rglob("*.py") if "__pycache__" not in p.parts]
+    mods = {st.module_name(p) for p in files}
+    task_decls = {f"grassflow.{p.parent.name}.task" for p in st.PKG.glob("*/task.py")}
+    graph = {}
+    for p in files:
+        m = st.module_name(p)
+        names = st.imported([ast.parse(p.read_text())], m, p.name == "__init__.py")
+        edges = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 2)}
+        if "grassflow.pipeline.tasks" in names:
+            edges |= task_decls
+        graph[m] = (edges & mods) - {m}
+    return graph
+
+
+def test_no_planning_module_is_imported_back_by_what_it_imports():
+    """A config value's way is one-directional (docs/develop/development.md): no module of
+    grassflow.pipeline imports a module (a task's declaration or grid, say) that imports it back."""
+    graph = _import_graph()
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for e in graph.get(todo.pop(), ()):
+                if e not in seen:
+                    seen.add(e)
+                    todo.append(e)
+        return seen
+
+    cycles = [f"{p} -> {q} -> ... -> {p}" for p in sorted(graph) if p.startswith("grassflow.pipeline.")
+              for q in sorted(graph[p]) if not q.startswith("grassflow.pipeline.") and p in reach(q)]
+    assert not cycles, "\n".join(cycles)
+    assert "grassflow.lm.grid" in reach("grassflow.pipeline.presets")  # the graph sees the tasks' grids

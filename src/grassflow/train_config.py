@@ -28,7 +28,7 @@ class TrainConfig:
     device: str = "auto"
     log_every: int = 50  # steps between the loop's host syncs
     # how a job runs, not what it computes: in a preset's section, never in a run's spec
-    # (pipeline.presets.EXECUTION_KEYS); here for their defaults
+    # (pipeline.sections.EXECUTION_KEYS); here for their defaults
     threads: int = 1
     compile: bool | str = "auto"
     compile_mode: str = "default"

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids, tokenizer_spec
-from grassflow.pipeline.presets import exec_resources, run_train, select_preset
+from grassflow.pipeline.presets import select_preset
+from grassflow.pipeline.sections import exec_resources, run_train
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 from grassflow.pipeline.staleness import (
     CODE_INDEX,
@@ -86,7 +87,7 @@ def estimated(rule):
     """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`;
     a fused group's job (train_fused): its runs' estimates summed, as if the ensemble were no
     faster than its runs one after another (what it measured on a CPU)."""
-    from grassflow.pipeline.estimate import job_estimate
+    from grassflow.pipeline.tasks import job_estimate
 
     fused = rule == "train_fused"
     task, stage = (TASKS["lm"], "train") if fused else RUN_RULES[rule]

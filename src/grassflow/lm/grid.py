@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grassflow.errors import ConfigError
 from grassflow.io import spec_hash
 from grassflow.lm.data import map_unk
 from grassflow.models.config import ModelConfig
 from grassflow.pipeline.estimate import lm_evaluate, lm_train, split_sizes
-from grassflow.pipeline.presets import ConfigError, check_inputs, check_specs, own_keys, run_train
+from grassflow.pipeline.sections import check_inputs, check_specs, own_keys, run_train
 
 
 def check_lm(where: str, name: str, p: dict) -> None:

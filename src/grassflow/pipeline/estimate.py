@@ -171,28 +171,3 @@ def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int
     tokens = passes * (sizes["validation"] + sizes["test"])
     seconds = max(tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3)
     return Estimate(seconds, 0, memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
-
-
-# --- a pipeline job's estimate, from its rule and spec (each task's hook: its grid's `estimate`) ---------
-def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
-                 files: dict | None = None) -> Estimate:
-    """The estimate of one job of `rule` (a run's train or evaluate job of any task:
-    grassflow.pipeline.tasks.RUN_RULES) for its run's spec; `settings`: the config's `estimate` section;
-    `files`: the job's token files by split (their counts are exact once they exist)."""
-    from grassflow.pipeline.tasks import RUN_RULES, pipeline_train
-
-    if rule not in RUN_RULES:
-        raise ValueError(f"no estimate for rule {rule!r}")
-    task, stage = RUN_RULES[rule]
-    part = preset if task.part_key is None else preset[task.part_key]
-    # execution keys: not in the spec, nor in the preset the `estimates` report gets (changing them
-    # reruns nothing), where each is its default
-    threads = (part.get("train") or {}).get("threads", 1)
-    k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
-    est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
-    # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
-    # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
-    # the time of the latter and the bound of the former (sharing gains nothing).
-    shared = f"; {k} runs per GPU: ×{k}"
-    return Estimate((est.seconds + STARTUP_S) * k, est.items, est.mem_mb,
-                    f"{est.basis}; data: {source}" + (shared if k > 1 else ""), k)

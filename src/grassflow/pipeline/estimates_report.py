@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from grassflow import job, markdown
-from grassflow.pipeline.estimate import job_estimate
 from grassflow.pipeline.plan import benchmark_seconds
-from grassflow.pipeline.tasks import RUN_RULES
+from grassflow.pipeline.tasks import RUN_RULES, job_estimate
 
 
 def estimates_report(preset: dict, preset_name: str, estimate: dict, results, out) -> list[dict]:

@@ -22,8 +22,7 @@ import yaml
 
 from grassflow import markdown
 from grassflow.job import ArgumentParser
-from grassflow.pipeline.estimate import job_estimate
-from grassflow.pipeline.tasks import RUN_RULES, TASKS
+from grassflow.pipeline.tasks import RUN_RULES, TASKS, job_estimate
 
 
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:

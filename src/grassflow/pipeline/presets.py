@@ -12,7 +12,7 @@ import importlib
 import sys
 from dataclasses import MISSING, fields
 
-from grassflow.errors import ConfigError  # noqa: F401  (raised here; re-exported for callers)
+from grassflow.errors import ConfigError
 from grassflow.pipeline.schema import dataclass_schema, read_yaml
 from grassflow.train_config import TrainConfig
 
@@ -160,48 +160,3 @@ def check_preset(name: str, p: dict) -> None:
     for t in TASKS.values():  # each task's own checks (its declaration's `check`)
         if t.part(p) and t.check:
             t.check(t.where(name), name, p)
-
-
-def check_specs(where: str, specs: dict, build) -> None:
-    """Each run's model (or head) as its dataclass checks it: `build(spec)`; a ValueError names the run."""
-    for run_id, spec in specs.items():
-        try:
-            build(spec)
-        except ValueError as e:
-            raise ConfigError(f"{where} (run {run_id}): {e}") from None
-
-
-def check_inputs(where: str, part: dict, data_key: str) -> None:
-    """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a trained one)."""
-    tok = part["tokenizer"]
-    if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
-        raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")
-    data = part["data"]
-    if data["source"] == "local" and not data.get("local_dir"):
-        raise ConfigError(f"{where}.data.local_dir: required when {data_key}.source is 'local'")
-    if data["source"] == "synthetic" and not data.get("synthetic"):
-        raise ConfigError(f"{where}.data.synthetic: required when {data_key}.source is 'synthetic'")
-
-
-GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")
-
-
-def own_keys(kind: str, model: dict) -> dict:
-    """The model section less the other model's keys, which cannot make a run stale."""
-    other = GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",)
-    return {k: v for k, v in model.items() if k not in other}
-
-
-# How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
-# (the rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources: exec_resources).
-EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu", "fuse_seeds", "head_loss")
-
-def exec_resources(train: dict) -> dict:
-    """A train section's execution keys as the training rules' resources (strings)."""
-    return {"compile": str(train["compile"]).lower(), "compile_mode": train["compile_mode"],
-            "trackers": ",".join(train["trackers"]) or "none", "head_loss": train["head_loss"]}
-
-
-def run_train(train: dict) -> dict:
-    """A preset's train section as a run spec holds it (without the execution keys)."""
-    return {k: v for k, v in train.items() if k not in EXECUTION_KEYS}

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grassflow.pipeline.estimate import STARTUP_S, Estimate
+
 STAGES = ("train", "evaluate")  # the jobs of one run, in order
 BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
 
@@ -133,3 +135,25 @@ def pipeline_train(preset: dict) -> dict:
     if part is None:
         raise ValueError(f"the preset has no part to run: none of {[t.part_key or 'experiments' for t in TASKS.values()]}")
     return part["train"]
+
+
+def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
+                 files: dict | None = None) -> Estimate:
+    """The estimate of one job of `rule` (a run's train or evaluate job of any task: RUN_RULES)
+    for its run's spec, by its task's hook (its grid's `estimate`); `settings`: the config's
+    `estimate` section; `files`: the job's token files by split (their counts are exact once they exist)."""
+    if rule not in RUN_RULES:
+        raise ValueError(f"no estimate for rule {rule!r}")
+    task, stage = RUN_RULES[rule]
+    part = preset if task.part_key is None else preset[task.part_key]
+    # execution keys: not in the spec, nor in the preset the `estimates` report gets (changing them
+    # reruns nothing), where each is its default
+    threads = (part.get("train") or {}).get("threads", 1)
+    k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
+    est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
+    # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
+    # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
+    # the time of the latter and the bound of the former (sharing gains nothing).
+    shared = f"; {k} runs per GPU: ×{k}"
+    return Estimate((est.seconds + STARTUP_S) * k, est.items, est.mem_mb,
+                    f"{est.basis}; data: {source}" + (shared if k > 1 else ""), k)

@@ -4,9 +4,10 @@ job through the job's spec file, so no job's code fingerprint holds this file.""
 
 from __future__ import annotations
 
+from grassflow.errors import ConfigError
 from grassflow.models.config import ModelConfig
 from grassflow.pipeline.estimate import Estimate, lm_evaluate, lm_train
-from grassflow.pipeline.presets import ConfigError, check_specs, own_keys, run_train
+from grassflow.pipeline.sections import check_specs, own_keys, run_train
 
 
 def recall_cell(cell: dict) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+from grassflow.errors import ConfigError
 from grassflow.pipeline.estimate import (
     Estimate,
     device_kind,
@@ -14,7 +15,7 @@ from grassflow.pipeline.estimate import (
     split_sizes,
     train_flops_per_token,
 )
-from grassflow.pipeline.presets import ConfigError, check_inputs, check_specs, run_train
+from grassflow.pipeline.sections import check_inputs, check_specs, run_train
 from grassflow.snli.config import HeadConfig
 
 BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding parameters

@@ -9,7 +9,7 @@ from grassflow.report.aggregate import aggregate_args
 
 
 def runs(name, p):
-    from grassflow.pipeline.presets import run_train
+    from grassflow.pipeline.sections import run_train
 
     t = p["toy"]
     out = {}
@@ -27,7 +27,7 @@ def runs(name, p):
 
 def check(where, name, p):
     from grassflow.data import DataError
-    from grassflow.pipeline.presets import ConfigError
+    from grassflow.errors import ConfigError
     from grassflow.recall.data import check_params
 
     d = p["toy"]["data"]
