@@ -1,7 +1,7 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
 Its rules: workflow/rules/lm.smk; its tables': report.smk."""
 
-from grassflow.lm.grid import check_lm, estimate, runs
+from grassflow.lm.grid import check_lm, check_model, estimate, runs
 from grassflow.pipeline.tasks import Task
 
 TASK = Task(
@@ -10,6 +10,7 @@ TASK = Task(
     runs=runs,
     estimate=estimate,
     check=check_lm,
+    check_model=check_model,
     token_dir=lambda d, p: d / "data" / "tokens" / p["tokenizer"]["name"],
     tokenizer=True,
     title="Language modelling",

@@ -14,6 +14,7 @@ from dataclasses import MISSING, fields
 
 from grassflow.errors import ConfigError
 from grassflow.pipeline.schema import dataclass_schema, read_yaml
+from grassflow.pipeline.sections import check_specs
 from grassflow.train_config import TrainConfig
 
 
@@ -157,6 +158,8 @@ def check_preset(name: str, p: dict) -> None:
         raise ConfigError(f"{where}: nothing to run (no {', '.join(parts[:-1])} or {parts[-1]} part)")
     if p.get("ablations") and not p.get("experiments"):
         raise ConfigError(f"{where}.ablations: needs the language-model experiments it varies")
-    for t in TASKS.values():  # each task's own checks (its declaration's `check`)
+    for t in TASKS.values():  # each task's own checks (its declaration's `check`), then its runs' models
         if t.part(p) and t.check:
             t.check(t.where(name), name, p)
+        if t.part(p) and t.check_model:
+            check_specs(t.where(name), t.specs(name, p), lambda spec, t=t: t.check_model(spec, p))

@@ -12,6 +12,7 @@ editing it reruns no job.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class Task:
     runs: Callable  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
     estimate: Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
     check: Callable | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
+    check_model: Callable | None = None  # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
     # one data job per cell (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's spec
     # names the cell it reads (`data_cell`)
     cells: Callable | None = None  # (its part) → {cell: its data section}
@@ -104,7 +106,17 @@ class Task:
         return copy.deepcopy(self.schema)
 
     def specs(self, name: str, preset: dict) -> dict:
-        return self.runs(name, preset) if self.part(preset) else {}
+        """Its runs' specs ({run_id: spec}; {} where the preset has no part of it), built once per
+        process for a preset's name and content: the check and the rules' TASK_RUNS share them."""
+        if not self.part(preset):
+            return {}
+        key = (self.name, name, json.dumps(preset, sort_keys=True, default=str))
+        if key not in _SPECS:
+            _SPECS[key] = self.runs(name, preset)
+        return _SPECS[key]
+
+
+_SPECS: dict[tuple, dict] = {}  # Task.specs' (task, preset name, preset as JSON) -> specs
 
 
 def declarations() -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from grassflow.errors import ConfigError
 from grassflow.models.config import ModelConfig
 from grassflow.pipeline.estimate import Estimate, lm_evaluate, lm_train
-from grassflow.pipeline.sections import check_specs, own_keys, run_train
+from grassflow.pipeline.sections import own_keys, run_train
 
 
 def recall_cell(cell: dict) -> str:
@@ -64,8 +64,11 @@ def check_recall(where: str, name: str, p: dict) -> None:
             raise ConfigError(str(e)) from None
     if len({recall_cell(c) for c in r["cells"]}) != len(r["cells"]):
         raise ConfigError(f"{where}.cells: a (seq_len, kv) cell is listed twice")
-    check_specs(where, recall_runs(name, p),
-                lambda spec: ModelConfig.from_dict({**spec["model"], "vocab_size": r["data"]["vocab"]}))
+
+
+def check_model(spec: dict, p: dict) -> None:
+    """A run's model as its dataclass takes it (raises ValueError)."""
+    ModelConfig.from_dict({**spec["model"], "vocab_size": p["recall"]["data"]["vocab"]})
 
 
 def estimate(stage, spec, preset, settings, files):

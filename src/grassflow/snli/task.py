@@ -1,7 +1,7 @@
 """SNLI (paper Table 3): the preset's `snli` part; its rules: workflow/rules/snli.smk."""
 
 from grassflow.pipeline.tasks import Task
-from grassflow.snli.grid import check_snli, estimate, snli_runs
+from grassflow.snli.grid import check_model, check_snli, estimate, snli_runs
 
 
 def _outputs(part: dict) -> list[str]:
@@ -16,6 +16,7 @@ TASK = Task(
     runs=snli_runs,
     estimate=estimate,
     check=check_snli,
+    check_model=check_model,
     token_dir=lambda d, p: d / "data" / "tokens" / p["snli"]["tokenizer"]["name"],
     outputs=_outputs,
     tokenizer=True,
