@@ -77,10 +77,10 @@ def test_sampled_decoding_equals_recompute_to_the_context_limit_and_from_a_promp
     first = generate(model, long, 1, **sampled)
     assert torch.equal(first, generate(model, long, 1, recompute=True, **sampled))
     with torch.no_grad():  # and that first token is drawn from the last context_len tokens' logits
-        g = torch.Generator().manual_seed(3)
+        gens = [torch.Generator().manual_seed(3) for _ in range(2)]  # a generator per row, as generate draws
         from grassflow.decode import sample
 
-        assert torch.equal(first[:, -1:], sample(model(long[:, -23:])[:, -1], 0.9, 20, 0.9, g))
+        assert torch.equal(first[:, -1:], sample(model(long[:, -23:])[:, -1], 0.9, 20, 0.9, gens))
 
 
 def test_past_the_context_the_window_slides(gen):
@@ -104,3 +104,15 @@ def test_top_k_one_is_greedy(gen):
                        generate(model, prompt, 8, temperature=0))
     with pytest.raises(ValueError, match="top_p"):
         generate(model, prompt, 1, top_p=0)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_a_batch_row_is_what_its_prompt_gives_alone(kind, gen):
+    """Greedy and sampled under a seed, each row of a batch draws the tokens its prompt draws alone
+    (a generator per row): `grassflow generate` batches several prompts of one length."""
+    model = small(kind)
+    prompts = torch.randint(0, 37, (3, 5), generator=gen)
+    for kw in (dict(temperature=0), dict(temperature=0.9, top_k=20, top_p=0.9, seed=4)):
+        batch = generate(model, prompts, 12, **kw)
+        for b in range(3):
+            assert torch.equal(batch[b:b + 1], generate(model, prompts[b:b + 1], 12, **kw)), (kw, b)

@@ -106,7 +106,7 @@ def test_generate_is_grassflow_generates_greedy_text_and_decodes_incrementally(k
         sampled[use_cache] = model.generate(**enc, max_new_tokens=n, do_sample=True, top_k=20, temperature=0.9,
                                             use_cache=use_cache)
     assert torch.equal(sampled[True], sampled[False])
-    text = generate_text(str(exports[kind]), "the history of", max_new_tokens=n, temperature=0)
+    text, = generate_text(str(exports[kind]), "the history of", max_new_tokens=n, temperature=0)
     capfd.readouterr()
     ours = tok("the history of" + (" " if not text.startswith(" ") else "") + text, add_special_tokens=False)["input_ids"]
     assert cached[0].tolist() == ours

@@ -217,6 +217,20 @@ def test_a_prompt_longer_than_the_context_is_cropped_and_said(model_dirs, capfd,
     assert seen["n"] == LM_SPEC["model"]["context_len"] and "the model reads its last 16 (context_len)" in err
 
 
+def test_generate_continues_several_prompts_each_as_alone(model_dirs, capfd):
+    """`grassflow generate --prompt A --prompt B ...`: a paragraph per prompt, in order, each the
+    text that prompt gives alone under the same seed (prompts of one token length in one batch)."""
+    prompts = ["the history of the", "in 1998 the band", "the", "a new album was"]
+    args = ["--max-new-tokens", "6", "--seed", "3", "--temperature", "0.9", "--top-k", "20"]
+    alone = []
+    for p in prompts:
+        assert cli.main(["generate", str(model_dirs[1]), "--prompt", p, *args]) in (0, None)
+        alone.append(capfd.readouterr().out.strip())
+    assert cli.main(["generate", str(model_dirs[1]), *[a for p in prompts for a in ("--prompt", p)], *args]) in (0, None)
+    together = capfd.readouterr().out.strip().split("\n\n")
+    assert together == alone and all(t.startswith(p) for t, p in zip(together, prompts))
+
+
 OTHER_VERBS = [
     (["plan", "--configfile", "/no/such.yaml"], 1, "error: --configfile /no/such.yaml: no such file"),
     (["plan", "--preset", "nosuch"], 1, "error: config preset: 'nosuch' is not defined; choose one of"),

@@ -73,10 +73,12 @@ COMMANDS = [
      lambda a: _export(a),
      [lambda p: [p.add_argument("run_dir", help="results/<preset>/runs/<run>"), p.add_argument("out_dir"),
                  p.add_argument("--tokenizer", help="its tokenizer.json, where the pipeline's is not beside the run")]]),
-    ("generate", "continue a prompt with a model (an export or a run directory); a prompt longer than the "
+    ("generate", "continue prompts with a model (an export or a run directory); a prompt longer than the "
      "model's context is cropped to its last context_len tokens, said on stderr", lambda a: _generate(a),
      [lambda p: [p.add_argument("model", help="an export (grassflow export) or a run directory"),
-                 p.add_argument("--prompt", required=True, type=_checked(str, "a non-empty text", lambda v: v.strip())),
+                 p.add_argument("--prompt", required=True, action="append",
+                                type=_checked(str, "a non-empty text", lambda v: v.strip()),
+                                help="a text to continue; several --prompt: each continued, one batch per token length"),
                  p.add_argument("--max-new-tokens", type=_checked(int, "≥ 1", lambda v: v >= 1), default=50),
                  p.add_argument("--temperature", type=_checked(float, "≥ 0", lambda v: v >= 0), default=1.0,
                                 help="0: greedy"),

@@ -123,8 +123,9 @@ class Decoder:
 
 
 def sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-           gen: torch.Generator) -> torch.Tensor:
-    """Next tokens (B, 1) from last-position logits (B, V): greedy at temperature 0."""
+           gens: list[torch.Generator]) -> torch.Tensor:
+    """Next tokens (B, 1) from last-position logits (B, V): greedy at temperature 0; row b drawn
+    with its own generator gens[b], so that a row's tokens do not depend on the rows beside it."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits.float() / temperature
@@ -136,22 +137,23 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: f
         cum = order.values.softmax(-1).cumsum(-1)
         drop = cum - order.values.softmax(-1) > top_p  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(-1, order.indices, order.values.masked_fill(drop, float("-inf")))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs.cpu(), 1, generator=gen).to(logits.device)
+    probs = logits.softmax(-1).cpu()
+    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, gens)]).view(-1, 1).to(logits.device)
 
 
 @torch.no_grad()
 def generate(model, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int = 0,
              recompute: bool = False, on_state=None) -> torch.Tensor:
-    """idx (B, T) followed by max_new_tokens generated tokens. Incremental by default;
+    """idx (B, T) followed by max_new_tokens generated tokens, each row as it would be alone (its
+    own generator, seeded `seed`). Incremental by default;
     `recompute`: every step runs the whole (cropped) prefix, as a model without a cache must.
     `on_state(decoder)` is called after each step (the benchmark reads the state's size)."""
     if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None and top_k < 1):
         raise ValueError(f"temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 1; got {temperature}, {top_p}, {top_k}")
     model.eval()
     L = model.cfg.context_len
-    gen = torch.Generator().manual_seed(seed)
+    gens = [torch.Generator().manual_seed(seed) for _ in range(idx.shape[0])]
     out, decoder, pending = idx, None, idx[:, -L:]
     for _ in range(max_new_tokens):
         if recompute:
@@ -162,7 +164,7 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, *, temperature: floa
             logits = decoder.feed(pending)[:, -1]
             if on_state:
                 on_state(decoder)
-        nxt = sample(logits, temperature, top_k, top_p, gen)
+        nxt = sample(logits, temperature, top_k, top_p, gens)
         out = torch.cat([out, nxt], dim=1)
         pending = nxt
     return out
@@ -206,12 +208,13 @@ def open_model(path, device="cpu", tokenizer=None):
     return model, tok, unk_id_of(tok, name) if map_unk else None
 
 
-def generate_text(model, prompt, max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0,
-                  device="cpu", recompute=False, tokenizer=None) -> str:
-    """`grassflow generate`: the prompt's continuation, printed and returned. The prompt is encoded
-    as the model's training text was (a literal `<unk>` is the unknown token where its tokens
-    mapped it); a prompt longer than the model's context is cropped to its last context_len
-    tokens, said on stderr."""
+def generate_text(model, prompts, max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0,
+                  device="cpu", recompute=False, tokenizer=None) -> list[str]:
+    """`grassflow generate`: each prompt's continuation, printed (one paragraph each, in order) and
+    returned. The prompts run as batches of those of one token length, each row what its prompt
+    gives alone. A prompt is encoded as the model's training text was (a literal `<unk>` is the
+    unknown token where its tokens mapped it); one longer than the model's context is cropped to
+    its last context_len tokens, said on stderr."""
     import sys
 
     import torch
@@ -222,16 +225,23 @@ def generate_text(model, prompt, max_new_tokens=50, temperature=1.0, top_k=None,
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise CommandError(f"--device {device}: no CUDA device here (torch {torch.__version__}, built for CUDA "
                            f"{torch.version.cuda}); use --device cpu")
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     net, tok, unk_id = open_model(model, device, tokenizer)
-    ids = encode_rows(tok, [prompt], unk_id=unk_id)[0].tolist()
-    if not ids:
-        raise CommandError(f"--prompt {prompt!r}: no tokens to start from")
-    L = net.cfg.context_len
-    if len(ids) > L:
-        print(f"note: the prompt is {len(ids)} tokens; the model reads its last {L} (context_len)", file=sys.stderr)
-        ids = ids[-L:]
-    out = generate(net, torch.tensor([ids], device=device), max_new_tokens, temperature=temperature,
-                   top_k=top_k, top_p=top_p, seed=seed, recompute=recompute)
-    text = tok.decode(out[0, len(ids):].tolist())
-    print(prompt + (" " if text and not text.startswith(" ") else "") + text)
-    return text
+    L, rows = net.cfg.context_len, []
+    for prompt, ids in zip(prompts, encode_rows(tok, prompts, unk_id=unk_id)):
+        ids = ids.tolist()
+        if not ids:
+            raise CommandError(f"--prompt {prompt!r}: no tokens to start from")
+        if len(ids) > L:
+            print(f"note: the prompt {prompt[:40]!r} is {len(ids)} tokens; the model reads its last {L} (context_len)",
+                  file=sys.stderr)
+        rows.append(ids[-L:])
+    texts = [""] * len(prompts)
+    for n in sorted({len(r) for r in rows}):  # a batch per length: no padding, each row as alone
+        which = [i for i, r in enumerate(rows) if len(r) == n]
+        out = generate(net, torch.tensor([rows[i] for i in which], device=device), max_new_tokens,
+                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, recompute=recompute)
+        for i, o in zip(which, out):
+            texts[i] = tok.decode(o[n:].tolist())
+    print("\n\n".join(p + (" " if t and not t.startswith(" ") else "") + t for p, t in zip(prompts, texts)))
+    return texts
