@@ -123,3 +123,60 @@ def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
         assert len(at_once) <= 4
         assert len({(h[0], h[1]) for h in at_once}) == len(at_once), at_once  # a slot each
         assert not (g == bench["gpu"] and a < bench["finished_at"] and bench["acquired_at"] < b)
+
+
+@pytest.mark.slow
+def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(demo, tmp_path):
+    """Files of a finished demo damaged as a full disk, an interrupted copy or an editor leave them.
+    First a run's config.json emptied, another's model.safetensors cut short, a third's last.pt cut
+    short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test token file cut
+    short; then the documents file lm-eval's perplexity reads zeroed. `snakemake --keep-going` fails
+    each job that reads one with one `error:` line naming the file (the token and documents files'
+    saying how to rebuild them), and no table is rewritten from them."""
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)
+    res = work / "results/demo"
+    tables = {p: p.read_bytes() for p in (res / "report").glob("table*.csv")}
+
+    def errors():
+        out = snakemake(work, "--keep-going", check=False)
+        assert out.returncode != 0
+        logs = {p.relative_to(res / "logs").as_posix(): p.read_text() for p in (res / "logs").rglob("*.log")}
+        return {k: [x for x in v.splitlines() if x.startswith("error:")] for k, v in logs.items()}
+
+    def cut(path, keep):
+        path.write_bytes(path.read_bytes()[:keep])
+
+    config = res / "runs/table2-transformer-s0/config.json"
+    weights = res / "runs/table2-grassmann-s1/model.safetensors"
+    last = res / "runs/table1-transformer-s1/last.pt"
+    config.write_text("")
+    cut(weights, 1000)
+    cut(last, last.stat().st_size // 2)
+    for f in ("run.json", "eval.json"):  # eval.json too: Snakemake replans no job whose outputs all exist
+        (res / "runs/table1-transformer-s1" / f).unlink()
+    found = errors()
+    for log, path, why in [("train/table1-transformer-s1.log", last, "checksum mismatch"),
+                           ("evaluate/table2-grassmann-s1.log", weights, "not a readable safetensors file"),
+                           ("evaluate/table2-transformer-s0.log", config, "not JSON")]:
+        assert len(found[log]) == 1 and f"{path.relative_to(work)}: {why}" in found[log][0], (log, found[log])
+    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables  # no table from them
+
+    for path in (config, weights, last):
+        shutil.copy2(demo / path.relative_to(work), path)
+    tokens = next(res.glob("data/tokens/*/test.parquet"))
+    cut(tokens, tokens.stat().st_size // 2)
+    found = errors()
+    failed = [k for k, e in found.items() if k.startswith("evaluate/") and e]
+    assert failed and all(len(found[k]) == 1 and f"{tokens.relative_to(work)}: unreadable token file" in found[k][0]
+                          and "snakemake again" in found[k][0] for k in failed), found
+    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
+
+    shutil.copy2(demo / tokens.relative_to(work), tokens)  # and the documents lm-eval's perplexity reads
+    docs = next(res.glob("data/tokens/*/docs/test.parquet"))
+    docs.write_bytes(b"\0" * 64)
+    found = errors()
+    failed = [k for k, e in found.items() if k.startswith("evaluate/") and e]
+    assert failed and all(len(found[k]) == 1 and f"{docs.relative_to(work)}: unreadable documents file" in found[k][0]
+                          for k in failed), found
+    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables

@@ -71,8 +71,10 @@ def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, 
     on: its GPU slot taken and recorded). A run that diverged before its first validation has
     none: its eval.json is written here. The weights' sha256 is checked against config.json's."""
     configure_torch()
-    record = json.loads(Path(run_json).read_text())
-    ckpt = json.loads((Path(weights).parent / CONFIG).read_text())
+    from grassflow.report.records import read_record  # a damaged record refused naming its file
+
+    record = read_record(run_json)
+    ckpt = read_record(Path(weights).parent / CONFIG)
     ckpt["model"] = load_weights(weights) if ckpt["weights_sha256"] else None
     if state_sha256(ckpt["model"]) != ckpt["weights_sha256"]:
         raise CheckpointError(f"{weights}: its weights' sha256 is not {Path(weights).parent / CONFIG}'s weights_sha256")

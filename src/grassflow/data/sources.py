@@ -56,7 +56,8 @@ def read_columns(path, columns) -> dict[str, list]:
     try:
         table = pq.read_table(path)
     except Exception as e:
-        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
+        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e}); where the pipeline "
+                        "wrote it, remove it and run snakemake again: the job that wrote it runs again") from None
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise DataError(f"{path}: missing column(s) {missing}; found {table.column_names}")
@@ -81,7 +82,8 @@ def read_token_file(path, what: str, columns):
     except (KeyError, TypeError):
         raise DataError(f"{path}: not a grassflow {what} (no 'grassflow' metadata or columns)") from None
     except Exception as e:
-        raise DataError(f"{path}: unreadable {what} ({type(e).__name__}: {e})") from None
+        raise DataError(f"{path}: unreadable {what} ({type(e).__name__}: {e}); remove it and run snakemake "
+                        "again: the job that wrote it runs again") from None
 
 
 def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None:

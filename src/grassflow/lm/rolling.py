@@ -175,7 +175,14 @@ def documents_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
 
 
 def read_documents(path) -> tuple[list[list[int]], list[int], dict]:
-    """(token ids, word counts, metadata) of a documents file (data: parquet, never run)."""
-    table = pq.read_table(Path(path))
-    meta = json.loads((table.schema.metadata or {}).get(b"grassflow", b"{}"))
-    return table.column("ids").to_pylist(), table.column("words").to_pylist(), meta
+    """(token ids, word counts, metadata) of a documents file (data: parquet, never run); a
+    DataError naming the file if it is not one or cannot be read."""
+    from grassflow.errors import DataError
+
+    try:
+        table = pq.read_table(Path(path))
+        meta = json.loads((table.schema.metadata or {}).get(b"grassflow", b"{}"))
+        return table.column("ids").to_pylist(), table.column("words").to_pylist(), meta
+    except Exception as e:  # pyarrow's errors, a missing column, metadata that is not JSON
+        raise DataError(f"{path}: unreadable documents file ({type(e).__name__}: {e}); remove it and run "
+                        "snakemake again: the job that wrote it runs again") from None

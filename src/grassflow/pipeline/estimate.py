@@ -103,12 +103,17 @@ def rate(device: str, kind: str, flops: float, L: int, n_layers: int, threads: i
 
 # --- data sizes ------------------------------------------------------------------------------------
 def split_sizes(task: str, dataset: str, tokenizer: str, files: dict | None = None) -> tuple[dict, str]:
-    """({split: tokens or pairs}, where from): the token files' metadata where they exist, else
-    the datasets table (its `*` rows for data it does not list)."""
+    """({split: tokens or pairs}, where from): the token files' metadata where they exist and can
+    be read, else the datasets table (its `*` rows for data it does not list). A damaged token file
+    is the job's to refuse, by name, when it reads it: planning only sizes a time limit."""
     if files and all(Path(p).is_file() for p in files.values()):
         from grassflow.data.sources import token_meta
 
-        return {split: (m := token_meta(p)).get("n_tokens", m.get("n_pairs")) for split, p in files.items()}, "token files"
+        try:
+            return {split: (m := token_meta(p)).get("n_tokens", m.get("n_pairs")) for split, p in files.items()}, \
+                "token files"
+        except Exception:  # pyarrow's errors, metadata that is not ours
+            pass
     with open(DATASETS, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["task"] == task]
     for r in rows:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from grassflow.errors import DataError
 
-REDO = "remove it and run snakemake again: the job that wrote it runs again (for run.json or metrics.jsonl, the training)"
+REDO = ("remove it and run snakemake again: the job that wrote it runs again (for run.json, config.json or "
+        "metrics.jsonl, the training)")
 
 
 def read_record(path) -> dict:
