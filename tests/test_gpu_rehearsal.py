@@ -426,6 +426,27 @@ def test_lm_head_loss_under_autocast(backend, policy, gen):
     assert torch.isfinite(x.grad).all() and torch.isfinite(W.grad).all()
 
 
+def test_fused_head_under_cuda_rules_through_cupys_contracts(standin, policy, gen):
+    """The fused LM head as a CUDA job runs it: under CUDA's autocast rules (and the CPU's), its
+    kernels compiled and launched through the CuPy stand-in on torch's stream (arguments checked
+    against cross_entropy.cu's signatures, nothing allocated by CuPy); fp32 loss and gradients in
+    their parameters' dtypes."""
+    from grassflow.ops.linear_ce import linear_cross_entropy
+
+    policy.expect_lowered = False  # one opaque op: its dtypes its own
+    x = torch.randn(24, 16, generator=gen, requires_grad=True)
+    W = torch.nn.Parameter(torch.randn(50, 16, generator=gen) * 0.1)
+    y = torch.randint(0, 50, (24,), generator=gen)
+    with runtime.autocast(CPU):
+        loss = linear_cross_entropy(F.layer_norm(x, (16,)), W, y, backend="fused")
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert x.grad.dtype == torch.float32 and W.grad.dtype == torch.float32 and torch.isfinite(W.grad).all()
+    launches = [(name, stream) for name, _, _, stream in standin.launches]
+    assert [n for n, _ in launches] == ["ce_partial_bf16", "ce_finish_bf16", "ce_grad_bf16"]
+    assert {s for _, s in launches} == {fake_cupy.STREAM} and standin.allocations == 0
+
+
 def test_compiled_cupy_op_under_bf16_autocast(standin):
     """The compiled path of the GPU: the Plücker custom op (its `cupy` backend through the
     stand-in, bf16 handed to CuPy as int16) inside a torch.compile'd LM loss under bf16 autocast
