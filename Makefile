@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,slurm,eval,tensorboard,wandb]"  # slurm: the docs test plans the SLURM command as written; eval: tests/test_harness.py; tensorboard, wandb: tests/test_trackers.py
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,slurm,eval,tensorboard,wandb]"  # slurm: the docs test plans the SLURM command as written; eval: tests/lm/test_harness.py; tensorboard, wandb: tests/core/test_trackers.py
 	touch $@
 
 # constraints.txt anew: the newest versions pyproject.toml allows, resolved in a fresh venv, frozen

@@ -16,7 +16,7 @@
 #   4. with the time left, if any, the benchmark rows (old vs new kernels, graph vs eager, the head)
 # Before the lease, on any machine (`make gpu-paper-prepare`): the token files and the specs, and
 # the wheels the GPU machine lacks (`make gpu-wheels`: snakemake for its Python), carried along.
-# The plumbing is tested on the CPU with the demo preset (tests/test_gpu_window.py).
+# The plumbing is tested on the CPU with the demo preset (tests/gpu/test_paper_window.py).
 set -u
 START=$(date +%s)
 OUT=${OUT:-reports/wikitext2-v1-gpu}

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-import margins
-from specs import make_lm_tokens, make_snli_tokens
+from helpers import margins
+from helpers.specs import make_lm_tokens, make_snli_tokens
 
 REGRESSION_SEEDS = Path(__file__).with_name("regression_seeds.txt")
 
@@ -58,12 +58,13 @@ def xdist_groups() -> dict[str, str]:
     import ast
 
     out = {}
-    for f in sorted(Path(__file__).parent.glob("test_*.py")):
+    root = Path(__file__).parent
+    for f in sorted(root.rglob("test_*.py")):
         for node in ast.parse(f.read_text()).body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 slurm = any("mark.slurm" in ast.unparse(d) for d in node.decorator_list)
                 if slurm or "demo" in {a.arg for a in node.args.args}:
-                    out[f"tests/{f.name}::{node.name}"] = "slurm" if slurm else "demo"
+                    out[f"tests/{f.relative_to(root).as_posix()}::{node.name}"] = "slurm" if slurm else "demo"
     return out
 
 
@@ -142,7 +143,7 @@ def snli_tokens(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     """The demo preset run once through Snakemake in a scratch copy of the repository, for every
-    tests/test_pipeline_*.py file; every job records the grassflow files it imported (imports/).
+    tests/pipeline/ file; every job records the grassflow files it imported (imports/).
     It runs as a user with a multi-GPU workstation would: on a stand-in pool of two GPUs
     (GRASSFLOW_GPUS=0,1) with train.runs_per_gpu: 2 and `grassflow gpus`'s flag, more cores
     than slots; the jobs still compute on the CPU (the slots' test reads their records). The LM's
@@ -155,7 +156,7 @@ def demo(tmp_path_factory):
     import fcntl
     import shutil
 
-    from pipeline import POOL_ENV, copy_repo, pool_flag, snakemake
+    from helpers.dag import POOL_ENV, copy_repo, pool_flag, snakemake
 
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root

@@ -7,7 +7,7 @@ Each step feeds the new tokens only, and each layer keeps what later positions r
 The layers run as they are: the attention and the mixer of each block are swapped, for the
 duration of a step, for wrappers that read and extend the cache (the blocks' norms, FFNs and
 residuals are the model's own code). Within the trained context each step's logits equal those
-of recomputing the whole prefix (tests/test_decode.py).
+of recomputing the whole prefix (tests/core/test_decode.py).
 
 Past the trained context (positions are learned absolute embeddings, context_len of them) the
 window slides as nanoGPT's sampler does, by cropping: with `recompute` every step reads the last

@@ -113,7 +113,7 @@ def make_optimizer(model, tcfg: TrainConfig, device, capture: bool = False) -> t
     `capture`: the step is to be captured as a CUDA graph, so the optimizer is `capturable`
     (its step counters on the device): torch refuses to capture a step() whose param groups are
     not (Optimizer._accelerator_graph_capture_health_check, which runs only under a CUDA
-    capture; tests/test_capture.py runs it), and an uncaptured capturable step only costs more.
+    capture; tests/gpu/test_capture.py runs it), and an uncaptured capturable step only costs more.
     An ensemble's parameters have a member dimension more (AdamW is elementwise: each member
     steps as its own run's optimizer would)."""
     extra = 1 if layers.members(model) else 0

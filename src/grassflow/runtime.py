@@ -22,7 +22,7 @@ def configure_torch(deterministic: bool = False) -> None:
 
 # Device type -> the autocast its training, evaluation and benchmark steps run under: bf16 on
 # CUDA, none on the CPU (fp32 throughout). One table, so that the tests can put under "cpu"
-# a rehearsal of CUDA's bf16 policy (tests/cuda_autocast.py) or the real CPU bf16 autocast
+# a rehearsal of CUDA's bf16 policy (tests/helpers/cuda_autocast.py) or the real CPU bf16 autocast
 # and run the very code a GPU runs.
 AUTOCAST = {"cuda": lambda **kw: torch.autocast("cuda", dtype=torch.bfloat16, **kw)}
 

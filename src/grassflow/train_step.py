@@ -10,7 +10,7 @@ tensors that stay where they are:
   - the step within the epoch is a device counter that the region advances (EpochLoss);
   - nothing in it reads a value back to the host, and nothing but torch allocates (the cupy
     Plücker backend launches on torch's stream with torch's memory).
-tests/test_capture.py rehearses all of this on the CPU, op by op.
+tests/gpu/test_capture.py rehearses all of this on the CPU, op by op.
 
 With train.compile `graph` on CUDA the region runs eagerly for WARMUP steps on a side stream
 (lazy initialisations: AdamW's state, cuBLAS workspaces, the op's cached tensors), is then
@@ -86,7 +86,7 @@ class TrainStep:
         self.graph, self.eager_steps = None, 0
         self.capture_error = None  # why the capture failed, if it did: the run goes on eagerly
         self.side = None  # the warm-up's stream
-        self.region_context = nullcontext  # tests wrap the region (tests/test_capture.py)
+        self.region_context = nullcontext  # tests wrap the region (tests/gpu/test_capture.py)
 
     def __call__(self, batch) -> None:
         if self.static_buffers:

@@ -1,6 +1,6 @@
 # ruff: noqa  (a sampler of syntax, never run: its oddities are the point)
 """Syntax that src/ uses or may come to use, valid under Python 3.10 (pyproject's floor): its code
-hash must be the same under every Python (tests/test_staleness_pythons.py). Never imported."""
+hash must be the same under every Python (tests/pipeline/test_fingerprints_pythons.py). Never imported."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 graph  the loop's own step (grassflow.train_step.TrainStep on the LM task, fused AdamW, the head
        op as training resolves it) at a table's size, eager and replayed, both models: time per
        step, tokens/s, G/T; and whether replay equals eager bitwise at dropout 0 after a few steps.
-       CUDA only (a CPU cannot capture: its rehearsal is tests/test_capture.py).
+       CUDA only (a CPU cannot capture: its rehearsal is tests/gpu/test_capture.py).
 head   the LM head and its loss (ops/linear_ce), forward + backward, each backend, under the
        device's autocast: reference (on CUDA: bf16 then fp32 logits), chunked (fp32), and on CUDA
        chunked-bf16 and fused (bytes by arithmetic: bench/head_bytes.py).

@@ -15,7 +15,7 @@
             documents: what the tables' "word-level (lm-eval)" column shows.
 The stream's first token has no context and is never scored; token counts are recorded.
 Each definition is checked against a brute-force loop that scores every token with exactly the
-context its definition gives it (tests/test_perplexity.py).
+context its definition gives it (tests/lm/test_perplexity.py).
 """
 
 from __future__ import annotations

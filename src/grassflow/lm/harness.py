@@ -22,7 +22,7 @@ tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, 
 (bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
 training, so it is a convention, stated, not a learnt start.
 grassflow.lm.rolling computes the wikitext task's number without lm-eval, and the pipeline's
-evaluation reports it (tests/test_harness.py checks they agree).
+evaluation reports it (tests/lm/test_harness.py checks they agree).
 """
 
 from __future__ import annotations

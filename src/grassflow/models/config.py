@@ -9,7 +9,7 @@ INITS = ("default", "small")
 LAG_SCHEDULES = ("all", "per_layer")
 EMPTY_OFFSETS = ("zero", "bias")
 # The Plücker op's backends (grassflow.ops.plucker): the one list every config check uses; the
-# op's own BACKENDS and the JSON schema's enums are checked against it (tests/test_config.py).
+# op's own BACKENDS and the JSON schema's enums are checked against it (tests/pipeline/test_config.py).
 PLUCKER_BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu")
 
 

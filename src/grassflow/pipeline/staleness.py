@@ -175,7 +175,7 @@ def _is_docstring(node) -> bool:
 def _canonical(node) -> str:
     """A syntax tree as text: node types and fields, without positions, docstrings, empty fields
     (which Python versions add: 3.12 gave every function an empty `type_params`) or comments
-    (which the tree never holds). The same under CPython 3.10 to 3.14 (tests/test_staleness_pythons.py)."""
+    (which the tree never holds). The same under CPython 3.10 to 3.14 (tests/pipeline/test_fingerprints_pythons.py)."""
     if isinstance(node, ast.AST):
         fields = []
         for name, value in ast.iter_fields(node):

@@ -1,4 +1,4 @@
-# The toy task's rules (tests/test_tasks.py copies this file to workflow/rules/toy.smk and includes
+# The toy task's rules (tests/pipeline/test_tasks.py copies this file to workflow/rules/toy.smk and includes
 # it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`. Its data, training
 # and evaluation are recall's stages; its table is its own (grassflow.toy.toy).
 TOY_RUNS = TASK_RUNS["toy"]

@@ -6,7 +6,7 @@ stream, with the contracts of the Plücker op's `cupy` backend (ops/plucker/cupy
 raw pointers and NumPy scalars of each parameter's exact type, nothing allocated by CuPy, so
 the head can be captured in a CUDA graph. On the CPU the same source runs through the CUDA-on-
 CPU shim (kernels/cpu_shim/), one thread at a time: slow, it exists so the GPU's arithmetic and
-calling convention are tested without a GPU (tests/fake_cupy.py runs the CUDA path on it).
+calling convention are tested without a GPU (tests/helpers/fake_cupy.py runs the CUDA path on it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from grassflow.ops.plucker.kernel_stages import BLOCK, grid_for, kernels_dir
 KERNEL_SOURCES = ("cross_entropy.cu", "cpu_shim/cross_entropy_cpu.cpp", "cpu_shim/cuda_cpu_shim.h")
 TYPES = {torch.float32: ("float", "f32"), torch.bfloat16: ("bf16_t", "bf16")}
 # The kernels' parameters as cross_entropy.cu declares them (T: the logits' type), for the GPU
-# launch, where no C++ compiler is assumed to read them; tests/test_linear_ce.py holds them to the source.
+# launch, where no C++ compiler is assumed to read them; tests/core/test_linear_ce.py holds them to the source.
 PARAMS = {
     "ce_partial": ("T*", "long", "int", "int", "float*", "float*"),
     "ce_finish": ("T*", "int*", "float*", "float*", "long", "int", "int", "float*", "float*", "float*"),

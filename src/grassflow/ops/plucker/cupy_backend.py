@@ -7,7 +7,7 @@ The kernels are extern "C" (plucker_<stage>_<suffix>), so the module is compiled
 
 CuPy compiles the module and looks each kernel up once; the launches go straight to the
 driver with raw pointers (CupyStages). Contracts with torch and CuPy, each rehearsed on the CPU
-by tests/fake_cupy.py:
+by tests/helpers/fake_cupy.py:
   - kernel arguments are NumPy scalars of the parameter's exact type (kernel_abi), pointers
     are the tensors' data pointers (no CuPy array: CuPy has no bfloat16, and torch's
     `__cuda_array_interface__` refuses tensors that require grad).

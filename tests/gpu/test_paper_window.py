@@ -1,0 +1,140 @@
+"""`make gpu-paper-prepare` and `make gpu-paper-window`'s plumbing on the CPU
+(bench/gpu_paper_prepare.sh, bench/gpu_paper_window.sh), with the demo preset in place of paper_v1.
+
+Prepared in one copy, the window runs in another, as on the GPU machine: every file's time
+disturbed, only the carried tar restoring the results tree and Snakemake's records. Without the tar
+the window's dry-run gate stops it in one line before any work. With it, only the preflight, the
+fused training, the evaluations and the table are planned; once a group's first epoch is in, the
+window states its projected finish against the deadline. Stopped at its deadline (here: SIGUSR1
+once every group has finished an epoch and checkpointed), its training processes, and no other
+pipeline's, checkpoint and exit 75. A preflight that resolves another device or op backend than the
+lease's (EXPECT: cuda cupy) stops the window before training, and so does a head (HEAD_LOSS) whose
+check on the device fails. Every started run's epochs so far come back
+(--keep-incomplete), and the window's closing lines say them. The same command again resumes
+them and makes the table. What comes back holds no weights or checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from helpers.dag import BIN, ROOT, copy_repo, pipeline_env
+from helpers.procs import HANG
+
+pytestmark = pytest.mark.slow
+DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml"}
+
+
+def _copy(dst):
+    dst.mkdir()
+    work = copy_repo(dst)
+    shutil.copytree(ROOT / "bench", work / "bench")
+    return work
+
+
+def _window(work, out, deadline=3000, **env):
+    env = {**pipeline_env(work), **DEMO, "PY": str(BIN / "python"), "PREFLIGHT": "results/demo/preflight/cpu_auto.json",
+           "DEADLINE": str(deadline), "THREADS": "1", "COMPILE": "false", "EXPECT": "cpu fast",
+           "BENCH_ARGS": "--device cpu --quick --parts fused", "OUT": str(out), **env}
+    return subprocess.Popen(["bash", "bench/gpu_paper_window.sh"], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _disturb_times(work):
+    """What a copy to another machine may leave: every file's time now, in no particular order."""
+    now = time.time()
+    for i, p in enumerate(sorted(work.rglob("*"), key=lambda p: hash(p.name))):
+        if p.is_file():
+            os.utime(p, (now - i % 7, now - i % 7))
+
+
+def test_the_window_refuses_a_tree_whose_data_stages_would_replan(tmp_path):
+    work = _copy(tmp_path / "work")
+    proc = _window(work, tmp_path / "out")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 2, out[-3000:]
+    log = (tmp_path / "out/window.log").read_text()
+    assert "error: the dry run plans" in log and "documents" in log, log
+    assert "preflight done" not in log and not (work / "results/demo/preflight").exists()
+
+
+def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_path):
+    prep = _copy(tmp_path / "prep")
+    subprocess.run(["bash", "bench/gpu_paper_prepare.sh"], cwd=prep, check=True, capture_output=True,
+                   env={**pipeline_env(prep), **DEMO, "SNAKEMAKE": str(BIN / "snakemake")})
+    work = _copy(tmp_path / "work")
+    shutil.copy(prep / ".gpu-carry.tar", work / ".gpu-carry.tar")
+    _disturb_times(work)
+    # a lease is for CUDA and the CuPy kernels: what this preflight resolves (cpu, fast) stops it
+    proc = _window(work, tmp_path / "expect", EXPECT="cuda cupy")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 2, out[-3000:]
+    assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
+    assert not (work / "results/demo/fused").exists()
+    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in out, out[-3000:]
+    # a head other than the reference trains only after its check on the device: none here, so no training
+    proc = _window(work, tmp_path / "head", HEAD_LOSS="fused")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 1 and "error: the head check failed" in out, out[-3000:]
+    assert "head_loss: fused" in (work / "results/demo/window.yaml").read_text()
+    assert not (work / "results/demo/fused").exists()
+    # another pipeline's training job on the same machine (here: a process whose command line reads as one)
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
+                              "--out-dir", "another/pipeline"])
+    proc = _window(work, tmp_path / "first")
+    res = work / "results/demo"
+    t0 = time.time()
+    groups = ("table1-transformer", "table1-grassmann")
+    log = tmp_path / "first/window.log"
+    # every group past its first epoch, budgeted and checkpointed (metrics.jsonl is written before last.pt)
+    while not (log.exists() and all((res / f"fused/{g}/last.pt").exists() and f"{g} budget: epoch" in log.read_text()
+                                     for g in groups)):
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.time() - t0 < HANG, "no group finished an epoch"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode != 0, out[-3000:]  # the interrupted jobs failed: Snakemake says so
+    log = log.read_text()
+    assert "planned: train_fused 2, evaluate 4, aggregate 1, table1 1," in log, log  # the preflight ran above
+    assert "deadline: SIGTERM to the training jobs" in log
+    for g in groups:  # the budget before the end: epoch time, projected finish, against a deadline of 3000 s
+        assert re.search(rf"{g} budget: epoch \d+ took \d+ s; all \d+ epochs done at about \d+ s of the window, "
+                         r"deadline 3000 s: fits", log), log
+        assert log.index(f"{g} budget:") < log.index("deadline: SIGTERM")
+    logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
+    assert "SIGTERM: checkpointed at epoch" in logs
+    assert not list((res / "runs").glob("*/run.json"))  # an interrupted run never looks complete
+    assert decoy.poll() is None, "the deadline signalled a training job that was not the window's"
+    decoy.kill()
+    # the curves came back: in the pack, and each run's epochs and best PPL so far in the closing lines
+    with tarfile.open(tmp_path / "first/records.tar.gz") as tar:
+        packed = {n: tar.extractfile(n).read().decode() for n in tar.getnames() if n.endswith("metrics.jsonl")}
+    runs = [f"{g}-s{s}" for g in groups for s in range(2)]  # the demo's two seeds
+    assert sorted(packed) == sorted(f"results/demo/runs/{r}/metrics.jsonl" for r in runs)
+    for r in runs:
+        rows = [json.loads(line) for line in packed[f"results/demo/runs/{r}/metrics.jsonl"].splitlines()]
+        best = min(row["val_ppl"] for row in rows)
+        assert f"{r}: {len(rows)} epochs, best validation PPL so far {best:.1f}" in log, log
+
+    proc = _window(work, tmp_path / "second", CARRY="/none")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 0, out[-3000:]
+    logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
+    assert logs.count("[train] resuming") == 2
+    assert (res / "report/table1.md").is_file()
+    with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
+        names = tar.getnames()
+    assert "results/demo/report/table1.md" in names and "results/demo/runs/table1-grassmann-s1/run.json" in names
+    assert not [n for n in names if n.endswith((".pt", ".safetensors", ".parquet"))]
+    assert all(p.stat().st_size < 16 * 2**20 for p in (tmp_path / "second").iterdir())
+    assert len(list((tmp_path / "second").iterdir())) <= 8

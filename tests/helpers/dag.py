@@ -1,0 +1,174 @@
+"""The DAG end to end, shared by the tests/pipeline/ files: a scratch copy of the
+repository, real Snakemake runs and dry runs in it, and what they compare."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from grassflow.pipeline import staleness
+from grassflow.pipeline.tasks import TASKS
+from helpers import ROOT
+
+RUN_WILDCARDS = "|".join(t.wildcard for t in TASKS.values())  # run=, snli_run=, recall_run=
+
+BIN = Path(sys.executable).parent
+COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "envs", "pyproject.toml"]
+
+
+def copy_repo(dst: Path) -> Path:
+    """The files the workflow needs, in a scratch directory (so edits never touch the repo)."""
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst / name)
+    return dst
+
+
+def pipeline_env(work: Path) -> dict:
+    """The venv's snakemake first, offline, importing the copy's package (its src/ on PYTHONPATH:
+    the venv's is the repository's, and the Snakefile refuses a package that is not its own)."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(Path(work) / "src")}
+
+
+POOL_ENV = {"GRASSFLOW_GPUS": "0,1"}  # the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
+
+
+def pool_flag(work, env) -> list[str]:
+    """`grassflow gpus`'s flag for the stand-in pool and the demo's train.runs_per_gpu overlay."""
+    return subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
+                           str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
+                          env={**pipeline_env(work), **env}).stdout.split()
+
+
+def snakemake(cwd, *args, check=True, preset="demo", env=None):
+    # --config last: a target right after it would be read as a config entry
+    res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *args, "--config", f"preset={preset}"],
+                         cwd=cwd, env={**pipeline_env(cwd), **(env or {})}, capture_output=True, text=True, timeout=2700)
+    if check and res.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
+    return res
+
+
+def planned(cwd, overlay: dict | None = None) -> Counter:
+    """(rule, run wildcard or spec name or None) → count, from a real dry run; `overlay`: preset
+    keys for the demo, given as a --configfile (as a user changes a setting)."""
+    args = ["-n"]
+    if overlay:
+        path = Path(cwd) / "overlay.yaml"
+        path.write_text(yaml.safe_dump({"presets": {"demo": overlay}}))
+        args += ["--configfile", str(path)]
+    out = snakemake(cwd, *args).stdout
+    jobs, current = Counter(), None
+    for line in out.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):", line)
+        if m:
+            if current:
+                jobs[current] += 1
+            current = (m.group(1), None)
+            continue
+        m = re.match(rf"^\s+wildcards: (?:{RUN_WILDCARDS}|name)=(\S+)", line)
+        if m and current:
+            current = (current[0], m.group(1))
+    if current:
+        jobs[current] += 1
+    jobs.pop(("all", None), None)
+    return jobs
+
+
+def by_rule(jobs: Counter) -> Counter:
+    """rule → planned jobs, from planned()'s (rule, run) counts."""
+    return Counter(rule for (rule, _), n in jobs.items() for _ in range(n))
+
+
+def spec_jobs(jobs: Counter) -> tuple[Counter, set[str]]:
+    """(the planned jobs less the spec files' jobs, the names of the spec files rewritten)."""
+    return (Counter({k: n for k, n in jobs.items() if k[0] != "spec"}),
+            {name for rule, name in jobs if rule == "spec"})
+
+
+# the demo's Grassmann runs: its tables' and its `pre_norm` ablation's (`paper` is the table's)
+DEMO_GRASSMANN_RUNS = {f"{t}-grassmann-s{s}" for t in ("table1", "table2") for s in (0, 1)} | {"table1_pre_norm-grassmann-s0"}
+
+
+@contextmanager
+def replaced(path: Path, old: str, new: str):
+    """Replace the first `old` in a file with `new` for the duration of the block."""
+    original = path.read_text()
+    assert old in original, f"{path}: {old!r} not found"
+    path.write_text(original.replace(old, new, 1))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+# An edit that changes a module's code (a new module-level name), and edits that cannot change
+# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.pipeline.staleness)
+CODE_EDIT = "\n_EDITED = 1\n"
+COMMENT_EDIT = "\n# edited\n"
+
+
+def edited(path: Path, text: str = CODE_EDIT):
+    """Append text (a code line unless told) to a file for the duration of the block."""
+    return replaced(path, original := path.read_text(), original + text)
+
+
+def job_stats(stdout: str) -> Counter:
+    """The 'Job stats' table of a dry run: rule → count."""
+    table = stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return Counter({m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+                    if m.group(1) != "total"})
+
+
+def assert_same_tables(a_dir, b_dir, names=None, subset=False):
+    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies
+    (of the tables `names`, default all), row by row (one row per run). `subset`: `b_dir` ran a
+    part of the demo's runs (fewer seeds; tests/slurm/demo-small.yaml): each of its rows equals
+    the demo's row of the same run."""
+    # equal weights, equal weights_sha256, wherever and however the checkpoints were written
+    lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
+    snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
+    recall = ["run_id", "status", "lr", "val_acc", "test_acc", "reach", "weights_sha256"]
+    for name, cols in [("table1", lm), ("table2", lm), ("ablations", ["variant"] + lm), ("snli_table3", snli),
+                       ("snli_table3_scratch", snli), ("recall", recall)]:
+        if names is not None and name not in names:
+            continue
+        a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
+        b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
+        if subset:
+            assert len(b) and set(b.run_id) <= set(a.run_id), (name, sorted(set(b.run_id) - set(a.run_id)))
+            a = a[a.run_id.isin(b.run_id)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+DEMO_RECALL_RUNS = {f"L32-kv4-d32-{m}-lr0.001-s0" for m in
+                    ("transformer", "transformer_window2", "grassmann", "grassmann_geometric")}
+
+
+def plan_rows(md: str) -> dict[str, list[str]]:
+    return {cells[0]: cells for line in md.splitlines() if line.startswith("| ") and not line.startswith("| rule")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+
+
+def assert_closure_holds(record: dict, module: str, kinds=()) -> None:
+    """What the job loaded ⊆ its closure, less the other kinds' code and what only that code
+    imports (loaded with the models package, never run by this job)."""
+    others = [k for k in staleness.kind_code() if k not in kinds]
+    theirs = staleness.closure([m for k in others for m in staleness.kind_code()[k]], others)
+    loaded = {Path(f).resolve() for f in record["files"]}
+    owned = {p for p in loaded if staleness._owned_by(staleness.module_name(p), others)}
+    missing = loaded - owned - theirs - set(staleness.job_files(module, kinds))
+    assert not missing, f"{module} {kinds}: loaded but not fingerprinted: {sorted(map(str, missing))}"

@@ -1,0 +1,304 @@
+"""Staleness from imports (grassflow.pipeline.staleness): each rule fingerprints the code of the very
+stage module its shell runs; that code is the module's import closure, which holds everything a
+real run of the job loads (recorded by grassflow.job's GRASSFLOW_RECORD_IMPORTS hook), less only
+the other model kinds' code; the kernels the ops load are declared where they are loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grassflow.pipeline import staleness
+from helpers.dag import assert_closure_holds
+from helpers.specs import LM_SPEC
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "grassflow"
+
+
+def rule_blocks():
+    for smk in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
+        for block in re.split(r"(?m)^(?=rule )", smk.read_text()):
+            m = re.match(r"rule (\w+):", block)
+            if m:
+                yield m.group(1), block
+
+
+def test_every_rule_fingerprints_the_job_its_shell_runs():
+    """Each rule's `code` param hashes the stage module its shell runs (`python -m grassflow.<...>`),
+    a run's jobs with the run's model kind; the module is a command line (its main() parses -h)."""
+    import importlib
+
+    seen = {}
+    for rule, block in rule_blocks():
+        shell = re.search(r"python -m (grassflow[\w.]*) ", block)
+        code = re.search(r'code=(?:lambda wc: )?code_of\(\s*"([\w.]+)"(.*?)\),?\n', block, re.S)
+        if rule == "preflight":  # a check of the machine: no fingerprint, rerun only when missing
+            assert code is None and shell.group(1) == "grassflow.preflight"
+            continue
+        if shell is None:  # a rule that runs no grassflow command (`all`, a target, the spec files)
+            assert code is None, rule
+            continue
+        assert code and code.group(1) == shell.group(1), f"rule {rule} runs {shell.group(1)} but fingerprints {code}"
+        seen[rule] = code.group(2).strip()
+        with pytest.raises(SystemExit) as e:
+            importlib.import_module(shell.group(1)).main(["-h"])
+        assert e.value.code == 0, rule
+    runs = {r for r in seen if r.removeprefix("snli_").removeprefix("recall_") in ("train", "evaluate", "train_fused")}
+    assert len(runs) == 7 and all("model_kind" in seen[r] for r in runs)  # a run's jobs: its own model kind
+    # bench fingerprints every kind; the others, none
+    assert {r: k for r, k in seen.items() if k and r not in runs} == {"bench": ", *MODEL_KINDS"}
+    assert len(seen) == 25
+
+
+def test_no_jobs_code_holds_the_planning():
+    """No job's fingerprint holds a module of grassflow.pipeline, for every rule and model kind:
+    but the estimates report's, a job of the planning itself (it tables the planner's estimates
+    beside the measured times)."""
+    kinds = [(), ("transformer",), ("grassmann",), ("transformer", "grassmann")]
+    jobs = {m.group(1) for _, block in rule_blocks() if (m := re.search(r"python -m (grassflow[\w.]*) ", block))}
+    assert len(jobs) > 20 and "grassflow.pipeline.estimates_report" in jobs
+    for module in jobs - {"grassflow.pipeline.estimates_report"}:
+        for k in kinds:
+            assert not {f for f in files(module, *k) if f.startswith("src/grassflow/pipeline/")}, (module, k)
+
+
+def files(module, *kinds) -> set[str]:
+    return {str(p.relative_to(ROOT)) for p in staleness.job_files(module, kinds)}
+
+
+def test_closures_hold_what_the_hand_kept_lists_missed():
+    """The drift that hand-kept lists had: the SNLI and recall tables import report/setup.py
+    through report/aggregate.py; bench imports loop.py, compiled.py and bench/peer.py."""
+    for module in ("report.aggregate", "snli.aggregate", "recall.aggregate", "report.ablations"):
+        assert "src/grassflow/report/setup.py" in files(f"grassflow.{module}"), module
+    assert {"src/grassflow/loop.py", "src/grassflow/compiled.py", "src/grassflow/bench/peer.py"} <= files(
+        "grassflow.bench", "transformer", "grassmann")
+
+
+def test_imports_are_found_in_every_kind_of_statement_body():
+    """The import scan walks statements only (an expression holds none): an import nested in any
+    statement body is found, as a walk over every node finds it."""
+    import ast
+
+    src = """
+import grassflow.io
+if X:
+    import grassflow.runs
+else:
+    from grassflow import data
+try:
+    from grassflow.models import config
+except ImportError:
+    import grassflow.report
+else:
+    import grassflow.lm
+finally:
+    import grassflow.snli
+with x:
+    for _ in y:
+        while z:
+            from grassflow.ops import plucker
+        else:
+            import grassflow.recall
+match q:
+    case 1:
+        import grassflow.bench
+class C:
+    def f(self):
+        async def g():
+            import grassflow.job
+f = lambda: __import__("grassflow.hf")  # not an import statement: not found by either
+"""
+    tree = ast.parse(src)
+    every_node = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert all(map(staleness.module_path, every_node)), every_node
+    found = staleness.imported([tree], "grassflow.x", False)
+    assert {"grassflow.io", "grassflow.runs", "grassflow.bench", "grassflow.job", "grassflow.snli", "grassflow.recall",
+            "grassflow.data", "grassflow.models.config", "grassflow.ops.plucker"} <= found
+    assert every_node <= found and "grassflow.hf" not in found
+
+
+def test_a_job_holds_its_own_model_kinds_code_only():
+    t, g = files("grassflow.lm.train", "transformer"), files("grassflow.lm.train", "grassmann")
+    grassmann_only = {"src/grassflow/models/grassmann.py", "src/grassflow/ops/plucker/function.py", "kernels/plucker.cu",
+                      "kernels/cpu_fused/plucker_fused.cpp", "kernels/cpu_shim/plucker_cpu.cpp"}
+    assert grassmann_only <= g and not grassmann_only & t
+    assert "src/grassflow/models/transformer.py" in t and "src/grassflow/models/transformer.py" not in g
+    assert not {"src/grassflow/models/grassmann.py", "src/grassflow/models/transformer.py"} & files(
+        "grassflow.lm.download")
+    assert "src/grassflow/preflight.py" not in t | g | files("grassflow.bench", "transformer", "grassmann")
+    with pytest.raises(ValueError, match="unknown model kind"):
+        staleness.job_files("grassflow.lm.train", ("mamba",))
+    with pytest.raises(ValueError, match="no grassflow module 'grassflow.lm.trian'"):
+        staleness.job_files("grassflow.lm.trian")
+
+
+def test_data_stages_do_not_import_training_or_tokenizer_code():
+    d = files("grassflow.lm.download")
+    assert "src/grassflow/data/tokenizers.py" not in d and "src/grassflow/loop.py" not in d
+    assert "src/grassflow/data/tokenizers.py" in files("grassflow.lm.tokenize")
+    # the stages of one task: the tokenizer's training is not the tokenization's code
+    assert "src/grassflow/lm/train_tokenizer.py" not in files("grassflow.lm.tokenize")
+
+
+def test_every_kernel_source_is_declared_where_it_is_loaded():
+    declared = set()
+    for py in SRC.rglob("*.py"):
+        text = py.read_text()
+        sources = staleness._literal(py, "KERNEL_SOURCES")
+        if "kernels_dir()" in text and py.name != "kernel_stages.py":  # kernel_stages defines it
+            assert sources, f"{py} loads from kernels/ but declares no KERNEL_SOURCES"
+        declared |= {str(Path("kernels") / s) for s in sources or ()}
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "kernels").rglob("*") if p.is_file()}
+    assert declared == on_disk
+
+
+def _recorded(tmp_path, argv: list[str], env_extra=None) -> dict:
+    """What the job `python -m <argv>` imported, run as its rule runs it."""
+    rec = tmp_path / "imports"
+    env = {**os.environ, "GRASSFLOW_RECORD_IMPORTS": str(rec), **(env_extra or {})}
+    res = subprocess.run([sys.executable, "-m", *argv], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (one,) = rec.glob("*.json")
+    out = json.loads(one.read_text())
+    one.unlink()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["transformer", "grassmann"])
+def test_what_real_commands_load_is_in_their_closure(kind, tokens, tmp_path):
+    """Train, evaluate and unigram, run for real as their rules run them, record their imports."""
+    spec = {**LM_SPEC, "model_kind": kind, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": 2}}
+    run = tmp_path / "run"
+    argv = ["grassflow.lm.train", "--spec", json.dumps(spec), "--train-tokens", str(tokens / "train.parquet"),
+            "--val-tokens", str(tokens / "validation.parquet"), "--out-dir", str(run)]
+    assert_closure_holds(_recorded(tmp_path, argv), "grassflow.lm.train", (kind,))
+    argv = ["grassflow.lm.evaluate", "--weights", str(run / "model.safetensors"), "--run-json", str(run / "run.json"),
+            "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
+            "--out", str(run / "eval.json")]
+    assert_closure_holds(_recorded(tmp_path, argv), "grassflow.lm.evaluate", (kind,))
+    if kind == "transformer":
+        argv = ["grassflow.lm.unigram", "--train-tokens", str(tokens / "train.parquet"), "--val-tokens",
+                str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
+                "--out", str(tmp_path / "unigram.json")]
+        assert_closure_holds(_recorded(tmp_path, argv), "grassflow.lm.unigram")
+
+
+def test_a_hub_fetch_loads_and_holds_its_own_code_only(tmp_path):
+    """What the fetch rules save feeds every LM and SNLI run: their jobs load neither the tasks'
+    planning nor the CLI, and their closure holds neither
+    (tests/pipeline/test_replanning.py::test_a_hub_fetch_holds_its_own_code_only: a real DAG)."""
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok/vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "man"]) + "\n")
+    argv = ["grassflow.data.fetch_tokenizer", "--tokenizer", json.dumps({"name": "bert-base-uncased", "path": str(tmp_path / "tok")}),
+            "--out", str(tmp_path / "out/tokenizer.json")]
+    record = _recorded(tmp_path, argv)
+    assert_closure_holds(record, "grassflow.data.fetch_tokenizer")
+    planning = {"src/grassflow/pipeline/tasks.py", "src/grassflow/cli.py", "src/grassflow/pipeline/presets.py"}
+    for module in ("grassflow.data.fetch_tokenizer", "grassflow.snli.fetch_backbone"):
+        assert not planning & files(module), module
+    assert not {f for f in record["files"] if f.endswith(("/tasks.py", "/cli.py", "/config.py"))}
+
+
+def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_path, monkeypatch):
+    """The premise of the test above: with an import the static reading cannot see (a module
+    named at run time), the loaded module is reported as not fingerprinted."""
+    argv = ["grassflow.lm.unigram", "--train-tokens", str(tokens / "train.parquet"), "--val-tokens",
+            str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet"),
+            "--out", str(tmp_path / "unigram.json")]
+    record = _recorded(tmp_path, argv)
+    record["files"].append(str(SRC / "report" / "stats.py"))  # as if unigram had imported it dynamically
+    with pytest.raises(AssertionError, match="report/stats.py"):
+        assert_closure_holds(record, "grassflow.lm.unigram")
+
+
+# --- what a file's fingerprint covers: code, not text ------------------------------------------------
+def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
+    f = tmp_path / "m.py"
+
+    def code(text):
+        f.write_text(text)
+        return staleness.code_hash(f)
+
+    base = code('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1\n')
+    assert base == code('"""Another doc."""\n# a comment\n\ndef f( x ):  # why\n    """Other."""\n\n    return (x + 1)\n')
+    assert base == code("def f(x):\n    return x + 1\n")
+    assert base != code("def f(x):\n    return x + 2\n")
+    assert base != code("def f(x):\n    y = 'Doc.'\n    return x + 1\n")
+    k = tmp_path / "k.cu"  # a kernel source: its bytes (the compilers read all of it)
+    k.write_text("// a\nint x;\n")
+    before = staleness.code_hash(k)
+    k.write_text("// b\nint x;\n")
+    assert staleness.code_hash(k) != before
+
+
+def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
+    """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
+    (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
+    its spec file and its command line. A job holds its own task's code only."""
+    planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/plan.py",
+                "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/lm/grid.py",
+                "src/grassflow/pipeline/tasks.py",
+                "src/grassflow/cli.py"}
+    lm = files("grassflow.lm.train", "grassmann") | files("grassflow.lm.evaluate", "transformer")
+    assert not planning & lm
+    assert not {f for f in lm if f.startswith(("src/grassflow/recall/", "src/grassflow/snli/"))}, lm
+    recall = files("grassflow.recall.train", "grassmann")
+    assert "src/grassflow/recall/train.py" in recall and not planning & recall
+    assert not {f for f in recall if f.startswith(("src/grassflow/snli/", "src/grassflow/lm/"))}, recall
+    assert not {f for f in files("grassflow.lm.tokenize") if "models/" in f or "ops/" in f}
+    # the estimates report reads every task's estimate: their declarations and planning code are its code
+    assert {"src/grassflow/recall/task.py", "src/grassflow/snli/grid.py"} <= files("grassflow.pipeline.estimates_report")
+
+
+def test_the_package_digest_is_every_files_name_and_bytes(tmp_path):
+    """The key a job's kept fingerprint is read under: any change to any file a closure can read
+    (a comment included), a file added or renamed, another checkout as the base, is another digest."""
+    import shutil
+
+    pkg = shutil.copytree(SRC, tmp_path / "src/grassflow", ignore=shutil.ignore_patterns("__pycache__"))
+    kernels = shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
+
+    def digest(base=tmp_path):
+        return staleness.package_digest(base, (pkg, kernels))
+
+    before = digest()
+    assert digest() == before and len(before) == 16
+    (pkg / "__pycache__").mkdir(exist_ok=True)
+    (pkg / "__pycache__" / "x.pyc").write_bytes(b"\0")  # bytecode is no file a closure reads
+    assert digest() == before
+    assert digest(tmp_path / "elsewhere") != before
+    changes = []
+    for change in (lambda: (pkg / "io.py").write_text((pkg / "io.py").read_text() + "\n# a comment\n"),
+                   lambda: (pkg / "lm" / "new.py").write_text(""),
+                   lambda: (pkg / "lm" / "new.py").rename(pkg / "lm" / "newer.py"),
+                   lambda: next(kernels.rglob("*.cu")).write_text("// edited\n", "utf-8")):
+        change()
+        changes.append(digest())
+    assert len({before, *changes}) == 5, changes
+
+
+def test_kept_fingerprints_are_data_checked_entry_by_entry(tmp_path):
+    """What a later parse reads: only well-formed entries (a job name, 16 hex digits); a file that
+    is not JSON, or not an object, is not used; keeping writes only what is new to the file."""
+    index, digest = tmp_path / "code", "0123456789abcdef"
+    kept = index / staleness.BY_PACKAGE / f"{digest}.json"
+    assert staleness.kept_fingerprints(index, digest) == {}
+    staleness.keep_fingerprints({"grassflow.lm.train grassmann": "a" * 16}, index, digest)
+    assert staleness.kept_fingerprints(index, digest) == {"grassflow.lm.train grassmann": "a" * 16}
+    stamp = kept.stat().st_mtime_ns
+    staleness.keep_fingerprints({"grassflow.lm.train grassmann": "a" * 16}, index, digest)
+    assert kept.stat().st_mtime_ns == stamp  # nothing new: not rewritten
+    kept.write_text(json.dumps({"a": "b" * 16, "b": "__import__('os')", "c": 3, "d": "B" * 16}))
+    assert staleness.kept_fingerprints(index, digest) == {"a": "b" * 16}
+    for text in ("not json", "[1, 2]", '"x"'):
+        kept.write_text(text)
+        assert staleness.kept_fingerprints(index, digest) == {}

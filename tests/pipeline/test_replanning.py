@@ -1,0 +1,328 @@
+"""After a finished demo (for the hub fetches, its data stages), one change (a code file, a preset
+key) plans exactly the stages it touches: real edits, real dry runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+from helpers.dag import DEMO_GRASSMANN_RUNS, ROOT, by_rule, edited, planned, spec_jobs
+
+
+def test_nothing_to_do_after_a_full_run(demo):
+    assert planned(demo) == Counter()
+
+
+RUN_JOBS = {f"grassflow.{t}.{s}" for t in ("lm", "snli", "recall") for s in ("train", "evaluate")}
+
+
+def test_every_demo_job_loaded_only_fingerprinted_code(demo):
+    """The import closure each rule fingerprints holds all that its job really loaded (less the
+    other model kinds' code), for every job of the demo: the static reading misses nothing."""
+    from helpers.dag import assert_closure_holds
+
+    records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
+    modules = Counter(r["module"] for r in records)
+    assert {f"grassflow.{m}" for m in ("lm.download", "lm.tokenize", "lm.documents", "lm.train", "lm.evaluate",
+                                       "lm.unigram", "report.aggregate", "report.summary", "report.ablations", "bench",
+                                       "snli.train", "recall.train", "snli.aggregate", "recall.aggregate",
+                                       "pipeline.estimates_report", "preflight")} <= set(modules), modules
+    for r in records:
+        module, line = r["module"], " ".join(r["argv"])
+        if module in ("grassflow.preflight", "grassflow"):  # the machine's check: no fingerprint; a user's verb
+            continue
+        kinds = ("transformer", "grassmann") if module == "grassflow.bench" else \
+            tuple(k for k in ("transformer", "grassmann") if k in line) if module in RUN_JOBS else ()
+        assert module not in RUN_JOBS or len(kinds) == 1, line
+        r["files"] = [f.replace(str(demo), str(ROOT)) for f in r["files"]]
+        assert_closure_holds(r, module, kinds)
+
+
+def test_editing_report_setup_plans_every_table(demo):
+    """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
+    with edited(demo / "src/grassflow/report/setup.py"):
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
+                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+
+
+def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
+    with edited(demo / "src/grassflow/loop.py"):
+        rules = by_rule(planned(demo))
+    assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
+    assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
+
+
+def test_recall_model_setting_plans_only_its_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}}))
+    assert specs == {"recall/run/L32-kv4-d32-grassmann-lr0.001-s0", "recall/aggregate", "estimates/preset"}
+    assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
+                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1,
+                            ("estimates", None): 1})
+
+
+def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
+    jobs, specs = spec_jobs(planned(demo, {"ablations": {"variants": {"pre_norm": {"init": "small"}}}}))
+    assert specs == {"run/table1_pre_norm-transformer-s0", "run/table1_pre_norm-grassmann-s0", "ablations/preset",
+                     "estimates/preset"}
+    assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
+                            ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
+                            ("ablation_aggregate", None): 1,
+                            ("estimates", None): 1})
+
+
+def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
+    with edited(demo / "src/grassflow/snli/aggregate.py"):
+        assert planned(demo) == Counter({("snli_aggregate", None): 1})
+
+
+def test_editing_preflight_code_reruns_nothing(demo):
+    """The preflight is a check of the machine, rerun only when its record is missing: never a
+    reason to retrain (and never masking another job's own reason to rerun)."""
+    with edited(demo / "src/grassflow/preflight.py"):
+        assert planned(demo) == Counter()
+
+
+# a Grassmann-only setting rewrites the specs of the Grassmann runs and of what shows them
+GRASSMANN_SETTING_SPECS = {f"run/{r}" for r in DEMO_GRASSMANN_RUNS} | {"aggregate/table1", "aggregate/table2",
+                                                                        "ablations/preset", "estimates/preset"}
+
+
+def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
+    jobs, specs = spec_jobs(planned(demo, {"model_overrides": {"grassmann": {"plucker_backend": "fused-cpu"}}}))
+    assert specs == GRASSMANN_SETTING_SPECS
+    assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
+    assert jobs[("preflight", None)] == 1
+    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate",
+                                          "estimates"}
+
+
+def test_execution_keys_rerun_nothing(demo):
+    """train.threads, compile, compile_mode, trackers and head_loss say how to run, not what to compute:
+    changing them on a finished demo (run with trackers: [tensorboard]) plans nothing."""
+    assert planned(demo, {"train": {"threads": 2, "compile": True, "compile_mode": "reduce-overhead",
+                                    "trackers": ["wandb"], "head_loss": "reference"}}) == Counter()
+
+
+def test_editing_report_code_plans_only_aggregate(demo):
+    with edited(demo / "src/grassflow/report/figures.py"):
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
+                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+
+
+def test_grassmann_setting_plans_only_grassmann_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"model_overrides": {"grassmann": {"empty_offsets": "bias"}}}))
+    assert specs == GRASSMANN_SETTING_SPECS
+    runs = {run for (rule, run) in jobs if run}
+    assert runs == DEMO_GRASSMANN_RUNS
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate", "estimates"}
+
+
+def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
+    with edited(demo / "src/grassflow/models/grassmann.py"):
+        jobs = planned(demo)
+    assert not any(run and "transformer" in run for _, run in jobs)
+    assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
+    assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
+    assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
+    assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
+                                          "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "snli_aggregate",
+                                          "recall_aggregate", "estimates", "bench"}
+    assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
+    # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
+    assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
+    assert not {"snli_download", "snli_tokenize", "snli_train_tokenizer"} & {rule for rule, _ in jobs}
+
+
+def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"snli": {"head_overrides": {"grassmann": {"pairs": "causal"}}}}))
+    assert specs == {"snli/run/table3-grassmann-s0", "snli/run/table3_scratch-grassmann-s0", "snli/aggregate",
+                     "estimates/preset"}
+    assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
+                            ("snli_train", "table3_scratch-grassmann-s0"): 1,
+                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1,
+                            ("estimates", None): 1})
+
+
+def test_snli_backbone_setting_never_touches_scratch_runs(demo):
+    jobs, specs = spec_jobs(planned(demo, {"snli": {"backbone": {"random": {"seed": 1}}}}))
+    assert specs == {"snli/run/table3-transformer-s0", "snli/run/table3-grassmann-s0", "snli/aggregate", "estimates/preset"}
+    assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
+    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate", "estimates"}
+
+
+def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
+    with edited(demo / "src/grassflow/data/tokenizers.py"):
+        rules = by_rule(planned(demo))
+    assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
+    assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 2  # 8 main + 2 ablation; a table each
+    assert "download" not in rules
+
+
+# --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only ------------
+UNUSED_FUNCTION = "\n\ndef _never_called():\n    return 1\n"
+REFORMATTED = ('"""`grassflow <verb>`', '"""  `grassflow <verb>`')  # a docstring edit
+SPEC_RUN_COMMENT = ("        write_text(output[0]", "        # edited\n        write_text(output[0]")
+
+
+def test_edits_that_cannot_change_a_result_plan_nothing(demo):
+    """A comment in the files every job imports, a docstring, any edit to the user's command line
+    (no job imports cli.py): code fingerprints cover code (syntax trees); a comment in the run
+    block of the rule that writes every job's spec (Snakemake's code trigger)."""
+    from helpers.dag import COMMENT_EDIT, replaced
+
+    for f in ("job.py", "pipeline/presets.py", "loop.py", "pipeline/tasks.py", "models/grassmann.py"):
+        with edited(demo / "src/grassflow" / f, COMMENT_EDIT):
+            assert planned(demo) == Counter(), f
+    with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
+        assert planned(demo) == Counter()
+    with edited(demo / "src/grassflow/cli.py", UNUSED_FUNCTION):
+        assert planned(demo) == Counter()
+    # the rules' own code is Snakemake's to compare: a comment in the run block that feeds every job
+    with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
+        assert planned(demo) == Counter()
+    # planning code: what it decides reaches jobs through their specs; the estimates report runs it
+    for f in ("pipeline/presets.py", "lm/grid.py"):
+        with edited(demo / "src/grassflow" / f):
+            assert set(planned(demo)) <= {("estimates", None)}, f
+
+
+def test_editing_one_task_plans_none_of_anothers_runs(demo):
+    with edited(demo / "src/grassflow/recall/data.py"):
+        rules = by_rule(planned(demo))
+    assert set(rules) == {"recall_data", "recall_train", "recall_evaluate", "recall_aggregate", "estimates"}, rules
+
+
+def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
+    import shutil
+
+    toy = demo / "src/grassflow/toy"
+    shutil.copytree(ROOT / "tests/data/toy_task", toy, ignore=shutil.ignore_patterns("__pycache__"))
+    try:  # the estimates report reads every task's declaration: it reruns (seconds), no task's job does
+        assert set(planned(demo)) <= {("estimates", None)}
+    finally:
+        shutil.rmtree(toy)
+
+
+def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
+    """A job's code is its stage module's closure: the tokenize stages' shared loop
+    (grassflow.data.stages) is the tokenize and documents jobs' code, no other job's; one stage
+    module's edit plans its own jobs (and what they feed), not its task's other stages'."""
+    from helpers.dag import replaced
+
+    loop = "    for raw in a.raw:\n"
+    with replaced(demo / "src/grassflow/data/stages.py", loop, loop + "        _edited = 1\n"):
+        rules = by_rule(planned(demo))
+    assert {"tokenize", "documents", "snli_tokenize"} <= set(rules)
+    assert not {"download", "snli_download", "recall_data", "train_tokenizer", "snli_train_tokenizer"} & set(rules)
+    assert not {"recall_train", "recall_evaluate"} & set(rules)  # the text tasks' runs: downstream of tokenize
+    with edited(demo / "src/grassflow/lm/documents.py"):
+        assert by_rule(planned(demo)) == Counter({"documents": 1, "evaluate": 10, "aggregate": 2, "summary": 1,
+                                                  "ablation_aggregate": 1, "estimates": 1})  # what reads them
+
+
+def test_editing_the_planning_of_the_tasks_plans_only_the_estimates_report(demo):
+    """grassflow.pipeline.tasks (where a task's files, rules and runs are) is planning: a code edit there
+    reruns no job but the estimates report, which reads every task's declaration (seconds)."""
+    with edited(demo / "src/grassflow/pipeline/tasks.py"):
+        assert planned(demo) == Counter({("estimates", None): 1})
+
+
+def test_plan_why_names_the_files_whose_code_changed(demo):
+    """`grassflow plan --why`: a job planned after a code edit names the file (its fingerprint's
+    per-file hashes were kept when the demo ran); after a comment edit nothing is planned."""
+    import subprocess
+    import sys
+
+    from helpers.dag import COMMENT_EDIT, pipeline_env
+
+    def why():
+        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--why", "--preset", "demo"], cwd=demo,
+                             env=pipeline_env(demo), capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout
+
+    with edited(demo / "src/grassflow/ops/plucker/cupy_backend.py", COMMENT_EDIT):
+        assert why().startswith("Nothing to do")
+    with edited(demo / "src/grassflow/ops/plucker/cupy_backend.py"):
+        out = why()
+    rows = [line for line in out.splitlines() if line.startswith("| train ")]
+    assert len(rows) == len(DEMO_GRASSMANN_RUNS)
+    assert all("code changed: src/grassflow/ops/plucker/cupy_backend.py" in r for r in rows), rows
+    assert "| evaluate " in out and "| aggregate " in out and "grassmann" in rows[0]
+
+
+def fake_hub_cache(home, repo: str, files: dict[str, str]) -> None:
+    """A Hugging Face cache holding `repo`'s files (HF_HOME=home): what a fetch reads offline."""
+    snapshot = home / "hub" / f"models--{repo}" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    for name, text in files.items():
+        (snapshot / name).write_text(text)
+
+
+def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
+    """The hub fetches feed every run of the LM and SNLI (fetch_tokenizer → tokenize → train): a code
+    edit to the planning of the tasks or to another stage's handler plans no fetch and none of what
+    it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
+    tokenizer taken from the hub (here an offline cache): the paper preset's case."""
+    from helpers.dag import copy_repo, snakemake
+
+    work = copy_repo(tmp_path)
+    fake_hub_cache(tmp_path / ".hf", "bert-base-uncased", {"vocab.txt": "\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", "the", "of", "and"]) + "\n"})
+    (work / "hub.yaml").write_text(json.dumps({"presets": {"demo": {"tokenizer": {"name": "bert-base-uncased",
+                                                                                  "vocab_size": None}}}}))
+    tokens = [f"results/demo/data/tokens/bert-base-uncased/{s}.parquet" for s in ("train", "validation", "test")]
+
+    def run(*args) -> str:  # the token files, their jobs only
+        return snakemake(work, *tokens, *args, "--configfile", "hub.yaml", env={"HF_HOME": str(tmp_path / ".hf")}).stdout
+
+    def plan() -> Counter:
+        return Counter(re.findall(r"^(?:local)?rule (\w+):", run("-n"), re.M))
+
+    run()
+    assert (work / "results/demo/tokenizers/bert-base-uncased/tokenizer.json").is_file()
+    assert plan() == Counter()
+    with edited(work / "src/grassflow/pipeline/tasks.py"):
+        assert plan() == Counter()
+    with edited(work / "src/grassflow/lm/download.py"):
+        assert plan() == Counter({"download": 1, "tokenize": 1})  # its stage's job, and what it feeds
+    with edited(work / "src/grassflow/data/tokenizers.py"):
+        assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
+        # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run
+        run("--touch")
+        assert plan() == Counter()
+
+
+def test_each_jobs_fingerprint_is_kept_for_its_package_state_and_read_by_later_parses(demo):
+    """The demo's run kept every job's fingerprint under the digest of the package's files, each
+    equal to the fingerprint computed anew; a later parse reads it (a kept entry that differs from
+    what a job ran with plans that job); a parse keeps nothing (a dry run after an edit, a new
+    digest, writes no file)."""
+    import subprocess
+    import sys
+
+    from grassflow.pipeline.staleness import BY_PACKAGE, CODE_INDEX, package_digest
+    from helpers.dag import COMMENT_EDIT, pipeline_env, replaced
+
+    digest = package_digest(demo, (demo / "src/grassflow", demo / "kernels"))
+    kept = demo / CODE_INDEX / BY_PACKAGE / f"{digest}.json"
+    fps = json.loads(kept.read_text())
+    assert len(fps) >= 25 and "grassflow.lm.train grassmann" in fps and "grassflow.report.aggregate" in fps
+    anew = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from pathlib import Path\n"
+         "from grassflow.pipeline.staleness import fingerprint, job_code\n"
+         "keys = json.load(sys.stdin)\n"
+         "print(json.dumps({k: fingerprint(job_code(k.split()[0], tuple(k.split()[1:]), Path.cwd())) for k in keys}))"],
+        input=json.dumps(sorted(fps)), cwd=demo, env=pipeline_env(demo), capture_output=True, text=True, check=True)
+    assert json.loads(anew.stdout) == fps
+
+    with replaced(kept, f'"grassflow.report.aggregate": "{fps["grassflow.report.aggregate"]}"',
+                  f'"grassflow.report.aggregate": "{"0" * 16}"'):
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1})  # and the summary it feeds
+    files = set((demo / CODE_INDEX / BY_PACKAGE).iterdir())
+    with edited(demo / "src/grassflow/report/figures.py", COMMENT_EDIT):
+        assert planned(demo) == Counter()
+    assert set((demo / CODE_INDEX / BY_PACKAGE).iterdir()) == files

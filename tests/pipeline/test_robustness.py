@@ -1,0 +1,182 @@
+"""The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, crafted checkpoints in a
+shared results tree, a stand-in pool of GPU slots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from helpers.dag import BIN, assert_same_tables, pipeline_env, planned, snakemake
+
+
+@pytest.mark.slow
+def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
+    """Kill the whole Snakemake process group mid-training: half-written run directories
+    (metrics.jsonl exists after an epoch, run.json not yet) are never taken as
+    done; the rerun resumes them and the tables equal the uninterrupted run's. It starts from a
+    copy of the finished demo elsewhere (outputs, mtimes, Snakemake metadata), which plans
+    nothing, with two runs deleted, so only those runs and what reads them are redone, without
+    the demo's stand-in GPU pool: the same weights as the packed runs'."""
+    import signal
+    import time
+
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept
+    assert not planned(work), "a moved project directory made jobs look changed"
+    redo = ["table1-grassmann-s1", "table1-transformer-s1"]
+    for name in redo:
+        shutil.rmtree(work / "results/demo/runs" / name)
+    jobs = planned(work)
+    assert {run for (rule, run) in jobs if rule == "train"} == set(redo), jobs
+    assert {("evaluate", name) for name in redo} | {("aggregate", None)} <= set(jobs), jobs
+    table = work / "results/demo/report/table1.csv"
+    old_table = table.stat().st_mtime_ns
+    env = pipeline_env(work)
+    proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = [work / "results/demo/runs" / name for name in redo]
+    deadline = time.time() + 1200
+    while time.time() < deadline and proc.poll() is None and not any((d / "metrics.jsonl").exists() for d in runs):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGSTOP)  # frozen: the state the kill is for cannot change before it lands
+    half = [d for d in runs if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert half, "the kill did not land inside a training job"
+    jobs = planned(work)
+    for d in half:
+        assert ("train", d.name) in jobs
+    snakemake(work, "--unlock")  # a SIGKILLed Snakemake leaves its lock, as it documents
+    snakemake(work)
+    assert table.stat().st_mtime_ns > old_table, "the tables were not rewritten from the redone runs"
+    assert_same_tables(demo, work)
+
+
+@pytest.mark.slow
+def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
+    """A results tree is shared: whoever can write one file in it must not run code as the
+    next user. Crafted pickles (they would create a marker file) as the weights
+    (model.safetensors) of an LM, an SNLI and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
+    job fails with one `error:` line naming its file, the marker is never created, and the
+    other jobs still run (--keep-going). With the real files back, the same tree (a copy of the
+    demo's: a results tree copied from another user) completes those jobs, without the demo's GPU
+    pool, and its tables are the demo's."""
+    from helpers.payload import crafted_last, crafted_weights
+
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)
+    marker = tmp_path / "marker"
+    res = work / "results/demo"
+    evaluated = {"evaluate/table1-grassmann-s0": res / "runs/table1-grassmann-s0",
+                 "snli/evaluate/table3-grassmann-s0": res / "snli/runs/table3-grassmann-s0",
+                 "recall/evaluate/L32-kv4-d32-grassmann_geometric-lr0.001-s0":
+                     res / "recall/runs/L32-kv4-d32-grassmann_geometric-lr0.001-s0"}
+    for run_dir in evaluated.values():
+        crafted_weights(run_dir / "model.safetensors", marker, header={"spec": {"run_id": run_dir.name}})
+        (run_dir / "eval.json").unlink()
+    resumed = res / "runs/table1-transformer-s1"
+    crafted_last(resumed / "last.pt", marker)
+    (resumed / "run.json").unlink()
+    out = snakemake(work, "--keep-going", check=False)
+    assert out.returncode != 0
+    assert not marker.exists(), "a crafted checkpoint ran its code"
+    for log, path, why in [*((k, v / "model.safetensors", "not a readable safetensors file") for k, v in evaluated.items()),
+                           ("train/table1-transformer-s1", resumed / "last.pt", "refused: not a data-only checkpoint")]:
+        errors = [x for x in (res / "logs" / f"{log}.log").read_text().splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and f"{path.relative_to(work)}: {why}" in errors[0], errors
+    assert (res / "runs/table2-grassmann-s0/eval.json").exists()  # the other jobs ran
+
+    # the real files back: the refused jobs (an evaluation of each task, a resumed training) run
+    for path in [*(v / f for v in evaluated.values() for f in ("model.safetensors", "config.json")), resumed / "last.pt"]:
+        shutil.copy2(demo / path.relative_to(work), path)
+    jobs = planned(work)
+    assert {run for (rule, run) in jobs if rule.endswith("evaluate")} == {*(v.name for v in evaluated.values()),
+                                                                           resumed.name}, jobs
+    snakemake(work)
+    assert_same_tables(demo, work)
+
+
+def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
+    """The demo fixture ran with GRASSFLOW_GPUS=0,1, train.runs_per_gpu: 2 and `grassflow gpus`'s
+    flag, with 5 cores for 4 slots: every GPU job took a slot; jobs that ran at the same time held
+    distinct (GPU, slot) pairs, never more than 4 at once; the benchmark had its GPU to itself.
+    (Its tables equal unpacked runs': the SIGKILL and crafted-checkpoint tests above redo
+    training and every evaluation without the pool, the SLURM test the whole demo.)"""
+    res = demo / "results/demo"
+    held = []  # (gpu, slot, start, end) of every run's training and evaluation
+    for rec in res.glob("**/runs/*/run.json"):
+        r = json.loads(rec.read_text())
+        ev = json.loads(rec.with_name("eval.json").read_text())
+        s = r["gpu_slot"]
+        assert s["source"] == "override" and s["runs_per_gpu"] == 2 and r["device_type"] == "cpu"
+        held.append((s["gpu"], s["slot"], s["acquired_at"], r["finished_at"]))
+        assert ev["gpu_slot"]["slot"] in (0, 1)
+    assert len(held) == 18
+    bench = json.loads((res / "bench/bench.json").read_text())["gpu_slot"]
+    assert bench["slot"] == "all"
+    for g, _slot, a, b in held:  # the jobs holding a slot at the moment each one took its own
+        at_once = [h for h in held if h[2] <= a < h[3]]
+        assert len(at_once) <= 4
+        assert len({(h[0], h[1]) for h in at_once}) == len(at_once), at_once  # a slot each
+        assert not (g == bench["gpu"] and a < bench["finished_at"] and bench["acquired_at"] < b)
+
+
+@pytest.mark.slow
+def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(demo, tmp_path):
+    """Files of a finished demo damaged as a full disk, an interrupted copy or an editor leave them.
+    First a run's config.json emptied, another's model.safetensors cut short, a third's last.pt cut
+    short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test token file cut
+    short; then the documents file lm-eval's perplexity reads zeroed. `snakemake --keep-going` fails
+    each job that reads one with one `error:` line naming the file (the token and documents files'
+    saying how to rebuild them), and no table is rewritten from them."""
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)
+    res = work / "results/demo"
+    tables = {p: p.read_bytes() for p in (res / "report").glob("table*.csv")}
+
+    def errors():
+        out = snakemake(work, "--keep-going", check=False)
+        assert out.returncode != 0
+        logs = {p.relative_to(res / "logs").as_posix(): p.read_text() for p in (res / "logs").rglob("*.log")}
+        return {k: [x for x in v.splitlines() if x.startswith("error:")] for k, v in logs.items()}
+
+    def cut(path, keep):
+        path.write_bytes(path.read_bytes()[:keep])
+
+    config = res / "runs/table2-transformer-s0/config.json"
+    weights = res / "runs/table2-grassmann-s1/model.safetensors"
+    last = res / "runs/table1-transformer-s1/last.pt"
+    config.write_text("")
+    cut(weights, 1000)
+    cut(last, last.stat().st_size // 2)
+    for f in ("run.json", "eval.json"):  # eval.json too: Snakemake replans no job whose outputs all exist
+        (res / "runs/table1-transformer-s1" / f).unlink()
+    found = errors()
+    for log, path, why in [("train/table1-transformer-s1.log", last, "checksum mismatch"),
+                           ("evaluate/table2-grassmann-s1.log", weights, "not a readable safetensors file"),
+                           ("evaluate/table2-transformer-s0.log", config, "not JSON")]:
+        assert len(found[log]) == 1 and f"{path.relative_to(work)}: {why}" in found[log][0], (log, found[log])
+    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables  # no table from them
+
+    for path in (config, weights, last):
+        shutil.copy2(demo / path.relative_to(work), path)
+    tokens = next(res.glob("data/tokens/*/test.parquet"))
+    cut(tokens, tokens.stat().st_size // 2)
+    found = errors()
+    failed = [k for k, e in found.items() if k.startswith("evaluate/") and e]
+    assert failed and all(len(found[k]) == 1 and f"{tokens.relative_to(work)}: unreadable token file" in found[k][0]
+                          and "snakemake again" in found[k][0] for k in failed), found
+    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
+
+    shutil.copy2(demo / tokens.relative_to(work), tokens)  # and the documents lm-eval's perplexity reads
+    docs = next(res.glob("data/tokens/*/docs/test.parquet"))
+    docs.write_bytes(b"\0" * 64)
+    found = errors()
+    failed = [k for k, e in found.items() if k.startswith("evaluate/") and e]
+    assert failed and all(len(found[k]) == 1 and f"{docs.relative_to(work)}: unreadable documents file" in found[k][0]
+                          for k in failed), found
+    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables

@@ -1,0 +1,168 @@
+"""A task is its package and its rule file: a toy fourth task, copied into a scratch repository's
+src/grassflow/toy/ and workflow/rules/toy.smk, one include line added to the Snakefile, is
+validated (its part's schema and checks), planned, estimated, run and tabled by the DAG; and the shared contracts of the tasks' declarations hold."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from grassflow.pipeline.tasks import TASKS
+from helpers.dag import copy_repo, job_stats, pipeline_env, snakemake
+
+TOY = Path(__file__).parents[1] / "data" / "toy_task"
+TOY_PRESET = {"description": "a toy fourth task",
+              "toy": {"data": {"seq_len": 32, "kv": 4, "examples": {"train": 256, "validation": 64, "test": 64}},
+                      "models": ["transformer", "grassmann"], "seeds": [0], "epochs": 2, "batch_size": 32,
+                      "train": {"device": "cpu", "eval_batch_size": 64, "lr": 3.0e-3}}}
+
+
+def _grassflow(work, *argv, check=True):
+    res = subprocess.run([sys.executable, "-m", "grassflow", *argv], cwd=work, capture_output=True, text=True,
+                         env=pipeline_env(work))
+    assert not check or res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _overlay(work, name, preset) -> str:
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"presets": {name: preset}}))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
+    work = copy_repo(tmp_path)
+    # the only changes to the repository: its package, its rule file and the line that includes it
+    shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
+    shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
+    snakefile = work / "Snakefile"
+    snakefile.write_text(snakefile.read_text().replace('include: "workflow/rules/specs.smk"\n',
+                                                       'include: "workflow/rules/specs.smk"\ninclude: "workflow/rules/toy.smk"\n'))
+    toy = _overlay(work, "toy", TOY_PRESET)
+
+    # its table's job: its own stage module's command line
+    res = subprocess.run([sys.executable, "-m", "grassflow.toy.toy", "--help"], cwd=work, capture_output=True,
+                         text=True, env=pipeline_env(work))
+    assert res.returncode == 0 and "--runs" in res.stdout, res.stderr[-2000:]
+    # its part of the config: checked by its schema and its own check, each naming the key
+    bad = _overlay(work, "bad", {"toy": {**TOY_PRESET["toy"], "epochs": 0}})
+    res = snakemake(work, "-n", "--configfile", bad, preset="bad", check=False)
+    assert res.returncode != 0 and "presets.bad.toy.epochs" in res.stderr, res.stderr[-2000:]
+    odd = _overlay(work, "odd", {"toy": {**TOY_PRESET["toy"], "data": {**TOY_PRESET["toy"]["data"], "seq_len": 31}}})
+    res = snakemake(work, "-n", "--configfile", odd, preset="odd", check=False)
+    assert res.returncode != 0 and "presets.odd.toy.data: seq_len must be even" in res.stderr, res.stderr[-2000:]
+
+    # planned: its data job, a train and an evaluate job per run, its table, the estimates
+    stats = job_stats(snakemake(work, "-n", "--configfile", toy, preset="toy").stdout)
+    assert {r: stats[r] for r in ("toy_data", "toy_train", "toy_evaluate", "toy_aggregate", "estimates")} == {
+        "toy_data": 1, "toy_train": 2, "toy_evaluate": 2, "toy_aggregate": 1, "estimates": 1}
+    assert not {r for r in stats if r.startswith(("snli", "recall")) or r in ("train", "download")}
+    # estimated before it runs
+    plan = _grassflow(work, "plan", "--preset", "toy", "--configfile", toy).stdout
+    assert "toy_train" in plan and "toy_evaluate" in plan
+
+    # run and tabled
+    snakemake(work, "--configfile", toy, preset="toy")
+    res_dir = work / "results" / "toy"
+    table = pd.read_csv(res_dir / "report" / "toy.csv")
+    assert sorted(table.model) == ["grassmann", "transformer"] and table.test_accuracy.between(0, 100).all()
+    for run in ("transformer-s0", "grassmann-s0"):
+        record = json.loads((res_dir / "toy" / "runs" / run / "run.json").read_text())
+        assert record["spec"]["task"] == "toy" and record["status"]["state"] == "completed"
+    estimates = pd.read_csv(res_dir / "report" / "estimates.csv")
+    toy_rows = estimates[estimates.rule.isin(["toy_train", "toy_evaluate"])]
+    assert len(toy_rows) == 4 and toy_rows.measured_s.notna().all()
+    # its target, and nothing left to do
+    out = snakemake(work, "-n", "--configfile", toy, preset="toy").stdout
+    assert "Nothing to be done" in out, out[-2000:]
+    assert "Nothing to be done" in snakemake(work, "-n", "toy", "--configfile", toy, preset="toy").stdout
+
+
+def test_every_tasks_declaration_keeps_the_shared_contracts():
+    """Every spec names its task and model kind; a task is named after its package; the built-in
+    tasks come first, the LM's first of all."""
+    from grassflow.pipeline.plan import load_config
+
+    assert list(TASKS)[:3] == ["lm", "snli", "recall"]
+    config = load_config(Path(__file__).resolve().parents[2], preset="demo")
+    preset = config["presets"]["demo"]
+    for task in TASKS.values():
+        specs = task.specs("demo", preset)
+        assert specs, task.name
+        for run_id, spec in specs.items():
+            assert spec["task"] == task.name and spec["model_kind"] in ("transformer", "grassmann"), run_id
+            assert spec["run_id"] == run_id and "train" in spec
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """grassflow module -> the grassflow modules it imports (with their packages, whose __init__
+    runs), at any depth of its source; one that imports pipeline.tasks reads every task.py."""
+    import ast
+
+    from grassflow.pipeline import staleness as st
+
+    files = [p for p in st.PKG.rglob("*.py") if "__pycache__" not in p.parts]
+    mods = {st.module_name(p) for p in files}
+    task_decls = {f"grassflow.{p.parent.name}.task" for p in st.PKG.glob("*/task.py")}
+    graph = {}
+    for p in files:
+        m = st.module_name(p)
+        names = st.imported([ast.parse(p.read_text())], m, p.name == "__init__.py")
+        edges = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 2)}
+        if "grassflow.pipeline.tasks" in names:
+            edges |= task_decls
+        graph[m] = (edges & mods) - {m}
+    return graph
+
+
+def test_no_planning_module_is_imported_back_by_what_it_imports():
+    """A config value's way is one-directional (docs/develop/development.md): no module of
+    grassflow.pipeline imports a module (a task's declaration or grid, say) that imports it back."""
+    graph = _import_graph()
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for e in graph.get(todo.pop(), ()):
+                if e not in seen:
+                    seen.add(e)
+                    todo.append(e)
+        return seen
+
+    cycles = [f"{p} -> {q} -> ... -> {p}" for p in sorted(graph) if p.startswith("grassflow.pipeline.")
+              for q in sorted(graph[p]) if not q.startswith("grassflow.pipeline.") and p in reach(q)]
+    assert not cycles, "\n".join(cycles)
+    assert "grassflow.lm.grid" in reach("grassflow.pipeline.presets")  # the graph sees the tasks' grids
+
+
+@pytest.mark.parametrize("preset", ["paper", "demo"])
+def test_each_spec_is_built_once_per_parse(preset, monkeypatch):
+    """What a Snakefile parse does, in order: the config checked (validate_or_exit: each task's
+    check and its runs' models), then common.smk's TASK_RUNS. The LM's specs are built once: as
+    many _run_spec calls as one build of its grid, and the check's specs are the rules'."""
+    import copy
+
+    import grassflow.lm.grid as grid
+    from grassflow.pipeline import tasks
+    from grassflow.pipeline.presets import select_preset, validate_or_exit
+
+    root = Path(__file__).resolve().parents[2]
+    config = {**yaml.safe_load((root / "config.yaml").read_text()), "preset": preset}
+    built, real = [], grid._run_spec
+    monkeypatch.setattr(grid, "_run_spec", lambda *a: built.append(a[2:4]) or real(*a))
+    monkeypatch.setattr(tasks, "_SPECS", {})
+    validate_or_exit(config, root / "workflow/schemas/config.schema.yaml")
+    checked = len(built)
+    name, p = select_preset(config)
+    task_runs = {t.name: t.specs(name, p) for t in TASKS.values()}
+    assert len(built) == checked > 0  # the rules' TASK_RUNS built nothing anew
+    once = len(built)
+    assert grid.runs(name, copy.deepcopy(p)) == task_runs["lm"] and len(built) == 2 * once
