@@ -274,3 +274,19 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
             raise AssertionError(f"a snippet of {where} fails: {type(e).__name__}: {e}\n{code}") from e
     assert uploads and all(Path(u["folder_path"]).is_dir() for u in uploads)
     shutil.rmtree(tmp_path / "exports")
+
+
+def test_the_suite_is_laid_out_like_the_package():
+    """tests/ mirrors src/grassflow/ (docs/develop/development.md): every test file in a directory named
+    for a part of the package, none at the root, and no test module imports another (what they
+    share is in tests/helpers/)."""
+    tests = ROOT / "tests"
+    parts = {"core", "lm", "snli", "recall", "report", "bench", "pipeline", "gpu", "user"}
+    files = sorted(tests.rglob("test_*.py"))
+    assert files and not [f for f in files if f.parent == tests], "a test file at tests/'s root"
+    stray = [f for f in files if f.relative_to(tests).parts[0] not in parts]
+    assert not stray, f"test files outside {sorted(parts)}: {stray}"
+    assert {p for p in parts - {"core", "user", "gpu"}} <= {p.name for p in (ROOT / "src/grassflow").iterdir()}
+    crossed = [f for f in files + sorted((tests / "helpers").glob("*.py"))
+               if re.search(r"(?m)^\s*(from|import) test_\w+", f.read_text())]
+    assert not crossed, f"test modules imported as helpers: {crossed}"
