@@ -44,7 +44,7 @@ demo: $(VENV)/.installed
 	@echo "Tables and figures: results/$(PRESET)/report/  (summary.md; SNLI: snli_summary.md)"
 	@echo "Browsable report:   reports/$(PRESET)/report.zip"
 
-# The default tier (under 10 min on 2 cores; the slowest tests listed). CI runs every tier but the GPU's in
+# The default tier (≤ 5 min on 2 cores; the slowest tests listed; the tests that read the finished demo are slow). CI runs every tier but the GPU's in
 # one session, so that the demo the pipeline tests share is built once: make test TIERS="not gpu".
 # WORKERS pytest-xdist processes (tests/conftest.py schedules them: the demo's tests on one, the SLURM
 # tests on one, each other file on one); WORKERS=0 runs them in this process.

@@ -84,7 +84,14 @@ def pytest_xdist_make_scheduler(config, log):
     return ByGroup(config, log)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    # The finished demo costs 3-4 minutes of 2 cores to build, more than half of the default tier's 5:
+    # every test that reads it (the `demo` fixture, directly or through another) is in the slow tier,
+    # which CI runs; the default tier keeps the planning's dry runs and every unit test.
+    for item in items:
+        if "demo" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at once
     items.sort(key=lambda i: ("demo" not in getattr(i, "fixturenames", ()), not i.get_closest_marker("slurm")))
     if config.getoption("seeds"):

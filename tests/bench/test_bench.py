@@ -86,6 +86,7 @@ class Transformer(torch.nn.Module):
 '''
 
 
+@pytest.mark.slow  # default tier under 5 min: the peer benchmark through the CLI
 def test_bench_peer_through_the_cli(tmp_path):
     import subprocess
     import sys

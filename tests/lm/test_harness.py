@@ -101,6 +101,7 @@ def test_lm_eval_reports_our_word_perplexity(model_dir, tmp_path):
     assert theirs == pytest.approx(mine["word_ppl"], rel=1e-4)
 
 
+@pytest.mark.slow  # default tier under 5 min: real text from ../shared
 def test_wikitext2_v1s_unk_is_one_token_in_the_documents_and_in_the_harness(tmp_path):
     """Wikitext-2 v1 (tokenizer.map_unk): the documents stage encodes each literal `<unk>` as the
     token file does, one unknown token, not `<`, `unk`, `>` (a model trained on [UNK] would find
@@ -238,6 +239,7 @@ def test_loglikelihood_splits_truncates_and_says_greedy_as_hflm(model_dir):
         lm.loglikelihood([req("the", " history of the place and its people" * 4)])
 
 
+@pytest.mark.slow  # default tier under 5 min: lm-eval's command line in a process of its own
 def test_grassflow_lm_eval_is_lm_evals_command_line(tmp_path):
     """`grassflow lm-eval`: lm-eval's own options, our model registered; its results file holds
     the word perplexity."""

@@ -17,6 +17,8 @@ import pytest
 
 from helpers.procs import skip_or_fail_in_ci
 
+pytestmark = pytest.mark.slow  # default tier under 5 min: Pyodide under four Pythons (node, npm)
+
 ROOT = Path(__file__).resolve().parents[2]
 # Pyodide release → the CPython it is (pinned: npm checks each tarball against the registry's hash)
 PYODIDES = {"0.22.1": "3.10", "0.27.7": "3.12", "0.29.5": "3.13", "314.0.7": "3.14"}

@@ -7,6 +7,8 @@ import json
 import re
 from collections import Counter
 
+import pytest
+
 from helpers.dag import DEMO_GRASSMANN_RUNS, ROOT, by_rule, edited, planned, spec_jobs
 
 
@@ -262,6 +264,7 @@ def fake_hub_cache(home, repo: str, files: dict[str, str]) -> None:
         (snapshot / name).write_text(text)
 
 
+@pytest.mark.slow  # default tier under 5 min: a scratch repository's own demo data stages
 def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     """The hub fetches feed every run of the LM and SNLI (fetch_tokenizer → tokenize → train): a code
     edit to the planning of the tasks or to another stage's handler plans no fetch and none of what

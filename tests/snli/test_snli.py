@@ -458,3 +458,29 @@ def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
     with pytest.raises(DataError, match="could not load"):
         fetch_backbone({**bcfg, "path": str(tmp_path / "missing")}, tmp_path / "backbone/other")
     assert sorted(p.name for p in (tmp_path / "backbone").iterdir()) == ["distilbert-base-uncased"]  # nothing partial
+
+
+@pytest.mark.parametrize("pair_input", ["joint", "separate"])
+@pytest.mark.parametrize("static", [False, True])
+def test_a_batch_holds_each_pairs_premise_and_hypothesis_in_order(pair_input, static):
+    """make_batch, the one way a pair reaches a model: "[CLS] premise [SEP] hypothesis [SEP]" (joint)
+    or "[CLS] premise [SEP]" beside "[CLS] hypothesis [SEP]" (separate), padding masked out."""
+    import numpy as np
+
+    from grassflow.snli.model import make_batch
+
+    meta = {"cls_id": 1, "sep_id": 2, "pad_id": 0, "max_tokens": 6}
+    data = {"premise": [[10, 11, 12], [13], [14, 15]], "hypothesis": [[20], [21, 22, 23], [24]],
+            "label": np.array([0, 1, 2])}
+    b = make_batch(data, [2, 0], meta, pair_input, "cpu", static=static)
+    assert b["label"].tolist() == [2, 0]
+
+    def rows(ids, mask):
+        assert (ids[~mask] == meta["pad_id"]).all()
+        return [ids[i][mask[i]].tolist() for i in range(len(ids))]
+
+    if pair_input == "joint":
+        assert rows(b["ids"], b["mask"]) == [[1, 14, 15, 2, 24, 2], [1, 10, 11, 12, 2, 20, 2]]
+    else:
+        assert rows(b["premise_ids"], b["premise_mask"]) == [[1, 14, 15, 2], [1, 10, 11, 12, 2]]
+        assert rows(b["hypothesis_ids"], b["hypothesis_mask"]) == [[1, 24, 2], [1, 20, 2]]
