@@ -130,9 +130,10 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     """Files of a finished demo damaged as a full disk, an interrupted copy or an editor leave them.
     First a run's config.json emptied, another's model.safetensors cut short, a third's last.pt cut
     short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test token file cut
-    short; then the documents file lm-eval's perplexity reads zeroed. `snakemake --keep-going` fails
-    each job that reads one with one `error:` line naming the file (the token and documents files'
-    saying how to rebuild them), and no table is rewritten from them."""
+    short; then the documents file lm-eval's perplexity reads zeroed; then the records the tables read (a
+    run.json, a metrics.jsonl, an SNLI and a recall eval.json); last, a raw split. `snakemake --keep-going`
+    fails each job that reads one with one `error:` line naming the file (and how to rebuild it), and no
+    table is rewritten from them."""
     work = tmp_path / "work"
     shutil.copytree(demo, work, symlinks=True)
     res = work / "results/demo"
@@ -180,3 +181,36 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     assert failed and all(len(found[k]) == 1 and f"{docs.relative_to(work)}: unreadable documents file" in found[k][0]
                           for k in failed), found
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
+
+    # the records the tables read: a run.json cut short (its evaluation reads it first), a line of
+    # metrics.jsonl that is not JSON, an SNLI eval.json emptied, a recall eval.json cut short
+    shutil.copy2(demo / docs.relative_to(work), docs)
+    every_table = {p: p.read_bytes() for p in (res / "report").glob("*.csv")}
+    record = res / "runs/table1-grassmann-s0/run.json"
+    metrics = res / "runs/table2-grassmann-s0/metrics.jsonl"
+    snli_eval = next(res.glob("snli/runs/table3-grassmann-s0/eval.json"))
+    recall_eval = next(res.glob("recall/runs/*/eval.json"))
+    cut(record, record.stat().st_size // 2)
+    metrics.write_text(metrics.read_text() + "{not json\n")
+    snli_eval.write_text("")
+    cut(recall_eval, recall_eval.stat().st_size // 3)
+    found = errors()
+    for log, why in [("evaluate/table1-grassmann-s0.log", f"{record.relative_to(work)}: not JSON"),
+                     ("aggregate/table2.log", f"{metrics.relative_to(work)}:"),
+                     ("snli/aggregate.log", f"{snli_eval.relative_to(work)}: not JSON"),
+                     ("recall/aggregate.log", f"{recall_eval.relative_to(work)}: not JSON")]:
+        assert len(found[log]) == 1 and why in found[log][0] and "run snakemake again" in found[log][0], (log, found[log])
+    # a failed job's tables are gone (Snakemake removes the outputs of a job it runs), none rewritten
+    assert {p: p.read_bytes() for p in (res / "report").glob("*.csv")} == {
+        p: b for p, b in every_table.items() if p.name not in ("table2.csv", "snli_table3.csv", "snli_table3_scratch.csv", "recall.csv")}
+
+    # last, the raw text every token file is made from, cut short: each job that reads it fails naming it
+    for path in (record, metrics, snli_eval, recall_eval):
+        shutil.copy2(demo / path.relative_to(work), path)
+    raw = res / "data/raw/test.parquet"
+    cut(raw, raw.stat().st_size // 2)
+    found = errors()
+    for log in ("tokenize.log", "documents.log"):
+        assert len(found[log]) == 1 and f"{raw.relative_to(work)}: not a readable parquet file" in found[log][0], found
+    assert all(every_table[p] == p.read_bytes() for p in (res / "report").glob("*.csv")  # the LM's: none rewritten
+               if p.name.startswith(("table", "ablations")))
