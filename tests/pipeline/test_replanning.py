@@ -297,35 +297,3 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
         # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run
         run("--touch")
         assert plan() == Counter()
-
-
-def test_each_jobs_fingerprint_is_kept_for_its_package_state_and_read_by_later_parses(demo):
-    """The demo's run kept every job's fingerprint under the digest of the package's files, each
-    equal to the fingerprint computed anew; a later parse reads it (a kept entry that differs from
-    what a job ran with plans that job); a parse keeps nothing (a dry run after an edit, a new
-    digest, writes no file)."""
-    import subprocess
-    import sys
-
-    from grassflow.pipeline.staleness import BY_PACKAGE, CODE_INDEX, package_digest
-    from helpers.dag import COMMENT_EDIT, pipeline_env, replaced
-
-    digest = package_digest(demo, (demo / "src/grassflow", demo / "kernels"))
-    kept = demo / CODE_INDEX / BY_PACKAGE / f"{digest}.json"
-    fps = json.loads(kept.read_text())
-    assert len(fps) >= 25 and "grassflow.lm.train grassmann" in fps and "grassflow.report.aggregate" in fps
-    anew = subprocess.run(
-        [sys.executable, "-c", "import json, sys; from pathlib import Path\n"
-         "from grassflow.pipeline.staleness import fingerprint, job_code\n"
-         "keys = json.load(sys.stdin)\n"
-         "print(json.dumps({k: fingerprint(job_code(k.split()[0], tuple(k.split()[1:]), Path.cwd())) for k in keys}))"],
-        input=json.dumps(sorted(fps)), cwd=demo, env=pipeline_env(demo), capture_output=True, text=True, check=True)
-    assert json.loads(anew.stdout) == fps
-
-    with replaced(kept, f'"grassflow.report.aggregate": "{fps["grassflow.report.aggregate"]}"',
-                  f'"grassflow.report.aggregate": "{"0" * 16}"'):
-        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1})  # and the summary it feeds
-    files = set((demo / CODE_INDEX / BY_PACKAGE).iterdir())
-    with edited(demo / "src/grassflow/report/figures.py", COMMENT_EDIT):
-        assert planned(demo) == Counter()
-    assert set((demo / CODE_INDEX / BY_PACKAGE).iterdir()) == files

@@ -14,11 +14,7 @@ from grassflow.pipeline.staleness import (
     CODE_INDEX,
     fingerprint,
     job_code,
-    job_key,
-    keep_fingerprints,
-    kept_fingerprints,
     kind_code,
-    package_digest,
     remember,
 )
 from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
@@ -142,22 +138,16 @@ wildcard_constraints:
 # file and exactly the jobs that run its code rerun: `python -m grassflow.pipeline.staleness <module>
 # --kinds <kind>` lists a job's files. When jobs run (onstart, below), each fingerprint's per-file
 # hashes are kept in .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can
-# name the files a later edit changed, and each job's fingerprint under the digest of the package's
-# files, which every later process (a dry run, a cluster job's own parse) reads instead of
-# computing it again while no file of the package has changed.
+# name the files a later edit changed.
 MODEL_KINDS = tuple(kind_code())
 CODE = {}  # fingerprint → {file: code hash}, of every fingerprint computed here
-PACKAGE = package_digest(Path(workflow.basedir))
-FINGERPRINTS = kept_fingerprints(Path(CODE_INDEX), PACKAGE)  # "<module> <kinds>" → fingerprint
 
 
+@functools.cache
 def code_of(module, *kinds):
-    key = job_key(module, kinds)
-    if key not in FINGERPRINTS:
-        code = job_code(module, kinds, Path(workflow.basedir))
-        CODE[fingerprint(code)] = code
-        FINGERPRINTS[key] = fingerprint(code)
-    return FINGERPRINTS[key]
+    code = job_code(module, kinds, Path(workflow.basedir))
+    CODE[fingerprint(code)] = code
+    return fingerprint(code)
 
 
 # --- specs -------------------------------------------------------------------------------------
@@ -225,7 +215,6 @@ RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 
 onstart:
     remember(CODE, Path(CODE_INDEX))
-    keep_fingerprints(FINGERPRINTS, Path(CODE_INDEX), PACKAGE)
     # the runs' time limits and GPU slots are sized from K: a packing other than K is refused
     # before any job starts (Snakemake hands its --group-components to the workflow only here)
     for _group, _n in dict(workflow.group_settings.group_components).items():

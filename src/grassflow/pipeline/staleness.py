@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -240,57 +239,6 @@ def recalled(fp: str, index: Path) -> dict[str, str] | None:
     """The per-file hashes a fingerprint was made of, if they were kept (data: JSON, never run)."""
     path = index / f"{fp}.json"
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-# --- each job's fingerprint, kept for one state of the package ------------------------------------
-# Every Snakemake process parses the workflow and fingerprints ~30 jobs (~1 s of closures and syntax
-# trees): every dry run, rerun and `grassflow plan`, and on a cluster every job (its allocation parses
-# the workflow again). The answers are a function of the package's files alone, so they are kept by
-# the digest of those files: any edit to any file a closure can read is a new digest, and a kept
-# answer is only ever read for the very files it was computed from.
-BY_PACKAGE = "by-package"  # under CODE_INDEX: {package digest}.json, {"<module> <kinds...>": fingerprint}
-
-
-def package_digest(base: Path, roots=None) -> str:
-    """sha256 (16 hex digits) of all a job's fingerprint is computed from: every file under the
-    package and the kernel sources (`roots`), by name and bytes; the checkout the fingerprints' file
-    names are relative to (`base`); the Python that parses them."""
-    h = hashlib.sha256(f"{sys.version_info[:2]}\0{Path(base).resolve()}".encode())
-    for root in roots or (PKG, kernels_root()):
-        for p in sorted(Path(root).rglob("*")):
-            if p.is_file() and "__pycache__" not in p.parts:
-                data = p.read_bytes()
-                h.update(f"\0{p.relative_to(root)}\0{len(data)}\0".encode() + data)
-    return h.hexdigest()[:16]
-
-
-def job_key(module: str, kinds=()) -> str:
-    return " ".join((module, *kinds))
-
-
-_FP = re.compile("[0-9a-f]{16}")
-
-
-def kept_fingerprints(index: Path, digest: str) -> dict[str, str]:
-    """The fingerprints kept for package state `digest` (data: JSON, each entry checked; a
-    malformed file or entry is not used, and its job is fingerprinted anew)."""
-    try:
-        kept = json.loads((index / BY_PACKAGE / f"{digest}.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(kept, dict):
-        return {}
-    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str) and _FP.fullmatch(v)}
-
-
-def keep_fingerprints(fingerprints: dict[str, str], index: Path, digest: str) -> None:
-    """Keep `fingerprints` for package state `digest` (atomically; only what is new to the file).
-    Called when jobs are about to run (the Snakefile's onstart), never while the workflow parses."""
-    from grassflow.io import write_json
-
-    kept = kept_fingerprints(index, digest)
-    if fingerprints.items() - kept.items():
-        write_json(index / BY_PACKAGE / f"{digest}.json", {**kept, **fingerprints})
 
 
 def main(argv=None) -> int:
