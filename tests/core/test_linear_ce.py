@@ -13,6 +13,7 @@ from grassflow.ops.plucker import kernel_abi
 from grassflow.ops.plucker.kernel_stages import kernels_dir
 from helpers import fake_cupy
 from helpers.margins import close, rel_err
+from helpers.steps import bf16_head_case, with_grads
 
 SHAPES = [(1, 1), (3, 7), (37, 53), (5, 300), (4, 777), (2, 30522)]  # V < LANES, ragged, > 2·LANES, bert's
 
@@ -98,16 +99,8 @@ def test_fused_head_equals_the_reference_within_bf16(N, V, gen):
     computes, its gradients up to bf16's rounding, and within bf16's rounding of the exact (fp64)
     loss and gradients. fp32 outputs for fp32 inputs."""
     # logits of a few units (confident rows, where fp32's reference loses digits: the test above)
-    h = (torch.randn(N, 16, generator=gen, dtype=torch.float64) * 0.5).requires_grad_()
-    W = torch.randn(V, 16, generator=gen, dtype=torch.float64).requires_grad_()
-    y = torch.randint(0, V, (N,), generator=gen)
-    exact_loss = F.cross_entropy(h @ W.t(), y)
-    want = (exact_loss.detach(), *torch.autograd.grad(exact_loss * 1.7, (h, W)))
-    hf, Wf = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
-    autocast_ref = F.cross_entropy((hf.bfloat16() @ Wf.bfloat16().t()).float(), y)
-    ref = (autocast_ref.detach(), *torch.autograd.grad(autocast_ref * 1.7, (hf, Wf)))
-    loss = linear_cross_entropy(hf, Wf, y, backend="fused")
-    got = (loss.detach(), *torch.autograd.grad(loss * 1.7, (hf, Wf)))
+    hf, Wf, y, want, ref = bf16_head_case(gen, N, V, 0.5)
+    got = with_grads(linear_cross_entropy(hf, Wf, y, backend="fused"), (hf, Wf))
     logits = hf.detach().bfloat16() @ Wf.detach().bfloat16().t()
     same_logits = F.cross_entropy(logits.double(), y)  # the loss of those bf16 logits (fp32's loses digits on a confident row)
     close(got[0], same_logits, 1e-5, "loss of the same bf16 logits")

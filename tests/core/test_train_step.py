@@ -32,7 +32,7 @@ from helpers.host_syncs import HostSyncs
 from helpers.margins import close, rel_err, within
 from helpers.procs import import_or_skip
 from helpers.specs import LM_SPEC
-from helpers.steps import CPU, Toy, lm_task, tiny_lm, toy_spec
+from helpers.steps import CPU, Toy, bf16_head_case, lm_task, tiny_lm, toy_spec, with_grads
 
 
 # --- the loop -------------------------------------------------------------------------------------
@@ -164,16 +164,8 @@ def test_linear_cross_entropy_bf16_chunks_equal_the_reference_within_bf16(N, V, 
     import grassflow.ops.linear_ce as lce
 
     monkeypatch.setattr(lce, "BUFFER_FLOATS", chunk_floats)
-    h = (torch.randn(N, 16, generator=gen, dtype=torch.float64) * 2).requires_grad_()
-    W = torch.randn(V, 16, generator=gen, dtype=torch.float64).requires_grad_()
-    y = torch.randint(0, V, (N,), generator=gen)
-    exact = F.cross_entropy(h @ W.t(), y)
-    want = (exact.detach(), *torch.autograd.grad(exact * 1.7, (h, W)))
-    hf, Wf = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
-    autocast_ref = F.cross_entropy((hf.bfloat16() @ Wf.bfloat16().t()).float(), y)  # what autocast computes
-    ref = (autocast_ref.detach(), *torch.autograd.grad(autocast_ref * 1.7, (hf, Wf)))
-    loss = linear_cross_entropy(hf, Wf, y, backend="chunked-bf16")
-    got = (loss.detach(), *torch.autograd.grad(loss * 1.7, (hf, Wf)))
+    hf, Wf, y, want, ref = bf16_head_case(gen, N, V, 2)
+    got = with_grads(linear_cross_entropy(hf, Wf, y, backend="chunked-bf16"), (hf, Wf))
     for what, a, b, r in zip(("loss", "dh", "dW"), got, want, ref):
         assert a.dtype == torch.float32
         # bf16's rounding, or twice the autocast reference's own error where a draw makes that larger

@@ -261,21 +261,28 @@ def _plain_steps(kind, n):
     return model, total
 
 
+def _stepped(kind, n, **step_kw):
+    """A fresh model trained n steps through TrainStep (its static-buffer or capture path: step_kw),
+    with the eager optimizer; (model, step, its epoch's losses)."""
+    model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
+    task = _task(model)
+    opt, _ = make_optimizer(model, TCFG, CPU)  # not capturable: a capture of it fails
+    losses = ts.EpochLoss(CPU)
+    losses.reset([0.0], 0)
+    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, **step_kw)
+    for i in range(n):
+        set_lr(opt, lr_at(i, n, TCFG))
+        step(task.batch(0, i))
+    return model, step, losses
+
+
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_the_step_written_for_capture_trains_exactly_as_the_eager_step(kind):
     """Static buffers and device-side counters change nothing: after 6 steps every parameter is
     bitwise the plain eager loop's, and the device-side loss sum is its host sum."""
     n = 6
     want, total = _plain_steps(kind, n)
-    model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
-    task = _task(model)
-    opt, _ = make_optimizer(model, TCFG, CPU)
-    losses = ts.EpochLoss(CPU)
-    losses.reset([0.0], 0)
-    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, static=True)
-    for i in range(n):
-        set_lr(opt, lr_at(i, n, TCFG))
-        step(task.batch(0, i))
+    model, step, losses = _stepped(kind, n, static=True)
     for (name, p), q in zip(model.named_parameters(), want.parameters()):
         assert torch.equal(p, q), name
     (loss_sum,), (bad,), _ = losses.read()
@@ -348,15 +355,7 @@ def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
     want, total = _plain_steps(kind, n)
     _FakeCudaGraphs.install(monkeypatch)
     _FakeCudaGraphs.Stream.made = 0
-    model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
-    task = _task(model)
-    opt, _ = make_optimizer(model, TCFG, CPU)  # not capturable: the capture fails
-    losses = ts.EpochLoss(CPU)
-    losses.reset([0.0], 0)
-    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, capture=True)
-    for i in range(n):
-        set_lr(opt, lr_at(i, n, TCFG))
-        step(task.batch(0, i))
+    model, step, losses = _stepped(kind, n, capture=True)  # the optimizer is not capturable
     assert step.graph is None and "capturable is False" in step.capture_error
     assert _FakeCudaGraphs.Stream.made == 1  # one side stream for the warm-up steps (current_stream makes none)
     assert "the CUDA graph capture failed, training on eagerly" in capsys.readouterr().err

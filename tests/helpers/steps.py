@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from grassflow.lm.train import LanguageModelObjective
 from grassflow.models import ModelConfig, build_model
@@ -53,3 +54,21 @@ def tiny_lm(kind, **kw):
 def lm_task(model, device=CPU):
     ids = np.arange(600) % 37
     return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, device, "t")
+
+
+def with_grads(loss, params):
+    """(loss, d(1.7 loss)/d each param): the scaled gradients a head's tests compare."""
+    return (loss.detach(), *torch.autograd.grad(loss * 1.7, params))
+
+
+def bf16_head_case(gen, N, V, scale):
+    """An LM head's problem (N rows of width 16, V classes, hidden states `scale` wide): the fp32
+    (h, W, y) the op under test takes, the exact (fp64) loss and gradients, and CUDA's autocast
+    reference (bf16 GEMM, fp32 loss) with its gradients."""
+    h = (torch.randn(N, 16, generator=gen, dtype=torch.float64) * scale).requires_grad_()
+    W = torch.randn(V, 16, generator=gen, dtype=torch.float64).requires_grad_()
+    y = torch.randint(0, V, (N,), generator=gen)
+    exact = with_grads(F.cross_entropy(h @ W.t(), y), (h, W))
+    hf, Wf = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
+    autocast_ref = with_grads(F.cross_entropy((hf.bfloat16() @ Wf.bfloat16().t()).float(), y), (hf, Wf))
+    return hf, Wf, y, exact, autocast_ref
