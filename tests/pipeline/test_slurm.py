@@ -28,6 +28,12 @@ SLURM = ROOT / "tests" / "slurm"
 SMALL = SLURM / "demo-small.yaml"  # seed 0 only, SNLI's Grassmann head: every rule, partition and group
 
 
+def late_demo(request) -> Path:
+    """The finished local demo, asked for when a SLURM test needs it rather than at its set-up:
+    the SLURM tests' worker starts its cluster and DAG while another worker builds the demo."""
+    return request.getfixturevalue("demo")
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster():
     res = subprocess.run(["bash", str(SLURM / "start.sh")], capture_output=True, text=True, timeout=2700)
@@ -174,12 +180,13 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 
 @pytest.mark.slurm
-def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
+def test_demo_through_slurm_profile(slurm_cluster, request, tmp_path):
     """The demo (its seed 0: SMALL) through profiles/slurm: every job on its partition; each run's
     training and evaluation in one allocation whose time limit is the sum of their estimates; a
     group job cancelled mid-training (preemption) and one killed at its time limit are both
     retried with a longer limit and resume from their checkpoints; every run's row of every table
-    equals the local demo's."""
+    equals the local demo's. From a fresh tree (every rule a SLURM job); the local demo is taken
+    only for the comparison at the end (`late_demo`), so another worker builds it meanwhile."""
     import signal
 
     from grassflow.lm.grid import runs
@@ -289,25 +296,33 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), how
 
     # the cluster run produced the same numbers as the local run, run by run
-    assert_same_tables(demo, work, subset=True)
+    assert_same_tables(late_demo(request), work, subset=True)
 
 
 @pytest.mark.slurm
-def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, demo, tmp_path):
-    """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's two runs of seed 0:
+def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, request, tmp_path):
+    """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's two runs of seed 0
+    redone in a copy of the finished demo (its data, preflight and other runs as they are):
     one SLURM job, one allocation with one GPU (gres, not two) running both runs' training and
     evaluation, whose time limit is the sum over the train and evaluate layers of the pair's
     longest job estimate ×2 (the executor plugin runs a group's jobs one after another:
     snakemake-executor-plugin-slurm#469). The allocation is cancelled once both of its runs have
     a checkpoint: it is retried with a longer limit and both runs resume. Table 1's rows equal the
     local run's."""
+    import shutil
 
     from grassflow.lm.grid import runs
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.tasks import job_estimate
 
-    work = copy_repo(tmp_path)
+    demo = late_demo(request)
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept, so only what is removed reruns
+    runs_dir = work / "results/demo/runs"
+    redo = ["table1-grassmann-s0", "table1-transformer-s0"]
+    for run in redo:
+        shutil.rmtree(runs_dir / run)
     profile = site_profile(work)
     (work / "pool.yaml").write_text("presets: {demo: {seeds: [0], train: {runs_per_gpu: 2}}}\n")
     env = pipeline_env(work)
@@ -317,7 +332,6 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
     seen, cancelled = {}, {}
     before = set(scontrol_jobs())
-    runs_dir = work / "results/demo/runs"
 
     def training(run):
         return training_pids(work, run)
@@ -364,7 +378,7 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
             assert len(pair) == 2 and ran == {(rule, r) for r in pair for rule in ("train", "evaluate")}, (jid, ran)
             assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pair, f["TimeLimit"], want)
             completed.add(pair)
-    assert completed == {("table1-grassmann-s0", "table1-transformer-s0")}
+    assert completed == {tuple(redo)}
     ((jid, pair),) = cancelled.items()
     assert seen[jid]["JobState"] == "CANCELLED"
     again = [f for j, f in packed if int(j) > int(jid) and f["JobState"] == "COMPLETED" and tuple(sorted(
