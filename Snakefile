@@ -1,6 +1,6 @@
 # grassflow: the reproduction DAG of arXiv 2512.19428.
 #   download → tokenize → train (one job per run) → evaluate → tables, figures, report
-#   (workflow/rules/lm.smk, report.smk) and, for presets with an `snli` part, the same chain for
+#   (workflow/rules/lm.smk) and, for presets with an `snli` part, the same chain for
 #   SNLI (paper Table 3: snli.smk); for presets with a `recall` part, multi-query associative
 #   recall (MQAR: recall.smk)
 # `snakemake --cores all` runs config.yaml's preset (paper); `--config preset=demo` the demo.
@@ -32,14 +32,13 @@ validate_or_exit(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/specs.smk"
 include: "workflow/rules/preflight.smk"
 include: "workflow/rules/fetch.smk"
 include: "workflow/rules/lm.smk"
-include: "workflow/rules/report.smk"
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
 include: "workflow/rules/estimates.smk"
-include: "workflow/rules/specs.smk"
 
 
 rule all:

@@ -1,22 +1,13 @@
 # Helpers shared by the rules: the selected preset, the run grid, file names, and the
 # source fingerprints that make a rule stale when the code it runs changes.
 import functools
-import json
 import re
 import sys
 from pathlib import Path
 
-from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids, tokenizer_spec
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.sections import exec_resources, run_train
-from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
-from grassflow.pipeline.staleness import (
-    CODE_INDEX,
-    fingerprint,
-    job_code,
-    kind_code,
-    remember,
-)
+from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
 from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
@@ -25,53 +16,13 @@ REPORT = f"{RESULTS}/report"
 SPLITS = ["train", "validation", "test"]
 # {task: {run_id: spec}} of every task the preset has (grassflow.pipeline.tasks): one job of each stage per run
 TASK_RUNS = {t.name: t.specs(PRESET, PRESET_CFG) for t in TASKS.values()}
-ACTIVE_TASKS = [
-    t for t in TASKS.values() if t.part(PRESET_CFG)
-]  # the tasks this preset has a part of
+ACTIVE_TASKS = [t for t in TASKS.values() if t.part(PRESET_CFG)]  # those this preset has a part of
 # Every task's rules exist whatever the preset; a preset without a task's part plans none of its
 # jobs (its run wildcard matches nothing), and its names below are empty.
 THREADS = {
     t.name: ((t.part(PRESET_CFG) or {}).get("train") or {}).get("threads", 1)
     for t in TASKS.values()
 }
-
-# The language-modelling part (Tables 1-2, ablations; lm.smk, report.smk): the preset itself, when
-# it has experiments (a preset may hold only SNLI or only recall).
-LM = bool(PRESET_CFG.get("experiments"))
-LM_TRAIN = PRESET_CFG["train"] if LM else {}
-BENCH = PRESET_CFG.get("bench") or {}
-RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
-EXPERIMENTS = list(PRESET_CFG.get("experiments") or {})
-MAIN_RUNS = main_run_ids(PRESET_CFG)
-EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}
-# {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
-ABLATIONS = {
-    v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-    for v, models in ablation_runs(PRESET, PRESET_CFG, RUNS).items()
-}
-ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
-# {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
-FUSED = fused_groups(PRESET_CFG, RUNS) if LM else {}
-FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
-FUSED_SEEDS = PRESET_CFG["seeds"] if FUSED else []
-PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
-RAW = f"{RESULTS}/data/raw"
-TOKENS = f"{RESULTS}/data/tokens/{PRESET_CFG['tokenizer']['name'] if LM else None}"
-
-# SNLI (snli.smk), the preset's `snli` part
-SNLI = TASKS["snli"].part(PRESET_CFG) or {}
-SNLI_RUNS = TASK_RUNS["snli"]
-SNLI_RES = f"{RESULTS}/snli"
-SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else None}"
-
-# Recall (recall.smk), the preset's `recall` part: its data per (seq_len, kv) cell
-RECALL = TASKS["recall"].part(PRESET_CFG) or {}
-RECALL_RUNS = TASK_RUNS["recall"]
-RECALL_RES = f"{RESULTS}/recall"
-
-# Each rule's shell runs one stage module of the installed package (this checkout's src/: the
-# Snakefile checks): `python -m grassflow.<task>.<stage>`, whose code its `code` param hashes (below).
-# SNLI's run rules' {params.extra}: the backbone directory a run reads (snli_backbone_arg).
 
 # Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -107,28 +58,16 @@ EXECUTION = {
     for t in TASKS.values()
 }
 
-# Hub files the jobs need are fetched first, where Snakemake runs (on a cluster: the login
-# node, the only one with internet): tokenizers named but not given a local `path` (and a task's
-# directories: SNLI's pretrained backbone, fetch.smk).
-FETCH_TOKENIZERS = {
-    tok["name"]: tok
-    for tok in (t.part(PRESET_CFG)["tokenizer"] for t in ACTIVE_TASKS if t.tokenizer)
-    if tok["name"] != "trained" and not tok.get("path")
-}
+
+def alternatives(names):
+    """A wildcard's constraint: exactly these names (none: a pattern that matches nothing)."""
+    return "|".join(map(re.escape, names)) or "(?!)"
 
 
 wildcard_constraints:
-    **{t.wildcard: "|".join(map(re.escape, TASK_RUNS[t.name])) or "(?!)" for t in TASKS.values()},
-    **{
-        f"{t.name}_cell": "|".join(map(re.escape, t.cells(t.part(PRESET_CFG))))
-        for t in ACTIVE_TASKS
-        if t.cells
-    },
-    exp="|".join(map(re.escape, EXPERIMENTS)) or "(?!)",
-    tok_name="|".join(map(re.escape, FETCH_TOKENIZERS)) or "(?!)",
-    split="|".join(SPLITS),
-    pf_device="auto|cpu|cuda",
-    pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
+    **{t.wildcard: alternatives(TASK_RUNS[t.name]) for t in TASKS.values()},
+    **{f"{t.name}_cell": alternatives(t.cells(t.part(PRESET_CFG))) for t in ACTIVE_TASKS if t.cells},
+    split=alternatives(SPLITS),
 
 
 # --- code fingerprints -------------------------------------------------------------------
@@ -150,63 +89,6 @@ def code_of(module, *kinds):
     return fingerprint(code)
 
 
-# --- specs -------------------------------------------------------------------------------------
-# What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
-# table reads), as a small JSON file that the local rule `spec` (specs.smk) writes from
-# spec_objects() when its content changes: a job's command line stays short and can be pasted to
-# rerun the job by hand, and the job reruns when its spec file is rewritten.
-@functools.cache
-def spec_objects():
-    """Every spec file the rules read, by name (results/<preset>/specs/<name>.json): each task's
-    runs, data and table's part (<task>/run/<run id>, <task>/data[/<cell>], <task>/aggregate; a
-    new task's rules read theirs so), the LM's and the other inputs the rules compute from."""
-    out = {
-        "data": PRESET_CFG.get("data"),
-        "tokenize": tokenizer_spec(PRESET_CFG) if LM else None,
-        "ablations/preset": ABLATIONS_PRESET,
-        "ablations/grid": ABLATIONS,
-        "estimates/preset": {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
-        "estimates/estimate": ESTIMATE,
-        "snli/backbone": SNLI.get("backbone"),
-        "snli/tokenize": snli_tokenizer_spec(PRESET_CFG) if SNLI else None,
-        **{f"aggregate/{exp}": part for exp, part in AGGREGATE_PRESETS.items()},
-        **{f"fetch_tokenizer/{name}": tok for name, tok in FETCH_TOKENIZERS.items()},
-    }
-    for t in TASKS.values():
-        out |= {f"{t.subdir}run/{run}": s for run, s in TASK_RUNS[t.name].items()}
-        part = t.part(PRESET_CFG) or {}
-        if t.part_key:  # the LM's data and tables: above
-            out[f"{t.subdir}data"] = part.get("data")
-            out[f"{t.subdir}aggregate"] = aggregate_part(part, t.part_key)
-        if t.cells and part:
-            out |= {f"{t.subdir}data/{c}": d for c, d in t.cells(part).items()}
-    return out
-
-
-def spec_json(name):
-    """Spec `name`'s file content: canonical JSON."""
-    return json.dumps(spec_objects()[name], sort_keys=True, indent=1)
-
-
-def spec(name, wildcard=None):
-    """The file of spec `name`, or with `wildcard` the pattern of family `name`'s (<name>/<key>)."""
-    return (
-        f"{RESULTS}/specs/{name}/{{{wildcard}}}.json"
-        if wildcard
-        else f"{RESULTS}/specs/{name}.json"
-    )
-
-
-# --- preflight ---------------------------------------------------------------------------
-# One cheap job on the kind of node the GPU jobs use checks the device, a Plücker op backend
-# and a training step of each model first; every GPU job depends on the preflight of its
-# (train.device, backend): a Transformer's on the backend `auto`. The preflight has no params
-# or code fingerprint: it reruns only when its record is missing (then all it guards rerun:
-# Snakemake cannot order a job before others without their rerunning after it). ancient()
-# would not do: when an ancient input's producer must rerun, Snakemake 9 skips the dependent
-# jobs' own rerun reasons (changed params), so they would silently stay stale.
-# the preflight's threads: those of the pipeline run's training jobs (grassflow.pipeline.tasks.pipeline_train)
-PREFLIGHT_THREADS = pipeline_train(PRESET_CFG)["threads"]
 # K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run. On
 # SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
 # allocation; their time limits are sized from K (grassflow.pipeline.estimate).
@@ -224,6 +106,16 @@ onstart:
                 f"train.runs_per_gpu is {RUNS_PER_GPU} (it sizes their time limits and GPU slots): "
                 f"set train.runs_per_gpu: {_n}, and print the flag with `grassflow gpus --slurm`"
             )
+
+
+# --- input functions the rule files share -----------------------------------------------
+def spec(name, wildcard=None):
+    """The file of spec `name`, or with `wildcard` the pattern of family `name`'s (<name>/<key>)."""
+    return (
+        f"{RESULTS}/specs/{name}/{{{wildcard}}}.json"
+        if wildcard
+        else f"{RESULTS}/specs/{name}.json"
+    )
 
 
 def preflight_file(device, backend="auto"):
@@ -247,13 +139,13 @@ def run_preflight(task_name):
     return of
 
 
-# --- file names ----------------------------------------------------------------------------
-def alternatives(names):
-    """A wildcard's constraint: exactly these names (none: a pattern that matches nothing)."""
-    return "|".join(map(re.escape, names)) or "(?!)"
-
-
-UNFUSED_RUNS = alternatives(r for r in RUNS if r not in FUSED_RUNS)
+# Hub files the jobs need are fetched first, where Snakemake runs (fetch.smk; on a cluster: the login
+# node, the only one with internet): tokenizers named but not given a local `path`.
+FETCH_TOKENIZERS = {
+    tok["name"]: tok
+    for tok in (t.part(PRESET_CFG)["tokenizer"] for t in ACTIVE_TASKS if t.tokenizer)
+    if tok["name"] != "trained" and not tok.get("path")
+}
 
 
 def fetched_tokenizer(name):
@@ -273,77 +165,6 @@ def artifact_args(part, results):
     return " ".join(f"--artifact {a}" for a in tokenizer_artifact(part, results))
 
 
-def snli_backbone(wc):
-    """The fetched backbone an SNLI run reads (snli_fetch_backbone), or none (a `path`, random, scratch)."""
-    dirs = run_dirs(SNLI, SNLI_RUNS[wc.snli_run])
-    return [f"{SNLI_RES}/{dirs['backbone']}"] if "backbone" in dirs else []
-
-
-def snli_backbone_arg(wc):
-    return " ".join(f"--backbone-dir {d}" for d in snli_backbone(wc))
-
-
-def recall_tokens(split):
-    """A recall run's token file of `split`: its cell's (recall_data)."""
-    return lambda wc: f"{RECALL_RES}/data/{RECALL_RUNS[wc.recall_run]['data_cell']}/{split}.parquet"
-
-
-def run_outputs(name, run_ids=None):
-    return [f"{RESULTS}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
-
-
-def experiment_outputs(exp):
-    """An LM experiment's table and figures (rule aggregate), none where the preset lacks it."""
-    if exp not in EXPERIMENTS:
-        return []
-    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")] + [
-        f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")
-    ]
-
-
-def ablation_outputs():
-    if not ABLATIONS:
-        return []
-    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
-
-
-# --- what the tables read of the preset (spec files) -----------------------------------------
-TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the other tasks' preset keys
-# each LM experiment's table: this experiment only, so that the other tables', the other tasks' and
-# the ablations' edits (and train.threads) leave it alone
-AGGREGATE_PRESETS = {
-    exp: {
-        **{
-            k: run_train(v) if k == "train" else v
-            for k, v in PRESET_CFG.items()
-            if k not in ("ablations", "experiments", *TASK_PARTS)
-        },
-        "experiments": {exp: PRESET_CFG["experiments"][exp]},
-    }
-    for exp in EXPERIMENTS
-}
-# the ablation table: the grid's base experiment, not the others
-ABLATIONS_PRESET = (
-    {
-        **{k: PRESET_CFG[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
-        "model_overrides": PRESET_CFG.get("model_overrides") or {},
-        "train": run_train(PRESET_CFG["train"]),
-        "experiments": {
-            PRESET_CFG["ablations"]["base"]: PRESET_CFG["experiments"][
-                PRESET_CFG["ablations"]["base"]
-            ]
-        },
-    }
-    if ABLATIONS
-    else None
-)
-
-
-def aggregate_part(part, key):
-    """Another task's tables read its own part only, without execution keys."""
-    return {key: {**part, "train": run_train(part["train"])}} if part else None
-
-
 # --- every task's files (grassflow.pipeline.tasks) -------------------------------------------------------
 def task_run_outputs(name, file):
     """File `file` of each of task `name`'s runs."""
@@ -352,7 +173,7 @@ def task_run_outputs(name, file):
 
 
 def task_outputs(name):
-    """The tables and figures task `name`'s aggregate writes (not the LM's: report.smk)."""
+    """The tables and figures task `name`'s aggregate writes (not the LM's: lm.smk)."""
     task = TASKS[name]
     part = task.part(PRESET_CFG)
     return [f"{REPORT}/{f}" for f in task.outputs(part)] if task.outputs and part else []
@@ -372,32 +193,13 @@ def task_report(name):
     return [shown(f) for f in task_outputs(name)]
 
 
-def estimate_benchmarks():
-    """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
-    group's run: its group's job's)."""
-    return [
-        str(t.bench_file(RESULTS, stage, r))
-        for t in TASKS.values()
-        for stage in STAGES
-        for r in TASK_RUNS[t.name]
-        if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)
-    ] + [f"{RESULTS}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
-
-
 def final_outputs():
     """The tables and figures, and every run's evaluation too: Snakemake (>= 7.7, by design,
     snakemake#1978) does not redo a deleted intermediate file whose consumers look up to date,
     so without these a deleted or failed run would leave the old tables standing."""
-    lm = (
-        [f for exp in EXPERIMENTS for f in experiment_outputs(exp)]
-        + [f"{REPORT}/scaling.png", f"{REPORT}/summary.md"]
-        + ablation_outputs()
-        if LM
-        else []
-    )
     tasks = [
         f
         for t in ACTIVE_TASKS
         for f in task_outputs(t.name) + task_run_outputs(t.name, "eval.json")
     ]
-    return lm + tasks + [f"{REPORT}/estimates.md"]
+    return lm_outputs() + tasks + [f"{REPORT}/estimates.md"]

@@ -4,6 +4,10 @@
 # grassflow.snli.fetch_backbone (snli.smk).
 
 
+wildcard_constraints:
+    tok_name=alternatives(FETCH_TOKENIZERS),
+
+
 rule fetch_tokenizer:
     input:
         tokenizer=spec("fetch_tokenizer", "tok_name"),

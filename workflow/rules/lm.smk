@@ -1,9 +1,104 @@
-# Language modelling (the paper's Tables 1-2 and the ablations; its tables: report.smk):
+# Language modelling (the paper's Tables 1-2 and the ablations), the preset itself where it has
+# experiments:
 #   download → (train_tokenizer, for tokenizer.name: trained) → tokenize → train → evaluate
-# and documents: the evaluation splits as lm-evaluation-harness's documents, which evaluate reads.
+#   → aggregate (a table per experiment), summary, ablation_aggregate
+# and documents: the evaluation splits as lm-evaluation-harness's documents, which evaluate reads;
+# unigram: the baseline a model must beat; bench: the scaling benchmark.
+# `snakemake lm`: its tables; `snakemake table1`, `table2`, `ablations`: one table, its runs, their data.
 # download is local (it runs where Snakemake runs): on clusters only the login node has the internet.
 # A run's spec file holds all it computes from; its `code` param the hash of the code it runs, of its
 # own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
+
+
+from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids
+
+# Its part: the preset itself, when it has experiments (a preset may hold only SNLI or only recall).
+LM = bool(PRESET_CFG.get("experiments"))
+LM_TRAIN = PRESET_CFG["train"] if LM else {}
+BENCH = PRESET_CFG.get("bench") or {}
+RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
+EXPERIMENTS = list(PRESET_CFG.get("experiments") or {})
+MAIN_RUNS = main_run_ids(PRESET_CFG)
+EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}
+# {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
+ABLATIONS = {
+    v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
+    for v, models in ablation_runs(PRESET, PRESET_CFG, RUNS).items()
+}
+ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
+# {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
+FUSED = fused_groups(PRESET_CFG, RUNS) if LM else {}
+FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
+FUSED_SEEDS = PRESET_CFG["seeds"] if FUSED else []
+PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
+RAW = f"{RESULTS}/data/raw"
+TOKENS = f"{RESULTS}/data/tokens/{PRESET_CFG['tokenizer']['name'] if LM else None}"
+UNFUSED_RUNS = alternatives(r for r in RUNS if r not in FUSED_RUNS)
+
+
+wildcard_constraints:
+    exp=alternatives(EXPERIMENTS),
+
+
+def run_outputs(name, run_ids=None):
+    return [f"{RESULTS}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
+
+
+def experiment_outputs(exp):
+    """An LM experiment's table and figures (rule aggregate), none where the preset lacks it."""
+    if exp not in EXPERIMENTS:
+        return []
+    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")] + [
+        f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")
+    ]
+
+
+def ablation_outputs():
+    if not ABLATIONS:
+        return []
+    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
+
+
+def lm_outputs():
+    """The LM's tables and figures (its target `lm`), none where the preset has no LM part."""
+    if not LM:
+        return []
+    return (
+        [f for exp in EXPERIMENTS for f in experiment_outputs(exp)]
+        + [f"{REPORT}/scaling.png", f"{REPORT}/summary.md"]
+        + ablation_outputs()
+    )
+
+
+TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the other tasks' preset keys
+# each LM experiment's table: this experiment only, so that the other tables', the other tasks' and
+# the ablations' edits (and train.threads) leave it alone
+AGGREGATE_PRESETS = {
+    exp: {
+        **{
+            k: run_train(v) if k == "train" else v
+            for k, v in PRESET_CFG.items()
+            if k not in ("ablations", "experiments", *TASK_PARTS)
+        },
+        "experiments": {exp: PRESET_CFG["experiments"][exp]},
+    }
+    for exp in EXPERIMENTS
+}
+# the ablation table: the grid's base experiment, not the others
+ABLATIONS_PRESET = (
+    {
+        **{k: PRESET_CFG[k] for k in ("data", "tokenizer", "models", "model", "ablations")},
+        "model_overrides": PRESET_CFG.get("model_overrides") or {},
+        "train": run_train(PRESET_CFG["train"]),
+        "experiments": {
+            PRESET_CFG["ablations"]["base"]: PRESET_CFG["experiments"][
+                PRESET_CFG["ablations"]["base"]
+            ]
+        },
+    }
+    if ABLATIONS
+    else None
+)
 
 
 rule download:
@@ -125,7 +220,7 @@ rule train:
         "--trackers {resources.trackers} --head-loss {resources.head_loss} > {log} 2>&1"
 
 
-# train.fuse_seeds: a config's seeds (FUSED, common.smk) trained as one ensemble by one job, each
+# train.fuse_seeds: a config's seeds (FUSED, above) trained as one ensemble by one job, each
 # run's outputs in its own directory as rule `train` writes them; evaluate reads them as any
 # run's. The resume state is the group's (results/<preset>/fused/<group>/last.pt).
 rule train_fused:
@@ -201,3 +296,189 @@ rule evaluate:
         "python -m grassflow.lm.evaluate --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} "
         "--val-docs {input.validation_docs} --test-docs {input.test_docs} > {log} 2>&1"
+
+
+# Its tables: the unigram baseline, the scaling benchmark on the device the training jobs use
+# (train.device; under profiles/slurm a `gpu` node), then one table per experiment, the summary and
+# the ablation table.
+
+
+# The unigram baseline of the evaluation tokens (training-split counts): the perplexity a model
+# must beat to have learned anything; the tables mark runs that do not.
+rule unigram:
+    input:
+        train=f"{TOKENS}/train.parquet",
+        val=f"{TOKENS}/validation.parquet",
+        test=f"{TOKENS}/test.parquet",
+    output:
+        f"{TOKENS}/unigram.json",
+    log:
+        f"{RESULTS}/logs/unigram.log",
+    conda:
+        "../../envs/data.yaml"
+    params:
+        code=code_of("grassflow.lm.unigram"),
+    shell:
+        "python -m grassflow.lm.unigram --train-tokens {input.train} --val-tokens {input.val} --test-tokens {input.test} "
+        "--out {output} > {log} 2>&1"
+
+
+rule bench:
+    input:
+        preflight=preflight_file(LM_TRAIN.get("device", "cpu")),
+    output:
+        f"{RESULTS}/bench/bench.json",
+    log:
+        f"{RESULTS}/logs/bench.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/bench.tsv"
+    conda:
+        "../../envs/train.yaml"
+    threads: THREADS["lm"]
+    resources:
+        gpu=1,
+        runs_per_gpu=RUNS_PER_GPU,
+    params:
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        quick="--quick" if BENCH.get("quick") else "",
+        lengths=",".join(map(str, BENCH.get("lengths", []))),
+        device=LM_TRAIN.get("device", "cpu"),
+        code=code_of("grassflow.bench", *MODEL_KINDS),
+    shell:
+        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} python -m grassflow.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
+
+
+rule aggregate:  # one experiment's table: a table's target plans only its own runs
+    input:
+        evals=lambda wc: run_outputs("eval.json", EXP_RUNS[wc.exp]),
+        records=lambda wc: run_outputs("run.json", EXP_RUNS[wc.exp]),
+        metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
+        # this experiment only: the other tables', the other tasks', ablation edits (and
+        # train.threads) leave this table alone
+        preset=spec("aggregate", "exp"),
+        unigram=f"{TOKENS}/unigram.json",
+        checksums=f"{RAW}/checksums.json",
+        published=PUBLISHED,
+    output:
+        tables=[
+            report(
+                f"{REPORT}/{{exp}}.{ext}", category="Tables", labels={"table": f"{{exp}}.{ext}"}
+            )
+            for ext in ("md", "csv", "tex")
+        ],
+        figures=[
+            report(
+                f"{REPORT}/{kind}_{{exp}}.png",
+                caption="../report/figure.rst",
+                category="Figures",
+                labels={"figure": f"{kind}_{{exp}}"},
+            )
+            for kind in ("curves", "best_ppl")
+        ],
+    log:
+        f"{RESULTS}/logs/aggregate/{{exp}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/aggregate/{{exp}}.tsv"
+    conda:
+        "../../envs/report.yaml"
+    params:
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output.tables[0]).parent,
+        runs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in EXP_RUNS[wc.exp]),
+        code=code_of("grassflow.report.aggregate"),
+    shell:
+        "python -m grassflow.report.aggregate --preset {input.preset} --preset-name {params.preset_name} --experiment {wildcards.exp} "
+        "--runs {params.runs} --unigram {input.unigram} --checksums {input.checksums} "
+        "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule summary:
+    input:
+        tables=[f"{REPORT}/{exp}.md" for exp in EXPERIMENTS],
+        figures=[f for e in EXPERIMENTS for f in experiment_outputs(e) if f.endswith(".png")],
+        bench=f"{RESULTS}/bench/bench.json",
+    output:
+        summary=report(
+            f"{REPORT}/summary.md",
+            caption="../report/summary.rst",
+            category="Summary",
+            labels={"table": "summary"},
+        ),
+        scaling=report(
+            f"{REPORT}/scaling.png",
+            caption="../report/figure.rst",
+            category="Figures",
+            labels={"figure": "scaling"},
+        ),
+    log:
+        f"{RESULTS}/logs/summary.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output.summary).parent,
+        code=code_of("grassflow.report.summary"),
+    shell:
+        "python -m grassflow.report.summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
+        "--out-dir {params.out_dir} > {log} 2>&1"
+
+
+# `snakemake table1`, `snakemake table2`: that table, its runs and their data
+rule table1:
+    input:
+        experiment_outputs("table1"),
+
+
+rule table2:
+    input:
+        experiment_outputs("table2"),
+
+
+rule ablation_aggregate:
+    input:
+        evals=run_outputs("eval.json", ABLATION_RUNS),
+        records=run_outputs("run.json", ABLATION_RUNS),
+        unigram=f"{TOKENS}/unigram.json",
+        checksums=f"{RAW}/checksums.json",
+        published=PUBLISHED,
+        # what the table reads of the preset: editing another experiment leaves it alone
+        preset=spec("ablations/preset"),
+        grid=spec("ablations/grid"),
+    output:
+        tables=[
+            report(
+                f"{REPORT}/ablations.{ext}",
+                category="Ablations",
+                labels={"table": f"ablations.{ext}"},
+            )
+            for ext in ("md", "csv", "tex")
+        ],
+        figure=report(
+            f"{REPORT}/ablations.png",
+            caption="../report/ablations.rst",
+            category="Ablations",
+            labels={"figure": "ablations"},
+        ),
+    log:
+        f"{RESULTS}/logs/ablation_aggregate.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output.figure).parent,
+        runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
+        code=code_of("grassflow.report.ablations"),
+    shell:
+        "python -m grassflow.report.ablations --preset {input.preset} --preset-name {params.preset_name} --grid {input.grid} "
+        "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
+        "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
+    input:
+        ablation_outputs(),
+
+
+rule lm:  # `snakemake lm`: every LM table and figure, their runs and data
+    input:
+        lm_outputs(),

@@ -3,6 +3,17 @@
 # → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
 
 
+# Recall (recall.smk), the preset's `recall` part: its data per (seq_len, kv) cell
+RECALL = TASKS["recall"].part(PRESET_CFG) or {}
+RECALL_RUNS = TASK_RUNS["recall"]
+RECALL_RES = f"{RESULTS}/recall"
+
+
+def recall_tokens(split):
+    """A recall run's token file of `split`: its cell's (recall_data)."""
+    return lambda wc: f"{RECALL_RES}/data/{RECALL_RUNS[wc.recall_run]['data_cell']}/{split}.parquet"
+
+
 rule recall_data:
     input:
         data=spec("recall/data", "recall_cell"),

@@ -5,6 +5,25 @@
 # `snakemake snli`: its tables, their runs and data only.
 
 
+from grassflow.snli.grid import run_dirs
+
+# SNLI (snli.smk), the preset's `snli` part
+SNLI = TASKS["snli"].part(PRESET_CFG) or {}
+SNLI_RUNS = TASK_RUNS["snli"]
+SNLI_RES = f"{RESULTS}/snli"
+SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else None}"
+
+
+def snli_backbone(wc):
+    """The fetched backbone an SNLI run reads (snli_fetch_backbone), or none (a `path`, random, scratch)."""
+    dirs = run_dirs(SNLI, SNLI_RUNS[wc.snli_run])
+    return [f"{SNLI_RES}/{dirs['backbone']}"] if "backbone" in dirs else []
+
+
+def snli_backbone_arg(wc):
+    return " ".join(f"--backbone-dir {d}" for d in snli_backbone(wc))
+
+
 rule snli_fetch_backbone:
     input:
         backbone=spec("snli/backbone"),

@@ -1,5 +1,5 @@
 """Language modelling (the paper's Tables 1-2 and the ablations): the preset's own top-level part.
-Its rules: workflow/rules/lm.smk; its tables': report.smk."""
+Its rules, its tables' too: workflow/rules/lm.smk."""
 
 from grassflow.lm.grid import check_lm, check_model, estimate, runs
 from grassflow.pipeline.tasks import Task
