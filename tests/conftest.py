@@ -129,6 +129,31 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(margins.summary())
 
 
+def _every_test_but_the_gpus(config) -> bool:
+    """This session is CI's: every test but the GPU tier's (`make test TIERS="not gpu"`), none left out."""
+    return (config.option.markexpr == "not gpu" and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+            and not config.option.keyword and not config.getoption("seeds"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """In CI's session, the full Snakemake executions counted against those declared, each with what
+    it is for (tests/helpers/executions.py): a test that makes an undeclared one fails the run."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _every_test_but_the_gpus(session.config):
+        return
+    from helpers import executions
+
+    root = session.config._tmp_path_factory.getbasetemp()
+    made, wrong = executions.made(root), executions.audit(root)
+    report = session.config.pluginmanager.get_plugin("terminalreporter")
+    report.write_line(f"full Snakemake executions: {sum(made.values())} in {len(made)} tests "
+                      f"(declared: {sum(n for n, _ in executions.EXECUTIONS.values())}; tests/helpers/executions.py)")
+    for line in wrong:
+        report.write_line(f"error: {line}", red=True)
+    if wrong and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_gpu_slots(tmp_path_factory):
     """Each pytest process its own GPU-slot directory: two xdist workers never share a stand-in pool."""

@@ -1,0 +1,112 @@
+"""The full Snakemake executions a CI run makes (runs that execute jobs; a dry run makes none), each
+declared here with what it is for: a test that runs the DAG again where the one demo, or a state
+derived from it, would do costs minutes of CI.
+
+Snakemake writes one log file per invocation but a dry run (`.snakemake/log/<start time>.snakemake.log`);
+an execution is one whose log records a job started. At the end of a CI run (`make test TIERS="not gpu"`, every test but the GPU's),
+`tests/conftest.py` counts them under the session's temporary directory, each by the test directory
+that made it (a copy of the demo carries the demo's logs: a log is its first writer's, the copy of
+the earliest change time), and fails the run where a test made more or fewer than declared
+(`audit`). tests/pipeline/test_executions.py tests the audit itself."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+# test (its temporary directory's name, which pytest cuts at 30 characters) -> (executions, why)
+EXECUTIONS: dict[str, tuple[int, str]] = {
+    "demo": (
+        1,
+        "the demo every DAG assertion reads (tests/conftest.py::demo), on a stand-in pool of 2 GPUs",
+    ),
+    "test_demo_through_slurm_profil": (
+        1,
+        "every rule as a SLURM job on its partition, a run's jobs in one allocation, a "
+        "preemption and a time limit retried (a fresh tree: the data jobs too)",
+    ),
+    "test_k_runs_packed_into_one_al": (
+        1,
+        "K=2 runs in one allocation, cancelled and resumed (from a copy of the demo)",
+    ),
+    "test_full_v1_splits_through_th": (
+        1,
+        "all of Wikitext-2 v1 through the DAG: the only real text in CI",
+    ),
+    "test_a_fourth_task_runs_throug": (
+        1,
+        "a toy fourth task from its own directory (another task: not the demo)",
+    ),
+    "test_sigkilled_pipeline_reruns": (
+        2,
+        "killed mid-training, then rerun to the demo's tables (from a copy of the demo)",
+    ),
+    "test_crafted_checkpoints_in_a_": (
+        2,
+        "crafted pickles fail their jobs, then the real files complete them (a copy of the demo)",
+    ),
+    "test_damaged_files_the_jobs_re": (
+        5,
+        "each batch of damaged files fails the jobs that read it (a copy of the demo)",
+    ),
+    "test_the_demos_table_from_fuse": (
+        1,
+        "Table 1 trained as fused seed groups, rows equal to the demo's",
+    ),
+    "test_the_gpu_window_stops_at_i": (
+        4,
+        "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed",
+    ),
+    "test_v1_overlay_plans_the_pape": (
+        1,
+        "the spec files only (a local job), to read what the v1 overlay's runs compute",
+    ),
+    "test_a_hub_fetch_holds_its_own": (
+        1,
+        "a hub tokenizer fetched and the demo tokenized with it (its data jobs only, in a scratch repository)",
+    ),
+}
+
+
+def owner(log: Path, root: Path) -> str:
+    """The test directory a log lies in under the session's temporary directory `root` (a worker's
+    popen-gw<N>/ skipped), without pytest's numbering."""
+    parts = [p for p in log.relative_to(root).parts if not p.startswith("popen-gw")]
+    return re.sub(r"\d+$", "", parts[0])
+
+
+JOB = re.compile(r"^(?:local)?rule \w+:$", re.M)  # a job started (Snakemake's log of it)
+
+
+def made(root: Path) -> Counter:
+    """{test: executions} of the logs under `root` that record a job (not --unlock, --touch, --report
+    or a run refused before any job), each log counted once, for its first writer."""
+    first: dict[str, tuple[float, Path]] = {}
+    for log in root.rglob(".snakemake/log/*.snakemake.log"):
+        if not JOB.search(log.read_text(errors="replace")):
+            continue
+        at = log.stat().st_ctime
+        if log.name not in first or at < first[log.name][0]:
+            first[log.name] = (at, log)
+    return Counter(owner(log, root) for _, log in first.values())
+
+
+def audit(root: Path) -> list[str]:
+    """The lines saying where the executions under `root` differ from EXECUTIONS (none: they agree)."""
+    got = made(root)
+    return [
+        f"{test}: {got.get(test, 0)} full Snakemake executions, declared {want}"
+        + (
+            ""
+            if want
+            else " (undeclared: add it to tests/helpers/executions.py with what it is for)"
+        )
+        for test, want in sorted(
+            {
+                **{t: n for t, (n, _) in EXECUTIONS.items()},
+                **{t: 0 for t in got if t not in EXECUTIONS},
+            }.items()
+        )
+        if got.get(test, 0) != want
+    ]
