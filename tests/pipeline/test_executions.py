@@ -8,33 +8,45 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import executions
 
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def _log(test_dir: Path, name: str, job: str = "localrule spec:") -> Path:
+def _log(test_dir: Path, name: str, job: str = "localrule spec:", command: str = "snakemake --cores 2") -> Path:
     log = test_dir / "work/.snakemake/log" / f"{name}.snakemake.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"Building DAG of jobs...\n{job}\n    jobid: 1\n")
+    log.write_text(f"  Command: {command}\nBuilding DAG of jobs...\n{job}\n    jobid: 1\n")
     return log
 
 
-def test_each_execution_counts_once_for_the_test_that_made_it(tmp_path, monkeypatch):
+@pytest.fixture
+def tree(tmp_path):
+    """A directory for crafted logs, removed afterwards: the audit at the end of CI's session reads
+    every log under the session's temporary directory, and these are not executions."""
+    yield tmp_path / "session"
+    shutil.rmtree(tmp_path / "session", ignore_errors=True)
+
+
+def test_each_execution_counts_once_for_the_test_that_made_it(tree, monkeypatch):
     """A copy of the demo carries its log: still the demo's, not the copier's; a worker's directory
-    is skipped, pytest's numbering dropped; a log without a job (--unlock) is no execution; too many,
+    is skipped, pytest's numbering dropped; a log without a job (--unlock), or whose jobs were only
+    touched (--touch), is no execution; too many,
     too few and undeclared are each named."""
-    demo = tmp_path / "demo"
+    demo = tree / "demo"
     _log(demo, "2026-01-01T000000.000001")
     time.sleep(0.05)
-    copier = tmp_path / "popen-gw1/test_sigkilled_pipeline_rerun0"
+    copier = tree / "popen-gw1/test_sigkilled_pipeline_rerun0"
     shutil.copytree(demo / "work", copier / "work")  # the demo's log, now in the copy too
     _log(copier, "2026-01-01T000100.000001")
     _log(copier, "2026-01-01T000200.000001")
-    _log(tmp_path / "popen-gw0/test_other0", "2026-01-01T000300.000001")
-    _log(tmp_path / "popen-gw0/test_dry0", "x").unlink()  # a dry run leaves no log
-    _log(tmp_path / "popen-gw0/test_unlock0", "2026-01-01T000400.000001", job="Unlocked working directory.")
-    assert executions.made(tmp_path) == {
+    _log(tree / "popen-gw0/test_other0", "2026-01-01T000300.000001")
+    _log(tree / "popen-gw0/test_dry0", "x").unlink()  # a dry run leaves no log
+    _log(tree / "popen-gw0/test_unlock0", "2026-01-01T000400.000001", job="Unlocked working directory.")
+    _log(tree / "popen-gw0/test_touch0", "2026-01-01T000500.000001", command="snakemake --cores 2 --touch")
+    assert executions.made(tree) == {
         "demo": 1,
         "test_sigkilled_pipeline_rerun": 2,
         "test_other": 1,
@@ -49,7 +61,7 @@ def test_each_execution_counts_once_for_the_test_that_made_it(tmp_path, monkeypa
             "test_gone": (1, "no longer made"),
         },
     )
-    assert executions.audit(tmp_path) == [
+    assert executions.audit(tree) == [
         "test_gone: 0 full Snakemake executions, declared 1",
         "test_other: 1 full Snakemake executions, declared 0 (undeclared: add it to "
         "tests/helpers/executions.py with what it is for)",
@@ -60,7 +72,7 @@ def test_each_execution_counts_once_for_the_test_that_made_it(tmp_path, monkeypa
         "EXECUTIONS",
         {"demo": (1, "d"), "test_sigkilled_pipeline_rerun": (2, "k"), "test_other": (1, "o")},
     )
-    assert executions.audit(tmp_path) == []
+    assert executions.audit(tree) == []
 
 
 def test_every_declared_execution_names_a_test_and_says_what_it_is_for():
