@@ -32,13 +32,13 @@ validate_or_exit(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/specs.smk"
 include: "workflow/rules/preflight.smk"
 include: "workflow/rules/fetch.smk"
 include: "workflow/rules/lm.smk"
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
 include: "workflow/rules/estimates.smk"
+include: "workflow/rules/specs.smk"
 
 
 rule all:

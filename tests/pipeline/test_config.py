@@ -296,3 +296,21 @@ def test_a_training_job_refuses_a_spec_with_a_bad_key_in_one_line(edit, first, c
         main(["--spec", json.dumps(spec), "--train-tokens", "t", "--val-tokens", "v", "--out-dir", "o"])
     err = capfd.readouterr().err
     assert e.value.code == 2 and first in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_model_kinds_are_named_once_in_the_schemas_and_alike_in_the_registry():
+    """The kind enum is one $def that every task's schema refers to, naming the kinds of the models'
+    registry (KIND_CODE), each of which declares the model keys it owns (KIND_KEYS); a kind's run
+    spec drops the keys every other kind owns, a kind not yet declared too."""
+    from grassflow.models import KIND_CODE
+    from grassflow.pipeline.sections import KIND_KEYS, own_keys
+
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    assert schema["$defs"]["model_kind"]["enum"] == list(KIND_CODE) and set(KIND_KEYS) == set(KIND_CODE)
+    for f in [ROOT / "workflow/schemas/config.schema.yaml", *(ROOT / "src/grassflow").glob("*/schema.yaml")]:
+        text = f.read_text()
+        assert text.count("[transformer, grassmann]") == (f.name == "config.schema.yaml"), f
+    model = {"d_model": 8, "attention_window": 4, "r": 2, "lags": [1], "eps": 1e-6}
+    assert own_keys("transformer", model) == {"d_model": 8, "attention_window": 4}
+    assert own_keys("grassmann", model) == {"d_model": 8, "r": 2, "lags": [1], "eps": 1e-6}
+    assert own_keys("a_third_kind", model) == {"d_model": 8}

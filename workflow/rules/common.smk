@@ -1,12 +1,15 @@
 # Helpers shared by the rules: the selected preset, the run grid, file names, and the
 # source fingerprints that make a rule stale when the code it runs changes.
 import functools
+import json
 import re
 import sys
 from pathlib import Path
 
+from grassflow.lm.grid import tokenizer_spec
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.sections import exec_resources, run_train
+from grassflow.snli.grid import snli_tokenizer_spec
 from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
 from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
 
@@ -108,6 +111,49 @@ onstart:
             )
 
 
+# --- specs --------------------------------------------------------------------------------
+# What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
+# table reads), as a small JSON file that the local rule `spec` (specs.smk) writes from
+# spec_objects() when its content changes: a job's command line stays short and can be pasted to
+# rerun the job by hand, and the job reruns when its spec file is rewritten.
+@functools.cache
+def spec_objects():
+    """Every spec file the rules read, by name (results/<preset>/specs/<name>.json): each task's
+    runs, data and table's part (<task>/run/<run id>, <task>/data[/<cell>], <task>/aggregate; a
+    new task's rules read theirs so), the LM's and the other inputs the rules compute from."""
+    out = {
+        "data": PRESET_CFG.get("data"),
+        "tokenize": tokenizer_spec(PRESET_CFG) if LM else None,
+        "ablations/preset": ABLATIONS_PRESET,
+        "ablations/grid": ABLATIONS,
+        "estimates/preset": {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
+        "estimates/estimate": ESTIMATE,
+        "snli/backbone": SNLI.get("backbone"),
+        "snli/tokenize": snli_tokenizer_spec(PRESET_CFG) if SNLI else None,
+        **{f"aggregate/{exp}": part for exp, part in AGGREGATE_PRESETS.items()},
+        **{f"fetch_tokenizer/{name}": tok for name, tok in FETCH_TOKENIZERS.items()},
+    }
+    for t in TASKS.values():
+        out |= {f"{t.subdir}run/{run}": s for run, s in TASK_RUNS[t.name].items()}
+        part = t.part(PRESET_CFG) or {}
+        if t.part_key:  # the LM's data and tables: above
+            out[f"{t.subdir}data"] = part.get("data")
+            out[f"{t.subdir}aggregate"] = aggregate_part(part, t.part_key)
+        if t.cells and part:
+            out |= {f"{t.subdir}data/{c}": d for c, d in t.cells(part).items()}
+    return out
+
+
+def aggregate_part(part, key):
+    """Another task's tables read its own part only, without execution keys."""
+    return {key: {**part, "train": run_train(part["train"])}} if part else None
+
+
+def spec_json(name):
+    """Spec `name`'s file content: canonical JSON."""
+    return json.dumps(spec_objects()[name], sort_keys=True, indent=1)
+
+
 # --- input functions the rule files share -----------------------------------------------
 def spec(name, wildcard=None):
     """The file of spec `name`, or with `wildcard` the pattern of family `name`'s (<name>/<key>)."""
@@ -202,4 +248,16 @@ def final_outputs():
         for t in ACTIVE_TASKS
         for f in task_outputs(t.name) + task_run_outputs(t.name, "eval.json")
     ]
-    return lm_outputs() + tasks + [f"{REPORT}/estimates.md"]
+    return LM_OUTPUTS + tasks + [f"{REPORT}/estimates.md"]
+
+
+def estimate_benchmarks():
+    """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
+    group's run: its group's job's)."""
+    return [
+        str(t.bench_file(RESULTS, stage, r))
+        for t in TASKS.values()
+        for stage in STAGES
+        for r in TASK_RUNS[t.name]
+        if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)
+    ] + [f"{RESULTS}/benchmarks/train_fused/{g}.tsv" for g in FUSED]

@@ -3,18 +3,6 @@
 # per job and per rule, so workflow/resources/throughput.csv can be corrected with real numbers.
 
 
-def estimate_benchmarks():
-    """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
-    group's run: its group's job's)."""
-    return [
-        str(t.bench_file(RESULTS, stage, r))
-        for t in TASKS.values()
-        for stage in STAGES
-        for r in TASK_RUNS[t.name]
-        if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)
-    ] + [f"{RESULTS}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
-
-
 rule estimates:
     input:
         benchmarks=lambda wc: estimate_benchmarks(),

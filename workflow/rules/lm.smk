@@ -16,58 +16,46 @@ from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids
 LM = bool(PRESET_CFG.get("experiments"))
 LM_TRAIN = PRESET_CFG["train"] if LM else {}
 BENCH = PRESET_CFG.get("bench") or {}
-RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
+LM_RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(PRESET_CFG.get("experiments") or {})
 MAIN_RUNS = main_run_ids(PRESET_CFG)
-EXP_RUNS = {exp: [r for r in MAIN_RUNS if RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}
-# {variant: {model: [run ids]}} of the ablation grid; its runs are in RUNS
+EXP_RUNS = {exp: [r for r in MAIN_RUNS if LM_RUNS[r]["experiment"] == exp] for exp in EXPERIMENTS}
+# {variant: {model: [run ids]}} of the ablation grid; its runs are in LM_RUNS
 ABLATIONS = {
     v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-    for v, models in ablation_runs(PRESET, PRESET_CFG, RUNS).items()
+    for v, models in ablation_runs(PRESET, PRESET_CFG, LM_RUNS).items()
 }
 ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
 # {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
-FUSED = fused_groups(PRESET_CFG, RUNS) if LM else {}
+FUSED = fused_groups(PRESET_CFG, LM_RUNS) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
 FUSED_SEEDS = PRESET_CFG["seeds"] if FUSED else []
 PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
 RAW = f"{RESULTS}/data/raw"
 TOKENS = f"{RESULTS}/data/tokens/{PRESET_CFG['tokenizer']['name'] if LM else None}"
-UNFUSED_RUNS = alternatives(r for r in RUNS if r not in FUSED_RUNS)
+UNFUSED_RUNS = alternatives(r for r in LM_RUNS if r not in FUSED_RUNS)
 
 
 wildcard_constraints:
     exp=alternatives(EXPERIMENTS),
 
 
-def run_outputs(name, run_ids=None):
-    return [f"{RESULTS}/runs/{run}/{name}" for run in (MAIN_RUNS if run_ids is None else run_ids)]
-
-
-def experiment_outputs(exp):
-    """An LM experiment's table and figures (rule aggregate), none where the preset lacks it."""
-    if exp not in EXPERIMENTS:
-        return []
-    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")] + [
-        f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")
-    ]
-
-
-def ablation_outputs():
-    if not ABLATIONS:
-        return []
-    return [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
-
-
-def lm_outputs():
-    """The LM's tables and figures (its target `lm`), none where the preset has no LM part."""
-    if not LM:
-        return []
-    return (
-        [f for exp in EXPERIMENTS for f in experiment_outputs(exp)]
-        + [f"{REPORT}/scaling.png", f"{REPORT}/summary.md"]
-        + ablation_outputs()
-    )
+# each experiment's table and figures (rule aggregate), the ablation table's, and all of them (`lm`)
+EXPERIMENT_OUTPUTS = {
+    exp: [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")]
+    + [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
+    for exp in EXPERIMENTS
+}
+ABLATION_OUTPUTS = (
+    [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")] if ABLATIONS else []
+)
+LM_OUTPUTS = (
+    [f for outputs in EXPERIMENT_OUTPUTS.values() for f in outputs]
+    + [f"{REPORT}/scaling.png", f"{REPORT}/summary.md"]
+    + ABLATION_OUTPUTS
+    if LM
+    else []
+)
 
 
 TASK_PARTS = {t.part_key for t in TASKS.values() if t.part_key}  # the other tasks' preset keys
@@ -210,7 +198,7 @@ rule train:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("grassflow.lm.train", RUNS[wc.run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.lm.train", LM_RUNS[wc.run]["model_kind"]),
         out_dir=f"{RESULTS}/runs/{{run}}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
@@ -255,7 +243,7 @@ rule train_fused:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("grassflow.lm.train", RUNS[FUSED[wc.group][0]]["model_kind"]),
+        code=lambda wc: code_of("grassflow.lm.train", LM_RUNS[FUSED[wc.group][0]]["model_kind"]),
         out_dirs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in FUSED[wc.group]),
         work_dir=lambda wc: f"{RESULTS}/fused/{wc.group}",
     shell:
@@ -290,7 +278,7 @@ rule evaluate:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("grassflow.lm.evaluate", RUNS[wc.run]["model_kind"]),
+        code=lambda wc: code_of("grassflow.lm.evaluate", LM_RUNS[wc.run]["model_kind"]),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.lm.evaluate --weights {input.weights} --run-json {input.record} "
@@ -350,9 +338,9 @@ rule bench:
 
 rule aggregate:  # one experiment's table: a table's target plans only its own runs
     input:
-        evals=lambda wc: run_outputs("eval.json", EXP_RUNS[wc.exp]),
-        records=lambda wc: run_outputs("run.json", EXP_RUNS[wc.exp]),
-        metrics=lambda wc: run_outputs("metrics.jsonl", EXP_RUNS[wc.exp]),
+        evals=lambda wc: [f"{RESULTS}/runs/{r}/eval.json" for r in EXP_RUNS[wc.exp]],
+        records=lambda wc: [f"{RESULTS}/runs/{r}/run.json" for r in EXP_RUNS[wc.exp]],
+        metrics=lambda wc: [f"{RESULTS}/runs/{r}/metrics.jsonl" for r in EXP_RUNS[wc.exp]],
         # this experiment only: the other tables', the other tasks', ablation edits (and
         # train.threads) leave this table alone
         preset=spec("aggregate", "exp"),
@@ -395,7 +383,9 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
 rule summary:
     input:
         tables=[f"{REPORT}/{exp}.md" for exp in EXPERIMENTS],
-        figures=[f for e in EXPERIMENTS for f in experiment_outputs(e) if f.endswith(".png")],
+        figures=[
+            f for outputs in EXPERIMENT_OUTPUTS.values() for f in outputs if f.endswith(".png")
+        ],
         bench=f"{RESULTS}/bench/bench.json",
     output:
         summary=report(
@@ -426,18 +416,18 @@ rule summary:
 # `snakemake table1`, `snakemake table2`: that table, its runs and their data
 rule table1:
     input:
-        experiment_outputs("table1"),
+        EXPERIMENT_OUTPUTS.get("table1", []),
 
 
 rule table2:
     input:
-        experiment_outputs("table2"),
+        EXPERIMENT_OUTPUTS.get("table2", []),
 
 
 rule ablation_aggregate:
     input:
-        evals=run_outputs("eval.json", ABLATION_RUNS),
-        records=run_outputs("run.json", ABLATION_RUNS),
+        evals=[f"{RESULTS}/runs/{r}/eval.json" for r in ABLATION_RUNS],
+        records=[f"{RESULTS}/runs/{r}/run.json" for r in ABLATION_RUNS],
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
@@ -476,9 +466,9 @@ rule ablation_aggregate:
 
 rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
     input:
-        ablation_outputs(),
+        ABLATION_OUTPUTS,
 
 
 rule lm:  # `snakemake lm`: every LM table and figure, their runs and data
     input:
-        lm_outputs(),
+        LM_OUTPUTS,

@@ -9,9 +9,8 @@ RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_RES = f"{RESULTS}/recall"
 
 
-def recall_tokens(split):
-    """A recall run's token file of `split`: its cell's (recall_data)."""
-    return lambda wc: f"{RECALL_RES}/data/{RECALL_RUNS[wc.recall_run]['data_cell']}/{split}.parquet"
+# {run: the directory of its cell's token files (recall_data)}
+RECALL_DATA = {run: f"{RECALL_RES}/data/{spec['data_cell']}" for run, spec in RECALL_RUNS.items()}
 
 
 rule recall_data:
@@ -33,8 +32,8 @@ rule recall_data:
 rule recall_train:
     input:
         spec=spec("recall/run", "recall_run"),
-        train=recall_tokens("train"),
-        val=recall_tokens("validation"),
+        train=lambda wc: f"{RECALL_DATA[wc.recall_run]}/train.parquet",
+        val=lambda wc: f"{RECALL_DATA[wc.recall_run]}/validation.parquet",
         preflight=run_preflight("recall"),
     output:
         weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
@@ -69,8 +68,8 @@ rule recall_evaluate:
         weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
         config=f"{RECALL_RES}/runs/{{recall_run}}/config.json",
         record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
-        val=recall_tokens("validation"),
-        test=recall_tokens("test"),
+        val=lambda wc: f"{RECALL_DATA[wc.recall_run]}/validation.parquet",
+        test=lambda wc: f"{RECALL_DATA[wc.recall_run]}/test.parquet",
         preflight=run_preflight("recall"),
     output:
         f"{RECALL_RES}/runs/{{recall_run}}/eval.json",

@@ -14,14 +14,11 @@ SNLI_RES = f"{RESULTS}/snli"
 SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else None}"
 
 
-def snli_backbone(wc):
-    """The fetched backbone an SNLI run reads (snli_fetch_backbone), or none (a `path`, random, scratch)."""
-    dirs = run_dirs(SNLI, SNLI_RUNS[wc.snli_run])
-    return [f"{SNLI_RES}/{dirs['backbone']}"] if "backbone" in dirs else []
-
-
-def snli_backbone_arg(wc):
-    return " ".join(f"--backbone-dir {d}" for d in snli_backbone(wc))
+# {run: the fetched backbone it reads (snli_fetch_backbone), or none (a `path`, random, scratch)}
+SNLI_BACKBONES = {
+    run: [f"{SNLI_RES}/{dirs['backbone']}"] if "backbone" in dirs else []
+    for run, dirs in ((run, run_dirs(SNLI, spec)) for run, spec in SNLI_RUNS.items())
+}
 
 
 rule snli_fetch_backbone:
@@ -107,7 +104,7 @@ rule snli_train:
         train=f"{SNLI_TOKENS}/train.parquet",
         val=f"{SNLI_TOKENS}/validation.parquet",
         preflight=run_preflight("snli"),
-        backbone=snli_backbone,
+        backbone=lambda wc: SNLI_BACKBONES[wc.snli_run],
     output:
         weights=f"{SNLI_RES}/runs/{{snli_run}}/model.safetensors",
         config=f"{SNLI_RES}/runs/{{snli_run}}/config.json",
@@ -128,7 +125,7 @@ rule snli_train:
     params:
         code=lambda wc: code_of("grassflow.snli.train", SNLI_RUNS[wc.snli_run]["model_kind"]),
         out_dir=f"{SNLI_RES}/runs/{{snli_run}}",
-        extra=snli_backbone_arg,
+        extra=lambda wc: " ".join(f"--backbone-dir {d}" for d in SNLI_BACKBONES[wc.snli_run]),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.snli.train --spec {input.spec} --train-tokens {input.train} "
@@ -145,7 +142,7 @@ rule snli_evaluate:
         val=f"{SNLI_TOKENS}/validation.parquet",
         test=f"{SNLI_TOKENS}/test.parquet",
         preflight=run_preflight("snli"),
-        backbone=snli_backbone,
+        backbone=lambda wc: SNLI_BACKBONES[wc.snli_run],
     output:
         f"{SNLI_RES}/runs/{{snli_run}}/eval.json",
     log:
@@ -161,7 +158,7 @@ rule snli_evaluate:
         runs_per_gpu=RUNS_PER_GPU,
     params:
         code=lambda wc: code_of("grassflow.snli.evaluate", SNLI_RUNS[wc.snli_run]["model_kind"]),
-        extra=snli_backbone_arg,
+        extra=lambda wc: " ".join(f"--backbone-dir {d}" for d in SNLI_BACKBONES[wc.snli_run]),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.snli.evaluate --weights {input.weights} --run-json {input.record} "

@@ -32,12 +32,15 @@ def check_inputs(where: str, part: dict, data_key: str) -> None:
         raise ConfigError(f"{where}.data.synthetic: required when {data_key}.source is 'synthetic'")
 
 
-GRASSMANN_MODEL_KEYS = ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")
+# The model section's keys each kind owns (the others are shared): a new kind declares its own here
+# (grassflow.models.KIND_CODE has every kind: tested).
+KIND_KEYS = {"transformer": ("attention_window",),
+             "grassmann": ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")}
 
 
 def own_keys(kind: str, model: dict) -> dict:
-    """The model section less the other model's keys, which cannot make a run stale."""
-    other = GRASSMANN_MODEL_KEYS if kind == "transformer" else ("attention_window",)
+    """The model section less the other kinds' keys, which cannot make a run stale."""
+    other = {k for owner, keys in KIND_KEYS.items() if owner != kind for k in keys}
     return {k: v for k, v in model.items() if k not in other}
 
 

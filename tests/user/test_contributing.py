@@ -1,0 +1,133 @@
+"""CONTRIBUTING.md's "Where to change what", each row checked: its edit reaches exactly the jobs its
+"Reruns" cell names, by the code fingerprints the rules carry (each rule's `code_of(<stage module>,
+<kinds>)`: grassflow.pipeline.staleness). What then reruns downstream (a table after its runs) is
+Snakemake's, and the staleness tests run such edits on the demo."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from helpers import ROOT
+
+KINDS = ("transformer", "grassmann")
+TASKS = ("lm", "snli", "recall")
+BENCH = "grassflow.bench[*]"
+TABLES = {"grassflow.report.aggregate", "grassflow.report.summary", "grassflow.report.ablations",
+          "grassflow.snli.aggregate", "grassflow.recall.aggregate"}
+
+
+def runs(*kinds):
+    return {f"grassflow.{t}.{stage}[{k}]" for t in TASKS for stage in ("train", "evaluate") for k in kinds}
+
+
+# the table's rows: {To change: its Reruns cell}, and the edits that check the cell: (a file or
+# directory, relative to the repository; the jobs its edit must reach)
+RERUNS = {
+    "one model (Grassmann, Transformer)":
+        "that kind's training and evaluation in every task, and the benchmark",
+    "what the two models share":
+        "every run's training and evaluation, and the benchmark",
+    "the Plücker op":
+        "Grassmann's training and evaluation in every task, and the benchmark",
+    "the training loop or step":
+        "every run's training and evaluation, and the benchmark",
+    "a task's stage: data, training, evaluation, table":
+        "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training",
+    "the tables' and figures' shared code":
+        "every task's tables, no run",
+    "how records are read back":
+        "every run's training and evaluation (an evaluation reads them, in the module training shares), every table, the benchmark",
+    "a preset, a run grid":
+        "the runs whose spec changed; an edit of the planning code itself: the estimates report only",
+    "a rule":
+        "what its params or command change",
+    "the cluster":
+        "nothing",
+    "a new model kind":
+        "every job that builds or reads a model, once (`models/__init__.py` is their code): every run and table, the benchmark, the estimates report",
+    "a new task":
+        "no other task's job; the estimates report (it reads every task's declaration)",
+}
+ROWS = {
+    "one model (Grassmann, Transformer)": [("src/grassflow/models/grassmann.py", runs("grassmann") | {BENCH}),
+                                           ("src/grassflow/models/transformer.py", runs("transformer") | {BENCH})],
+    "what the two models share": [("src/grassflow/models/layers.py", runs(*KINDS) | {BENCH})],
+    "the Plücker op": [("src/grassflow/ops/plucker/", runs("grassmann") | {BENCH}),
+                       ("kernels/plucker.cu", runs("grassmann") | {BENCH})],
+    "the training loop or step": [(f"src/grassflow/{f}", runs(*KINDS) | {BENCH})
+                                  for f in ("loop.py", "train_step.py", "runs.py")],
+    "a task's stage: data, training, evaluation, table": [
+        ("src/grassflow/lm/train.py", {"grassflow.lm.train[transformer]", "grassflow.lm.train[grassmann]", BENCH}),
+        ("src/grassflow/lm/evaluate.py", {"grassflow.lm.evaluate[transformer]", "grassflow.lm.evaluate[grassmann]"}),
+        ("src/grassflow/lm/tokenize.py", {"grassflow.lm.tokenize", "grassflow.lm.documents", BENCH,
+                                          "grassflow.lm.evaluate[transformer]", "grassflow.lm.evaluate[grassmann]"}),
+        ("src/grassflow/lm/unigram.py", {"grassflow.lm.unigram"}),
+        ("src/grassflow/snli/train.py", {f"grassflow.snli.{s}[{k}]" for s in ("train", "evaluate") for k in KINDS}),
+        ("src/grassflow/recall/train.py", {f"grassflow.recall.{s}[{k}]" for s in ("train", "evaluate") for k in KINDS}),
+        ("src/grassflow/snli/tokenize.py", {"grassflow.snli.tokenize"}),
+        ("src/grassflow/snli/aggregate.py", {"grassflow.snli.aggregate"}),
+        ("src/grassflow/recall/aggregate.py", {"grassflow.recall.aggregate"})],
+    "the tables' and figures' shared code": [(f"src/grassflow/report/{f}", TABLES)
+                                             for f in ("aggregate.py", "figures.py", "stats.py", "setup.py")],
+    "how records are read back": [("src/grassflow/report/records.py", runs(*KINDS) | TABLES | {BENCH})],
+    "a preset, a run grid": [(f"src/grassflow/{f}", {"grassflow.pipeline.estimates_report"})
+                             for f in ("pipeline/presets.py", "pipeline/sections.py", "pipeline/tasks.py",
+                                       "lm/grid.py", "snli/grid.py", "recall/grid.py")],
+    "a rule": [],  # the rule's own params and command: Snakemake's to compare (tests/pipeline/test_replanning.py)
+    "the cluster": [("profiles/slurm/", set())],
+    "a new model kind": [("src/grassflow/models/__init__.py",
+                          runs(*KINDS) | TABLES | {BENCH, "grassflow.pipeline.estimates_report"})],
+    "a new task": [],  # test_a_new_tasks_package_reaches_no_other_tasks_job, below
+}
+
+
+def _jobs(src: Path) -> dict[str, set[str]]:
+    """{job: the files of its code, relative to the repository} for every rule's code_of call, a
+    job per model kind where the rule runs one kind, `[*]` where it runs them all."""
+    from grassflow.pipeline import staleness
+
+    out = {}
+    for smk in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        for m in re.finditer(r'code_of\(\s*"([\w.]+)"(,\s*\*MODEL_KINDS|,\s*\w+\[)?', smk.read_text()):
+            module, kinds = m.group(1), m.group(2)
+            for name, ks in ([(f"{module}[*]", KINDS)] if kinds and "MODEL_KINDS" in kinds else
+                             [(f"{module}[{k}]", (k,)) for k in KINDS] if kinds else [(module, ())]):
+                out[name] = {p.resolve().relative_to(src.parent).as_posix() for p in staleness.job_files(module, ks)}
+    return out
+
+
+def _reached(jobs, edited: str) -> set[str]:
+    return {job for job, files in jobs.items() if any(f == edited or f.startswith(edited) for f in files)}
+
+
+def _table() -> dict[str, str]:
+    """CONTRIBUTING.md's rows: {To change: Reruns}."""
+    text = (ROOT / "CONTRIBUTING.md").read_text().split("## Where to change what", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    return {r[0]: r[2] for r in rows[1:]}
+
+
+def test_every_row_of_contributing_reaches_the_jobs_it_names():
+    assert _table() == RERUNS and list(RERUNS) == list(ROWS)
+    jobs = _jobs(ROOT / "src")
+    assert len(jobs) > 25 and BENCH in jobs
+    for row, edits in ROWS.items():
+        for edited, want in edits:
+            assert _reached(jobs, edited) == want, (row, edited, sorted(_reached(jobs, edited) ^ want))
+
+
+def test_a_new_tasks_package_reaches_no_other_tasks_job(tmp_path, monkeypatch):
+    """The toy fourth task's package beside the built-in ones: no job of theirs holds its files but
+    the estimates report, which reads every task's declaration."""
+    import sys
+
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tests/data/toy_task", src / "grassflow/toy", ignore=shutil.ignore_patterns("*.smk"))
+    for name in [m for m in sys.modules if m == "grassflow" or m.startswith("grassflow.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(src))
+    jobs = _jobs(src)
+    assert _reached(jobs, "src/grassflow/toy/") == {"grassflow.pipeline.estimates_report"}
