@@ -28,12 +28,6 @@ SLURM = ROOT / "tests" / "slurm"
 SMALL = SLURM / "demo-small.yaml"  # seed 0 only, SNLI's Grassmann head: every rule, partition and group
 
 
-def late_demo(request) -> Path:
-    """The finished local demo, asked for when a SLURM test needs it rather than at its set-up:
-    the SLURM tests' worker starts its cluster and DAG while another worker builds the demo."""
-    return request.getfixturevalue("demo")
-
-
 @pytest.fixture(scope="module")
 def slurm_cluster():
     res = subprocess.run(["bash", str(SLURM / "start.sh")], capture_output=True, text=True, timeout=2700)
@@ -180,13 +174,14 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 
 @pytest.mark.slurm
-def test_demo_through_slurm_profile(slurm_cluster, request, tmp_path):
+def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     """The demo (its seed 0: SMALL) through profiles/slurm: every job on its partition; each run's
     training and evaluation in one allocation whose time limit is the sum of their estimates; a
     group job cancelled mid-training (preemption) and one killed at its time limit are both
     retried with a longer limit and resume from their checkpoints; every run's row of every table
-    equals the local demo's. From a fresh tree (every rule a SLURM job); the local demo is taken
-    only for the comparison at the end (`late_demo`), so another worker builds it meanwhile."""
+    equals the local demo's. From a fresh tree: every rule a SLURM job. It takes the demo at its
+    set-up although it compares with it only at the end: the demo's build (--cores 5) fills both of
+    CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s)."""
     import signal
 
     from grassflow.lm.grid import runs
@@ -296,11 +291,11 @@ def test_demo_through_slurm_profile(slurm_cluster, request, tmp_path):
         assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), how
 
     # the cluster run produced the same numbers as the local run, run by run
-    assert_same_tables(late_demo(request), work, subset=True)
+    assert_same_tables(demo, work, subset=True)
 
 
 @pytest.mark.slurm
-def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, request, tmp_path):
+def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, demo, tmp_path):
     """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's two runs of seed 0
     redone in a copy of the finished demo (its data, preflight and other runs as they are):
     one SLURM job, one allocation with one GPU (gres, not two) running both runs' training and
@@ -316,7 +311,6 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     from grassflow.pipeline.presets import select_preset
     from grassflow.pipeline.tasks import job_estimate
 
-    demo = late_demo(request)
     work = tmp_path / "work"
     shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept, so only what is removed reruns
     runs_dir = work / "results/demo/runs"
