@@ -3,8 +3,8 @@ declared here with what it is for: a test that runs the DAG again where the one 
 derived from it, would do costs minutes of CI.
 
 Snakemake writes one log file per invocation but a dry run (`.snakemake/log/<start time>.snakemake.log`);
-an execution is one whose log records a job started. At the end of a CI run (`make test TIERS="not gpu"`, every test but the GPU's),
-`tests/conftest.py` counts them under the session's temporary directory, each by the test directory
+an execution is one whose log records a job started. At the end of a CI run (`make test TIERS="not
+gpu"`, every test but the GPU's), `tests/conftest.py` counts them under the session's temporary directory, each by the test directory
 that made it (a copy of the demo carries the demo's logs: a log is its first writer's, the copy of
 the earliest change time), and fails the run where a test made more or fewer than declared
 (`audit`). tests/pipeline/test_executions.py tests the audit itself."""
@@ -96,19 +96,7 @@ def made(root: Path) -> Counter:
 
 def audit(root: Path) -> list[str]:
     """The lines saying where the executions under `root` differ from EXECUTIONS (none: they agree)."""
-    got = made(root)
-    return [
-        f"{test}: {got.get(test, 0)} full Snakemake executions, declared {want}"
-        + (
-            ""
-            if want
-            else " (undeclared: add it to tests/helpers/executions.py with what it is for)"
-        )
-        for test, want in sorted(
-            {
-                **{t: n for t, (n, _) in EXECUTIONS.items()},
-                **{t: 0 for t in got if t not in EXECUTIONS},
-            }.items()
-        )
-        if got.get(test, 0) != want
-    ]
+    got, declared = made(root), {test: n for test, (n, _) in EXECUTIONS.items()}
+    return [f"{test}: {got[test]} full Snakemake executions, declared {declared.get(test, 0)}"
+            + ("" if test in declared else " (undeclared: add it to tests/helpers/executions.py with what it is for)")
+            for test in sorted(declared | got) if got[test] != declared.get(test, 0)]

@@ -16,18 +16,11 @@ import pytest
 
 from grassflow.pipeline import staleness
 from helpers.dag import assert_closure_holds
+from helpers.rule_code import CODE, rule_blocks
 from helpers.specs import LM_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "grassflow"
-
-
-def rule_blocks():
-    for smk in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
-        for block in re.split(r"(?m)^(?=rule )", smk.read_text()):
-            m = re.match(r"rule (\w+):", block)
-            if m:
-                yield m.group(1), block
 
 
 def test_every_rule_fingerprints_the_job_its_shell_runs():
@@ -38,7 +31,7 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
     seen = {}
     for rule, block in rule_blocks():
         shell = re.search(r"python -m (grassflow[\w.]*) ", block)
-        code = re.search(r'code=(?:lambda wc: )?code_of\(\s*"([\w.]+)"(.*?)\),?\n', block, re.S)
+        code = CODE.search(block)
         if rule == "preflight":  # a check of the machine: no fingerprint, rerun only when missing
             assert code is None and shell.group(1) == "grassflow.preflight"
             continue

@@ -5,11 +5,11 @@ Snakemake's, and the staleness tests run such edits on the demo."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 from helpers import ROOT
+from helpers.rule_code import rule_codes
 
 KINDS = ("transformer", "grassmann")
 TASKS = ("lm", "snli", "recall")
@@ -89,12 +89,10 @@ def _jobs(src: Path) -> dict[str, set[str]]:
     from grassflow.pipeline import staleness
 
     out = {}
-    for smk in sorted((ROOT / "workflow/rules").glob("*.smk")):
-        for m in re.finditer(r'code_of\(\s*"([\w.]+)"(,\s*\*MODEL_KINDS|,\s*\w+\[)?', smk.read_text()):
-            module, kinds = m.group(1), m.group(2)
-            for name, ks in ([(f"{module}[*]", KINDS)] if kinds and "MODEL_KINDS" in kinds else
-                             [(f"{module}[{k}]", (k,)) for k in KINDS] if kinds else [(module, ())]):
-                out[name] = {p.resolve().relative_to(src.parent).as_posix() for p in staleness.job_files(module, ks)}
+    for module, kinds in rule_codes().values():
+        for name, ks in ([(f"{module}[*]", KINDS)] if "MODEL_KINDS" in kinds else
+                         [(f"{module}[{k}]", (k,)) for k in KINDS] if kinds else [(module, ())]):
+            out[name] = {p.resolve().relative_to(src.parent).as_posix() for p in staleness.job_files(module, ks)}
     return out
 
 

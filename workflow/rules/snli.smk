@@ -19,6 +19,9 @@ SNLI_BACKBONES = {
     run: [f"{SNLI_RES}/{dirs['backbone']}"] if "backbone" in dirs else []
     for run, dirs in ((run, run_dirs(SNLI, spec)) for run, spec in SNLI_RUNS.items())
 }
+SNLI_BACKBONE_ARGS = {
+    run: " ".join(f"--backbone-dir {d}" for d in dirs) for run, dirs in SNLI_BACKBONES.items()
+}
 
 
 rule snli_fetch_backbone:
@@ -125,7 +128,7 @@ rule snli_train:
     params:
         code=lambda wc: code_of("grassflow.snli.train", SNLI_RUNS[wc.snli_run]["model_kind"]),
         out_dir=f"{SNLI_RES}/runs/{{snli_run}}",
-        extra=lambda wc: " ".join(f"--backbone-dir {d}" for d in SNLI_BACKBONES[wc.snli_run]),
+        extra=lambda wc: SNLI_BACKBONE_ARGS[wc.snli_run],
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.snli.train --spec {input.spec} --train-tokens {input.train} "
@@ -158,7 +161,7 @@ rule snli_evaluate:
         runs_per_gpu=RUNS_PER_GPU,
     params:
         code=lambda wc: code_of("grassflow.snli.evaluate", SNLI_RUNS[wc.snli_run]["model_kind"]),
-        extra=lambda wc: " ".join(f"--backbone-dir {d}" for d in SNLI_BACKBONES[wc.snli_run]),
+        extra=lambda wc: SNLI_BACKBONE_ARGS[wc.snli_run],
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.snli.evaluate --weights {input.weights} --run-json {input.record} "
