@@ -37,7 +37,6 @@ include: "workflow/rules/fetch.smk"
 include: "workflow/rules/lm.smk"
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
-include: "workflow/rules/estimates.smk"
 include: "workflow/rules/specs.smk"
 
 

@@ -17,16 +17,22 @@ from grassflow.job import ArgumentParser, run
 def _gpus(a):
     """Snakemake's flag for K = the preset's train.runs_per_gpu runs per GPU: locally --resources
     for this machine's GPUs × K; on SLURM (--slurm) --group-components packing K runs into each
-    allocation (nothing for K = 1: one run per allocation, the profile's default)."""
+    allocation, for each group the profile names (nothing for K = 1: one run per allocation, the
+    profile's default)."""
+    import yaml
+
     from grassflow.gpu_slots import flag
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
-    from grassflow.pipeline.tasks import TASKS, pipeline_train
+    from grassflow.pipeline.tasks import pipeline_train
 
-    _, p = select_preset(load_config(Path(a.project).resolve(), a.configfile, a.preset))
+    project = Path(a.project).resolve()
+    _, p = select_preset(load_config(project, a.configfile, a.preset))
     k = a.runs_per_gpu or pipeline_train(p)["runs_per_gpu"]
     if a.slurm:
-        print(" ".join(["--group-components", *(f"{t.group}={k}" for t in TASKS.values())]) if k > 1 else "")
+        groups = yaml.safe_load((project / "profiles/slurm/profile.yaml").read_text())["groups"]
+        names = dict.fromkeys(g.split("=", 1)[1] for g in groups)  # a run's jobs' group, in the profile's order
+        print(" ".join(["--group-components", *(f"{g}={k}" for g in names)]) if k > 1 else "")
     else:
         print(flag(k))
 

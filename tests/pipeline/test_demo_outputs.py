@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from grassflow.io import sha256_file
-from helpers.dag import DEMO_RECALL_RUNS, ROOT, copy_repo, pipeline_env, plan_rows, snakemake
+from helpers.dag import DEMO_RECALL_RUNS, ROOT, copy_repo, pipeline_env, snakemake
 from helpers.procs import import_or_skip, needs
 
 
@@ -161,17 +161,6 @@ def test_report_zip(demo):
     snakemake(demo, "--report", "report.zip")
     names = zipfile.ZipFile(demo / "report.zip").namelist()
     assert any(n.endswith("ablations.md") for n in names) and any(n.endswith("ablations.png") for n in names)
-
-
-def test_demo_reports_estimated_beside_measured_times(demo):
-    rep = demo / "results/demo/report"
-    rows = plan_rows((rep / "estimates.md").read_text())
-    for rule in ("train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate"):
-        assert rule in rows and rows[rule][4] != "—" and float(rows[rule][5]) > 0, rows.get(rule)
-    df = pd.read_csv(rep / "estimates.csv")
-    assert len(df) == 10 + 10 + 4 + 4 + 4 + 4 and (df.measured_s > 0).all() and (df.limit_min >= 5).all()
-    recall = df.rule.str.startswith("recall")
-    assert df[~recall].basis.str.contains("token files").all() and df[recall].basis.str.contains("config").all()
 
 
 def test_demo_ablation_table_and_figure(demo):

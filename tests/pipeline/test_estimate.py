@@ -98,23 +98,6 @@ def test_flops_per_token_counts_the_head_and_attention():
     assert g > t - 6 * 6 * 128 * 256  # the Plücker projection and the gate outweigh attention's 4d²
 
 
-def test_estimates_report_of_a_preset_without_snli_or_recall(tmp_path):
-    """A preset with only language-model runs (laptop): rows for train and evaluate, measured
-    times where a benchmark file exists, nothing for the parts it does not have."""
-    from grassflow.pipeline.estimates_report import estimates_report
-
-    name, p, settings = _paper("laptop")
-    results = tmp_path / "results" / name
-    (results / "benchmarks" / "train").mkdir(parents=True)
-    (results / "benchmarks" / "train" / "table1-grassmann-s0.tsv").write_text("s\th:m:s\n123.4\t0:02:03\n")
-    rows = estimates_report(p, name, settings, results, results / "report" / "estimates.md")
-    assert {r["rule"] for r in rows} == {"train", "evaluate"} and len(rows) == 2 * len(runs(name, p))
-    measured = [r for r in rows if r["measured_s"] is not None]
-    assert [(r["rule"], r["run"], r["measured_s"]) for r in measured] == [("train", "table1-grassmann-s0", 123.4)]
-    md = (results / "report" / "estimates.md").read_text()
-    assert "| train | 10 |" in md and "| evaluate | 10 | " in md
-
-
 def test_k_runs_per_gpu_each_take_k_times_as_long():
     """K runs per GPU: one after another in a packed SLURM allocation, side by side locally (at
     most K times slower): each job's time (and so its SLURM limit) ×K, its device-hours unchanged
@@ -143,14 +126,18 @@ def test_one_k_for_the_whole_pipeline_run():
 
 
 def test_a_benchmark_file_names_its_rule():
-    """Benchmark paths read back as the rules that wrote them (grassflow plan --measured), a task's
-    data stages included (benchmarks/snli/download.tsv: snli_download, not `snli`)."""
+    """Benchmark paths read back as the rules that wrote them (grassflow plan --measured: the rules
+    its dry run planned), a task's data stages included (benchmarks/snli/download.tsv:
+    snli_download, not `snli`)."""
     from pathlib import Path
 
     from grassflow.pipeline.plan import benchmark_rule
 
+    rules = {"download", "train", "aggregate", "snli", "snli_download", "snli_train_tokenizer", "snli_train",
+             "recall_evaluate", "train_fused"}
     for path, rule in (("download.tsv", "download"), ("train/table1-grassmann-s0.tsv", "train"),
                        ("aggregate/table1.tsv", "aggregate"), ("snli/download.tsv", "snli_download"),
                        ("snli/train_tokenizer.tsv", "snli_train_tokenizer"), ("snli/train/table3-grassmann-s0.tsv", "snli_train"),
-                       ("recall/evaluate/L32-kv4-d32-grassmann-lr0.001-s0.tsv", "recall_evaluate")):
-        assert benchmark_rule(Path(path)) == rule, path
+                       ("recall/evaluate/L32-kv4-d32-grassmann-lr0.001-s0.tsv", "recall_evaluate"),
+                       ("train_fused/table1-grassmann.tsv", "train_fused"), ("bench.tsv", None)):
+        assert benchmark_rule(Path(path), rules) == rule, path

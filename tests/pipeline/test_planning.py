@@ -28,7 +28,7 @@ def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
     jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
     assert jobs == Counter({"recall_train": 360, "recall_evaluate": 360, "recall_data": 3, "recall_aggregate": 1,
                             "preflight": 1, "recall": 1,
-                            "spec": 364}), jobs  # the target `recall`: no estimates table; a spec per run, per cell, table
+                            "spec": 364}), jobs  # a spec per run, per cell, table
     specs = set(re.findall(r"wildcards: name=(\S+)", res.stdout))
     assert {"recall/aggregate", "recall/data/L64-kv4", "recall/data/L256-kv16"} <= specs, specs
     runs = set(re.findall(r"wildcards: recall_run=(\S+)", res.stdout))
@@ -103,7 +103,7 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
     assert got["snli_train"] == 4 and got["snli_aggregate"] == 1 and not {"train", "recall_train", "aggregate"} & set(got)
     got = stats("lm", "--config", "preset=demo")  # every LM table: the whole demo's LM jobs, no other
     every = stats("--config", "preset=demo")
-    lm = {r: n for r, n in every.items() if not r.startswith(("snli", "recall", "estimates", "all", "spec"))}
+    lm = {r: n for r, n in every.items() if not r.startswith(("snli", "recall", "all", "spec"))}
     assert {r: n for r, n in got.items() if r not in ("lm", "spec")} == lm and lm["aggregate"] == 2, (got, lm)
     got = stats("table1", "--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
     assert got["train"] == got["evaluate"] == 6 and got["aggregate"] == 1 and got["download"] == 1
@@ -216,7 +216,8 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
 def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
     """After a finished run: every rule of the preset, with the measured hours of its jobs: the
     sum of its jobs' Snakemake benchmark files (their `s` column), read here from the files each
-    rule's `benchmark:` names, to the rounding of the table."""
+    rule's `benchmark:` names, to the rounding of the table; and of every task's run jobs (those
+    estimated) the ratio measured / estimated."""
     import csv
 
     env = pipeline_env(demo)
@@ -224,7 +225,7 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
                          env=env, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = plan_rows(res.stdout)
-    assert "| measured hours |" in res.stdout
+    assert "| measured hours | measured / estimated |" in res.stdout
     bench = demo / "results/demo/benchmarks"
     files = {"train": "train/*.tsv", "evaluate": "evaluate/*.tsv", "snli_train": "snli/train/*.tsv",
              "recall_train": "recall/train/*.tsv", "bench": "bench.tsv", "aggregate": "aggregate/*.tsv",
@@ -234,7 +235,10 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
         found = sorted(bench.glob(pattern))
         assert found, rule
         seconds = sum(float(list(csv.reader(f.open(), delimiter="\t"))[-1][0]) for f in found)
-        assert float(rows[rule][-1]) == pytest.approx(seconds / 3600, abs=6e-4), rule
+        assert float(rows[rule][-2]) == pytest.approx(seconds / 3600, abs=6e-4), rule
+    for rule in ("train", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate"):
+        assert float(rows[rule][-1]) > 0, rows[rule]  # estimated, and ran
+    assert rows["aggregate"][-1] == rows["download"][-1] == "—"  # not estimated: no ratio
     assert "snli" not in rows  # never a path read back as a rule
     assert int(rows["train"][1]) == len(list(bench.glob("train/*.tsv"))) == 10
 
@@ -249,7 +253,7 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
     rules = {**RUN_RULES, "train_fused": (TASKS["lm"], "train_fused")}
     assert set(groups) == set(rules)
     for rule, (task, _) in rules.items():
-        assert groups[rule] == task.group, rule
+        assert groups[rule] == f"{task.name}_run", rule  # what `grassflow gpus --slurm` packs
         assert prof["set-resources"][rule]["slurm_partition"] == "gpu" and rule in prof["set-threads"], rule
         # one GPU per allocation however many runs it packs: a string, which a group job shares
         assert prof["set-resources"][rule]["gres"] == "gpu:1" and prof["set-resources"][rule]["gpu"] == 0, rule

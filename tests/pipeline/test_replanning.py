@@ -29,7 +29,7 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
     assert {f"grassflow.{m}" for m in ("lm.download", "lm.tokenize", "lm.documents", "lm.train", "lm.evaluate",
                                        "lm.unigram", "report.aggregate", "report.summary", "report.ablations", "bench",
                                        "snli.train", "recall.train", "snli.aggregate", "recall.aggregate",
-                                       "pipeline.estimates_report", "preflight")} <= set(modules), modules
+                                       "preflight")} <= set(modules), modules
     for r in records:
         module, line = r["module"], " ".join(r["argv"])
         if module in ("grassflow.preflight", "grassflow"):  # the machine's check: no fingerprint; a user's verb
@@ -57,20 +57,17 @@ def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
 
 def test_recall_model_setting_plans_only_its_runs(demo):
     jobs, specs = spec_jobs(planned(demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}}))
-    assert specs == {"recall/run/L32-kv4-d32-grassmann-lr0.001-s0", "recall/aggregate", "estimates/preset"}
+    assert specs == {"recall/run/L32-kv4-d32-grassmann-lr0.001-s0", "recall/aggregate"}
     assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
-                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1,
-                            ("estimates", None): 1})
+                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1})
 
 
 def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
     jobs, specs = spec_jobs(planned(demo, {"ablations": {"variants": {"pre_norm": {"init": "small"}}}}))
-    assert specs == {"run/table1_pre_norm-transformer-s0", "run/table1_pre_norm-grassmann-s0", "ablations/preset",
-                     "estimates/preset"}
+    assert specs == {"run/table1_pre_norm-transformer-s0", "run/table1_pre_norm-grassmann-s0", "ablations/preset"}
     assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
                             ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
-                            ("ablation_aggregate", None): 1,
-                            ("estimates", None): 1})
+                            ("ablation_aggregate", None): 1})
 
 
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
@@ -87,7 +84,7 @@ def test_editing_preflight_code_reruns_nothing(demo):
 
 # a Grassmann-only setting rewrites the specs of the Grassmann runs and of what shows them
 GRASSMANN_SETTING_SPECS = {f"run/{r}" for r in DEMO_GRASSMANN_RUNS} | {"aggregate/table1", "aggregate/table2",
-                                                                        "ablations/preset", "estimates/preset"}
+                                                                        "ablations/preset"}
 
 
 def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
@@ -95,8 +92,7 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
     assert specs == GRASSMANN_SETTING_SPECS
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
-    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate",
-                                          "estimates"}
+    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate"}
 
 
 def test_execution_keys_rerun_nothing(demo):
@@ -117,7 +113,7 @@ def test_grassmann_setting_plans_only_grassmann_runs(demo):
     assert specs == GRASSMANN_SETTING_SPECS
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
-    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate", "estimates"}
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate"}
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
@@ -129,7 +125,7 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
     assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
     assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
                                           "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "snli_aggregate",
-                                          "recall_aggregate", "estimates", "bench"}
+                                          "recall_aggregate", "bench"}
     assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
     # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
     assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
@@ -138,19 +134,17 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
 
 def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
     jobs, specs = spec_jobs(planned(demo, {"snli": {"head_overrides": {"grassmann": {"pairs": "causal"}}}}))
-    assert specs == {"snli/run/table3-grassmann-s0", "snli/run/table3_scratch-grassmann-s0", "snli/aggregate",
-                     "estimates/preset"}
+    assert specs == {"snli/run/table3-grassmann-s0", "snli/run/table3_scratch-grassmann-s0", "snli/aggregate"}
     assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
                             ("snli_train", "table3_scratch-grassmann-s0"): 1,
-                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1,
-                            ("estimates", None): 1})
+                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1})
 
 
 def test_snli_backbone_setting_never_touches_scratch_runs(demo):
     jobs, specs = spec_jobs(planned(demo, {"snli": {"backbone": {"random": {"seed": 1}}}}))
-    assert specs == {"snli/run/table3-transformer-s0", "snli/run/table3-grassmann-s0", "snli/aggregate", "estimates/preset"}
+    assert specs == {"snli/run/table3-transformer-s0", "snli/run/table3-grassmann-s0", "snli/aggregate"}
     assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
-    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate", "estimates"}
+    assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate"}
 
 
 def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
@@ -183,16 +177,16 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     # the rules' own code is Snakemake's to compare: a comment in the run block that feeds every job
     with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
         assert planned(demo) == Counter()
-    # planning code: what it decides reaches jobs through their specs; the estimates report runs it
-    for f in ("pipeline/presets.py", "lm/grid.py"):
+    # planning code: what it decides reaches jobs through their specs, and no job runs it
+    for f in ("pipeline/presets.py", "lm/grid.py", "pipeline/tasks.py", "pipeline/estimate.py"):
         with edited(demo / "src/grassflow" / f):
-            assert set(planned(demo)) <= {("estimates", None)}, f
+            assert planned(demo) == Counter(), f
 
 
 def test_editing_one_task_plans_none_of_anothers_runs(demo):
     with edited(demo / "src/grassflow/recall/data.py"):
         rules = by_rule(planned(demo))
-    assert set(rules) == {"recall_data", "recall_train", "recall_evaluate", "recall_aggregate", "estimates"}, rules
+    assert set(rules) == {"recall_data", "recall_train", "recall_evaluate", "recall_aggregate"}, rules
 
 
 def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
@@ -200,8 +194,8 @@ def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
 
     toy = demo / "src/grassflow/toy"
     shutil.copytree(ROOT / "tests/data/toy_task", toy, ignore=shutil.ignore_patterns("__pycache__"))
-    try:  # the estimates report reads every task's declaration: it reruns (seconds), no task's job does
-        assert set(planned(demo)) <= {("estimates", None)}
+    try:
+        assert planned(demo) == Counter()
     finally:
         shutil.rmtree(toy)
 
@@ -220,14 +214,7 @@ def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
     assert not {"recall_train", "recall_evaluate"} & set(rules)  # the text tasks' runs: downstream of tokenize
     with edited(demo / "src/grassflow/lm/documents.py"):
         assert by_rule(planned(demo)) == Counter({"documents": 1, "evaluate": 10, "aggregate": 2, "summary": 1,
-                                                  "ablation_aggregate": 1, "estimates": 1})  # what reads them
-
-
-def test_editing_the_planning_of_the_tasks_plans_only_the_estimates_report(demo):
-    """grassflow.pipeline.tasks (where a task's files, rules and runs are) is planning: a code edit there
-    reruns no job but the estimates report, which reads every task's declaration (seconds)."""
-    with edited(demo / "src/grassflow/pipeline/tasks.py"):
-        assert planned(demo) == Counter({("estimates", None): 1})
+                                                  "ablation_aggregate": 1})  # what reads them
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):

@@ -75,7 +75,7 @@ def scontrol_jobs() -> dict[str, dict]:
     return jobs
 
 
-GROUPS = {rule: task.group for rule, (task, _) in TASK_RULES.items()}  # a run's jobs: one allocation
+GROUPS = {rule: f"{task.name}_run" for rule, (task, _) in TASK_RULES.items()}  # a run's jobs: one allocation
 
 
 def _minutes(limit: str) -> int:
@@ -256,7 +256,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     for rule in RUN_RULES:  # never an allocation of their own: each run's pair shares one
         assert rule not in by_rule, rule
     for rule in ("train_tokenizer", "tokenize", "unigram", "aggregate", "ablation_aggregate", "snli_train_tokenizer",
-                 "snli_tokenize", "snli_aggregate", "recall_data", "recall_aggregate", "estimates"):
+                 "snli_tokenize", "snli_aggregate", "recall_data", "recall_aggregate", "summary"):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
         for _jid, _, f in by_rule[rule]:
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from grassflow.pipeline.tasks import TASKS
-from helpers.dag import copy_repo, job_stats, pipeline_env, snakemake
+from helpers.dag import copy_repo, job_stats, pipeline_env, plan_rows, snakemake
 
 TOY = Path(__file__).parents[1] / "data" / "toy_task"
 TOY_PRESET = {"description": "a toy fourth task",
@@ -44,8 +44,8 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
     snakefile = work / "Snakefile"
-    snakefile.write_text(snakefile.read_text().replace('include: "workflow/rules/estimates.smk"\n',
-                                                       'include: "workflow/rules/estimates.smk"\ninclude: "workflow/rules/toy.smk"\n'))
+    snakefile.write_text(snakefile.read_text().replace('include: "workflow/rules/recall.smk"\n',
+                                                       'include: "workflow/rules/recall.smk"\ninclude: "workflow/rules/toy.smk"\n'))
     toy = _overlay(work, "toy", TOY_PRESET)
 
     # its table's job: its own stage module's command line
@@ -60,10 +60,10 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     res = snakemake(work, "-n", "--configfile", odd, preset="odd", check=False)
     assert res.returncode != 0 and "presets.odd.toy.data: seq_len must be even" in res.stderr, res.stderr[-2000:]
 
-    # planned: its data job, a train and an evaluate job per run, its table, the estimates
+    # planned: its data job, a train and an evaluate job per run, its table
     stats = job_stats(snakemake(work, "-n", "--configfile", toy, preset="toy").stdout)
-    assert {r: stats[r] for r in ("toy_data", "toy_train", "toy_evaluate", "toy_aggregate", "estimates")} == {
-        "toy_data": 1, "toy_train": 2, "toy_evaluate": 2, "toy_aggregate": 1, "estimates": 1}
+    assert {r: stats[r] for r in ("toy_data", "toy_train", "toy_evaluate", "toy_aggregate")} == {
+        "toy_data": 1, "toy_train": 2, "toy_evaluate": 2, "toy_aggregate": 1}
     assert not {r for r in stats if r.startswith(("snli", "recall")) or r in ("train", "download")}
     # estimated before it runs
     plan = _grassflow(work, "plan", "--preset", "toy", "--configfile", toy).stdout
@@ -77,9 +77,9 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     for run in ("transformer-s0", "grassmann-s0"):
         record = json.loads((res_dir / "toy" / "runs" / run / "run.json").read_text())
         assert record["spec"]["task"] == "toy" and record["status"]["state"] == "completed"
-    estimates = pd.read_csv(res_dir / "report" / "estimates.csv")
-    toy_rows = estimates[estimates.rule.isin(["toy_train", "toy_evaluate"])]
-    assert len(toy_rows) == 4 and toy_rows.measured_s.notna().all()
+    # its jobs' measured times beside their estimates, read back from its benchmark files
+    measured = plan_rows(_grassflow(work, "plan", "--preset", "toy", "--configfile", toy, "--measured").stdout)
+    assert all(float(measured[r][-1]) > 0 for r in ("toy_train", "toy_evaluate")), measured
     # its target, and nothing left to do
     out = snakemake(work, "-n", "--configfile", toy, preset="toy").stdout
     assert "Nothing to be done" in out, out[-2000:]

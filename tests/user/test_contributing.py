@@ -40,15 +40,15 @@ RERUNS = {
     "how records are read back":
         "every run's training and evaluation (an evaluation reads them, in the module training shares), every table, the benchmark",
     "a preset, a run grid":
-        "the runs whose spec changed; an edit of the planning code itself: the estimates report only",
+        "the runs whose spec changed; an edit of the planning code itself: nothing",
     "a rule":
         "what its params or command change",
     "the cluster":
         "nothing",
     "a new model kind":
-        "every job that builds or reads a model, once (`models/__init__.py` is their code): every run and table, the benchmark, the estimates report",
+        "every job that builds or reads a model, once (`models/__init__.py` is their code): every run and table, the benchmark",
     "a new task":
-        "no other task's job; the estimates report (it reads every task's declaration)",
+        "no other task's job",
 }
 ROWS = {
     "one model (Grassmann, Transformer)": [("src/grassflow/models/grassmann.py", runs("grassmann") | {BENCH}),
@@ -72,13 +72,13 @@ ROWS = {
     "the tables' and figures' shared code": [(f"src/grassflow/report/{f}", TABLES)
                                              for f in ("aggregate.py", "figures.py", "stats.py", "setup.py")],
     "how records are read back": [("src/grassflow/report/records.py", runs(*KINDS) | TABLES | {BENCH})],
-    "a preset, a run grid": [(f"src/grassflow/{f}", {"grassflow.pipeline.estimates_report"})
+    "a preset, a run grid": [(f"src/grassflow/{f}", set())
                              for f in ("pipeline/presets.py", "pipeline/sections.py", "pipeline/tasks.py",
                                        "lm/grid.py", "snli/grid.py", "recall/grid.py")],
     "a rule": [],  # the rule's own params and command: Snakemake's to compare (tests/pipeline/test_replanning.py)
     "the cluster": [("profiles/slurm/", set())],
     "a new model kind": [("src/grassflow/models/__init__.py",
-                          runs(*KINDS) | TABLES | {BENCH, "grassflow.pipeline.estimates_report"})],
+                          runs(*KINDS) | TABLES | {BENCH})],
     "a new task": [],  # test_a_new_tasks_package_reaches_no_other_tasks_job, below
 }
 
@@ -117,8 +117,7 @@ def test_every_row_of_contributing_reaches_the_jobs_it_names():
 
 
 def test_a_new_tasks_package_reaches_no_other_tasks_job(tmp_path, monkeypatch):
-    """The toy fourth task's package beside the built-in ones: no job of theirs holds its files but
-    the estimates report, which reads every task's declaration."""
+    """The toy fourth task's package beside the built-in ones: no job of theirs holds its files."""
     import sys
 
     src = tmp_path / "src"
@@ -128,4 +127,4 @@ def test_a_new_tasks_package_reaches_no_other_tasks_job(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.syspath_prepend(str(src))
     jobs = _jobs(src)
-    assert _reached(jobs, "src/grassflow/toy/") == {"grassflow.pipeline.estimates_report"}
+    assert _reached(jobs, "src/grassflow/toy/") == set() and "grassflow.toy.train[grassmann]" not in jobs

@@ -11,7 +11,7 @@ from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.sections import exec_resources, run_train
 from grassflow.snli.grid import snli_tokenizer_spec
 from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
-from grassflow.pipeline.tasks import RUN_RULES, STAGES, TASKS, pipeline_train
+from grassflow.pipeline.tasks import RUN_RULES, TASKS, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
 RESULTS = f"results/{PRESET}"
@@ -34,9 +34,10 @@ ESTIMATE = config.get("estimate") or {}
 
 
 def estimated(rule):
-    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`;
-    a fused group's job (train_fused): its runs' estimates summed, as if the ensemble were no
-    faster than its runs one after another (what it measured on a CPU)."""
+    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a run's `rule`,
+    and what `grassflow plan` tables ("estimate_s": the wall-time estimate, "items": tokens or
+    examples trained on); a fused group's job (train_fused): its runs' estimates summed, as if
+    the ensemble were no faster than its runs one after another (what it measured on a CPU)."""
     from grassflow.pipeline.tasks import job_estimate
 
     fused = rule == "train_fused"
@@ -50,6 +51,8 @@ def estimated(rule):
     return {
         "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
         "mem_mb": lambda wc, attempt: sum(e.request_mb(attempt) for e in ests(wc)),
+        "estimate_s": lambda wc: round(sum(e.seconds for e in ests(wc))),
+        "items": lambda wc: sum(e.items for e in ests(wc)),
     }
 
 
@@ -100,10 +103,11 @@ RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 
 onstart:
     remember(CODE, Path(CODE_INDEX))
-    # the runs' time limits and GPU slots are sized from K: a packing other than K is refused
-    # before any job starts (Snakemake hands its --group-components to the workflow only here)
+    # the runs' time limits and GPU slots are sized from K: a packing other than K (of a run's
+    # group, profiles/slurm: the only groups) is refused before any job starts (Snakemake hands
+    # its --group-components to the workflow only here)
     for _group, _n in dict(workflow.group_settings.group_components).items():
-        if _group in {t.group for t in TASKS.values()} and _n != RUNS_PER_GPU:
+        if _n != RUNS_PER_GPU:
             sys.exit(
                 f"error: --group-components {_group}={_n} packs {_n} runs per allocation but "
                 f"train.runs_per_gpu is {RUNS_PER_GPU} (it sizes their time limits and GPU slots): "
@@ -126,8 +130,6 @@ def spec_objects():
         "tokenize": tokenizer_spec(PRESET_CFG) if LM else None,
         "ablations/preset": ABLATIONS_PRESET,
         "ablations/grid": ABLATIONS,
-        "estimates/preset": {k: run_train(v) if k == "train" else v for k, v in PRESET_CFG.items()},
-        "estimates/estimate": ESTIMATE,
         "snli/backbone": SNLI.get("backbone"),
         "snli/tokenize": snli_tokenizer_spec(PRESET_CFG) if SNLI else None,
         **{f"aggregate/{exp}": part for exp, part in AGGREGATE_PRESETS.items()},
@@ -248,16 +250,4 @@ def final_outputs():
         for t in ACTIVE_TASKS
         for f in task_outputs(t.name) + task_run_outputs(t.name, "eval.json")
     ]
-    return LM_OUTPUTS + tasks + [f"{REPORT}/estimates.md"]
-
-
-def estimate_benchmarks():
-    """The benchmark file (wall time) of every training and evaluation job, of every task (a fused
-    group's run: its group's job's)."""
-    return [
-        str(t.bench_file(RESULTS, stage, r))
-        for t in TASKS.values()
-        for stage in STAGES
-        for r in TASK_RUNS[t.name]
-        if not (t.name == "lm" and stage == "train" and r in FUSED_RUNS)
-    ] + [f"{RESULTS}/benchmarks/train_fused/{g}.tsv" for g in FUSED]
+    return LM_OUTPUTS + tasks

@@ -34,7 +34,7 @@ THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
 DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
 UNKNOWN_DEVICE_SLOWDOWN = 3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
 # Every job: process start, imports (torch, CUDA), reading its data, building the model. The demo's
-# tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (report/estimates.md).
+# tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (`grassflow plan --measured`).
 STARTUP_S = 20.0
 DEFAULTS = {"device": "h100", "safety": 2.0, "min_minutes": 5, "base_mem_mb": 3000}
 

@@ -2,11 +2,12 @@
 
 Jobs come from Snakemake's own plan (`snakemake -n` in the project directory, with the same
 --config / --configfile), so the table never disagrees with what `snakemake` will schedule:
-per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours
-(grassflow.pipeline.estimate, the same function the rules request their time limits with), the time
-limits requested, the largest memory request, and the tokens (or examples) trained on.
+per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours,
+the time limits requested, the largest memory request, and the tokens (or examples) trained on:
+the resources the rules computed (common.smk's `estimated`: the estimate their limits come from).
 With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
-estimate, so the throughput table can be corrected with real numbers.
+estimate, and their ratio: far from 1, workflow/resources/throughput.csv needs a row for this
+device or size.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import yaml
 
 from grassflow import markdown
 from grassflow.job import ArgumentParser
-from grassflow.pipeline.tasks import RUN_RULES, TASKS, job_estimate
 
 
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
@@ -158,65 +158,60 @@ def benchmark_seconds(tsv: Path) -> float | None:
     return float(rows[-1]["s"]) if rows else None
 
 
-def benchmark_rule(rel: Path) -> str:
-    """The rule of a benchmark file, from its path under benchmarks/: <stage>.tsv, <stage>/<job>.tsv,
-    or a task's (Task.subdir) <task>/<stage>.tsv, <task>/<stage>/<job>.tsv: rule <task>_<stage>."""
-    parts = rel.parts
-    task = TASKS.get(parts[0]) if len(parts) > 1 else None
-    if task is not None and task.prefix:
-        return task.rule(parts[1] if len(parts) > 2 else Path(parts[1]).stem)
-    return parts[0] if len(parts) > 1 else rel.stem
+def benchmark_rule(rel: Path, rules: set[str]) -> str | None:
+    """The rule (one of `rules`) of a benchmark file, from its path under benchmarks/: <rule>.tsv,
+    <rule>/<job>.tsv, or a task's <task>/<stage>.tsv, <task>/<stage>/<job>.tsv (rule <task>_<stage>)."""
+    *dirs, stem = (*rel.parts[:-1], rel.stem)
+    for name in ("_".join([*dirs, stem]), "_".join(dirs)):
+        if name in rules:
+            return name
+    return None
 
 
-def measured_seconds(project: Path, preset: str) -> dict[str, list[float]]:
+def measured_seconds(project: Path, preset: str, rules: set[str]) -> dict[str, list[float]]:
     """{rule: [wall seconds]} from Snakemake's benchmark files of finished jobs."""
     out = defaultdict(list)
     root = project / "results" / preset / "benchmarks"
     for tsv in root.glob("**/*.tsv"):
-        rule = benchmark_rule(tsv.relative_to(root))
+        rule = benchmark_rule(tsv.relative_to(root), rules)
         seconds = benchmark_seconds(tsv)
-        if seconds is not None:
+        if rule and seconds is not None:
             out[rule].append(seconds)
     return out
 
 
-def plan(project: Path, snakemake_args: list[str], configfiles=(), preset=None, profile=None,
-         measured=False) -> list[dict]:
-    from grassflow.lm.grid import fused_groups
-    from grassflow.pipeline.presets import select_preset
-
-    config = load_config(project, configfiles, preset)
-    name, P = select_preset(config)
-    specs = {t.wildcard: t.specs(name, P) for t in TASKS.values()}
-    fused = fused_groups(P, specs["run"]) if P.get("experiments") else {}
-    settings = config.get("estimate") or {}
+def plan(project: Path, snakemake_args: list[str], preset: str, profile=None, measured=False) -> list[dict]:
+    """Per rule of `snakemake -n`, what its jobs ask for and, of the run jobs, their estimates:
+    the resources the rules computed (common.smk: `estimated`), as the cluster will see them."""
     by_rule, default = cluster_resources(profile)
     local = local_rules(project)
     rows = {}
     for job in dry_run(project, snakemake_args):
         rule = job["rule"]
         res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
-        row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "limit_hours": 0.0,
-                                     "max_mem_mb": 0, "items": 0, "estimated": rule in RUN_RULES or rule == "train_fused",
+        row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "est_wall_hours": 0.0, "limit_hours": 0.0,
+                                     "max_mem_mb": 0, "items": 0, "estimated": "estimate_s" in res,
                                      "partition": "login node (local)" if rule in local else res.get("slurm_partition")})
         row["jobs"] += 1
         if rule not in local:
             row["limit_hours"] += int(res.get("runtime", 0)) / 60
             row["max_mem_mb"] = max(row["max_mem_mb"], int(res.get("mem_mb", 0)))
-        if rule in RUN_RULES or rule == "train_fused":  # a fused group: its runs' estimates summed
-            task, stage = RUN_RULES[rule] if rule in RUN_RULES else (TASKS["lm"], "train")
-            runs = fused[job["wildcards"]["group"]] if rule == "train_fused" else [job["wildcards"][task.wildcard]]
-            for run in runs:
-                est = job_estimate(task.rule(stage), specs[task.wildcard][run], P, settings,
-                                   task.files(project / "results" / name, P))
-                row["est_hours"] += est.seconds / 3600 / est.share  # K runs share a GPU
-                row["items"] += est.items
+        if row["estimated"]:  # K runs share a GPU: a job's device-hours are 1/K of its wall time
+            row["est_wall_hours"] += int(res["estimate_s"]) / 3600
+            row["est_hours"] += int(res["estimate_s"]) / 3600 / int(res.get("runs_per_gpu", 1))
+            row["items"] += int(res["items"])
     out = list(rows.values())
     if measured:
-        wall = measured_seconds(project, name)
+        wall = measured_seconds(project, preset, set(rows))
         for row in out:
-            row["measured_hours"] = sum(wall.get(row["rule"], [])) / 3600 if row["rule"] in wall else None
+            row["measured_hours"] = sum(wall[row["rule"]]) / 3600 if row["rule"] in wall else None
     return out
+
+
+def _ratio(row: dict) -> str:
+    """Measured over estimated wall time, of a rule whose jobs are estimated and ran."""
+    m, e = row.get("measured_hours"), row.get("est_wall_hours")
+    return f"{m / e:.2f}" if m is not None and e else "—"
 
 
 def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
@@ -227,11 +222,12 @@ def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
     lines = [f"Plan of preset **{preset}** (from `snakemake -n`; estimates for device `{s['device']}`, "
              f"time limits = estimate × {s['safety']:g}, at least {s['min_minutes']} min):", "", *markdown.table(
                  ["rule", "jobs", "partition", "estimated device-hours", "requested hours (limits)",
-                  "max memory per job (MB)", "tokens / examples trained"] + ["measured hours"] * has_measured,
+                  "max memory per job (MB)", "tokens / examples trained"]
+                 + ["measured hours", "measured / estimated"] * has_measured,
                  [[r["rule"], r["jobs"], r["partition"], f"{r['est_hours']:.2f}" if r["estimated"] else "—",
                    f"{r['limit_hours']:.2f}", f"{r['max_mem_mb']:,}" if r["max_mem_mb"] else "—",
                    f"{r['items']:,}" if r["items"] else "—"]
-                  + ([f"{m:.3f}" if (m := r.get("measured_hours")) is not None else "—"] if has_measured else [])
+                  + ([f"{m:.3f}" if (m := r.get("measured_hours")) is not None else "—", _ratio(r)] if has_measured else [])
                   for r in sorted(rows, key=lambda r: (-r["est_hours"], r["rule"]))])]
     total = sum(r["est_hours"] for r in rows)
     gpu = sum(r["est_hours"] for r in rows if r["partition"] == "gpu")
@@ -266,10 +262,8 @@ def main(argv=None) -> int:
         return 0
     if a.measured:  # after a run nothing is left to plan: every job, to put its measured time beside
         args += ["--forceall"]
-    rows = plan(project, args, configfiles, a.preset, project / a.profile if a.profile else None, a.measured)
     config = load_config(project, configfiles, a.preset)
+    rows = plan(project, args, config["preset"], project / a.profile if a.profile else None, a.measured)
     print(to_markdown(rows, config["preset"], config.get("estimate") or {}))
     return 0
 
-
-# --- after a run: the estimates beside the measured wall times (rule `estimates`) -------------------

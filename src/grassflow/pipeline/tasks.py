@@ -61,11 +61,6 @@ class Task:
         """Its run wildcard in the rules."""
         return f"{self.prefix}run"
 
-    @property
-    def group(self) -> str:
-        """The cluster profile's group of a run's jobs (one allocation per run, or K: `--group-components`)."""
-        return f"{self.name}_run"
-
     def part(self, preset: dict) -> dict | None:
         """This task's part of `preset`, or None where the preset has none."""
         if self.part_key is None:
@@ -82,10 +77,6 @@ class Task:
     def results(self, res) -> Path:
         """The task's results directory under a preset's (`results/<preset>`)."""
         return Path(res) / self.prefix.rstrip("_") if self.prefix else Path(res)
-
-    def bench_file(self, res, stage: str, run_id: str) -> Path:
-        """Snakemake's benchmark file (wall time) of one of its jobs."""
-        return Path(res) / "benchmarks" / (f"{self.name}/{stage}" if self.prefix else stage) / f"{run_id}.tsv"
 
     def files(self, res, preset: dict, cell: str | None = None) -> dict | None:
         """The token files its jobs read, by split (their counts size the estimates), or None; of
@@ -158,8 +149,7 @@ def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = No
         raise ValueError(f"no estimate for rule {rule!r}")
     task, stage = RUN_RULES[rule]
     part = preset if task.part_key is None else preset[task.part_key]
-    # execution keys: not in the spec, nor in the preset the `estimates` report gets (changing them
-    # reruns nothing), where each is its default
+    # execution keys are not in the spec (changing them reruns nothing): the preset's
     threads = (part.get("train") or {}).get("threads", 1)
     k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
     est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
