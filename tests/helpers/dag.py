@@ -16,10 +16,9 @@ import pandas as pd
 import yaml
 
 from grassflow.pipeline import staleness
-from grassflow.pipeline.tasks import TASKS
 from helpers import ROOT
 
-RUN_WILDCARDS = "|".join(t.wildcard for t in TASKS.values())  # run=, snli_run=, recall_run=
+RUN_WILDCARDS = r"(?:\w+_)?run"  # run=, snli_run=, recall_run= (each task's rule file names its own)
 
 BIN = Path(sys.executable).parent
 COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "envs", "pyproject.toml"]
@@ -133,11 +132,11 @@ def job_stats(stdout: str) -> Counter:
                     if m.group(1) != "total"})
 
 
-def assert_same_tables(a_dir, b_dir, names=None, subset=False):
+def assert_same_tables(a_dir, b_dir, names=None, subset=None):
     """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies
-    (of the tables `names`, default all), row by row (one row per run). `subset`: `b_dir` ran a
-    part of the demo's runs (fewer seeds; tests/slurm/demo-small.yaml): each of its rows equals
-    the demo's row of the same run."""
+    (of the tables `names`, default all), row by row (one row per run). `subset`: `b_dir` ran this
+    preset, a part of the demo's runs (tests/slurm/demo-small.yaml): each of its rows equals the
+    demo's row of the same run."""
     # equal weights, equal weights_sha256, wherever and however the checkpoints were written
     lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
     snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
@@ -147,7 +146,7 @@ def assert_same_tables(a_dir, b_dir, names=None, subset=False):
         if names is not None and name not in names:
             continue
         a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
-        b = pd.read_csv(b_dir / f"results/demo/report/{name}.csv")[cols]
+        b = pd.read_csv(b_dir / f"results/{subset or 'demo'}/report/{name}.csv")[cols]
         if subset:
             assert len(b) and set(b.run_id) <= set(a.run_id), (name, sorted(set(b.run_id) - set(a.run_id)))
             a = a[a.run_id.isin(b.run_id)].reset_index(drop=True)

@@ -14,7 +14,6 @@ import yaml
 from grassflow.pipeline.tasks import RUN_RULES as TASK_RULES
 from helpers.dag import (
     BIN,
-    DEMO_RECALL_RUNS,
     ROOT,
     RUN_WILDCARDS,
     assert_same_tables,
@@ -25,7 +24,7 @@ from helpers.procs import skip_or_fail_in_ci
 
 # --- SLURM: the same DAG through profiles/slurm on a real single-node cluster ----------------
 SLURM = ROOT / "tests" / "slurm"
-SMALL = SLURM / "demo-small.yaml"  # seed 0 only, SNLI's Grassmann head: every rule, partition and group
+SMALL = SLURM / "demo-small.yaml"  # preset demo_small: 8 of the demo's runs, every rule, partition and group
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +174,7 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 @pytest.mark.slurm
 def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
-    """The demo (its seed 0: SMALL) through profiles/slurm: every job on its partition; each run's
+    """8 of the demo's runs (SMALL) through profiles/slurm: every job on its partition; each run's
     training and evaluation in one allocation whose time limit is the sum of their estimates; a
     group job cancelled mid-training (preemption) and one killed at its time limit are both
     retried with a longer limit and resume from their checkpoints; every run's row of every table
@@ -202,7 +201,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         if _group(fields.get("Comment", "")) != "lm_run":
             return None
         run = next((r for rule, r in _jobs_of_allocation(work, jid) if rule == "train"), None)
-        return run if run and (work / "results/demo/runs" / run / "last.pt").exists() else None
+        return run if run and (work / "results/demo_small/runs" / run / "last.pt").exists() else None
 
     def record():  # job records straight from slurmctld, while they exist (MinJobAge=30 s)
         jobs = {jid: fields for jid, fields in scontrol_jobs().items() if jid not in before}
@@ -229,7 +228,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
     with Watcher(watch, 0.5, record) as watcher:
         res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--configfile", str(SMALL),
-                              "--config", "preset=demo"], cwd=work, env=env, capture_output=True, text=True,
+                              "--config", "preset=demo_small"], cwd=work, env=env, capture_output=True, text=True,
                              timeout=3600)
         watcher.stop()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -245,9 +244,9 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         rule, run = rule_and_run(f.get("Comment", ""))
         if rule:
             by_rule.setdefault(rule, []).append((jid, run, f))
-    runs_ = {f"{t}-{m}-s0" for t in ("table1", "table2", "table1_pre_norm") for m in ("transformer", "grassmann")}
+    runs_ = {f"{t}-{m}-s0" for t in ("table1", "table2") for m in ("transformer", "grassmann")}
     snli_runs_ = {f"{t}-grassmann-s0" for t in ("table3", "table3_scratch")}
-    for group, expected in (("lm_run", runs_), ("snli_run", snli_runs_), ("recall_run", DEMO_RECALL_RUNS),
+    for group, expected in (("lm_run", runs_), ("snli_run", snli_runs_), ("recall_run", {f"L32-kv4-d32-{m}-lr0.001-s0" for m in ("transformer", "grassmann")}),
                             ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
         assert {run for _, run, _ in by_rule[group]} == expected, group
         for _jid, run, f in by_rule[group]:
@@ -263,10 +262,11 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     assert "download" not in by_rule and "snli_download" not in by_rule  # localrules: runs where Snakemake runs (login node)
 
     # one allocation per run, asking for the sum of its jobs' estimates (longer on a retry)
-    config = load_config(work, [SMALL], preset="demo")
+    config = load_config(work, [SMALL], preset="demo_small")
     name, P = select_preset(config)
     specs = {"lm_run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
-    tokens = {"lm_run": work / "results/demo/data/tokens/trained", "snli_run": work / "results/demo/snli/data/tokens/trained"}
+    tokens = {"lm_run": work / "results/demo_small/data/tokens/trained",
+              "snli_run": work / "results/demo_small/snli/data/tokens/trained"}
     attempts = Counter()
     for group in ("lm_run", "snli_run", "recall_run"):
         for jid, run, f in sorted(by_rule[group], key=lambda x: int(x[0])):
@@ -288,10 +288,10 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         assert again and again[-1][1]["JobState"] == "COMPLETED", (how, run)
         first = limit_before.get(jid, seen[jid]["TimeLimit"])
         assert _minutes(again[-1][1]["TimeLimit"]) > _minutes(first), (how, run, first)
-        assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), how
+        assert "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text(), how
 
     # the cluster run produced the same numbers as the local run, run by run
-    assert_same_tables(demo, work, subset=True)
+    assert_same_tables(demo, work, subset="demo_small")
 
 
 @pytest.mark.slurm
@@ -380,4 +380,4 @@ def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_clust
     assert again and _minutes(again[-1]["TimeLimit"]) > _minutes(seen[jid]["TimeLimit"])
     for run in pair:
         assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), run
-    assert_same_tables(demo, work, names=["table1"], subset=True)
+    assert_same_tables(demo, work, names=["table1"], subset="demo")

@@ -44,8 +44,10 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
     snakefile = work / "Snakefile"
-    snakefile.write_text(snakefile.read_text().replace('include: "workflow/rules/recall.smk"\n',
-                                                       'include: "workflow/rules/recall.smk"\ninclude: "workflow/rules/toy.smk"\n'))
+    snakefile.write_text(snakefile.read_text()
+                         .replace('include: "workflow/rules/recall.smk"\n',
+                                  'include: "workflow/rules/recall.smk"\ninclude: "workflow/rules/toy.smk"\n')
+                         .replace("        rules.recall.input,\n", "        rules.recall.input,\n        rules.toy.input,\n"))
     toy = _overlay(work, "toy", TOY_PRESET)
 
     # its table's job: its own stage module's command line

@@ -10,11 +10,13 @@
 # own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
 
 
-from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids
+from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids, tokenizer_spec
 
 # Its part: the preset itself, when it has experiments (a preset may hold only SNLI or only recall).
 LM = bool(PRESET_CFG.get("experiments"))
+LM_PART = PRESET_CFG if LM else None
 LM_TRAIN = PRESET_CFG["train"] if LM else {}
+LM_THREADS = part_threads(LM_PART)
 BENCH = PRESET_CFG.get("bench") or {}
 LM_RUNS = TASK_RUNS["lm"]  # the main tables' runs, then the ablation grid's (each trained once)
 EXPERIMENTS = list(PRESET_CFG.get("experiments") or {})
@@ -30,13 +32,16 @@ ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.valu
 FUSED = fused_groups(PRESET_CFG, LM_RUNS) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
 FUSED_SEEDS = PRESET_CFG["seeds"] if FUSED else []
+FUSED_FIRST = {group: LM_RUNS[runs[0]] for group, runs in FUSED.items()}  # its preflight's run
 PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
 RAW = f"{RESULTS}/data/raw"
 TOKENS = f"{RESULTS}/data/tokens/{PRESET_CFG['tokenizer']['name'] if LM else None}"
+LM_FILES = token_files(TOKENS, LM_PART)
 UNFUSED_RUNS = alternatives(r for r in LM_RUNS if r not in FUSED_RUNS)
 
 
 wildcard_constraints:
+    run=alternatives(LM_RUNS),
     exp=alternatives(EXPERIMENTS),
 
 
@@ -88,6 +93,17 @@ ABLATIONS_PRESET = (
     else None
 )
 
+SPECS.update(
+    {
+        "data": PRESET_CFG.get("data"),
+        "tokenize": tokenizer_spec(PRESET_CFG) if LM else None,
+        "ablations/preset": ABLATIONS_PRESET,
+        "ablations/grid": ABLATIONS,
+        **{f"aggregate/{exp}": part for exp, part in AGGREGATE_PRESETS.items()},
+        **run_specs("", LM_RUNS),
+    }
+)
+
 
 rule download:
     input:
@@ -131,7 +147,7 @@ rule train_tokenizer:
 rule tokenize:
     input:
         raw=expand(f"{RAW}/{{split}}.parquet", split=SPLITS),
-        artifact=tokenizer_artifact(PRESET_CFG if LM else None, RESULTS),
+        artifact=tokenizer_artifact(LM_PART, RESULTS),
         tokenizer=spec("tokenize"),
     output:
         expand(f"{TOKENS}/{{split}}.parquet", split=SPLITS),
@@ -143,7 +159,7 @@ rule tokenize:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
-        artifact=artifact_args(PRESET_CFG if LM else None, RESULTS),
+        artifact=artifact_args(LM_PART, RESULTS),
         code=code_of("grassflow.lm.tokenize"),
     shell:
         "python -m grassflow.lm.tokenize --tokenizer {input.tokenizer} {params.artifact} "
@@ -153,7 +169,7 @@ rule tokenize:
 rule documents:
     input:
         raw=[f"{RAW}/validation.parquet", f"{RAW}/test.parquet"],
-        artifact=tokenizer_artifact(PRESET_CFG if LM else None, RESULTS),
+        artifact=tokenizer_artifact(LM_PART, RESULTS),
         tokenizer=spec("tokenize"),
     output:
         [f"{TOKENS}/docs/validation.parquet", f"{TOKENS}/docs/test.parquet"],
@@ -165,7 +181,7 @@ rule documents:
         "../../envs/data.yaml"
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
-        artifact=artifact_args(PRESET_CFG if LM else None, RESULTS),
+        artifact=artifact_args(LM_PART, RESULTS),
         code=code_of("grassflow.lm.documents"),
     shell:
         "python -m grassflow.lm.documents --tokenizer {input.tokenizer} {params.artifact} "
@@ -177,7 +193,7 @@ rule train:
         spec=spec("run", "run"),
         train=f"{TOKENS}/train.parquet",
         val=f"{TOKENS}/validation.parquet",
-        preflight=run_preflight("lm"),
+        preflight=run_preflight(LM_RUNS, "run"),
     output:
         weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
         config=f"{RESULTS}/runs/{{run}}/config.json",
@@ -191,10 +207,10 @@ rule train:
         run=UNFUSED_RUNS,  # the runs of a fused group are trained by train_fused
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["lm"]
+    threads: LM_THREADS
     resources:
-        **EXECUTION["lm"],
-        **estimated("train"),
+        **execution(LM_PART),
+        **estimated("train", LM_RUNS, "run", LM_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -216,7 +232,7 @@ rule train_fused:
         specs=lambda wc: [f"{RESULTS}/specs/run/{r}.json" for r in FUSED[wc.group]],
         train=f"{TOKENS}/train.parquet",
         val=f"{TOKENS}/validation.parquet",
-        preflight=run_preflight("lm"),
+        preflight=run_preflight(FUSED_FIRST, "group"),
     output:
         **{
             f"{f}_s{seed}": f"{RESULTS}/runs/{{group}}-s{seed}/{name}"
@@ -236,10 +252,10 @@ rule train_fused:
         group=alternatives(FUSED),
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["lm"]
+    threads: LM_THREADS
     resources:
-        **EXECUTION["lm"],
-        **estimated("train_fused"),
+        **execution(LM_PART),
+        **estimated("train", LM_RUNS, "group", LM_FILES, FUSED),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -263,7 +279,7 @@ rule evaluate:
         test=f"{TOKENS}/test.parquet",
         validation_docs=f"{TOKENS}/docs/validation.parquet",
         test_docs=f"{TOKENS}/docs/test.parquet",
-        preflight=run_preflight("lm"),
+        preflight=run_preflight(LM_RUNS, "run"),
     output:
         f"{RESULTS}/runs/{{run}}/eval.json",
     log:
@@ -272,9 +288,9 @@ rule evaluate:
         f"{RESULTS}/benchmarks/evaluate/{{run}}.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["lm"]
+    threads: LM_THREADS
     resources:
-        **estimated("evaluate"),
+        **estimated("evaluate", LM_RUNS, "run", LM_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -322,7 +338,7 @@ rule bench:
         f"{RESULTS}/benchmarks/bench.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["lm"]
+    threads: LM_THREADS
     resources:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
@@ -469,6 +485,7 @@ rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
         ABLATION_OUTPUTS,
 
 
-rule lm:  # `snakemake lm`: every LM table and figure, their runs and data
+rule lm:  # `snakemake lm`: every LM table and figure, every run's evaluation, their data
     input:
         LM_OUTPUTS,
+        run_files(RESULTS, LM_RUNS, "eval.json"),

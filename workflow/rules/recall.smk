@@ -3,10 +3,34 @@
 # → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
 
 
+from grassflow.recall.grid import recall_cells
+
 # Recall (recall.smk), the preset's `recall` part: its data per (seq_len, kv) cell
-RECALL = TASKS["recall"].part(PRESET_CFG) or {}
+RECALL = PRESET_CFG.get("recall") or {}
 RECALL_RUNS = TASK_RUNS["recall"]
 RECALL_RES = f"{RESULTS}/recall"
+RECALL_CELLS = recall_cells(RECALL) if RECALL else {}  # {cell: its data section}
+RECALL_THREADS = part_threads(RECALL)
+RECALL_OUTPUTS = (
+    [f"{REPORT}/recall.{ext}" for ext in ("md", "csv", "tex")]
+    + [f"{REPORT}/recall_vs_dmodel.png", f"{REPORT}/recall_by_distance.png"]
+    if RECALL
+    else []
+)
+
+
+wildcard_constraints:
+    recall_run=alternatives(RECALL_RUNS),
+    recall_cell=alternatives(RECALL_CELLS),
+
+
+SPECS.update(
+    {
+        "recall/aggregate": aggregate_part(RECALL, "recall"),
+        **{f"recall/data/{cell}": data for cell, data in RECALL_CELLS.items()},
+        **run_specs("recall/", RECALL_RUNS),
+    }
+)
 
 
 # {run: the directory of its cell's token files (recall_data)}
@@ -34,7 +58,7 @@ rule recall_train:
         spec=spec("recall/run", "recall_run"),
         train=lambda wc: f"{RECALL_DATA[wc.recall_run]}/train.parquet",
         val=lambda wc: f"{RECALL_DATA[wc.recall_run]}/validation.parquet",
-        preflight=run_preflight("recall"),
+        preflight=run_preflight(RECALL_RUNS, "recall_run"),
     output:
         weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
         config=f"{RECALL_RES}/runs/{{recall_run}}/config.json",
@@ -46,10 +70,10 @@ rule recall_train:
         f"{RESULTS}/benchmarks/recall/train/{{recall_run}}.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["recall"]
+    threads: RECALL_THREADS
     resources:
-        **EXECUTION["recall"],
-        **estimated("recall_train"),
+        **execution(RECALL),
+        **estimated("recall_train", RECALL_RUNS, "recall_run"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -70,7 +94,7 @@ rule recall_evaluate:
         record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
         val=lambda wc: f"{RECALL_DATA[wc.recall_run]}/validation.parquet",
         test=lambda wc: f"{RECALL_DATA[wc.recall_run]}/test.parquet",
-        preflight=run_preflight("recall"),
+        preflight=run_preflight(RECALL_RUNS, "recall_run"),
     output:
         f"{RECALL_RES}/runs/{{recall_run}}/eval.json",
     log:
@@ -79,9 +103,9 @@ rule recall_evaluate:
         f"{RESULTS}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["recall"]
+    threads: RECALL_THREADS
     resources:
-        **estimated("recall_evaluate"),
+        **estimated("recall_evaluate", RECALL_RUNS, "recall_run"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -96,13 +120,13 @@ rule recall_evaluate:
 
 rule recall_aggregate:
     input:
-        evals=task_run_outputs("recall", "eval.json"),
-        records=task_run_outputs("recall", "run.json"),
-        metrics=task_run_outputs("recall", "metrics.jsonl"),
+        evals=run_files(RECALL_RES, RECALL_RUNS, "eval.json"),
+        records=run_files(RECALL_RES, RECALL_RUNS, "run.json"),
+        metrics=run_files(RECALL_RES, RECALL_RUNS, "metrics.jsonl"),
         # its own part only, without execution keys: other tasks' edits leave its tables alone
         preset=spec("recall/aggregate"),
     output:
-        task_report("recall"),
+        shown(RECALL_OUTPUTS, "Recall"),
     log:
         f"{RESULTS}/logs/recall/aggregate.log",
     conda:
@@ -110,13 +134,14 @@ rule recall_aggregate:
     params:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        runs=" ".join(str(Path(f).parent) for f in task_run_outputs("recall", "eval.json")),
+        runs=" ".join(f"{RECALL_RES}/runs/{run}" for run in RECALL_RUNS),
         code=code_of("grassflow.recall.aggregate"),
     shell:
         "python -m grassflow.recall.aggregate --preset {input.preset} --preset-name {params.preset_name} "
         "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 
-rule recall:
+rule recall:  # `snakemake recall`: its table and figures, every run's evaluation, their data
     input:
-        task_outputs("recall"),
+        RECALL_OUTPUTS,
+        run_files(RECALL_RES, RECALL_RUNS, "eval.json"),

@@ -5,13 +5,36 @@
 # `snakemake snli`: its tables, their runs and data only.
 
 
-from grassflow.snli.grid import run_dirs
+from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 
 # SNLI (snli.smk), the preset's `snli` part
-SNLI = TASKS["snli"].part(PRESET_CFG) or {}
+SNLI = PRESET_CFG.get("snli") or {}
 SNLI_RUNS = TASK_RUNS["snli"]
 SNLI_RES = f"{RESULTS}/snli"
 SNLI_TOKENS = f"{SNLI_RES}/data/tokens/{SNLI['tokenizer']['name'] if SNLI else None}"
+SNLI_FILES = token_files(SNLI_TOKENS, SNLI)
+SNLI_THREADS = part_threads(SNLI)
+SNLI_EXPERIMENTS = list(SNLI.get("experiments") or {})
+SNLI_OUTPUTS = (
+    [f"{REPORT}/snli_{exp}.{ext}" for exp in SNLI_EXPERIMENTS for ext in ("md", "csv", "tex")]
+    + [f"{REPORT}/snli_curves_{exp}.png" for exp in SNLI_EXPERIMENTS]
+    + ([f"{REPORT}/snli_summary.md"] if SNLI else [])
+)
+
+
+wildcard_constraints:
+    snli_run=alternatives(SNLI_RUNS),
+
+
+SPECS.update(
+    {
+        "snli/backbone": SNLI.get("backbone"),
+        "snli/tokenize": snli_tokenizer_spec(PRESET_CFG) if SNLI else None,
+        "snli/data": SNLI.get("data"),
+        "snli/aggregate": aggregate_part(SNLI, "snli"),
+        **run_specs("snli/", SNLI_RUNS),
+    }
+)
 
 
 # {run: the fetched backbone it reads (snli_fetch_backbone), or none (a `path`, random, scratch)}
@@ -106,7 +129,7 @@ rule snli_train:
         spec=spec("snli/run", "snli_run"),
         train=f"{SNLI_TOKENS}/train.parquet",
         val=f"{SNLI_TOKENS}/validation.parquet",
-        preflight=run_preflight("snli"),
+        preflight=run_preflight(SNLI_RUNS, "snli_run", "head"),
         backbone=lambda wc: SNLI_BACKBONES[wc.snli_run],
     output:
         weights=f"{SNLI_RES}/runs/{{snli_run}}/model.safetensors",
@@ -119,10 +142,10 @@ rule snli_train:
         f"{RESULTS}/benchmarks/snli/train/{{snli_run}}.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["snli"]
+    threads: SNLI_THREADS
     resources:
-        **EXECUTION["snli"],
-        **estimated("snli_train"),
+        **execution(SNLI),
+        **estimated("snli_train", SNLI_RUNS, "snli_run", SNLI_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -144,7 +167,7 @@ rule snli_evaluate:
         record=f"{SNLI_RES}/runs/{{snli_run}}/run.json",
         val=f"{SNLI_TOKENS}/validation.parquet",
         test=f"{SNLI_TOKENS}/test.parquet",
-        preflight=run_preflight("snli"),
+        preflight=run_preflight(SNLI_RUNS, "snli_run", "head"),
         backbone=lambda wc: SNLI_BACKBONES[wc.snli_run],
     output:
         f"{SNLI_RES}/runs/{{snli_run}}/eval.json",
@@ -154,9 +177,9 @@ rule snli_evaluate:
         f"{RESULTS}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: THREADS["snli"]
+    threads: SNLI_THREADS
     resources:
-        **estimated("snli_evaluate"),
+        **estimated("snli_evaluate", SNLI_RUNS, "snli_run", SNLI_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -170,13 +193,13 @@ rule snli_evaluate:
 
 rule snli_aggregate:
     input:
-        evals=task_run_outputs("snli", "eval.json"),
-        records=task_run_outputs("snli", "run.json"),
-        metrics=task_run_outputs("snli", "metrics.jsonl"),
+        evals=run_files(SNLI_RES, SNLI_RUNS, "eval.json"),
+        records=run_files(SNLI_RES, SNLI_RUNS, "run.json"),
+        metrics=run_files(SNLI_RES, SNLI_RUNS, "metrics.jsonl"),
         # its own part only, without execution keys: other tasks' edits leave its tables alone
         preset=spec("snli/aggregate"),
     output:
-        task_report("snli"),
+        shown(SNLI_OUTPUTS, "SNLI"),
     log:
         f"{RESULTS}/logs/snli/aggregate.log",
     conda:
@@ -184,13 +207,14 @@ rule snli_aggregate:
     params:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        runs=" ".join(str(Path(f).parent) for f in task_run_outputs("snli", "eval.json")),
+        runs=" ".join(f"{SNLI_RES}/runs/{run}" for run in SNLI_RUNS),
         code=code_of("grassflow.snli.aggregate"),
     shell:
         "python -m grassflow.snli.aggregate --preset {input.preset} --preset-name {params.preset_name} "
         "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 
-rule snli:
+rule snli:  # `snakemake snli`: its tables, every run's evaluation, their data
     input:
-        task_outputs("snli"),
+        SNLI_OUTPUTS,
+        run_files(SNLI_RES, SNLI_RUNS, "eval.json"),

@@ -11,7 +11,4 @@ TASK = Task(
     estimate=estimate,
     check=check_lm,
     check_model=check_model,
-    token_dir=lambda d, p: d / "data" / "tokens" / p["tokenizer"]["name"],
-    tokenizer=True,
-    title="Language modelling",
 )

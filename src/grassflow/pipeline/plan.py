@@ -199,7 +199,7 @@ def plan(project: Path, snakemake_args: list[str], preset: str, profile=None, me
         if row["estimated"]:  # K runs share a GPU: a job's device-hours are 1/K of its wall time
             row["est_wall_hours"] += int(res["estimate_s"]) / 3600
             row["est_hours"] += int(res["estimate_s"]) / 3600 / int(res.get("runs_per_gpu", 1))
-            row["items"] += int(res["items"])
+            row["items"] += int(res["trained_items"])
     out = list(rows.values())
     if measured:
         wall = measured_seconds(project, preset, set(rows))

@@ -159,7 +159,8 @@ def check_preset(name: str, p: dict) -> None:
     if p.get("ablations") and not p.get("experiments"):
         raise ConfigError(f"{where}.ablations: needs the language-model experiments it varies")
     for t in TASKS.values():  # each task's own checks (its declaration's `check`), then its runs' models
+        at = where + (f".{t.part_key}" if t.part_key else "")  # its part's key path, for its errors
         if t.part(p) and t.check:
-            t.check(t.where(name), name, p)
+            t.check(at, name, p)
         if t.part(p) and t.check_model:
-            check_specs(t.where(name), t.specs(name, p), lambda spec, t=t: t.check_model(spec, p))
+            check_specs(at, t.specs(name, p), lambda spec, t=t: t.check_model(spec, p))

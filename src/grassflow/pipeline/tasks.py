@@ -1,12 +1,11 @@
 """The tasks, each declared once in its own package: `grassflow/<task>/task.py` holds `TASK`, a
-`Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py). A new task
-is one more such directory, with its rules in their own file (workflow/rules/<task>.smk, included
-by the Snakefile): this module finds it, and the rules' helpers (workflow/rules/common.smk), the
-config schema, `grassflow plan`, the estimates and the tests read the declarations, not lists of
-their own.
+`Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py): what only
+Python can say of it (its runs, their checks and estimates, its part's schema). Its files, rules,
+wildcards and outputs are its rule file's (workflow/rules/<task>.smk, included by the Snakefile).
+A new task is one more such directory: this module finds it, and the config schema, the rules'
+helpers (common.smk: TASK_RUNS) and the tests read the declarations, not lists of their own.
 
-This module is planning: where a task's files, rules and runs are. No job imports it, so
-editing it reruns no job.
+This module is planning. No job imports it, so editing it reruns no job.
 """
 
 from __future__ import annotations
@@ -34,57 +33,15 @@ class Task:
     estimate: Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
     check: Callable | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
     check_model: Callable | None = None  # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
-    # one data job per cell (recall: per (seq_len, kv)), into its results' data/<cell>/; a run's spec
-    # names the cell it reads (`data_cell`)
-    cells: Callable | None = None  # (its part) → {cell: its data section}
-    token_dir: Callable[[Path, dict], Path] | None = None  # (its results dir, preset) → its runs' token files' dir
-    outputs: Callable[[dict], list[str]] | None = None  # (its part) → the files its aggregate writes in report/
-    tokenizer: bool = False  # its part has a tokenizer section (fetched from the hub where it names one)
     # the JSON schema of its part: a dict, or a YAML file beside the declaration (snli/schema.yaml); its
     # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
     schema: dict | str | None = None
-    model_key: str = "model"  # the spec key of the model's settings (SNLI: its head's)
-    title: str = ""  # its category in Snakemake's report
-
-    @property
-    def prefix(self) -> str:
-        """Of its rule names ("snli_") and results subdirectory; "" for the LM."""
-        return "" if self.part_key is None else f"{self.name}_"
-
-    @property
-    def subdir(self) -> str:
-        """Of its specs', logs' and benchmarks' paths under a preset's ("snli/"; "" for the LM)."""
-        return f"{self.name}/" if self.prefix else ""
-
-    @property
-    def wildcard(self) -> str:
-        """Its run wildcard in the rules."""
-        return f"{self.prefix}run"
 
     def part(self, preset: dict) -> dict | None:
         """This task's part of `preset`, or None where the preset has none."""
         if self.part_key is None:
             return preset if preset.get("experiments") else None
         return preset.get(self.part_key)
-
-    def where(self, name: str) -> str:
-        """The key path of its part in the config, for error messages."""
-        return f"presets.{name}" + (f".{self.part_key}" if self.part_key else "")
-
-    def rule(self, stage: str) -> str:
-        return f"{self.prefix}{stage}"
-
-    def results(self, res) -> Path:
-        """The task's results directory under a preset's (`results/<preset>`)."""
-        return Path(res) / self.prefix.rstrip("_") if self.prefix else Path(res)
-
-    def files(self, res, preset: dict, cell: str | None = None) -> dict | None:
-        """The token files its jobs read, by split (their counts size the estimates), or None; of
-        a task with cells, those of `cell` (None without one)."""
-        if not self.part(preset) or (self.cells and cell is None) or (not self.cells and self.token_dir is None):
-            return None
-        d = self.results(res) / "data" / cell if self.cells else self.token_dir(self.results(res), preset)
-        return {s: d / f"{s}.parquet" for s in ("train", "validation", "test")}
 
     def part_schema(self) -> dict | None:
         """The JSON schema of its part (a fresh copy), or None (the LM's is the config schema's)."""
@@ -127,7 +84,7 @@ def declared(name: str) -> Task:
 TASKS = {pkg: declared(pkg) for pkg in declarations()}
 
 # {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
-RUN_RULES = {t.rule(stage): (t, stage) for t in TASKS.values() for stage in STAGES}
+RUN_RULES = {f"{t.name}_{stage}" if t.part_key else stage: (t, stage) for t in TASKS.values() for stage in STAGES}
 
 
 def pipeline_train(preset: dict) -> dict:

@@ -31,9 +31,6 @@ TASK = Task(
     part_key="toy",
     runs=runs,
     estimate=estimate,
-    token_dir=lambda d, p: d / "data",
-    outputs=lambda part: ["toy.md", "toy.csv"],
     check=check,
     schema=SCHEMA,
-    title="Toy",
 )

@@ -1,8 +1,24 @@
 # The toy task's rules (tests/pipeline/test_tasks.py copies this file to workflow/rules/toy.smk and includes
 # it): toy_data → toy_train → toy_evaluate → toy_aggregate, and its target `toy`. Its data, training
 # and evaluation are recall's stages; its table is its own (grassflow.toy.toy).
+TOY = PRESET_CFG.get("toy") or {}
 TOY_RUNS = TASK_RUNS["toy"]
 TOY_RES = f"{RESULTS}/toy"
+TOY_FILES = token_files(f"{TOY_RES}/data", TOY)
+TOY_OUTPUTS = [f"{REPORT}/toy.md", f"{REPORT}/toy.csv"] if TOY else []
+
+
+wildcard_constraints:
+    toy_run=alternatives(TOY_RUNS),
+
+
+SPECS.update(
+    {
+        "toy/data": TOY.get("data"),
+        "toy/aggregate": aggregate_part(TOY, "toy"),
+        **run_specs("toy/", TOY_RUNS),
+    }
+)
 
 
 rule toy_data:
@@ -24,7 +40,7 @@ rule toy_train:
         spec=spec("toy/run", "toy_run"),
         train=f"{TOY_RES}/data/train.parquet",
         val=f"{TOY_RES}/data/validation.parquet",
-        preflight=run_preflight("toy"),
+        preflight=run_preflight(TOY_RUNS, "toy_run"),
     output:
         weights=f"{TOY_RES}/runs/{{toy_run}}/model.safetensors",
         config=f"{TOY_RES}/runs/{{toy_run}}/config.json",
@@ -34,10 +50,10 @@ rule toy_train:
         f"{RESULTS}/logs/toy/train/{{toy_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/toy/train/{{toy_run}}.tsv"
-    threads: THREADS["toy"]
+    threads: part_threads(TOY)
     resources:
-        **EXECUTION["toy"],
-        **estimated("toy_train"),
+        **execution(TOY),
+        **estimated("toy_train", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -57,16 +73,16 @@ rule toy_evaluate:
         record=f"{TOY_RES}/runs/{{toy_run}}/run.json",
         val=f"{TOY_RES}/data/validation.parquet",
         test=f"{TOY_RES}/data/test.parquet",
-        preflight=run_preflight("toy"),
+        preflight=run_preflight(TOY_RUNS, "toy_run"),
     output:
         f"{TOY_RES}/runs/{{toy_run}}/eval.json",
     log:
         f"{RESULTS}/logs/toy/evaluate/{{toy_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
-    threads: THREADS["toy"]
+    threads: part_threads(TOY)
     resources:
-        **estimated("toy_evaluate"),
+        **estimated("toy_evaluate", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -79,18 +95,18 @@ rule toy_evaluate:
 
 rule toy_aggregate:
     input:
-        evals=task_run_outputs("toy", "eval.json"),
-        records=task_run_outputs("toy", "run.json"),
-        metrics=task_run_outputs("toy", "metrics.jsonl"),
+        evals=run_files(TOY_RES, TOY_RUNS, "eval.json"),
+        records=run_files(TOY_RES, TOY_RUNS, "run.json"),
+        metrics=run_files(TOY_RES, TOY_RUNS, "metrics.jsonl"),
         preset=spec("toy/aggregate"),
     output:
-        task_report("toy"),
+        shown(TOY_OUTPUTS, "Toy"),
     log:
         f"{RESULTS}/logs/toy/aggregate.log",
     params:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        runs=" ".join(str(Path(f).parent) for f in task_run_outputs("toy", "eval.json")),
+        runs=" ".join(f"{TOY_RES}/runs/{run}" for run in TOY_RUNS),
         code=code_of("grassflow.toy.toy"),
     shell:
         "python -m grassflow.toy.toy --preset {input.preset} --preset-name {params.preset_name} "
@@ -99,4 +115,5 @@ rule toy_aggregate:
 
 rule toy:
     input:
-        task_outputs("toy"),
+        TOY_OUTPUTS,
+        run_files(TOY_RES, TOY_RUNS, "eval.json"),
