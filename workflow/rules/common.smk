@@ -30,7 +30,7 @@ ESTIMATE = config.get("estimate") or {}
 def estimated(rule, specs, wildcard, files=None, groups=None):
     """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a job of `rule`
     (a run's train or evaluate) whose `wildcard` names a run of `specs` reading token `files`, and
-    what `grassflow plan` tables ("estimate_s": the wall-time estimate, "trained_items": tokens
+    what `grassflow plan` tables ("estimate_ms": the wall-time estimate, "trained_items": tokens
     or examples trained on). With `groups` the wildcard names a fused group (train_fused): its
     runs' estimates summed, as if the ensemble were no faster than its runs one after another
     (what it measured on a CPU)."""
@@ -43,7 +43,7 @@ def estimated(rule, specs, wildcard, files=None, groups=None):
     return {
         "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
         "mem_mb": lambda wc, attempt: sum(e.request_mb(attempt) for e in ests(wc)),
-        "estimate_s": lambda wc: round(sum(e.seconds for e in ests(wc))),
+        "estimate_ms": lambda wc: round(1000 * sum(e.seconds for e in ests(wc))),
         "trained_items": lambda wc: sum(e.items for e in ests(wc)),
     }
 

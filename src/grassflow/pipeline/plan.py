@@ -190,15 +190,15 @@ def plan(project: Path, snakemake_args: list[str], preset: str, profile=None, me
         rule = job["rule"]
         res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
         row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "est_wall_hours": 0.0, "limit_hours": 0.0,
-                                     "max_mem_mb": 0, "items": 0, "estimated": "estimate_s" in res,
+                                     "max_mem_mb": 0, "items": 0, "estimated": "estimate_ms" in res,
                                      "partition": "login node (local)" if rule in local else res.get("slurm_partition")})
         row["jobs"] += 1
         if rule not in local:
             row["limit_hours"] += int(res.get("runtime", 0)) / 60
             row["max_mem_mb"] = max(row["max_mem_mb"], int(res.get("mem_mb", 0)))
         if row["estimated"]:  # K runs share a GPU: a job's device-hours are 1/K of its wall time
-            row["est_wall_hours"] += int(res["estimate_s"]) / 3600
-            row["est_hours"] += int(res["estimate_s"]) / 3600 / int(res.get("runs_per_gpu", 1))
+            row["est_wall_hours"] += int(res["estimate_ms"]) / 3.6e6
+            row["est_hours"] += int(res["estimate_ms"]) / 3.6e6 / int(res.get("runs_per_gpu", 1))
             row["items"] += int(res["trained_items"])
     out = list(rows.values())
     if measured:
