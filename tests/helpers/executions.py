@@ -52,7 +52,7 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     ),
     "test_the_demos_table_from_fuse": (
         1,
-        "Table 1 trained as fused seed groups, rows equal to the demo's",
+        "Table 1 trained as fused seed groups, a row and record each (from a copy of the demo)",
     ),
     "test_the_gpu_window_stops_at_i": (
         4,
