@@ -1,4 +1,4 @@
-# The spec files the rules read (common.smk: `spec`, their content spec_objects): written where
+# The spec files the rules read (common.smk: `spec`; their content SPECS, each rule file's): written where
 # Snakemake runs, when missing or when their content (the param) changed.
 # Snakemake compares this rule's run block as code (its comments aside) when it plans: an edit
 # there, even to the log line, reruns every spec and so every job of the DAG. Keep it as it is.

@@ -6,7 +6,7 @@ code is, read from the source without importing anything:
   - that module and, transitively, every grassflow module it imports, at module level or inside
     a function (a superset of what one run executes), with the __init__ of every package on the
     way (importing a.b runs a/__init__.py); where a module reads every task's declaration
-    (imports grassflow.pipeline.tasks: the estimates report), every task.py;
+    (imports grassflow.pipeline.tasks, which no job does: tested), every task.py;
   - the kernel sources a module declares it loads (KERNEL_SOURCES, paths under kernels/);
   - of the model kinds' code (models.KIND_CODE), only the kinds the job runs: a Transformer
     run imports the Grassmann model (the registry loads both) but never runs it.
