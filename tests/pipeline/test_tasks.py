@@ -40,7 +40,7 @@ def _overlay(work, name, preset) -> str:
 @pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
-    # the only changes to the repository: its package, its rule file and the line that includes it
+    # the only changes to the repository: its package, its rule file, the line that includes it, its target in `all`
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
     snakefile = work / "Snakefile"
