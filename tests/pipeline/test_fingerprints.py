@@ -232,6 +232,19 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
     assert staleness.code_hash(k) != before
 
 
+@pytest.mark.parametrize("line", ["import grassflow.pipeline.tasks", "from grassflow.pipeline import tasks",
+                                  "from grassflow.pipeline.tasks import TASKS", "from .tasks import TASKS"])
+def test_a_module_that_reads_the_task_declarations_holds_every_task_py(line):
+    """Importing grassflow.pipeline.tasks, in any form, loads every grassflow/<task>/task.py by
+    name (no import names them): a module that does holds them all in its closure."""
+    import ast
+
+    tree = ast.parse(line + "\n")
+    imports, reads_tasks = staleness._module_facts(tree, "grassflow.pipeline.x", False)
+    assert "grassflow.pipeline.tasks" in imports and reads_tasks, line
+    assert not staleness._module_facts(ast.parse("import grassflow.pipeline.presets\n"), "grassflow.x", False)[1]
+
+
 def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
     (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through

@@ -118,11 +118,10 @@ def _owned_by(name: str, kinds) -> bool:
 @cache
 def _module_facts(tree: ast.Module, mod: str, is_pkg: bool) -> tuple[frozenset[str], bool]:
     """(the grassflow modules a module imports, whether it reads every task's declaration: imports
-    from grassflow.pipeline.tasks, which loads them all by name, grassflow/<task>/task.py, found on
-    disk: no import names them)."""
-    reads_tasks = any(isinstance(n, ast.ImportFrom) and _resolve(n, mod, is_pkg) == "grassflow.pipeline.tasks"
-                      for n in _statements([tree]))
-    return frozenset(imported([tree], mod, is_pkg)), reads_tasks
+    grassflow.pipeline.tasks, in any form, which loads them all by name, grassflow/<task>/task.py,
+    found on disk: no import names them)."""
+    imports = frozenset(imported([tree], mod, is_pkg))
+    return imports, "grassflow.pipeline.tasks" in imports
 
 
 def _with_parents(name: str) -> list[str]:
