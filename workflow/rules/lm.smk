@@ -354,9 +354,9 @@ rule bench:
 
 rule aggregate:  # one experiment's table: a table's target plans only its own runs
     input:
-        evals=lambda wc: [f"{RESULTS}/runs/{r}/eval.json" for r in EXP_RUNS[wc.exp]],
-        records=lambda wc: [f"{RESULTS}/runs/{r}/run.json" for r in EXP_RUNS[wc.exp]],
-        metrics=lambda wc: [f"{RESULTS}/runs/{r}/metrics.jsonl" for r in EXP_RUNS[wc.exp]],
+        evals=lambda wc: run_files(RESULTS, EXP_RUNS[wc.exp], "eval.json"),
+        records=lambda wc: run_files(RESULTS, EXP_RUNS[wc.exp], "run.json"),
+        metrics=lambda wc: run_files(RESULTS, EXP_RUNS[wc.exp], "metrics.jsonl"),
         # this experiment only: the other tables', the other tasks', ablation edits (and
         # train.threads) leave this table alone
         preset=spec("aggregate", "exp"),
@@ -442,8 +442,8 @@ rule table2:
 
 rule ablation_aggregate:
     input:
-        evals=[f"{RESULTS}/runs/{r}/eval.json" for r in ABLATION_RUNS],
-        records=[f"{RESULTS}/runs/{r}/run.json" for r in ABLATION_RUNS],
+        evals=run_files(RESULTS, ABLATION_RUNS, "eval.json"),
+        records=run_files(RESULTS, ABLATION_RUNS, "run.json"),
         unigram=f"{TOKENS}/unigram.json",
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
