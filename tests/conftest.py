@@ -92,8 +92,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "demo" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at once
-    items.sort(key=lambda i: ("demo" not in getattr(i, "fixturenames", ()), not i.get_closest_marker("slurm")))
+    # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at once,
+    # then the files with slow tests: the run ends on short tests, which keep both workers busy to the
+    # end (a CI run that ended on the docs' dry runs left a core idle for a minute)
+    items.sort(key=lambda i: ("demo" not in getattr(i, "fixturenames", ()), not i.get_closest_marker("slurm"),
+                              not i.get_closest_marker("slow")))
     if config.getoption("seeds"):
         keep = [i for i in items if "gen" in getattr(i, "fixturenames", ())]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])

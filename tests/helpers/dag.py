@@ -17,6 +17,7 @@ import yaml
 
 from grassflow.pipeline import staleness
 from helpers import ROOT
+from helpers.warm_snakemake import WarmSnakemake
 
 RUN_WILDCARDS = r"(?:\w+_)?run"  # run=, snli_run=, recall_run= (each task's rule file names its own)
 
@@ -52,10 +53,25 @@ def pool_flag(work, env) -> list[str]:
                           env={**pipeline_env(work), **env}).stdout.split()
 
 
+# Flags of a Snakemake command that runs no job: such a command runs in a fork of a process that has
+# imported Snakemake once (helpers.warm_snakemake), every other as a process of its own.
+NO_JOBS = {"-n", "--dry-run", "--dryrun", "--lint", "--list-rules", "--rulegraph"}
+_WARM = WarmSnakemake()
+
+
+def run_snakemake(args, cwd, env, timeout=2700) -> subprocess.CompletedProcess:
+    """`snakemake *args` in `cwd` with environment `env` (whole), its output captured."""
+    args = [str(a) for a in args]
+    if NO_JOBS & set(args):
+        return _WARM.run(args, cwd, env, timeout)
+    return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def snakemake(cwd, *args, check=True, preset="demo", env=None):
     # --config last: a target right after it would be read as a config entry
-    res = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *args, "--config", f"preset={preset}"],
-                         cwd=cwd, env={**pipeline_env(cwd), **(env or {})}, capture_output=True, text=True, timeout=2700)
+    res = run_snakemake(["--cores", "2", *args, "--config", f"preset={preset}"], cwd,
+                        {**pipeline_env(cwd), **(env or {})})
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
     return res

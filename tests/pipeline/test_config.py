@@ -114,8 +114,9 @@ def test_transformer_specs_carry_no_grassmann_keys():
 ])
 def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    res = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "--cores", "1", *args],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    from helpers.dag import run_snakemake
+
+    res = run_snakemake(["-n", "--cores", "1", *args], ROOT, env, timeout=600)
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert expected in out and "Traceback" not in out and 'File "' not in out
@@ -126,17 +127,17 @@ def test_a_checkout_whose_package_is_not_the_one_python_imports_is_refused(tmp_p
     imports (installed with `pip install -e .`), and the code fingerprints hash the checkout's
     src/. A copy of the project planned with the venv's package (this checkout's) is refused
     before any job, naming both places and the fix; with its own src/ on PYTHONPATH it plans."""
-    from helpers.dag import copy_repo, pipeline_env
+    from helpers.dag import copy_repo, pipeline_env, run_snakemake
 
     work = copy_repo(tmp_path)
     env = {**pipeline_env(work), "PYTHONPATH": ""}
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "-n", "--cores", "1", "--config", "preset=demo"]
-    res = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    cmd = ["-n", "--cores", "1", "--config", "preset=demo"]
+    res = run_snakemake(cmd, work, env, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode != 0 and f"python imports grassflow from {SRC}, not from this checkout's src/" in out, out
     assert f"pip install -e {work}" in out and "Traceback" not in out
     assert not (work / "results").exists()
-    res = subprocess.run(cmd, cwd=work, env=pipeline_env(work), capture_output=True, text=True, timeout=600)
+    res = run_snakemake(cmd, work, pipeline_env(work), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from grassflow.pipeline.plan import load_config, local_rules
 from grassflow.pipeline.presets import select_preset
-from helpers.dag import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, snakemake
+from helpers.dag import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, run_snakemake, snakemake
 from helpers.procs import needs
 
 
@@ -42,8 +42,7 @@ def test_every_preset_is_lint_clean(tmp_path):
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
     for preset in yaml.safe_load((work / "config.yaml").read_text())["presets"]:
-        res = subprocess.run([str(BIN / "snakemake"), "--lint", "--config", f"preset={preset}"], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=1200)
+        res = run_snakemake(["--lint", "--config", f"preset={preset}"], work, env, timeout=1200)
         assert res.returncode == 0 and "Congratulations" in res.stdout + res.stderr, (preset, res.stdout[-3000:])
 
 
@@ -55,8 +54,7 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     variants, Grassmann only, on the v1 files (the overlay's laptop_v1 settings, inherited)."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
-    res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=1200)
+    res = run_snakemake(["-n", "--cores", "2", "ablations"], work, env, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     trained = re.findall(r"wildcards: run=(\S+)", res.stdout)
     train_jobs = Counter(re.findall(r"rule (train|evaluate):", res.stdout))
@@ -70,9 +68,8 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     # planning writes nothing of ours: the code index is kept when jobs run (onstart), not while parsing
     assert not (work / ".snakemake" / "grassflow").exists()
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
-    res = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", "ablations", "--configfile", "config.yaml",
-                          "workflow/overlays/wikitext2-v1-local.yaml", "--config", "preset=laptop_v1_ablations"], cwd=work,
-                         env=env, capture_output=True, text=True, timeout=1200)
+    res = run_snakemake(["-n", "--cores", "2", "ablations", "--configfile", "config.yaml",
+                          "workflow/overlays/wikitext2-v1-local.yaml", "--config", "preset=laptop_v1_ablations"], work, env, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     variants = {"": ""} | {v: f"_{v}" for v in ("lags_124", "r64", "lags_124_r64")}
     _, lap = select_preset(load_config(work, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1_ablations"))
@@ -90,8 +87,7 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
     env = pipeline_env(work)
 
     def stats(*args):
-        res = subprocess.run([str(BIN / "snakemake"), *args, "-n", "--cores", "2"], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=1200)
+        res = run_snakemake([*args, "-n", "--cores", "2"], work, env, timeout=1200)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         return job_stats(res.stdout)
 
@@ -120,8 +116,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     env = pipeline_env(work)
 
     def dry(*args):
-        res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2", *args], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=1200)
+        res = run_snakemake(["-n", "-p", "--cores", "2", *args], work, env, timeout=1200)
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stdout
 
@@ -157,8 +152,7 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
                              capture_output=True, text=True, timeout=1800)
         assert res.returncode == 0, res.stderr[-3000:]
         rows = plan_rows(res.stdout)
-        dry = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "--config", f"preset={preset}"], cwd=work,
-                             env=env, capture_output=True, text=True, timeout=1800)
+        dry = run_snakemake(["-n", "--cores", "1", "--config", f"preset={preset}"], work, env, timeout=1800)
         stats = job_stats(dry.stdout)
         stats.pop("all")
         assert {rule: int(cells[1]) for rule, cells in rows.items()} == dict(stats), preset
@@ -197,8 +191,7 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
     the login node has the internet); the jobs on compute nodes read the fetched files."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
-    res = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--cores", "2"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=1200)
+    res = run_snakemake(["-n", "-p", "--cores", "2"], work, env, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout
     for name in ("bert-base-uncased", "distilbert-base-uncased"):

@@ -24,7 +24,8 @@ from helpers.procs import skip_or_fail_in_ci
 
 # --- SLURM: the same DAG through profiles/slurm on a real single-node cluster ----------------
 SLURM = ROOT / "tests" / "slurm"
-SMALL = SLURM / "demo-small.yaml"  # preset demo_small: 8 of the demo's runs, every rule, partition and group
+SMALL = SLURM / "demo-small.yaml"  # preset demo_small: 4 of the demo's runs, every rule, partition and group
+SMALL_TABLES = ["table1", "ablations", "snli_table3", "recall"]  # its tables
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +175,7 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 @pytest.mark.slurm
 def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
-    """8 of the demo's runs (SMALL) through profiles/slurm: every job on its partition; each run's
+    """4 of the demo's runs (SMALL) through profiles/slurm: every job on its partition; each run's
     training and evaluation in one allocation whose time limit is the sum of their estimates; a
     group job cancelled mid-training (preemption) and one killed at its time limit are both
     retried with a longer limit and resume from their checkpoints; every run's row of every table
@@ -244,9 +245,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         rule, run = rule_and_run(f.get("Comment", ""))
         if rule:
             by_rule.setdefault(rule, []).append((jid, run, f))
-    runs_ = {f"{t}-{m}-s0" for t in ("table1", "table2") for m in ("transformer", "grassmann")}
-    snli_runs_ = {f"{t}-grassmann-s0" for t in ("table3", "table3_scratch")}
-    for group, expected in (("lm_run", runs_), ("snli_run", snli_runs_), ("recall_run", {f"L32-kv4-d32-{m}-lr0.001-s0" for m in ("transformer", "grassmann")}),
+    runs_ = {f"table1-{m}-s0" for m in ("transformer", "grassmann")}
+    for group, expected in (("lm_run", runs_), ("snli_run", {"table3-grassmann-s0"}), ("recall_run", {"L32-kv4-d32-grassmann-lr0.001-s0"}),
                             ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
         assert {run for _, run, _ in by_rule[group]} == expected, group
         for _jid, run, f in by_rule[group]:
@@ -291,7 +291,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         assert "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text(), how
 
     # the cluster run produced the same numbers as the local run, run by run
-    assert_same_tables(demo, work, subset="demo_small")
+    assert_same_tables(demo, work, names=SMALL_TABLES, subset="demo_small")
 
 
 @pytest.mark.slurm

@@ -76,10 +76,14 @@ NEEDS_RESULTS = ("--report", "--unlock", "--cleanup-metadata")
 def dry_run_problems(command: str, cwd: Path) -> list[str]:
     if any(flag in command for flag in NEEDS_RESULTS):
         return []
-    # through bash, as a reader pastes it (`$(grassflow gpus)` expands), dry: -n after the name
-    res = subprocess.run(["bash", "-c", "snakemake -n" + command[len("snakemake"):]], cwd=cwd, capture_output=True,
-                         text=True, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-                                         "PYTHONPATH": str(cwd / "src")}, timeout=1200)
+    from helpers.dag import run_snakemake
+
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(cwd / "src")}
+    # its words as bash makes them from the pasted line (`$(grassflow gpus)` expands), then dry: -n first
+    rest = command[len("snakemake"):]
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + rest], cwd=cwd, env=env, capture_output=True, text=True,
+                           check=True, timeout=600).stdout.split("\0")[:-1] if rest.strip() else []
+    res = run_snakemake(["-n", *words], cwd, env, timeout=1200)
     return [] if res.returncode == 0 else [f"`{command}` fails to plan: {(res.stderr or res.stdout).strip()[-600:]}"]
 
 
