@@ -3,7 +3,6 @@ allowed: through the package check (many cases) and through real Snakemake (a fe
 
 import copy
 import os
-import subprocess
 import sys
 from pathlib import Path
 

@@ -16,7 +16,16 @@ import yaml
 
 from grassflow.pipeline.plan import load_config, local_rules
 from grassflow.pipeline.presets import select_preset
-from helpers.dag import BIN, ROOT, copy_repo, job_stats, pipeline_env, plan_rows, run_snakemake, snakemake
+from helpers.dag import (
+    BIN,
+    ROOT,
+    copy_repo,
+    job_stats,
+    pipeline_env,
+    plan_rows,
+    run_snakemake,
+    snakemake,
+)
 from helpers.procs import needs
 
 
