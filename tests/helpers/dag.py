@@ -55,7 +55,7 @@ def pool_flag(work, env) -> list[str]:
 
 # Flags of a Snakemake command that runs no job: such a command runs in a fork of a process that has
 # imported Snakemake once (helpers.warm_snakemake), every other as a process of its own.
-NO_JOBS = {"-n", "--dry-run", "--dryrun", "--lint", "--list-rules", "--rulegraph"}
+NO_JOBS = {"-n", "--dry-run", "--dryrun", "--lint", "--list-rules"}
 _WARM = WarmSnakemake()
 
 

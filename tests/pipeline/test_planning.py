@@ -317,8 +317,7 @@ def test_every_rule_is_a_named_block_you_can_grep():
     function or under an `if`."""
     texts = [(ROOT / "Snakefile").read_text()] + [f.read_text() for f in sorted((ROOT / "workflow/rules").glob("*.smk"))]
     grepped = [name for text in texts for name in re.findall(r"(?m)^rule (\w+):", text)]
-    res = subprocess.run([str(BIN / "snakemake"), "--list-rules", "--config", "preset=paper"], cwd=ROOT,
-                         env=pipeline_env(ROOT), capture_output=True, text=True, timeout=600)
+    res = run_snakemake(["--list-rules", "--config", "preset=paper"], ROOT, pipeline_env(ROOT), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     listed = [line.strip() for line in res.stdout.splitlines() if line.strip()]
     assert len(listed) > 25 and sorted(listed) == sorted(grepped) and len(set(grepped)) == len(grepped)
