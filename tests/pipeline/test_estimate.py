@@ -123,21 +123,3 @@ def test_one_k_for_the_whole_pipeline_run():
     assert p["snli"]["train"]["runs_per_gpu"] == 1
     packed = job_estimate("snli_train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 2}}, settings)
     assert packed.seconds == pytest.approx(2 * solo.seconds) and packed.share == 2, run_id
-
-
-def test_a_benchmark_file_names_its_rule():
-    """Benchmark paths read back as the rules that wrote them (grassflow plan --measured: the rules
-    its dry run planned), a task's data stages included (benchmarks/snli/download.tsv:
-    snli_download, not `snli`)."""
-    from pathlib import Path
-
-    from grassflow.pipeline.plan import benchmark_rule
-
-    rules = {"download", "train", "aggregate", "snli", "snli_download", "snli_train_tokenizer", "snli_train",
-             "recall_evaluate", "train_fused"}
-    for path, rule in (("download.tsv", "download"), ("train/table1-grassmann-s0.tsv", "train"),
-                       ("aggregate/table1.tsv", "aggregate"), ("snli/download.tsv", "snli_download"),
-                       ("snli/train_tokenizer.tsv", "snli_train_tokenizer"), ("snli/train/table3-grassmann-s0.tsv", "snli_train"),
-                       ("recall/evaluate/L32-kv4-d32-grassmann-lr0.001-s0.tsv", "recall_evaluate"),
-                       ("train_fused/table1-grassmann.tsv", "train_fused"), ("bench.tsv", None)):
-        assert benchmark_rule(Path(path), rules) == rule, path

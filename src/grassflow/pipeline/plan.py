@@ -1,7 +1,7 @@
 """`grassflow plan`: what a preset will do and cost, before anything runs.
 
-Jobs come from Snakemake's own plan (`snakemake -n` in the project directory, with the same
---config / --configfile), so the table never disagrees with what `snakemake` will schedule:
+Jobs come from Snakemake's own plan (its dry run, made in this process with the same --config /
+--configfile and targets: the jobs as its log records carry them), so the table never disagrees with what `snakemake` will schedule:
 per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours,
 the time limits requested, the largest memory request, and the tokens (or examples) trained on:
 the resources the rules computed (common.smk's `estimated`: the estimate their limits come from).
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import csv
 import re
-import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import yaml
@@ -44,25 +42,37 @@ def load_config(project: Path, configfiles=(), preset: str | None = None) -> dic
     return config
 
 
-def dry_run(project: Path, args: list[str]) -> list[dict]:
-    """Every job of `snakemake -n`: rule, wildcards, resources."""
-    # the Snakemake installed beside this Python (a dependency of ours), not whichever is first on PATH:
-    # `.venv/bin/grassflow plan` works without an activated venv
-    res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *args], cwd=project,
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        sys.exit(f"error: snakemake -n failed:\n{(res.stderr or res.stdout)[-3000:]}")
-    jobs, job = [], None
-    for line in res.stdout.splitlines():
-        m = re.match(r"^(?:local)?rule (\w+):", line)
-        if m:
-            job = {"rule": m.group(1), "wildcards": {}, "resources": {}}
-            jobs.append(job)
-        elif job and (m := re.match(r"^\s+(wildcards|resources): (.*)$", line)):
-            job[m.group(1)] = dict(kv.split("=", 1) for kv in m.group(2).split(", ") if "=" in kv)
-        elif job and (m := re.match(r"^\s+reason: (.*)$", line)):
-            job["reason"] = m.group(1)
-    return [j for j in jobs if j["rule"] != "all"]
+def dry_run(project: Path, targets=(), configfiles=(), preset=None, forceall=False) -> tuple[list[dict], set[str]]:
+    """Snakemake's own dry run, made in this process with the same --configfile / --config / targets:
+    each job it plans as its job-info log record carries it (rule, wildcards, resources, reason,
+    benchmark file), and the rules it runs where it runs (`localrule: True`, `localrules:`) from the
+    workflow it parsed (a dry run does not say which)."""
+    import logging
+
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings import types as st
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    jobs = []
+
+    class JobInfo(logging.Handler):
+        def emit(self, r):
+            if getattr(r, "event", None) == LogEvent.JOB_INFO and r.rule_name != "all":
+                jobs.append({"rule": r.rule_name, "wildcards": dict(r.wildcards), "resources": dict(r.resources),
+                             "reason": r.reason, "benchmark": r.benchmark})
+
+    with SnakemakeApi(st.OutputSettings(quiet={st.Quietness.ALL})) as api:
+        try:
+            wf = api.workflow(snakefile=project / "Snakefile", workdir=project, resource_settings=st.ResourceSettings(cores=1),
+                              config_settings=st.ConfigSettings(config={"preset": preset} if preset else {},
+                                                             configfiles=[Path(f) for f in configfiles]))
+            logging.getLogger("snakemake.logging").addHandler(JobInfo())
+            wf.dag(st.DAGSettings(targets=set(targets), forceall=forceall)).execute_workflow(pseudo_executor="dryrun")
+        except Exception as e:  # as the snakemake command prints it: the Snakefile's line, no internals
+            api.print_exception(e)
+            sys.exit("error: snakemake's dry run failed (above)")
+        workflow = wf._workflow  # Snakemake's parse of the rule files: its own set of local rules
+        return jobs, {r.name for r in workflow.rules if r.name in workflow._localrules}
 
 
 # --- why a job is planned (grassflow plan --why) ---------------------------------------------------
@@ -109,12 +119,12 @@ def explain(reason: str, index: Path, base: Path) -> list[str]:
     return out
 
 
-def why(project: Path, snakemake_args: list[str]) -> list[dict]:
-    """Each job `snakemake -n` plans, with what made it stale (explain)."""
+def why(project: Path, **plan_args) -> list[dict]:
+    """Each job Snakemake plans (dry_run's arguments), with what made it stale (explain)."""
     from grassflow.pipeline.staleness import CODE_INDEX
 
-    return [{**job, "why": explain(job.get("reason", ""), project / CODE_INDEX, project)}
-            for job in dry_run(project, snakemake_args)]
+    return [{**job, "why": explain(job["reason"], project / CODE_INDEX, project)}
+            for job in dry_run(project, **plan_args)[0]]
 
 
 def why_markdown(jobs: list[dict]) -> str:
@@ -123,20 +133,6 @@ def why_markdown(jobs: list[dict]) -> str:
     rows = [[j["rule"], ", ".join(f"{k}={v}" for k, v in j["wildcards"].items()), "; ".join(j["why"])] for j in jobs]
     return "\n".join([f"{len(jobs)} jobs planned, each with what made it stale:", "",
                       *markdown.table(["rule", "job", "why"], rows)]) + "\n"
-
-
-def local_rules(project: Path) -> set[str]:
-    """The rules the workflow runs where Snakemake runs (the login node): those marked
-    `localrule: True`, and those a `localrules:` directive names. A dry run does not say."""
-    names = set()
-    for smk in [project / "Snakefile", *(project / "workflow" / "rules").glob("*.smk")]:
-        text = smk.read_text()
-        for block in re.findall(r"localrules:\s*\n((?:\s+\w+,?\s*\n)+)", text):
-            names |= set(re.findall(r"\w+", block))
-        for name, body in re.findall(r"(?m)^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", text):
-            if re.search(r"(?m)^[ \t]+localrule: True", body):
-                names.add(name)
-    return names
 
 
 def cluster_resources(profile: Path | None) -> tuple[dict, dict]:
@@ -158,39 +154,18 @@ def benchmark_seconds(tsv: Path) -> float | None:
     return float(rows[-1]["s"]) if rows else None
 
 
-def benchmark_rule(rel: Path, rules: set[str]) -> str | None:
-    """The rule (one of `rules`) of a benchmark file, from its path under benchmarks/: <rule>.tsv,
-    <rule>/<job>.tsv, or a task's <task>/<stage>.tsv, <task>/<stage>/<job>.tsv (rule <task>_<stage>)."""
-    *dirs, stem = (*rel.parts[:-1], rel.stem)
-    for name in ("_".join([*dirs, stem]), "_".join(dirs)):
-        if name in rules:
-            return name
-    return None
-
-
-def measured_seconds(project: Path, preset: str, rules: set[str]) -> dict[str, list[float]]:
-    """{rule: [wall seconds]} from Snakemake's benchmark files of finished jobs."""
-    out = defaultdict(list)
-    root = project / "results" / preset / "benchmarks"
-    for tsv in root.glob("**/*.tsv"):
-        rule = benchmark_rule(tsv.relative_to(root), rules)
-        seconds = benchmark_seconds(tsv)
-        if rule and seconds is not None:
-            out[rule].append(seconds)
-    return out
-
-
-def plan(project: Path, snakemake_args: list[str], preset: str, profile=None, measured=False) -> list[dict]:
-    """Per rule of `snakemake -n`, what its jobs ask for and, of the run jobs, their estimates:
-    the resources the rules computed (common.smk: `estimated`), as the cluster will see them."""
+def plan(project: Path, profile=None, measured=False, **plan_args) -> list[dict]:
+    """Per rule of Snakemake's plan (dry_run's arguments), what its jobs ask for and, of the run
+    jobs, their estimates: the resources the rules computed (common.smk: `estimated`), as the
+    cluster will see them; `measured`: every job's (forceall) with the wall time of those that ran."""
     by_rule, default = cluster_resources(profile)
-    local = local_rules(project)
+    jobs, local = dry_run(project, forceall=measured, **plan_args)
     rows = {}
-    for job in dry_run(project, snakemake_args):
+    for job in jobs:
         rule = job["rule"]
         res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
         row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "est_wall_hours": 0.0, "limit_hours": 0.0,
-                                     "max_mem_mb": 0, "items": 0, "estimated": "estimate_ms" in res,
+                                     "max_mem_mb": 0, "items": 0, "estimated": "estimate_ms" in res, "ran": [],
                                      "partition": "login node (local)" if rule in local else res.get("slurm_partition")})
         row["jobs"] += 1
         if rule not in local:
@@ -200,12 +175,11 @@ def plan(project: Path, snakemake_args: list[str], preset: str, profile=None, me
             row["est_wall_hours"] += int(res["estimate_ms"]) / 3.6e6
             row["est_hours"] += int(res["estimate_ms"]) / 3.6e6 / int(res.get("runs_per_gpu", 1))
             row["items"] += int(res["trained_items"])
-    out = list(rows.values())
-    if measured:
-        wall = measured_seconds(project, preset, set(rows))
-        for row in out:
-            row["measured_hours"] = sum(wall[row["rule"]]) / 3600 if row["rule"] in wall else None
-    return out
+        if measured and job["benchmark"] and (s := benchmark_seconds(project / job["benchmark"])) is not None:
+            row["ran"].append(s)
+    for row in rows.values():
+        row["measured_hours"] = sum(row.pop("ran")) / 3600 if measured and row["ran"] else None
+    return list(rows.values())
 
 
 def _ratio(row: dict) -> str:
@@ -251,19 +225,12 @@ def main(argv=None) -> int:
     ap.add_argument("targets", nargs="*", help="snakemake targets (default: all)")
     a = ap.parse_args(argv)
     project = Path(a.project).resolve()
-    args = [*a.targets]
-    configfiles = [str(Path(f).resolve()) for f in a.configfile]
-    if configfiles:
-        args += ["--configfile", *configfiles]
-    if a.preset:
-        args += ["--config", f"preset={a.preset}"]
+    plan_args = {"targets": a.targets, "configfiles": [str(Path(f).resolve()) for f in a.configfile], "preset": a.preset}
     if a.why:
-        print(why_markdown(why(project, args)), end="")
+        print(why_markdown(why(project, **plan_args)), end="")
         return 0
-    if a.measured:  # after a run nothing is left to plan: every job, to put its measured time beside
-        args += ["--forceall"]
-    config = load_config(project, configfiles, a.preset)
-    rows = plan(project, args, config["preset"], project / a.profile if a.profile else None, a.measured)
+    config = load_config(project, plan_args["configfiles"], a.preset)
+    rows = plan(project, project / a.profile if a.profile else None, a.measured, **plan_args)
     print(to_markdown(rows, config["preset"], config.get("estimate") or {}))
     return 0
 
