@@ -51,9 +51,8 @@ EXPERIMENT_OUTPUTS = {
     + [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
     for exp in EXPERIMENTS
 }
-ABLATION_OUTPUTS = (
-    [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")] if ABLATIONS else []
-)
+ABLATION_FILES = [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
+ABLATION_OUTPUTS = ABLATION_FILES if ABLATIONS else []
 LM_OUTPUTS = (
     [f for outputs in EXPERIMENT_OUTPUTS.values() for f in outputs]
     + [f"{REPORT}/scaling.png", f"{REPORT}/summary.md"]
@@ -364,21 +363,8 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
     output:
-        tables=[
-            report(
-                f"{REPORT}/{{exp}}.{ext}", category="Tables", labels={"table": f"{{exp}}.{ext}"}
-            )
-            for ext in ("md", "csv", "tex")
-        ],
-        figures=[
-            report(
-                f"{REPORT}/{kind}_{{exp}}.png",
-                caption="../report/figure.rst",
-                category="Figures",
-                labels={"figure": f"{kind}_{{exp}}"},
-            )
-            for kind in ("curves", "best_ppl")
-        ],
+        shown([f"{REPORT}/{{exp}}.{ext}" for ext in ("md", "csv", "tex")], "Tables"),
+        shown([f"{REPORT}/{kind}_{{exp}}.png" for kind in ("curves", "best_ppl")], "Figures"),
     log:
         f"{RESULTS}/logs/aggregate/{{exp}}.log",
     benchmark:
@@ -387,7 +373,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         "../../envs/report.yaml"
     params:
         preset_name=PRESET,
-        out_dir=lambda wc, output: Path(output.tables[0]).parent,
+        out_dir=lambda wc, output: Path(output[0]).parent,
         runs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in EXP_RUNS[wc.exp]),
         code=code_of("grassflow.report.aggregate"),
     shell:
@@ -404,25 +390,15 @@ rule summary:
         ],
         bench=f"{RESULTS}/bench/bench.json",
     output:
-        summary=report(
-            f"{REPORT}/summary.md",
-            caption="../report/summary.rst",
-            category="Summary",
-            labels={"table": "summary"},
-        ),
-        scaling=report(
-            f"{REPORT}/scaling.png",
-            caption="../report/figure.rst",
-            category="Figures",
-            labels={"figure": "scaling"},
-        ),
+        shown([f"{REPORT}/summary.md"], "Summary"),
+        shown([f"{REPORT}/scaling.png"], "Figures"),
     log:
         f"{RESULTS}/logs/summary.log",
     conda:
         "../../envs/report.yaml"
     params:
         preset_name=PRESET,
-        out_dir=lambda wc, output: Path(output.summary).parent,
+        out_dir=lambda wc, output: Path(output[0]).parent,
         code=code_of("grassflow.report.summary"),
     shell:
         "python -m grassflow.report.summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
@@ -451,27 +427,14 @@ rule ablation_aggregate:
         preset=spec("ablations/preset"),
         grid=spec("ablations/grid"),
     output:
-        tables=[
-            report(
-                f"{REPORT}/ablations.{ext}",
-                category="Ablations",
-                labels={"table": f"ablations.{ext}"},
-            )
-            for ext in ("md", "csv", "tex")
-        ],
-        figure=report(
-            f"{REPORT}/ablations.png",
-            caption="../report/ablations.rst",
-            category="Ablations",
-            labels={"figure": "ablations"},
-        ),
+        shown(ABLATION_FILES, "Ablations"),
     log:
         f"{RESULTS}/logs/ablation_aggregate.log",
     conda:
         "../../envs/report.yaml"
     params:
         preset_name=PRESET,
-        out_dir=lambda wc, output: Path(output.figure).parent,
+        out_dir=lambda wc, output: Path(output[0]).parent,
         runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
         code=code_of("grassflow.report.ablations"),
     shell:
