@@ -68,9 +68,8 @@ def dry_run(project: Path, targets=(), configfiles=(), preset=None, forceall=Fal
                                                              configfiles=[Path(f) for f in configfiles]))
             logging.getLogger("snakemake.logging").addHandler(JobInfo())
             wf.dag(st.DAGSettings(targets=set(targets), forceall=forceall)).execute_workflow(pseudo_executor="dryrun")
-        except Exception as e:  # as the snakemake command prints it: the Snakefile's line, no internals
-            api.print_exception(e)
-            sys.exit("error: snakemake's dry run failed (above)")
+        except Exception as e:  # its log is silenced (the jobs are read from it): its error, here
+            sys.exit(f"error: snakemake's dry run failed: {type(e).__name__}: {e}")
         workflow = wf._workflow  # Snakemake's parse of the rule files: its own set of local rules
         return jobs, {r.name for r in workflow.rules if r.name in workflow._localrules}
 
