@@ -233,6 +233,7 @@ def test_generate_continues_several_prompts_each_as_alone(model_dirs, capfd):
 
 OTHER_VERBS = [
     (["plan", "--configfile", "/no/such.yaml"], 1, "error: --configfile /no/such.yaml: no such file"),
+    (["plan", "--why", "--configfile", "/no/such.yaml"], 1, "error: --configfile /no/such.yaml: no such file"),
     (["plan", "--preset", "nosuch"], 1, "error: config preset: 'nosuch' is not defined; choose one of"),
     (["plan", "nosuchtarget", "--preset", "demo"], 1,  # Snakemake's own error, though its log is silenced
      "error: snakemake's dry run failed: MissingRuleException: No rule to produce nosuchtarget"),

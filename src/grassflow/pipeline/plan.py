@@ -225,10 +225,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     project = Path(a.project).resolve()
     plan_args = {"targets": a.targets, "configfiles": [str(Path(f).resolve()) for f in a.configfile], "preset": a.preset}
+    config = load_config(project, plan_args["configfiles"], a.preset)  # its errors name the key or file
     if a.why:
         print(why_markdown(why(project, **plan_args)), end="")
         return 0
-    config = load_config(project, plan_args["configfiles"], a.preset)
     rows = plan(project, project / a.profile if a.profile else None, a.measured, **plan_args)
     print(to_markdown(rows, config["preset"], config.get("estimate") or {}))
     return 0
