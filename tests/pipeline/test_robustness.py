@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -140,12 +139,15 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     res = work / "results/demo"
     tables = {p: p.read_bytes() for p in (res / "report").glob("table*.csv")}
 
-    def errors(*targets):  # the error lines of the logs this run wrote
-        start = time.time() - 1
+    def written():
+        return {p: p.stat().st_mtime_ns for p in (res / "logs").rglob("*.log")}
+
+    def errors(*targets):  # the error lines of the logs this run wrote (not by time: the last run's may be
+        before = written()  # within any margin of this one's start)
         out = snakemake(work, "--keep-going", *targets, check=False)
         assert out.returncode != 0
-        logs = {p.relative_to(res / "logs").as_posix(): p.read_text() for p in (res / "logs").rglob("*.log")
-                if p.stat().st_mtime >= start}
+        logs = {p.relative_to(res / "logs").as_posix(): p.read_text() for p, t in written().items()
+                if before.get(p) != t}
         return {k: [x for x in v.splitlines() if x.startswith("error:")] for k, v in logs.items()}
 
     def cut(path, keep):
