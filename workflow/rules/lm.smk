@@ -46,11 +46,15 @@ wildcard_constraints:
 
 
 # each experiment's table and figures (rule aggregate), the ablation table's, and all of them (`lm`)
-EXPERIMENT_OUTPUTS = {
-    exp: [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")]
-    + [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
-    for exp in EXPERIMENTS
-}
+def experiment_tables(exp):  # `exp`: an experiment, or rule aggregate's "{exp}"
+    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")]
+
+
+def experiment_figures(exp):
+    return [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
+
+
+EXPERIMENT_OUTPUTS = {exp: experiment_tables(exp) + experiment_figures(exp) for exp in EXPERIMENTS}
 ABLATION_FILES = [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
 ABLATION_OUTPUTS = ABLATION_FILES if ABLATIONS else []
 LM_OUTPUTS = (
@@ -363,8 +367,8 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         checksums=f"{RAW}/checksums.json",
         published=PUBLISHED,
     output:
-        shown([f"{REPORT}/{{exp}}.{ext}" for ext in ("md", "csv", "tex")], "Tables"),
-        shown([f"{REPORT}/{kind}_{{exp}}.png" for kind in ("curves", "best_ppl")], "Figures"),
+        shown(experiment_tables("{exp}"), "Tables"),
+        shown(experiment_figures("{exp}"), "Figures"),
     log:
         f"{RESULTS}/logs/aggregate/{{exp}}.log",
     benchmark:
@@ -385,9 +389,7 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
 rule summary:
     input:
         tables=[f"{REPORT}/{exp}.md" for exp in EXPERIMENTS],
-        figures=[
-            f for outputs in EXPERIMENT_OUTPUTS.values() for f in outputs if f.endswith(".png")
-        ],
+        figures=[f for exp in EXPERIMENTS for f in experiment_figures(exp)],
         bench=f"{RESULTS}/bench/bench.json",
     output:
         shown([f"{REPORT}/summary.md"], "Summary"),

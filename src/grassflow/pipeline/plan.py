@@ -61,15 +61,18 @@ def dry_run(project: Path, targets=(), configfiles=(), preset=None, forceall=Fal
                 jobs.append({"rule": r.rule_name, "wildcards": dict(r.wildcards), "resources": dict(r.resources),
                              "reason": r.reason, "benchmark": r.benchmark})
 
+    log, handler = logging.getLogger("snakemake.logging"), JobInfo()
     with SnakemakeApi(st.OutputSettings(quiet={st.Quietness.ALL})) as api:
         try:
             wf = api.workflow(snakefile=project / "Snakefile", workdir=project, resource_settings=st.ResourceSettings(cores=1),
                               config_settings=st.ConfigSettings(config={"preset": preset} if preset else {},
                                                              configfiles=[Path(f) for f in configfiles]))
-            logging.getLogger("snakemake.logging").addHandler(JobInfo())
+            log.addHandler(handler)
             wf.dag(st.DAGSettings(targets=set(targets), forceall=forceall)).execute_workflow(pseudo_executor="dryrun")
         except Exception as e:  # its log is silenced (the jobs are read from it): its error, here
             sys.exit(f"error: snakemake's dry run failed: {type(e).__name__}: {e}")
+        finally:
+            log.removeHandler(handler)  # a caller's next dry run reads its own jobs only
         workflow = wf._workflow  # Snakemake's parse of the rule files: its own set of local rules
         return jobs, {r.name for r in workflow.rules if r.name in workflow._localrules}
 
@@ -177,7 +180,8 @@ def plan(project: Path, profile=None, measured=False, **plan_args) -> list[dict]
         if measured and job["benchmark"] and (s := benchmark_seconds(project / job["benchmark"])) is not None:
             row["ran"].append(s)
     for row in rows.values():
-        row["measured_hours"] = sum(row.pop("ran")) / 3600 if measured and row["ran"] else None
+        ran = row.pop("ran")  # filled only when measured
+        row["measured_hours"] = sum(ran) / 3600 if ran else None
     return list(rows.values())
 
 
