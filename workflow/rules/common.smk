@@ -187,6 +187,15 @@ def artifact_args(part, results):
     return " ".join(f"--artifact {a}" for a in tokenizer_artifact(part, results))
 
 
+def experiment_tables(exp):
+    """An LM experiment's table files (`exp`: its name, or rule aggregate's "{exp}")."""
+    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")]
+
+
+def experiment_figures(exp):
+    return [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
+
+
 def run_files(res, runs, file):
     """File `file` of each of `runs` (under `res`/runs/)."""
     return [f"{res}/runs/{run}/{file}" for run in runs]

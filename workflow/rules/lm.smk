@@ -46,14 +46,6 @@ wildcard_constraints:
 
 
 # each experiment's table and figures (rule aggregate), the ablation table's, and all of them (`lm`)
-def experiment_tables(exp):  # `exp`: an experiment, or rule aggregate's "{exp}"
-    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")]
-
-
-def experiment_figures(exp):
-    return [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
-
-
 EXPERIMENT_OUTPUTS = {exp: experiment_tables(exp) + experiment_figures(exp) for exp in EXPERIMENTS}
 ABLATION_FILES = [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
 ABLATION_OUTPUTS = ABLATION_FILES if ABLATIONS else []
