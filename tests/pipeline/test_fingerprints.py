@@ -232,6 +232,30 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
     assert staleness.code_hash(k) != before
 
 
+def test_a_files_code_hash_ignores_the_wording_of_a_raised_message(tmp_path):
+    """A reworded error reruns nothing (#70 reworded two messages in data/sources.py, which every
+    job's closure holds: a results tree from before it replanned all 15 runs of #69's grid from
+    the download). What the message formats, the exception's type and any other string still count."""
+    f = tmp_path / "m.py"
+
+    def code(body):
+        f.write_text(f"def f(x, e):\n    if x < 0:\n        {body}\n    return run('mode-a')\n")
+        return staleness.code_hash(f)
+
+    base = code('raise ValueError(f"{x}: not readable ({type(e).__name__}: {e})")')
+    assert base == code('raise ValueError(f"{x}: not a parquet file ({type(e).__name__}: {e}); remove it")')
+    assert code('raise ValueError("negative")') == code('raise ValueError("x must be >= 0")')
+    assert code('raise ValueError("negative") from None') != code('raise ValueError("negative")')
+    assert base != code('raise TypeError(f"{x}: not readable ({type(e).__name__}: {e})")')  # the type
+    assert base != code('raise ValueError(f"{x + 1}: not readable ({type(e).__name__}: {e})")')  # a value
+    assert code("raise SystemExit(main('a'))") != code("raise SystemExit(main('b'))")  # not a message
+    assert code('y = ValueError("a")') != code('y = ValueError("b")')  # not raised
+    f.write_text("def f(x):\n    raise ValueError('a')\n    return run('mode-a')\n")
+    before = staleness.code_hash(f)
+    f.write_text("def f(x):\n    raise ValueError('a')\n    return run('mode-b')\n")
+    assert staleness.code_hash(f) != before
+
+
 @pytest.mark.parametrize("line", ["import grassflow.pipeline.tasks", "from grassflow.pipeline import tasks",
                                   "from grassflow.pipeline.tasks import TASKS", "from .tasks import TASKS"])
 def test_a_module_that_reads_the_task_declarations_holds_every_task_py(line):

@@ -162,8 +162,8 @@ SPEC_RUN_COMMENT = ("        write_text(output[0]", "        # edited\n        w
 
 
 def test_edits_that_cannot_change_a_result_plan_nothing(demo):
-    """A comment in the files every job imports, a docstring, any edit to the user's command line
-    (no job imports cli.py): code fingerprints cover code (syntax trees); a comment in the run
+    """A comment in the files every job imports, a docstring, a reworded error, any edit to the
+    user's command line (no job imports cli.py): code fingerprints cover code (syntax trees); a comment in the run
     block of the rule that writes every job's spec (Snakemake's code trigger)."""
     from helpers.dag import COMMENT_EDIT, replaced
 
@@ -173,6 +173,9 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
         assert planned(demo) == Counter()
     with edited(demo / "src/grassflow/cli.py", UNUSED_FUNCTION):
+        assert planned(demo) == Counter()
+    # a reworded error in a module every data job imports (#70's rewording replanned a whole grid)
+    with replaced(demo / "src/grassflow/data/sources.py", "not a readable parquet file", "an unreadable parquet file"):
         assert planned(demo) == Counter()
     # the rules' own code is Snakemake's to compare: a comment in the run block that feeds every job
     with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):

@@ -11,7 +11,8 @@ code is, read from the source without importing anything:
   - of the model kinds' code (models.KIND_CODE), only the kinds the job runs: a Transformer
     run imports the Grassmann model (the registry loads both) but never runs it.
 A file counts by its code, not its text (code_hash): a Python module's syntax tree without
-docstrings, so a comment, a docstring or reformatting reruns nothing; a kernel source's bytes.
+docstrings or the wording of raised messages, so a comment, a docstring, reformatting or a reworded
+error reruns nothing; a kernel source's bytes.
 
 `python -m grassflow.pipeline.staleness grassflow.lm.train --kinds grassmann` prints a job's files.
 """
@@ -170,11 +171,30 @@ def _is_docstring(node) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
-def _canonical(node) -> str:
+def _message_parts(node) -> set[int]:
+    """The ids of the string literals that only word an exception's message: each positional
+    argument of the raised call that is a string or an f-string (the f-string's literal parts; what
+    it formats is code). A raise ends the job, so its wording reaches no result; the exception's
+    type and whatever else the call computes still count."""
+    parts = set()
+    if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+        for arg in node.exc.args:
+            if isinstance(arg, ast.JoinedStr):
+                parts |= {id(v) for v in arg.values if isinstance(v, ast.Constant)}
+            elif isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                parts.add(id(arg))
+    return parts
+
+
+def _canonical(node, message=frozenset()) -> str:
     """A syntax tree as text: node types and fields, without positions, docstrings, empty fields
-    (which Python versions add: 3.12 gave every function an empty `type_params`) or comments
-    (which the tree never holds). The same under CPython 3.10 to 3.14 (tests/pipeline/test_fingerprints_pythons.py)."""
+    (which Python versions add: 3.12 gave every function an empty `type_params`), comments
+    (which the tree never holds) or the wording of a raised exception's message (_message_parts).
+    The same under CPython 3.10 to 3.14 (tests/pipeline/test_fingerprints_pythons.py)."""
     if isinstance(node, ast.AST):
+        if id(node) in message:
+            return "Message()"
+        message = message | _message_parts(node) if isinstance(node, ast.Raise) else message
         fields = []
         for name, value in ast.iter_fields(node):
             if name == "body" and isinstance(value, list) and value and _is_docstring(value[0]) and isinstance(
@@ -182,16 +202,17 @@ def _canonical(node) -> str:
                 value = value[1:]
             if name == "type_comment" or value is None or value == []:
                 continue
-            fields.append(f"{name}={_canonical(value)}")
+            fields.append(f"{name}={_canonical(value, message)}")
         return f"{type(node).__name__}({','.join(fields)})"
     if isinstance(node, list):
-        return "[" + ",".join(map(_canonical, node)) + "]"
+        return "[" + ",".join(_canonical(n, message) for n in node) + "]"
     return repr(node)
 
 
 def code_hash(path: Path) -> str:
     """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax
-    tree (comments, docstrings and formatting cannot change what runs); a kernel source's bytes
+    tree (comments, docstrings, formatting and an error's wording cannot change what a job
+    writes); a kernel source's bytes
     (NVRTC and the C++ compiler read all of it)."""
     path = Path(path)
     if path.suffix == ".py":
