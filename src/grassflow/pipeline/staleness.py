@@ -20,6 +20,7 @@ error reruns nothing; a kernel source's bytes.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import json
 import sys
@@ -171,30 +172,29 @@ def _is_docstring(node) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
-def _message_parts(node) -> set[int]:
-    """The ids of the string literals that only word an exception's message: each positional
-    argument of the raised call that is a string or an f-string (the f-string's literal parts; what
-    it formats is code). A raise ends the job, so its wording reaches no result; the exception's
-    type and whatever else the call computes still count."""
-    parts = set()
-    if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-        for arg in node.exc.args:
-            if isinstance(arg, ast.JoinedStr):
-                parts |= {id(v) for v in arg.values if isinstance(v, ast.Constant)}
-            elif isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                parts.add(id(arg))
-    return parts
+def _unworded(node: ast.Raise) -> ast.Raise:
+    """A copy of a raise with its message's wording blanked: each positional argument of the
+    raised call that is a string, and an f-string argument's literal parts (what it formats is
+    code). A raise ends the job, so its wording reaches no result; the exception's type and
+    whatever else the call computes still count."""
+    if not isinstance(node.exc, ast.Call):
+        return node
+    node = copy.deepcopy(node)
+    for arg in node.exc.args:
+        for part in arg.values if isinstance(arg, ast.JoinedStr) else [arg]:
+            if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                part.value = ""
+    return node
 
 
-def _canonical(node, message=frozenset()) -> str:
+def _canonical(node) -> str:
     """A syntax tree as text: node types and fields, without positions, docstrings, empty fields
     (which Python versions add: 3.12 gave every function an empty `type_params`), comments
-    (which the tree never holds) or the wording of a raised exception's message (_message_parts).
+    (which the tree never holds) or the wording of a raised exception's message (_unworded).
     The same under CPython 3.10 to 3.14 (tests/pipeline/test_fingerprints_pythons.py)."""
     if isinstance(node, ast.AST):
-        if id(node) in message:
-            return "Message()"
-        message = message | _message_parts(node) if isinstance(node, ast.Raise) else message
+        if isinstance(node, ast.Raise):
+            node = _unworded(node)
         fields = []
         for name, value in ast.iter_fields(node):
             if name == "body" and isinstance(value, list) and value and _is_docstring(value[0]) and isinstance(
@@ -202,10 +202,10 @@ def _canonical(node, message=frozenset()) -> str:
                 value = value[1:]
             if name == "type_comment" or value is None or value == []:
                 continue
-            fields.append(f"{name}={_canonical(value, message)}")
+            fields.append(f"{name}={_canonical(value)}")
         return f"{type(node).__name__}({','.join(fields)})"
     if isinstance(node, list):
-        return "[" + ",".join(_canonical(n, message) for n in node) + "]"
+        return "[" + ",".join(map(_canonical, node)) + "]"
     return repr(node)
 
 
