@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU lease as one command (`make gpu-paper-window`): the paper's Tables 1 and 2 at the paper's
 # settings on Wikitext-2 v1 (paper_v1: 3 seeds x 2 models each, 30 epochs), by the DAG itself.
+#   0. a tree with uncommitted changes to tracked files (or outside git) is refused: runs trace to a commit
 #   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window); with
 #      HEAD_LOSS=fused, the head's benchmark rows first: it trains only if it computes the reference's loss
 #   2. `snakemake $TARGETS` (default: Table 1 alone; table2 in a later lease) with train.fuse_seeds
@@ -48,6 +49,26 @@ if [ -d .whl ]; then  # wheels carried for a machine that lacks them (make gpu-w
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || { say "error: the carried wheels did not install"; exit 2; }
 fi
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+# a lease's runs trace to a commit: a tree with uncommitted changes to tracked files (run.json's
+# `dirty`, grassflow.provenance) or outside git is refused before anything runs
+uncommitted=$($PY - <<'PY'
+import subprocess
+from grassflow.provenance import git_state
+state = git_state("src/grassflow")
+if state["commit"] is None:
+    print("this tree is not a git checkout (or git is missing): a lease's runs must trace to a commit")
+elif state["dirty"]:
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                             text=True).stdout.split("\n")
+    names = [line[3:] for line in changed if line.strip()]
+    print(f"uncommitted changes to {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}: commit them first "
+          f"(a lease's runs must trace to a commit, and {state['commit'][:7]} is not what would run)")
+PY
+)
+if [ -n "$uncommitted" ]; then
+  say "error: $uncommitted"
+  exit 2
+fi
 SNAKEMAKE="$PY -m snakemake"
 SMARGS="--configfile $CONFIGFILES $RES/window.yaml --config preset=$PRESET"
 if [ -f "$CARRY" ]; then  # the prepared tree as it was (make gpu-paper-prepare): file times and Snakemake's records kept

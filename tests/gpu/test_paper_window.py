@@ -35,9 +35,15 @@ DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml"}
 
 
 def _copy(dst):
+    """The repository's files in `dst`, committed to a git repository of their own (a lease runs
+    committed code)."""
     dst.mkdir()
     work = copy_repo(dst)
     shutil.copytree(ROOT / "bench", work / "bench")
+    shutil.copy(ROOT / ".gitignore", work / ".gitignore")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
+        subprocess.run([*git, *args], cwd=work, check=True, capture_output=True)
     return work
 
 
@@ -55,6 +61,21 @@ def _disturb_times(work):
     for i, p in enumerate(sorted(work.rglob("*"), key=lambda p: hash(p.name))):
         if p.is_file():
             os.utime(p, (now - i % 7, now - i % 7))
+
+
+def test_the_window_refuses_uncommitted_code_before_anything_runs(tmp_path):
+    work = _copy(tmp_path / "work")
+    loop = work / "src/grassflow/loop.py"
+    loop.write_text(loop.read_text() + "\n# an edit not committed\n")
+    proc = _window(work, tmp_path / "out")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 2, out[-3000:]
+    assert "error: uncommitted changes to src/grassflow/loop.py: commit them first" in out, out[-3000:]
+    assert not (work / "results/demo/window.yaml").exists()  # nothing ran: not even the dry run's overlay
+    shutil.rmtree(work / ".git")  # and a tree outside git cannot trace to a commit at all
+    proc = _window(work, tmp_path / "out")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 2 and "error: this tree is not a git checkout" in out, out[-3000:]
 
 
 def test_the_window_refuses_a_tree_whose_data_stages_would_replan(tmp_path):
