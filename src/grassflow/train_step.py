@@ -158,10 +158,12 @@ class TrainStep:
 def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
     """clip_grad_norm_ for each member of an ensemble on its slices [e] of the stacked
     gradients, as its own run clips (the norm of the per-parameter norms, the coefficient
-    max_norm / (norm + 1e-6) clamped at 1); returns the members' norms (E,)."""
+    max_norm / (norm + 1e-6) clamped at 1); returns the members' norms (E,). The slices' norms
+    in one foreach op, as clip_grad_norm_ takes its run's (a norm per parameter was ~90 kernels a
+    step: tests/gpu/test_step_ops.py)."""
     grads = [p.grad for p in params if p.grad is not None]
-    norms = torch.stack([g.reshape(members, -1).norm(dim=1) for g in grads])  # (parameters, E)
-    total = torch.linalg.vector_norm(norms, dim=0)
+    norms = torch.stack(torch._foreach_norm([g[e] for e in range(members) for g in grads]))
+    total = torch.linalg.vector_norm(norms.view(members, len(grads)), dim=1)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     torch._foreach_mul_(grads, [coef.view(-1, *[1] * (g.dim() - 1)) for g in grads])
     return total

@@ -15,14 +15,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# Device types on which an ensemble's linear layers run a GEMM per member: the CPU, where bmm
+# measured slower than as many GEMMs (reports/bench/bench-cpu.md, fused rows). Elsewhere one
+# batched GEMM (one launch for all members). The tests count a GPU step's ops on the CPU with it empty.
+GEMM_PER_MEMBER = {"cpu"}
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x Wᵀ + b; with weight (E, out, in) and bias (E, out), member e's on its rows of x: one
-    batched GEMM on a GPU (one launch for all members), a GEMM per member on a CPU (its bmm
-    measured slower than as many GEMMs: reports/bench/bench-cpu.md, fused rows)."""
+    """x Wᵀ + b; with weight (E, out, in) and bias (E, out), member e's on its rows of x (one
+    batched GEMM, or a GEMM per member: GEMM_PER_MEMBER)."""
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
     E, out = weight.shape[:2]
-    if x.device.type == "cpu":  # unbind, not [e]: its backward stacks the members' gradients once
+    if x.device.type in GEMM_PER_MEMBER:  # unbind, not [e]: its backward stacks the members' gradients once
         biases = [None] * E if bias is None else bias.unbind(0)
         return torch.cat([F.linear(r, w, b) for r, w, b in zip(x.reshape(E, -1, x.shape[-1]).unbind(0),
                                                                 weight.unbind(0), biases)]).reshape(*x.shape[:-1], out)
