@@ -58,6 +58,11 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         4,
         "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed",
     ),
+    "test_a_tables_runs_finished_el": (
+        3,
+        "runs finished elsewhere adopted into Table 1 beside trained ones, then two foreign records refused "
+        "(a copy of the demo)",
+    ),
     "test_v1_overlay_plans_the_pape": (
         2,
         "the data's spec files only (local jobs), with and without the v1 overlay, to read what they say",

@@ -36,7 +36,7 @@ def setp(path, value):
 
 
 CASES = [
-    ("foo", 1, "config <top level>: Additional properties are not allowed ('foo' was unexpected); allowed keys: ['estimate', 'preset', 'presets']"),
+    ("foo", 1, "config <top level>: Additional properties are not allowed ('foo' was unexpected); allowed keys: ['estimate', 'finished_runs', 'preset', 'presets']"),
     ("epochz", 3, "config presets.demo: Additional properties are not allowed ('epochz'"),
     ("model.heads", 4, "config presets.demo.model: Additional properties are not allowed ('heads'"),
     ("model.d_model", "256", "config presets.demo.model.d_model: '256' is not of type 'integer'"),

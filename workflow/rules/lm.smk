@@ -10,7 +10,14 @@
 # own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
 
 
-from grassflow.lm.grid import ablation_runs, fused_groups, main_run_ids, tokenizer_spec
+from grassflow.lm.grid import (
+    ablation_runs,
+    finished_runs,
+    fused_groups,
+    fused_seeds,
+    main_run_ids,
+    tokenizer_spec,
+)
 
 # Its part: the preset itself, when it has experiments (a preset may hold only SNLI or only recall).
 LM = bool(PRESET_CFG.get("experiments"))
@@ -28,16 +35,18 @@ ABLATIONS = {
     for v, models in ablation_runs(PRESET, PRESET_CFG, LM_RUNS).items()
 }
 ABLATION_RUNS = sorted({r for models in ABLATIONS.values() for rs in models.values() for r in rs})
+# {run: its records} of the runs finished elsewhere (config finished_runs; rule adopt_run)
+FINISHED = finished_runs(config.get("finished_runs"), LM_RUNS) if LM else {}
 # {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
-FUSED = fused_groups(PRESET_CFG, LM_RUNS) if LM else {}
+FUSED = fused_groups(PRESET_CFG, LM_RUNS, FINISHED) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
-FUSED_SEEDS = PRESET_CFG["seeds"] if FUSED else []
+FUSED_SEEDS = fused_seeds(PRESET_CFG, FINISHED) if FUSED else []
 FUSED_FIRST = {group: LM_RUNS[runs[0]] for group, runs in FUSED.items()}  # its preflight's run
 PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
 RAW = f"{RESULTS}/data/raw"
 TOKENS = f"{RESULTS}/data/tokens/{PRESET_CFG['tokenizer']['name'] if LM else None}"
 LM_FILES = token_files(TOKENS, LM_PART)
-UNFUSED_RUNS = alternatives(r for r in LM_RUNS if r not in FUSED_RUNS)
+UNFUSED_RUNS = alternatives(r for r in LM_RUNS if r not in FUSED_RUNS and r not in FINISHED)
 
 
 wildcard_constraints:
@@ -281,6 +290,8 @@ rule evaluate:
         f"{RESULTS}/logs/evaluate/{{run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/{{run}}.tsv"
+    wildcard_constraints:
+        run=alternatives(r for r in LM_RUNS if r not in FINISHED),  # adopt_run's, those
     conda:
         "../../envs/train.yaml"
     threads: LM_THREADS
@@ -295,6 +306,41 @@ rule evaluate:
         "python -m grassflow.lm.evaluate --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} "
         "--val-docs {input.validation_docs} --test-docs {input.test_docs} > {log} 2>&1"
+
+
+# A run finished elsewhere (config finished_runs: a lease's committed records, another machine's):
+# its records checked to be this run's (spec, data) and copied where the tables read every run's
+rule adopt_run:
+    input:
+        spec=spec("run", "run"),
+        records=lambda wc: [
+            f"{FINISHED[wc.run]}/{f}" for f in ("run.json", "eval.json", "metrics.jsonl")
+        ],
+        train=f"{TOKENS}/train.parquet",
+        val=f"{TOKENS}/validation.parquet",
+        test=f"{TOKENS}/test.parquet",
+        validation_docs=f"{TOKENS}/docs/validation.parquet",
+        test_docs=f"{TOKENS}/docs/test.parquet",
+    output:
+        record=f"{RESULTS}/runs/{{run}}/run.json",
+        metrics=f"{RESULTS}/runs/{{run}}/metrics.jsonl",
+        evals=f"{RESULTS}/runs/{{run}}/eval.json",
+        adopted=f"{RESULTS}/runs/{{run}}/adopted.json",
+    log:
+        f"{RESULTS}/logs/adopt_run/{{run}}.log",
+    wildcard_constraints:
+        run=alternatives(FINISHED),
+    localrule: True
+    conda:
+        "../../envs/report.yaml"
+    params:
+        records=lambda wc: FINISHED[wc.run],
+        out_dir=lambda wc, output: Path(output.record).parent,
+        code=code_of("grassflow.lm.adopt"),
+    shell:
+        "python -m grassflow.lm.adopt --spec {input.spec} --records {params.records} --out-dir {params.out_dir} "
+        "--train {input.train} --validation {input.val} --test {input.test} "
+        "--validation-docs {input.validation_docs} --test-docs {input.test_docs} > {log} 2>&1"
 
 
 # Its tables: the unigram baseline, the scaling benchmark on the device the training jobs use

@@ -68,19 +68,40 @@ def main_run_ids(p: dict) -> list[str]:
 FUSE_WINS = {"cpu": False, "cuda": False}
 
 
-def fused_groups(p: dict, run_specs: dict[str, dict]) -> dict[str, list[str]]:
-    """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
-    group id g, the runs g-s<seed> for each of the preset's seeds, whose specs differ only in
-    their seed and run id. Ablation runs of other seeds train one by one."""
+def finished_runs(dirs, run_ids) -> dict[str, str]:
+    """{run id: its records' directory} of the runs whose records (run.json) are in one of `dirs`
+    (config finished_runs: <dir>/<run id>/), the first dir that has it: they are adopted
+    (grassflow.lm.adopt), neither trained nor evaluated here."""
+    found = {}
+    for run in run_ids:
+        for d in dirs or ():
+            if (Path(d) / run / "run.json").is_file():
+                found[run] = str(Path(d) / run)
+                break
+    return found
+
+
+def fused_seeds(p: dict, finished=()) -> list[int]:
+    """The seeds train.fuse_seeds fuses: the preset's seeds of which no run is finished elsewhere
+    (`finished`: run ids), when two or more; [] when it does not fuse."""
     train = p["train"]
     if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
-        return {}
-    if len(p["seeds"]) < 2:
-        return {}
+        return []
+    done = {int(r.rsplit("-s", 1)[1]) for r in finished}
+    seeds = [s for s in p["seeds"] if s not in done]
+    return seeds if len(seeds) >= 2 else []
+
+
+def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, list[str]]:
+    """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
+    group id g, the runs g-s<seed> for each of fused_seeds(), whose specs differ only in their
+    seed and run id. Ablation runs of other seeds, and the seeds of which a run is finished
+    elsewhere, train one by one."""
+    seeds = fused_seeds(p, finished)
     groups = {}
     for g in dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs):
-        members = [f"{g}-s{seed}" for seed in p["seeds"]]
-        if all(m in run_specs for m in members) and len({json.dumps(
+        members = [f"{g}-s{seed}" for seed in seeds]
+        if members and all(m in run_specs for m in members) and len({json.dumps(
                 {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
                 for m in members}) == 1:
             groups[g] = members

@@ -59,7 +59,28 @@ def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
             "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
             "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
             "weights_sha256": ev["weights_sha256"], "record": str(d / "run.json"),
-            "metrics": str(d / "metrics.jsonl")}
+            "metrics": str(d / "metrics.jsonl"), "adopted_from": adopted_from(d)}
+
+
+def adopted_from(d: Path) -> str:
+    """Where a run adopted from records made elsewhere came from (grassflow.lm.adopt); "" for a
+    run made in this tree."""
+    f = d / "adopted.json"
+    return str(read_record(f)["source"]) if f.is_file() else ""
+
+
+def made_line(df: pd.DataFrame) -> str:
+    """What a table's runs were made at: each commit (a dirty tree said) with its number of runs,
+    and the runs adopted from records made elsewhere, with where from."""
+    made = df.assign(code=[f"{str(c)[:7] if isinstance(c, str) else 'no commit'}{' (dirty tree)' if d else ''}"
+                           for c, d in zip(df.commit, df.dirty)]).groupby("code", sort=True).run_id.count()
+    line = "Runs made at " + ", ".join(f"{code}: {n} run{'s' * (n != 1)}" for code, n in made.items()) + "."
+    adopted = df[df.adopted_from != ""].sort_values("run_id")
+    if not adopted.empty:
+        where = sorted({str(Path(a).parent) for a in adopted.adopted_from})
+        line += (f" From records made elsewhere (finished_runs: {', '.join(where)}): "
+                 f"{', '.join(adopted.run_id)}; the others trained in this tree.")
+    return line
 
 
 def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
@@ -245,7 +266,7 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
     s = summarise(sub, paper, len(preset["seeds"]))
     judge(s, not_comparable(preset, experiment, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
           verdict_scope(checksums, setup))
-    md = markdown_table(experiment, exp, s, out) + "\n" + baseline_line(unigram) + "\n"
+    md = markdown_table(experiment, exp, s, out) + "\n" + made_line(sub) + "\n\n" + baseline_line(unigram) + "\n"
     write_tables(out, experiment, head, md, sub.assign(preset=preset_name, data_source=preset["data"]["source"]),
                  latex_table(experiment, exp, s))
     figures.curves(sub, experiment, preset_name, out / f"curves_{experiment}.png")
