@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import sys
 import time
 from pathlib import Path
