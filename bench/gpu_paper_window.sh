@@ -2,10 +2,14 @@
 # One GPU lease as one command (`make gpu-paper-window`): the paper's Tables 1 and 2 at the paper's
 # settings on Wikitext-2 v1 (paper_v1: 3 seeds x 2 models each, 30 epochs), by the DAG itself.
 #   0. a tree with uncommitted changes to tracked files (or outside git) is refused: runs trace to a commit
-#   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window); with
-#      HEAD_LOSS=fused, the head's benchmark rows first: it trains only if it computes the reference's loss
+#   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window); then
+#      the first minute (grassflow.bench.choose, at most BOX seconds): each candidate setting
+#      (train.compile x head_loss) checked against the reference's loss and gradients on a fused
+#      group of each table's config, and timed; the fastest that passed is trained with, and the
+#      seeds whose groups finish by the deadline (runs finished in an earlier lease, FINISHED, are
+#      adopted from their committed records, not trained again), said before training
 #   2. `snakemake $TARGETS` (default: Table 1 alone; table2 in a later lease) with train.fuse_seeds
-#      (each config's 3 seeds one job), the jobs side by
+#      (each config's seeds to train one job), the jobs side by
 #      side on the GPU (train.runs_per_gpu), their evaluations and the tables; at DEADLINE seconds
 #      from the start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
 #      Snakemake finishes what it can: the same command again, on the same machine, resumes them
@@ -20,22 +24,27 @@
 # The plumbing is tested on the CPU with the demo preset (tests/gpu/test_paper_window.py).
 set -u
 START=$(date +%s)
-OUT=${OUT:-reports/wikitext2-v1-gpu}
+OUT=${OUT:-results/window-out}  # what comes back (on the device: its $OUT); outside the tracked tree
 PY=${PY:-python3}
 PRESET=${PRESET:-paper_v1}
 TARGETS=${TARGETS:-table1}  # Table 1 first; TARGETS=table2 in a later lease, once Table 1 is in reports/
 CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
 DEADLINE=${DEADLINE:-520}        # seconds from the start to the SIGTERM of the training jobs
-COMPILE=${COMPILE:-graph}        # train.compile of the window's jobs
+COMPILE=${COMPILE:-choose}       # train.compile of the window's jobs (choose: the first minute's)
 RUNS_PER_GPU=${RUNS_PER_GPU:-4}  # the window's fused jobs side by side (Tables 1 and 2: 4)
 THREADS=${THREADS:-4}
-HEAD_LOSS=${HEAD_LOSS:-auto}     # train.head_loss of the window's jobs (fused: after its check on this GPU, step 1)
+HEAD_LOSS=${HEAD_LOSS:-choose}   # train.head_loss of the window's jobs (choose: the first minute's)
+CANDIDATES=${CANDIDATES:-}       # compile:head_loss pairs the first minute tries (default: grassflow.bench.choose's)
+BOX=${BOX:-90}                   # the first minute's time box, seconds
+MARGIN=${MARGIN:-60}             # seconds kept after training for the evaluations and tables
+SEEDS=${SEEDS:-}                 # this lease's seeds, comma-separated (default: those that fit)
+FINISHED=${FINISHED:-reports/wikitext2-v1-gpu/runs}  # committed records of runs finished in earlier leases
 PROFILE_ARGS=${PROFILE_ARGS:---device cuda}
 BENCH_ARGS=${BENCH_ARGS:---device cuda --parts kernels,graph,head,fused}
 RES=results/$PRESET
 CARRY=${CARRY:-.gpu-carry.tar}  # make gpu-paper-prepare's tar of $RES and .snakemake's records
 EXPECT=${EXPECT:-cuda cupy}  # the preflight's resolved device type and op backend(s), or the window stops
-ALLOWED="preflight train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
+ALLOWED="spec preflight adopt_run train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
 PREFLIGHT=${PREFLIGHT:-$RES/preflight/auto_auto.json}  # the preflight the runs depend on (train.device auto)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT" "$RES/logs"
@@ -75,12 +84,14 @@ if [ -f "$CARRY" ]; then  # the prepared tree as it was (make gpu-paper-prepare)
   tar xf "$CARRY" || { say "error: $CARRY did not unpack"; exit 2; }
 fi
 { nvidia-smi 2>&1 || true; $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } > "$OUT/machine.txt" 2>&1
-say "preset $PRESET, targets $TARGETS, deadline $DEADLINE s, compile $COMPILE, $RUNS_PER_GPU jobs per GPU"
-
+say "preset $PRESET, targets $TARGETS, deadline $DEADLINE s, compile $COMPILE, head loss $HEAD_LOSS, $RUNS_PER_GPU jobs per GPU"
+[ -d "$FINISHED" ] || FINISHED=""
+# the first minute replaces compile and head_loss (and the seeds); until then, what the dry run may plan
 cat > "$RES/window.yaml" <<EOF
 presets:
   $PRESET:
-    train: {fuse_seeds: true, runs_per_gpu: $RUNS_PER_GPU, threads: $THREADS, compile: $COMPILE, head_loss: $HEAD_LOSS}
+    train: {fuse_seeds: true, runs_per_gpu: $RUNS_PER_GPU, threads: $THREADS, compile: $([ "$COMPILE" = choose ] && echo false || echo "$COMPILE"), head_loss: $([ "$HEAD_LOSS" = choose ] && echo auto || echo "$HEAD_LOSS")}
+finished_runs: [$FINISHED]
 EOF
 # 0. the gate: a copy whose file times or records were lost would replan the data stages here,
 #    where the sources (../shared, the hub) are not: stop in one line instead of spending the lease
@@ -106,22 +117,28 @@ if [ "$resolved" != "$EXPECT" ]; then
   exit 2
 fi
 say "preflight done: $resolved"
-# a head other than the reference trains only once this GPU has it computing the reference's loss
-# and gradients (within bf16's rounding) at the tables' shape: its benchmark rows, timed, kept
-if [ "$HEAD_LOSS" != auto ] && [ "$HEAD_LOSS" != reference ]; then
-  $PY -m grassflow.bench --device cuda --parts head --out "$OUT" --name head-check > "$RES/logs/window-head.log" 2>&1 \
-    || { say "error: the head check failed"; tail -20 "$RES/logs/window-head.log" | tee -a "$LOG"; exit 1; }
-  verdict=$($PY - "$OUT/head-check.json" "$HEAD_LOSS" <<'PY'
-import json, sys
-rows = {r["backend"]: r for r in json.load(open(sys.argv[1]))["head"]}
-r, ref = rows[sys.argv[2]], rows["reference"]
-print("ok" if r["rel_diff_vs_reference"] <= 3e-2 else "MISMATCH",
-      f"{r['seconds'] * 1e3:.2f} ms vs the reference's {ref['seconds'] * 1e3:.2f} ms,",
-      f"rel. difference {r['rel_diff_vs_reference']:.1e}")
-PY
-)
-  say "head $HEAD_LOSS: $verdict"
-  case "$verdict" in ok*) ;; *) say "error: head $HEAD_LOSS does not compute the reference's loss here: not training with it"; exit 1;; esac
+# the first minute: the setting to train with (checked against the reference's loss, timed) and the
+# seeds that finish by the deadline; a pinned setting (COMPILE and HEAD_LOSS) is still checked
+if [ "$COMPILE" != choose ] || [ "$HEAD_LOSS" != choose ]; then
+  if [ "$COMPILE" = choose ] || [ "$HEAD_LOSS" = choose ]; then
+    say "error: COMPILE and HEAD_LOSS are chosen together or pinned together"
+    exit 2
+  fi
+  CANDIDATES="$COMPILE:$HEAD_LOSS"
+fi
+TOKENS=$(ls "$RES"/data/tokens/*/train.parquet | head -1)
+$PY -m grassflow.bench.choose --configfile $CONFIGFILES --preset $PRESET --targets $TARGETS --train-tokens "$TOKENS" \
+  --finished $FINISHED --seconds $(( $(left) - MARGIN )) --box $BOX ${CANDIDATES:+--candidates $CANDIDATES} \
+  ${SEEDS:+--seeds $SEEDS} --device "${EXPECT%% *}" --overlay "$RES/window.yaml" --out "$OUT" \
+  > "$RES/logs/window-choose.log" 2>&1 || { say "error: the first minute failed"; tail -20 "$RES/logs/window-choose.log" | tee -a "$LOG"; exit 1; }
+while read -r line; do say "first minute: $line"; done < <(grep -v '^\[grassflow\]' "$RES/logs/window-choose.log")
+if [ "$COMPILE" != choose ] && ! grep -q "^chosen: compile=$COMPILE head_loss=$HEAD_LOSS " "$RES/logs/window-choose.log"; then
+  say "error: compile=$COMPILE head_loss=$HEAD_LOSS does not compute the reference's loss here, or failed: not training with it"
+  exit 1
+fi
+if grep -q "^table[0-9]*: seeds none this lease" "$RES/logs/window-choose.log"; then
+  say "error: no seed of a table finishes by the deadline: not training (the step's figures are in $OUT)"
+  exit 3
 fi
 
 # 2. the tables: fused seeds, side by side on the GPU, their evaluations and tables
@@ -142,13 +159,16 @@ own_training() {
 }
 # the budget, from the jobs themselves: once a group's first epoch is in, its projected finish
 # against the deadline (a table that cannot finish in this lease is said so now, not at the end)
-budget() {  # prints "<group> <line>" for each group whose first seed has an epoch and is not in $1
+budget() {  # prints "<group> <line>" for each group whose first run trained here has an epoch and is not in $1
   $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" <<'PY'
 import json, sys
 from pathlib import Path
 res, done, now, deadline = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
-for m in sorted(res.glob("runs/*-s0/metrics.jsonl")):
-    group = m.parent.name.removesuffix("-s0")
+first = {}  # each group's first run trained here (not adopted from an earlier lease's records)
+for m in sorted(res.glob("runs/*/metrics.jsonl"), key=lambda m: int(m.parent.name.rsplit("-s", 1)[1])):
+    if not (m.parent / "adopted.json").exists():
+        first.setdefault(m.parent.name.rsplit("-s", 1)[0], m)
+for group, m in sorted(first.items()):
     rows = [json.loads(line) for line in m.read_text().splitlines() if line.strip()]
     if group in done or not rows:
         continue

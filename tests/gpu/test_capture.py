@@ -25,7 +25,8 @@ from torch.utils._pytree import tree_flatten
 from grassflow import train_step as ts
 from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import fit, lr_at, make_optimizer, set_lr, tensor_lr
-from grassflow.models import ModelConfig, build_model
+from grassflow.models import ModelConfig, build_model, layers
+from grassflow.models.ensemble import stack
 from grassflow.train_config import TrainConfig
 from helpers import fake_cupy
 from helpers.host_syncs import HostSyncs
@@ -122,20 +123,22 @@ def _model(kind="grassmann", **kw):
     return build_model(kind, ModelConfig(**{**cfg, **kw}))
 
 
-def _task(model, head_loss="auto"):
+def _task(model, head_loss="auto", members=1):
     ids = np.arange(900) % 37
-    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, 0, 8, CPU, "t", head_loss)
+    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, list(range(members)) if members > 1 else 0,
+                                  8, CPU, "t", head_loss)
 
 
-def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto"):
-    """Steps 0..steps-1 of a tiny LM through TrainStep, each region recorded; the optimizer
-    the loop makes for a captured step unless `opt` (a function of the model) makes it."""
-    model = _model(kind)
-    task = _task(model, head_loss)
+def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto", members=1):
+    """Steps 0..steps-1 of a tiny LM (or a fused group of `members` of it) through TrainStep,
+    each region recorded; the optimizer the loop makes for a captured step unless `opt` (a
+    function of the model) makes it."""
+    model = _model(kind) if members == 1 else stack([_model(kind) for _ in range(members)])
+    task = _task(model, head_loss, members)
     opt, impl = opt(model) if opt else make_optimizer(model, TCFG, CPU, capture=True)
     assert impl == "fused"
-    losses = ts.EpochLoss(CPU)
-    losses.reset([0.0], 0)
+    losses = ts.EpochLoss(CPU, members)
+    losses.reset([0.0] * members, 0)
     step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, static=True)
     rehearsal = Rehearsal()
     step.region_context = rehearsal
@@ -148,13 +151,17 @@ def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto"):
     return rehearsal, losses
 
 
-@pytest.mark.parametrize("kind, head_loss", [("grassmann", "auto"), ("transformer", "auto"), ("transformer", "fused")])
-def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(kind, head_loss, monkeypatch):
+@pytest.mark.parametrize("kind, head_loss, members", [("grassmann", "auto", 1), ("transformer", "auto", 1),
+                                                     ("transformer", "fused", 1), ("grassmann", "auto", 3)])
+def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(kind, head_loss, members,
+                                                                                       monkeypatch):
     """After the first step (AdamW's state is made lazily: the warm-up's work), two consecutive
     regions issue the same ops with the same arguments on the same outside tensors; with the
-    fused head too (its kernels compiled by the warm-up, launched on the capture's stream)."""
+    fused head too (its kernels compiled by the warm-up, launched on the capture's stream), and for
+    a fused group of seeds (train.fuse_seeds: the GPU's batched GEMMs, the members' clipping)."""
+    monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
     with fake_cupy.installed(monkeypatch) as state:
-        rehearsal, _ = _rehearse(kind, head_loss=head_loss)
+        rehearsal, _ = _rehearse(kind, head_loss=head_loss, members=members)
         # the fused head's check compiles plucker.cu (the CuPy backend's), then cross_entropy.cu
         assert state.allocations == 0 and state.compiles == (1 if kind == "grassmann" else 0) + 2 * (head_loss == "fused")
         if kind == "grassmann" or head_loss == "fused":  # the warm-up's on torch's stream, the two captured steps' on the capture's

@@ -70,3 +70,13 @@ def test_the_seeds_that_fit_are_those_whose_groups_finish_in_the_time_left():
         fit, lines = choose.seeds_that_fit(tables, ids, 40, CPU, choose.REFERENCE, seconds, dict(step_s))
         assert fit == {"table1": want}, (seconds, lines)
         assert f"table1: seeds {', '.join(map(str, want)) or 'none'} this lease" in lines[0]
+
+
+def test_a_candidate_past_its_share_of_the_box_is_dropped():
+    tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
+    ids = (np.arange(4000) * 7919) % 40
+    result = choose.choose(tables, ids, 40, CPU, [("false", "chunked")], box_s=0.0, timed_steps=2)
+    (row,) = result["rows"]
+    assert row["status"] == "failed" and row["error"].startswith("TimeoutError: still running after 0 s"), row
+    assert result["choice"] == choose.REFERENCE
+    assert "chosen: none of the candidates computes the reference's loss" in result["lines"][-1]

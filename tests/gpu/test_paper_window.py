@@ -8,10 +8,13 @@ fused training, the evaluations and the table are planned; once a group's first 
 window states its projected finish against the deadline. Stopped at its deadline (here: SIGUSR1
 once every group has finished an epoch and checkpointed), its training processes, and no other
 pipeline's, checkpoint and exit 75. A preflight that resolves another device or op backend than the
-lease's (EXPECT: cuda cupy) stops the window before training, and so does a head (HEAD_LOSS) whose
-check on the device fails. Every started run's epochs so far come back
+lease's (EXPECT: cuda cupy) stops the window before training, and so does a pinned setting
+(COMPILE, HEAD_LOSS) that the first minute finds failing. Every started run's epochs so far come back
 (--keep-incomplete), and the window's closing lines say them. The same command again resumes
-them and makes the table. What comes back holds no weights or checkpoints."""
+them and makes the table, with the first minute's choice and figures (grassflow.bench.choose). What
+comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as the
+second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A tree with
+uncommitted changes is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -25,13 +28,18 @@ import sys
 import tarfile
 import time
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from helpers.dag import BIN, ROOT, copy_repo, pipeline_env
 from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
-DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml"}
+# nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's rounding)
+# and a table whose seeds two windows split equals the one window's; 8 epochs, so that no group finishes
+# before the deadline the test sets once every group has one
+DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml nodrop.yaml"}
 
 
 def _copy(dst):
@@ -41,6 +49,7 @@ def _copy(dst):
     work = copy_repo(dst)
     shutil.copytree(ROOT / "bench", work / "bench")
     shutil.copy(ROOT / ".gitignore", work / ".gitignore")
+    (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 8}}}}\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
         subprocess.run([*git, *args], cwd=work, check=True, capture_output=True)
@@ -49,7 +58,7 @@ def _copy(dst):
 
 def _window(work, out, deadline=3000, **env):
     env = {**pipeline_env(work), **DEMO, "PY": str(BIN / "python"), "PREFLIGHT": "results/demo/preflight/cpu_auto.json",
-           "DEADLINE": str(deadline), "THREADS": "1", "COMPILE": "false", "EXPECT": "cpu fast",
+           "DEADLINE": str(deadline), "THREADS": "1", "CANDIDATES": "false:chunked", "EXPECT": "cpu fast",
            "BENCH_ARGS": "--device cpu --quick --parts fused", "OUT": str(out), **env}
     return subprocess.Popen(["bash", "bench/gpu_paper_window.sh"], cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -102,11 +111,13 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
     assert not (work / "results/demo/fused").exists()
     assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in out, out[-3000:]
-    # a head other than the reference trains only after its check on the device: none here, so no training
-    proc = _window(work, tmp_path / "head", HEAD_LOSS="fused")
+    # a pinned setting trains only after the first minute has it computing the reference's loss on the
+    # device: the fused head's kernels are not on this machine, so no training
+    proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")
     out, _ = proc.communicate(timeout=HANG)
-    assert proc.returncode == 1 and "error: the head check failed" in out, out[-3000:]
-    assert "head_loss: fused" in (work / "results/demo/window.yaml").read_text()
+    assert proc.returncode == 1, out[-3000:]
+    assert "first minute: table1 grassmann: dropped compile=false head_loss=fused: " in out, out[-3000:]
+    assert "error: compile=false head_loss=fused does not compute the reference's loss here, or failed" in out
     assert not (work / "results/demo/fused").exists()
     # another pipeline's training job on the same machine (here: a process whose command line reads as one)
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
@@ -159,3 +170,31 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert not [n for n in names if n.endswith((".pt", ".safetensors", ".parquet"))]
     assert all(p.stat().st_size < 16 * 2**20 for p in (tmp_path / "second").iterdir())
     assert len(list((tmp_path / "second").iterdir())) <= 8
+    choice = (tmp_path / "second/choose-cpu.md").read_text()  # the first minute's figures came back
+    assert "| table1 | grassmann | 2 | false | chunked | ok |" in choice
+    assert "chosen: compile=false head_loss=chunked" in choice
+    assert "first minute: table1: seeds 0, 1 this lease" in out
+
+    # seeds across leases: seed 0's records as the second window packed them (committed, as under reports/),
+    # and a third window on another machine adopts them and trains seed 1 alone: the one window's table
+    records = tmp_path / "records"
+    with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
+        for g in groups:
+            for f in ("run.json", "eval.json", "metrics.jsonl"):
+                (records / f"{g}-s0").mkdir(parents=True, exist_ok=True)
+                (records / f"{g}-s0" / f).write_bytes(tar.extractfile(f"results/demo/runs/{g}-s0/{f}").read())
+    third = _copy(tmp_path / "third-work")
+    shutil.copy(prep / ".gpu-carry.tar", third / ".gpu-carry.tar")
+    proc = _window(third, tmp_path / "third", FINISHED=str(records))
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 0, out[-3000:]
+    assert "first minute: table1: seeds 1 this lease" in out, out[-3000:]
+    assert "planned: adopt_run 2, preflight 1, train 2, evaluate 2, aggregate 1, table1 1," in out, out[-3000:]
+    one, split = (pd.read_csv(w / "results/demo/report/table1.csv").set_index("run_id") for w in (work, third))
+    assert sorted(one.index) == sorted(split.index) == sorted(runs)
+    for col in ("val_ppl", "test_ppl"):  # seed 1 alone vs as a fused member: equal within fp32's rounding
+        assert np.allclose(split[col], one.loc[split.index, col], rtol=1e-4, atol=0), col
+    assert (split.loc[[f"{g}-s0" for g in groups], "weights_sha256"] == one.loc[[f"{g}-s0" for g in groups],
+                                                                                  "weights_sha256"]).all()
+    md = (third / "results/demo/report/table1.md").read_text()
+    assert f"From records made elsewhere (finished_runs: {records}): table1-grassmann-s0, table1-transformer-s0" in md

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -129,24 +130,46 @@ def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=
     return t
 
 
+class _Alarm:
+    """A TimeoutError raised in this (the main) thread after `seconds`: a candidate still compiling
+    or capturing at the end of its time is dropped."""
+
+    def __init__(self, seconds: float):
+        self.seconds = max(seconds, 0.01)
+
+    def _ring(self, signum, frame):
+        raise TimeoutError(f"still running after {self.seconds:.0f} s, its share of the time box")
+
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGALRM, self._ring)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old)
+
+
+MIN_SHARE = 3.0  # seconds the time box keeps for each candidate still to run
+
+
 def choose(tables: dict, ids, vocab, device, candidates, box_s: float, timed_steps: int = 10) -> dict:
     """`tables`: {table: {kind: (spec of its first run to train, seeds to train)}}. Returns
-    {"rows": a row per table, kind and candidate, "choice": (compile, head loss) or None, "lines"}."""
+    {"rows": a row per table, kind and candidate, "choice": (compile, head loss) or None, "lines"}.
+    Each candidate runs with the box's time left, less MIN_SHARE for each one still to run."""
     rows, lines = [], []
-    share = box_s / max(1, sum(len(k) for k in tables.values()) * (len(candidates) + 1))
+    end = time.perf_counter() + box_s
+    runs_left = sum(len(k) for k in tables.values()) * len(candidates)
     ok = {c: True for c in candidates}
     for table, kinds in tables.items():
         for kind, (spec, seeds) in kinds.items():
-            start = time.perf_counter()
             ref = trial(spec, seeds, ids, vocab, device, REFERENCE, CHECK_STEPS, 0)
             for cand in candidates:
                 row = {"table": table, "model": kind, "compile": cand[0], "head_loss": cand[1],
                        "members": len(seeds), "tokens_per_step": len(seeds) * spec.train.batch_size * spec.model["context_len"]}
-                late = time.perf_counter() - start > share * (1 + candidates.index(cand) + 1)
+                runs_left -= 1
                 try:
-                    if late:
-                        raise TimeoutError(f"not started: past its share of the {box_s:.0f} s box")
-                    t = trial(spec, seeds, ids, vocab, device, cand, CHECK_STEPS, timed_steps)
+                    with _Alarm(end - time.perf_counter() - MIN_SHARE * runs_left):
+                        t = trial(spec, seeds, ids, vocab, device, cand, CHECK_STEPS, timed_steps)
                     row.update(zip(("loss_rel_diff", "grad_rel_diff"), _close(t, ref)))
                     row.update(setup_s=t.setup_s, step_s=sorted(t.per_step)[len(t.per_step) // 2])
                     row["tokens_per_s"] = row["tokens_per_step"] / row["step_s"]
@@ -205,9 +228,10 @@ def seeds_that_fit(tables, ids, vocab, device, setting, seconds: float, step_s: 
     return fit, lines
 
 
-def plan(config: dict, targets, finished_dirs) -> tuple[str, dict, dict]:
-    """(preset name, preset, {table: {kind: (spec of its first run to train, its seeds to train)}})
-    for the window's `targets` (tables), the runs finished elsewhere left out."""
+def plan(config: dict, targets, finished_dirs) -> tuple[str, dict, dict, list[int]]:
+    """(preset name, preset, {table: {kind: (spec of its first run to train, its seeds to train)}},
+    the seeds of which every run of the targets is finished elsewhere) for the window's `targets`
+    (tables): a seed with a run left to train is trained (its finished runs adopted)."""
     from grassflow.pipeline.presets import select_preset
 
     name, p = select_preset(config)
@@ -219,7 +243,8 @@ def plan(config: dict, targets, finished_dirs) -> tuple[str, dict, dict]:
             raise job.CommandError(f"--targets {table}: not a table of preset {name} ({sorted(p['experiments'])})")
         todo = [s for s in p["seeds"] if any(f"{table}-{k}-s{s}" not in done for k in p["models"])]
         tables[table] = {k: (RunSpec.of(specs[f"{table}-{k}-s{todo[0]}"]), todo) for k in p["models"]} if todo else {}
-    return name, p, {t: k for t, k in tables.items() if k}, done
+    finished = [s for s in p["seeds"] if all(f"{t}-{k}-s{s}" in done for t in targets for k in p["models"])]
+    return name, p, {t: k for t, k in tables.items() if k}, finished
 
 
 def to_markdown(result: dict, device: str) -> str:
@@ -276,16 +301,15 @@ def run_choice(a) -> None:
         fit, fit_lines = seeds_that_fit(tables, ids, vocab, device, result["choice"], left, step_s)
         result["lines"] += fit_lines
     result["seeds"] = fit
-    finished_seeds = sorted({int(r.rsplit("-s", 1)[1]) for r in done})
     lease = sorted({s for seeds in fit.values() for s in seeds})
     overlay = yaml.safe_load(Path(a.overlay).read_text()) if Path(a.overlay).is_file() else {}
     section = overlay.setdefault("presets", {}).setdefault(name, {})
     section.setdefault("train", {}).update(compile=_setting(result["choice"][0]), head_loss=result["choice"][1])
-    section["seeds"] = sorted(set(finished_seeds) | set(lease)) or preset["seeds"]
+    section["seeds"] = sorted(set(done) | set(lease)) or preset["seeds"]
     overlay["finished_runs"] = list(a.finished)
     Path(a.overlay).write_text(yaml.safe_dump(overlay, sort_keys=False))
     result.update(device=device_name(device), choice=list(result["choice"]), tables=a.targets,
-                  finished=sorted(done), seconds=a.seconds, box=a.box)
+                  finished_seeds=done, seconds=a.seconds, box=a.box)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"choose-{device.type}.json").write_text(json.dumps(result, indent=1, default=str))
