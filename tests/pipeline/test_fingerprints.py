@@ -47,7 +47,7 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
     assert len(runs) == 7 and all("model_kind" in seen[r] for r in runs)  # a run's jobs: its own model kind
     # bench fingerprints every kind; the others, none
     assert {r: k for r, k in seen.items() if k and r not in runs} == {"bench": ", *MODEL_KINDS"}
-    assert len(seen) == 24
+    assert len(seen) == 25
 
 
 def test_no_jobs_code_holds_the_planning():

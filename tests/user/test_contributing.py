@@ -38,7 +38,7 @@ RERUNS = {
     "the tables' and figures' shared code":
         "every task's tables, no run",
     "how records are read back":
-        "every run's training and evaluation (an evaluation reads them, in the module training shares), every table, the benchmark",
+        "every run's training and evaluation (an evaluation reads them, in the module training shares), every table, the benchmark, the adoption of runs finished elsewhere",
     "a preset, a run grid":
         "the runs whose spec changed; an edit of the planning code itself: nothing",
     "a rule":
@@ -71,7 +71,8 @@ ROWS = {
         ("src/grassflow/recall/aggregate.py", {"grassflow.recall.aggregate"})],
     "the tables' and figures' shared code": [(f"src/grassflow/report/{f}", TABLES)
                                              for f in ("aggregate.py", "figures.py", "stats.py", "setup.py")],
-    "how records are read back": [("src/grassflow/report/records.py", runs(*KINDS) | TABLES | {BENCH})],
+    "how records are read back": [("src/grassflow/report/records.py",
+                                   runs(*KINDS) | TABLES | {BENCH, "grassflow.lm.adopt"})],
     "a preset, a run grid": [(f"src/grassflow/{f}", set())
                              for f in ("pipeline/presets.py", "pipeline/sections.py", "pipeline/tasks.py",
                                        "lm/grid.py", "snli/grid.py", "recall/grid.py")],
