@@ -71,10 +71,12 @@ def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, 
     on: its GPU slot taken and recorded). A run that diverged before its first validation has
     none: its eval.json is written here. The weights' sha256 is checked against config.json's."""
     configure_torch()
-    from grassflow.report.records import read_record  # a damaged record refused naming its file
+    # a damaged record refused naming its file
+    from grassflow.report.records import read_record, require
 
-    record = read_record(run_json)
-    ckpt = read_record(Path(weights).parent / CONFIG)
+    record = require(read_record(run_json), run_json, ("status",))
+    config = Path(weights).parent / CONFIG
+    ckpt = require(read_record(config), config, ("spec.run_id", "spec.train.device", "epoch", "weights_sha256"))
     ckpt["model"] = load_weights(weights) if ckpt["weights_sha256"] else None
     if state_sha256(ckpt["model"]) != ckpt["weights_sha256"]:
         raise CheckpointError(f"{weights}: its weights' sha256 is not {Path(weights).parent / CONFIG}'s weights_sha256")

@@ -128,7 +128,7 @@ def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
 @pytest.mark.slow
 def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(demo, tmp_path):
     """Files of a finished demo damaged as a full disk, an interrupted copy or an editor leave them.
-    First a run's config.json emptied, another's model.safetensors cut short, a third's last.pt cut
+    First a run's config.json emptied, another's holding no fields ({}), another's model.safetensors cut short, a third's last.pt cut
     short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test token file cut
     short; then the documents file lm-eval's perplexity reads zeroed; then the records the tables read (a
     run.json, a metrics.jsonl, an SNLI and a recall eval.json); last, a raw split. `snakemake --keep-going`
@@ -154,9 +154,11 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
         path.write_bytes(path.read_bytes()[:keep])
 
     config = res / "runs/table2-transformer-s0/config.json"
+    fieldless = res / "runs/table2-transformer-s1/config.json"  # JSON, but none of a config.json's fields
     weights = res / "runs/table2-grassmann-s1/model.safetensors"
     last = res / "runs/table1-transformer-s1/last.pt"
     config.write_text("")
+    fieldless.write_text("{}")
     cut(weights, 1000)
     cut(last, last.stat().st_size // 2)
     for f in ("run.json", "eval.json"):  # eval.json too: Snakemake replans no job whose outputs all exist
@@ -164,11 +166,13 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     found = errors()
     for log, path, why in [("train/table1-transformer-s1.log", last, "checksum mismatch"),
                            ("evaluate/table2-grassmann-s1.log", weights, "not a readable safetensors file"),
-                           ("evaluate/table2-transformer-s0.log", config, "not JSON")]:
+                           ("evaluate/table2-transformer-s0.log", config, "not JSON"),
+                           ("evaluate/table2-transformer-s1.log", fieldless, "lacks spec.run_id, spec.train.device, "
+                                                                             "epoch, weights_sha256")]:
         assert len(found[log]) == 1 and f"{path.relative_to(work)}: {why}" in found[log][0], (log, found[log])
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables  # no table from them
 
-    for path in (config, weights, last):
+    for path in (config, fieldless, weights, last):
         shutil.copy2(demo / path.relative_to(work), path)
     tokens = next(res.glob("data/tokens/*/test.parquet"))
     cut(tokens, tokens.stat().st_size // 2)

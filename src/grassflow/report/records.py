@@ -25,6 +25,23 @@ def read_record(path) -> dict:
     return obj
 
 
+def require(obj: dict, path, keys) -> dict:
+    """`obj` (a record read from `path`), or a DataError naming the file and the keys (dotted: within
+    a section) it lacks: a record that parses but is not the record a job needs."""
+    def has(key):
+        node = obj
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    missing = [k for k in keys if not has(k)]
+    if missing:
+        raise DataError(f"{path}: lacks {', '.join(missing)} (damaged, or another program's record): {REDO}")
+    return obj
+
+
 def read_metrics(path, keys=("epoch",)) -> list[dict]:
     """Each epoch's row of a metrics.jsonl (one JSON object per line, holding `keys`), or a
     DataError naming the file and the line."""
