@@ -273,3 +273,26 @@ def test_an_edit_to_the_transformers_classes_reruns_no_job(demo):
 
     with edited(demo / "src/grassflow/hf.py"):
         assert planned(demo) == Counter()
+
+
+@pytest.mark.parametrize("kind", ["grassmann", "transformer"])
+def test_the_labels_loss_is_the_shifted_cross_entropy_over_the_unpadded_labels(kind, exports):
+    """`model(ids, labels=labels).loss`, what Trainer and most fine-tuning scripts call: each position's
+    logits score the next label, positions labelled -100 (padding) left out, the mean over the rest;
+    computed here by hand from the model's own logits."""
+    from transformers import AutoModelForCausalLM
+
+    import grassflow.hf  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(exports[kind])
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (3, 12), generator=gen)
+    labels = ids.clone()
+    labels[0, 8:] = -100  # a padded row
+    labels[2, :3] = -100  # and one whose prompt is not scored
+    with torch.no_grad():
+        out = model(ids, labels=labels)
+    logp = torch.log_softmax(out.logits.double(), -1)
+    terms = [-logp[b, t, labels[b, t + 1]] for b in range(3) for t in range(11) if labels[b, t + 1] != -100]
+    assert len(terms) == 3 * 11 - 4 - 2
+    assert out.loss.item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-5)
