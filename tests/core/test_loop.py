@@ -192,7 +192,7 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     summary("test", [tmp_path / "report" / "t.md"], tmp_path / "bench.json", tmp_path / "report")
     whole = (tmp_path / "report" / "summary.md").read_text()
     assert whole.startswith("# grassflow results — preset `test`\n\nPreset **test**: data") and md.split("\n\n", 1)[1] in whole
-    assert whole.rstrip().endswith("Figures: `best_ppl_t.png`, `curves_t.png`, `scaling.png`")
+    assert whole.rstrip().endswith("Figures: `best_ppl_t.png`, `curves_t.png`, `gap_t.png`, `scaling.png`")
     assert "Grassmann vs Transformer" in md  # the completed runs are still compared
     assert "Unigram baseline" in md
     # one seed per model, synthetic data, not the paper's scale: no verdict, and why not

@@ -25,7 +25,7 @@ def test_demo_produces_tables_figures_and_provenance(demo):
     for exp in ("table1", "table2"):
         for ext in ("md", "csv", "tex"):
             assert (rep / f"{exp}.{ext}").stat().st_size > 0
-        for fig in (f"curves_{exp}.png", f"best_ppl_{exp}.png"):
+        for fig in (f"gap_{exp}.png", f"curves_{exp}.png", f"best_ppl_{exp}.png"):
             assert (rep / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         md = (rep / f"{exp}.md").read_text()
         assert "SYNTHETIC" in md and "Preset **demo**" in md  # a demo table cannot pass for the paper's
@@ -162,7 +162,7 @@ def test_report_zip(demo):
     snakemake(demo, "--report", "report.zip")
     names = {Path(n).name for n in zipfile.ZipFile(demo / "report.zip").namelist()}
     # every task's tables and figures (one `shown` for all three rule files)
-    shown = {"ablations.md", "ablations.png", "table1.md", "table1.tex", "curves_table1.png", "summary.md",
+    shown = {"ablations.md", "ablations.png", "table1.md", "table1.tex", "gap_table1.png", "curves_table1.png", "summary.md",
              "scaling.png", "snli_table3.md", "recall.md"}
     assert shown <= names, shown - names
 

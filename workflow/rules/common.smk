@@ -193,7 +193,7 @@ def experiment_tables(exp):
 
 
 def experiment_figures(exp):
-    return [f"{REPORT}/{kind}_{exp}.png" for kind in ("curves", "best_ppl")]
+    return [f"{REPORT}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
 
 
 def run_files(res, runs, file):

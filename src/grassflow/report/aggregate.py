@@ -250,7 +250,7 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
 
 def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, unigram, checksums,
               published) -> None:
-    """One experiment's table (<exp>.md/.csv/.tex) and figures (curves_, best_ppl_<exp>.png)
+    """One experiment's table (<exp>.md/.csv/.tex) and figures (gap_, curves_, best_ppl_<exp>.png)
     from its runs: one job per table, so that a table's target plans only its own runs."""
     out = Path(out_dir)  # made by its first write (io.atomic_path)
     unigram = json.loads(Path(unigram).read_text())
@@ -269,6 +269,7 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
     md = markdown_table(experiment, exp, s, out) + "\n" + made_line(sub) + "\n\n" + baseline_line(unigram) + "\n"
     write_tables(out, experiment, head, md, sub.assign(preset=preset_name, data_source=preset["data"]["source"]),
                  latex_table(experiment, exp, s))
+    figures.gap(sub, s.get("paper_gap_pct"), experiment, preset_name, out / f"gap_{experiment}.png")
     figures.curves(sub, experiment, preset_name, out / f"curves_{experiment}.png")
     figures.best_bars(sub, paper, experiment, preset_name, out / f"best_ppl_{experiment}.png")
 
@@ -283,7 +284,7 @@ def summary(preset_name: str, tables, bench, out_dir) -> None:
     lines = [f"# grassflow results — preset `{preset_name}`", "", texts[0][0], ""]
     for _, md in texts:
         lines += [md.rstrip("\n") + "\n", ""]
-    pngs = [f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("curves", "best_ppl")] + ["scaling.png"]
+    pngs = [f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("gap", "curves", "best_ppl")] + ["scaling.png"]
     lines += ["Figures: " + ", ".join(f"`{p}`" for p in sorted(pngs))]
     write_text(out / "summary.md", "\n".join(lines) + "\n")
 
