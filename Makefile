@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt torch
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,slurm,eval,tensorboard,wandb]"  # slurm: the docs test plans the SLURM command as written; eval: tests/lm/test_harness.py; tensorboard, wandb: tests/core/test_trackers.py
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,slurm,eval,tensorboard,wandb,mlflow]"  # slurm: the docs test plans the SLURM command as written; eval: tests/lm/test_harness.py; tensorboard, wandb, mlflow: tests/core/test_trackers.py
 	touch $@
 
 # constraints.txt anew: the newest versions pyproject.toml allows, resolved in a fresh venv, frozen
@@ -29,7 +29,7 @@ lock:
 	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
 	$(LOCK_VENV)/bin/python -m pip install -q torch
-	$(LOCK_VENV)/bin/python -m pip install -q -e ".[dev,slurm,eval,tensorboard,wandb]"
+	$(LOCK_VENV)/bin/python -m pip install -q -e ".[dev,slurm,eval,tensorboard,wandb,mlflow]"
 	{ echo "# Every dependency at the version CI tests (make lock regenerates; pip install -c constraints.txt ...)."; \
 	  $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; \
 	  for c in cupy-cuda12x cupy-cuda13x; do \

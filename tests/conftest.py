@@ -182,7 +182,7 @@ def demo(tmp_path_factory):
     It runs as a user with a multi-GPU workstation would: on a stand-in pool of two GPUs
     (GRASSFLOW_GPUS=0,1) with train.runs_per_gpu: 2 and `grassflow gpus`'s flag, more cores
     than slots; the jobs still compute on the CPU (the slots' test reads their records). The LM's
-    runs write TensorBoard event files (train.trackers, an execution key: the tables are the same). Every
+    runs write TensorBoard event files and an MLflow store (train.trackers, an execution key: the tables are the same). Every
     test that redoes part of it without the pool (the SIGKILL, crafted-checkpoint and SLURM
     tests) compares its tables with it: packing changes where and when, never what.
     Tests that edit it restore what they edit. Under pytest-xdist the workers share one demo, built
@@ -203,7 +203,7 @@ def demo(tmp_path_factory):
         shutil.rmtree(work, ignore_errors=True)  # a build that failed in another worker: anew
         work.mkdir()
         copy_repo(work)
-        (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2, trackers: [tensorboard]}}}\n")
+        (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2, trackers: [tensorboard, mlflow]}}}\n")
         env = {**POOL_ENV, "GRASSFLOW_SLOTS_DIR": str(work / ".slots"), "GRASSFLOW_RECORD_IMPORTS": str(work / "imports")}
         flag = pool_flag(work, env)
         assert flag == ["--resources", "gpu=4"], flag

@@ -1,4 +1,4 @@
-"""Live training curves (`train.trackers`): TensorBoard event files and Weights & Biases runs.
+"""Live training curves (`train.trackers`): TensorBoard event files, Weights & Biases runs, MLflow runs.
 
 The loop hands every tracker Python floats it already has at its periodic host sync (every
 `train.log_every` steps: the window's mean loss and gradient norm, the learning rate, the
@@ -12,17 +12,23 @@ is an error before the first step, naming the setting.
 - wandb: a run named after the run id, the spec as its config, in `<run dir>/wandb/`; offline
   unless WANDB_MODE says otherwise (`wandb sync <run dir>/wandb/offline-run-*` later, from a
   node with internet); project WANDB_PROJECT (default "grassflow").
+- mlflow: a run named after the run id in the local file store `<run dir>/mlruns/` (offline;
+  `mlflow ui --backend-store-uri <run dir>/mlruns`), or MLFLOW_TRACKING_URI's; experiment
+  MLFLOW_EXPERIMENT_NAME (default "grassflow"); the spec as its parameters, the curves as its
+  metrics, metrics.jsonl as an artifact at the end. MLflow 3 keeps the file store only when asked
+  (MLFLOW_ALLOW_FILE_STORE, set here unless you set it). A resumed run adds a run of the same name.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from grassflow.errors import ConfigError
 
-CHOICES = ("tensorboard", "wandb")
+CHOICES = ("tensorboard", "wandb", "mlflow")
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -68,7 +74,37 @@ class WandB:
         self.run.finish()
 
 
-DIRS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # each tracker's directory in the run directory
+class MLflow:
+    def __init__(self, spec: dict, out_dir: Path):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.out_dir = out_dir
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or (out_dir / "mlruns").resolve().as_uri()
+        self.client = MlflowClient(tracking_uri=uri)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "grassflow")
+        exp = self.client.get_experiment_by_name(name)
+        self.run_id = self.client.create_run(exp.experiment_id if exp else self.client.create_experiment(name),
+                                             run_name=spec["run_id"]).info.run_id
+        params = [Param(k, str(v)) for k, v in _flat(spec).items()]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters a batch
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+
+    def log(self, values: dict, step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()])
+
+    def close(self) -> None:
+        metrics = self.out_dir / "metrics.jsonl"
+        if metrics.is_file():
+            self.client.log_artifact(self.run_id, str(metrics))
+        self.client.set_terminated(self.run_id)
+
+
+DIRS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlruns"}  # each tracker's directory in the run directory
 
 
 class Trackers:
@@ -87,7 +123,7 @@ class Trackers:
             if name not in CHOICES:
                 raise ConfigError(f"train.trackers: unknown tracker {name!r} (choices: {', '.join(CHOICES)})")
             try:
-                self.open.append({"tensorboard": TensorBoard, "wandb": WandB}[name](spec, Path(out_dir)))
+                self.open.append({"tensorboard": TensorBoard, "wandb": WandB, "mlflow": MLflow}[name](spec, Path(out_dir)))
             except Exception as e:  # ImportError without the extra, or the tracker's own refusal
                 self.close()
                 raise ConfigError(f"train.trackers: {name!r} could not start ({type(e).__name__}: {e}); "

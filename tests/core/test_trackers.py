@@ -23,6 +23,7 @@ from helpers.steps import Toy, toy_spec
 
 import_or_skip("tensorboard", module_level=True)
 import_or_skip("wandb", module_level=True)
+import_or_skip("mlflow", module_level=True)
 
 STEPS, LOG_EVERY = Toy.steps_per_epoch, 3
 WINDOWS = [3, 6, 9, 10]  # the log steps within an epoch: every LOG_EVERY, and the epoch's last
@@ -94,8 +95,8 @@ def tracked_run(tmp_path, monkeypatch):
     spec = toy_spec(log_every=LOG_EVERY)
     torch.manual_seed(0)
     status, metrics, ran = fit(torch.nn.Linear(3, 1), Toy(), spec, tmp_path, torch.device("cpu"), header={},
-                               execution={"trackers": ["tensorboard", "wandb"]})
-    assert status == {"state": "completed"} and ran["trackers"] == ["tensorboard", "wandb"]  # run.json's
+                               execution={"trackers": ["tensorboard", "wandb", "mlflow"]})
+    assert status == {"state": "completed"} and ran["trackers"] == ["tensorboard", "wandb", "mlflow"]  # run.json's
     return spec, metrics, norms, tmp_path
 
 
@@ -142,9 +143,30 @@ def test_the_offline_wandb_run_holds_the_loops_curves_named_after_the_run(tracke
     _check_curves(history, spec, metrics, norms, rel=1e-12)
 
 
+def mlflow_run(run_dir) -> tuple[str, dict, dict, list[str]]:
+    """(name, parameters, {metric: [(step, value)]}, artifacts) of the one MLflow run in
+    <run_dir>/mlruns, read through MLflow's own client."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    (exp,) = [e for e in client.search_experiments() if e.name == "grassflow"]
+    (run,) = client.search_runs([exp.experiment_id])
+    history = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
+    return run.info.run_name, run.data.params, history, [a.path for a in client.list_artifacts(run.info.run_id)]
+
+
+def test_the_mlflow_store_holds_the_loops_curves_and_the_spec(tracked_run):
+    spec, metrics, norms, out = tracked_run
+    name, params, history, artifacts = mlflow_run(out)
+    assert name == spec["run_id"] and params["train.lr"] == str(spec["train"]["lr"])
+    assert params["train.betas"] == json.dumps(spec["train"]["betas"])
+    _check_curves(history, spec, metrics, norms, rel=1e-12)
+    assert artifacts == ["metrics.jsonl"]
+
+
 @pytest.mark.parametrize("names, says", [
     (["wandb"], "train.trackers: 'wandb' could not start (ModuleNotFoundError"),
-    (["tensorboard", "comet"], "train.trackers: unknown tracker 'comet' (choices: tensorboard, wandb)"),
+    (["tensorboard", "comet"], "train.trackers: unknown tracker 'comet' (choices: tensorboard, wandb, mlflow)"),
 ])
 def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(names, says, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # as without the extra: import wandb fails

@@ -147,6 +147,22 @@ def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
                                      for e, m in enumerate(metrics, 1)], run.name
 
 
+def test_demo_with_mlflow_on_leaves_a_store_mlflows_client_reads_back(demo):
+    """The demo fixture ran with train.trackers: [tensorboard, mlflow]: every LM run's MLflow store,
+    read through MLflow's own client, holds a run named after it whose per-epoch validation
+    perplexity is its metrics.jsonl's."""
+    import_or_skip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    for run in sorted((demo / "results/demo/runs").iterdir()):
+        metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        client = MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+        (found,) = client.search_runs([e.experiment_id for e in client.search_experiments() if e.name == "grassflow"])
+        assert found.info.run_name == run.name and found.info.status == "FINISHED"
+        ppl = [m.value for m in sorted(client.get_metric_history(found.info.run_id, "val/ppl"), key=lambda m: m.step)]
+        assert ppl == [m["val_ppl"] for m in metrics], run.name
+
+
 def test_token_files_carry_their_metadata(demo):
     f = demo / "results/demo/data/tokens/trained/test.parquet"
     meta = json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])
