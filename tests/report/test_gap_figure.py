@@ -59,3 +59,22 @@ def test_the_gap_figure_plots_the_tables_gap_after_every_epoch(tmp_path):
         for seed, curve in seeds.items():
             rows = (GPU / f"runs/table1-{model}-s{seed}/metrics.jsonl").read_text().splitlines()
             assert curve == [json.loads(r)["val_ppl"] for r in rows]
+
+
+def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
+    """reports/wikitext2-v1-gpu/README.md's figures, with one definition: its epoch table's rows are the
+    figure's (each run's best so far; the gap of the means, its interval), its per-seed gaps best against best."""
+    text = (GPU / "README.md").read_text().replace("−", "-")
+    data = figures.gap_by_epoch(_runs())
+    rows = re.findall(r"^  \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\) \|$", text, re.M)
+    assert len(rows) == 6
+    for e, t, g, gap, low, high in rows:
+        e = int(e)
+        means = {m: sum(min(c[:e]) for c in runs.values()) / len(runs) for m, runs in data["runs"].items()}
+        got = data["gap"][e - 1]
+        assert (float(t), float(g)) == (round(means["transformer"], 1), round(means["grassmann"], 1)), e
+        assert (float(gap), float(low), float(high)) == tuple(round(got[k], 1) for k in ("gap_pct", "ci_low", "ci_high")), e
+    per_seed = re.search(r"best against best, the gaps are ([+-][\d.]+), ([+-][\d.]+) and ([+-][\d.]+) %", text).groups()
+    want = [100 * (min(data["runs"]["grassmann"][s]) - min(data["runs"]["transformer"][s])) / min(data["runs"]["transformer"][s])
+            for s in (0, 1, 2)]
+    assert [float(x) for x in per_seed] == [round(w, 1) for w in want]
