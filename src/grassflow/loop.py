@@ -11,6 +11,11 @@ run would have seen.
 Run directory: the best weights (model.safetensors, with config.json: what the weights are, the
 Hugging Face layout) and metrics.jsonl are written when the run ends (the caller adds run.json);
 working files: last.pt (resume state), best_state.pt (best weights so far).
+
+A run's parts: each start or resume to its stop (when, from and to which epoch and step, on which
+device, at which commit and whether the tree was clean, and why it ended: finished, diverged, the
+signal that stopped it, or killed: a part whose last checkpoint is all that is known of its end)
+go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum).
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ from grassflow.compiled import Compiled
 from grassflow.io import atomic_path, spec_hash, write_json, write_text
 from grassflow.models import layers
 from grassflow.models.ensemble import member_state
+from grassflow.provenance import git_state
 from grassflow.run_spec import RunSpec
+from grassflow.runtime import device_name
 from grassflow.trackers import Trackers
 from grassflow.train_config import TrainConfig
 from grassflow.train_step import EpochLoss, GraphedForward, TrainStep
@@ -170,6 +177,10 @@ def load_trained(model, state: dict) -> None:
     bad = [k for k in missing if _owned(model, k)] + list(unexpected)
     if bad:
         raise RuntimeError(f"checkpoint does not fit the model: {bad[:5]}")
+
+
+# a part before last.pt kept its parts (a checkpoint of an earlier format): known to have been, no more
+UNRECORDED = {"ended": "unrecorded", "note": "a part before run records kept their parts: not recorded"}
 
 
 @dataclass
@@ -303,6 +314,12 @@ class Fit:
             self.members = [Member(r, **m) for r, m in zip(runs, state["members"])]
             print(f"[train] resuming {', '.join(r.spec.run_id for r in runs)} at epoch {self.pos['epoch'] + 1}, "
                   f"step {self.pos['step']}", file=sys.stderr)
+        self.parts = [] if state is None else list(state.get("parts") or [dict(UNRECORDED)])
+        last = self.parts[-1] if self.parts else {}
+        if last and "ended" not in last:  # stopped without a word (SIGKILL, a lost node): its last checkpoint
+            last.update(ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None))
+        self.parts.append({"started_at": time.time(), "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},
+                           "device": device_name(device), **git_state(Path(__file__).parent)})
         for m in self.members:
             m.trackers = Trackers(execution["trackers"], m.run.spec.source, m.run.out_dir, fresh=state is None)
         self.losses = EpochLoss(device, E)
@@ -316,9 +333,19 @@ class Fit:
         return [e for e, m in enumerate(self.members) if m.running]
 
     def checkpoint(self) -> None:
+        part = self.parts[-1]
+        if "ended" not in part:  # what is known of this part's end if it is killed after this
+            part.update(saved_at=time.time(), saved_to={"epoch": self.pos["epoch"], "step": self.pos["step"]})
         save_checkpoint(self.last, {"spec_hash": self.hash, "model": trained_state(self.model),
                                     "optimizer": self.opt.state_dict(), "rng": rng_state(), "pos": self.pos,
-                                    "members": [m.state() for m in self.members]})
+                                    "members": [m.state() for m in self.members], "parts": self.parts})
+
+    def end_part(self, why: str) -> None:
+        """This part of the run ends here, for `why` (finished, diverged, SIGTERM, SIGUSR1)."""
+        part = self.parts[-1]
+        part.pop("saved_at", None)
+        part.pop("saved_to", None)
+        part.update(ended=why, ended_at=time.time(), to={"epoch": self.pos["epoch"], "step": self.pos["step"]})
 
     def sync(self) -> None:
         """The periodic host sync: the loss sums into pos, divergence into each member's status,
@@ -361,6 +388,7 @@ class Fit:
                 pos["seconds"] = time.perf_counter() - t0
                 self.sync()
                 if self.running():
+                    self.end_part(stop.signal)
                     self.checkpoint()
                     print(f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
                           f"{pos['step']}; rerun to resume", file=sys.stderr)
@@ -416,12 +444,13 @@ class Fit:
         self.checkpoint()
 
     def finish(self) -> tuple[list[dict], list[list[dict]], dict]:
+        self.end_part("finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged")
         if any(m.status["state"] == "diverged" for m in self.members):
             self.checkpoint()
         for m in self.members:
             m.write_outputs()
         ran = {"optimizer": f"adamw-{self.opt_impl}", "compile": self.compiled.record(),
-               "trackers": self.execution["trackers"]}
+               "trackers": self.execution["trackers"], "parts": self.parts}
         if self.train_step.capture_error:  # the step ran eagerly after its capture failed
             ran["compile"].update(cuda_graph=False, capture_error=self.train_step.capture_error)
         return [m.status for m in self.members], [m.metrics for m in self.members], ran

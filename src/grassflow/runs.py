@@ -40,12 +40,20 @@ def run_record(spec: RunSpec, out, model, status, metrics, best, device, files, 
         "preflight": json.loads(Path(preflight).read_text()) if preflight else None,
         "seed": spec.seed,
         "data": {split: {"path": str(p), **meta, "file_sha256": sha256_file(p)} for split, (p, meta) in files.items()},
-        "wall_seconds": time.time() - t_start,
+        "wall_seconds": wall_seconds(extra.get("parts"), t_start),
         "weights_sha256": json.loads((Path(out) / CONFIG).read_text())["weights_sha256"],
         "weights_file_sha256": sha256_file(Path(out) / WEIGHTS),
     }
     write_json(Path(out) / "run.json", record)
     return record
+
+
+def wall_seconds(parts, t_start: float) -> float:
+    """A run's wall time: the sum of its parts' (grassflow.loop: each start or resume to its stop,
+    those whose times were recorded), or, without parts, this job's since `t_start`."""
+    if not parts:
+        return time.time() - t_start
+    return sum(p["ended_at"] - p["started_at"] for p in parts if p.get("ended_at") and p.get("started_at"))
 
 
 def start_run(spec: RunSpec, out_dir) -> tuple[float, Path, torch.device]:

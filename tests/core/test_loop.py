@@ -59,6 +59,40 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
     a = load_weights(full / "model.safetensors")
     b = load_weights(cut / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # run.json keeps both parts: the first to the signal, the second from there to the end
+    rec = json.loads((cut / "run.json").read_text())
+    first, second = rec["parts"]
+    assert first["from"] == {"epoch": 0, "step": 0} and first["ended"] == sig.name
+    assert second["from"] == first["to"] and second["ended"] == "finished"
+    assert second["to"] == {"epoch": SPEC["train"]["epochs"], "step": 0}
+    assert first["started_at"] < first["ended_at"] <= second["started_at"] < second["ended_at"]
+    assert all(p["device"] and {"commit", "dirty"} <= set(p) for p in (first, second))
+    assert rec["wall_seconds"] == pytest.approx(sum(p["ended_at"] - p["started_at"] for p in (first, second)))
+
+
+@pytest.mark.slow
+def test_a_killed_part_and_a_checkpoint_of_the_older_format_are_kept_in_the_record(tokens, tmp_path):
+    """A part that stopped without a word (SIGKILL) is recorded as killed at its last checkpoint; a
+    last.pt written before checkpoints kept their parts resumes, its earlier part said unrecorded."""
+    from grassflow.checkpoint import load_checkpoint, save_checkpoint
+
+    cut, old = tmp_path / "cut", tmp_path / "old"
+    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
+    _wait_for(cut / "last.pt", proc)
+    proc.kill()
+    proc.communicate(timeout=HANG)
+    state = load_checkpoint(cut / "last.pt")
+    saved = state["parts"][0]["saved_to"]
+    old.mkdir()
+    save_checkpoint(old / "last.pt", {k: v for k, v in state.items() if k != "parts"})
+    for d in (cut, old):
+        res = subprocess.run(_cmd(tokens, d), capture_output=True, text=True)
+        assert res.returncode == 0 and "resuming" in res.stderr, res.stderr[-2000:]
+    killed, resumed = json.loads((cut / "run.json").read_text())["parts"]
+    assert killed["ended"] == "killed" and killed["to"] == saved == resumed["from"] and killed["ended_at"]
+    assert "saved_at" not in killed and "saved_to" not in killed
+    unrecorded, resumed = json.loads((old / "run.json").read_text())["parts"]
+    assert unrecorded["ended"] == "unrecorded" and resumed["from"] == saved and resumed["ended"] == "finished"
 
 
 def test_divergence_is_recorded_not_raised(tokens, tmp_path):

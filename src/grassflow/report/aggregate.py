@@ -54,7 +54,10 @@ def read_runs(run_dirs, columns) -> pd.DataFrame:
 
 def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
     """The columns that trace a table row to its run: code, data, weights, record."""
-    return {"epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"], "device": rec["device"],
+    return {"epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"],
+            # wall_s: the sum of the run's parts (each start or resume to its stop; 0 parts: a record
+            # from before they were kept, whose wall_s is its last part's alone)
+            "parts": len(rec.get("parts") or []), "device": rec["device"],
             "device_type": rec.get("device_type"), "op_backend": rec.get("plucker_backend"),
             "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
             "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
