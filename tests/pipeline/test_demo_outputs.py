@@ -178,7 +178,7 @@ def test_report_zip(demo):
     snakemake(demo, "--report", "report.zip")
     names = {Path(n).name for n in zipfile.ZipFile(demo / "report.zip").namelist()}
     # every task's tables and figures (one `shown` for all three rule files)
-    shown = {"ablations.md", "ablations.png", "table1.md", "table1.tex", "gap_table1.png", "curves_table1.png", "summary.md",
+    shown = {"ablations.md", "ablations.png", "ablations_gap.png", "table1.md", "table1.tex", "gap_table1.png", "curves_table1.png", "summary.md",
              "scaling.png", "snli_table3.md", "recall.md"}
     assert shown <= names, shown - names
 
@@ -190,6 +190,7 @@ def test_demo_ablation_table_and_figure(demo):
     assert "Published results" in md and "youdie006/grassmann" in md  # ours beside everyone's
     assert "cannot be compared with the paper's" in md and "Unigram baseline" in md
     assert (rep / "ablations.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (rep / "ablations_gap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     df = pd.read_csv(rep / "ablations.csv")
     assert set(df.variant) == {"paper", "pre_norm"} and set(df.model) == {"transformer", "grassmann"}
     assert set(df[df.variant == "paper"].run_id) == {"table1-transformer-s0", "table1-grassmann-s0"}

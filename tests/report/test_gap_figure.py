@@ -78,3 +78,19 @@ def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
     want = [100 * (min(data["runs"]["grassmann"][s]) - min(data["runs"]["transformer"][s])) / min(data["runs"]["transformer"][s])
             for s in (0, 1, 2)]
     assert [float(x) for x in per_seed] == [round(w, 1) for w in want]
+
+
+def test_the_ablation_tables_gap_over_training_ends_at_each_variants_gap(tmp_path):
+    """The ablation table's figure over training (figures.ablation_gaps_over_training): each variant's
+    gap after its last epoch is the table's (the laptop grid: one epoch, three seeds each)."""
+    laptop = ROOT / "reports/wikitext2-v1-laptop-ablations/laptop_v1_ablations"
+    df = pd.read_csv(laptop / "report/ablations.csv")
+    df["metrics"] = [str(laptop / "runs" / r / "metrics.jsonl") for r in df.run_id]
+    data = figures.ablation_gaps_over_training(df, 11.0, "laptop_v1_ablations", tmp_path / "ablations_gap.png")
+    md = (laptop / "report/ablations.md").read_text().replace("−", "-")
+    table = {v: tuple(map(float, g)) for v, *g in re.findall(
+        r"^\| (\w+) \|.*?\| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\)", md, re.M)}
+    assert set(data) == set(table) == {"laptop", "lags_124", "r64", "lags_124_r64"}
+    for variant, d in data.items():
+        last = d["gap"][-1]
+        assert tuple(round(last[k], 1) for k in ("gap_pct", "ci_low", "ci_high")) == table[variant], variant

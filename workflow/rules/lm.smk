@@ -56,7 +56,9 @@ wildcard_constraints:
 
 # each experiment's table and figures (rule aggregate), the ablation table's, and all of them (`lm`)
 EXPERIMENT_OUTPUTS = {exp: experiment_tables(exp) + experiment_figures(exp) for exp in EXPERIMENTS}
-ABLATION_FILES = [f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")]
+ABLATION_FILES = [f"{REPORT}/ablations_gap.png"] + [
+    f"{REPORT}/ablations.{ext}" for ext in ("md", "csv", "tex", "png")
+]
 ABLATION_OUTPUTS = ABLATION_FILES if ABLATIONS else []
 LM_OUTPUTS = (
     [f for outputs in EXPERIMENT_OUTPUTS.values() for f in outputs]

@@ -162,6 +162,7 @@ def aggregate_ablations(preset: dict, preset_name: str, grid: dict, runs_dir, un
                  per_run.assign(preset=preset_name, data_source=preset["data"]["source"]), tex(rows, preset))
     paper = next((p for p in pub["published"] if p.get("experiment") == base), None)
     paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None
+    figures.ablation_gaps_over_training(per_run, paper_gap, preset_name, out / "ablations_gap.png")
     figures.ablation_gaps(rows, paper_gap, preset_name, out / "ablations.png")
 
 

@@ -133,6 +133,35 @@ def scaling(bench: dict, preset, path):
     _save(fig, path)
 
 
+def ablation_gaps_over_training(per_run, paper_gap, preset, path) -> dict:
+    """Each ablation variant's gap after every epoch (gap_by_epoch of its runs: best so far against
+    best so far, as the table), its 95 % interval as a band, the paper's gap and zero as lines.
+    Returns {variant: gap_by_epoch}."""
+    import math
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    data = {}
+    for i, (variant, runs) in enumerate(per_run.groupby("variant", sort=False)):
+        d = data[variant] = gap_by_epoch(runs)
+        pts = [(e, g) for e, g in zip(d["epochs"], d["gap"]) if g]
+        if not pts:
+            continue
+        color = plt.get_cmap("tab10")(i % 10)
+        ax.plot([e for e, _ in pts], [g["gap_pct"] for _, g in pts], "o-", ms=3, color=color, label=variant)
+        band = [(e, g) for e, g in pts if not math.isnan(g["ci_low"])]
+        if band:
+            ax.fill_between([e for e, _ in band], [g["ci_low"] for _, g in band], [g["ci_high"] for _, g in band],
+                            color=color, alpha=0.15)
+    ax.axhline(0, color="grey", lw=0.8)
+    if paper_gap is not None:
+        ax.axhline(paper_gap, color="tab:red", ls="--", lw=1, label=f"paper {paper_gap:+.1f} %")
+    ax.set(xlabel="epoch", ylabel="gap in best val PPL so far, G − T (%)",
+           title=f"Ablations over training — preset {preset} (95 % CI bands)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    return data
+
+
 def ablation_gaps(rows, paper_gap, preset, path):
     """Grassmann − Transformer gap (%) per ablation variant, with its 95 % CI where there is one."""
     import math
