@@ -36,6 +36,7 @@ THREADS=${THREADS:-4}
 HEAD_LOSS=${HEAD_LOSS:-choose}   # train.head_loss of the window's jobs (choose: the first minute's)
 CANDIDATES=${CANDIDATES:-}       # compile:head_loss pairs the first minute tries (default: grassflow.bench.choose's)
 BOX=${BOX:-90}                   # the first minute's time box, seconds
+TIMED_STEPS=${TIMED_STEPS:-10}   # the steps each candidate is timed over
 MARGIN=${MARGIN:-60}             # seconds kept after training for the evaluations and tables
 SEEDS=${SEEDS:-}                 # this lease's seeds, comma-separated (default: those that fit)
 FINISHED=${FINISHED:-reports/wikitext2-v1-gpu/runs}  # committed records of runs finished in earlier leases
@@ -128,7 +129,7 @@ if [ "$COMPILE" != choose ] || [ "$HEAD_LOSS" != choose ]; then
 fi
 TOKENS=$(ls "$RES"/data/tokens/*/train.parquet | head -1)
 $PY -m grassflow.bench.choose --configfile $CONFIGFILES --preset $PRESET --targets $TARGETS --train-tokens "$TOKENS" \
-  --finished $FINISHED --seconds $(( $(left) - MARGIN )) --box $BOX ${CANDIDATES:+--candidates $CANDIDATES} \
+  --finished $FINISHED --seconds $(( $(left) - MARGIN )) --box $BOX --timed-steps $TIMED_STEPS ${CANDIDATES:+--candidates $CANDIDATES} \
   ${SEEDS:+--seeds $SEEDS} --device "${EXPECT%% *}" --overlay "$RES/window.yaml" --out "$OUT" \
   > "$RES/logs/window-choose.log" 2>&1 || { say "error: the first minute failed"; tail -20 "$RES/logs/window-choose.log" | tee -a "$LOG"; exit 1; }
 while read -r line; do say "first minute: $line"; done < <(grep -v '^\[grassflow\]' "$RES/logs/window-choose.log")

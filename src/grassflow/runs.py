@@ -84,7 +84,7 @@ def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, 
 
     record = require(read_record(run_json), run_json, ("status",))
     config = Path(weights).parent / CONFIG
-    ckpt = require(read_record(config), config, ("spec.run_id", "spec.train.device", "epoch", "weights_sha256"))
+    ckpt = require(read_record(config), config, ("spec.run_id", "epoch", "weights_sha256"))
     ckpt["model"] = load_weights(weights) if ckpt["weights_sha256"] else None
     if state_sha256(ckpt["model"]) != ckpt["weights_sha256"]:
         raise CheckpointError(f"{weights}: its weights' sha256 is not {Path(weights).parent / CONFIG}'s weights_sha256")
@@ -95,7 +95,7 @@ def open_for_evaluation(weights, run_json, out_path) -> tuple[dict, dict, bool, 
         result.update(validation=None, test=None)
         write_json(out_path, result)
         return ckpt, result, False, None
-    device = claim_device(ckpt["spec"]["train"]["device"])
+    device = claim_device(require(ckpt, config, ("spec.train.device",))["spec"]["train"]["device"])
     result["gpu_slot"] = gpu_slots.current()
     return ckpt, result, True, device
 

@@ -58,7 +58,7 @@ def _copy(dst):
 
 def _window(work, out, deadline=3000, **env):
     env = {**pipeline_env(work), **DEMO, "PY": str(BIN / "python"), "PREFLIGHT": "results/demo/preflight/cpu_auto.json",
-           "DEADLINE": str(deadline), "THREADS": "1", "CANDIDATES": "false:chunked", "EXPECT": "cpu fast",
+           "DEADLINE": str(deadline), "THREADS": "1", "CANDIDATES": "false:chunked", "TIMED_STEPS": "2", "EXPECT": "cpu fast",
            "BENCH_ARGS": "--device cpu --quick --parts fused", "OUT": str(out), **env}
     return subprocess.Popen(["bash", "bench/gpu_paper_window.sh"], cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

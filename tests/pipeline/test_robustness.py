@@ -167,8 +167,7 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     for log, path, why in [("train/table1-transformer-s1.log", last, "checksum mismatch"),
                            ("evaluate/table2-grassmann-s1.log", weights, "not a readable safetensors file"),
                            ("evaluate/table2-transformer-s0.log", config, "not JSON"),
-                           ("evaluate/table2-transformer-s1.log", fieldless, "lacks spec.run_id, spec.train.device, "
-                                                                             "epoch, weights_sha256")]:
+                           ("evaluate/table2-transformer-s1.log", fieldless, "lacks spec.run_id, epoch, weights_sha256")]:
         assert len(found[log]) == 1 and f"{path.relative_to(work)}: {why}" in found[log][0], (log, found[log])
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables  # no table from them
 

@@ -269,6 +269,7 @@ def main(argv=None) -> int:
     p.add_argument("--finished", nargs="*", default=[], help="finished_runs: records of runs finished elsewhere")
     p.add_argument("--seconds", type=float, required=True, help="the training time left in the lease")
     p.add_argument("--box", type=float, default=90.0, help="seconds for the candidates in all")
+    p.add_argument("--timed-steps", type=int, default=10, help="steps each candidate is timed over")
     p.add_argument("--candidates", nargs="*", help="compile:head_loss pairs (default: the device's CANDIDATES)")
     p.add_argument("--seeds", help="this lease's seeds, comma-separated, instead of those that fit")
     p.add_argument("--device", default="auto")
@@ -288,7 +289,7 @@ def run_choice(a) -> None:
     vocab = meta["vocab_size"]
     candidates = [tuple(c.split(":", 1)) for c in a.candidates] if a.candidates else CANDIDATES.get(device.type, [])
     t0 = time.perf_counter()
-    result = choose(tables, ids, vocab, device, candidates, a.box) if tables else {
+    result = choose(tables, ids, vocab, device, candidates, a.box, a.timed_steps) if tables else {
         "rows": [], "choice": REFERENCE, "lines": ["every run of the targets is finished elsewhere: nothing to train"]}
     if a.seeds is not None:
         seeds = [int(s) for s in a.seeds.split(",") if s]
@@ -298,7 +299,7 @@ def run_choice(a) -> None:
         step_s = {(r["table"], r["model"], r["members"]): r["step_s"] for r in result["rows"]
                   if (r["compile"], r["head_loss"]) == result["choice"] and "step_s" in r}
         left = a.seconds - (time.perf_counter() - t0)
-        fit, fit_lines = seeds_that_fit(tables, ids, vocab, device, result["choice"], left, step_s)
+        fit, fit_lines = seeds_that_fit(tables, ids, vocab, device, result["choice"], left, step_s, a.timed_steps)
         result["lines"] += fit_lines
     result["seeds"] = fit
     lease = sorted({s for seeds in fit.values() for s in seeds})
