@@ -55,9 +55,9 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         "Table 1 trained as fused seed groups, a row and record each (from a copy of the demo)",
     ),
     "test_the_gpu_window_stops_at_i": (
-        5,
+        6,
         "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed; a third "
-        "window elsewhere adopting the second's seed-0 records",
+        "window elsewhere adopting the second's seed-0 records (its preflight and its tables: two)",
     ),
     "test_a_tables_runs_finished_el": (
         1,
