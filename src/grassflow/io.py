@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from grassflow.errors import DiskSpaceError
+
+
+def no_space(err: BaseException) -> bool:
+    """Whether `err` is a write that found its file system full (or its quota spent), as Python,
+    pyarrow and safetensors say it."""
+    return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+        s in str(err) for s in ("No space left on device", "os error 28", "Disk quota exceeded"))
+
 
 @contextmanager
 def atomic_path(path):
-    """Yield a temporary path beside `path`; on success fsync it and rename it into place."""
+    """Yield a temporary path beside `path`; on success fsync it and rename it into place. A full
+    file system is a DiskSpaceError naming `path`: the temporary file is removed and `path`, if it
+    was there, is untouched (the last complete checkpoint, table or token file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -23,6 +36,13 @@ def atomic_path(path):
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except Exception as err:
+        if not no_space(err):
+            raise
+        free = shutil.disk_usage(path.parent).free
+        raise DiskSpaceError(f"{path}: no space left on its file system ({free / 2**20:.1f} MiB free); "
+                             f"{'the complete one there is untouched; ' if path.exists() else ''}free space, "
+                             "then run the same command again") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
