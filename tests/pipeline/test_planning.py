@@ -361,3 +361,25 @@ def test_the_laptop_seeds_presets_plan_their_runs_and_nothing_else(tmp_path):
         assert set(re.findall(r"runs/(table1-\w+-s\d)/run.json", out)) == {
             f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)}
         assert not {r for r in jobs if r.startswith(("snli", "recall", "ablation"))}, jobs
+
+
+def test_runs_finished_elsewhere_leave_the_others_fused():
+    """train.fuse_seeds with finished_runs (grassflow.lm.grid.fused_groups): Table 1 finished in full
+    (the H200's committed records) leaves Table 2's groups fused over every seed; Table 2's seed 0
+    finished for both models leaves its groups fused over seeds 1 and 2, and no group holds a
+    finished run (adopt_run makes those)."""
+    from grassflow.lm.grid import fused_groups, runs
+    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
+
+    name, p = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "paper_v1"))
+    p = {**p, "train": {**p["train"], "fuse_seeds": True}}
+    specs = runs(name, p)
+    table1 = [r for r in specs if r.startswith("table1-")]
+    groups = fused_groups(p, specs, table1)
+    assert groups["table2-grassmann"] == [f"table2-grassmann-s{s}" for s in (0, 1, 2)]
+    assert not any(g.startswith("table1-") for g in groups)
+    t2s0 = ["table2-grassmann-s0", "table2-transformer-s0"]
+    groups = fused_groups(p, specs, table1 + t2s0)
+    assert groups["table2-transformer"] == ["table2-transformer-s1", "table2-transformer-s2"]
+    assert not {r for rs in groups.values() for r in rs} & set(table1 + t2s0)

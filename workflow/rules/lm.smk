@@ -14,7 +14,6 @@ from grassflow.lm.grid import (
     ablation_runs,
     finished_runs,
     fused_groups,
-    fused_seeds,
     main_run_ids,
     tokenizer_spec,
 )
@@ -40,7 +39,7 @@ FINISHED = finished_runs(config.get("finished_runs"), LM_RUNS) if LM else {}
 # {group: its runs} of the LM runs trained as one ensemble each (train.fuse_seeds; rule train_fused)
 FUSED = fused_groups(PRESET_CFG, LM_RUNS, FINISHED) if LM else {}
 FUSED_RUNS = {r for runs in FUSED.values() for r in runs}
-FUSED_SEEDS = fused_seeds(PRESET_CFG, FINISHED) if FUSED else []
+FUSED_SEEDS = [int(r.rsplit("-s", 1)[1]) for r in next(iter(FUSED.values()), [])]  # every group's
 FUSED_FIRST = {group: LM_RUNS[runs[0]] for group, runs in FUSED.items()}  # its preflight's run
 PUBLISHED = "workflow/resources/published.yaml"  # the paper's setup, its published numbers
 RAW = f"{RESULTS}/data/raw"

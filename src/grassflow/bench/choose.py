@@ -23,7 +23,6 @@ figures go to `<out>/choose-<device>.json` and `.md` (reports/bench/).
 
 from __future__ import annotations
 
-import copy
 import json
 import signal
 import sys
@@ -38,10 +37,9 @@ from grassflow.bench.common import sync
 from grassflow.compiled import Compiled
 from grassflow.lm.data import read_tokens
 from grassflow.lm.grid import finished_runs, runs
-from grassflow.lm.train import LanguageModelObjective
+from grassflow.lm.train import LanguageModelObjective, build_group
 from grassflow.loop import lr_at, make_optimizer, set_lr
-from grassflow.models import ModelConfig, build_model
-from grassflow.models.ensemble import stack
+from grassflow.models import ModelConfig
 from grassflow.run_spec import RunSpec
 from grassflow.runtime import claim_device, configure_torch, device_name
 from grassflow.train_step import WARMUP, EpochLoss, TrainStep
@@ -61,8 +59,8 @@ def _setting(compile_: str):
 class Trial:
     """One candidate on one fused group: its per-step losses, last gradients and step times."""
 
-    def __init__(self, members, objective, tcfg, device, compile_, total_steps):
-        self.model = copy.deepcopy(members)
+    def __init__(self, model, objective, tcfg, device, compile_, total_steps):
+        self.model = model
         self.compiled = Compiled(self.model, objective, _setting(compile_), "default", device)
         self.opt, _ = make_optimizer(self.model, tcfg, device, capture=self.compiled.graph)
         E = getattr(self.model, "ensemble_size", 1)
@@ -89,6 +87,11 @@ class Trial:
                 self.seen.append((self.losses.sum - before).tolist())
             self.done += 1
 
+    @property
+    def step_s(self) -> float:
+        """The median of the timed steps."""
+        return sorted(self.per_step)[len(self.per_step) // 2]
+
     def grads(self) -> torch.Tensor:
         return torch.cat([p.grad.detach().float().reshape(-1) for p in self.model.parameters()
                           if p.grad is not None])
@@ -102,15 +105,6 @@ def _close(trial: Trial, ref: Trial) -> tuple[float, float]:
     return loss, float((g - gr).norm() / gr.norm().clamp_min(1e-30))
 
 
-def _group(spec: RunSpec, seeds, vocab, device, dropout):
-    cfg = ModelConfig.from_dict({**spec.model, "vocab_size": vocab, "dropout": dropout})
-    members = []
-    for seed in seeds:  # each as its own run builds it (lm.train.train_fused)
-        torch.manual_seed(seed)
-        members.append(build_model(spec.model_kind, cfg).to(device))
-    return members[0] if len(members) == 1 else stack(members)
-
-
 def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=0.0) -> Trial:
     """`setting` (compile, head loss) on the fused group of `seeds` of run `spec`'s config: its
     checked steps, then its timed ones."""
@@ -118,15 +112,15 @@ def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=
     objective = LanguageModelObjective(ids, ids[: spec.model["context_len"] * 4 + 1], spec.model["context_len"],
                                        tcfg.batch_size, list(seeds) if len(seeds) > 1 else seeds[0],
                                        tcfg.eval_batch_size, device, "choose", setting[1])
-    t = Trial(_group(spec, seeds, vocab, device, dropout), objective, tcfg, device, setting[0],
-              objective.steps_per_epoch * tcfg.epochs)
+    model, _ = build_group(spec.model_kind, ModelConfig.from_dict({**spec.model, "vocab_size": vocab,
+                                                                   "dropout": dropout}), seeds, device)
+    t = Trial(model, objective, tcfg, device, setting[0], objective.steps_per_epoch * tcfg.epochs)
     t0 = time.perf_counter()
     t.run(steps)
     sync(device)
     t.setup_s = time.perf_counter() - t0  # its warm-up, compile and capture, with the checked steps
     t.checked_grads = t.grads().clone()  # the last checked step's (post-clipping), before any timed step
     t.run(timed_steps, timed=True)
-    t.steps_per_epoch = objective.steps_per_epoch
     return t
 
 
@@ -171,9 +165,7 @@ def choose(tables: dict, ids, vocab, device, candidates, box_s: float, timed_ste
                     with _Alarm(end - time.perf_counter() - MIN_SHARE * runs_left):
                         t = trial(spec, seeds, ids, vocab, device, cand, CHECK_STEPS, timed_steps)
                     row.update(zip(("loss_rel_diff", "grad_rel_diff"), _close(t, ref)))
-                    row.update(setup_s=t.setup_s, step_s=sorted(t.per_step)[len(t.per_step) // 2])
-                    row["tokens_per_s"] = row["tokens_per_step"] / row["step_s"]
-                    row["steps_per_epoch"] = t.steps_per_epoch
+                    row.update(setup_s=t.setup_s, step_s=t.step_s, tokens_per_s=row["tokens_per_step"] / t.step_s)
                     good = row["loss_rel_diff"] <= LOSS_TOL and row["grad_rel_diff"] <= GRAD_TOL
                     row["status"] = "ok" if good else "differs"
                     if not good:
@@ -214,8 +206,7 @@ def seeds_that_fit(tables, ids, vocab, device, setting, seconds: float, step_s: 
             for kind, (spec, _) in kinds.items():
                 key = (table, kind, n)
                 if key not in step_s:
-                    t = trial(spec, todo[:n], ids, vocab, device, setting, CHECK_STEPS, timed_steps)
-                    step_s[key] = sorted(t.per_step)[len(t.per_step) // 2]
+                    step_s[key] = trial(spec, todo[:n], ids, vocab, device, setting, CHECK_STEPS, timed_steps).step_s
                 steps = (len(ids) - 1) // spec.model["context_len"] // spec.train.batch_size * spec.train.epochs
                 need += steps * step_s[key] * (1 + VALIDATION_SHARE)
             if need <= left:

@@ -8,13 +8,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import torch
 
 from grassflow.bench.common import sync
-from grassflow.lm.train import LanguageModelObjective
+from grassflow.lm.train import LanguageModelObjective, build_group
 from grassflow.loop import lr_at, make_optimizer, set_lr
-from grassflow.models import ModelConfig, build_model
-from grassflow.models.ensemble import stack
+from grassflow.models import ModelConfig
 from grassflow.train_config import TrainConfig
 from grassflow.train_step import EpochLoss, TrainStep
 
@@ -22,12 +20,8 @@ TCFG = TrainConfig(epochs=1, batch_size=1, lr=1e-3, warmup_frac=0.1)
 
 
 def _seconds_per_step(device, kind, members, L, B, n_layers, vocab, steps, warmup=2) -> float:
-    cfg = ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, dropout=0.1)
-    models = []
-    for seed in range(members):
-        torch.manual_seed(seed)
-        models.append(build_model(kind, cfg).to(device))
-    model = models[0] if members == 1 else stack(models)
+    model, _ = build_group(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, dropout=0.1),
+                           range(members), device)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
     task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0 if members == 1 else list(range(members)), B, device, "bench")
     opt, _ = make_optimizer(model, TCFG, device)

@@ -46,20 +46,20 @@ def check(spec: dict, source: Path, files: dict[str, Path]) -> dict:
     if differ:
         raise DataError(f"{source / 'run.json'}: its spec differs from this preset's {spec['run_id']} at "
                         f"{'; '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}: another run, not adopted")
-    sha = {split: sha256_file(p) for split, p in files.items()}
-    made = {"train": (rec.get("data") or {}).get("train", {}).get("file_sha256"),
-            "validation": (rec.get("data") or {}).get("validation", {}).get("file_sha256")}
-    evaluated = {split: (ev.get(split) or {}) for split in ("validation", "test")}
+    data = rec.get("data") or {}
+    said = [("run.json's training tokens", data.get("train", {}).get("file_sha256"), files["train"]),
+            ("run.json's validation tokens", data.get("validation", {}).get("file_sha256"), files["validation"])]
     if rec.get("status", {}).get("state") == "completed":  # a diverged run may have nothing evaluated
-        made.update({f"{s}_eval": evaluated[s].get("tokens_sha256") for s in evaluated})
-        made.update({f"{s}_docs": evaluated[s].get("harness", {}).get("docs_sha256") for s in evaluated})
-    ours = {**sha, "validation_eval": sha["validation"], "test_eval": sha["test"]}
-    for what, theirs in made.items():
-        if theirs != ours[what]:
-            name = {"train": "run.json's training tokens", "validation": "run.json's validation tokens"}.get(
-                what, f"eval.json's {what.replace('_', ' ')}")
-            raise DataError(f"{source}: {name} have sha256 {theirs}, this tree's {files[what.removesuffix('_eval')]} "
-                            f"{ours[what]}: made on other data, not adopted")
+        for split in ("validation", "test"):
+            e = ev.get(split) or {}
+            said += [(f"eval.json's {split} tokens", e.get("tokens_sha256"), files[split]),
+                     (f"eval.json's {split} documents", e.get("harness", {}).get("docs_sha256"), files[f"{split}_docs"])]
+    ours = {}
+    for what, theirs, path in said:
+        mine = ours.setdefault(path, sha256_file(path))
+        if theirs != mine:
+            raise DataError(f"{source}: {what} have sha256 {theirs}, this tree's {path} {mine}: made on other "
+                            "data, not adopted")
     if ev.get("weights_sha256") != rec.get("weights_sha256"):
         raise DataError(f"{source / 'eval.json'}: evaluates weights {ev.get('weights_sha256')}, not run.json's "
                         f"best weights {rec.get('weights_sha256')}: the two records are of different runs")

@@ -81,27 +81,26 @@ def finished_runs(dirs, run_ids) -> dict[str, str]:
     return found
 
 
-def fused_seeds(p: dict, finished=()) -> list[int]:
-    """The seeds train.fuse_seeds fuses: the preset's seeds of which no run is finished elsewhere
-    (`finished`: run ids), when two or more; [] when it does not fuse."""
-    train = p["train"]
-    if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
-        return []
-    done = {int(r.rsplit("-s", 1)[1]) for r in finished}
-    seeds = [s for s in p["seeds"] if s not in done]
-    return seeds if len(seeds) >= 2 else []
-
-
 def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, list[str]]:
     """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
-    group id g, the runs g-s<seed> for each of fused_seeds(), whose specs differ only in their
-    seed and run id. Ablation runs of other seeds, and the seeds of which a run is finished
-    elsewhere, train one by one."""
-    seeds = fused_seeds(p, finished)
+    group id g, the runs g-s<seed> whose specs differ only in their seed and run id, one for each
+    seed of the preset that no run of a group with a run left to train has finished elsewhere
+    (`finished`: run ids; a table finished in full constrains nothing), when two or more.
+    Ablation runs of other seeds, and those finished seeds' runs, train one by one. Every group
+    fuses the same seeds: rule train_fused's outputs are one pattern per seed."""
+    train = p["train"]
+    if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
+        return {}
+    names = dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs)
+    open_ = {g for g in names if any(f"{g}-s{s}" in run_specs and f"{g}-s{s}" not in finished for s in p["seeds"])}
+    done = {int(r.rsplit("-s", 1)[1]) for r in finished if r.rsplit("-s", 1)[0] in open_}
+    seeds = [s for s in p["seeds"] if s not in done]
+    if len(seeds) < 2:
+        return {}
     groups = {}
-    for g in dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs):
+    for g in names:
         members = [f"{g}-s{seed}" for seed in seeds]
-        if members and all(m in run_specs for m in members) and len({json.dumps(
+        if all(m in run_specs and m not in finished for m in members) and len({json.dumps(
                 {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
                 for m in members}) == 1:
             groups[g] = members

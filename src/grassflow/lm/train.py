@@ -78,6 +78,16 @@ class LanguageModelObjective:
         return row["val_loss"]
 
 
+def build_group(kind: str, mcfg: ModelConfig, seeds, device):
+    """(the model a fit trains, the members): each seed's model built as its own run builds it, then,
+    for more than one, stacked into an ensemble (models/ensemble.py)."""
+    members = []
+    for seed in seeds:
+        seed_everything(seed)
+        members.append(build_model(kind, mcfg).to(device))
+    return (members[0] if len(members) == 1 else stack(members)), members
+
+
 def train(spec: RunSpec | dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
     """One run; its record (run.json)."""
     return train_fused([spec], train_tokens, val_tokens, [out_dir], out_dir, preflight, execution)[0]
@@ -103,11 +113,7 @@ def train_fused(specs: list[RunSpec | dict], train_tokens, val_tokens, out_dirs,
     seeds = [s.seed for s in specs]
     objective = LanguageModelObjective(train_ids, val_ids, mcfg.context_len, tcfg.batch_size, seeds if len(specs) > 1 else seeds[0],
                              tcfg.eval_batch_size, device, train_tokens, (execution or {}).get("head_loss", "auto"))
-    members = []
-    for seed in seeds:  # each as its own run builds it
-        seed_everything(seed)
-        members.append(build_model(spec.model_kind, mcfg).to(device))
-    model = members[0] if len(specs) == 1 else stack(members)
+    model, members = build_group(spec.model_kind, mcfg, seeds, device)
     tokenizer = {"name": train_meta["tokenizer"], "sha256": train_meta["tokenizer_sha256"]}
     runs = [Run(s, Path(d), {**config_json(s.model_kind, mcfg), "spec": s.source, "tokenizer": tokenizer})
             for s, d in zip(specs, out_dirs)]
