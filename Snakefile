@@ -37,7 +37,6 @@ include: "workflow/rules/fetch.smk"
 include: "workflow/rules/lm.smk"
 include: "workflow/rules/snli.smk"
 include: "workflow/rules/recall.smk"
-include: "workflow/rules/specs.smk"
 
 
 # Every task's tables and figures, and every run's evaluation too: Snakemake (>= 7.7, by design,

@@ -77,30 +77,30 @@ def snakemake(cwd, *args, check=True, preset="demo", env=None):
     return res
 
 
-def planned(cwd, overlay: dict | None = None) -> Counter:
-    """(rule, run wildcard or spec name or None) → count, from a real dry run; `overlay`: preset
-    keys for the demo, given as a --configfile (as a user changes a setting)."""
-    args = ["-n"]
+def plan_jobs(cwd, overlay: dict | None = None, targets=()) -> list[dict]:
+    """The jobs of a dry run, from Snakemake's own plan in process (grassflow.pipeline.plan.dry_run,
+    what `grassflow plan` reads) with each one's reasons read (`why`: grassflow.pipeline.plan.explain);
+    `overlay`: preset keys for the demo, given as a --configfile (as a user changes a setting)."""
+    from grassflow.pipeline.plan import explain
+    from grassflow.pipeline.staleness import CODE_INDEX
+
+    configfiles = []
     if overlay:
         path = Path(cwd) / "overlay.yaml"
         path.write_text(yaml.safe_dump({"presets": {"demo": overlay}}))
-        args += ["--configfile", str(path)]
-    out = snakemake(cwd, *args).stdout
-    jobs, current = Counter(), None
-    for line in out.splitlines():
-        m = re.match(r"^(?:local)?rule (\w+):", line)
-        if m:
-            if current:
-                jobs[current] += 1
-            current = (m.group(1), None)
-            continue
-        m = re.match(rf"^\s+wildcards: (?:{RUN_WILDCARDS}|name)=(\S+)", line)
-        if m and current:
-            current = (current[0], m.group(1))
-    if current:
-        jobs[current] += 1
-    jobs.pop(("all", None), None)
-    return jobs
+        configfiles.append(str(path))
+    jobs = _WARM.plan(cwd, pipeline_env(cwd), targets=list(targets), configfiles=configfiles, preset="demo")
+    return [{**j, "why": explain(j["reason"], Path(cwd) / CODE_INDEX, Path(cwd))} for j in jobs]
+
+
+def job_key(job: dict) -> tuple:
+    """(rule, its run wildcard or None)."""
+    return job["rule"], next((v for k, v in job["wildcards"].items() if re.fullmatch(RUN_WILDCARDS, k)), None)
+
+
+def planned(cwd, overlay: dict | None = None) -> Counter:
+    """(rule, run wildcard or None) → count, of plan_jobs."""
+    return Counter(job_key(j) for j in plan_jobs(cwd, overlay))
 
 
 def by_rule(jobs: Counter) -> Counter:
@@ -108,10 +108,10 @@ def by_rule(jobs: Counter) -> Counter:
     return Counter(rule for (rule, _), n in jobs.items() for _ in range(n))
 
 
-def spec_jobs(jobs: Counter) -> tuple[Counter, set[str]]:
-    """(the planned jobs less the spec files' jobs, the names of the spec files rewritten)."""
-    return (Counter({k: n for k, n in jobs.items() if k[0] != "spec"}),
-            {name for rule, name in jobs if rule == "spec"})
+def settings_changed(jobs: list[dict]) -> set[tuple]:
+    """The jobs (job_key) of plan_jobs whose own settings changed (a params change of a spec, a data
+    section, a table's slice), not only their inputs."""
+    return {job_key(j) for j in jobs if any(w.startswith("settings changed") for w in j["why"])}
 
 
 # the demo's Grassmann runs: its tables' and its `pre_norm` ablation's (`paper` is the table's)

@@ -63,10 +63,6 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         1,
         "runs finished elsewhere adopted into Table 1 beside trained ones (a copy of the demo)",
     ),
-    "test_v1_overlay_plans_the_pape": (
-        2,
-        "the data's spec files only (local jobs), with and without the v1 overlay, to read what they say",
-    ),
     "test_a_hub_fetch_holds_its_own": (
         1,
         "a hub tokenizer fetched and the demo tokenized with it (its data jobs only, in a scratch repository)",

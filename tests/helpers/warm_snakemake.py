@@ -5,6 +5,9 @@ directory and environment. The workflow's own code (the Snakefile, grassflow) is
 fork, as in a fresh process: the server never imports it. Runs that execute jobs stay processes of
 their own (helpers.dag.snakemake), so that signals, locks and exits are Snakemake's as users meet them.
 
+A request may instead ask for grassflow's own in-process plan (grassflow.pipeline.plan.dry_run, what
+`grassflow plan` reads): its jobs come back as JSON, read from Snakemake's log records, not its text.
+
 Run as a script, this module is the server: one request per stdin line (JSON), one exit code per
 stdout line; the fork writes its stdout and stderr to the request's files."""
 
@@ -44,6 +47,12 @@ def _child(req: dict, main) -> None:
     os.environ.update(req["env"])
     # what PYTHONPATH would have put on the path of a fresh `snakemake` (its own src/, for a copy)
     sys.path[:0] = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    if "plan" in req:  # grassflow's in-process plan (grassflow.pipeline.plan.dry_run): its jobs as JSON
+        from grassflow.pipeline.plan import dry_run
+
+        jobs, _ = dry_run(Path(req["cwd"]), **req["plan"])
+        print(json.dumps(jobs, default=str))
+        sys.exit(0)
     sys.argv = ["snakemake", *req["argv"]]
     sys.exit(main(req["argv"]))  # as the `snakemake` script: main() exits with the run's status
 
@@ -55,13 +64,23 @@ class WarmSnakemake:
         self._proc = None
         self._lock = threading.Lock()
 
-    def run(self, argv: list[str], cwd, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def plan(self, cwd, env: dict, timeout: float = 600, **plan_args) -> list[dict]:
+        """The jobs Snakemake plans in `cwd` (grassflow.pipeline.plan.dry_run's arguments), as
+        `grassflow plan` reads them: rule, wildcards, resources, reason."""
+        res = self.run([], cwd, env, timeout, plan=plan_args)
+        if res.returncode != 0:
+            raise AssertionError(f"the plan failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+        return json.loads(res.stdout)
+
+    def run(self, argv: list[str], cwd, env: dict, timeout: float, plan=None) -> subprocess.CompletedProcess:
         with self._lock, tempfile.TemporaryDirectory() as tmp:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
                                               stdout=subprocess.PIPE, text=True, env=_server_env())
             out, err = Path(tmp, "out"), Path(tmp, "err")
             req = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env), "out": str(out), "err": str(err)}
+            if plan is not None:
+                req["plan"] = plan
             self._proc.stdin.write(json.dumps(req) + "\n")
             self._proc.stdin.flush()
             if not select.select([self._proc.stdout], [], [], timeout)[0]:

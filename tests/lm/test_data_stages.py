@@ -192,9 +192,9 @@ def test_trained_tokenizer_is_identical_across_processes(tmp_path):
 
 
 def test_a_spec_file_reads_as_its_json_and_a_bad_one_is_named(tmp_path):
-    """The rules pass sections as spec files (`--data results/<preset>/specs/data.json`): the
-    stage reads the file as it reads the JSON itself; a missing or malformed file is named
-    before any work, with the option it was given to."""
+    """The rules pass sections as JSON (`--data '{...}'`); a user may pass a file of it: the stage
+    reads the file as it reads the JSON itself; a missing or malformed file is named before any
+    work, with the option it was given to."""
     (tmp_path / "data.json").write_text(json.dumps(SYN))
     from_file = _cli("download", "--data", "data.json", "--out-dir", "a", cwd=tmp_path)
     inline = _cli("download", "--data", json.dumps(SYN), "--out-dir", "b", cwd=tmp_path)

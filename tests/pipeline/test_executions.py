@@ -15,7 +15,7 @@ from helpers import executions
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def _log(test_dir: Path, name: str, job: str = "localrule spec:", command: str = "snakemake --cores 2") -> Path:
+def _log(test_dir: Path, name: str, job: str = "localrule download:", command: str = "snakemake --cores 2") -> Path:
     log = test_dir / "work/.snakemake/log" / f"{name}.snakemake.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"  Command: {command}\nBuilding DAG of jobs...\n{job}\n    jobid: 1\n")

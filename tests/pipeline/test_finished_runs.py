@@ -69,7 +69,8 @@ def test_a_tables_runs_finished_elsewhere_join_it_from_their_records(demo, tmp_p
     from grassflow.lm import adopt
 
     tokens = demo / "results/demo/data/tokens/trained"
-    args = ["--spec", str(work / "results/demo/specs/run/table1-grassmann-s0.json"), "--records",
+    spec = json.loads((records / "table1-grassmann-s0/run.json").read_text())["spec"]
+    args = ["--spec", json.dumps(spec), "--records",
             str(records / "table1-grassmann-s0"), "--train", str(tokens / "train.parquet"), "--validation",
             str(tokens / "validation.parquet"), "--test", str(tokens / "test.parquet"), "--validation-docs",
             str(tokens / "docs/validation.parquet"), "--test-docs", str(tokens / "docs/test.parquet")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -36,10 +37,9 @@ def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
     res = snakemake(work, "-n", "recall", preset="paper")
     jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
     assert jobs == Counter({"recall_train": 360, "recall_evaluate": 360, "recall_data": 3, "recall_aggregate": 1,
-                            "preflight": 1, "recall": 1,
-                            "spec": 364}), jobs  # a spec per run, per cell, table
-    specs = set(re.findall(r"wildcards: name=(\S+)", res.stdout))
-    assert {"recall/aggregate", "recall/data/L64-kv4", "recall/data/L256-kv16"} <= specs, specs
+                            "preflight": 1, "recall": 1}), jobs
+    cells = set(re.findall(r"wildcards: recall_cell=(\S+)", res.stdout))
+    assert {"L64-kv4", "L256-kv16"} <= cells, cells
     runs = set(re.findall(r"wildcards: recall_run=(\S+)", res.stdout))
     assert len(runs) == 360 and "L256-kv16-d256-grassmann_geometric-lr0.01-s1" in runs
 
@@ -108,8 +108,8 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
     assert got["snli_train"] == 4 and got["snli_aggregate"] == 1 and not {"train", "recall_train", "aggregate"} & set(got)
     got = stats("lm", "--config", "preset=demo")  # every LM table: the whole demo's LM jobs, no other
     every = stats("--config", "preset=demo")
-    lm = {r: n for r, n in every.items() if not r.startswith(("snli", "recall", "all", "spec"))}
-    assert {r: n for r, n in got.items() if r not in ("lm", "spec")} == lm and lm["aggregate"] == 2, (got, lm)
+    lm = {r: n for r, n in every.items() if not r.startswith(("snli", "recall", "all"))}
+    assert {r: n for r, n in got.items() if r != "lm"} == lm and lm["aggregate"] == 2, (got, lm)
     got = stats("table1", "--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
     assert got["train"] == got["evaluate"] == 6 and got["aggregate"] == 1 and got["download"] == 1
     assert not {r for r in got if r.startswith(("snli", "recall", "ablation", "fetch"))}, got
@@ -133,19 +133,15 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     a, b = job_stats(paper), job_stats(v1)
     assert a["train"] == b["train"] == 45 and a["evaluate"] == b["evaluate"] == 45
     assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1  # bert from tokenizer.path
-    assert a.pop("spec") == b.pop("spec") + 1  # and its tokenizer section's spec file
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
-    assert "grassflow.lm.download --data results/paper_v1/specs/data.json" in v1
-    # the sections the data jobs read: their spec files, written (only them) for each preset
-    for res, overlay in (("paper_v1", ["--configfile", "workflow/overlays/wikitext2-v1-local.yaml"]), ("paper", [])):
-        specs = [f"results/{res}/specs/{name}.json" for name in ("data", "tokenize")]
-        subprocess.run([str(BIN / "snakemake"), "--cores", "1", *specs, *overlay], cwd=work, env=env, check=True,
-                       capture_output=True, timeout=600)
-    data, tokenize = (json.loads((work / f"results/paper_v1/specs/{n}.json").read_text()) for n in ("data", "tokenize"))
+    # the sections the data jobs read: their params, on their command lines as `snakemake -p` prints them
+    data, tokenize = (json.loads(shlex.split(re.search(rf"grassflow\.lm\.{stage} {flag} ('.*?')", v1).group(1))[0])
+                      for stage, flag in (("download", "--data"), ("tokenize", "--tokenizer")))
     assert data["name"] == "wikitext-2-v1" and data["local_dir"] == "../shared/data/wikitext-2-v1"
     assert tokenize["map_unk"] is True
-    assert json.loads((work / "results/paper/specs/tokenize.json").read_text())["map_unk"] is False
+    paper_tokenize = re.search(r"grassflow\.lm\.tokenize --tokenizer ('.*?')", paper).group(1)
+    assert json.loads(shlex.split(paper_tokenize)[0])["map_unk"] is False
 
 
 @pytest.mark.slow
@@ -169,7 +165,7 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
         assert f"Total: {sum(stats.values())} jobs" in res.stdout
     # a dry run does not say where a job runs: plan asks the workflow Snakemake parsed for its local rules
     local = {rule for rule, cells in rows.items() if cells[2] == "login node (local)"}
-    assert local == {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone", "spec"}, local
+    assert local == {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone"}, local
     assert rows["recall_train"][1] == "360" and int(rows["train"][6].replace(",", "")) > 10**9  # tokens trained
     # K = 2 runs per GPU: each job's time limit is sized for two runs on its GPU, and a job holds
     # half a GPU, so the device-hours stay those of one run at a time
@@ -277,8 +273,9 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
     res = snakemake(work, "-n", "--configfile", "overlay.yaml")
     groups = set(re.findall(r"wildcards: group=(\S+)", res.stdout))
     assert groups == {f"{t}-{m}" for t in ("table1", "table2") for m in ("transformer", "grassmann")}
-    assert "--spec results/demo/specs/run/table1-grassmann-s0.json results/demo/specs/run/table1-grassmann-s1.json" \
-        in snakemake(work, "results/demo/runs/table1-grassmann-s1/run.json", "-np", "--configfile", "overlay.yaml").stdout
+    command = snakemake(work, "results/demo/runs/table1-grassmann-s1/run.json", "-np", "--configfile", "overlay.yaml").stdout
+    words = shlex.split(re.search(r"(--spec .*?) --train-tokens", command).group(1))
+    assert [json.loads(w)["run_id"] for w in words[1:]] == ["table1-grassmann-s0", "table1-grassmann-s1"]
     res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--preset", "demo", "--configfile",
                           str(work / "overlay.yaml")], cwd=work, env=pipeline_env(work),
                          capture_output=True, text=True, timeout=600)
@@ -312,11 +309,11 @@ def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):
 
 
 def test_every_rule_is_a_named_block_you_can_grep():
-    """`grep '^rule '` over the Snakefile and workflow/rules/ finds every rule Snakemake lists for
-    the paper preset (which has every task's part), and no rule is made unnamed, in a loop, a
-    function or under an `if`."""
+    """`grep '^rule \\|^use rule'` over the Snakefile and workflow/rules/ finds every rule Snakemake
+    lists for the paper preset (which has every task's part), and no rule is made unnamed, in a loop,
+    a function or under an `if`."""
     texts = [(ROOT / "Snakefile").read_text()] + [f.read_text() for f in sorted((ROOT / "workflow/rules").glob("*.smk"))]
-    grepped = [name for text in texts for name in re.findall(r"(?m)^rule (\w+):", text)]
+    grepped = [name for text in texts for name in re.findall(r"(?m)^(?:rule|use rule \w+ as) (\w+)(?::| with:)", text)]
     res = run_snakemake(["--list-rules", "--config", "preset=paper"], ROOT, pipeline_env(ROOT), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     listed = [line.strip() for line in res.stdout.splitlines() if line.strip()]
@@ -325,19 +322,24 @@ def test_every_rule_is_a_named_block_you_can_grep():
 
 
 def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
-    """Every rule file reads only common.smk's names at parse time (the spec registry is read when a
-    job is made): with the rule files included in the reverse order, the demo plans the same jobs
-    with the same commands."""
+    """Every rule file reads only common.smk's names at parse time, and the rules it reuses (`use rule
+    ... with:`, whose file must come first): with the rule files included in the reverse order, but
+    for those, the demo plans the same jobs with the same commands."""
     work = copy_repo(tmp_path)
     snakefile = (work / "Snakefile").read_text()
     includes = re.findall(r'(?m)^include: "workflow/rules/(\w+)\.smk"\n', snakefile)
-    assert includes[0] == "common" and len(includes) >= 7 and "specs" in includes
+    assert includes[0] == "common" and len(includes) >= 6
+    texts = {name: (work / f"workflow/rules/{name}.smk").read_text() for name in includes}
+    home = {rule: name for name, text in texts.items() for rule in re.findall(r"(?m)^rule (\w+):", text)}
+    needs = {name: {home[r] for r in re.findall(r"(?m)^use rule (\w+) as", text)} for name, text in texts.items()}
+    order = []
+    while len(order) < len(includes) - 1:  # reversed, each file after the files whose rules it reuses
+        order.append(next(n for n in reversed(includes[1:]) if n not in order and needs[n] - {n} <= {*order, "common"}))
+    assert order != includes[1:] and order[0] != includes[1], order
     plan = snakemake(work, "-n", "--forceall", "-p").stdout
     body = re.sub(r'(?m)^include: "workflow/rules/(?!common)\w+\.smk"\n', "", snakefile)
-    reversed_includes = "".join(f'include: "workflow/rules/{name}.smk"\n' for name in reversed(includes[1:]))
-    body = body.replace('include: "workflow/rules/common.smk"\n', 'include: "workflow/rules/common.smk"\n' + reversed_includes)
-    at = {name: body.index(f'include: "workflow/rules/{name}.smk"') for name in includes}
-    assert sorted(at, key=at.get) == ["common", *reversed(includes[1:])]
+    body = body.replace('include: "workflow/rules/common.smk"\n', 'include: "workflow/rules/common.smk"\n'
+                        + "".join(f'include: "workflow/rules/{name}.smk"\n' for name in order))
     (work / "Snakefile").write_text(body)
     replan = snakemake(work, "-n", "--forceall", "-p").stdout
 
@@ -383,3 +385,30 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
     groups = fused_groups(p, specs, table1 + t2s0)
     assert groups["table2-transformer"] == ["table2-transformer-s1", "table2-transformer-s2"]
     assert not {r for rs in groups.values() for r in rs} & set(table1 + t2s0)
+
+
+@pytest.mark.parametrize("preset", ["demo", "paper"])
+def test_a_real_parse_builds_each_spec_once(preset, tmp_path, monkeypatch):
+    """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.plan.dry_run, through its
+    API, in this process): the LM's run grid is built once, each of its cells' specs once (a main
+    table's run, then each ablation cell, which is the main run where their specs are equal), and the
+    rules read those specs, not a second build."""
+    from grassflow.lm import grid
+    from grassflow.pipeline import tasks
+    from grassflow.pipeline.plan import dry_run
+
+    for name in ("Snakefile", "config.yaml", "workflow", "src", "kernels", "envs"):
+        (tmp_path / name).symlink_to(ROOT / name)  # the checkout itself (its package is the one imported)
+    built = Counter()
+    for fn in ("_run_spec", "ablation_runs", "runs"):
+        real = getattr(grid, fn)
+        monkeypatch.setattr(grid, fn, lambda *a, _real=real, _fn=fn, **k: (built.update([_fn]), _real(*a, **k))[1])
+    monkeypatch.setattr(tasks, "_SPECS", {})
+    monkeypatch.setattr(grid, "_GRIDS", {})
+    jobs, _ = dry_run(tmp_path, preset=preset)
+    p = select_preset(load_config(ROOT, preset=preset))[1]
+    main = len(p["experiments"]) * len(p["models"]) * len(p["seeds"])
+    cells = len(p["ablations"]["variants"]) * len(p["models"]) * len(p["ablations"]["seeds"])
+    assert built == Counter({"ablation_runs": 1, "_run_spec": main + cells}), built
+    runs = {j["wildcards"]["run"] for j in jobs if j["rule"] == "evaluate"}
+    assert len(runs) == len(tasks.TASKS["lm"].specs(preset, p)) < main + cells

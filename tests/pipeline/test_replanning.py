@@ -9,7 +9,16 @@ from collections import Counter
 
 import pytest
 
-from helpers.dag import DEMO_GRASSMANN_RUNS, ROOT, by_rule, edited, planned, spec_jobs
+from helpers.dag import (
+    DEMO_GRASSMANN_RUNS,
+    ROOT,
+    by_rule,
+    edited,
+    job_key,
+    plan_jobs,
+    planned,
+    settings_changed,
+)
 
 
 def test_nothing_to_do_after_a_full_run(demo):
@@ -56,15 +65,16 @@ def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
 
 
 def test_recall_model_setting_plans_only_its_runs(demo):
-    jobs, specs = spec_jobs(planned(demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}}))
-    assert specs == {"recall/run/L32-kv4-d32-grassmann-lr0.001-s0", "recall/aggregate"}
+    jobs, changed = _changes(demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}})
+    assert changed == {("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"), ("recall_aggregate", None)}
     assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
                             ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1})
 
 
 def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
-    jobs, specs = spec_jobs(planned(demo, {"ablations": {"variants": {"pre_norm": {"init": "small"}}}}))
-    assert specs == {"run/table1_pre_norm-transformer-s0", "run/table1_pre_norm-grassmann-s0", "ablations/preset"}
+    jobs, changed = _changes(demo, {"ablations": {"variants": {"pre_norm": {"init": "small"}}}})
+    assert changed == {("train", "table1_pre_norm-transformer-s0"), ("train", "table1_pre_norm-grassmann-s0"),
+                       ("ablation_aggregate", None)}
     assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
                             ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
                             ("ablation_aggregate", None): 1})
@@ -82,14 +92,19 @@ def test_editing_preflight_code_reruns_nothing(demo):
         assert planned(demo) == Counter()
 
 
-# a Grassmann-only setting rewrites the specs of the Grassmann runs and of what shows them
-GRASSMANN_SETTING_SPECS = {f"run/{r}" for r in DEMO_GRASSMANN_RUNS} | {"aggregate/table1", "aggregate/table2",
-                                                                        "ablations/preset"}
+# a Grassmann-only setting changes the specs of the Grassmann runs and the slices of the tables that show them
+GRASSMANN_SETTING_JOBS = {("train", r) for r in DEMO_GRASSMANN_RUNS} | {("aggregate", None), ("ablation_aggregate", None)}
+
+
+def _changes(demo, overlay) -> tuple[Counter, set]:
+    """(the jobs planned after a preset edit, those whose own settings changed: their params)."""
+    jobs = plan_jobs(demo, overlay)
+    return Counter(job_key(j) for j in jobs), settings_changed(jobs)
 
 
 def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
-    jobs, specs = spec_jobs(planned(demo, {"model_overrides": {"grassmann": {"plucker_backend": "fused-cpu"}}}))
-    assert specs == GRASSMANN_SETTING_SPECS
+    jobs, changed = _changes(demo, {"model_overrides": {"grassmann": {"plucker_backend": "fused-cpu"}}})
+    assert changed == GRASSMANN_SETTING_JOBS
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
     assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate"}
@@ -109,8 +124,8 @@ def test_editing_report_code_plans_only_aggregate(demo):
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
-    jobs, specs = spec_jobs(planned(demo, {"model_overrides": {"grassmann": {"empty_offsets": "bias"}}}))
-    assert specs == GRASSMANN_SETTING_SPECS
+    jobs, changed = _changes(demo, {"model_overrides": {"grassmann": {"empty_offsets": "bias"}}})
+    assert changed == GRASSMANN_SETTING_JOBS
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
     assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate"}
@@ -133,16 +148,18 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
 
 
 def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
-    jobs, specs = spec_jobs(planned(demo, {"snli": {"head_overrides": {"grassmann": {"pairs": "causal"}}}}))
-    assert specs == {"snli/run/table3-grassmann-s0", "snli/run/table3_scratch-grassmann-s0", "snli/aggregate"}
+    jobs, changed = _changes(demo, {"snli": {"head_overrides": {"grassmann": {"pairs": "causal"}}}})
+    assert changed == {("snli_train", "table3-grassmann-s0"), ("snli_train", "table3_scratch-grassmann-s0"),
+                       ("snli_aggregate", None)}
     assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
                             ("snli_train", "table3_scratch-grassmann-s0"): 1,
                             ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1})
 
 
 def test_snli_backbone_setting_never_touches_scratch_runs(demo):
-    jobs, specs = spec_jobs(planned(demo, {"snli": {"backbone": {"random": {"seed": 1}}}}))
-    assert specs == {"snli/run/table3-transformer-s0", "snli/run/table3-grassmann-s0", "snli/aggregate"}
+    jobs, changed = _changes(demo, {"snli": {"backbone": {"random": {"seed": 1}}}})
+    assert changed == {("snli_train", "table3-transformer-s0"), ("snli_train", "table3-grassmann-s0"),
+                       ("snli_aggregate", None)}
     assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
     assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate"}
 
@@ -158,13 +175,12 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
 # --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only ------------
 UNUSED_FUNCTION = "\n\ndef _never_called():\n    return 1\n"
 REFORMATTED = ('"""`grassflow <verb>`', '"""  `grassflow <verb>`')  # a docstring edit
-SPEC_RUN_COMMENT = ("        write_text(output[0]", "        # edited\n        write_text(output[0]")
 
 
 def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     """A comment in the files every job imports, a docstring, a reworded error, any edit to the
-    user's command line (no job imports cli.py): code fingerprints cover code (syntax trees); a comment in the run
-    block of the rule that writes every job's spec (Snakemake's code trigger)."""
+    user's command line (no job imports cli.py): code fingerprints cover code (syntax trees); planning
+    code, which reaches the jobs only through their params."""
     from helpers.dag import COMMENT_EDIT, replaced
 
     for f in ("job.py", "pipeline/presets.py", "loop.py", "pipeline/tasks.py", "models/grassmann.py"):
@@ -177,11 +193,8 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     # a reworded error in a module every data job imports (#70's rewording replanned a whole grid)
     with replaced(demo / "src/grassflow/data/sources.py", "not a readable parquet file", "an unreadable parquet file"):
         assert planned(demo) == Counter()
-    # the rules' own code is Snakemake's to compare: a comment in the run block that feeds every job
-    with replaced(demo / "workflow/rules/specs.smk", *SPEC_RUN_COMMENT):
-        assert planned(demo) == Counter()
-    # planning code: what it decides reaches jobs through their specs, and no job runs it
-    for f in ("pipeline/presets.py", "lm/grid.py", "pipeline/tasks.py", "pipeline/estimate.py"):
+    # planning code: what it decides reaches jobs through their params, and no job runs it
+    for f in ("pipeline/presets.py", "lm/grid.py", "lm/plan.py", "pipeline/tasks.py", "pipeline/estimate.py"):
         with edited(demo / "src/grassflow" / f):
             assert planned(demo) == Counter(), f
 
@@ -287,3 +300,27 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
         # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run
         run("--touch")
         assert plan() == Counter()
+
+
+def test_a_release_that_replans_everything_needs_one_touch(demo):
+    """docs/use/pipeline.md's step after a release that changes every job's fingerprint or params
+    (here a code line in a module every job runs, as the switch from spec files to params did):
+    one `snakemake --touch` records every finished job as current, and nothing is planned; then one
+    `batch_size` edit replans only the runs it reaches (their train jobs' settings, before and after,
+    as `grassflow plan --why` says), their evaluations and their table."""
+    from helpers.dag import snakemake
+
+    table2 = {f"table2-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1)}
+    with edited(demo / "src/grassflow/io.py"):
+        rules = by_rule(planned(demo))
+        assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["download"] == 1, rules
+        snakemake(demo, "--touch")
+        assert planned(demo) == Counter()
+        jobs = plan_jobs(demo, {"experiments": {"table2": {"batch_size": 8}}})
+        assert settings_changed(jobs) == {("train", r) for r in table2} | {("aggregate", None)}
+        assert Counter(job_key(j) for j in jobs) == Counter(
+            {**{(s, r): 1 for s in ("train", "evaluate") for r in table2}, ("aggregate", None): 1, ("summary", None): 1})
+        said = [w for j in jobs if j["rule"] == "train" for w in j["why"]]
+        assert said == ["settings changed: train.batch_size: 16 → 8"] * 4, said
+    snakemake(demo, "--touch")  # the demo as it was: its own code recorded as current again
+    assert planned(demo) == Counter()

@@ -37,5 +37,5 @@ def test_its_conda_and_container_claims_are_the_rules():
     blocks = dict(rule_blocks())
     jobs = {r: b for r, b in blocks.items() if re.search(r"^\s+(shell|script|run):", b, re.M)}
     assert len(jobs) > 20
-    assert [r for r, b in jobs.items() if "conda:" not in b and r not in ("spec",)] == []
+    assert [r for r, b in jobs.items() if "conda:" not in b] == []
     assert not any(re.search(r"^\s+(container|singularity):", b, re.M) for b in blocks.values())

@@ -1,9 +1,10 @@
 # Helpers shared by the rules: the selected preset, the runs, file names, and the source
 # fingerprints that make a rule stale when the code it runs changes. Each task's own names (its
-# paths, wildcards, threads, spec files, outputs and target) are in its rule file.
+# paths, runs, outputs) are planned in its package (grassflow.<task>.plan) and read by its rule file.
 import functools
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -74,6 +75,25 @@ wildcard_constraints:
     split=alternatives(SPLITS),
 
 
+# --- settings ---------------------------------------------------------------------------------
+# What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
+# table reads) reaches it as a param: canonical JSON, on its command line (`--spec '{...}'`, which
+# `snakemake -p` and its log show, and which reruns it by hand). Snakemake reruns a job whose
+# params changed, saying before and after (`grassflow plan --why` names the keys).
+def as_json(value):
+    return json.dumps(value, sort_keys=True)
+
+
+def quoted_json(values):
+    """Several settings as shell words (a fused group's specs)."""
+    return " ".join(shlex.quote(as_json(v)) for v in values)
+
+
+def table_part(part, key):
+    """Another task's tables read its own part only, without execution keys."""
+    return {key: {**part, "train": run_train(part["train"])}} if part else None
+
+
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
 # the code its job runs: its stage module's import closure (grassflow.pipeline.staleness), with of the
@@ -113,40 +133,7 @@ onstart:
             )
 
 
-# --- specs --------------------------------------------------------------------------------
-# What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
-# table reads), as a small JSON file that the local rule `spec` (specs.smk) writes from SPECS when
-# its content changes: a job's command line stays short and can be pasted to rerun the job by
-# hand, and the job reruns when its spec file is rewritten. Each rule file adds the specs its
-# rules read (results/<preset>/specs/<name>.json: SPECS[name]).
-SPECS = {}
-
-
-def spec_json(name):
-    """Spec `name`'s file content: canonical JSON."""
-    return json.dumps(SPECS[name], sort_keys=True, indent=1)
-
-
-def run_specs(prefix, specs):
-    """{<prefix>run/<run id>: spec} of a task's runs, for SPECS."""
-    return {f"{prefix}run/{run}": s for run, s in specs.items()}
-
-
-def aggregate_part(part, key):
-    """Another task's tables read its own part only, without execution keys."""
-    return {key: {**part, "train": run_train(part["train"])}} if part else None
-
-
 # --- input functions the rule files share -----------------------------------------------
-def spec(name, wildcard=None):
-    """The file of spec `name`, or with `wildcard` the pattern of family `name`'s (<name>/<key>)."""
-    return (
-        f"{RESULTS}/specs/{name}/{{{wildcard}}}.json"
-        if wildcard
-        else f"{RESULTS}/specs/{name}.json"
-    )
-
-
 def preflight_file(device, backend="auto"):
     return f"{RESULTS}/preflight/{device}_{backend}.json"
 
@@ -178,22 +165,12 @@ def tokenizer_artifact(part, results):
     if tok["name"] == "trained":
         return [f"{results}/data/tokenizer/trained/tokenizer.json"]
     if tok["name"] and not tok.get("path"):
-        SPECS[f"fetch_tokenizer/{tok['name']}"] = tok
         return [fetched_tokenizer(tok["name"])]
     return []
 
 
 def artifact_args(part, results):
     return " ".join(f"--artifact {a}" for a in tokenizer_artifact(part, results))
-
-
-def experiment_tables(exp):
-    """An LM experiment's table files (`exp`: its name, or rule aggregate's "{exp}")."""
-    return [f"{REPORT}/{exp}.{ext}" for ext in ("md", "csv", "tex")]
-
-
-def experiment_figures(exp):
-    return [f"{REPORT}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
 
 
 def run_files(res, runs, file):

@@ -5,8 +5,6 @@
 
 
 rule fetch_tokenizer:
-    input:
-        tokenizer=spec("fetch_tokenizer", "tok_name"),
     output:
         fetched_tokenizer("{tok_name}"),
     log:
@@ -15,6 +13,7 @@ rule fetch_tokenizer:
     conda:
         "../../envs/data.yaml"
     params:
+        tokenizer=lambda wc: as_json({"name": wc.tok_name}),
         code=code_of("grassflow.data.fetch_tokenizer"),
     shell:
-        "python -m grassflow.data.fetch_tokenizer --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
+        "python -m grassflow.data.fetch_tokenizer --tokenizer {params.tokenizer:q} --out {output} > {log} 2>&1"

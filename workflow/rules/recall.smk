@@ -1,69 +1,42 @@
 # Multi-query associative recall (MQAR), the preset's `recall` part: one recall_data job per
 # (seq_len, kv) cell, then recall_train → recall_evaluate per run (each reading its cell's data)
 # → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
+from grassflow.recall.plan import recall_plan
 
-
-from grassflow.recall.grid import recall_cells
-
-# Recall (recall.smk), the preset's `recall` part: its data per (seq_len, kv) cell
-RECALL = PRESET_CFG.get("recall") or {}
-RECALL_RUNS = TASK_RUNS["recall"]
-RECALL_RES = f"{RESULTS}/recall"
-RECALL_CELLS = recall_cells(RECALL) if RECALL else {}  # {cell: its data section}
-RECALL_THREADS = part_threads(RECALL)
-RECALL_OUTPUTS = (
-    [f"{REPORT}/recall.{ext}" for ext in ("md", "csv", "tex")]
-    + [f"{REPORT}/recall_vs_dmodel.png", f"{REPORT}/recall_by_distance.png"]
-    if RECALL
-    else []
-)
+RECALL = recall_plan(PRESET_CFG, TASK_RUNS["recall"], RESULTS)  # its names (grassflow.recall.plan)
+RECALL_THREADS = part_threads(RECALL.part)
 
 
 wildcard_constraints:
-    recall_run=alternatives(RECALL_RUNS),
-    recall_cell=alternatives(RECALL_CELLS),
-
-
-SPECS.update(
-    {
-        "recall/aggregate": aggregate_part(RECALL, "recall"),
-        **{f"recall/data/{cell}": data for cell, data in RECALL_CELLS.items()},
-        **run_specs("recall/", RECALL_RUNS),
-    }
-)
-
-
-# {run: the directory of its cell's token files (recall_data)}
-RECALL_DATA = {run: f"{RECALL_RES}/data/{spec['data_cell']}" for run, spec in RECALL_RUNS.items()}
+    recall_run=alternatives(RECALL.runs),
+    recall_cell=alternatives(RECALL.cells),
 
 
 rule recall_data:
-    input:
-        data=spec("recall/data", "recall_cell"),
     output:
-        expand(f"{RECALL_RES}/data/{{{{recall_cell}}}}/{{split}}.parquet", split=SPLITS),
+        expand(f"{RECALL.res}/data/{{{{recall_cell}}}}/{{split}}.parquet", split=SPLITS),
     log:
         f"{RESULTS}/logs/recall/data/{{recall_cell}}.log",
     conda:
         "../../envs/data.yaml"
     params:
+        data=lambda wc: as_json(RECALL.cells[wc.recall_cell]),
         out_dir=lambda wc, output: Path(output[0]).parent,
         code=code_of("grassflow.recall.data"),
     shell:
-        "python -m grassflow.recall.data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m grassflow.recall.data --data {params.data:q} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule recall_train:
     input:
-        spec=spec("recall/run", "recall_run"),
-        train=lambda wc: f"{RECALL_DATA[wc.recall_run]}/train.parquet",
-        val=lambda wc: f"{RECALL_DATA[wc.recall_run]}/validation.parquet",
-        preflight=run_preflight(RECALL_RUNS, "recall_run"),
+        train=lambda wc: f"{RECALL.data[wc.recall_run]}/train.parquet",
+        val=lambda wc: f"{RECALL.data[wc.recall_run]}/validation.parquet",
+        preflight=run_preflight(RECALL.runs, "recall_run"),
     output:
-        weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
-        config=f"{RECALL_RES}/runs/{{recall_run}}/config.json",
-        metrics=f"{RECALL_RES}/runs/{{recall_run}}/metrics.jsonl",
-        record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
+        weights=f"{RECALL.res}/runs/{{recall_run}}/model.safetensors",
+        config=f"{RECALL.res}/runs/{{recall_run}}/config.json",
+        metrics=f"{RECALL.res}/runs/{{recall_run}}/metrics.jsonl",
+        record=f"{RECALL.res}/runs/{{recall_run}}/run.json",
     log:
         f"{RESULTS}/logs/recall/train/{{recall_run}}.log",
     benchmark:
@@ -72,16 +45,17 @@ rule recall_train:
         "../../envs/train.yaml"
     threads: RECALL_THREADS
     resources:
-        **execution(RECALL),
-        **estimated("recall_train", RECALL_RUNS, "recall_run"),
+        **execution(RECALL.part),
+        **estimated("recall_train", RECALL.runs, "recall_run"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
-        code=lambda wc: code_of("grassflow.recall.train", RECALL_RUNS[wc.recall_run]["model_kind"]),
-        out_dir=f"{RECALL_RES}/runs/{{recall_run}}",
+        spec=lambda wc: as_json(RECALL.runs[wc.recall_run]),
+        code=lambda wc: code_of("grassflow.recall.train", RECALL.runs[wc.recall_run]["model_kind"]),
+        out_dir=f"{RECALL.res}/runs/{{recall_run}}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.recall.train --spec {input.spec} --train-tokens {input.train} "
+        "python -m grassflow.recall.train --spec {params.spec:q} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
@@ -89,14 +63,14 @@ rule recall_train:
 
 rule recall_evaluate:
     input:
-        weights=f"{RECALL_RES}/runs/{{recall_run}}/model.safetensors",
-        config=f"{RECALL_RES}/runs/{{recall_run}}/config.json",
-        record=f"{RECALL_RES}/runs/{{recall_run}}/run.json",
-        val=lambda wc: f"{RECALL_DATA[wc.recall_run]}/validation.parquet",
-        test=lambda wc: f"{RECALL_DATA[wc.recall_run]}/test.parquet",
-        preflight=run_preflight(RECALL_RUNS, "recall_run"),
+        weights=f"{RECALL.res}/runs/{{recall_run}}/model.safetensors",
+        config=f"{RECALL.res}/runs/{{recall_run}}/config.json",
+        record=f"{RECALL.res}/runs/{{recall_run}}/run.json",
+        val=lambda wc: f"{RECALL.data[wc.recall_run]}/validation.parquet",
+        test=lambda wc: f"{RECALL.data[wc.recall_run]}/test.parquet",
+        preflight=run_preflight(RECALL.runs, "recall_run"),
     output:
-        f"{RECALL_RES}/runs/{{recall_run}}/eval.json",
+        f"{RECALL.res}/runs/{{recall_run}}/eval.json",
     log:
         f"{RESULTS}/logs/recall/evaluate/{{recall_run}}.log",
     benchmark:
@@ -105,12 +79,12 @@ rule recall_evaluate:
         "../../envs/train.yaml"
     threads: RECALL_THREADS
     resources:
-        **estimated("recall_evaluate", RECALL_RUNS, "recall_run"),
+        **estimated("recall_evaluate", RECALL.runs, "recall_run"),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
         code=lambda wc: code_of(
-            "grassflow.recall.evaluate", RECALL_RUNS[wc.recall_run]["model_kind"]
+            "grassflow.recall.evaluate", RECALL.runs[wc.recall_run]["model_kind"]
         ),
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
@@ -118,30 +92,23 @@ rule recall_evaluate:
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
 
 
-rule recall_aggregate:
+use rule snli_aggregate as recall_aggregate with:
     input:
-        evals=run_files(RECALL_RES, RECALL_RUNS, "eval.json"),
-        records=run_files(RECALL_RES, RECALL_RUNS, "run.json"),
-        metrics=run_files(RECALL_RES, RECALL_RUNS, "metrics.jsonl"),
-        # its own part only, without execution keys: other tasks' edits leave its tables alone
-        preset=spec("recall/aggregate"),
+        evals=run_files(RECALL.res, RECALL.runs, "eval.json"),
+        records=run_files(RECALL.res, RECALL.runs, "run.json"),
+        metrics=run_files(RECALL.res, RECALL.runs, "metrics.jsonl"),
     output:
-        shown(RECALL_OUTPUTS, "Recall"),
+        shown(RECALL.outputs, "Recall"),
     log:
         f"{RESULTS}/logs/recall/aggregate.log",
-    conda:
-        "../../envs/report.yaml"
     params:
-        preset_name=PRESET,
-        out_dir=lambda wc, output: Path(output[0]).parent,
-        runs=" ".join(f"{RECALL_RES}/runs/{run}" for run in RECALL_RUNS),
+        stage="grassflow.recall.aggregate",
+        preset=as_json(table_part(RECALL.part, "recall")),
+        runs=" ".join(f"{RECALL.res}/runs/{run}" for run in RECALL.runs),
         code=code_of("grassflow.recall.aggregate"),
-    shell:
-        "python -m grassflow.recall.aggregate --preset {input.preset} --preset-name {params.preset_name} "
-        "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule recall:  # `snakemake recall`: its table and figures, every run's evaluation, their data
     input:
-        RECALL_OUTPUTS,
-        run_files(RECALL_RES, RECALL_RUNS, "eval.json"),
+        RECALL.outputs,
+        run_files(RECALL.res, RECALL.runs, "eval.json"),

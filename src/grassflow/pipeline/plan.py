@@ -12,8 +12,11 @@ device or size.
 
 from __future__ import annotations
 
+import ast
 import csv
+import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -93,29 +96,64 @@ def code_changes(before: str, index: Path, base: Path) -> list[str] | None:
     return sorted(f for f, h in old[0].items() if not (base / f).is_file() or code_hash(base / f) != h)
 
 
+def _params(text: str) -> list:
+    """The values of one side of Snakemake's params change ("before: 'a','b'": their reprs)."""
+    try:
+        return ast.literal_eval(f"[{text.strip()}]")
+    except (ValueError, SyntaxError):  # "<nothing exclusive>"
+        return []
+
+
+def _settings(value) -> list[dict] | None:
+    """A param holding settings (canonical JSON, or a fused group's as shell words), else None."""
+    if not isinstance(value, str) or value[:2] not in ("{\"", "'{"):
+        return None
+    try:
+        return [json.loads(w) for w in (shlex.split(value) if value[0] == "'" else [value])]
+    except ValueError:
+        return None
+
+
+def _leaves(value, prefix="") -> dict:
+    if isinstance(value, dict) and value:
+        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: value}
+
+
+def settings_changes(before: list, now: list) -> list[str]:
+    """Each settings key whose value differs, `key: old → new`, of the settings params that changed."""
+    old = [d for v in before if (ds := _settings(v)) for d in ds]
+    new = [d for v in now if (ds := _settings(v)) for d in ds]
+    a = {k: v for d in old for k, v in _leaves(d).items()}
+    b = {k: v for d in new for k, v in _leaves(d).items()}
+    return [f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}" for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k)]
+
+
 def explain(reason: str, index: Path, base: Path) -> list[str]:
-    """Snakemake's reason for a job, read: a code change names its files, a spec file its change."""
+    """Snakemake's reason for a job, read: a code change names its files, a settings change its keys."""
     out = []
     for part in reason.split("; "):
         m = re.match(r"Params have changed since last execution: .*?before: (.*) now: (.*)$", part)
         if m:
-            changed = code_changes(m.group(1), index, base)
-            if changed:
-                out.append(f"code changed: {', '.join(changed)}")
-            elif changed == []:
-                out.append("code changed: its import closure gained or lost a file")
-            elif FINGERPRINT.search(m.group(1)):
-                out.append(f"code changed (which files: not known, {index} lacks the previous fingerprint's)")
-            else:
-                out.append(f"params changed: before {m.group(1).strip()}; now {m.group(2).strip()}")
+            before, now = _params(m.group(1)), _params(m.group(2))
+            fingerprints = [v for v in before if isinstance(v, str) and FINGERPRINT.fullmatch(v)]
+            if fingerprints:
+                changed = code_changes(" ".join(fingerprints), index, base)
+                out.append(f"code changed: {', '.join(changed)}" if changed else
+                           "code changed: its import closure gained or lost a file" if changed == [] else
+                           f"code changed (which files: not known, {index} lacks the previous fingerprint's)")
+            keys = settings_changes(before, now)
+            out += [f"settings changed: {'; '.join(keys)}"] * bool(keys)
+            plain = [[v for v in side if _settings(v) is None and not FINGERPRINT.fullmatch(str(v))]
+                     for side in (before, now)]
+            if any(plain) or not (fingerprints or keys):
+                out.append(f"params changed: before {', '.join(map(str, plain[0])) or m.group(1).strip()}; "
+                           f"now {', '.join(map(str, plain[1])) or m.group(2).strip()}")
             continue
         m = re.match(r"Input files updated by another job: (.*)$", part)
         if m:
-            files = m.group(1).split(", ")
-            specs = [f for f in files if "/specs/" in f]
-            out += [f"its spec changes: {', '.join(specs)}"] * bool(specs)
-            rest = [f for f in files if f not in specs]
-            out += [f"inputs rerun: {', '.join(rest)}"] * bool(rest)
+            out.append(f"inputs rerun: {m.group(1)}")
             continue
         out.append(part[0].lower() + part[1:])
     return out

@@ -150,8 +150,8 @@ def closure(roots, kinds=()) -> set[Path]:
             tree = _tree(path)
             imports, reads_tasks = _module_facts(tree, mod, path.name == "__init__.py")
             todo += imports
-            if reads_tasks:  # a module that reads every task's declaration (TASKS, ...)
-                todo += [f"grassflow.{p.parent.name}.task" for p in sorted(PKG.glob("*/task.py"))]
+            if reads_tasks:  # a module that reads every task's declaration (TASKS: by name, NAMES)
+                todo += [f"grassflow.{t}.task" for t in _literal(module_path("grassflow.pipeline.tasks"), "NAMES")]
             for src in _assigned(tree, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
     return files

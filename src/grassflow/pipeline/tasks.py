@@ -2,8 +2,8 @@
 `Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py): what only
 Python can say of it (its runs, their checks and estimates, its part's schema). Its files, rules,
 wildcards and outputs are its rule file's (workflow/rules/<task>.smk, included by the Snakefile).
-A new task is one more such directory: this module finds it, and the config schema, the rules'
-helpers (common.smk: TASK_RUNS) and the tests read the declarations, not lists of their own.
+A new task is one more such package, named in NAMES: the config schema, the rules' helpers
+(common.smk: TASK_RUNS) and the tests read the declarations, not lists of their own.
 
 This module is planning. No job imports it, so editing it reruns no job.
 """
@@ -19,7 +19,9 @@ from pathlib import Path
 from grassflow.pipeline.estimate import STARTUP_S, Estimate
 
 STAGES = ("train", "evaluate")  # the jobs of one run, in order
-BUILT_IN = ("lm", "snli", "recall")  # first, in this order (the first part a preset has sets its execution keys)
+# the tasks' packages, imported by name, in this order (the first part a preset has sets its
+# execution keys); a new task adds its name here
+NAMES = ("lm", "snli", "recall")
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,6 @@ class Task:
 _SPECS: dict[tuple, dict] = {}  # Task.specs' (task, preset name, preset as JSON) -> specs
 
 
-def declarations() -> list[str]:
-    """The packages that declare a task (have a task.py): the built-in ones, then the others by name."""
-    found = {p.parent.name for p in Path(__file__).resolve().parents[1].glob("*/task.py")}
-    return [n for n in BUILT_IN if n in found] + sorted(found - set(BUILT_IN))
-
-
 def declared(name: str) -> Task:
     """The declaration of task `name` (grassflow/<name>/task.py)."""
     task = importlib.import_module(f"grassflow.{name}.task").TASK
@@ -81,7 +77,7 @@ def declared(name: str) -> Task:
     return task
 
 
-TASKS = {pkg: declared(pkg) for pkg in declarations()}
+TASKS = {name: declared(name) for name in NAMES}
 
 # {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
 RUN_RULES = {f"{t.name}_{stage}" if t.part_key else stage: (t, stage) for t in TASKS.values() for stage in STAGES}

@@ -12,32 +12,21 @@ wildcard_constraints:
     toy_run=alternatives(TOY_RUNS),
 
 
-SPECS.update(
-    {
-        "toy/data": TOY.get("data"),
-        "toy/aggregate": aggregate_part(TOY, "toy"),
-        **run_specs("toy/", TOY_RUNS),
-    }
-)
-
-
 rule toy_data:
-    input:
-        data=spec("toy/data"),
     output:
         expand(f"{TOY_RES}/data/{{split}}.parquet", split=SPLITS),
     log:
         f"{RESULTS}/logs/toy/data.log",
     params:
+        data=as_json(TOY.get("data")),
         out_dir=lambda wc, output: Path(output[0]).parent,
         code=code_of("grassflow.recall.data"),
     shell:
-        "python -m grassflow.recall.data --data {input.data} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m grassflow.recall.data --data {params.data:q} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule toy_train:
     input:
-        spec=spec("toy/run", "toy_run"),
         train=f"{TOY_RES}/data/train.parquet",
         val=f"{TOY_RES}/data/validation.parquet",
         preflight=run_preflight(TOY_RUNS, "toy_run"),
@@ -57,11 +46,12 @@ rule toy_train:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
+        spec=lambda wc: as_json(TOY_RUNS[wc.toy_run]),
         code=lambda wc: code_of("grassflow.recall.train", TOY_RUNS[wc.toy_run]["model_kind"]),
         out_dir=f"{TOY_RES}/runs/{{toy_run}}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.recall.train --spec {input.spec} --train-tokens {input.train} "
+        "python -m grassflow.recall.train --spec {params.spec:q} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
         "--trackers {resources.trackers} > {log} 2>&1"
@@ -98,18 +88,18 @@ rule toy_aggregate:
         evals=run_files(TOY_RES, TOY_RUNS, "eval.json"),
         records=run_files(TOY_RES, TOY_RUNS, "run.json"),
         metrics=run_files(TOY_RES, TOY_RUNS, "metrics.jsonl"),
-        preset=spec("toy/aggregate"),
     output:
         shown(TOY_OUTPUTS, "Toy"),
     log:
         f"{RESULTS}/logs/toy/aggregate.log",
     params:
+        preset=as_json(table_part(TOY, "toy")),
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs=" ".join(f"{TOY_RES}/runs/{run}" for run in TOY_RUNS),
         code=code_of("grassflow.toy.toy"),
     shell:
-        "python -m grassflow.toy.toy --preset {input.preset} --preset-name {params.preset_name} "
+        "python -m grassflow.toy.toy --preset {params.preset:q} --preset-name {params.preset_name} "
         "--runs {params.runs} --out-dir {params.out_dir} > {log} 2>&1"
 
 

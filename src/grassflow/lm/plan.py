@@ -1,0 +1,82 @@
+"""What lm.smk's rules read, planned from the preset: the LM's runs by table, the ablation grid, the
+runs finished elsewhere and the fused groups, its files and what each table job is handed.
+Planning: no job imports it, so editing it reruns only the jobs whose params it changes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from grassflow.lm.grid import (
+    ablation_grid,
+    finished_runs,
+    fused_groups,
+    main_run_ids,
+    tokenizer_spec,
+)
+from grassflow.pipeline.sections import run_train
+
+SPLITS = ("train", "validation", "test")
+
+
+def table_files(report: str, name: str) -> list[str]:
+    """A table's files (its name: an experiment, "ablations", or rule aggregate's "{exp}")."""
+    return [f"{report}/{name}.{ext}" for ext in ("md", "csv", "tex")]
+
+
+def experiment_figures(report: str, exp: str) -> list[str]:
+    return [f"{report}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
+
+
+def table_preset(p: dict, exps, keys=None) -> dict:
+    """The slice of the preset a table job reads: these experiments only, the train section without
+    its execution keys, no other task's part (`keys`: only those), so another table's, another
+    task's or an execution edit leaves the table alone."""
+    from grassflow.pipeline.tasks import TASKS  # the other tasks' preset keys
+
+    others = {t.part_key for t in TASKS.values()}
+    kept = keys or [k for k in p if k not in ("ablations", "experiments", *others)]
+    out = {k: run_train(p[k]) if k == "train" else p[k] for k in kept if k in p}
+    return {**out, "experiments": {e: p["experiments"][e] for e in exps}}
+
+
+def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str) -> SimpleNamespace:
+    """The names of lm.smk: its part (None where the preset has no experiments), its runs (`runs`:
+    its task's specs), their groups, files and outputs, under `results` (results/<preset>)."""
+    on = bool(p.get("experiments"))
+    report, experiments = f"{results}/report", list(p.get("experiments") or {})
+    main = main_run_ids(p)
+    ablations = ablation_grid(name, p) if on else {}
+    finished = finished_runs(config.get("finished_runs"), runs) if on else {}
+    fused = fused_groups(p, runs, finished) if on else {}
+    tokens = f"{results}/data/tokens/{p['tokenizer']['name'] if on else None}"
+    exp_outputs = {e: table_files(report, e) + experiment_figures(report, e) for e in experiments}
+    ablation_files = [f"{report}/ablations_gap.png", *table_files(report, "ablations"), f"{report}/ablations.png"]
+    base = p["ablations"]["base"] if ablations else None
+    ablation_keys = ["data", "tokenizer", "models", "model", "model_overrides", "ablations", "train"]
+    return SimpleNamespace(
+        part=p if on else None,
+        train=p["train"] if on else {},
+        bench=p.get("bench") or {},
+        runs=runs,
+        experiments=experiments,
+        exp_runs={e: [r for r in main if runs[r]["experiment"] == e] for e in experiments},
+        ablations=ablations,
+        ablation_runs=sorted({r for models in ablations.values() for rs in models.values() for r in rs}),
+        finished=finished,
+        fused=fused,
+        fused_runs={r for rs in fused.values() for r in rs},
+        fused_seeds=[int(r.rsplit("-s", 1)[1]) for r in next(iter(fused.values()), [])],  # every group's
+        fused_first={g: runs[rs[0]] for g, rs in fused.items()},  # its preflight's run
+        raw=f"{results}/data/raw",
+        tokens=tokens,
+        files={s: f"{tokens}/{s}.parquet" for s in SPLITS} if on else None,
+        tokenizer=tokenizer_spec(p) if on else None,
+        exp_outputs=exp_outputs,
+        ablation_files=ablation_files,
+        ablation_outputs=ablation_files if ablations else [],
+        outputs=[f for fs in exp_outputs.values() for f in fs] + [f"{report}/scaling.png", f"{report}/summary.md"]
+        + (ablation_files if ablations else []) if on else [],
+        table_presets={e: table_preset(p, [e]) for e in experiments},
+        ablations_preset=table_preset({**p, "model_overrides": p.get("model_overrides") or {}}, [base], ablation_keys)
+        if ablations else None,
+    )
