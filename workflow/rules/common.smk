@@ -49,14 +49,15 @@ def estimated(rule, specs, wildcard, files=None, groups=None):
     }
 
 
-def token_files(directory, part):
-    """A task's token files by split (their counts size the estimates), None without its part."""
-    return {s: Path(directory, f"{s}.parquet") for s in SPLITS} if part else None
-
-
 def part_threads(part):
     """A task's train.threads: its jobs' threads (1 where the preset has no such part)."""
     return ((part or {}).get("train") or {}).get("threads", 1)
+
+
+def run_outputs(run_dir):
+    """A run's training outputs, in its directory (every task's train rule)."""
+    names = ("model.safetensors", "config.json", "metrics.jsonl", "run.json")
+    return {k: f"{run_dir}/{f}" for k, f in zip(("weights", "config", "metrics", "record"), names)}
 
 
 def execution(part):
@@ -117,6 +118,7 @@ def code_of(module, *kinds):
 # SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
 # allocation; their time limits are sized from K (grassflow.pipeline.estimate).
 RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
+GPU = {"gpu": 1, "runs_per_gpu": RUNS_PER_GPU}  # a GPU job's resources: its slot, one of K per GPU
 
 
 onstart:

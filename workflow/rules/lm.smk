@@ -96,16 +96,13 @@ use rule tokenize as documents with:
         code=code_of("grassflow.lm.documents"),
 
 
-rule train:
+rule train:  # every task's training job (snli_train, recall_train: this rule with their files)
     input:
         train=f"{LM.tokens}/train.parquet",
         val=f"{LM.tokens}/validation.parquet",
         preflight=run_preflight(LM.runs, "run"),
     output:
-        weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
-        config=f"{RESULTS}/runs/{{run}}/config.json",
-        metrics=f"{RESULTS}/runs/{{run}}/metrics.jsonl",
-        record=f"{RESULTS}/runs/{{run}}/run.json",
+        **run_outputs(f"{RESULTS}/runs/{{run}}"),
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
     benchmark:
@@ -119,18 +116,21 @@ rule train:
     resources:
         **execution(LM.part),
         **estimated("train", LM.runs, "run", LM.files),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
-        spec=lambda wc: as_json(LM.runs[wc.run]),
+        stage="grassflow.lm.train",
+        spec=lambda wc: quoted_json([LM.runs[wc.run]]),
         code=lambda wc: code_of("grassflow.lm.train", LM.runs[wc.run]["model_kind"]),
         out_dir=f"{RESULTS}/runs/{{run}}",
+        # a param made from the job's resources is no rerun trigger (Snakemake: a derived param), as
+        # train.head_loss must not be: it says how the job runs, not what it computes
+        extra=lambda wc, resources: f"--head-loss {resources.head_loss}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.lm.train --spec {params.spec:q} --train-tokens {input.train} "
+        "python -m {params.stage} --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} --head-loss {resources.head_loss} > {log} 2>&1"
+        "--trackers {resources.trackers} {params.extra} > {log} 2>&1"
 
 
 # train.fuse_seeds: a config's seeds (LM.fused) trained as one ensemble by one job, each run's
@@ -143,14 +143,9 @@ rule train_fused:
         preflight=run_preflight(LM.fused_first, "group"),
     output:
         **{
-            f"{f}_s{seed}": f"{RESULTS}/runs/{{group}}-s{seed}/{name}"
+            f"{k}_s{seed}": f
             for seed in LM.fused_seeds
-            for f, name in (
-                ("weights", "model.safetensors"),
-                ("config", "config.json"),
-                ("metrics", "metrics.jsonl"),
-                ("record", "run.json"),
-            )
+            for k, f in run_outputs(f"{RESULTS}/runs/{{group}}-s{seed}").items()
         },
     log:
         f"{RESULTS}/logs/train_fused/{{group}}.log",
@@ -164,8 +159,7 @@ rule train_fused:
     resources:
         **execution(LM.part),
         **estimated("train", LM.runs, "group", LM.files, LM.fused),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
         specs=lambda wc: quoted_json(LM.runs[r] for r in LM.fused[wc.group]),
         code=lambda wc: code_of("grassflow.lm.train", LM.fused_first[wc.group]["model_kind"]),
@@ -202,8 +196,7 @@ rule evaluate:
     threads: LM_THREADS
     resources:
         **estimated("evaluate", LM.runs, "run", LM.files),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
         code=lambda wc: code_of("grassflow.lm.evaluate", LM.runs[wc.run]["model_kind"]),
     shell:
@@ -286,8 +279,7 @@ rule bench:
         "../../envs/train.yaml"
     threads: LM_THREADS
     resources:
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
         out_dir=lambda wc, output: Path(output[0]).parent,
         quick="--quick" if LM.bench.get("quick") else "",

@@ -27,41 +27,31 @@ rule recall_data:
         "python -m grassflow.recall.data --data {params.data:q} --out-dir {params.out_dir} > {log} 2>&1"
 
 
-rule recall_train:
+use rule train as recall_train with:
     input:
         train=lambda wc: f"{RECALL.data[wc.recall_run]}/train.parquet",
         val=lambda wc: f"{RECALL.data[wc.recall_run]}/validation.parquet",
         preflight=run_preflight(RECALL.runs, "recall_run"),
     output:
-        weights=f"{RECALL.res}/runs/{{recall_run}}/model.safetensors",
-        config=f"{RECALL.res}/runs/{{recall_run}}/config.json",
-        metrics=f"{RECALL.res}/runs/{{recall_run}}/metrics.jsonl",
-        record=f"{RECALL.res}/runs/{{recall_run}}/run.json",
+        **run_outputs(f"{RECALL.res}/runs/{{recall_run}}"),
     log:
         f"{RESULTS}/logs/recall/train/{{recall_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/recall/train/{{recall_run}}.tsv"
-    conda:
-        "../../envs/train.yaml"
     threads: RECALL_THREADS
     resources:
         **execution(RECALL.part),
         **estimated("recall_train", RECALL.runs, "recall_run"),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
-        spec=lambda wc: as_json(RECALL.runs[wc.recall_run]),
+        stage="grassflow.recall.train",
+        spec=lambda wc: quoted_json([RECALL.runs[wc.recall_run]]),
         code=lambda wc: code_of("grassflow.recall.train", RECALL.runs[wc.recall_run]["model_kind"]),
         out_dir=f"{RECALL.res}/runs/{{recall_run}}",
-    shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.recall.train --spec {params.spec:q} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
-        "--compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} > {log} 2>&1"
+        extra="",
 
 
-rule recall_evaluate:
+use rule snli_evaluate as recall_evaluate with:
     input:
         weights=f"{RECALL.res}/runs/{{recall_run}}/model.safetensors",
         config=f"{RECALL.res}/runs/{{recall_run}}/config.json",
@@ -69,27 +59,23 @@ rule recall_evaluate:
         val=lambda wc: f"{RECALL.data[wc.recall_run]}/validation.parquet",
         test=lambda wc: f"{RECALL.data[wc.recall_run]}/test.parquet",
         preflight=run_preflight(RECALL.runs, "recall_run"),
+        backbone=[],
     output:
         f"{RECALL.res}/runs/{{recall_run}}/eval.json",
     log:
         f"{RESULTS}/logs/recall/evaluate/{{recall_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
-    conda:
-        "../../envs/train.yaml"
     threads: RECALL_THREADS
     resources:
         **estimated("recall_evaluate", RECALL.runs, "recall_run"),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
+        stage="grassflow.recall.evaluate",
         code=lambda wc: code_of(
             "grassflow.recall.evaluate", RECALL.runs[wc.recall_run]["model_kind"]
         ),
-    shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.recall.evaluate --weights {input.weights} --run-json {input.record} "
-        "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
+        extra="",
 
 
 use rule snli_aggregate as recall_aggregate with:

@@ -29,7 +29,7 @@ rule snli_fetch_backbone:
         "python -m grassflow.snli.fetch_backbone --backbone {params.backbone:q} --out-dir {output} > {log} 2>&1"
 
 
-use rule download as snli_download with:
+use rule download as snli_download with:  # local, as download (`use rule` does not carry it over)
     output:
         raw=expand(f"{SNLI.res}/data/raw/{{split}}.parquet", split=SPLITS),
         checksums=f"{SNLI.res}/data/raw/checksums.json",
@@ -37,6 +37,7 @@ use rule download as snli_download with:
         f"{RESULTS}/logs/snli/download.log",
     benchmark:
         f"{RESULTS}/benchmarks/snli/download.tsv"
+    localrule: True
     params:
         stage="grassflow.snli.download",
         data=as_json((SNLI.part or {}).get("data")),
@@ -75,43 +76,32 @@ use rule tokenize as snli_tokenize with:
         code=code_of("grassflow.snli.tokenize"),
 
 
-rule snli_train:
+use rule train as snli_train with:
     input:
         train=f"{SNLI.tokens}/train.parquet",
         val=f"{SNLI.tokens}/validation.parquet",
         preflight=run_preflight(SNLI.runs, "snli_run", "head"),
         backbone=lambda wc: SNLI.backbones[wc.snli_run],
     output:
-        weights=f"{SNLI.res}/runs/{{snli_run}}/model.safetensors",
-        config=f"{SNLI.res}/runs/{{snli_run}}/config.json",
-        metrics=f"{SNLI.res}/runs/{{snli_run}}/metrics.jsonl",
-        record=f"{SNLI.res}/runs/{{snli_run}}/run.json",
+        **run_outputs(f"{SNLI.res}/runs/{{snli_run}}"),
     log:
         f"{RESULTS}/logs/snli/train/{{snli_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/snli/train/{{snli_run}}.tsv"
-    conda:
-        "../../envs/train.yaml"
     threads: SNLI_THREADS
     resources:
         **execution(SNLI.part),
         **estimated("snli_train", SNLI.runs, "snli_run", SNLI.files),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
-        spec=lambda wc: as_json(SNLI.runs[wc.snli_run]),
+        stage="grassflow.snli.train",
+        spec=lambda wc: quoted_json([SNLI.runs[wc.snli_run]]),
         code=lambda wc: code_of("grassflow.snli.train", SNLI.runs[wc.snli_run]["model_kind"]),
         out_dir=f"{SNLI.res}/runs/{{snli_run}}",
         extra=lambda wc: SNLI.backbone_args[wc.snli_run],
-    shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.snli.train --spec {params.spec:q} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dir} {params.extra} --preflight {input.preflight} "
-        "--compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} > {log} 2>&1"
 
 
-rule snli_evaluate:
+rule snli_evaluate:  # recall_evaluate: this rule with its files
     input:
         weights=f"{SNLI.res}/runs/{{snli_run}}/model.safetensors",
         config=f"{SNLI.res}/runs/{{snli_run}}/config.json",
@@ -131,14 +121,14 @@ rule snli_evaluate:
     threads: SNLI_THREADS
     resources:
         **estimated("snli_evaluate", SNLI.runs, "snli_run", SNLI.files),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
+        **GPU,
     params:
+        stage="grassflow.snli.evaluate",
         code=lambda wc: code_of("grassflow.snli.evaluate", SNLI.runs[wc.snli_run]["model_kind"]),
         extra=lambda wc: SNLI.backbone_args[wc.snli_run],
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.snli.evaluate --weights {input.weights} --run-json {input.record} "
+        "python -m {params.stage} --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
