@@ -104,7 +104,8 @@ UNIGRAM = {"validation": {"unigram_ppl": 800.0}, "test": {"unigram_ppl": 820.0}}
 def _run(root, model: str, seed: int, val_ppl: float):
     d = root / "runs" / f"table1-{model}-s{seed}"
     d.mkdir(parents=True)
-    rec = {"run_id": d.name, "spec": {"experiment": "table1", "model_kind": model, "seed": seed},
+    rec = {"run_id": d.name, "spec": {"experiment": "table1", "model_kind": model, "seed": seed,
+                                      "model": {"n_layers": 6, "context_len": 128}, "train": {"batch_size": 32, "epochs": 30}},
            "status": {"state": "completed"}, "best_epoch": 30, "n_params": 1000, "epochs_completed": 30,
            "wall_seconds": 1.0, "device": "crafted", "device_type": "cpu", "plucker_backend": None,
            "git": {"commit": "0" * 40, "dirty": False}, "data": {"train": {"file_sha256": "a" * 64}}}

@@ -31,6 +31,7 @@ from grassflow.report.aggregate import (
     load_runs,
     provenance_line,
     record_links,
+    run_settings,
     write_tables,
 )
 from grassflow.report.setup import (
@@ -153,8 +154,9 @@ def aggregate_ablations(preset: dict, preset_name: str, grid: dict, runs_dir, un
     worst = {k: {"n_learned": min(r["models"][k]["n_learned"] for r in rows if k in r["models"]),
                  "not_learned": sorted({x for r in rows if k in r["models"] for x in r["models"][k]["not_learned"]})}
              for k in preset["models"]}
-    why = not_comparable(preset, base, preset["experiments"][base], checksums, pub["paper_setup"], worst)
-    head = provenance_line(preset_name, preset, checksums, pub["paper_setup"])
+    unk = run_settings(df)["unk_mapped"]  # as the runs' records hold it
+    why = not_comparable(preset, base, preset["experiments"][base], checksums, pub["paper_setup"], worst, unk)
+    head = provenance_line(preset_name, preset, checksums, pub["paper_setup"], unk)
     per_run = pd.concat([df[df.run_id.isin([x for rs in models.values() for x in rs])].assign(variant=v)
                          for v, models in grid.items()], ignore_index=True)
     scope = verdict_scope(checksums, pub["paper_setup"])

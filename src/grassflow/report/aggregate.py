@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from grassflow import job, markdown
+from grassflow.errors import DataError
 from grassflow.io import atomic_path, write_text
 from grassflow.report import figures
 from grassflow.report.records import fields, read_metrics, read_record
@@ -98,7 +99,27 @@ def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
         "test_strided_ppl": test.get("strided_ppl", math.nan) if ok else math.nan,
         "test_word_ppl": test.get("harness", {}).get("word_ppl", math.nan) if ok else math.nan,  # lm-eval's
         "test_tokens": test.get("chunked_tokens"), "n_params": rec["n_params"],
-        "learned": bool(ok and val.get("chunked_ppl", math.inf) < baseline)})
+        "learned": bool(ok and val.get("chunked_ppl", math.inf) < baseline),
+        # the settings the table prints, as the run ran them
+        **{k: rec["spec"][section][key] for k, (section, key) in RUN_SETTINGS.items()},
+        "unk_mapped": rec["data"]["train"].get("unk_mapped") is not None})
+
+
+# an experiment's settings a table prints: {its name: (the spec's section, key)}; the records hold them
+RUN_SETTINGS = {"n_layers": ("model", "n_layers"), "context_len": ("model", "context_len"),
+                "batch_size": ("train", "batch_size"), "epochs_asked": ("train", "epochs")}
+
+
+def run_settings(df: pd.DataFrame) -> dict:
+    """An experiment's settings (N, L, B, epochs) and whether its token files map `<unk>`, from its
+    runs' records (load_runs): one value each, or a DataError naming the setting."""
+    out = {}
+    for col in (*RUN_SETTINGS, "unk_mapped"):
+        values = sorted(set(df[col].tolist()))
+        if len(values) != 1:
+            raise DataError(f"the runs' records disagree on {col}: {values} ({', '.join(sorted(df.run_id))})")
+        out["epochs" if col == "epochs_asked" else col] = values[0]
+    return out
 
 
 def _fmt(mean, std, digits=1):
@@ -148,8 +169,8 @@ def summarise(df: pd.DataFrame, paper: dict, asked: int) -> dict:
     return out
 
 
-def provenance_line(name: str, preset: dict, checksums: dict, setup: dict) -> str:
-    return (f"Preset **{name}**: data {data_label(preset, checksums, setup)}; "
+def provenance_line(name: str, preset: dict, checksums: dict, setup: dict, unk: bool | None = None) -> str:
+    return (f"Preset **{name}**: data {data_label(preset, checksums, setup, unk)}; "
             f"tokenizer {preset['tokenizer']['name']}.")
 
 
@@ -259,15 +280,16 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
     unigram = json.loads(Path(unigram).read_text())
     checksums, published = load_checksums(checksums), load_published(published)
     setup = published["paper_setup"]
-    exp = preset["experiments"][experiment]
     df = load_runs(runs, unigram)
     if set(df.experiment) != {experiment}:
         raise ValueError(f"aggregate --experiment {experiment}: runs of {sorted(set(df.experiment) - {experiment})} given")
-    head = provenance_line(preset_name, preset, checksums, setup)
+    exp = run_settings(df)  # N, L, B, epochs: as the runs ran them
+    unk = exp.pop("unk_mapped")
+    head = provenance_line(preset_name, preset, checksums, setup, unk)
     sub = df.sort_values(["model", "seed"])
     paper = paper_ppl(published, experiment)
     s = summarise(sub, paper, len(preset["seeds"]))
-    judge(s, not_comparable(preset, experiment, exp, checksums, setup, s["models"]), setup["claim_limit_pct"],
+    judge(s, not_comparable(preset, experiment, exp, checksums, setup, s["models"], unk), setup["claim_limit_pct"],
           verdict_scope(checksums, setup))
     md = markdown_table(experiment, exp, s, out) + "\n" + made_line(sub) + "\n\n" + baseline_line(unigram) + "\n"
     write_tables(out, experiment, head, md, sub.assign(preset=preset_name, data_source=preset["data"]["source"]),

@@ -52,19 +52,20 @@ def same_articles(checksums: dict, setup: dict) -> dict | None:
     return None
 
 
-def unk_note(preset: dict) -> str:
-    from grassflow.lm.data import map_unk
+def unk_note(unk: bool | None) -> str:
+    """How the runs' token files read Wikitext-2 v1's `<unk>` (their records: unk_mapped; None: not recorded)."""
+    return {True: "`<unk>` → `[UNK]`, one token", False: "`<unk>` split by the tokenizer"}.get(
+        unk, "`<unk>`'s reading not in the runs' records")
 
-    return "`<unk>` → `[UNK]`, one token" if map_unk(preset) else "`<unk>` split by the tokenizer"
 
-
-def data_label(preset: dict, checksums: dict, setup: dict) -> str:
+def data_label(preset: dict, checksums: dict, setup: dict, unk: bool | None = None) -> str:
+    """The data a table's runs read; `unk`: whether their token files map `<unk>` (unk_note)."""
     data = preset["data"]
     if data["source"] == "synthetic":
         return "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
     release = same_articles(checksums, setup)
     if release:
-        match = (f"{release['label']}; {unk_note(preset)}: its content hashes match that release's, every split — "
+        match = (f"{release['label']}; {unk_note(unk)}: its content hashes match that release's, every split — "
                  "the paper's articles, NOT the paper's raw text")
     else:
         match = ("its content hashes match the pinned hub ones" if data_is_papers(checksums, setup)
@@ -112,16 +113,17 @@ def setup_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> li
     return ["not the paper's setup: " + ", ".join(diffs)] if diffs else []
 
 
-def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setup: dict, models: dict) -> list[str]:
+def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setup: dict, models: dict,
+                   unk: bool | None = None) -> list[str]:
     """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`:
-    {model: {"n_learned": int, "not_learned": [run ids]}}."""
+    {model: {"n_learned": int, "not_learned": [run ids]}}; `exp`: the experiment's settings and `unk`
+    whether the token files map `<unk>`, as the runs' records hold them."""
     why = []
     release = same_articles(checksums, setup)
     if release:
-        from grassflow.lm.data import map_unk
-
-        if not map_unk(preset):  # `<unk>`'s 4 pieces, 3 free to predict, would flatter both models
-            why.append(f"{release['name']} with `<unk>` split into pieces (tokenizer.map_unk: false)")
+        if unk is not True:  # `<unk>`'s 4 pieces, 3 free to predict, would flatter both models
+            why.append(f"{release['name']} with `<unk>` split into pieces (tokenizer.map_unk: false)" if unk is False
+                       else f"{release['name']}, and the runs' records do not say how `<unk>` was read")
     elif not data_is_papers(checksums, setup):
         why.append("not the paper's data (Wikitext-2 content hashes differ)")
     if preset["tokenizer"]["name"] != setup["tokenizer"]:

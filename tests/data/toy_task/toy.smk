@@ -4,7 +4,7 @@
 TOY = PRESET_CFG.get("toy") or {}
 TOY_RUNS = TASK_RUNS["toy"]
 TOY_RES = f"{RESULTS}/toy"
-TOY_FILES = token_files(f"{TOY_RES}/data", TOY)
+TOY_FILES = {s: f"{TOY_RES}/data/{s}.parquet" for s in SPLITS} if TOY else None
 TOY_OUTPUTS = [f"{REPORT}/toy.md", f"{REPORT}/toy.csv"] if TOY else []
 
 
