@@ -94,7 +94,7 @@ gpu-check-run:
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
 
 # One GPU lease, the paper's Tables 1 and 2 (bench/gpu_paper_window.sh): prepare on any machine
-# (gpu-paper-prepare: paper_v1's token files and specs; gpu-wheels: what the GPU machine lacks),
+# (gpu-paper-prepare: paper_v1's token files; gpu-wheels: what the GPU machine lacks),
 # carry .gpu-carry.tar and .whl, then run gpu-paper-window there (again, to resume).
 # (bench/gpu_paper_prepare.sh: the tar keeps the file times and Snakemake's records a copy would lose)
 gpu-paper-prepare: $(VENV)/.installed

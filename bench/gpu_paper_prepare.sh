@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Before a GPU lease, on any machine (`make gpu-paper-prepare`): what the window's targets need
-# upstream of the preflight and training (the token files, the specs), made by the pipeline's own
+# upstream of the preflight and training (the token files), made by the pipeline's own
 # jobs, then packed with Snakemake's records into $CARRY. A tar keeps the files' times: a plain copy
 # to the GPU machine loses them, and the data stages would then replan there, where their sources
 # (../shared, the hub) are not (bench/gpu_paper_window.sh unpacks it and refuses to start then).

@@ -19,7 +19,7 @@
 #      window.log, records.tar.gz (each run's records and log, the tables and figures, Snakemake's
 #      benchmark files, the GPU's load); each run's epochs and best validation PPL so far
 #   4. with the time left, if any, the benchmark rows (old vs new kernels, graph vs eager, the head)
-# Before the lease, on any machine (`make gpu-paper-prepare`): the token files and the specs, and
+# Before the lease, on any machine (`make gpu-paper-prepare`): the token files, and
 # the wheels the GPU machine lacks (`make gpu-wheels`: snakemake for its Python), carried along.
 # The plumbing is tested on the CPU with the demo preset (tests/gpu/test_paper_window.py).
 set -u
@@ -161,10 +161,14 @@ own_training() {
 # the budget, from the jobs themselves: once a group's first epoch is in, its projected finish
 # against the deadline (a table that cannot finish in this lease is said so now, not at the end)
 budget() {  # prints "<group> <line>" for each group whose first run trained here has an epoch and is not in $1
-  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" <<'PY'
+  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" "$PRESET" $CONFIGFILES "$RES/window.yaml" <<'PY'
 import json, sys
 from pathlib import Path
+from grassflow.pipeline.plan import load_config
+from grassflow.pipeline.presets import select_preset
+from grassflow.pipeline.tasks import TASKS
 res, done, now, deadline = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+specs = TASKS["lm"].specs(*select_preset(load_config(Path("."), sys.argv[6:], sys.argv[5])))  # the runs' specs, as planned
 first = {}  # each group's first run trained here (not adopted from an earlier lease's records)
 for m in sorted(res.glob("runs/*/metrics.jsonl"), key=lambda m: int(m.parent.name.rsplit("-s", 1)[1])):
     if not (m.parent / "adopted.json").exists():
@@ -173,7 +177,7 @@ for group, m in sorted(first.items()):
     rows = [json.loads(line) for line in m.read_text().splitlines() if line.strip()]
     if group in done or not rows:
         continue
-    epochs = json.loads((res / "specs/run" / f"{m.parent.name}.json").read_text())["train"]["epochs"]
+    epochs = specs[m.parent.name]["train"]["epochs"]
     per_epoch = rows[-1]["seconds"]
     finish = now + (epochs - len(rows)) * per_epoch
     by_deadline = min(epochs, len(rows) + int(max(0, deadline - now) // per_epoch))

@@ -118,7 +118,7 @@ def _preflight(argv):
 
 
 def _lm_eval(argv):
-    from grassflow.lm.harness import (
+    from grassflow.harness import (
         main,  # without the eval extra: MissingExtra, naming the install
     )
 

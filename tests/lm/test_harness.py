@@ -1,4 +1,4 @@
-"""lm-evaluation-harness runs our models (grassflow.lm.harness), and the word-level perplexity the
+"""lm-evaluation-harness runs our models (grassflow.harness), and the word-level perplexity the
 pipeline reports (grassflow.lm.rolling, the LM's evaluation) is the number lm-eval itself reports:
 lm-eval's own simple_evaluate, on its own wikitext task definition (its YAML and detokenizer,
 copied from the installed package) reading local documents instead of the hub, to 1e-4 relative.
@@ -57,7 +57,7 @@ def model_dir(request, tmp_path_factory):
 def lm_eval_word_perplexity(model_dir: Path, docs: list[str], tmp_path: Path, batch_size: int = 4) -> float:
     import lm_eval
 
-    import grassflow.lm.harness  # noqa: F401  (registers --model grassflow)
+    import grassflow.harness  # noqa: F401  (registers --model grassflow)
 
     manager, task = wikitext_task(tmp_path, docs)
     out = lm_eval.simple_evaluate(model="grassflow", model_args=f"pretrained={model_dir}", tasks=[task],
@@ -133,7 +133,7 @@ def test_wikitext2_v1s_unk_is_one_token_in_the_documents_and_in_the_harness(tmp_
 def test_an_export_without_tokenizer_map_unk_is_refused_not_guessed(tmp_path):
     """An export written before config.json carried tokenizer.map_unk: whether `<unk>` is one
     token is not known, so the harness model refuses it, naming the key and the fix."""
-    from grassflow.lm.harness import GrassflowLM
+    from grassflow.harness import GrassflowLM
 
     d = make_model_dir(tmp_path / "model", "transformer", generate_split(2, seed=1))
     config = json.loads((d / "config.json").read_text())
@@ -174,7 +174,7 @@ def test_loglikelihood_and_generation_through_the_harness(model_dir):
     prefix token as its context); greedy generation is our decoder's, cut at the stop string."""
     from lm_eval.api.instance import Instance
 
-    from grassflow.lm.harness import GrassflowLM
+    from grassflow.harness import GrassflowLM
 
     lm = GrassflowLM(str(model_dir), batch_size=2)
     text = " the history of the place"
@@ -212,7 +212,7 @@ def test_loglikelihood_splits_truncates_and_says_greedy_as_hflm(model_dir):
     hand; an empty or longer-than-the-context continuation is refused, naming why."""
     from lm_eval.api.instance import Instance
 
-    from grassflow.lm.harness import GrassflowLM
+    from grassflow.harness import GrassflowLM
 
     lm = GrassflowLM(str(model_dir), batch_size=2)
     req = lambda c, x: Instance(request_type="loglikelihood", doc={}, arguments=(c, x), idx=0)  # noqa: E731

@@ -146,3 +146,27 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
               for q in sorted(graph[p]) if not q.startswith("grassflow.pipeline.") and p in reach(q)]
     assert not cycles, "\n".join(cycles)
     assert "grassflow.lm.grid" in reach("grassflow.pipeline.presets")  # the graph sees the tasks' grids
+
+
+# The house, from the ground up: the shared library (models, ops, data, io, loop, report, ...), then the
+# tasks' stages (grassflow/<task>/), then what stands on both: the planning (grassflow.pipeline and
+# each task's task.py, grid.py, plan.py) and the user's tools (cli, decode, export, hf, harness, bench,
+# preflight). A module imports its own floor or the floors below it, never one above.
+TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "preflight")
+PLANNING = ("task", "grid", "plan")
+
+
+def floor(module: str) -> int:
+    parts = module.split(".")[1:] or ["__init__"]
+    if parts[0] in TOOLS or parts[0] == "pipeline" or (parts[0] in TASKS and parts[-1] in PLANNING):
+        return 2
+    return 1 if parts[0] in TASKS else 0
+
+
+def test_no_import_runs_back_up_the_house():
+    """docs/develop/development.md's value path has no backward hop: no module imports one on a floor
+    above its own (a table's settings reach it through its runs' records, not the task's code)."""
+    graph = _import_graph()
+    up = [f"{m} -> {n}" for m, ns in sorted(graph.items()) for n in sorted(ns) if floor(n) > floor(m)]
+    assert up == [], "\n".join(up)
+    assert floor("grassflow.report.setup") == 0 and floor("grassflow.lm.data") == 1 and floor("grassflow.lm.grid") == 2

@@ -35,6 +35,8 @@ RERUNS = {
         "every run's training and evaluation, and the benchmark",
     "a task's stage: data, training, evaluation, table":
         "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training",
+    "the LM's rows and token files":
+        "the LM's download, training, evaluation and unigram baseline, and the benchmark; no table job imports it (a table reads its runs' records)",
     "the tables' and figures' shared code":
         "every task's tables, no run",
     "how records are read back":
@@ -69,6 +71,9 @@ ROWS = {
         ("src/grassflow/snli/tokenize.py", {"grassflow.snli.tokenize"}),
         ("src/grassflow/snli/aggregate.py", {"grassflow.snli.aggregate"}),
         ("src/grassflow/recall/aggregate.py", {"grassflow.recall.aggregate"})],
+    "the LM's rows and token files": [("src/grassflow/lm/data.py", {f"grassflow.lm.{s}[{k}]" for s in ("train", "evaluate")
+                                                                   for k in KINDS}
+                                       | {"grassflow.lm.download", "grassflow.lm.unigram", BENCH})],
     "the tables' and figures' shared code": [(f"src/grassflow/report/{f}", TABLES)
                                              for f in ("aggregate.py", "figures.py", "stats.py", "setup.py")],
     "how records are read back": [("src/grassflow/report/records.py",

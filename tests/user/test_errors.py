@@ -145,7 +145,7 @@ def test_preflight_refuses_an_unknown_device(capfd, tmp_path):
 
 def test_lm_eval_without_its_extra_is_one_line(capfd, monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # as where the extra is not installed
-    monkeypatch.delitem(sys.modules, "grassflow.lm.harness", raising=False)
+    monkeypatch.delitem(sys.modules, "grassflow.harness", raising=False)
     code, err = _cli(["lm-eval", "--model", "grassflow"], capfd)
     assert code == 1 and len(err) == 1
     assert err[0].startswith("error: grassflow lm-eval needs lm-evaluation-harness") and "pip install 'grassflow[eval]'" in err[0]

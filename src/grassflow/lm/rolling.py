@@ -19,7 +19,7 @@ first of PREFIX_TOKENS the tokenizer has; our models never saw it in training.
 
 The `documents` stage writes a split's documents ({split}.parquet under its token directory's
 docs/: each page's token ids and word count); the evaluation scores them (grassflow.lm.evaluate).
-grassflow.lm.harness is our model in lm-eval; tests/lm/test_harness.py checks lm-eval itself reports
+grassflow.harness is our model in lm-eval; tests/lm/test_harness.py checks lm-eval itself reports
 this number, and that `detokenize` and `windows` are the harness's.
 """
 
