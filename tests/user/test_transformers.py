@@ -251,8 +251,8 @@ def test_lm_evals_own_hf_model_reports_the_grassflow_models_word_perplexity(expo
     import lm_eval
     import lm_eval.models  # noqa: F401  (lm-eval's own models: hf)
 
-    import grassflow.hf  # noqa: F401
     import grassflow.harness  # noqa: F401
+    import grassflow.hf  # noqa: F401
     from grassflow.lm.rolling import pages
     from grassflow.lm.synthetic import generate_split
     from helpers.lm_eval_task import wikitext_task
