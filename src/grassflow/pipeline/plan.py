@@ -76,7 +76,10 @@ def dry_run(project: Path, targets=(), configfiles=(), preset=None, forceall=Fal
             sys.exit(f"error: snakemake's dry run failed: {type(e).__name__}: {e}")
         finally:
             log.removeHandler(handler)  # a caller's next dry run reads its own jobs only
-        workflow = wf._workflow  # Snakemake's parse of the rule files: its own set of local rules
+        # Snakemake's parse of the rule files: its own set of local rules. No public API says which rules
+        # are local (a dry run's job records leave `local` False by design), nor gives a job's reasons
+        # but as their text (explain reads it)
+        workflow = wf._workflow
         return jobs, {r.name for r in workflow.rules if r.name in workflow._localrules}
 
 
@@ -260,8 +263,8 @@ def main(argv=None) -> int:
                     help="plan every job (--forceall) and add the measured wall time of those that ran "
                          "(Snakemake's benchmark files)")
     ap.add_argument("--why", action="store_true",
-                    help="list each planned job with what made it stale (the files whose code changed, a "
-                         "changed spec, a missing output) instead of the cost table")
+                    help="list each planned job with what made it stale (the files whose code changed, the "
+                         "settings that changed, a missing output) instead of the cost table")
     ap.add_argument("--project", default=".", help="the project directory (where the Snakefile is)")
     ap.add_argument("targets", nargs="*", help="snakemake targets (default: all)")
     a = ap.parse_args(argv)
