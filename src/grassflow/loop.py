@@ -14,14 +14,16 @@ working files: last.pt (resume state), best_state.pt (best weights so far).
 
 A run's parts: each start or resume to its stop (when, from and to which epoch and step, on which
 device, at which commit and whether the tree was clean, and why it ended: finished, diverged, the
-signal that stopped it, or killed: a part whose last checkpoint is all that is known of its end)
-go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum).
+signal that stopped it, killed: a part whose last checkpoint is all that is known of its end, or
+preempted: a part stopped in a SLURM job that SLURM then requeued, so that the next part runs in the
+same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -318,8 +320,12 @@ class Fit:
         last = self.parts[-1] if self.parts else {}
         if last and "ended" not in last:  # stopped without a word (SIGKILL, a lost node): its last checkpoint
             last.update(ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None))
+        job = os.environ.get("SLURM_JOB_ID")  # the executor plugin keeps it in its job steps
+        if job and last.get("slurm_job") == job:  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
+            last.update(ended="preempted", stopped_by=last["ended"])
         self.parts.append({"started_at": time.time(), "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},
-                           "device": device_name(device), **git_state(Path(__file__).parent)})
+                           "device": device_name(device), **git_state(Path(__file__).parent),
+                           **({"slurm_job": job} if job else {})})
         for m in self.members:
             m.trackers = Trackers(execution["trackers"], m.run.spec.source, m.run.out_dir, fresh=state is None)
         self.losses = EpochLoss(device, E)

@@ -40,20 +40,26 @@ def uninterrupted(tokens, tmp_path_factory):
     return out
 
 
-# SIGUSR1 (SLURM's warning signal) and two of the three kills: slow (make test-slow)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["SIGTERM", "SIGUSR1"])
-def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path):
+# SIGUSR1 (SLURM's warning signal), a requeue and two of the three kills: slow (make test-slow)
+@pytest.mark.parametrize("sig, jobs", [(signal.SIGTERM, ("7", "8")),
+                                       pytest.param(signal.SIGUSR1, ("7", "8"), marks=pytest.mark.slow),
+                                       pytest.param(signal.SIGTERM, ("7", "7"), marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGUSR1", "requeued"])
+def test_sigterm_then_rerun_resumes_bitwise(sig, jobs, tokens, uninterrupted, tmp_path):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
-    a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise."""
+    a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise. Each part
+    keeps its SLURM job: a rerun in another job (Snakemake's retry) leaves the first part ended by
+    its signal; in the same job (SLURM requeued it: a preemption) the first part is said preempted."""
     full, cut = uninterrupted, tmp_path / "cut"
-    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True, env={**env, "SLURM_JOB_ID": jobs[0]})
     _wait_for(cut / "last.pt", proc)
     stop_then_signal(proc, sig)
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 75, err[-2000:]
     assert "checkpointed at epoch" in err
     assert not (cut / "run.json").exists()  # an interrupted run never looks complete
-    res = subprocess.run(_cmd(tokens, cut), capture_output=True, text=True, check=True)
+    res = subprocess.run(_cmd(tokens, cut), capture_output=True, text=True, check=True, env={**env, "SLURM_JOB_ID": jobs[1]})
     assert "resuming" in res.stderr
     assert _metrics(cut) == _metrics(full)
     a = load_weights(full / "model.safetensors")
@@ -62,7 +68,8 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
     # run.json keeps both parts: the first to the signal, the second from there to the end
     rec = json.loads((cut / "run.json").read_text())
     first, second = rec["parts"]
-    assert first["from"] == {"epoch": 0, "step": 0} and first["ended"] == sig.name
+    assert first["from"] == {"epoch": 0, "step": 0} and (first["slurm_job"], second["slurm_job"]) == jobs
+    assert (first["ended"], first.get("stopped_by")) == (("preempted", sig.name) if jobs[0] == jobs[1] else (sig.name, None))
     assert second["from"] == first["to"] and second["ended"] == "finished"
     assert second["to"] == {"epoch": SPEC["train"]["epochs"], "step": 0}
     assert first["started_at"] < first["ended_at"] <= second["started_at"] < second["ended_at"]

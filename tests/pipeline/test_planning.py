@@ -412,3 +412,26 @@ def test_a_real_parse_builds_each_spec_once(preset, tmp_path, monkeypatch):
     assert built == Counter({"ablation_runs": 1, "_run_spec": main + cells}), built
     runs = {j["wildcards"]["run"] for j in jobs if j["rule"] == "evaluate"}
     assert len(runs) == len(tasks.TASKS["lm"].specs(preset, p)) < main + cells
+
+
+def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):
+    """Snakemake's reason for a params change (the exclusive params before and now, as their reprs)
+    read by `grassflow plan --why`: a spec's changed keys with their values before and after, a fused
+    group's specs (shell words) alike, a code fingerprint as its own line, another param as it is."""
+    from grassflow.pipeline.plan import explain
+
+    def reason(before, now):
+        fmt = lambda vs: ",".join(map(repr, vs))  # noqa: E731  (Snakemake's ParamsChange.__str__)
+        return ("Params have changed since last execution: Union of exclusive params before and now across all "
+                f"output: before: {fmt(before)} now: {fmt(now)} ")
+
+    old = {"run_id": "r", "train": {"batch_size": 16, "lr": 0.1}, "model": {"lags": [1, 2]}}
+    new = {"run_id": "r", "train": {"batch_size": 8, "lr": 0.1}, "model": {"lags": [1, 3]}}
+    said = explain(reason([json.dumps(old, sort_keys=True)], [json.dumps(new, sort_keys=True)]), tmp_path, tmp_path)
+    assert said == ["settings changed: model.lags: [1, 2] → [1, 3]; train.batch_size: 16 → 8"], said
+    fused = [" ".join(shlex.quote(json.dumps(d, sort_keys=True)) for d in (x, x)) for x in (old, new)]
+    said = explain(reason([fused[0], "0123456789abcdef"], [fused[1], "fedcba9876543210"]), tmp_path, tmp_path)
+    assert said[0].startswith("code changed (which files: not known") and said[1].startswith(
+        "settings changed: model.lags: [1, 2] → [1, 3]; train.batch_size: 16 → 8"), said
+    assert explain(reason(["grassflow.lm.download"], ["grassflow.snli.download"]), tmp_path, tmp_path) == [
+        "params changed: before grassflow.lm.download; now grassflow.snli.download"]

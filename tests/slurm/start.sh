@@ -58,8 +58,14 @@ MinJobAge=300
 KillWait=5
 GresTypes=gpu
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM Gres=gpu:2 State=UNKNOWN
-PartitionName=cpu Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
-PartitionName=gpu Nodes=$HOST MaxTime=INFINITE State=UP
+# Preemption as a shared cluster has it: a job of a higher partition tier (urgent, the tests' stand-in
+# for a colleague's priority job) preempts what holds the resources it needs, and SLURM requeues the
+# preempted job (the profile submits with --requeue): the same job id runs again, from its checkpoint.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=cpu Nodes=$HOST Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=gpu Nodes=$HOST MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=$HOST MaxTime=INFINITE State=UP PriorityTier=10
 CONF
 cat >"$STATE/gres.conf" <<CONF
 AutoDetect=off
@@ -91,7 +97,7 @@ fi
 if [ -n "${changed:-}" ]; then scontrol reconfigure >/dev/null 2>&1 || true; fi
 for _ in $(seq 1 60); do
   if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
-    echo "slurm up: node $HOST, partitions cpu and gpu (gres gpu:2)"; exit 0
+    echo "slurm up: node $HOST, partitions cpu and gpu (gres gpu:2), urgent (preempts them)"; exit 0
   fi
   scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true
   sleep 0.5
