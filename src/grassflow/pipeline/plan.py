@@ -71,7 +71,12 @@ def dry_run(project: Path, targets=(), configfiles=(), preset=None, forceall=Fal
                               config_settings=st.ConfigSettings(config={"preset": preset} if preset else {},
                                                              configfiles=[Path(f) for f in configfiles]))
             log.addHandler(handler)
-            wf.dag(st.DAGSettings(targets=set(targets), forceall=forceall)).execute_workflow(pseudo_executor="dryrun")
+            # as `snakemake` plans here: with profiles/default's rerun-incomplete (Snakemake reads that
+            # profile for every command in the project; its API does not)
+            default = project / "profiles" / "default" / "config.yaml"
+            incomplete = bool((yaml.safe_load(default.read_text()) or {}).get("rerun-incomplete")) if default.is_file() else False
+            wf.dag(st.DAGSettings(targets=set(targets), forceall=forceall, force_incomplete=incomplete)
+                   ).execute_workflow(pseudo_executor="dryrun")
         except Exception as e:  # its log is silenced (the jobs are read from it): its error, here
             sys.exit(f"error: snakemake's dry run failed: {type(e).__name__}: {e}")
         finally:
