@@ -213,17 +213,18 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         return jobs
 
     def watch():
-        jobs = record()
-        gpus = [j for j, f in jobs.items() if f.get("JobState") == "RUNNING" and one_gpu(f)]
-        for jid, fields in jobs.items():
+        for jid, fields in record().items():
             run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
-            if run and not preempted and gpus == [jid]:  # the one GPU job, mid-training after a checkpoint
-                # a colleague's job on the higher tier wants both GPUs: SLURM preempts this one and requeues it
-                urgent = subprocess.run(["sbatch", "-p", "urgent", "--gres=gpu:2", "-c", "1", "--mem=100",
-                                         "-o", "/dev/null", "--wrap", "sleep 2"], capture_output=True, text=True)
+            if run and not preempted:  # mid-training, after a checkpoint
+                # a colleague's job on the higher tier wants both GPUs: SLURM preempts the GPU jobs (this
+                # one, and any other running) and requeues them
+                urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:2", "-c", "1",
+                                         "--mem=100", "-o", "/dev/null", "--wrap", "sleep 2"],
+                                        capture_output=True, text=True)
                 if urgent.returncode == 0:
-                    preempted[jid] = run
-            elif run and not timed and run not in preempted.values():
+                    preempted[jid], preempted["urgent"] = run, urgent.stdout.strip()
+            elif (run and preempted and not timed and jid not in preempted
+                  and seen.get(preempted["urgent"], {}).get("JobState") == "COMPLETED"):  # it preempts no more
                 # hold the training process so that it is still running when SLURM's limit
                 # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
@@ -289,8 +290,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
     # preempted: SLURM requeued the job, which ran again (the same job id) from the run's checkpoint, and
     # the run's record says so; its evaluation was never run on weights of half a run
-    assert len(preempted) == 1 and len(timed) == 1, (preempted, timed)
-    ((jid, run),) = preempted.items()
+    assert len(preempted) == 2 and len(timed) == 1, (preempted, timed)
+    ((jid, run),) = [(j, r) for j, r in preempted.items() if j != "urgent"]
     assert seen[jid]["JobState"] == "COMPLETED" and int(seen[jid]["Restarts"]) >= 1, seen[jid]
     assert "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text()
     parts = json.loads((work / "results/demo_small/runs" / run / "run.json").read_text())["parts"]
