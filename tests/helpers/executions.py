@@ -63,6 +63,11 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         1,
         "runs finished elsewhere adopted into Table 1 beside trained ones (a copy of the demo)",
     ),
+    "test_a_full_disk_fails_each_jo": (
+        7,
+        "a full disk under each kind of job that writes, each freed and rerun (data, training, evaluation, "
+        "tables) to the demo's table: Table 1's seed 0 only",
+    ),
     "test_a_hub_fetch_holds_its_own": (
         1,
         "a hub tokenizer fetched and the demo tokenized with it (its data jobs only, in a scratch repository)",
