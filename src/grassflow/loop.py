@@ -21,6 +21,7 @@ same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` t
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -440,11 +441,14 @@ class Fit:
             m.trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
             if objective.score(row) < m.best:
                 m.best = objective.score(row)
+                # a member's state as copies: views would save the whole stacked storage (E× the size);
+                # through bytes, as torch's own file writer says a full disk only as an iostream error
+                buf = io.BytesIO()
+                torch.save({"model": trained_state(self.model) if self.E == 1 else
+                            {k: v.clone() for k, v in member_state(self.model, e).items()},
+                            "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, buf)
                 with atomic_path(m.best_state) as tmp:
-                    # a member's state as copies: views would save the whole stacked storage (E× the size)
-                    torch.save({"model": trained_state(self.model) if self.E == 1 else
-                                {k: v.clone() for k, v in member_state(self.model, e).items()},
-                                "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, tmp)
+                    tmp.write_bytes(buf.getvalue())
             m.write_metrics()
         self.pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * self.E, "seconds": 0.0}
         self.checkpoint()
