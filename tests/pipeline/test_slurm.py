@@ -214,8 +214,9 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
     def watch():
         for jid, fields in record().items():
-            if jid in preempted and (fields.get("JobState"), fields.get("Reason")) == ("PENDING", "BeginTime"):
-                # SLURM holds a requeued job about two minutes (its BeginTime): released now, as an admin can
+            if int(fields.get("Restarts", 0)) and (fields.get("JobState"), fields.get("Reason")) == ("PENDING", "BeginTime"):
+                # SLURM holds a requeued job (each job the urgent one preempted) about two minutes (its
+                # BeginTime): released now, as an admin can
                 subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], capture_output=True)
             run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
             if run and not preempted:  # mid-training, after a checkpoint

@@ -83,8 +83,9 @@ rule tokenize:
 
 
 use rule tokenize as documents with:
-    input:
+    input:  # a reused rule's input is replaced whole (its params are merged)
         raw=[f"{LM.raw}/validation.parquet", f"{LM.raw}/test.parquet"],
+        artifact=tokenizer_artifact(LM.part, RESULTS),
     output:
         [f"{LM.tokens}/docs/validation.parquet", f"{LM.tokens}/docs/test.parquet"],
     log:

@@ -59,7 +59,6 @@ use rule snli_evaluate as recall_evaluate with:
         val=lambda wc: f"{RECALL.data[wc.recall_run]}/validation.parquet",
         test=lambda wc: f"{RECALL.data[wc.recall_run]}/test.parquet",
         preflight=run_preflight(RECALL.runs, "recall_run"),
-        backbone=[],
     output:
         f"{RECALL.res}/runs/{{recall_run}}/eval.json",
     log:
