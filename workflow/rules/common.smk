@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 from grassflow.pipeline.presets import select_preset
-from grassflow.pipeline.sections import exec_resources, run_train
+from grassflow.pipeline.sections import SPLITS, exec_resources, run_train
 from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
 from grassflow.pipeline.tasks import TASKS, job_estimate, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
 RESULTS = f"results/{PRESET}"
 REPORT = f"{RESULTS}/report"
-SPLITS = ["train", "validation", "test"]
 # {task: {run_id: spec}} of every task (grassflow.pipeline.tasks): one job of each stage per run.
 # Every task's rules exist whatever the preset; a preset without a task's part plans none of its
 # jobs (its run wildcard matches nothing).

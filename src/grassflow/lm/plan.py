@@ -13,9 +13,7 @@ from grassflow.lm.grid import (
     main_run_ids,
     tokenizer_spec,
 )
-from grassflow.pipeline.sections import run_train
-
-SPLITS = ("train", "validation", "test")
+from grassflow.pipeline.sections import SPLITS, run_train
 
 
 def table_files(report: str, name: str) -> list[str]:

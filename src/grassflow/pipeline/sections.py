@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from grassflow.errors import ConfigError
 
+SPLITS = ("train", "validation", "test")  # every task's data splits, as its files name them
+
 
 def check_specs(where: str, specs: dict, build) -> None:
     """Each run's model (or head) as its dataclass checks it: `build(spec)`; a ValueError names the run."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from grassflow.pipeline.sections import SPLITS
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
-
-SPLITS = ("train", "validation", "test")
 
 
 def snli_plan(p: dict, runs: dict, results: str) -> SimpleNamespace:
