@@ -137,7 +137,7 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
 # train.fuse_seeds: a config's seeds (LM.fused) trained as one ensemble by one job, each run's
 # outputs in its own directory as rule `train` writes them; evaluate reads them as any run's. The
 # resume state is the group's (results/<preset>/fused/<group>/last.pt).
-rule train_fused:
+use rule train as train_fused with:
     input:
         train=f"{LM.tokens}/train.parquet",
         val=f"{LM.tokens}/validation.parquet",
@@ -154,27 +154,18 @@ rule train_fused:
         f"{RESULTS}/benchmarks/train_fused/{{group}}.tsv"
     wildcard_constraints:
         group=alternatives(LM.fused),
-    conda:
-        "../../envs/train.yaml"
-    threads: LM_THREADS
     resources:
         **execution(LM.part),
         **estimated("train", LM.runs, "group", LM.files, LM.fused),
         **GPU,
     params:
-        specs=lambda wc: quoted_json(LM.runs[r] for r in LM.fused[wc.group]),
+        spec=lambda wc: quoted_json(LM.runs[r] for r in LM.fused[wc.group]),
         code=lambda wc: code_of("grassflow.lm.train", LM.fused_first[wc.group]["model_kind"]),
-        out_dirs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in LM.fused[wc.group]),
-        work_dir=lambda wc: f"{RESULTS}/fused/{wc.group}",
-    shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.lm.train --spec {params.specs} --train-tokens {input.train} "
-        "--val-tokens {input.val} --out-dir {params.out_dirs} --work-dir {params.work_dir} "
-        "--preflight {input.preflight} --compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} --head-loss {resources.head_loss} > {log} 2>&1"
+        out_dir=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in LM.fused[wc.group]),
+        extra=lambda wc, resources: f"--work-dir {RESULTS}/fused/{wc.group} --head-loss {resources.head_loss}",
 
 
-rule evaluate:
+rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: this rule with their files)
     input:
         weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
         config=f"{RESULTS}/runs/{{run}}/config.json",
@@ -199,12 +190,13 @@ rule evaluate:
         **estimated("evaluate", LM.runs, "run", LM.files),
         **GPU,
     params:
+        stage="grassflow.lm.evaluate",
         code=lambda wc: code_of("grassflow.lm.evaluate", LM.runs[wc.run]["model_kind"]),
+        extra=lambda wc, input: f"--val-docs {input.validation_docs} --test-docs {input.test_docs}",
     shell:
         "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m grassflow.lm.evaluate --weights {input.weights} --run-json {input.record} "
-        "--val-tokens {input.val} --test-tokens {input.test} --out {output} "
-        "--val-docs {input.validation_docs} --test-docs {input.test_docs} > {log} 2>&1"
+        "python -m {params.stage} --weights {input.weights} --run-json {input.record} "
+        "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
 # A run finished elsewhere (config finished_runs: a lease's committed records, another machine's):

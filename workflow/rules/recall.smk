@@ -51,7 +51,7 @@ use rule train as recall_train with:
         extra="",
 
 
-use rule snli_evaluate as recall_evaluate with:
+use rule evaluate as recall_evaluate with:
     input:
         weights=f"{RECALL.res}/runs/{{recall_run}}/model.safetensors",
         config=f"{RECALL.res}/runs/{{recall_run}}/config.json",

@@ -101,7 +101,7 @@ use rule train as snli_train with:
         extra=lambda wc: SNLI.backbone_args[wc.snli_run],
 
 
-rule snli_evaluate:  # recall_evaluate: this rule with its files
+use rule evaluate as snli_evaluate with:
     input:
         weights=f"{SNLI.res}/runs/{{snli_run}}/model.safetensors",
         config=f"{SNLI.res}/runs/{{snli_run}}/config.json",
@@ -116,8 +116,6 @@ rule snli_evaluate:  # recall_evaluate: this rule with its files
         f"{RESULTS}/logs/snli/evaluate/{{snli_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
-    conda:
-        "../../envs/train.yaml"
     threads: SNLI_THREADS
     resources:
         **estimated("snli_evaluate", SNLI.runs, "snli_run", SNLI.files),
@@ -126,10 +124,6 @@ rule snli_evaluate:  # recall_evaluate: this rule with its files
         stage="grassflow.snli.evaluate",
         code=lambda wc: code_of("grassflow.snli.evaluate", SNLI.runs[wc.snli_run]["model_kind"]),
         extra=lambda wc: SNLI.backbone_args[wc.snli_run],
-    shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
-        "python -m {params.stage} --weights {input.weights} --run-json {input.record} "
-        "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
 
 # a task's table job (recall_aggregate is this rule with recall's files): its own part only,
