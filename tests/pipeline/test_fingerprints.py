@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from grassflow.pipeline import staleness
 from helpers.dag import assert_closure_holds
-from helpers.rule_code import CODE, rule_blocks
+from helpers.rule_code import rules
 from helpers.specs import LM_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,29 +23,41 @@ SRC = ROOT / "src" / "grassflow"
 
 
 def test_every_rule_fingerprints_the_job_its_shell_runs():
-    """Each rule's `code` param hashes the stage module its shell runs (`python -m grassflow.<...>`),
-    a run's jobs with the run's model kind; the module is a command line (its main() parses -h)."""
+    """Each rule's `code` param, as Snakemake parsed it, is a fingerprint of the stage module its shell
+    runs (`python -m grassflow.<...>`): a run's jobs each with its own run's model kind (every run job
+    of the demo's plan), bench with every kind, the others with none; the module is a command line
+    (its main() parses -h)."""
     import importlib
 
+    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.tasks import TASKS
+
     seen = {}
-    for rule, block in rule_blocks():
-        shell = re.search(r"python -m (grassflow[\w.]*) ", block)
-        code = CODE.search(block)
+    for rule, r in rules().items():
         if rule == "preflight":  # a check of the machine: no fingerprint, rerun only when missing
-            assert code is None and shell.group(1) == "grassflow.preflight"
+            assert r.code is None and r.module == "grassflow.preflight"
             continue
-        if shell is None:  # a rule that runs no grassflow command (`all`, a target, the spec files)
-            assert code is None, rule
+        if r.module is None:  # a rule that runs no grassflow command (`all`, a target)
+            assert r.code is None, rule
             continue
-        assert code and code.group(1) == shell.group(1), f"rule {rule} runs {shell.group(1)} but fingerprints {code}"
-        seen[rule] = code.group(2).strip()
+        assert r.code and None not in {k for _, k in r.code}, f"rule {rule}: its code is no fingerprint of {r.module}, which its shell runs"
+        seen[rule] = r.code
         with pytest.raises(SystemExit) as e:
-            importlib.import_module(shell.group(1)).main(["-h"])
+            importlib.import_module(r.module).main(["-h"])
         assert e.value.code == 0, rule
-    runs = {r for r in seen if r.removeprefix("snli_").removeprefix("recall_") in ("train", "evaluate", "train_fused")}
-    assert len(runs) == 7 and all("model_kind" in seen[r] for r in runs)  # a run's jobs: its own model kind
+    name, preset = select_preset(load_config(ROOT, preset="demo"))
+    specs = {run: spec for t in TASKS.values() for run, spec in t.specs(name, preset).items()}
+    runs = {r for r, codes in seen.items() if codes[0][0] is not None}  # a code per job: a run's jobs
+    assert runs == {"train", "train_fused", "evaluate", "snli_train", "snli_evaluate", "recall_train", "recall_evaluate"}
+    for rule in runs:
+        for wc, kinds in seen[rule]:
+            (run,) = wc.values()  # a run, or a fused group of runs
+            assert {kinds} == {(s["model_kind"],) for r, s in specs.items() if r == run or r.startswith(f"{run}-s")}, (rule, run)
+        assert {k for _, k in seen[rule]} == {("transformer",), ("grassmann",)}, rule
     # bench fingerprints every kind; the others, none
-    assert {r: k for r, k in seen.items() if k and r not in runs} == {"bench": ", *MODEL_KINDS"}
+    assert {r: codes for r, codes in seen.items() if r not in runs and codes != [(None, ())]} == {
+        "bench": [(None, ("transformer", "grassmann"))]}
     assert len(seen) == 25
 
 
@@ -54,7 +65,7 @@ def test_no_jobs_code_holds_the_planning():
     """No job's fingerprint holds a module of grassflow.pipeline, for every rule and model kind:
     no job runs the planning (its estimates beside the measured times: `grassflow plan --measured`)."""
     kinds = [(), ("transformer",), ("grassmann",), ("transformer", "grassmann")]
-    jobs = {m.group(1) for _, block in rule_blocks() if (m := re.search(r"python -m (grassflow[\w.]*) ", block))}
+    jobs = {r.module for r in rules().values() if r.module}
     assert len(jobs) > 20 and not {j for j in jobs if j.startswith("grassflow.pipeline")}, jobs
     for module in jobs:
         for k in kinds:

@@ -11,7 +11,7 @@ import subprocess
 import yaml
 
 from helpers.dag import BIN, ROOT, pipeline_env, run_snakemake
-from helpers.rule_code import rule_blocks
+from helpers.rule_code import rules
 
 
 def test_the_catalogs_usage_file_names_only_what_exists():
@@ -34,8 +34,7 @@ def test_the_catalogs_usage_file_names_only_what_exists():
 
 
 def test_its_conda_and_container_claims_are_the_rules():
-    blocks = dict(rule_blocks())
-    jobs = {r: b for r, b in blocks.items() if re.search(r"^\s+(shell|script|run):", b, re.M)}
+    jobs = {name: r for name, r in rules().items() if r.runs}  # as Snakemake parsed them
     assert len(jobs) > 20
-    assert [r for r, b in jobs.items() if "conda:" not in b] == []
-    assert not any(re.search(r"^\s+(container|singularity):", b, re.M) for b in blocks.values())
+    assert [name for name, r in jobs.items() if not r.conda] == []
+    assert not any(r.container for r in rules().values())

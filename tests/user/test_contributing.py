@@ -96,8 +96,8 @@ def _jobs(src: Path) -> dict[str, set[str]]:
 
     out = {}
     for module, kinds in rule_codes().values():
-        for name, ks in ([(f"{module}[*]", KINDS)] if "MODEL_KINDS" in kinds else
-                         [(f"{module}[{k}]", (k,)) for k in KINDS] if kinds else [(module, ())]):
+        for name, ks in ([(f"{module}[*]", KINDS)] if kinds == "*" else
+                         [(f"{module}[{k}]", (k,)) for k in KINDS] if kinds == "run" else [(module, ())]):
             out[name] = {p.resolve().relative_to(src.parent).as_posix() for p in staleness.job_files(module, ks)}
     return out
 
