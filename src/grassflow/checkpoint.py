@@ -89,12 +89,25 @@ def load_weights(path) -> dict:
 MAGIC = b"GFCKPT1\n"
 
 
+def data_bytes(obj) -> bytes:
+    """torch.save's bytes, made in memory: written with atomic_path, a full disk is a DiskSpaceError
+    naming the file (torch's own file writer says it only as `basic_ios::clear: iostream error`)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def save_data(path: Path, obj) -> None:
+    """A working file that load_data reads (best_state.pt): written whole or not at all."""
+    payload = data_bytes(obj)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(payload)
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
     """One file: magic, sha256 of the payload, payload. Written to a temp file, fsynced and
     renamed, so a kill at any moment leaves either the previous checkpoint or the new one."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    payload = buf.getvalue()
+    payload = data_bytes(state)
     with atomic_path(path) as tmp:
         tmp.write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
 

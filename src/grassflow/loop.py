@@ -21,7 +21,6 @@ same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` t
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -43,12 +42,13 @@ from grassflow.checkpoint import (
     resume_state,
     rng_state,
     save_checkpoint,
+    save_data,
     save_weights,
     set_rng_state,
     state_sha256,
 )
 from grassflow.compiled import Compiled
-from grassflow.io import atomic_path, spec_hash, write_json, write_text
+from grassflow.io import spec_hash, write_json, write_text
 from grassflow.models import layers
 from grassflow.models.ensemble import member_state
 from grassflow.provenance import git_state
@@ -441,14 +441,10 @@ class Fit:
             m.trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
             if objective.score(row) < m.best:
                 m.best = objective.score(row)
-                # a member's state as copies: views would save the whole stacked storage (E× the size);
-                # through bytes, as torch's own file writer says a full disk only as an iostream error
-                buf = io.BytesIO()
-                torch.save({"model": trained_state(self.model) if self.E == 1 else
-                            {k: v.clone() for k, v in member_state(self.model, e).items()},
-                            "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val}, buf)
-                with atomic_path(m.best_state) as tmp:
-                    tmp.write_bytes(buf.getvalue())
+                # a member's state as copies: views would save the whole stacked storage (E× the size)
+                save_data(m.best_state, {"model": trained_state(self.model) if self.E == 1 else
+                                         {k: v.clone() for k, v in member_state(self.model, e).items()},
+                                         "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val})
             m.write_metrics()
         self.pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * self.E, "seconds": 0.0}
         self.checkpoint()

@@ -52,19 +52,19 @@ def test_a_checkpoint_that_finds_the_disk_full_keeps_the_last_one(small_fs, capf
     assert load_checkpoint(last)["step"] == 2
 
 
-@pytest.mark.parametrize("writer", ["table", "parquet", "figure", "weights"])
+@pytest.mark.parametrize("writer", ["table", "parquet", "figure", "weights", "best state"])
 def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, small_fs):
     import matplotlib.pyplot as plt
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grassflow.checkpoint import save_weights
+    from grassflow.checkpoint import save_data, save_weights
     from grassflow.io import atomic_path
     from grassflow.report.figures import _save
 
     _fill(small_fs, leave=2_000)
     target = small_fs / {"table": "table1.md", "parquet": "train.parquet", "figure": "gap.png",
-                         "weights": "model.safetensors"}[writer]
+                         "weights": "model.safetensors", "best state": "best_state.pt"}[writer]
     with pytest.raises(DiskSpaceError, match=f"^{target}: no space left on its file system"):
         if writer == "table":
             write_text(target, "x" * 100_000)
@@ -75,6 +75,8 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
             fig, ax = plt.subplots(figsize=(20, 20))
             ax.imshow(torch.rand(500, 500).numpy())
             _save(fig, target)
-        else:
+        elif writer == "weights":
             save_weights(target, {"w": torch.rand(100_000)})
+        else:  # the loop's best weights so far (torch's own file writer would say only `iostream error`)
+            save_data(target, {"model": {"w": torch.rand(100_000)}, "epoch": 1})
     assert [p.name for p in small_fs.iterdir()] == ["filler"]  # nothing that looks complete, no temporary
