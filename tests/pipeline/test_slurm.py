@@ -197,7 +197,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     work = copy_repo(tmp_path)
     profile = site_profile(work)
     env = pipeline_env(work)
-    seen, preempted, timed, limit_before = {}, {}, {}, {}
+    seen, preempted, urgent, timed, limit_before = {}, {}, [], {}, {}  # urgent: the preempting job's id
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 
     def lm_run(jid, fields):
@@ -223,13 +223,13 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
             if run and not preempted:  # mid-training, after a checkpoint
                 # a colleague's job on the higher tier wants both GPUs: SLURM preempts the GPU jobs (this
                 # one, and any other running) and requeues them
-                urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:2", "-c", "1",
-                                         "--mem=100", "-o", "/dev/null", "--wrap", "sleep 2"],
-                                        capture_output=True, text=True)
-                if urgent.returncode == 0:
-                    preempted[jid], preempted["urgent"] = run, urgent.stdout.strip()
+                sub = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:2", "-c", "1",
+                                      "--mem=100", "-o", "/dev/null", "--wrap", "sleep 2"], capture_output=True, text=True)
+                if sub.returncode == 0:
+                    preempted[jid] = run
+                    urgent.append(sub.stdout.strip())
             elif (run and preempted and not timed and jid not in preempted
-                  and seen.get(preempted["urgent"], {}).get("JobState") == "COMPLETED"):  # it preempts no more
+                  and seen.get(urgent[0], {}).get("JobState") == "COMPLETED"):  # it preempts no more
                 # hold the training process so that it is still running when SLURM's limit
                 # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
@@ -295,8 +295,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
     # preempted: SLURM requeued the job, which ran again (the same job id) from the run's checkpoint, and
     # the run's record says so; its evaluation was never run on weights of half a run
-    assert len(preempted) == 2 and len(timed) == 1, (preempted, timed)
-    ((jid, run),) = [(j, r) for j, r in preempted.items() if j != "urgent"]
+    assert len(preempted) == len(urgent) == len(timed) == 1, (preempted, urgent, timed)
+    ((jid, run),) = preempted.items()
     assert seen[jid]["JobState"] == "COMPLETED" and int(seen[jid]["Restarts"]) >= 1, seen[jid]
     assert "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text()
     parts = json.loads((work / "results/demo_small/runs" / run / "run.json").read_text())["parts"]
