@@ -37,7 +37,7 @@ from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
 # nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's rounding)
-# and a table whose seeds two windows split equals the one window's; 8 epochs, so that no group finishes
+# and a table whose seeds two windows split equals the one window's; 4 epochs, so that no group finishes
 # before the deadline the test sets once every group has one
 DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml nodrop.yaml"}
 
@@ -49,7 +49,7 @@ def _copy(dst):
     work = copy_repo(dst)
     shutil.copytree(ROOT / "bench", work / "bench")
     shutil.copy(ROOT / ".gitignore", work / ".gitignore")
-    (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 8}}}}\n")
+    (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 4}}}}\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
         subprocess.run([*git, *args], cwd=work, check=True, capture_output=True)
