@@ -45,7 +45,7 @@ BENCH_ARGS=${BENCH_ARGS:---device cuda --parts kernels,graph,head,fused}
 RES=results/$PRESET
 CARRY=${CARRY:-.gpu-carry.tar}  # make gpu-paper-prepare's tar of $RES and .snakemake's records
 EXPECT=${EXPECT:-cuda cupy}  # the preflight's resolved device type and op backend(s), or the window stops
-ALLOWED="spec preflight adopt_run train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
+ALLOWED="preflight adopt_run train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
 PREFLIGHT=${PREFLIGHT:-$RES/preflight/auto_auto.json}  # the preflight the runs depend on (train.device auto)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT" "$RES/logs"

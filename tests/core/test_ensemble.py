@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import pytest
 import torch
@@ -226,38 +225,3 @@ def test_each_fused_run_directory_evaluates_loads_and_exports_alone(tokens, tmp_
         assert model.tok_emb.weight.dim() == 2 and not hasattr(model, "ensemble_size")
         out = export_run(d, tmp_path / "export" / rec["run_id"], tokenizer=tokens / "tok.json")
         assert (out / "model.safetensors").exists() and (out / "config.json").exists()
-
-
-@pytest.mark.slow
-def test_the_demos_table_from_fused_groups_keeps_its_rows(demo, tmp_path):
-    """The real DAG with train.fuse_seeds: Table 1's runs removed from a copy of the finished demo
-    (its data as it is), `snakemake table1` trains each model's two seeds as one train_fused job;
-    the table has the same rows (a run each) with their provenance, and each run's record names
-    its group."""
-    import csv
-    import shutil
-
-    import yaml
-
-    from helpers.dag import snakemake
-
-    work = tmp_path / "work"
-    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept, so only what is removed reruns
-    want = {f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1)}
-    for run in want:
-        shutil.rmtree(work / "results/demo/runs" / run)
-    (work / "overlay.yaml").write_text(yaml.safe_dump({"presets": {"demo": {"train": {"fuse_seeds": True}}}}))
-    res = snakemake(work, "table1", "--configfile", "overlay.yaml")
-    assert res.stderr.count("rule train_fused:") == 2 and "rule train:" not in res.stderr
-    assert not re.search(r"^(local)?rule (download|tokenize|documents|unigram):", res.stderr, re.M)  # the demo's data
-    report = work / "results/demo/report"
-    with open(report / "table1.csv", newline="") as f:
-        rows = {r["run_id"]: r for r in csv.DictReader(f)}
-    assert set(rows) == want and all(r["status"] == "completed" for r in rows.values())
-    md = (report / "table1.md").read_text()
-    assert all(f"[{r}](../runs/{r}/run.json)" in md for r in want)
-    for r in want:
-        rec = json.loads((work / "results/demo/runs" / r / "run.json").read_text())
-        group = r.rsplit("-s", 1)[0]
-        assert rec["fused"] == {"runs": [f"{group}-s0", f"{group}-s1"], "work_dir": f"results/demo/fused/{group}",
-                                "index": int(r[-1])}

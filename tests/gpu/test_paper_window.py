@@ -163,7 +163,15 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert proc.returncode == 0, out[-3000:]
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
     assert logs.count("[train] resuming") == 2
-    assert (res / "report/table1.md").is_file()
+    # the table from fused groups: a completed row each, linked to its run's record, which names its group
+    rows = pd.read_csv(res / "report/table1.csv").set_index("run_id")
+    assert sorted(rows.index) == sorted(runs) and (rows.status == "completed").all()
+    md = (res / "report/table1.md").read_text()
+    for r in runs:
+        group, seed = r.rsplit("-s", 1)
+        fused = json.loads((res / "runs" / r / "run.json").read_text())["fused"]
+        assert fused == {"runs": [f"{group}-s0", f"{group}-s1"], "work_dir": f"results/demo/fused/{group}", "index": int(seed)}
+        assert f"[{r}](../runs/{r}/run.json)" in md
     with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
         names = tar.getnames()
     assert "results/demo/report/table1.md" in names and "results/demo/runs/table1-grassmann-s1/run.json" in names

@@ -50,14 +50,11 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         5,
         "each batch of damaged files fails the jobs that read it (a copy of the demo)",
     ),
-    "test_the_demos_table_from_fuse": (
-        1,
-        "Table 1 trained as fused seed groups, a row and record each (from a copy of the demo)",
-    ),
     "test_the_gpu_window_stops_at_i": (
         6,
-        "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed; a third "
-        "window elsewhere adopting the second's seed-0 records (its preflight and its tables: two)",
+        "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed to Table 1 "
+        "from fused seed groups (a row and record each); a third window elsewhere adopting the second's "
+        "seed-0 records (its preflight and its tables: two)",
     ),
     "test_a_tables_runs_finished_el": (
         1,
