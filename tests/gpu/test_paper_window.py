@@ -11,7 +11,8 @@ pipeline's, checkpoint and exit 75. A preflight that resolves another device or 
 lease's (EXPECT: cuda cupy) stops the window before training, and so does a pinned setting
 (COMPILE, HEAD_LOSS) that the first minute finds failing. Every started run's epochs so far come back
 (--keep-incomplete), and the window's closing lines say them. The same command again resumes
-them and makes the table, with the first minute's choice and figures (grassflow.bench.choose). What
+them and makes the table from the fused groups (a completed row per run, whose record names its
+group), with the first minute's choice and figures (grassflow.bench.choose). What
 comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as the
 second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A tree with
 uncommitted changes is refused before anything runs."""
