@@ -165,8 +165,8 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
     assert logs.count("[train] resuming") == 2
     # the table from fused groups: a completed row each, linked to its run's record, which names its group
-    rows = pd.read_csv(res / "report/table1.csv").set_index("run_id")
-    assert sorted(rows.index) == sorted(runs) and (rows.status == "completed").all()
+    one = pd.read_csv(res / "report/table1.csv").set_index("run_id")  # the one window's table
+    assert sorted(one.index) == sorted(runs) and (one.status == "completed").all()
     md = (res / "report/table1.md").read_text()
     for r in runs:
         group, seed = r.rsplit("-s", 1)
@@ -199,7 +199,7 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert proc.returncode == 0, out[-3000:]
     assert "first minute: table1: seeds 1 this lease" in out, out[-3000:]
     assert "planned: adopt_run 2, preflight 1, train 2, evaluate 2, aggregate 1, table1 1," in out, out[-3000:]
-    one, split = (pd.read_csv(w / "results/demo/report/table1.csv").set_index("run_id") for w in (work, third))
+    split = pd.read_csv(third / "results/demo/report/table1.csv").set_index("run_id")
     assert sorted(one.index) == sorted(split.index) == sorted(runs)
     for col in ("val_ppl", "test_ppl"):  # seed 1 alone vs as a fused member: equal within fp32's rounding
         assert np.allclose(split[col], one.loc[split.index, col], rtol=1e-4, atol=0), col
