@@ -16,7 +16,9 @@ A run's parts: each start or resume to its stop (when, from and to which epoch a
 device, at which commit and whether the tree was clean, and why it ended: finished, diverged, the
 signal that stopped it, killed: a part whose last checkpoint is all that is known of its end, or
 preempted: a part stopped in a SLURM job that SLURM then requeued, so that the next part runs in the
-same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum).
+same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum). A job
+that reruns a run that had ended (a retried or requeued group job whose other run had not) writes its
+outputs again and adds no part.
 """
 
 from __future__ import annotations
@@ -182,6 +184,7 @@ def load_trained(model, state: dict) -> None:
         raise RuntimeError(f"checkpoint does not fit the model: {bad[:5]}")
 
 
+ENDS = ("finished", "diverged")  # a part that ended so ended its run
 # a part before last.pt kept its parts (a checkpoint of an earlier format): known to have been, no more
 UNRECORDED = {"ended": "unrecorded", "note": "a part before run records kept their parts: not recorded"}
 
@@ -322,11 +325,12 @@ class Fit:
         if last and "ended" not in last:  # stopped without a word (SIGKILL, a lost node): its last checkpoint
             last.update(ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None))
         job = os.environ.get("SLURM_JOB_ID")  # the executor plugin keeps it in its job steps
-        if job and last.get("slurm_job") == job:  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
-            last.update(ended="preempted", stopped_by=last["ended"])
-        self.parts.append({"started_at": time.time(), "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},
-                           "device": device_name(device), **git_state(Path(__file__).parent),
-                           **({"slurm_job": job} if job else {})})
+        if last.get("ended") not in ENDS:  # a run that had ended adds no part (a retry of its group job writes its outputs again)
+            if job and last.get("slurm_job") == job:  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
+                last.update(ended="preempted", stopped_by=last["ended"])
+            self.parts.append({"started_at": time.time(), "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},
+                               "device": device_name(device), **git_state(Path(__file__).parent),
+                               **({"slurm_job": job} if job else {})})
         for m in self.members:
             m.trackers = Trackers(execution["trackers"], m.run.spec.source, m.run.out_dir, fresh=state is None)
         self.losses = EpochLoss(device, E)
@@ -450,8 +454,8 @@ class Fit:
         self.checkpoint()
 
     def finish(self) -> tuple[list[dict], list[list[dict]], dict]:
-        self.end_part("finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged")
-        if any(m.status["state"] == "diverged" for m in self.members):
+        if "ended" not in self.parts[-1]:  # its end into last.pt too: a rerun of the job then adds no part
+            self.end_part("finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged")
             self.checkpoint()
         for m in self.members:
             m.write_outputs()

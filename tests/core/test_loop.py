@@ -102,6 +102,28 @@ def test_a_killed_part_and_a_checkpoint_of_the_older_format_are_kept_in_the_reco
     assert unrecorded["ended"] == "unrecorded" and resumed["from"] == saved and resumed["ended"] == "finished"
 
 
+@pytest.mark.parametrize("lr", [SPEC["train"]["lr"], 1e6], ids=["finished", "diverged"])
+def test_a_rerun_of_an_ended_run_keeps_its_record(lr, tokens, tmp_path, monkeypatch):
+    """A job that reruns a run that had ended (SLURM requeues a group job, or Snakemake retries one,
+    after one of its runs finished) writes the same outputs and the same record: one part, ended as
+    it ended, in its first job; never "killed" nor "preempted"."""
+    spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1, "lr": lr, "checkpoint_every": 0}}
+    paths = (tokens / "train.parquet", tokens / "validation.parquet")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    first = train(spec, *paths, tmp_path)
+    ended = "finished" if lr == SPEC["train"]["lr"] else "diverged"
+    assert [(p["ended"], p["slurm_job"]) for p in first["parts"]] == [(ended, "7")]
+    metrics, weights = (tmp_path / "metrics.jsonl").read_text(), load_weights(tmp_path / "model.safetensors")
+    for job in ("7", "8"):  # requeued (the same job), retried (another)
+        monkeypatch.setenv("SLURM_JOB_ID", job)
+        again = train(spec, *paths, tmp_path)
+        assert again["parts"] == first["parts"] and again["wall_seconds"] == first["wall_seconds"], job
+        assert again["status"] == first["status"]
+        assert (tmp_path / "metrics.jsonl").read_text() == metrics
+        again_weights = load_weights(tmp_path / "model.safetensors")
+        assert again_weights.keys() == weights.keys() and all(torch.equal(again_weights[k], weights[k]) for k in weights)
+
+
 def test_divergence_is_recorded_not_raised(tokens, tmp_path):
     spec = {**SPEC, "train": {**SPEC["train"], "lr": 1e6, "checkpoint_every": 0}}
     rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
