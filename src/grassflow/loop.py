@@ -318,14 +318,17 @@ class Fit:
             set_rng_state(state["rng"])
             self.pos = state["pos"]
             self.members = [Member(r, **m) for r, m in zip(runs, state["members"])]
-            print(f"[train] resuming {', '.join(r.spec.run_id for r in runs)} at epoch {self.pos['epoch'] + 1}, "
-                  f"step {self.pos['step']}", file=sys.stderr)
         self.parts = [] if state is None else list(state.get("parts") or [dict(UNRECORDED)])
         last = self.parts[-1] if self.parts else {}
         if last and "ended" not in last:  # stopped without a word (SIGKILL, a lost node): its last checkpoint
             last.update(ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None))
         job = os.environ.get("SLURM_JOB_ID")  # the executor plugin keeps it in its job steps
-        if last.get("ended") not in ENDS:  # a run that had ended adds no part (a retry of its group job writes its outputs again)
+        ids = ", ".join(r.spec.run_id for r in runs)
+        if last.get("ended") in ENDS:  # a run that had ended adds no part (a retry of its group job writes its outputs again)
+            print(f"[train] {ids} had ended ({last['ended']}): its outputs written again", file=sys.stderr)
+        else:
+            if state is not None:
+                print(f"[train] resuming {ids} at epoch {self.pos['epoch'] + 1}, step {self.pos['step']}", file=sys.stderr)
             if job and last.get("slurm_job") == job:  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
                 last.update(ended="preempted", stopped_by=last["ended"])
             self.parts.append({"started_at": time.time(), "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},

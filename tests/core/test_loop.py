@@ -103,7 +103,7 @@ def test_a_killed_part_and_a_checkpoint_of_the_older_format_are_kept_in_the_reco
 
 
 @pytest.mark.parametrize("lr", [SPEC["train"]["lr"], 1e6], ids=["finished", "diverged"])
-def test_a_rerun_of_an_ended_run_keeps_its_record(lr, tokens, tmp_path, monkeypatch):
+def test_a_rerun_of_an_ended_run_keeps_its_record(lr, tokens, tmp_path, monkeypatch, capfd):
     """A job that reruns a run that had ended (SLURM requeues a group job, or Snakemake retries one,
     after one of its runs finished) writes the same outputs and the same record: one part, ended as
     it ended, in its first job; never "killed" nor "preempted"."""
@@ -116,7 +116,9 @@ def test_a_rerun_of_an_ended_run_keeps_its_record(lr, tokens, tmp_path, monkeypa
     metrics, weights = (tmp_path / "metrics.jsonl").read_text(), load_weights(tmp_path / "model.safetensors")
     for job in ("7", "8"):  # requeued (the same job), retried (another)
         monkeypatch.setenv("SLURM_JOB_ID", job)
+        capfd.readouterr()
         again = train(spec, *paths, tmp_path)
+        assert f"had ended ({ended}): its outputs written again" in capfd.readouterr().err
         assert again["parts"] == first["parts"] and again["wall_seconds"] == first["wall_seconds"], job
         assert again["status"] == first["status"]
         assert (tmp_path / "metrics.jsonl").read_text() == metrics
