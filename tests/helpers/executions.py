@@ -23,12 +23,8 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     ),
     "test_demo_through_slurm_profil": (
         1,
-        "every rule as a SLURM job on its partition, a run's jobs in one allocation, a "
-        "preemption and a time limit retried (a fresh tree: the data jobs too)",
-    ),
-    "test_k_runs_packed_into_one_al": (
-        1,
-        "K=2 runs in one allocation, cancelled and resumed (from a copy of the demo)",
+        "every rule as a SLURM job on its partition, Table 1's two runs in one allocation, preempted "
+        "and then retried after its time limit (a fresh tree: the data jobs too)",
     ),
     "test_full_v1_splits_through_th": (
         1,

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -176,15 +177,20 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 @pytest.mark.slurm
 def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
-    """4 of the demo's runs (SMALL) through profiles/slurm: every job on its partition; each run's
-    training and evaluation in one allocation whose time limit is the sum of their estimates; a
-    group job preempted mid-training by a job of a higher partition tier is requeued by SLURM (the
-    same job) and resumes from its checkpoint, its run.json saying the part preempted; one killed at
-    its time limit is retried with a longer limit and resumes; every run's row of every table
-    equals the local demo's. From a fresh tree: every rule a SLURM job. It takes the demo at its
-    set-up although it compares with it only at the end: the demo's build (--cores 5) fills both of
-    CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s; measured again:
-    1,279 s against 1,151 s, the demo's build 241 s against 145 s)."""
+    """4 of the demo's runs (SMALL) through profiles/slurm, with train.runs_per_gpu: 2 and `grassflow
+    gpus --slurm`'s flag: every job on its partition; Table 1's two runs packed in one allocation with
+    one GPU (gres, not two), SNLI's and recall's runs one each, each allocation running its runs'
+    training and evaluation, its time limit the sum over the train and evaluate layers of its longest
+    job estimate (the executor plugin runs a group's jobs one after another:
+    snakemake-executor-plugin-slurm#469). The packed allocation is preempted by a job of a higher
+    partition tier while its second run trains: SLURM requeues it (the same job), the run resumes
+    from its checkpoint, its record saying the part preempted, and the first run, finished, keeps its
+    one-part record. Once the run has checkpointed again, the allocation is killed at its time limit:
+    retried (another job) with a longer limit, the run resumes again. Every run's row of every table
+    equals the local demo's. From a fresh tree: every rule a SLURM job. It takes the demo at
+    its set-up although it compares with it only at the end: the demo's build (--cores 5) fills both
+    of CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s; measured
+    again: 1,279 s against 1,151 s, the demo's build 241 s against 145 s)."""
     import signal
 
     from grassflow.lm.grid import runs
@@ -197,17 +203,24 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     work = copy_repo(tmp_path)
     profile = site_profile(work)
     env = pipeline_env(work)
-    seen, preempted, urgent, timed, limit_before = {}, {}, [], {}, {}  # urgent: the preempting job's id
+    flag = subprocess.run([str(BIN / "python"), "-m", "grassflow", "gpus", "--slurm", "--preset", "demo_small",
+                           "--configfile", str(SMALL)], cwd=work, capture_output=True, text=True, check=True,
+                          env=env).stdout.split()
+    assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
+    runs_dir = work / "results/demo_small/runs"
+    seen, preempted, urgent, timed, limit_before, requeued = {}, {}, [], {}, {}, {}  # urgent: the preempting job's id
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 
-    def lm_run(jid, fields):
-        """The LM run training in group job `jid`, once it has a checkpoint."""
-        if _group(fields.get("Comment", "")) != "lm_run":
+    def training_pack(jid, fields):
+        """The run training now in LM group job `jid`, once both of its runs have a checkpoint."""
+        if _group(fields.get("Comment", "")) != "lm_run" or fields.get("JobState") != "RUNNING":
             return None
-        run = next((r for rule, r in _jobs_of_allocation(work, jid) if rule == "train"), None)
-        return run if run and (work / "results/demo_small/runs" / run / "last.pt").exists() else None
+        pack = sorted(r for rule, r in _jobs_of_allocation(work, jid) if rule == "train")
+        if len(pack) < 2 or not all((runs_dir / r / "last.pt").exists() for r in pack):
+            return None
+        return next((r for r in pack if training_pids(work, r)), None)
 
-    def record():  # job records straight from slurmctld, while they exist (MinJobAge=30 s)
+    def record():  # job records straight from slurmctld, while they exist (MinJobAge=300 s)
         jobs = {jid: fields for jid, fields in scontrol_jobs().items() if jid not in before}
         for jid, fields in jobs.items():
             seen.setdefault(jid, {}).update(fields)
@@ -219,8 +232,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 # SLURM holds a requeued job (each job the urgent one preempted) about two minutes (its
                 # BeginTime): released now, as an admin can
                 subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], capture_output=True)
-            run = lm_run(jid, fields) if fields.get("JobState") == "RUNNING" else None
-            if run and not preempted:  # mid-training, after a checkpoint
+            run = training_pack(jid, fields)
+            if run and not preempted:  # mid-training, both runs checkpointed
                 # a colleague's job on the higher tier wants both GPUs: SLURM preempts the GPU jobs (this
                 # one, and any other running) and requeues them
                 sub = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:2", "-c", "1",
@@ -228,43 +241,45 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 if sub.returncode == 0:
                     preempted[jid] = run
                     urgent.append(sub.stdout.strip())
-            elif (run and preempted and not timed and jid not in preempted
-                  and seen.get(urgent[0], {}).get("JobState") == "COMPLETED"):  # it preempts no more
-                # hold the training process so that it is still running when SLURM's limit
-                # (one minute, set now) ends the allocation: SIGCONT, SIGTERM, then SIGKILL
+            if preempted and int(fields.get("Restarts", 0)) and fields.get("JobState") == "RUNNING":
+                requeued.setdefault(jid, time.time())
+            if (run and run == preempted.get(jid) and not timed and jid in requeued
+                    and (runs_dir / run / "last.pt").stat().st_mtime > requeued[jid]):  # resumed, checkpointed again
+                # hold the training process so that it is still running when SLURM's limit (one minute, set
+                # now) ends the allocation: SIGCONT, SIGTERM and soon SIGKILL, before or after it checkpoints
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
                 if pids:
                     if subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"]).returncode == 0:
                         timed[jid] = run
                         limit_before[jid] = fields["TimeLimit"]
-                    else:  # the allocation ended first: let the process go, and try another
+                    else:  # the allocation ended first: let the process go, and try again
                         _signal_all(pids, signal.SIGCONT)
 
-    with Watcher(watch, 0.5, record) as watcher:
-        res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--configfile", str(SMALL),
+    with Watcher(watch, 0.3, record) as watcher:
+        res = subprocess.run([str(BIN / "snakemake"), "--profile", profile, "--configfile", str(SMALL), *flag,
                               "--config", "preset=demo_small"], cwd=work, env=env, capture_output=True, text=True,
                              timeout=3600)
         watcher.stop()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
-    by_rule = {}  # rule, or group: [(SLURM job id, run, its record)]
+    by_rule = {}  # rule, or group: [(SLURM job id, its runs, its record)]
     for jid, f in seen.items():
         group = _group(f.get("Comment", ""))
         if group:
-            ran = _jobs_of_allocation(work, jid)
-            run = next((r for rule, r in ran if rule.endswith("train")), next((r for _, r in ran), None))
-            by_rule.setdefault(group, []).append((jid, run, f))
+            by_rule.setdefault(group, []).append((jid, frozenset(r for _, r in _jobs_of_allocation(work, jid)), f))
             continue
         rule, run = rule_and_run(f.get("Comment", ""))
         if rule:
-            by_rule.setdefault(rule, []).append((jid, run, f))
-    runs_ = {f"table1-{m}-s0" for m in ("transformer", "grassmann")}
-    for group, expected in (("lm_run", runs_), ("snli_run", {"table3-grassmann-s0"}), ("recall_run", {"L32-kv4-d32-grassmann-lr0.001-s0"}),
-                            ("preflight", {"cpu_auto"}), ("bench", {None})):  # bench times the training jobs' device
-        assert {run for _, run, _ in by_rule[group]} == expected, group
-        for _jid, run, f in by_rule[group]:
-            assert f["Partition"] == "gpu", (group, run, f["Partition"])
-            assert one_gpu(f), (group, run, f)
+            by_rule.setdefault(rule, []).append((jid, frozenset({run}), f))
+    lm_pack = frozenset(f"table1-{m}-s0" for m in ("transformer", "grassmann"))
+    for group, expected in (("lm_run", {lm_pack}), ("snli_run", {frozenset({"table3-grassmann-s0"})}),
+                            ("recall_run", {frozenset({"L32-kv4-d32-grassmann-lr0.001-s0"})}),
+                            ("preflight", {frozenset({"cpu_auto"})}), ("bench", {frozenset({None})})):  # bench times the training jobs' device
+        completed = {pack for _, pack, f in by_rule[group] if f["JobState"] == "COMPLETED"}
+        assert completed == expected, (group, completed)
+        for _jid, pack, f in by_rule[group]:
+            assert f["Partition"] == "gpu", (group, pack, f["Partition"])
+            assert one_gpu(f), (group, pack, f)  # one GPU for the pack's two runs too
     for rule in RUN_RULES:  # never an allocation of their own: each run's pair shares one
         assert rule not in by_rule, rule
     for rule in ("train_tokenizer", "tokenize", "unigram", "aggregate", "ablation_aggregate", "snli_train_tokenizer",
@@ -274,130 +289,50 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
     assert "download" not in by_rule and "snli_download" not in by_rule  # localrules: runs where Snakemake runs (login node)
 
-    # one allocation per run, asking for the sum of its jobs' estimates (longer on a retry)
+    # one allocation per pack of runs, asking for the sum over its layers of the longest estimate (longer on a retry)
     config = load_config(work, [SMALL], preset="demo_small")
     name, P = select_preset(config)
     specs = {"lm_run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
     tokens = {"lm_run": work / "results/demo_small/data/tokens/trained",
               "snli_run": work / "results/demo_small/snli/data/tokens/trained"}
+    settings = config["estimate"]
     attempts = Counter()
     for group in ("lm_run", "snli_run", "recall_run"):
-        for jid, run, f in sorted(by_rule[group], key=lambda x: int(x[0])):
-            attempts[run] += 1
-            pair = {(rule, run) for rule, g in GROUPS.items() if g == group}
+        rules = [rule for rule, g in GROUPS.items() if g == group]
+        files = {s: tokens[group] / f"{s}.parquet" for s in SPLITS} if group in tokens else None
+        for jid, pack, f in sorted(by_rule[group], key=lambda x: int(x[0])):
+            if jid not in seen or not pack:
+                continue
+            attempts[pack] += 1
             if f["JobState"] == "COMPLETED":
-                assert _jobs_of_allocation(work, jid) == pair, (jid, run)
-            files = {s: tokens[group] / f"{s}.parquet" for s in SPLITS} if group in tokens else None
-            want = sum(job_estimate(rule, specs[group][run], P, config["estimate"], files)
-                       .minutes(config["estimate"], attempts[run]) for rule, _ in pair)
+                assert _jobs_of_allocation(work, jid) == {(rule, r) for rule in rules for r in pack}, (jid, pack)
+            want = sum(max(job_estimate(rule, specs[group][r], P, settings, files).minutes(settings, attempts[pack])
+                           for r in pack) for rule in rules)
             if jid not in timed:
-                assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, run, f["TimeLimit"], want)
+                assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pack, f["TimeLimit"], want)
 
-    # preempted: SLURM requeued the job, which ran again (the same job id) from the run's checkpoint, and
-    # the run's record says so; its evaluation was never run on weights of half a run
+    # preempted: SLURM requeued the pack's job, which ran again (the same job id) from the runs' checkpoints,
+    # the run it stopped saying so in its record; then killed at its time limit while that run trained
+    # again: retried (another job) with a longer limit, both runs resumed
     assert len(preempted) == len(urgent) == len(timed) == 1, (preempted, urgent, timed)
     ((jid, run),) = preempted.items()
-    assert seen[jid]["JobState"] == "COMPLETED" and int(seen[jid]["Restarts"]) >= 1, seen[jid]
+    assert timed.keys() == {jid}, timed
+    assert seen[jid]["JobState"] == "TIMEOUT" and int(seen[jid]["Restarts"]) >= 1, seen[jid]
+    again = [(j, f) for j, pack, f in by_rule["lm_run"] if int(j) > int(jid)]
+    assert again and again[-1][1]["JobState"] == "COMPLETED", again
+    assert _minutes(again[-1][1]["TimeLimit"]) > _minutes(limit_before[jid]), limit_before[jid]
+    parts = json.loads((runs_dir / run / "run.json").read_text())["parts"]  # the run training at both ends
+    assert parts[0]["ended"] == "preempted" and parts[0]["stopped_by"] == "SIGTERM", parts
+    assert parts[1]["ended"] in ("SIGTERM", "killed") and parts[2]["ended"] == "finished", parts
+    assert [p["slurm_job"] for p in parts] == [jid, jid, again[-1][0]], parts
+    assert all(b["from"] == a["to"] for a, b in zip(parts, parts[1:])), parts
     assert "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text()
-    parts = json.loads((work / "results/demo_small/runs" / run / "run.json").read_text())["parts"]
-    assert [p["ended"] for p in parts] == ["preempted", "finished"] and parts[0]["stopped_by"] == "SIGTERM", parts
-    assert parts[0]["slurm_job"] == parts[1]["slurm_job"] == jid and parts[1]["from"] == parts[0]["to"], parts
-    # killed at the time limit: retried (another job) with a longer limit, resumed
-    ((jid, run),) = timed.items()
-    assert seen[jid]["JobState"] == "TIMEOUT", seen[jid]["JobState"]
-    again = [(j, f) for j, r, f in by_rule["lm_run"] if r == run and int(j) > int(jid)]
-    assert again and again[-1][1]["JobState"] == "COMPLETED", run
-    assert _minutes(again[-1][1]["TimeLimit"]) > _minutes(limit_before[jid]), (run, limit_before[jid])
-    assert "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text()
+    # the pack's other run had finished before the preemption: the requeued job and the retry ran its
+    # job again, which wrote its outputs again and left its record as it was
+    (done,) = lm_pack - {run}
+    parts = json.loads((runs_dir / done / "run.json").read_text())["parts"]
+    assert [(p["ended"], p["slurm_job"]) for p in parts] == [("finished", jid)], parts
+    assert f"[train] {done} had ended (finished)" in (work / f"results/demo_small/logs/train/{done}.log").read_text()
 
     # the cluster run produced the same numbers as the local run, run by run
     assert_same_tables(demo, work, names=SMALL_TABLES, subset="demo_small")
-
-
-@pytest.mark.slurm
-def test_k_runs_packed_into_one_allocation_and_resumed_after_scancel(slurm_cluster, demo, tmp_path):
-    """train.runs_per_gpu: 2 with `grassflow gpus --slurm`'s flag, Table 1's two runs of seed 0
-    redone in a copy of the finished demo (its data, preflight and other runs as they are):
-    one SLURM job, one allocation with one GPU (gres, not two) running both runs' training and
-    evaluation, whose time limit is the sum over the train and evaluate layers of the pair's
-    longest job estimate ×2 (the executor plugin runs a group's jobs one after another:
-    snakemake-executor-plugin-slurm#469). The allocation is cancelled once both of its runs have
-    a checkpoint: it is retried with a longer limit and both runs resume. Table 1's rows equal the
-    local run's."""
-    import shutil
-
-    from grassflow.lm.grid import runs
-    from grassflow.pipeline.plan import load_config
-    from grassflow.pipeline.presets import select_preset
-    from grassflow.pipeline.tasks import job_estimate
-
-    work = tmp_path / "work"
-    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept, so only what is removed reruns
-    runs_dir = work / "results/demo/runs"
-    redo = ["table1-grassmann-s0", "table1-transformer-s0"]
-    for run in redo:
-        shutil.rmtree(runs_dir / run)
-    profile = site_profile(work)
-    (work / "pool.yaml").write_text("presets: {demo: {seeds: [0], train: {runs_per_gpu: 2}}}\n")
-    env = pipeline_env(work)
-    flag = subprocess.run([str(BIN / "python"), "-m", "grassflow", "gpus", "--slurm", "--preset", "demo",
-                           "--configfile", str(work / "pool.yaml")], cwd=work, capture_output=True, text=True,
-                          check=True, env=env).stdout.split()
-    assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
-    seen, cancelled = {}, {}
-    before = set(scontrol_jobs())
-
-    def training(run):
-        return training_pids(work, run)
-
-    def record():
-        jobs = {jid: fields for jid, fields in scontrol_jobs().items() if jid not in before}
-        for jid, fields in jobs.items():
-            seen.setdefault(jid, {}).update(fields)
-        return jobs
-
-    def watch():
-        for jid, fields in record().items():
-            if cancelled or fields.get("JobState") != "RUNNING" or _group(fields.get("Comment", "")) != "lm_run":
-                continue
-            pair = sorted(r for rule, r in _jobs_of_allocation(work, jid) if rule == "train")
-            if len(pair) == 2 and all((runs_dir / r / "last.pt").exists() for r in pair) and any(
-                    training(r) for r in pair):
-                if subprocess.run(["scancel", jid]).returncode == 0:  # preempted mid-training, both checkpointed
-                    cancelled[jid] = pair
-
-    with Watcher(watch, 0.3, record) as watcher:
-        res = subprocess.run([str(BIN / "snakemake"), "table1", "--profile", profile, "--configfile",
-                              str(work / "pool.yaml"), *flag, "--config", "preset=demo"], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=3600)
-        watcher.stop()
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-
-    packed = sorted(((jid, f) for jid, f in seen.items() if _group(f.get("Comment", "")) == "lm_run"),
-                    key=lambda x: int(x[0]))
-    config = load_config(work, [work / "pool.yaml"], preset="demo")
-    _, P = select_preset(config)
-    specs, settings = runs("demo", P), config["estimate"]
-    tokens = work / "results/demo/data/tokens/trained"
-    files = {s: tokens / f"{s}.parquet" for s in SPLITS}
-    attempts, completed = Counter(), set()
-    for jid, f in packed:
-        ran = _jobs_of_allocation(work, jid)
-        pair = tuple(sorted(r for rule, r in ran if rule == "train"))
-        assert one_gpu(f) and f["Partition"] == "gpu", f  # one GPU for both runs
-        attempts[pair] += 1
-        want = sum(max(job_estimate(rule, specs[r], P, settings, files).minutes(settings, attempts[pair]) for r in pair)
-                   for rule in ("train", "evaluate"))
-        if f["JobState"] == "COMPLETED":
-            assert len(pair) == 2 and ran == {(rule, r) for r in pair for rule in ("train", "evaluate")}, (jid, ran)
-            assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pair, f["TimeLimit"], want)
-            completed.add(pair)
-    assert completed == {tuple(redo)}
-    ((jid, pair),) = cancelled.items()
-    assert seen[jid]["JobState"] == "CANCELLED"
-    again = [f for j, f in packed if int(j) > int(jid) and f["JobState"] == "COMPLETED" and tuple(sorted(
-        r for rule, r in _jobs_of_allocation(work, j) if rule == "train")) == tuple(pair)]
-    assert again and _minutes(again[-1]["TimeLimit"]) > _minutes(seen[jid]["TimeLimit"])
-    for run in pair:
-        assert "[train] resuming " + run in (work / f"results/demo/logs/train/{run}.log").read_text(), run
-    assert_same_tables(demo, work, names=["table1"], subset="demo")
