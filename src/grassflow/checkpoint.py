@@ -124,13 +124,19 @@ def load_checkpoint(path: Path):
     return load_data(io.BytesIO(raw[head:]), path)
 
 
-def resume_state(path: Path, spec_hash: str) -> dict | None:
+def resume_state(path: Path, spec_hash: str, code: str | None = None) -> dict | None:
     """A fit's resume state (grassflow.loop: model, optimizer, rng, pos, members) from `path`, or
-    None: absent, or another spec's (said, and started afresh). One written before fused runs
-    (one run's metrics, best_val and status at the top) is read as a fit of one member."""
+    None: absent, another spec's, or written by other code (its job's code fingerprint, `code`: a
+    job Snakemake reruns because its code changed must compute anew, not finish the old
+    computation) (said, and started afresh). One written before fused runs (one run's metrics,
+    best_val and status at the top) is read as a fit of one member."""
     state = load_checkpoint(path)
     if state is not None and state["spec_hash"] != spec_hash:
         print(f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); starting fresh",
+              file=sys.stderr)
+        return None
+    if state is not None and state.get("code") != code:
+        print(f"[train] {path} was written by other code (fingerprint {state.get('code')} ≠ {code}); starting fresh",
               file=sys.stderr)
         return None
     if state is not None and "members" not in state:

@@ -18,7 +18,8 @@ signal that stopped it, killed: a part whose last checkpoint is all that is know
 preempted: a part stopped in a SLURM job that SLURM then requeued, so that the next part runs in the
 same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum). A job
 that reruns a run that had ended (a retried or requeued group job whose other run had not) writes its
-outputs again and adds no part.
+outputs again and adds no part. Only a last.pt of the same spec and code (the job's code
+fingerprint, from the pipeline) is resumed: a job rerun because its code changed trains anew.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def fit(model, objective: Objective, spec: RunSpec | dict, out_dir, device, head
     ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
     to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
-    spec): a checkpoint resumes under any of them."""
+    spec): a checkpoint resumes under any of them; and `code`, the job's code fingerprint: a
+    checkpoint resumes only under its own."""
     run = Run(RunSpec.of(spec), Path(out_dir), header)
     (status,), (metrics,), ran = fit_runs(model, objective, [run], out_dir, device,
                                           execution=execution)
@@ -305,7 +307,7 @@ class Fit:
         self.total_steps = self.steps * self.tcfg.epochs
         self.hash = spec_hash(runs[0].spec.source) if E == 1 else spec_hash({"runs": [r.spec.source for r in runs]})
         self.last = work / "last.pt"
-        state = resume_state(self.last, self.hash)
+        state = resume_state(self.last, self.hash, execution.get("code"))
         if state is None:
             self.pos = {"epoch": 0, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
             self.members = [Member(r) for r in runs]
@@ -350,7 +352,8 @@ class Fit:
         part = self.parts[-1]
         if "ended" not in part:  # what is known of this part's end if it is killed after this
             part.update(saved_at=time.time(), saved_to={"epoch": self.pos["epoch"], "step": self.pos["step"]})
-        save_checkpoint(self.last, {"spec_hash": self.hash, "model": trained_state(self.model),
+        save_checkpoint(self.last, {"spec_hash": self.hash, "code": self.execution.get("code"),
+                                    "model": trained_state(self.model),
                                     "optimizer": self.opt.state_dict(), "rng": rng_state(), "pos": self.pos,
                                     "members": [m.state() for m in self.members], "parts": self.parts})
 

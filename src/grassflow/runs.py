@@ -125,12 +125,15 @@ def train_args(p, fused: bool = False) -> None:
                         "capture the training step as one CUDA graph")
     p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")
     p.add_argument("--trackers", default="none", help="train.trackers, comma-separated (tensorboard,wandb), or none")
+    p.add_argument("--code", help="the job's code fingerprint (its rule's `code` param): a last.pt written under "
+                                  "another is not resumed")
 
 
 def execution(a) -> dict:
-    """How a training job runs, not what it computes (train.compile, compile_mode, trackers)."""
+    """How a training job runs, not what it computes (train.compile, compile_mode, trackers), and
+    the code it runs (`code`: only a checkpoint of the same code resumes)."""
     return {"compile": {"true": True, "false": False}.get(a.compile, a.compile), "compile_mode": a.compile_mode,
-            "trackers": [t for t in a.trackers.split(",") if t != "none"]}
+            "trackers": [t for t in a.trackers.split(",") if t != "none"], "code": a.code}
 
 
 def evaluate_args(p) -> None:

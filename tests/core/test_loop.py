@@ -103,27 +103,34 @@ def test_a_killed_part_and_a_checkpoint_of_the_older_format_are_kept_in_the_reco
 
 
 @pytest.mark.parametrize("lr", [SPEC["train"]["lr"], 1e6], ids=["finished", "diverged"])
-def test_a_rerun_of_an_ended_run_keeps_its_record(lr, tokens, tmp_path, monkeypatch, capfd):
+def test_a_rerun_of_an_ended_run_keeps_its_record_and_other_code_trains_anew(lr, tokens, tmp_path, monkeypatch, capfd):
     """A job that reruns a run that had ended (SLURM requeues a group job, or Snakemake retries one,
     after one of its runs finished) writes the same outputs and the same record: one part, ended as
-    it ended, in its first job; never "killed" nor "preempted"."""
+    it ended, in its first job; never "killed" nor "preempted". Under other code (the job's code
+    fingerprint: Snakemake reruns the job because its code changed) it trains anew."""
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1, "lr": lr, "checkpoint_every": 0}}
     paths = (tokens / "train.parquet", tokens / "validation.parquet")
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    first = train(spec, *paths, tmp_path)
+    first = train(spec, *paths, tmp_path, execution={"code": "c0"})
     ended = "finished" if lr == SPEC["train"]["lr"] else "diverged"
     assert [(p["ended"], p["slurm_job"]) for p in first["parts"]] == [(ended, "7")]
     metrics, weights = (tmp_path / "metrics.jsonl").read_text(), load_weights(tmp_path / "model.safetensors")
     for job in ("7", "8"):  # requeued (the same job), retried (another)
         monkeypatch.setenv("SLURM_JOB_ID", job)
         capfd.readouterr()
-        again = train(spec, *paths, tmp_path)
+        again = train(spec, *paths, tmp_path, execution={"code": "c0"})
         assert f"had ended ({ended}): its outputs written again" in capfd.readouterr().err
         assert again["parts"] == first["parts"] and again["wall_seconds"] == first["wall_seconds"], job
         assert again["status"] == first["status"]
         assert (tmp_path / "metrics.jsonl").read_text() == metrics
         again_weights = load_weights(tmp_path / "model.safetensors")
         assert again_weights.keys() == weights.keys() and all(torch.equal(again_weights[k], weights[k]) for k in weights)
+    anew = train(spec, *paths, tmp_path, execution={"code": "c1"})
+    err = capfd.readouterr().err
+    assert f"{tmp_path / 'last.pt'} was written by other code (fingerprint c0 ≠ c1); starting fresh" in err, err[-2000:]
+    assert "had ended" not in err and "resuming" not in err
+    (part,) = anew["parts"]
+    assert part["from"] == {"epoch": 0, "step": 0} and part["started_at"] > first["parts"][0]["ended_at"]
 
 
 def test_divergence_is_recorded_not_raised(tokens, tmp_path):

@@ -52,6 +52,10 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         "from fused seed groups (a row and record each); a third window elsewhere adopting the second's "
         "seed-0 records (its preflight and its tables: two)",
     ),
+    "test_a_run_rerun_because_its_c": (
+        1,
+        "a run's training rerun after an edit of its model's code trains anew (one job, a copy of the demo)",
+    ),
     "test_a_tables_runs_finished_el": (
         1,
         "runs finished elsewhere adopted into Table 1 beside trained ones (a copy of the demo)",

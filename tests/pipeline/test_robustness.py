@@ -57,6 +57,27 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
 
 
 @pytest.mark.slow
+def test_a_run_rerun_because_its_code_changed_trains_anew(demo, tmp_path):
+    """A real edit of the Grassmann model's code reruns its runs' training (their code fingerprint
+    changed); such a job trains from its first step, never from the finished run's last.pt still in
+    its directory: that was written by other code (the job's fingerprint, --code), and finishing it
+    would give the old numbers as the new code's."""
+    work = tmp_path / "work"
+    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept
+    model = work / "src/grassflow/models/grassmann.py"
+    block = "    def forward(self, h, *mix_args):\n"
+    assert model.read_text().count(block) == 1
+    model.write_text(model.read_text().replace(block, block + "        h = 0.5 * h\n"))
+    run = "table1-grassmann-s0"
+    snakemake(work, f"results/demo/runs/{run}/model.safetensors")  # its training job only
+    log = (work / f"results/demo/logs/train/{run}.log").read_text()
+    assert "was written by other code" in log and "resuming" not in log and "had ended" not in log, log[-2000:]
+    old, new = (json.loads((d / f"results/demo/runs/{run}/run.json").read_text()) for d in (demo, work))
+    assert [(p["from"], p["ended"]) for p in new["parts"]] == [({"epoch": 0, "step": 0}, "finished")], new["parts"]
+    assert new["parts"][0]["started_at"] > old["finished_at"] and new["weights_sha256"] != old["weights_sha256"]
+
+
+@pytest.mark.slow
 def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
     """A results tree is shared: whoever can write one file in it must not run code as the
     next user. Crafted pickles (they would create a marker file) as the weights

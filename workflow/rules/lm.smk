@@ -131,7 +131,7 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
         "python -m {params.stage} --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} {params.extra} > {log} 2>&1"
+        "--trackers {resources.trackers} --code {params.code} {params.extra} > {log} 2>&1"
 
 
 # train.fuse_seeds: a config's seeds (LM.fused) trained as one ensemble by one job, each run's
