@@ -54,7 +54,7 @@ rule toy_train:
         "python -m grassflow.recall.train --spec {params.spec:q} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
-        "--trackers {resources.trackers} > {log} 2>&1"
+        "--trackers {resources.trackers} --code {params.code} > {log} 2>&1"
 
 
 rule toy_evaluate:
