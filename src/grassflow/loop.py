@@ -457,11 +457,17 @@ class Fit:
                                          "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val})
             m.write_metrics()
         self.pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * self.E, "seconds": 0.0}
+        if self.pos["epoch"] == self.tcfg.epochs or not self.running():  # the run's end, in its last checkpoint
+            self.end_part(self.end())
         self.checkpoint()
 
+    def end(self) -> str:
+        """How the run ended: finished unless every member diverged."""
+        return "finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged"
+
     def finish(self) -> tuple[list[dict], list[list[dict]], dict]:
-        if "ended" not in self.parts[-1]:  # its end into last.pt too: a rerun of the job then adds no part
-            self.end_part("finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged")
+        if "ended" not in self.parts[-1]:  # ended within an epoch (every member diverged): its end into last.pt
+            self.end_part(self.end())     # too, so that a rerun of the job adds no part
             self.checkpoint()
         for m in self.members:
             m.write_outputs()

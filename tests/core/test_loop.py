@@ -110,10 +110,14 @@ def test_a_rerun_of_an_ended_run_keeps_its_record_and_other_code_trains_anew(lr,
     fingerprint: Snakemake reruns the job because its code changed) it trains anew."""
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1, "lr": lr, "checkpoint_every": 0}}
     paths = (tokens / "train.parquet", tokens / "validation.parquet")
+    import grassflow.loop
+
+    writes = []  # last.pt written once for one epoch: the run's end goes into its epoch's checkpoint
+    monkeypatch.setattr(grassflow.loop, "save_checkpoint", lambda *a, f=grassflow.loop.save_checkpoint: writes.append(f(*a)))
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     first = train(spec, *paths, tmp_path, execution={"code": "c0"})
     ended = "finished" if lr == SPEC["train"]["lr"] else "diverged"
-    assert [(p["ended"], p["slurm_job"]) for p in first["parts"]] == [(ended, "7")]
+    assert [(p["ended"], p["slurm_job"]) for p in first["parts"]] == [(ended, "7")] and len(writes) == 1
     metrics, weights = (tmp_path / "metrics.jsonl").read_text(), load_weights(tmp_path / "model.safetensors")
     for job in ("7", "8"):  # requeued (the same job), retried (another)
         monkeypatch.setenv("SLURM_JOB_ID", job)

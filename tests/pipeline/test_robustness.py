@@ -1,5 +1,6 @@
-"""The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, crafted checkpoints in a
-shared results tree, a stand-in pool of GPU slots."""
+"""The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, a run rerun for a code
+edit beside its old checkpoint, crafted checkpoints in a shared results tree, a stand-in pool of GPU
+slots."""
 
 from __future__ import annotations
 
