@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -165,6 +166,27 @@ def _signal_all(pids, sig) -> list[str]:
     return sent
 
 
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _stopped_after_next_checkpoint(pids, last: Path, timeout: float = 120) -> list[str]:
+    """SIGSTOP `pids` (a resumed run's training processes) as soon as its checkpoint `last` is written
+    again; returns those stopped ([] if they ended first, or it took over `timeout` s). Watched every
+    2 ms, not at the watcher's 0.3 s: a demo epoch takes 0.6 s on an idle machine, and a later look
+    found the last epoch's checkpoint, written as the run ended (its parts then [preempted, finished])."""
+    before, end = last.stat().st_mtime_ns, time.time() + timeout
+    while time.time() < end and any(_alive(pid) for pid in pids):
+        if last.stat().st_mtime_ns != before:
+            return _signal_all(pids, signal.SIGSTOP)
+        time.sleep(0.002)
+    return []
+
+
 def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
     """(rule, run) of every job Snakemake ran inside SLURM job `jid`, from its kept log."""
     (log,) = list((work / ".snakemake/slurm_logs").glob(f"**/{jid}.log")) or [None]
@@ -191,8 +213,6 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     its set-up although it compares with it only at the end: the demo's build (--cores 5) fills both
     of CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s; measured
     again: 1,279 s against 1,151 s, the demo's build 241 s against 145 s)."""
-    import signal
-
     from grassflow.lm.grid import runs
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
@@ -208,7 +228,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                           env=env).stdout.split()
     assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
     runs_dir = work / "results/demo_small/runs"
-    seen, preempted, urgent, timed, limit_before, requeued = {}, {}, [], {}, {}, {}  # urgent: the preempting job's id
+    seen, preempted, urgent, timed, limit_before, requeued = {}, {}, [], {}, {}, set()  # urgent: the preempting job's id
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 
     def training_pack(jid, fields):
@@ -242,12 +262,12 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                     preempted[jid] = run
                     urgent.append(sub.stdout.strip())
             if preempted and int(fields.get("Restarts", 0)) and fields.get("JobState") == "RUNNING":
-                requeued.setdefault(jid, time.time())
-            if (run and run == preempted.get(jid) and not timed and jid in requeued
-                    and (runs_dir / run / "last.pt").stat().st_mtime > requeued[jid]):  # resumed, checkpointed again
-                # hold the training process so that it is still running when SLURM's limit (one minute, set
-                # now) ends the allocation: SIGCONT, SIGTERM and soon SIGKILL, before or after it checkpoints
-                pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
+                requeued.add(jid)
+            if run and run == preempted.get(jid) and not timed and jid in requeued:  # resumed in the requeued job
+                # hold the training process right after its next checkpoint (which keeps this part), so that
+                # it is still training when SLURM's limit (one minute, set now) ends the allocation: SIGCONT,
+                # SIGTERM and soon SIGKILL, before or after it checkpoints again
+                pids = _stopped_after_next_checkpoint(training_pids(work, run), runs_dir / run / "last.pt")
                 if pids:
                     if subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"]).returncode == 0:
                         timed[jid] = run
