@@ -206,4 +206,10 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert (split.loc[[f"{g}-s0" for g in groups], "weights_sha256"] == one.loc[[f"{g}-s0" for g in groups],
                                                                                   "weights_sha256"]).all()
     md = (third / "results/demo/report/table1.md").read_text()
-    assert f"From records made elsewhere (finished_runs: {records}): table1-grassmann-s0, table1-transformer-s0" in md
+    assert (f"From records made elsewhere (finished_runs: {records}): table1-grassmann-s0, table1-transformer-s0; "
+            "the others trained in this tree.") in md, md
+    for g in groups:  # seed 0 adopted, not evaluated again (the record's evaluation as it was); seed 1 trained here
+        adopted = third / f"results/demo/runs/{g}-s0"
+        assert json.loads((adopted / "adopted.json").read_text())["source"] == str(records / f"{g}-s0")
+        assert (adopted / "eval.json").read_bytes() == (records / f"{g}-s0/eval.json").read_bytes()
+        assert split.loc[f"{g}-s0", "adopted_from"] == str(records / f"{g}-s0") and pd.isna(split.loc[f"{g}-s1", "adopted_from"])

@@ -50,15 +50,11 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         6,
         "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed to Table 1 "
         "from fused seed groups (a row and record each); a third window elsewhere adopting the second's "
-        "seed-0 records (its preflight and its tables: two)",
+        "seed-0 records beside seed 1 trained (its preflight and its tables: two; the one DAG run of finished_runs)",
     ),
     "test_a_run_rerun_because_its_c": (
         1,
         "a run's training rerun after an edit of its model's code trains anew (one job, a copy of the demo)",
-    ),
-    "test_a_tables_runs_finished_el": (
-        1,
-        "runs finished elsewhere adopted into Table 1 beside trained ones (a copy of the demo)",
     ),
     "test_a_full_disk_fails_each_jo": (
         7,

@@ -252,7 +252,7 @@ def test_full_v1_splits_through_the_dag(tmp_path):
     work = copy_repo(tmp_path)
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     v1 = cfg["presets"]["laptop_v1"]
-    v1["data"].update(source="local", local_dir=str(V1_SPLITS), eval_max_tokens=8000)  # nothing copied
+    v1["data"].update(source="local", local_dir=str(V1_SPLITS), eval_max_tokens=4000)  # nothing copied
     v1["tokenizer"] = {"path": str(BERT_VOCAB)}
     v1["experiments"] = {"table1": {"epochs": 2}}
     v1["train"] = {"max_steps_per_epoch": 100}

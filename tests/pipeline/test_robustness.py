@@ -197,19 +197,20 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
         shutil.copy2(demo / path.relative_to(work), path)
     tokens = next(res.glob("data/tokens/*/test.parquet"))
     cut(tokens, tokens.stat().st_size // 2)
-    found = errors("table1")  # Table 1's evaluations (its target): as every LM run's, fewer jobs
-    failed = [k for k, e in found.items() if k.startswith("evaluate/") and e]
-    assert failed and all(len(found[k]) == 1 and f"{tokens.relative_to(work)}: unreadable token file" in found[k][0]
-                          and "snakemake again" in found[k][0] for k in failed), found
+    one_evaluation = "results/demo/runs/table1-grassmann-s0/eval.json"  # as every LM run's: one job
+    found = errors(one_evaluation)
+    failed = [k for k, e in found.items() if e]
+    assert failed == ["evaluate/table1-grassmann-s0.log"] and len(found[failed[0]]) == 1, found
+    assert f"{tokens.relative_to(work)}: unreadable token file" in found[failed[0]][0] and "snakemake again" in found[failed[0]][0]
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
 
     shutil.copy2(demo / tokens.relative_to(work), tokens)  # and the documents lm-eval's perplexity reads
     docs = next(res.glob("data/tokens/*/docs/test.parquet"))
     docs.write_bytes(b"\0" * 64)
-    found = errors("table1")
-    failed = [k for k, e in found.items() if k.startswith("evaluate/") and e]
-    assert failed and all(len(found[k]) == 1 and f"{docs.relative_to(work)}: unreadable documents file" in found[k][0]
-                          for k in failed), found
+    found = errors(one_evaluation)
+    failed = [k for k, e in found.items() if e]
+    assert failed == ["evaluate/table1-grassmann-s0.log"] and len(found[failed[0]]) == 1, found
+    assert f"{docs.relative_to(work)}: unreadable documents file" in found[failed[0]][0]
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
 
     # the records the tables read: a run.json cut short (its evaluation reads it first), a line of
