@@ -59,7 +59,7 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     "test_a_full_disk_fails_each_jo": (
         7,
         "a full disk under each kind of job that writes, each freed and rerun (data, training, evaluation, "
-        "tables) to the demo's table: Table 1's seed 0 only",
+        "tables) to the demo's table: Table 1's Grassmann seed 0 only",
     ),
     "test_a_hub_fetch_holds_its_own": (
         1,

@@ -242,12 +242,14 @@ V1_SPLITS = SHARED_DATA / "wikitext-2-v1"
        "needs ../shared/data (Wikitext-2 v1 and the bert-base-uncased vocabulary)")
 def test_full_v1_splits_through_the_dag(tmp_path):
     """All of Wikitext-2 v1 through the real DAG, the laptop preset learning real text: the
-    laptop_v1 preset (laptop size) trimmed to a few minutes (1 seed, 2 × 100 steps, an evaluation
-    cut, the laptop's base ablation variant: the same run, trained once) on the full splits from
-    ../shared: every training token tokenized with `<unk>` mapped, every run completes (none
-    diverges), both models well below the unigram baseline, and tables (the main and the ablation
-    table) that carry the data's hashes and say the data is v1, not the paper's raw text, and why
-    the numbers are not comparable with the paper."""
+    laptop_v1 preset (laptop size) trimmed to a minute or two (the Grassmann model alone, 1 seed,
+    2 × 100 steps, an evaluation cut, the laptop's base ablation variant: the same run, trained
+    once) on the full splits from ../shared: every training token tokenized with `<unk>` mapped,
+    the run completes (it does not diverge) well below the unigram baseline, and tables (the main
+    and the ablation table) that carry the data's hashes and say the data is v1, not the paper's raw
+    text, and why the numbers are not comparable with the paper. (The Transformer beside it, 75
+    core-seconds more, learned as well: 0.81× the unigram PPL against Grassmann's 0.74×; the
+    demo's tables hold both models' rows.)"""
 
     work = copy_repo(tmp_path)
     cfg = yaml.safe_load((work / "config.yaml").read_text())
@@ -257,6 +259,7 @@ def test_full_v1_splits_through_the_dag(tmp_path):
     v1["experiments"] = {"table1": {"epochs": 2}}
     v1["train"] = {"max_steps_per_epoch": 100}
     v1["seeds"] = [0]
+    v1["models"] = ["grassmann"]
     # the laptop's base variant only (merged over laptop's own grid: a null removes a variant)
     lap_variants = cfg["presets"]["laptop"]["ablations"]["variants"]
     v1["ablations"] = {**cfg["presets"]["laptop"]["ablations"], "seeds": [0],
@@ -272,14 +275,14 @@ def test_full_v1_splits_through_the_dag(tmp_path):
     assert meta["validation"]["cut"]["of_tokens"] == 225_018 and meta["test"]["cut"]["of_tokens"] == 253_653
     unigram = json.loads((toks / "unigram.json").read_text())["validation"]["unigram_ppl"]
     runs = {p.parent.name: json.loads(p.read_text()) for p in (work / "results/laptop_v1/runs").glob("*/run.json")}
-    assert sorted(runs) == ["table1-grassmann-s0", "table1-transformer-s0"]  # the ablation's base: the same runs
+    assert sorted(runs) == ["table1-grassmann-s0"]  # the ablation's base: the same run
     for rec in runs.values():  # a diverged run fails this test: the preset must learn on real text
         assert rec["status"]["state"] == "completed", rec["run_id"]
         assert rec["data"]["train"]["tokenizer"] == "bert-base-uncased" and rec["threads"] == 1
     rep = work / "results/laptop_v1/report"
     for df in (pd.read_csv(rep / "table1.csv"), pd.read_csv(rep / "ablations.csv")):
         done = df[df.status == "completed"]
-        assert len(done) == len(df) == 2 and set(done.model) == {"transformer", "grassmann"}  # none diverged
+        assert len(done) == len(df) == 1 and set(done.model) == {"grassmann"}  # it did not diverge
         assert (done.val_ppl < LEARNED_MARGIN * unigram).all() and done.learned.all(), (unigram, done[["run_id", "val_ppl"]])
         assert df.train_tokens_sha256.str.len().eq(64).all() and df.weights_sha256.str.len().eq(64).all()
     print(f"v1: unigram val PPL {unigram:.1f}; " + ", ".join(

@@ -143,3 +143,26 @@ def test_a_diverged_seed_is_named_where_the_verdict_is(dropped):
     else:
         assert "over 3 of 3 transformer seeds, 3 of 3 grassmann seeds." in line
         assert "fewer seeds" not in s["gap"]["verdict"]
+
+
+@pytest.mark.parametrize("grassmann", ["completed", "diverged", None], ids=["one-model", "none-completed", "both"])
+def test_a_table_without_a_gap_says_why_and_still_why_it_is_not_the_papers(grassmann):
+    """A table of one model (a preset that asks only Grassmann, as the ablations' v1 preset does) or
+    one whose other model completed no run: no gap, and the line says which; the reasons its
+    numbers cannot be compared with the paper's, which a gap's verdict carries, are said there
+    too, and in the LaTeX caption."""
+    from grassflow.report.aggregate import judge, latex_table, markdown_table, summarise
+
+    statuses = {"table1-grassmann-s0": grassmann or "completed"}
+    if grassmann != "completed":
+        statuses["table1-transformer-s0"] = "diverged" if grassmann == "diverged" else "completed"
+    why = ["2 layers, not 6"]
+    s = summarise(_runs_frame(statuses), {}, 1)
+    judge(s, why, 15.0)
+    line = markdown_table("table1", TABLE1, s, ".").splitlines()[-1]
+    if grassmann is None:  # both completed: the verdict carries the reasons
+        assert "gap" in s and s["gap"]["verdict"] == "not comparable: 2 layers, not 6"
+        return
+    said = "no transformer runs in this table" if grassmann == "completed" else "a model has no completed run"
+    assert line == f"Gap not computed: {said}. **These numbers cannot be compared with the paper's:** 2 layers, not 6."
+    assert "Not comparable with the paper's numbers: 2 layers, not 6." in latex_table("table1", TABLE1, s)

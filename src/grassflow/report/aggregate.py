@@ -178,6 +178,7 @@ def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> No
     """The verdict on the paper's claim (a gap within `limit` %: published.yaml's
     claim_limit_pct), or why the table cannot give one; `scope`: what a verdict must say it was
     measured on (verdict_scope)."""
+    s["not_comparable"] = why
     if "gap" in s:
         g = s["gap"]
         g["verdict"] = verdict(g["ci_low"], g["ci_high"], g["gap_pct"], limit)
@@ -215,7 +216,12 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
         lines.append(f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} %**{ci}{paper_gap}, "
                      f"over {seed_basis(s['models'], s['asked'])}. Paper's claim \"within 10–15 %\": **{g['verdict']}**.")
     else:
-        lines.append("Gap not computed: a model has no completed run.")
+        absent = [m for m in MODELS if m not in s["models"]]  # a preset that asks one model
+        why = f"no {' or '.join(absent)} runs in this table" if absent else "a model has no completed run"
+        # the reasons a verdict would give: the paper's numbers stand in the table all the same
+        said = s.get("not_comparable")
+        lines.append(f"Gap not computed: {why}."
+                     + (f" **These numbers cannot be compared with the paper's:** {'; '.join(said)}." if said else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -260,6 +266,8 @@ def latex_table(exp_name, exp, s) -> str:
     cap = f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, mean ± std over seeds."
     if "gap" in s:
         cap += f" Gap {s['gap']['gap_pct']:+.1f}\u2009%: {s['gap']['verdict']}."
+    elif s.get("not_comparable"):
+        cap += f" Not comparable with the paper's numbers: {'; '.join(s['not_comparable'])}."
     return latex(["Model", "Params", "Val PPL (ours)", "Paper", "Test PPL"], rows, cap)
 
 
