@@ -430,6 +430,12 @@ def test_snli_table_statistics_and_diverged_runs(tmp_path):
     assert s["diff"]["val_acc"]["diff"] == pytest.approx(d["diff"]) and s["paper_diff"] == pytest.approx(0.27)
     md = markdown_table("table3", exp, s, tmp_path)
     assert "3/4 (1 diverged)" in md and "Grassmann head better at 95 %" in md and "85.50" in md
+    # a preset of one head (tests/slurm/demo-small.yaml's), or a head whose every run diverged: no difference, and why
+    for keep, said in (("grassmann", "no transformer runs in this table"), (None, "a head has no completed run")):
+        sub = [r for r in rows if r["model"] == keep] if keep else [{**r, "status": "diverged"} if r["model"] == "transformer"
+                                                                    else r for r in rows]
+        md = markdown_table("table3", exp, summarise(pd.DataFrame(sub), exp), tmp_path)
+        assert md.splitlines()[-1] == f"Difference not computed: {said}.", md
 
 
 def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):

@@ -134,6 +134,13 @@ def by_model(df: pd.DataFrame, key: str) -> dict:
             if not (sub := df[df.model == m]).empty}
 
 
+def no_gap_reason(models: dict, unit: str = "model") -> str:
+    """Why a table of `models` ({model: ...}) has no gap: the models its preset did not ask for
+    (a preset may ask one), or one that completed no run."""
+    absent = [m for m in MODELS if m not in models]
+    return f"no {' or '.join(absent)} runs in this table" if absent else f"a {unit} has no completed run"
+
+
 def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
     """The runs a model's statistics leave out, each with why (diverged, or how else it ended)."""
     kept = set(good.run_id)
@@ -216,11 +223,9 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
         lines.append(f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} %**{ci}{paper_gap}, "
                      f"over {seed_basis(s['models'], s['asked'])}. Paper's claim \"within 10–15 %\": **{g['verdict']}**.")
     else:
-        absent = [m for m in MODELS if m not in s["models"]]  # a preset that asks one model
-        why = f"no {' or '.join(absent)} runs in this table" if absent else "a model has no completed run"
-        # the reasons a verdict would give: the paper's numbers stand in the table all the same
+        # and the reasons a verdict would give: the paper's numbers stand in the table all the same
         said = s.get("not_comparable")
-        lines.append(f"Gap not computed: {why}."
+        lines.append(f"Gap not computed: {no_gap_reason(s['models'])}."
                      + (f" **These numbers cannot be compared with the paper's:** {'; '.join(said)}." if said else ""))
     return "\n".join(lines) + "\n"
 

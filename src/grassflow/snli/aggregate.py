@@ -23,6 +23,7 @@ from grassflow.report.aggregate import (
     aggregate_args,
     by_model,
     latex,
+    no_gap_reason,
     read_runs,
     record_links,
     write_tables,
@@ -99,7 +100,7 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
         paper = f" Paper (test): {s['paper_diff']:+.2f} points." if "paper_diff" in s else ""
         lines.append("Grassmann − Transformer accuracy: " + "; ".join(parts) + "." + paper)
     else:
-        lines.append("Difference not computed: a head has no completed run.")
+        lines.append(f"Difference not computed: {no_gap_reason(s['models'], 'head')}.")
     return "\n".join(lines) + "\n"
 
 
