@@ -27,6 +27,7 @@ from grassflow.report.aggregate import (
     MODELS,
     _fmt,
     baseline_line,
+    cannot_compare,
     latex,
     load_runs,
     provenance_line,
@@ -121,7 +122,7 @@ def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[st
                   "Grassmann test PPL", "gap G−T (95 % CI)", "runs T (learned/ok/all)", "runs G",
                   "Grassmann params", "Grassmann receptive field (tokens)", "provenance"], table),
              "", baseline_line(unigram), "",
-             ("**These numbers cannot be compared with the paper's:** " + "; ".join(why) + ".") if why else
+             cannot_compare(why) if why else
              (f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with the paper's, "
               "the perplexities do not." if scope else
               "Same data, tokenizer and scale as the paper's Table; every run learned."), "",

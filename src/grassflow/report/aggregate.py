@@ -141,6 +141,11 @@ def no_gap_reason(models: dict, unit: str = "model") -> str:
     return f"no {' or '.join(absent)} runs in this table" if absent else f"a {unit} has no completed run"
 
 
+def cannot_compare(why: list[str]) -> str:
+    """The line under a table whose numbers the paper's cannot be compared with (report.setup.not_comparable)."""
+    return "**These numbers cannot be compared with the paper's:** " + "; ".join(why) + "."
+
+
 def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
     """The runs a model's statistics leave out, each with why (diverged, or how else it ended)."""
     kept = set(good.run_id)
@@ -225,8 +230,7 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     else:
         # and the reasons a verdict would give: the paper's numbers stand in the table all the same
         said = s.get("not_comparable")
-        lines.append(f"Gap not computed: {no_gap_reason(s['models'])}."
-                     + (f" **These numbers cannot be compared with the paper's:** {'; '.join(said)}." if said else ""))
+        lines.append(f"Gap not computed: {no_gap_reason(s['models'])}." + (f" {cannot_compare(said)}" if said else ""))
     return "\n".join(lines) + "\n"
 
 
