@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,66 +41,45 @@ def uninterrupted(tokens, tmp_path_factory):
     return out
 
 
-# SIGUSR1 (SLURM's warning signal), a requeue and two of the three kills: slow (make test-slow)
-@pytest.mark.parametrize("sig, jobs", [(signal.SIGTERM, ("7", "8")),
-                                       pytest.param(signal.SIGUSR1, ("7", "8"), marks=pytest.mark.slow),
-                                       pytest.param(signal.SIGTERM, ("7", "7"), marks=pytest.mark.slow)],
-                         ids=["SIGTERM", "SIGUSR1", "requeued"])
-def test_sigterm_then_rerun_resumes_bitwise(sig, jobs, tokens, uninterrupted, tmp_path):
+# SIGUSR1 (SLURM's warning signal) and two of the three kills: slow (make test-slow)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGUSR1"])
+def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
     a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise. Each part
     keeps its SLURM job: a rerun in another job (Snakemake's retry) leaves the first part ended by
-    its signal; in the same job (SLURM requeued it: a preemption) the first part is said preempted."""
+    its signal; in the same job (SLURM requeued it: a preemption) the first part is said preempted.
+    One interrupted run, copied, resumes both ways (SIGTERM's: a requeue follows a preemption)."""
     full, cut = uninterrupted, tmp_path / "cut"
     env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True, env={**env, "SLURM_JOB_ID": jobs[0]})
+    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True, env={**env, "SLURM_JOB_ID": "7"})
     _wait_for(cut / "last.pt", proc)
     stop_then_signal(proc, sig)
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 75, err[-2000:]
     assert "checkpointed at epoch" in err
     assert not (cut / "run.json").exists()  # an interrupted run never looks complete
-    res = subprocess.run(_cmd(tokens, cut), capture_output=True, text=True, check=True, env={**env, "SLURM_JOB_ID": jobs[1]})
-    assert "resuming" in res.stderr
-    assert _metrics(cut) == _metrics(full)
-    a = load_weights(full / "model.safetensors")
-    b = load_weights(cut / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    # run.json keeps both parts: the first to the signal, the second from there to the end
-    rec = json.loads((cut / "run.json").read_text())
-    first, second = rec["parts"]
-    assert first["from"] == {"epoch": 0, "step": 0} and (first["slurm_job"], second["slurm_job"]) == jobs
-    assert (first["ended"], first.get("stopped_by")) == (("preempted", sig.name) if jobs[0] == jobs[1] else (sig.name, None))
-    assert second["from"] == first["to"] and second["ended"] == "finished"
-    assert second["to"] == {"epoch": SPEC["train"]["epochs"], "step": 0}
-    assert first["started_at"] < first["ended_at"] <= second["started_at"] < second["ended_at"]
-    assert all(p["device"] and {"commit", "dirty"} <= set(p) for p in (first, second))
-    assert rec["wall_seconds"] == pytest.approx(sum(p["ended_at"] - p["started_at"] for p in (first, second)))
-
-
-@pytest.mark.slow
-def test_a_killed_part_and_a_checkpoint_of_the_older_format_are_kept_in_the_record(tokens, tmp_path):
-    """A part that stopped without a word (SIGKILL) is recorded as killed at its last checkpoint; a
-    last.pt written before checkpoints kept their parts resumes, its earlier part said unrecorded."""
-    from grassflow.checkpoint import load_checkpoint, save_checkpoint
-
-    cut, old = tmp_path / "cut", tmp_path / "old"
-    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True)
-    _wait_for(cut / "last.pt", proc)
-    proc.kill()
-    proc.communicate(timeout=HANG)
-    state = load_checkpoint(cut / "last.pt")
-    saved = state["parts"][0]["saved_to"]
-    old.mkdir()
-    save_checkpoint(old / "last.pt", {k: v for k, v in state.items() if k != "parts"})
-    for d in (cut, old):
-        res = subprocess.run(_cmd(tokens, d), capture_output=True, text=True)
-        assert res.returncode == 0 and "resuming" in res.stderr, res.stderr[-2000:]
-    killed, resumed = json.loads((cut / "run.json").read_text())["parts"]
-    assert killed["ended"] == "killed" and killed["to"] == saved == resumed["from"] and killed["ended_at"]
-    assert "saved_at" not in killed and "saved_to" not in killed
-    unrecorded, resumed = json.loads((old / "run.json").read_text())["parts"]
-    assert unrecorded["ended"] == "unrecorded" and resumed["from"] == saved and resumed["ended"] == "finished"
+    reruns = {cut: ("7", "8")}  # retried by Snakemake: another job
+    if sig == signal.SIGTERM:  # requeued by SLURM: the same job
+        shutil.copytree(cut, tmp_path / "requeued")
+        reruns[tmp_path / "requeued"] = ("7", "7")
+    for out, jobs in reruns.items():
+        res = subprocess.run(_cmd(tokens, out), capture_output=True, text=True, check=True, env={**env, "SLURM_JOB_ID": jobs[1]})
+        assert "resuming" in res.stderr
+        assert _metrics(out) == _metrics(full)
+        a = load_weights(full / "model.safetensors")
+        b = load_weights(out / "model.safetensors")
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        # run.json keeps both parts: the first to the signal, the second from there to the end
+        rec = json.loads((out / "run.json").read_text())
+        first, second = rec["parts"]
+        assert first["from"] == {"epoch": 0, "step": 0} and (first["slurm_job"], second["slurm_job"]) == jobs
+        assert (first["ended"], first.get("stopped_by")) == (("preempted", sig.name) if jobs[0] == jobs[1] else (sig.name, None))
+        assert second["from"] == first["to"] and second["ended"] == "finished"
+        assert second["to"] == {"epoch": SPEC["train"]["epochs"], "step": 0}
+        assert first["started_at"] < first["ended_at"] <= second["started_at"] < second["ended_at"]
+        assert all(p["device"] and {"commit", "dirty"} <= set(p) for p in (first, second))
+        assert rec["wall_seconds"] == pytest.approx(sum(p["ended_at"] - p["started_at"] for p in (first, second)))
 
 
 @pytest.mark.parametrize("lr", [SPEC["train"]["lr"], 1e6], ids=["finished", "diverged"])
@@ -287,27 +267,47 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
     complete checkpoint and replays the same batches with the same RNG states. A kill during
     a checkpoint write leaves the previous last.pt (rename is atomic) and a stray temp file;
     'during-write' reproduces exactly that state, 'random-3x' kills three times, each right
-    after a checkpoint drawn from the test's seed (1st to 4th new one: replayable)."""
+    after a checkpoint drawn from the test's seed (1st to 4th new one: replayable). The part that
+    stopped without a word is recorded as killed at its last checkpoint ('mid-epoch'); and a last.pt
+    written before checkpoints kept their parts (the killed run's, its parts removed) resumes, its
+    earlier part said unrecorded."""
     import random
 
+    from grassflow.checkpoint import load_checkpoint, save_checkpoint
+
+    out, old = tmp_path / "cut", tmp_path / "old"
     kills, landed = 3 if how == "random-3x" else 1, 0
     for _ in range(kills):
-        proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for_checkpoints(tmp_path / "last.pt", proc, random.randint(1, 4) if how == "random-3x" else 1)
+        proc = subprocess.Popen(_cmd(tokens, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for_checkpoints(out / "last.pt", proc, random.randint(1, 4) if how == "random-3x" else 1)
         proc.kill()
         proc.wait()
         # run.json is the run's last write: absent, the run is incomplete whatever happened; a
         # kill that lands after it (returncode −9 all the same) found a finished run
-        if not (tmp_path / "run.json").exists():
+        if not (out / "run.json").exists():
             landed += 1
     assert landed >= 1, "every kill came after the run had finished"
     if how == "during-write":
-        (tmp_path / ".last.pt.killed.tmp").write_bytes((tmp_path / "last.pt").read_bytes()[:1000])
-    subprocess.run(_cmd(tokens, tmp_path), check=True, capture_output=True)
-    assert _metrics(tmp_path) == _metrics(uninterrupted)
+        (out / ".last.pt.killed.tmp").write_bytes((out / "last.pt").read_bytes()[:1000])
+    if how == "mid-epoch":
+        state = load_checkpoint(out / "last.pt")
+        saved = state["parts"][0]["saved_to"]
+        old.mkdir()
+        save_checkpoint(old / "last.pt", {k: v for k, v in state.items() if k != "parts"})
+    subprocess.run(_cmd(tokens, out), check=True, capture_output=True)
+    assert _metrics(out) == _metrics(uninterrupted)
     a = load_weights(uninterrupted / "model.safetensors")
-    b = load_weights(tmp_path / "model.safetensors")
+    b = load_weights(out / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    if how != "mid-epoch":
+        return
+    killed, resumed = json.loads((out / "run.json").read_text())["parts"]
+    assert killed["ended"] == "killed" and killed["to"] == saved == resumed["from"] and killed["ended_at"]
+    assert "saved_at" not in killed and "saved_to" not in killed
+    res = subprocess.run(_cmd(tokens, old), capture_output=True, text=True)
+    assert res.returncode == 0 and "resuming" in res.stderr, res.stderr[-2000:]
+    unrecorded, resumed = json.loads((old / "run.json").read_text())["parts"]
+    assert unrecorded["ended"] == "unrecorded" and resumed["from"] == saved and resumed["ended"] == "finished"
 
 
 def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_path):
