@@ -47,7 +47,8 @@ demo: $(VENV)/.installed
 # The default tier (≤ 5 min on 2 cores; the slowest tests listed; the tests that read the finished demo are slow). CI runs every tier but the GPU's in
 # one session, so that the demo the pipeline tests share is built once: make test TIERS="not gpu".
 # WORKERS pytest-xdist processes (tests/conftest.py schedules them: the demo's tests on one, the SLURM
-# tests on one, each other file on one); WORKERS=0 runs them in this process.
+# tests on one, of their own where the workers outnumber the cores, each other file on one); WORKERS=0
+# runs them in this process.
 TIERS ?= not slow and not gpu and not slurm
 WORKERS ?= 2
 test: $(VENV)/.installed
