@@ -70,31 +70,11 @@ def xdist_groups() -> dict[str, str]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Whole groups to a worker (xdist_groups), each other file as one unit (its module fixtures).
-    With more workers than cores (CI: -n 3 on 2), the last runs the SLURM tests and nothing else:
-    they mostly wait on the cluster, and a worker that shared them left a core idle meanwhile (the
-    cores ~70 % busy for the ~6 minutes of the SLURM test). Not `--dist loadgroup`: with pytest 9.2
-    it silently stops grouping (pytest-xdist#1386)."""
-    from xdist.scheduler import LoadScopeScheduling
+    """The groups each to one worker, the SLURM group's alone where the workers outnumber the cores
+    (helpers.workers)."""
+    from helpers.workers import scheduler
 
-    groups = xdist_groups()
-    config.option.loadscopereorder = False  # the collection's order (the two long groups first), not by size
-    cores = len(os.sched_getaffinity(0))
-
-    class ByGroup(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return groups.get(nodeid.split("[")[0], nodeid.split("::")[0])
-
-        def _assign_work_unit(self, node) -> None:
-            apart = len(self.nodes) > cores  # the last worker: the SLURM group's alone
-            scope = next((s for s in self.workqueue if not apart or (s == "slurm") == (node is self.nodes[-1])), None)
-            if scope is None:  # nothing this worker may take: it ends once its tests have run
-                node.shutdown()
-                return
-            self.workqueue.move_to_end(scope, last=False)
-            super()._assign_work_unit(node)
-
-    return ByGroup(config, log)
+    return scheduler(config, log, xdist_groups(), cores=len(os.sched_getaffinity(0)))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

@@ -1,10 +1,14 @@
 """The audit of CI's full Snakemake executions (tests/helpers/executions.py): each counted once, for
-the test that made it, against the declared list."""
+the test that made it, against the declared list; and how CI spreads the tests over its workers
+(tests/helpers/workers.py)."""
 
 from __future__ import annotations
 
 import ast
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -87,3 +91,27 @@ def test_every_declared_execution_names_a_test_and_says_what_it_is_for():
     for test, (n, why) in executions.EXECUTIONS.items():
         assert test == "demo" or test in names, test
         assert n >= 1 and len(why) > 20, test
+
+
+def test_the_slurm_tests_get_a_worker_of_their_own_where_the_workers_outnumber_the_cores(tmp_path):
+    """helpers.workers' scheduler in a real pytest-xdist run, 3 workers on 2 cores (CI's): the SLURM
+    group's tests all on one worker, which runs nothing else; the demo group's all on one other."""
+    groups = {"test_d.py::test_a": "demo", "test_d.py::test_b": "demo",
+              "test_s.py::test_a": "slurm", "test_s.py::test_b": "slurm"}
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom helpers.workers import scheduler\n\n\n"
+        f"def pytest_xdist_make_scheduler(config, log):\n    return scheduler(config, log, {groups!r}, cores=2)\n")
+    for name in ("d", "s", "x", "y", "z"):  # each test writes down its worker
+        (tmp_path / f"test_{name}.py").write_text("".join(
+            f"def test_{t}():\n    import os, pathlib\n    pathlib.Path({str(tmp_path)!r}, 'ran', "
+            f"'test_{name}.py::test_{t}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n\n\n" for t in "ab"))
+    (tmp_path / "ran").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # not CI's own options
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "3", "-p", "no:cacheprovider", "."],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ran = {p.name: p.read_text() for p in (tmp_path / "ran").iterdir()}
+    assert len(ran) == 10, ran
+    (slurm,) = {w for t, w in ran.items() if groups.get(t) == "slurm"}
+    (demo,) = {w for t, w in ran.items() if groups.get(t) == "demo"}
+    assert demo != slurm and {t for t, w in ran.items() if w == slurm} == {"test_s.py::test_a", "test_s.py::test_b"}, ran
