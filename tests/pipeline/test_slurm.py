@@ -174,17 +174,40 @@ def _alive(pid: str) -> bool:
         return False
 
 
-def _stopped_after_next_checkpoint(pids, last: Path, timeout: float = 120) -> list[str]:
-    """SIGSTOP `pids` (a resumed run's training processes) as soon as its checkpoint `last` is written
-    again; returns those stopped ([] if they ended first, or it took over `timeout` s). Watched every
-    2 ms, not at the watcher's 0.3 s: a demo epoch takes 0.6 s on an idle machine, and a later look
-    found the last epoch's checkpoint, written as the run ended (its parts then [preempted, finished])."""
-    before, end = last.stat().st_mtime_ns, time.time() + timeout
+def _stopped_after_next_checkpoint(pids, last: Path, before: int, timeout: float = 120) -> list[str]:
+    """SIGSTOP `pids` (a resumed run's training processes) as soon as its checkpoint `last` differs from
+    the one the preemption left (mtime `before`): at once if it already does; returns those stopped
+    ([] if they ended first, or it took over `timeout` s). Watched every 2 ms, not at the watcher's
+    0.3 s: a demo epoch takes 0.6 s on an idle machine, and a later look found the last epoch's
+    checkpoint, written as the run ended (its parts then [preempted, finished])."""
+    end = time.time() + timeout
     while time.time() < end and any(_alive(pid) for pid in pids):
         if last.stat().st_mtime_ns != before:
             return _signal_all(pids, signal.SIGSTOP)
         time.sleep(0.002)
     return []
+
+
+def _signalled(pid: str) -> bool:
+    """SIGTERM is pending for the frozen `pid`, or it runs again (SLURM sends SIGCONT before SIGTERM), or
+    it ended."""
+    try:
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except OSError:
+        return True
+    pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
+    return bool(pending & 1 << (signal.SIGTERM - 1)) or not status["State"].strip().startswith("T")
+
+
+def _preempted_frozen(pids, timeout: float = 120) -> None:
+    """The frozen `pids`, once SLURM's preemption signalled them: continued (they checkpoint at their next
+    step and exit), and awaited."""
+    end = time.time() + timeout
+    while time.time() < end and not all(_signalled(pid) for pid in pids):
+        time.sleep(0.01)
+    _signal_all(pids, signal.SIGCONT)
+    while time.time() < end and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
 
 
 def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
@@ -229,6 +252,11 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
     runs_dir = work / "results/demo_small/runs"
     seen, preempted, urgent, timed, limit_before, requeued = {}, {}, [], {}, {}, set()  # urgent: the preempting job's id
+    left = {}  # run: last.pt's mtime as the preemption left it
+    config = load_config(work, [SMALL], preset="demo_small")
+    name, P = select_preset(config)
+    specs = {"lm_run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
+    epochs = {r: spec["train"]["epochs"] for r, spec in specs["lm_run"].items()}
     before = set(scontrol_jobs())  # jobs of earlier runs on this cluster are not ours
 
     def training_pack(jid, fields):
@@ -254,20 +282,30 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], capture_output=True)
             run = training_pack(jid, fields)
             if run and not preempted:  # mid-training, both runs checkpointed
-                # a colleague's job on the higher tier wants both GPUs: SLURM preempts the GPU jobs (this
-                # one, and any other running) and requeues them
-                sub = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:2", "-c", "1",
-                                      "--mem=100", "-o", "/dev/null", "--wrap", "sleep 2"], capture_output=True, text=True)
+                # frozen where it is, so that the preemption cannot land after its next epoch's end (the
+                # resumed part must checkpoint before its last: a demo epoch can take 1.5 s, the preemption
+                # longer under load); then a colleague's job on the higher tier wants both GPUs: SLURM
+                # preempts the GPU jobs (this one, and any other running) and requeues them
+                pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
+                done = (runs_dir / run / "metrics.jsonl").read_text().count("\n")  # epochs done
+                sub = subprocess.CompletedProcess([], 1)
+                if pids and done < epochs[run] - 1:
+                    sub = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:2", "-c", "1",
+                                          "--mem=100", "-o", "/dev/null", "--wrap", "sleep 2"], capture_output=True, text=True)
                 if sub.returncode == 0:
                     preempted[jid] = run
                     urgent.append(sub.stdout.strip())
+                    _preempted_frozen(pids)
+                    left[run] = (runs_dir / run / "last.pt").stat().st_mtime_ns  # the checkpoint the preemption left
+                else:
+                    _signal_all(pids, signal.SIGCONT)
             if preempted and int(fields.get("Restarts", 0)) and fields.get("JobState") == "RUNNING":
                 requeued.add(jid)
             if run and run == preempted.get(jid) and not timed and jid in requeued:  # resumed in the requeued job
                 # hold the training process right after its next checkpoint (which keeps this part), so that
                 # it is still training when SLURM's limit (one minute, set now) ends the allocation: SIGCONT,
                 # SIGTERM and soon SIGKILL, before or after it checkpoints again
-                pids = _stopped_after_next_checkpoint(training_pids(work, run), runs_dir / run / "last.pt")
+                pids = _stopped_after_next_checkpoint(training_pids(work, run), runs_dir / run / "last.pt", left[run])
                 if pids:
                     if subprocess.run(["scontrol", "update", f"JobId={jid}", "TimeLimit=1"]).returncode == 0:
                         timed[jid] = run
@@ -310,9 +348,6 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     assert "download" not in by_rule and "snli_download" not in by_rule  # localrules: runs where Snakemake runs (login node)
 
     # one allocation per pack of runs, asking for the sum over its layers of the longest estimate (longer on a retry)
-    config = load_config(work, [SMALL], preset="demo_small")
-    name, P = select_preset(config)
-    specs = {"lm_run": runs(name, P), "snli_run": snli_runs(name, P), "recall_run": recall_runs(name, P)}
     tokens = {"lm_run": work / "results/demo_small/data/tokens/trained",
               "snli_run": work / "results/demo_small/snli/data/tokens/trained"}
     settings = config["estimate"]
