@@ -59,6 +59,7 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
     assert proc.returncode == 75, err[-2000:]
     assert "checkpointed at epoch" in err
     assert not (cut / "run.json").exists()  # an interrupted run never looks complete
+    a = load_weights(full / "model.safetensors")
     reruns = {cut: ("7", "8")}  # retried by Snakemake: another job
     if sig == signal.SIGTERM:  # requeued by SLURM: the same job
         shutil.copytree(cut, tmp_path / "requeued")
@@ -67,7 +68,6 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
         res = subprocess.run(_cmd(tokens, out), capture_output=True, text=True, check=True, env={**env, "SLURM_JOB_ID": jobs[1]})
         assert "resuming" in res.stderr
         assert _metrics(out) == _metrics(full)
-        a = load_weights(full / "model.safetensors")
         b = load_weights(out / "model.safetensors")
         assert all(torch.equal(a[k], b[k]) for k in a)
         # run.json keeps both parts: the first to the signal, the second from there to the end
