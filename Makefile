@@ -94,12 +94,12 @@ gpu-check-run:
 	$(PY) -m grassflow preflight --device cuda --backend auto cupy fast --snli --out reports/bench/preflight-cuda.json
 	$(PY) -m grassflow.bench --device cuda --out reports/bench
 
-# One GPU lease, the paper's Tables 1 and 2 (bench/gpu_paper_window.sh): prepare on any machine
-# (gpu-paper-prepare: paper_v1's token files; gpu-wheels: what the GPU machine lacks),
-# carry .gpu-carry.tar and .whl, then run gpu-paper-window there (again, to resume).
+# One GPU lease, the paper's Tables 1 and 2 (bench/gpu_paper_window.sh): commit, prepare on any machine
+# (gpu-paper-prepare: paper_v1's token files and the commit's tree; gpu-wheels: what the GPU machine
+# lacks), carry .gpu-carry.tar and .whl, then run gpu-paper-window there (again at once, to resume).
 # (bench/gpu_paper_prepare.sh: the tar keeps the file times and Snakemake's records a copy would lose)
 gpu-paper-prepare: $(VENV)/.installed
-	bash bench/gpu_paper_prepare.sh
+	PY=$(PY) bash bench/gpu_paper_prepare.sh
 
 gpu-wheels: $(VENV)/.installed
 	PY=$(PY) bash bench/gpu_wheels.sh

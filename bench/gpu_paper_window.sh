@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# One GPU lease as one command (`make gpu-paper-window`): the paper's Tables 1 and 2 at the paper's
-# settings on Wikitext-2 v1 (paper_v1: 3 seeds x 2 models each, 30 epochs), by the DAG itself.
-#   0. a tree with uncommitted changes to tracked files (or outside git) is refused: runs trace to a commit
+# One GPU lease in one or two commands (`make gpu-paper-window`): the paper's Tables 1 and 2 at the
+# paper's settings on Wikitext-2 v1 (paper_v1: 3 seeds x 2 models each, 30 epochs), by the DAG itself.
+#   0. the copy checked: by content against the prepared commit's tree (.gpu-tree.json, from make
+#      gpu-paper-prepare: git's blob ids, modes ignored; the copy's own .git may lag), else by git;
+#      a file that differs, is missing or is new is refused, named: runs trace to a commit
 #   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window); then
 #      the first minute (grassflow.bench.choose, at most BOX seconds): each candidate setting
 #      (train.compile x head_loss) checked against the reference's loss and gradients on a fused
-#      group of each table's config, and timed; the fastest that passed is trained with, and the
-#      seeds whose groups finish by the deadline (runs finished in an earlier lease, FINISHED, are
-#      adopted from their committed records, not trained again), said before training
+#      group of each table's config, and timed; the fastest that passed is trained with (none
+#      passing: no training), and the seeds whose groups finish within the LEASE (its command time
+#      across its commands; runs finished in an earlier lease, FINISHED, are adopted from their
+#      committed records, not trained again; the progress a last.pt holds counted), said before
+#      training. The lease's next command (CARRY=/none) reuses that choice and times nothing
 #   2. `snakemake $TARGETS` (default: Table 1 alone; table2 in a later lease) with train.fuse_seeds
-#      (each config's seeds to train one job), the jobs side by
-#      side on the GPU (train.runs_per_gpu), their evaluations and the tables; at DEADLINE seconds
-#      from the start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
+#      (each config's seeds to train one job), the jobs side by side on the GPU (train.runs_per_gpu;
+#      MPS=1: under CUDA's MPS), their evaluations and the tables; at DEADLINE seconds from this
+#      command's start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
 #      Snakemake finishes what it can: the same command again, on the same machine, resumes them
 #      (--keep-incomplete: a stopped run's metrics.jsonl, its epochs so far, stays); once a group's
-#      first epoch is in, its projected finish against the deadline
+#      first epoch is in, its projected finish against the deadline and the lease
 #   3. what comes back, without weights or checkpoints, packed into $OUT (at most 8 files of 16 MiB):
 #      window.log, records.tar.gz (each run's records and log, the tables and figures, Snakemake's
 #      benchmark files, the GPU's load); each run's epochs and best validation PPL so far
 #   4. with the time left, if any, the benchmark rows (old vs new kernels, graph vs eager, the head)
-# Before the lease, on any machine (`make gpu-paper-prepare`): the token files, and
+# Before the lease, on any machine (`make gpu-paper-prepare`): the token files and the commit's tree, and
 # the wheels the GPU machine lacks (`make gpu-wheels`: snakemake for its Python), carried along.
 # The plumbing is tested on the CPU with the demo preset (tests/gpu/test_paper_window.py).
 set -u
@@ -29,7 +33,11 @@ PY=${PY:-python3}
 PRESET=${PRESET:-paper_v1}
 TARGETS=${TARGETS:-table1}  # Table 1 first; TARGETS=table2 in a later lease, once Table 1 is in reports/
 CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
-DEADLINE=${DEADLINE:-520}        # seconds from the start to the SIGTERM of the training jobs
+DEADLINE=${DEADLINE:-520}        # seconds from this command's start to the SIGTERM of its training jobs
+LEASE=${LEASE:-}                 # the lease's command time left, seconds from this command's start (default:
+                                 # LEASE_S for a first command; what the first left for the next, which reuses its choice)
+LEASE_S=${LEASE_S:-780}          # a lease's command time: 15 min of device time less the machine's start (docs/scale/gpu.md)
+MPS=${MPS:-0}                    # 1: the training jobs share the GPU under CUDA's MPS (started and stopped here)
 COMPILE=${COMPILE:-choose}       # train.compile of the window's jobs (choose: the first minute's)
 RUNS_PER_GPU=${RUNS_PER_GPU:-4}  # the window's fused jobs side by side (Tables 1 and 2: 4)
 THREADS=${THREADS:-4}
@@ -59,9 +67,24 @@ if [ -d .whl ]; then  # wheels carried for a machine that lacks them (make gpu-w
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || { say "error: the carried wheels did not install"; exit 2; }
 fi
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
-# a lease's runs trace to a commit: a tree with uncommitted changes to tracked files (run.json's
-# `dirty`, grassflow.provenance) or outside git is refused before anything runs
-uncommitted=$($PY - <<'PY'
+if [ -f "$CARRY" ]; then  # the prepared tree as it was (make gpu-paper-prepare): file times, Snakemake's records, the commit's tree
+  tar xf "$CARRY" || { say "error: $CARRY did not unpack"; exit 2; }
+fi
+# a lease's runs trace to a commit. A copy with the prepared commit's tree (.gpu-tree.json) is
+# checked by content: every file the commit's, none missing, none added (git's blob ids; modes and
+# the copy's own .git, which may lag, not asked), and every record made here names that commit,
+# clean (GRASSFLOW_TREE). Without it, git's own state: uncommitted changes to tracked files
+# (run.json's `dirty`) or a tree outside git are refused. Either before anything runs.
+TREE=.gpu-tree.json
+if [ -f "$TREE" ]; then
+  if ! commit=$($PY -m grassflow.provenance check "$TREE" 2> "$OUT/tree-check.txt"); then
+    say "error: $(cat "$OUT/tree-check.txt") differ from the prepared commit $($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["commit"][:7])' "$TREE") ($TREE, by content): commit them and run make gpu-paper-prepare again (a lease's runs must trace to a commit)"
+    exit 2
+  fi
+  export GRASSFLOW_TREE=$PWD/$TREE
+  say "tree: the prepared commit ${commit:0:12}, every file its own (by content)"
+else
+  uncommitted=$($PY - <<'PY'
 import subprocess
 from grassflow.provenance import git_state
 state = git_state("src/grassflow")
@@ -75,17 +98,26 @@ elif state["dirty"]:
           f"(a lease's runs must trace to a commit, and {state['commit'][:7]} is not what would run)")
 PY
 )
-if [ -n "$uncommitted" ]; then
-  say "error: $uncommitted"
-  exit 2
+  if [ -n "$uncommitted" ]; then
+    say "error: $uncommitted"
+    exit 2
+  fi
 fi
 SNAKEMAKE="$PY -m snakemake"
 SMARGS="--configfile $CONFIGFILES $RES/window.yaml --config preset=$PRESET"
-if [ -f "$CARRY" ]; then  # the prepared tree as it was (make gpu-paper-prepare): file times and Snakemake's records kept
-  tar xf "$CARRY" || { say "error: $CARRY did not unpack"; exit 2; }
+# the lease: a first command's LEASE_S, or what the first command left (its choice's record), and
+# this command's deadline within it (its evaluations and tables, MARGIN, before the lease's end)
+CHOICE=$RES/window-choice.json
+REUSE=""
+if [ -f "$CHOICE" ] && [ "${CHOOSE_AGAIN:-0}" != 1 ]; then
+  REUSE=1
+  [ -n "$LEASE" ] || LEASE=$($PY -c 'import json, sys; print(max(0, int(json.load(open(sys.argv[1]))["lease_end"] - float(sys.argv[2]))))' "$CHOICE" "$START")
 fi
+LEASE=${LEASE:-$LEASE_S}
+LEASE_END=$(( START + LEASE ))
+if [ "$DEADLINE" -gt $(( LEASE - MARGIN )) ]; then DEADLINE=$(( LEASE - MARGIN )); fi
 { nvidia-smi 2>&1 || true; $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } > "$OUT/machine.txt" 2>&1
-say "preset $PRESET, targets $TARGETS, deadline $DEADLINE s, compile $COMPILE, head loss $HEAD_LOSS, $RUNS_PER_GPU jobs per GPU"
+say "preset $PRESET, targets $TARGETS, deadline $DEADLINE s, lease $LEASE s, compile $COMPILE, head loss $HEAD_LOSS, $RUNS_PER_GPU jobs per GPU$([ "$MPS" = 1 ] && echo ', under MPS')"
 [ -d "$FINISHED" ] || FINISHED=""
 # the first minute replaces compile and head_loss (and the seeds); until then, what the dry run may plan
 cat > "$RES/window.yaml" <<EOF
@@ -119,33 +151,51 @@ if [ "$resolved" != "$EXPECT" ]; then
 fi
 say "preflight done: $resolved"
 # the first minute: the setting to train with (checked against the reference's loss, timed) and the
-# seeds that finish by the deadline; a pinned setting (COMPILE and HEAD_LOSS) is still checked
-if [ "$COMPILE" != choose ] || [ "$HEAD_LOSS" != choose ]; then
-  if [ "$COMPILE" = choose ] || [ "$HEAD_LOSS" = choose ]; then
-    say "error: COMPILE and HEAD_LOSS are chosen together or pinned together"
-    exit 2
+# seeds that finish within the lease; a pinned setting (COMPILE and HEAD_LOSS) is still checked.
+# The lease's next command reuses the first's decision (its record), timing nothing.
+CHOOSE="$PY -m grassflow.bench.choose --configfile $CONFIGFILES --preset $PRESET --targets $TARGETS --overlay $RES/window.yaml --record $CHOICE"
+if [ -n "$REUSE" ]; then
+  $CHOOSE --reuse > "$RES/logs/window-choose.log" 2>&1 || { say "error: the first command's choice cannot be reused"; tail -5 "$RES/logs/window-choose.log" | tee -a "$LOG"; exit 2; }
+  while read -r line; do say "$line"; done < "$RES/logs/window-choose.log"
+else
+  if [ "$COMPILE" != choose ] || [ "$HEAD_LOSS" != choose ]; then
+    if [ "$COMPILE" = choose ] || [ "$HEAD_LOSS" = choose ]; then
+      say "error: COMPILE and HEAD_LOSS are chosen together or pinned together"
+      exit 2
+    fi
+    CANDIDATES="$COMPILE:$HEAD_LOSS"
   fi
-  CANDIDATES="$COMPILE:$HEAD_LOSS"
-fi
-TOKENS=$(ls "$RES"/data/tokens/*/train.parquet | head -1)
-$PY -m grassflow.bench.choose --configfile $CONFIGFILES --preset $PRESET --targets $TARGETS --train-tokens "$TOKENS" \
-  --finished $FINISHED --seconds $(( $(left) - MARGIN )) --box $BOX --timed-steps $TIMED_STEPS ${CANDIDATES:+--candidates $CANDIDATES} \
-  ${SEEDS:+--seeds $SEEDS} --device "${EXPECT%% *}" --overlay "$RES/window.yaml" --out "$OUT" \
-  > "$RES/logs/window-choose.log" 2>&1 || { say "error: the first minute failed"; tail -20 "$RES/logs/window-choose.log" | tee -a "$LOG"; exit 1; }
-while read -r line; do say "first minute: $line"; done < <(grep -v '^\[grassflow\]' "$RES/logs/window-choose.log")
-if [ "$COMPILE" != choose ] && ! grep -q "^chosen: compile=$COMPILE head_loss=$HEAD_LOSS " "$RES/logs/window-choose.log"; then
-  say "error: compile=$COMPILE head_loss=$HEAD_LOSS does not compute the reference's loss here, or failed: not training with it"
-  exit 1
-fi
-if grep -q "^table[0-9]*: seeds none this lease" "$RES/logs/window-choose.log"; then
-  say "error: no seed of a table finishes by the deadline: not training (the step's figures are in $OUT)"
-  exit 3
+  TOKENS=$(ls "$RES"/data/tokens/*/train.parquet | head -1)
+  now=$(( $(date +%s) - START ))
+  $CHOOSE --train-tokens "$TOKENS" --results "$RES" --finished $FINISHED --seconds $(( LEASE - now - MARGIN )) \
+    --deadline $(( DEADLINE - now )) --lease-end $LEASE_END --box $BOX --timed-steps $TIMED_STEPS \
+    ${CANDIDATES:+--candidates $CANDIDATES} ${SEEDS:+--seeds $SEEDS} --device "${EXPECT%% *}" --out "$OUT" \
+    > "$RES/logs/window-choose.log" 2>&1 || { say "error: the first minute failed"; tail -20 "$RES/logs/window-choose.log" | tee -a "$LOG"; exit 1; }
+  while read -r line; do say "first minute: $line"; done < <(grep -v '^\[grassflow\]' "$RES/logs/window-choose.log")
+  if [ "$COMPILE" != choose ] && ! grep -q "^chosen: compile=$COMPILE head_loss=$HEAD_LOSS " "$RES/logs/window-choose.log"; then
+    say "error: compile=$COMPILE head_loss=$HEAD_LOSS does not compute the reference's loss here, or failed: not training with it"
+    exit 1
+  fi
+  if grep -q "^chosen: none" "$RES/logs/window-choose.log"; then
+    say "error: no setting computes the reference's loss for every model: not training (the step's figures are in $OUT)"
+    exit 3
+  fi
+  if grep -q "^table[0-9]*: seeds none this lease" "$RES/logs/window-choose.log"; then
+    say "error: no seed of a table finishes within the lease: not training (the step's figures are in $OUT)"
+    rm -f "$CHOICE"
+    exit 3
+  fi
 fi
 
 # 2. the tables: fused seeds, side by side on the GPU, their evaluations and tables
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$RES/logs/gpu-load.csv" 2>&1 &
 GPU_LOAD=$!
 SLOTS=$($PY -m grassflow gpus --preset $PRESET --configfile $CONFIGFILES "$RES/window.yaml")  # K jobs per GPU
+if [ "$MPS" = 1 ]; then  # the jobs' kernels side by side on the GPU, not time-sliced (docs/scale/gpu.md)
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/grassflow-mps CUDA_MPS_LOG_DIRECTORY=/tmp/grassflow-mps
+  mkdir -p /tmp/grassflow-mps
+  nvidia-cuda-mps-control -d && say "MPS: started" || { say "error: MPS did not start (MPS=0 trains time-sliced)"; exit 2; }
+fi
 $SNAKEMAKE $TARGETS --cores all $SLOTS --keep-going --rerun-incomplete --keep-incomplete $SMARGS \
   > "$RES/logs/window-snakemake.log" 2>&1 &
 SM=$!
@@ -159,16 +209,18 @@ own_training() {
   done
 }
 # the budget, from the jobs themselves: once a group's first epoch is in, its projected finish
-# against the deadline (a table that cannot finish in this lease is said so now, not at the end)
+# against this command's deadline and the lease's end (a table that cannot finish in this lease is
+# said so now, not at the end; one that finishes in the lease's next command counts its restart)
 budget() {  # prints "<group> <line>" for each group whose first run trained here has an epoch and is not in $1
-  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" "$PRESET" $CONFIGFILES "$RES/window.yaml" <<'PY'
+  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" "$(( LEASE - MARGIN ))" "$PRESET" $CONFIGFILES "$RES/window.yaml" <<'PY'
 import json, sys
 from pathlib import Path
+from grassflow.bench.choose import RESUME_S
 from grassflow.pipeline.plan import load_config
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.tasks import TASKS
-res, done, now, deadline = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
-specs = TASKS["lm"].specs(*select_preset(load_config(Path("."), sys.argv[6:], sys.argv[5])))  # the runs' specs, as planned
+res, done, now, deadline, lease = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+specs = TASKS["lm"].specs(*select_preset(load_config(Path("."), sys.argv[7:], sys.argv[6])))  # the runs' specs, as planned
 first = {}  # each group's first run trained here (not adopted from an earlier lease's records)
 for m in sorted(res.glob("runs/*/metrics.jsonl"), key=lambda m: int(m.parent.name.rsplit("-s", 1)[1])):
     if not (m.parent / "adopted.json").exists():
@@ -181,9 +233,11 @@ for group, m in sorted(first.items()):
     per_epoch = rows[-1]["seconds"]
     finish = now + (epochs - len(rows)) * per_epoch
     by_deadline = min(epochs, len(rows) + int(max(0, deadline - now) // per_epoch))
-    verdict = "fits" if finish <= deadline else f"does NOT fit: about {by_deadline} of {epochs} epochs by then"
+    verdict = ("fits in this command" if finish <= deadline else
+               f"fits in the lease: about {by_deadline} of {epochs} epochs by the deadline, the rest in its next command"
+               if finish + RESUME_S <= lease else f"does NOT fit: about {by_deadline} of {epochs} epochs by the deadline")
     print(f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs done at about "
-          f"{finish:.0f} s of the window, deadline {deadline} s: {verdict}")
+          f"{finish:.0f} s of the window, deadline {deadline} s, lease {lease} s: {verdict}")
 PY
 }
 BUDGETED=""
@@ -194,6 +248,9 @@ while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do
   sleep 2
 done
 if kill -0 $SM 2>/dev/null; then
+  while read -r group line; do  # the groups whose first epoch came in too late for the loop above
+    [ -n "$group" ] && say "$group $line"
+  done < <(budget "$BUDGETED")
   say "deadline: SIGTERM to the training jobs (each checkpoints and exits 75; rerun to resume)"
   TRAINERS=""
   while kill -0 $SM 2>/dev/null; do  # and to any Snakemake starts after it; it finishes the rest
@@ -204,6 +261,7 @@ if kill -0 $SM 2>/dev/null; then
 fi
 wait $SM; rc=$?
 kill $GPU_LOAD 2>/dev/null || true
+if [ "$MPS" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
 say "snakemake exit $rc"
 grep -E "^(rule|localrule) |Finished jobid|Error in rule" "$RES/logs/window-snakemake.log" | tail -40 >> "$LOG"
 

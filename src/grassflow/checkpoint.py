@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,73 @@ def save_checkpoint(path: Path, state: dict) -> None:
     payload = data_bytes(state)
     with atomic_path(path) as tmp:
         tmp.write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+
+
+def to_host(obj):
+    """`obj` with every tensor copied to host memory and every dict, list and tuple rebuilt: a
+    snapshot that the next training step (which updates the weights, moments and counters in
+    place) leaves as it was. A tensor that is another (a head tied to the embedding) stays one copy.
+    On CUDA the copies go to pinned memory without blocking, one sync for all."""
+    cuda, copies = [], {}
+
+    def copy(x):
+        if isinstance(x, torch.Tensor):
+            x = x.detach()
+            key = (x.device, x.data_ptr(), x.dtype, tuple(x.shape), x.stride())
+            if key not in copies:
+                if x.is_cuda:
+                    cuda.append(x.device)  # contiguous on the host: what torch.save stores
+                    copies[key] = torch.empty(x.shape, dtype=x.dtype, pin_memory=True).copy_(x, non_blocking=True)
+                else:
+                    copies[key] = x.clone()
+            return copies[key]
+        if isinstance(x, dict):
+            return {k: copy(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(copy(v) for v in x)
+        return x
+
+    out = copy(obj)
+    for device in set(cuda):
+        torch.cuda.synchronize(device)
+    return out
+
+
+class CheckpointWriter:
+    """Checkpoints written beside training: `save(write, path, state)` snapshots the state to host
+    memory (to_host: the one part the training thread waits for) and one worker thread serializes,
+    checksums, writes, fsyncs and renames it (`write`: save_checkpoint, save_data), in the order
+    saved, so each file is still whole or absent and a later save never lands before an earlier
+    one. `wait()` returns once everything saved is on disk and raises the first write's failure (a
+    full disk: the DiskSpaceError naming its file); a save raises one that happened before it. At
+    most `ahead` saves wait at a time (each holds a snapshot in memory)."""
+
+    def __init__(self, ahead: int = 2):
+        self.pool, self.pending, self.ahead = None, [], ahead
+
+    def save(self, write, path, state) -> None:
+        self._raise_done()
+        while len(self.pending) >= self.ahead:
+            self.pending.pop(0).result()
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self.pending.append(self.pool.submit(write, path, to_host(state)))
+
+    def _raise_done(self) -> None:
+        while self.pending and self.pending[0].done():
+            self.pending.pop(0).result()
+
+    def wait(self) -> None:
+        while self.pending:
+            self.pending.pop(0).result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+                self.pool = None
 
 
 def load_checkpoint(path: Path):

@@ -7,6 +7,10 @@
     graph  eager kernels, and the whole training step (forward, backward, gradient clipping,
            fused AdamW, the epoch's loss bookkeeping) captured as one CUDA graph and replayed
            every step (grassflow.train_step); the validation forward too. CUDA only.
+    compiled-graph
+           both: the loss compiled as `true` compiles it (during the eager warm-up steps, before
+           the capture), then the whole step captured as `graph` captures it, the compiled kernels
+           in it; the validation forward compiled, then captured. CUDA only.
 
 The loss (forward + loss; backward through AOTAutograd) and the evaluation forward are
 compiled separately: each has its own shapes and training mode, so neither recompiles the
@@ -23,17 +27,17 @@ import torch
 # `python -m grassflow.bench` (compile and graph rows). CUDA: eager until a GPU measurement says
 # otherwise (a GPU default is only what ran on one).
 AUTO = {"cpu": "eager", "cuda": "eager"}
-SETTINGS = ("auto", True, False, "graph")
+SETTINGS = ("auto", True, False, "graph", "compiled-graph")
 
 
 def resolve(setting, device) -> str:
     """The way `setting` runs on `device`: eager, compiled or graph."""
     if setting not in SETTINGS:
-        raise ValueError(f"train.compile must be auto, true, false or graph, got {setting!r}")
+        raise ValueError(f"train.compile must be auto, true, false, graph or compiled-graph, got {setting!r}")
     if setting == "auto":
         return AUTO.get(device.type, "eager")
-    if setting == "graph" and device.type != "cuda":
-        raise ValueError(f"train.compile: graph captures CUDA graphs; this run is on {device.type}")
+    if setting in ("graph", "compiled-graph") and device.type != "cuda":
+        raise ValueError(f"train.compile: {setting} captures CUDA graphs; this run is on {device.type}")
     return {True: "compiled", False: "eager"}.get(setting, setting)
 
 
@@ -44,17 +48,21 @@ def static_shapes(setting, device) -> bool:
 
 class Compiled:
     """`loss(batch)` (objective.loss of the model) and `eval_model` (the model's, or the plain model
-    an ensemble's members are validated in), compiled where `setting` says; `graph`: whether
-    the training step is to be captured (grassflow.train_step)."""
+    an ensemble's members are validated in), compiled where `setting` says (`enabled`); `graph`:
+    whether the training step is to be captured (grassflow.train_step)."""
 
     def __init__(self, model, objective, setting, mode: str, device, eval_model=None):
         self.setting, self.mode = setting, mode
         self.how = resolve(setting, device)
-        self.enabled, self.graph = self.how == "compiled", self.how == "graph"
+        self.enabled = self.how in ("compiled", "compiled-graph")
+        self.graph = self.how in ("graph", "compiled-graph")
 
         def loss(batch):
             return objective.loss(model, batch)
 
+        if self.enabled and self.graph and mode == "reduce-overhead":
+            raise ValueError("train.compile_mode: reduce-overhead captures CUDA graphs of its own; "
+                             "compiled-graph captures the whole step (use compile_mode default)")
         if self.enabled:
             self.loss = torch.compile(loss, fullgraph=True, dynamic=False, mode=mode)
             self.eval_model = torch.compile(eval_model or model, fullgraph=True, dynamic=False)

@@ -24,6 +24,7 @@ fingerprint, from the pipeline) is resumed: a job rerun because its code changed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -40,6 +41,7 @@ from tqdm import tqdm
 from grassflow.checkpoint import (
     CONFIG,
     WEIGHTS,
+    CheckpointWriter,
     check_disk,
     load_data,
     resume_state,
@@ -232,12 +234,14 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
             if not fit.running():
                 break
             fit.validate_epoch(t0)
+        return fit.finish()
     finally:
         for m in fit.members:
             m.trackers.close()
         for s, handler in old.items():
             signal.signal(s, handler)
-    return fit.finish()
+        with contextlib.suppress(Exception):  # a failure on the way out: the writes already saved still land
+            fit.writer.close()
 
 
 @dataclass
@@ -307,6 +311,7 @@ class Fit:
         self.total_steps = self.steps * self.tcfg.epochs
         self.hash = spec_hash(runs[0].spec.source) if E == 1 else spec_hash({"runs": [r.spec.source for r in runs]})
         self.last = work / "last.pt"
+        self.writer = CheckpointWriter()  # checkpoints and best weights written beside training
         state = resume_state(self.last, self.hash, execution.get("code"))
         if state is None:
             self.pos = {"epoch": 0, "step": 0, "loss_sum": [0.0] * E, "seconds": 0.0}
@@ -352,10 +357,10 @@ class Fit:
         part = self.parts[-1]
         if "ended" not in part:  # what is known of this part's end if it is killed after this
             part.update(saved_at=time.time(), saved_to={"epoch": self.pos["epoch"], "step": self.pos["step"]})
-        save_checkpoint(self.last, {"spec_hash": self.hash, "code": self.execution.get("code"),
-                                    "model": trained_state(self.model),
-                                    "optimizer": self.opt.state_dict(), "rng": rng_state(), "pos": self.pos,
-                                    "members": [m.state() for m in self.members], "parts": self.parts})
+        self.writer.save(save_checkpoint, self.last, {
+            "spec_hash": self.hash, "code": self.execution.get("code"), "model": trained_state(self.model),
+            "optimizer": self.opt.state_dict(), "rng": rng_state(), "pos": self.pos,
+            "members": [m.state() for m in self.members], "parts": self.parts})
 
     def end_part(self, why: str) -> None:
         """This part of the run ends here, for `why` (finished, diverged, SIGTERM, SIGUSR1)."""
@@ -407,6 +412,7 @@ class Fit:
                 if self.running():
                     self.end_part(stop.signal)
                     self.checkpoint()
+                    self.writer.wait()  # on disk before the exit that says it is
                     print(f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
                           f"{pos['step']}; rerun to resume", file=sys.stderr)
                     raise SystemExit(75)
@@ -451,10 +457,10 @@ class Fit:
             m.trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
             if objective.score(row) < m.best:
                 m.best = objective.score(row)
-                # a member's state as copies: views would save the whole stacked storage (E× the size)
-                save_data(m.best_state, {"model": trained_state(self.model) if self.E == 1 else
-                                         {k: v.clone() for k, v in member_state(self.model, e).items()},
-                                         "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val})
+                # a member's state as its own tensors (the writer's snapshot copies each view alone)
+                self.writer.save(save_data, m.best_state, {
+                    "model": trained_state(self.model) if self.E == 1 else member_state(self.model, e),
+                    "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val})
             m.write_metrics()
         self.pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * self.E, "seconds": 0.0}
         if self.pos["epoch"] == self.tcfg.epochs or not self.running():  # the run's end, in its last checkpoint
@@ -469,6 +475,7 @@ class Fit:
         if "ended" not in self.parts[-1]:  # ended within an epoch (every member diverged): its end into last.pt
             self.end_part(self.end())     # too, so that a rerun of the job adds no part
             self.checkpoint()
+        self.writer.wait()  # the best weights the outputs are made from, and the last checkpoint, on disk
         for m in self.members:
             m.write_outputs()
         ran = {"optimizer": f"adamw-{self.opt_impl}", "compile": self.compiled.record(),

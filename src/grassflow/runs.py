@@ -120,7 +120,7 @@ def train_args(p, fused: bool = False) -> None:
     if fused:
         p.add_argument("--work-dir", help="the resume state of fused runs (default: the one run's directory)")
     p.add_argument("--preflight", help="the preflight record of this job's environment, kept in run.json")
-    p.add_argument("--compile", choices=("auto", "true", "false", "graph"), default="auto",
+    p.add_argument("--compile", choices=("auto", "true", "false", "graph", "compiled-graph"), default="auto",
                    help="train.compile: torch.compile the training loss and validation forward, or (graph) "
                         "capture the training step as one CUDA graph")
     p.add_argument("--compile-mode", default="default", help="train.compile_mode (torch.compile's mode)")

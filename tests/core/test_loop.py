@@ -427,3 +427,52 @@ def test_a_checkpoint_from_before_fused_runs_resumes_as_one_member(tmp_path, cap
     assert resume_state(tmp_path / "last.pt", "another") is None
     assert "belongs to another spec (abc ≠ another); starting fresh" in capsys.readouterr().err
     assert resume_state(tmp_path / "absent.pt", "abc") is None
+
+
+def test_checkpoints_are_written_beside_training_from_snapshots(tokens, tmp_path, monkeypatch):
+    """The loop's checkpoints and best weights are serialized, checksummed, written and fsynced by
+    the checkpoint writer's thread, not the training thread, from a snapshot the next steps (which
+    update the weights in place) leave as it was, in the order saved; a write that fails is raised
+    at the next save or wait, naming its file."""
+    import threading
+    import time as _time
+
+    from grassflow import loop
+    from grassflow.checkpoint import CheckpointWriter, load_checkpoint, save_checkpoint
+    from grassflow.errors import DiskSpaceError
+
+    threads = []
+    real = loop.save_checkpoint
+
+    def recorded(path, state):
+        threads.append(threading.current_thread().name)
+        real(path, state)
+
+    monkeypatch.setattr(loop, "save_checkpoint", recorded)
+    train({**SPEC, "train": {**SPEC["train"], "epochs": 2}}, tokens / "train.parquet", tokens / "validation.parquet",
+          tmp_path / "run")
+    assert threads and all(t.startswith("checkpoint") for t in threads), threads
+
+    w = torch.zeros(4)
+    writer, order = CheckpointWriter(), []
+
+    def slow(path, state):
+        _time.sleep(0.2)
+        order.append(path.name)
+        save_checkpoint(path, state)
+
+    writer.save(slow, tmp_path / "a.pt", {"w": w, "pos": {"step": 1}})
+    w += 1  # the next step, in place, while the first write is still waiting
+    writer.save(slow, tmp_path / "b.pt", {"w": w, "pos": {"step": 2}})
+    writer.wait()
+    assert order == ["a.pt", "b.pt"]
+    assert torch.equal(load_checkpoint(tmp_path / "a.pt")["w"], torch.zeros(4))
+    assert torch.equal(load_checkpoint(tmp_path / "b.pt")["w"], torch.ones(4))
+
+    def full(path, state):
+        raise DiskSpaceError(f"{path}: no space left on its file system")
+
+    writer.save(full, tmp_path / "c.pt", {"w": w})
+    with pytest.raises(DiskSpaceError, match="c.pt: no space left"):
+        writer.wait()
+    writer.close()

@@ -13,6 +13,7 @@ bookkeeping, and a batch sliced from the epoch's order at a moving offset.
 
 from __future__ import annotations
 
+import functools
 import math
 from contextlib import ExitStack, contextmanager, nullcontext
 
@@ -93,12 +94,13 @@ class Rehearsal:
     first (the warm-up, eager on CUDA too: lazy initialisations run there) in capture mode, with
     torch's probes saying CUDA is capturing (cuda_as_torch_sees_it)."""
 
-    def __init__(self):
+    def __init__(self, recorder=None):
         self.steps, self.syncs = [], []
+        self.recorder = recorder or Recorder
 
     @contextmanager
     def __call__(self):
-        rec = Recorder()
+        rec = self.recorder()
         with ExitStack() as stack:
             syncs = stack.enter_context(HostSyncs())
             stack.enter_context(cuda_as_torch_sees_it(capturing=bool(self.steps)))
@@ -395,3 +397,84 @@ def test_a_failed_validation_capture_validates_eagerly(monkeypatch, capsys):
         assert torch.equal(graphed(x), want) and torch.equal(graphed(x), want)
     assert graphed.graphs == {} and "not permitted when stream is capturing" in graphed.capture_error
     assert capsys.readouterr().err.count("validating eagerly") == 1
+
+
+class _KnownOutside(Recorder):
+    """A Recorder for a region whose compiled code allocates past the dispatcher (inductor's
+    buffers): a tensor is `outside` where it lives in one of `outside`'s storages (the parameters,
+    their optimizer state and LR, the loss bookkeeping, the batch buffers: what a replay reads
+    from outside its graph), else made by the region, as a capture's own pool makes it."""
+
+    def __init__(self, outside):
+        super().__init__()
+        self.outside = outside
+
+    def _arg(self, x):
+        if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in self.outside:
+            return ("made", tuple(x.shape), x.dtype)
+        return super()._arg(x)
+
+
+def _compiled_outside_the_modes(fn):
+    """The compiled loss called with the rehearsal's dispatch modes set aside (torch.compile runs
+    under none: 'non-infra torch dispatch mode present'). Its backward (AOTAutograd's compiled
+    graph) runs under them, recorded. No host read can hide inside it: fullgraph=True refuses the
+    graph break one would be."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def call(*args):
+        with _disable_current_modes():
+            return fn(*args)
+
+    return call
+
+
+@pytest.mark.slow  # inductor compiles the loss on the CPU: ~15 s
+def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_the_references_loss(monkeypatch):
+    """train.compile compiled-graph: the loss as Compiled compiles it (torch.compile, fullgraph,
+    static shapes), inside the region a capture records (the eager warm-up compiles it, as on CUDA).
+    Its steps after the warm-up compile nothing more (a recompile inside a capture would be a new
+    graph), two consecutive regions issue the same ops reading the same outside tensors at the same
+    places, none syncs, the Plücker op's kernels launch on the capture's stream, and every step's
+    loss is the eager reference's (within fp32's reordering)."""
+    from torch._dynamo.utils import counters
+
+    from grassflow import compiled as compiled_mod
+    from grassflow.bench.choose import _setting
+
+    monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
+    real = compiled_mod.resolve  # compiled-graph on the CPU: the region as it would be captured, without CUDA
+    monkeypatch.setattr(compiled_mod, "resolve", lambda s, d: "compiled-graph" if s == "compiled-graph" else real(s, d))
+    with fake_cupy.installed(monkeypatch) as state:
+        losses_of = {}
+        for setting in ("false", "compiled-graph"):
+            model = _model("grassmann")
+            task = _task(model)
+            c = compiled_mod.Compiled(model, task, _setting(setting), "default", CPU)
+            assert (c.enabled, c.graph) == ((False, False) if setting == "false" else (True, True))
+            opt, _ = make_optimizer(model, TCFG, CPU, capture=True)
+            losses = ts.EpochLoss(CPU)
+            losses.reset([0.0], 0)
+            loss_fn = _compiled_outside_the_modes(c.loss) if c.enabled else c.loss
+            step = ts.TrainStep(model, loss_fn, opt, TCFG.grad_clip, CPU, losses, static=True)
+            rehearsal, seen, compiles = None, [], []
+            for i in range(4):
+                if i == 1:  # after the warm-up: what a capture, then its replays, would run
+                    outside = {t.untyped_storage().data_ptr() for t in tree_flatten(
+                        ([p for p in model.parameters()], opt.state_dict(), [g["lr"] for g in opt.param_groups],
+                         [losses.sum, losses.first_bad, losses.grad_norm_sum, losses.step], step.buffers))[0]
+                        if isinstance(t, torch.Tensor)}
+                    rehearsal = step.region_context = Rehearsal(functools.partial(_KnownOutside, outside))
+                set_lr(opt, lr_at(i, 10, TCFG))
+                before, frames = losses.sum.clone(), counters["frames"]["ok"]
+                step(task.batch(0, i))
+                seen.append(float(losses.sum - before))
+                compiles.append(counters["frames"]["ok"] - frames)
+            losses_of[setting] = seen
+        assert compiles[1:] == [0, 0, 0], compiles  # compiled once, in the warm-up
+        assert rehearsal.syncs == [{}, {}, {}]
+        assert len(rehearsal.steps[1]) > 50  # the compiled backward, the clipping, AdamW, the bookkeeping
+        assert _differences(rehearsal.steps[1], rehearsal.steps[2]) == []
+        streams = [s for *_, s in state.launches]
+        assert fake_cupy.CAPTURE in streams
+    assert losses_of["compiled-graph"] == pytest.approx(losses_of["false"], rel=1e-5), losses_of

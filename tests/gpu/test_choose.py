@@ -1,18 +1,33 @@
 """A lease's first minute (grassflow.bench.choose) on the CPU: each candidate setting runs the loop's
 own step on a fused group of a table's config, is checked against the reference's losses and
-gradients, and timed; the fastest that computes the reference's loss is chosen. A candidate whose
-loss differs (planted: a head scaled by 1.05) or that fails is dropped, said in one line; the seeds
-that fit the time left are those the overlay gets."""
+gradients, and timed; the fastest that computes the reference's loss for every model is chosen. A
+candidate whose loss differs (planted: a head scaled by 1.05) or that fails is dropped, said in one
+line, and not tried for the models left; none passing is no choice at all. A capture that fails drops
+its candidate with the capture's error; the box's alarm, held while a capture runs, stops its
+candidate once the capture is done. The seeds that fit are those whose groups finish within the
+lease, counting the progress a last.pt holds, the epochs' checkpoints and, past this command's
+deadline, a resumed command; the lease's next command reuses the decision and times nothing."""
 
 from __future__ import annotations
+
+import json
+import signal
+import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from grassflow import compiled as compiled_mod
+from grassflow import train_step as ts
 from grassflow.bench import choose
+from grassflow.checkpoint import save_checkpoint
+from grassflow.io import spec_hash
 from grassflow.lm import train as lm_train
 from grassflow.run_spec import RunSpec
+from helpers.dag import ROOT
 from helpers.specs import LM_SPEC
 
 CPU = torch.device("cpu")
@@ -22,6 +37,9 @@ def _spec(kind, seed=0):
     spec = {**LM_SPEC, "model_kind": kind, "seed": seed, "run_id": f"table1-{kind}-s{seed}",
             "model": {**LM_SPEC["model"], "dropout": 0.1}}
     return RunSpec.of(spec)
+
+
+IDS = (np.arange(4000) * 7919) % 40
 
 
 @pytest.fixture
@@ -36,47 +54,194 @@ def planted(monkeypatch):
     monkeypatch.setattr(lm_train, "linear_cross_entropy", head)
 
 
-def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(planted):
+def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(planted, tmp_path):
     tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
-    vocab = 40
-    ids = (np.arange(4000) * 7919) % vocab
     cands = [("false", "chunked"), ("false", "fused"), ("false", "reference")]
-    result = choose.choose(tables, ids, vocab, CPU, cands, box_s=600, timed_steps=2)
-    rows = {(r["model"], r["head_loss"]): r for r in result["rows"]}
-    assert len(rows) == 6
+    result = choose.choose(tables, IDS, 40, CPU, cands, box_s=600, timed_steps=2, checkpoint_dir=tmp_path)
+    refs = [r for r in result["rows"] if r["status"] == "reference"]
+    rows = {(r["model"], r["head_loss"]): r for r in result["rows"] if r["status"] != "reference"}
+    assert len(refs) == 2 and len(rows) == 6
+    assert all(r["checkpoint_s"] > 0 and r["checkpoint_write_s"] > 0 for r in refs)  # each group's, timed
+    assert not list(tmp_path.iterdir())  # the timed checkpoint's file removed
+    # dropped where it first fails, and not tried for the other model
+    assert rows["transformer", "chunked"]["status"] == "differs"
+    assert rows["transformer", "chunked"]["loss_rel_diff"] == pytest.approx(0.05, rel=1e-3)
+    assert rows["grassmann", "chunked"] == {**rows["grassmann", "chunked"], "status": "skipped",
+                                            "error": "dropped for table1 transformer"}
+    assert rows["transformer", "fused"]["status"] == "failed" and "fused" in rows["transformer", "fused"]["error"]
+    assert rows["grassmann", "fused"]["status"] == "skipped"
     for kind in ("transformer", "grassmann"):
-        assert rows[kind, "chunked"]["status"] == "differs"
-        assert rows[kind, "chunked"]["loss_rel_diff"] == pytest.approx(0.05, rel=1e-3)
-        assert rows[kind, "fused"]["status"] == "failed" and "fused" in rows[kind, "fused"]["error"]
         ok = rows[kind, "reference"]
         assert ok["status"] == "ok" and ok["loss_rel_diff"] == 0 and ok["grad_rel_diff"] == 0
-        assert ok["step_s"] > 0 and ok["members"] == 2
+        assert ok["step_s"] > 0 and ok["members"] == 2 and ok["captured"] is False
     assert result["choice"] == ("false", "reference")
     said = "\n".join(result["lines"])
-    assert "table1 grassmann: dropped compile=false head_loss=chunked: it differs from the reference (loss 5.0e-02" in said
-    assert "table1 transformer: dropped compile=false head_loss=fused: " in said
+    assert ("table1 transformer: dropped compile=false head_loss=chunked: it differs from the reference (loss 5.0e-02"
+            in said and "(not tried for the models left)" in said)
+    assert "table1 grassmann: dropped compile=false head_loss=chunked" not in said
     assert "chosen: compile=false head_loss=reference (the fastest of 1 that compute the reference's loss, of 3 tried)" in said
+    md = choose.to_markdown(result, "cpu")
+    assert "| table1 | grassmann | 2 | false | chunked | skipped (dropped for table1 transformer) |" in md
 
 
-def test_the_seeds_that_fit_are_those_whose_groups_finish_in_the_time_left():
-    tables = {"table1": {k: (_spec(k), [0, 1, 2]) for k in ("transformer", "grassmann")}}
-    ids = (np.arange(4000) * 7919) % 40
-    spec = tables["table1"]["transformer"][0]
-    steps = (len(ids) - 1) // spec.model["context_len"] // spec.train.batch_size * spec.train.epochs
-    # measured step times per members: 3 members 1 s, 2 members 0.5 s, 1 member 0.2 s (both models)
-    step_s = {("table1", k, n): s for k in ("transformer", "grassmann") for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
-    need = {n: 2 * steps * s * (1 + choose.VALIDATION_SHARE) for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
-    for seconds, want in ((need[3] + 1, [0, 1, 2]), (need[3] - 1, [0, 1]), (need[2] - 1, [0]), (need[1] - 1, [])):
-        fit, lines = choose.seeds_that_fit(tables, ids, 40, CPU, choose.REFERENCE, seconds, dict(step_s))
-        assert fit == {"table1": want}, (seconds, lines)
-        assert f"table1: seeds {', '.join(map(str, want)) or 'none'} this lease" in lines[0]
+def test_nothing_passing_is_one_line_and_no_choice(planted):
+    tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
+    result = choose.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=600, timed_steps=2)
+    assert result["choice"] is None
+    assert [line for line in result["lines"] if line.startswith("chosen")] == [
+        "chosen: none: no candidate (false:chunked) computes the reference's loss for every model (each dropped "
+        "above); nothing trains on a setting nobody asked for (CANDIDATES=false:reference would train the reference)"]
 
 
 def test_a_candidate_past_its_share_of_the_box_is_dropped():
     tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
-    ids = (np.arange(4000) * 7919) % 40
-    result = choose.choose(tables, ids, 40, CPU, [("false", "chunked")], box_s=0.0, timed_steps=2)
-    (row,) = result["rows"]
-    assert row["status"] == "failed" and row["error"].startswith("TimeoutError: still running after 0 s"), row
-    assert result["choice"] == choose.REFERENCE
-    assert "chosen: none of the candidates computes the reference's loss" in result["lines"][-1]
+    result = choose.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=0.0, timed_steps=2)
+    row = result["rows"][-1]
+    assert row["status"] == "failed" and row["error"].startswith("BoxTimeout: still running after 0 s"), row
+    assert result["choice"] is None
+
+
+@contextmanager
+def _capture_on_cpu(monkeypatch, graph):
+    """train.compile graph on the CPU: its warm-up eager, torch.cuda's graph API the stand-in `graph`."""
+    real = compiled_mod.resolve
+    monkeypatch.setattr(compiled_mod, "resolve", lambda s, d: "graph" if s == "graph" else real(s, d))
+    monkeypatch.setattr(ts.TrainStep, "_warm_up", lambda self: (self.region(), setattr(self, "eager_steps",
+                                                                                       self.eager_steps + 1)))
+
+    class Graph:
+        def replay(self):
+            raise AssertionError("not replayed in these tests")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    yield
+
+
+def test_a_failed_capture_drops_its_candidate_with_the_captures_error(monkeypatch):
+    @contextmanager
+    def refused(g):
+        raise RuntimeError("operation not permitted when stream is capturing")
+        yield
+
+    tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
+    with _capture_on_cpu(monkeypatch, refused):
+        result = choose.choose(tables, IDS, 40, CPU, [("graph", "reference"), ("false", "reference")], box_s=600,
+                               timed_steps=2)
+    row = next(r for r in result["rows"] if r["compile"] == "graph")
+    assert row["status"] == "failed" and row["error"].startswith("CaptureFailed: its capture failed: RuntimeError: "
+                                                                 "operation not permitted when stream is capturing")
+    assert row["capture_error"] == "RuntimeError: operation not permitted when stream is capturing"
+    assert result["choice"] == ("false", "reference")
+
+
+def test_the_alarm_waits_for_a_capture_then_stops_its_candidate(monkeypatch):
+    """A capture cut off midway would leave CUDA's stream capturing: the alarm rings during it, is
+    held, and stops the candidate as the capture returns, not one of the capture's own fallbacks."""
+    done = []
+
+    @contextmanager
+    def slow(g):
+        signal.setitimer(signal.ITIMER_REAL, 0.01)  # the box's alarm rings now, inside the capture
+        time.sleep(0.3)
+        yield
+        done.append("captured")
+
+    tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
+    with _capture_on_cpu(monkeypatch, slow):
+        result = choose.choose(tables, IDS, 40, CPU, [("graph", "reference")], box_s=600, timed_steps=2)
+    row = result["rows"][-1]
+    assert done == ["captured"]
+    assert row["status"] == "failed" and row["error"].startswith("BoxTimeout: still running after"), row
+    assert "capture_error" not in row and result["choice"] is None
+
+
+def _tables(seeds=(0, 1, 2)):
+    return {"table1": {k: (_spec(k), list(seeds)) for k in ("transformer", "grassmann")}}
+
+
+STEP_S = {("table1", k, n): s for k in ("transformer", "grassmann") for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
+
+
+def test_the_seeds_that_fit_are_those_whose_groups_finish_in_the_time_left():
+    spec = _spec("transformer")
+    per_epoch, epochs = choose.steps_of(spec, IDS)
+    steps = per_epoch * epochs
+    need = {n: 2 * steps * s * (1 + choose.VALIDATION_SHARE) for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
+    for seconds, want in ((need[3] + 1, [0, 1, 2]), (need[3] - 1, [0, 1]), (need[2] - 1, [0]), (need[1] - 1, [])):
+        fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, seconds, dict(STEP_S))
+        assert fit == {"table1": want}, (seconds, lines)
+        assert f"table1: seeds {', '.join(map(str, want)) or 'none'} this lease" in lines[0]
+
+
+def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_counted():
+    """A lease of two commands: seeds whose runs need more than this command's deadline fit when the
+    lease covers them, with one resumed command (RESUME_S and the setting's setup again) on top; each
+    epoch's checkpoint counts; the progress in a last.pt is not trained again."""
+    per_epoch, epochs = choose.steps_of(_spec("transformer"), IDS)
+    train3 = 2 * per_epoch * epochs * 1.0 * (1 + choose.VALIDATION_SHARE)
+    ckpt = {"checkpoint_s": {("table1", k): 0.5 for k in ("transformer", "grassmann")},
+            "setup_s": {("table1", "transformer"): 7.0, ("table1", "grassmann"): 9.0}}
+    need3 = train3 + 2 * epochs * 0.5
+    restart = choose.RESUME_S + 9.0
+    # this command's deadline alone would fit one seed at most; the lease covers three, and the restart
+    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need3 + restart + 1, dict(STEP_S),
+                                       deadline=need3 / 4, costs=ckpt)
+    assert fit == {"table1": [0, 1, 2]}, lines
+    assert f"about {need3 + restart:.0f} s of training for 3 seed(s)" in lines[0]
+    assert "they finish in the lease's next command" in lines[0]
+    # without room for the restart: two seeds (which need their own restart too)
+    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need3 + restart - 1, dict(STEP_S),
+                                       deadline=need3 / 4, costs=ckpt)
+    assert fit == {"table1": [0, 1]}, lines
+    # within this command: no restart counted
+    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need3 + 1, dict(STEP_S),
+                                       deadline=need3 + 1, costs=ckpt)
+    assert fit == {"table1": [0, 1, 2]} and "within this command" in lines[0], lines
+    # half the steps already in last.pt: only the rest is needed (its steps, its epochs' checkpoints)
+    left = per_epoch * epochs - (per_epoch * epochs) // 2
+    need_rest = 2 * left * 1.0 * (1 + choose.VALIDATION_SHARE) + 2 * -(-left // per_epoch) * 0.5
+    assert need_rest + 1 < need3
+    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need_rest + 1, dict(STEP_S),
+                                       costs=ckpt, done=lambda table, kind, seeds, pe: pe * epochs - left
+                                       if len(seeds) == 3 else 0)
+    assert fit == {"table1": [0, 1, 2]}, lines
+    assert f"about {need_rest:.0f} s of training for 3 seed(s)" in lines[0]
+
+
+def test_progress_is_read_from_the_groups_own_last_pt(tmp_path):
+    specs = {f"table1-grassmann-s{s}": {**_spec("grassmann", s).source, "seed": s, "run_id": f"table1-grassmann-s{s}"}
+             for s in (0, 1, 2)}
+    group = [specs[f"table1-grassmann-s{s}"] for s in (0, 1, 2)]
+    last = tmp_path / "fused/table1-grassmann/last.pt"
+    last.parent.mkdir(parents=True)
+    save_checkpoint(last, {"spec_hash": spec_hash({"runs": group}), "pos": {"epoch": 2, "step": 5}})
+    assert choose.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 25
+    assert choose.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0  # another group's seeds
+    save_checkpoint(last, {"spec_hash": "0" * 16, "pos": {"epoch": 2, "step": 5}})  # another spec's
+    assert choose.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 0
+    single = tmp_path / "runs/table1-grassmann-s1/last.pt"  # a lone run's, in its run directory
+    single.parent.mkdir(parents=True)
+    save_checkpoint(single, {"spec_hash": spec_hash(specs["table1-grassmann-s1"]), "pos": {"epoch": 0, "step": 7}})
+    assert choose.progress(tmp_path, specs, "table1", "grassmann", [1], 10) == 7
+
+
+def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    record, overlay = tmp_path / "choice.json", tmp_path / "window.yaml"
+    overlay.write_text("presets: {demo: {train: {fuse_seeds: true, compile: false, head_loss: auto}}}\nfinished_runs: []\n")
+    record.write_text(json.dumps({"preset": "demo", "targets": ["table1"], "choice": ["false", "chunked"],
+                                  "seeds": {"table1": [1]}, "finished_seeds": [0], "finished": ["their/runs"],
+                                  "chosen_at": "2026-12-02T01:02:03+00:00", "lease_end": 1.7e9}))
+    monkeypatch.setattr(choose, "trial", lambda *a, **k: pytest.fail("the next command timed a setting"))
+    assert choose.main(["--preset", "demo", "--targets", "table1", "--overlay", str(overlay), "--record", str(record),
+                        "--reuse"]) == 0
+    assert capsys.readouterr().out.startswith("reusing compile=false head_loss=chunked chosen at "
+                                              "2026-12-02T01:02:03+00:00 (table1 seeds 1;")
+    got = yaml.safe_load(overlay.read_text())
+    assert got["presets"]["demo"]["train"] == {"fuse_seeds": True, "compile": False, "head_loss": "chunked"}
+    assert got["presets"]["demo"]["seeds"] == [0, 1] and got["finished_runs"] == ["their/runs"]
+    assert choose.main(["--preset", "demo", "--targets", "table2", "--overlay", str(overlay), "--record", str(record),
+                        "--reuse"]) == 1  # chosen for other targets: refused, in one line
+    assert "chosen for preset demo, targets table1; this command makes demo table2" in capsys.readouterr().err

@@ -1,21 +1,25 @@
 """`make gpu-paper-prepare` and `make gpu-paper-window`'s plumbing on the CPU
-(bench/gpu_paper_prepare.sh, bench/gpu_paper_window.sh), with the demo preset in place of paper_v1.
+(bench/gpu_paper_prepare.sh, bench/gpu_paper_window.sh), with the demo preset in place of paper_v1,
+at a lease's proportions: a table whose runs need several times the first command's deadline (30
+epochs of the demo; the deadline a few epochs past the first minute) and a LEASE that covers them.
 
-Prepared in one copy, the window runs in another, as on the GPU machine: every file's time
-disturbed, only the carried tar restoring the results tree and Snakemake's records. Without the tar
-the window's dry-run gate stops it in one line before any work. With it, only the preflight, the
-fused training, the evaluations and the table are planned; once a group's first epoch is in, the
-window states its projected finish against the deadline. Stopped at its deadline (here: SIGUSR1
-once every group has finished an epoch and checkpointed), its training processes, and no other
-pipeline's, checkpoint and exit 75. A preflight that resolves another device or op backend than the
-lease's (EXPECT: cuda cupy) stops the window before training, and so does a pinned setting
-(COMPILE, HEAD_LOSS) that the first minute finds failing. Every started run's epochs so far come back
-(--keep-incomplete), and the window's closing lines say them. The same command again resumes
-them and makes the table from the fused groups (a completed row per run, whose record names its
-group), with the first minute's choice and figures (grassflow.bench.choose). What
-comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as the
-second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A tree with
-uncommitted changes is refused before anything runs."""
+Prepared in one checkout, the window runs in a copy made as the GPU machine gets one: the files of
+the prepared commit, a .git one commit behind them, the scripts without their run bit, every file's
+time disturbed; only the carried tar restoring the results tree, Snakemake's records and the
+commit's tree. Such a copy is accepted by its content and its runs record the prepared commit,
+clean; one with a real edit (a changed module, a new one) is refused naming them, before anything
+runs. Without the tar the window's dry-run gate stops it in one line. With it, only the preflight,
+the fused training, the evaluations and the table are planned. A preflight that resolves another
+device or op backend than the lease's (EXPECT: cuda cupy) stops the window before training, and so
+does a pinned setting (COMPILE, HEAD_LOSS) that the first minute finds failing. The first minute
+trains every seed, the lease covering what this command cannot; at the deadline its training
+processes, and no other pipeline's, checkpoint and exit 75, each group's budget said against the
+deadline and the lease; every started run's epochs so far come back (--keep-incomplete). The lease's
+next command (CARRY=/none) reuses the choice, times nothing, resumes the runs and makes the table
+from the fused groups (a completed row per run, with two parts: stopped at the deadline, finished).
+What comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as
+the second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A tree with
+uncommitted changes, where no prepared tree came, is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -38,9 +42,10 @@ from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
 # nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's rounding)
-# and a table whose seeds two windows split equals the one window's; 4 epochs, so that no group finishes
-# before the deadline the test sets once every group has one
+# and a table whose seeds two windows split equals the one window's; 30 epochs, the paper's: several
+# times what the first command's deadline leaves them
 DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml nodrop.yaml"}
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
 
 def _copy(dst):
@@ -50,11 +55,38 @@ def _copy(dst):
     work = copy_repo(dst)
     shutil.copytree(ROOT / "bench", work / "bench")
     shutil.copy(ROOT / ".gitignore", work / ".gitignore")
-    (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 4}}}}\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 30}}}}\n")
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
-        subprocess.run([*git, *args], cwd=work, check=True, capture_output=True)
+        subprocess.run([*GIT, *args], cwd=work, check=True, capture_output=True)
     return work
+
+
+def _prepared(tmp_path):
+    """A checkout whose last commit (a new file, a changed one) the device copies' .git will lack,
+    prepared (make gpu-paper-prepare: the token files, Snakemake's records, the commit's tree in the tar)."""
+    prep = _copy(tmp_path / "prep")
+    (prep / "NOTES.md").write_text("A file of the commit a lagging copy's .git lacks.\n")
+    with open(prep / "nodrop.yaml", "a") as f:
+        f.write("# and a line of it\n")
+    for args in (["add", "-A"], ["commit", "-q", "-m", "the last commit"]):
+        subprocess.run([*GIT, *args], cwd=prep, check=True, capture_output=True)
+    subprocess.run(["bash", "bench/gpu_paper_prepare.sh"], cwd=prep, check=True, capture_output=True,
+                   env={**pipeline_env(prep), **DEMO, "SNAKEMAKE": str(BIN / "snakemake"), "PY": str(BIN / "python")})
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=prep, capture_output=True, text=True).stdout.strip()
+    return prep, commit
+
+
+def _device_copy(prep, dst):
+    """The working tree as a lease's machine gets it: the prepared commit's files and the carried tar
+    (not the ignored results, records or tree), a .git one commit behind the files, the scripts
+    without their run bit, every file's time disturbed."""
+    shutil.copytree(prep, dst, symlinks=True, ignore=shutil.ignore_patterns("results", ".snakemake", ".gpu-tree.json"))
+    subprocess.run(["git", "reset", "-q", "--mixed", "HEAD~1"], cwd=dst, check=True)
+    for script in dst.rglob("*.sh"):
+        script.chmod(0o644)
+    _disturb_times(dst)
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=dst, capture_output=True, text=True).stdout.strip()
+    return dst
 
 
 def _window(work, out, deadline=3000, **env):
@@ -71,6 +103,12 @@ def _disturb_times(work):
     for i, p in enumerate(sorted(work.rglob("*"), key=lambda p: hash(p.name))):
         if p.is_file():
             os.utime(p, (now - i % 7, now - i % 7))
+
+
+def _at(log: str, phrase: str) -> int:
+    """The window's second at which it first said `phrase`."""
+    line = next(line for line in log.splitlines() if phrase in line)
+    return int(re.match(r"\[window (\d+) s\]", line).group(1))
 
 
 def test_the_window_refuses_uncommitted_code_before_anything_runs(tmp_path):
@@ -98,17 +136,26 @@ def test_the_window_refuses_a_tree_whose_data_stages_would_replan(tmp_path):
     assert "preflight done" not in log and not (work / "results/demo/preflight").exists()
 
 
-def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_path):
-    prep = _copy(tmp_path / "prep")
-    subprocess.run(["bash", "bench/gpu_paper_prepare.sh"], cwd=prep, check=True, capture_output=True,
-                   env={**pipeline_env(prep), **DEMO, "SNAKEMAKE": str(BIN / "snakemake")})
-    work = _copy(tmp_path / "work")
-    shutil.copy(prep / ".gpu-carry.tar", work / ".gpu-carry.tar")
-    _disturb_times(work)
+def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp_path):
+    prep, commit = _prepared(tmp_path)
+    # a real edit in the copy (a changed module, a new one) is refused by name, before anything runs
+    edited = _device_copy(prep, tmp_path / "edited")
+    with open(edited / "src/grassflow/loop.py", "a") as f:
+        f.write("\n# an edit not committed\n")
+    (edited / "src/grassflow/added.py").write_text("X = 1\n")
+    proc = _window(edited, tmp_path / "edited-out")
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 2, out[-3000:]
+    assert (f"error: src/grassflow/added.py, src/grassflow/loop.py differ from the prepared commit {commit[:7]} "
+            "(.gpu-tree.json, by content): commit them and run make gpu-paper-prepare again") in out, out[-3000:]
+    assert not (edited / "results/demo/window.yaml").exists()  # nothing ran: not even the dry run's overlay
+
+    work = _device_copy(prep, tmp_path / "work")
     # a lease is for CUDA and the CuPy kernels: what this preflight resolves (cpu, fast) stops it
     proc = _window(work, tmp_path / "expect", EXPECT="cuda cupy")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 2, out[-3000:]
+    assert f"tree: the prepared commit {commit[:12]}, every file its own (by content)" in out, out[-3000:]
     assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
     assert not (work / "results/demo/fused").exists()
     assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in out, out[-3000:]
@@ -117,35 +164,48 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 1, out[-3000:]
-    assert "first minute: table1 grassmann: dropped compile=false head_loss=fused: " in out, out[-3000:]
+    assert "first minute: table1 transformer: dropped compile=false head_loss=fused: " in out, out[-3000:]
     assert "error: compile=false head_loss=fused does not compute the reference's loss here, or failed" in out
-    assert not (work / "results/demo/fused").exists()
-    # another pipeline's training job on the same machine (here: a process whose command line reads as one)
+    assert not (work / "results/demo/fused").exists() and not (work / "results/demo/window-choice.json").exists()
+    chosen_by = _at((tmp_path / "head/window.log").read_text(), "first minute:")  # this machine's first minute
+
+    # the lease's first command: its deadline a few epochs past the first minute (the runs need
+    # several times that), the lease ample. The window is held once its Snakemake has started, until
+    # every group has checkpointed its first epoch: each run is then past its start when the deadline
+    # (passed meanwhile) stops it, however slowly this machine started them
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
-                              "--out-dir", "another/pipeline"])
-    proc = _window(work, tmp_path / "first")
+                              "--out-dir", "another/pipeline"])  # another pipeline's training job, as it reads
+    proc = _window(work, tmp_path / "first", deadline=chosen_by + 10, LEASE="3000")
     res = work / "results/demo"
-    t0 = time.time()
     groups = ("table1-transformer", "table1-grassmann")
-    log = tmp_path / "first/window.log"
-    # every group past its first epoch, budgeted and checkpointed (metrics.jsonl is written before last.pt)
-    while not (log.exists() and all((res / f"fused/{g}/last.pt").exists() and f"{g} budget: epoch" in log.read_text()
-                                     for g in groups)):
+    t0 = time.time()
+    while not (res / "logs/window-snakemake.log").exists():
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        assert time.time() - t0 < HANG, "no group finished an epoch"
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGUSR1)
+        assert time.time() - t0 < HANG
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        while not all((res / f"fused/{g}/last.pt").exists() for g in groups):
+            assert time.time() - t0 < HANG, "no group finished an epoch"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGCONT)
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode != 0, out[-3000:]  # the interrupted jobs failed: Snakemake says so
-    log = log.read_text()
-    assert "planned: train_fused 2, evaluate 4, aggregate 1, table1 1," in log, log  # the preflight ran above
+    log = (tmp_path / "first/window.log").read_text()
+    # every seed this lease: the lease covers what this command's deadline cannot
+    fm = re.search(r"first minute: table1: seeds 0, 1 this lease \(about (\d+) s of training for 2 seed\(s\) of 2 to "
+                   r"train; (\d+) s of the lease's training left, (\d+) s to this command's deadline: they finish "
+                   r"in the lease's next command\)", log)
+    assert fm, log
+    assert int(fm.group(1)) > 2 * int(fm.group(3)), log  # several times this command's deadline
     assert "deadline: SIGTERM to the training jobs" in log
-    for g in groups:  # the budget before the end: epoch time, projected finish, against a deadline of 3000 s
-        assert re.search(rf"{g} budget: epoch \d+ took \d+ s; all \d+ epochs done at about \d+ s of the window, "
-                         r"deadline 3000 s: fits", log), log
-        assert log.index(f"{g} budget:") < log.index("deadline: SIGTERM")
+    for g in groups:  # the budget: epoch time, projected finish, against the deadline and the lease
+        assert re.search(rf"{g} budget: epoch \d+ took \d+ s; all 30 epochs done at about \d+ s of the window, "
+                         r"deadline \d+ s, lease 2940 s: fits in the lease: about \d+ of 30 epochs by the deadline, "
+                         "the rest in its next command", log), log
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
-    assert "SIGTERM: checkpointed at epoch" in logs
+    assert logs.count("SIGTERM: checkpointed at epoch") == 2
     assert not list((res / "runs").glob("*/run.json"))  # an interrupted run never looks complete
     assert decoy.poll() is None, "the deadline signalled a training job that was not the window's"
     decoy.kill()
@@ -157,21 +217,30 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     for r in runs:
         rows = [json.loads(line) for line in packed[f"results/demo/runs/{r}/metrics.jsonl"].splitlines()]
         best = min(row["val_ppl"] for row in rows)
-        assert f"{r}: {len(rows)} epochs, best validation PPL so far {best:.1f}" in log, log
+        assert 1 <= len(rows) < 30 and f"{r}: {len(rows)} epochs, best validation PPL so far {best:.1f}" in log, log
 
+    # the lease's next command, at once: the first's choice reused, nothing timed, the runs resumed
     proc = _window(work, tmp_path / "second", CARRY="/none")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"reusing compile=false head_loss=chunked chosen at \d{4}-\d\d-\d\dT[\d:]+\+00:00 "
+                     r"\(table1 seeds 0, 1; the lease ends at ", out), out[-3000:]
+    assert "first minute:" not in out and not (tmp_path / "second/choose-cpu.json").exists()
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
     assert logs.count("[train] resuming") == 2
-    # the table from fused groups: a completed row each, linked to its run's record, which names its group
-    one = pd.read_csv(res / "report/table1.csv").set_index("run_id")  # the one window's table
+    # the table from fused groups: a completed row each, linked to its run's record, which names its
+    # group, its two parts and the prepared commit, clean (checked by content)
+    one = pd.read_csv(res / "report/table1.csv").set_index("run_id")  # the one lease's table
     assert sorted(one.index) == sorted(runs) and (one.status == "completed").all()
     md = (res / "report/table1.md").read_text()
     for r in runs:
         group, seed = r.rsplit("-s", 1)
-        fused = json.loads((res / "runs" / r / "run.json").read_text())["fused"]
-        assert fused == {"runs": [f"{group}-s0", f"{group}-s1"], "work_dir": f"results/demo/fused/{group}", "index": int(seed)}
+        rec = json.loads((res / "runs" / r / "run.json").read_text())
+        assert rec["fused"] == {"runs": [f"{group}-s0", f"{group}-s1"], "work_dir": f"results/demo/fused/{group}",
+                                "index": int(seed)}
+        assert [p["ended"] for p in rec["parts"]] == ["SIGTERM", "finished"], rec["parts"]
+        assert rec["git"] == {"commit": commit, "dirty": False, "checked": "content"}
+        assert all(p["commit"] == commit and p["dirty"] is False for p in rec["parts"])
         assert f"[{r}](../runs/{r}/run.json)" in md
     with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
         names = tar.getnames()
@@ -179,10 +248,9 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
     assert not [n for n in names if n.endswith((".pt", ".safetensors", ".parquet"))]
     assert all(p.stat().st_size < 16 * 2**20 for p in (tmp_path / "second").iterdir())
     assert len(list((tmp_path / "second").iterdir())) <= 8
-    choice = (tmp_path / "second/choose-cpu.md").read_text()  # the first minute's figures came back
+    choice = (tmp_path / "first/choose-cpu.md").read_text()  # the first minute's figures came back
     assert "| table1 | grassmann | 2 | false | chunked | ok |" in choice
     assert "chosen: compile=false head_loss=chunked" in choice
-    assert "first minute: table1: seeds 0, 1 this lease" in out
 
     # seeds across leases: seed 0's records as the second window packed them (committed, as under reports/),
     # and a third window on another machine adopts them and trains seed 1 alone: the one window's table
@@ -192,8 +260,7 @@ def test_the_gpu_window_stops_at_its_deadline_keeps_the_curves_and_resumes(tmp_p
             for f in ("run.json", "eval.json", "metrics.jsonl"):
                 (records / f"{g}-s0").mkdir(parents=True, exist_ok=True)
                 (records / f"{g}-s0" / f).write_bytes(tar.extractfile(f"results/demo/runs/{g}-s0/{f}").read())
-    third = _copy(tmp_path / "third-work")
-    shutil.copy(prep / ".gpu-carry.tar", third / ".gpu-carry.tar")
+    third = _device_copy(prep, tmp_path / "third-work")
     proc = _window(third, tmp_path / "third", FINISHED=str(records))
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 0, out[-3000:]

@@ -46,11 +46,12 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         5,
         "each batch of damaged files fails the jobs that read it (a copy of the demo)",
     ),
-    "test_the_gpu_window_stops_at_i": (
+    "test_a_lease_in_two_commands_t": (
         6,
-        "the GPU window: its preparation, a preflight refused, stopped at its deadline, resumed to Table 1 "
-        "from fused seed groups (a row and record each); a third window elsewhere adopting the second's "
-        "seed-0 records beside seed 1 trained (its preflight and its tables: two; the one DAG run of finished_runs)",
+        "the GPU window at a lease's proportions: its preparation, a preflight refused, the first command "
+        "stopped at its deadline, the second resuming to Table 1 from fused seed groups (a row and record "
+        "each); a third window elsewhere adopting the second's seed-0 records beside seed 1 trained (its "
+        "preflight and its tables: two; the one DAG run of finished_runs)",
     ),
     "test_a_run_rerun_because_its_c": (
         1,

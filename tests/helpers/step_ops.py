@@ -8,9 +8,12 @@ lists (helpers.cuda_autocast: its casts are kernels), the CuPy kernels through t
 (helpers.fake_cupy: each launch counted), the ensemble's batched GEMMs (models.layers.GEMM_PER_MEMBER
 empty), the optimizer made for a capture. Counted after one warm-up step (AdamW's state exists then,
 as in the graph a capture makes):
-  ops     ATen ops that run a kernel: every op but views (an op whose outputs alias an input without
-          writing it) and bare allocations; most are one CUDA kernel, a few several (a reduction,
-          the fused AdamW's multi-tensor launches)
+  ops     ATen ops that run a kernel, as CUDA launches them: every op but views (an op whose outputs
+          alias an input without writing it) and bare allocations counts one, but a foreach op off
+          CUDA's fast route (cuda_launches: lists whose i-th tensors differ in size, a broadcast
+          operand) counts a kernel per tensor of its list, as CUDA's per-tensor path runs it; most are
+          one CUDA kernel, a few several (a reduction; a multi-tensor launch splits a list longer than
+          its kernel's argument limit: ~100 tensors)
   cupy    the CuPy kernel launches (the Plücker op's, the fused head's)
 The counts depend on the layers, the members, the model's kind and the head, not on the widths or
 the batch: they are counted at a table's layers and context with small widths (test_step_ops checks
@@ -53,8 +56,35 @@ def _is_view(func) -> bool:
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: its elements fill its storage span exactly, in some order of its dims."""
+    dims = sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1)
+    expected = 1
+    for st, n in dims:
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def cuda_launches(func, args) -> int:
+    """The kernels CUDA launches for one dispatched op: 1, but a kernel per tensor for a foreach op
+    (`aten._foreach_*`) off CUDA's fast route (ATen's ForeachUtils.h, check_fast_path_restrictions:
+    every tensor of every list of one dtype and device, dense and non-overlapping, the lists' i-th
+    tensors of one size and stride; else the op's slow path, a loop over the tensors)."""
+    if not str(func).startswith("aten._foreach_"):
+        return 1
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a)]
+    first = lists[0]
+    fast = all(t.dtype == first[0].dtype and t.device == first[0].device and _dense(t) for lst in lists for t in lst)
+    fast = fast and all(lst[i].shape == first[i].shape and lst[i].stride() == first[i].stride()
+                        for lst in lists[1:] for i in range(len(first)))
+    return 1 if fast else len(first)
+
+
 class KernelOps(TorchDispatchMode):
-    """The ATen ops dispatched under it that run a kernel (no views, no bare allocations)."""
+    """The ATen ops dispatched under it that run a kernel (no views, no bare allocations), each
+    counted as CUDA launches it (cuda_launches)."""
 
     def __init__(self):
         super().__init__()
@@ -63,7 +93,7 @@ class KernelOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func)
         if not (name.startswith("profiler.") or name in ALLOCATIONS or _is_view(func)):
-            self.ops[name] += 1
+            self.ops[name] += cuda_launches(func, args)
         return func(*args, **(kwargs or {}))
 
 

@@ -49,7 +49,8 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
                             "n_layers": e["n_layers"], "context_len": e["context_len"]})
     return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
-            "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]},
+            "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"],
+                                                    **{k: e[k] for k in ("checkpoint_every",) if k in e}},
             "tokenizer": p["tokenizer"]["name"]}
 
 
