@@ -12,13 +12,25 @@ from snakemake.utils import min_version
 import grassflow
 from grassflow.pipeline.presets import validate_or_exit
 
+# This checkout: every file the workflow reads of its own (schema, resources, captions, the code
+# its fingerprints hash) is found from here, never from the working directory, which holds the
+# user's config and results (`--directory`, or a `module` deployment: the user's Snakefile there).
+CHECKOUT = workflow.current_basedir
+if not isinstance(CHECKOUT, str):
+    sys.exit(
+        f"error: this workflow is read from {CHECKOUT}, not a local checkout: its jobs run the grassflow "
+        "package installed from a clone (`pip install -e <clone>`); point the module's `snakefile:` at "
+        "the clone's Snakefile (docs/use/pipeline.md, deployment)"
+    )
+CHECKOUT = Path(CHECKOUT)
+
 # The jobs run the installed package (`pip install -e .`, as make does), and their code
 # fingerprints hash this checkout's src/ (common.smk): the two must be the same files.
 PACKAGE = Path(grassflow.__file__).parent
-if PACKAGE.resolve() != Path(workflow.basedir, "src", "grassflow").resolve():
+if PACKAGE.resolve() != (CHECKOUT / "src" / "grassflow").resolve():
     sys.exit(
         f"error: python imports grassflow from {PACKAGE}, not from this "
-        f"checkout's src/: run `pip install -e {workflow.basedir}` (make does), or set PYTHONPATH=src"
+        f"checkout's src/: run `pip install -e {CHECKOUT}` (make does), or set PYTHONPATH={CHECKOUT / 'src'}"
     )
 
 min_version("9.0")
@@ -28,7 +40,7 @@ configfile: "config.yaml"
 
 
 # JSON schema (types, ranges, unknown keys, defaults) + semantic checks; errors name the key.
-validate_or_exit(config, "workflow/schemas/config.schema.yaml")
+validate_or_exit(config, CHECKOUT / "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

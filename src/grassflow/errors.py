@@ -1,5 +1,14 @@
-"""Errors the CLI reports as one `error:` line, in a module that imports nothing: the command
-line catches them without loading (and so without depending on) the stages that raise them."""
+"""Errors the CLI reports as one `error:` line, in a module that imports nothing but errno: the
+command line catches them without loading (and so without depending on) the stages that raise them."""
+
+import errno
+
+
+def no_space(err: BaseException) -> bool:
+    """Whether `err` is a write that found its file system full (or its quota spent), as Python,
+    pyarrow and safetensors say it."""
+    return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+        s in str(err) for s in ("No space left on device", "os error 28", "Disk quota exceeded"))
 
 
 class PreflightError(RuntimeError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -12,14 +11,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from grassflow.errors import DiskSpaceError
-
-
-def no_space(err: BaseException) -> bool:
-    """Whether `err` is a write that found its file system full (or its quota spent), as Python,
-    pyarrow and safetensors say it."""
-    return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
-        s in str(err) for s in ("No space left on device", "os error 28", "Disk quota exceeded"))
+from grassflow.errors import DiskSpaceError, no_space
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from grassflow.errors import (
     DiskSpaceError,
     ModelFileError,
     PreflightError,
+    no_space,
 )
 
 JSON = "a JSON file, or JSON"
@@ -61,18 +62,72 @@ def parser(module: str, doc: str, prog: str | None = None) -> ArgumentParser:
     return ArgumentParser(prog=prog or f"python -m {module}", description=doc.strip().split("\n")[0])
 
 
+class _Log:
+    """A job's stdout or stderr (its log, as the rule's shell redirects them) whose writes may find
+    the log's file system full: they are dropped (`lost`), and the job goes on to fail where its own
+    files fail, naming them, not on its progress line."""
+
+    def __init__(self, stream):
+        self.stream, self.lost = stream, False
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            if not no_space(e):
+                raise
+            self.lost = True
+            return len(text)
+
+    def flush(self):
+        try:
+            self.stream.flush()
+        except OSError as e:
+            if not no_space(e):
+                raise
+            self.lost = True
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def say_error(line: str) -> None:
+    """A job's one error line: to stderr, its log, and to the stderr of the shell that started the job
+    where that is another file: Snakemake's output, where the user looks, beside its `Error in rule`.
+    The line reaches it also where the log cannot take it (the log's file system full too, as a
+    scratch quota's is). Linux (/proc); elsewhere the log alone."""
+    err = sys.stderr if isinstance(sys.stderr, _Log) else _Log(sys.stderr)
+    err.write(line + "\n")
+    err.flush()
+    main = getattr(sys.modules["__main__"], "__spec__", None)
+    if not (main and main.name.startswith("grassflow.")):  # a stage's process only (not a test calling it)
+        return
+    shell = f"/proc/{os.getppid()}/fd/2"
+    try:
+        mine, theirs = os.fstat(2), os.stat(shell)
+        if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+            with open(shell, "a") as f:  # appending: a file there (a SLURM job's output) is never truncated
+                f.write(line + "\n")
+    except (OSError, ValueError, AttributeError):  # no /proc, no stderr of its own: the log alone
+        pass
+
+
 def run(fn, *args, **kwargs) -> int:
     """fn(*args, **kwargs): its exit status where it returns one (a command line's main), else 0; an
-    expected failure (EXPECTED) printed as one `error:` line: 1."""
+    expected failure (EXPECTED) printed as one `error:` line (say_error): 1."""
     if RECORD_IMPORTS in os.environ:  # the staleness tests: what this job loaded, written at exit
         import atexit
 
         atexit.register(_record_imports, os.environ[RECORD_IMPORTS])
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if isinstance(s, _Log) else _Log(s) for s in streams)
     try:
         rc = fn(*args, **kwargs)
     except EXPECTED as e:
-        print(f"error: {e}", file=sys.stderr)
+        say_error(f"error: {e}")
         return 1
+    finally:
+        sys.stdout, sys.stderr = streams
     return rc if isinstance(rc, int) else 0
 
 

@@ -3,6 +3,7 @@
 # paths, runs, outputs) are planned in its package (grassflow.<task>.plan) and read by its rule file.
 import functools
 import json
+import os
 import re
 import shlex
 import sys
@@ -108,7 +109,7 @@ CODE = {}  # fingerprint → {file: code hash}, of every fingerprint computed he
 
 @functools.cache
 def code_of(module, *kinds):
-    code = job_code(module, kinds, Path(workflow.basedir))
+    code = job_code(module, kinds, CHECKOUT)
     CODE[fingerprint(code)] = code
     return fingerprint(code)
 
@@ -174,6 +175,13 @@ def artifact_args(part, results):
     return " ".join(f"--artifact {a}" for a in tokenizer_artifact(part, results))
 
 
+def own_file(rel):
+    """A file of this checkout (its resources) as a rule's input: relative to the working
+    directory, as Snakemake records inputs (in the checkout: `rel` itself, so that a results tree
+    moved with its checkout plans nothing)."""
+    return os.path.relpath(CHECKOUT / rel)
+
+
 def run_files(res, runs, file):
     """File `file` of each of `runs` (under `res`/runs/)."""
     return [f"{res}/runs/{run}/{file}" for run in runs]
@@ -182,7 +190,7 @@ def run_files(res, runs, file):
 def shown(files, category):
     """Files as Snakemake's report shows them: under `category`, captioned by
     workflow/report/<category, lower case>.rst where there is one."""
-    caption = Path(workflow.basedir, "workflow", "report", f"{category.lower()}.rst")
+    caption = CHECKOUT / "workflow" / "report" / f"{category.lower()}.rst"
     captioned = {"caption": f"../report/{caption.name}"} if caption.is_file() else {}
 
     def one(f):
