@@ -15,14 +15,13 @@ from grassflow.pipeline.presets import validate_or_exit
 # This checkout: every file the workflow reads of its own (schema, resources, captions, the code
 # its fingerprints hash) is found from here, never from the working directory, which holds the
 # user's config and results (`--directory`, or a `module` deployment: the user's Snakefile there).
-CHECKOUT = workflow.current_basedir
-if not isinstance(CHECKOUT, str):
+CHECKOUT = Path(str(workflow.current_basedir))
+if not CHECKOUT.is_dir():
     sys.exit(
-        f"error: this workflow is read from {CHECKOUT}, not a local checkout: its jobs run the grassflow "
-        "package installed from a clone (`pip install -e <clone>`); point the module's `snakefile:` at "
-        "the clone's Snakefile (docs/use/pipeline.md, deployment)"
+        f"error: this workflow is read from {workflow.current_basedir}, not a local checkout: its jobs run "
+        "the grassflow package installed from a clone (`pip install -e <clone>`); point the module's "
+        "`snakefile:` at the clone's Snakefile (docs/use/pipeline.md, deployment)"
     )
-CHECKOUT = Path(CHECKOUT)
 
 # The jobs run the installed package (`pip install -e .`, as make does), and their code
 # fingerprints hash this checkout's src/ (common.smk): the two must be the same files.

@@ -46,6 +46,11 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         5,
         "each batch of damaged files fails the jobs that read it (a copy of the demo)",
     ),
+    "test_the_demo_runs_from_a_user": (
+        2,
+        "a part of the demo run from a user's directory, once with --directory and once as a catalog "
+        "module: each its own results there, equal to the demo's rows",
+    ),
     "test_a_lease_in_two_commands_t": (
         6,
         "the GPU window at a lease's proportions: its preparation, a preflight refused, the first command "

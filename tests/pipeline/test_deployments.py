@@ -53,8 +53,9 @@ def test_the_demo_runs_from_a_users_directory(how, demo, tmp_path):
         user.mkdir()
         shutil.copy(checkout / "config.yaml", user / "config.yaml")
         (user / "elsewhere.yaml").write_text(yaml.safe_dump(OVERLAY))
-        args = ["-s", str(checkout / "Snakefile"), "--directory", str(user), "--configfile", "config.yaml",
-                "elsewhere.yaml"]
+        # from another directory: the command line's config files as the shell gives them (here: absolute)
+        args = ["-s", str(checkout / "Snakefile"), "--directory", str(user), "--configfile", str(user / "config.yaml"),
+                str(user / "elsewhere.yaml")]
     else:  # deployed: the user's Snakefile a module of the checkout's, its config/ the user's
         (user / "workflow").mkdir(parents=True)
         (user / "config").mkdir()
