@@ -124,7 +124,7 @@ cat > "$RES/window.yaml" <<EOF
 presets:
   $PRESET:
     train: {fuse_seeds: true, runs_per_gpu: $RUNS_PER_GPU, threads: $THREADS, compile: $([ "$COMPILE" = choose ] && echo false || echo "$COMPILE"), head_loss: $([ "$HEAD_LOSS" = choose ] && echo auto || echo "$HEAD_LOSS")}
-finished_runs: [$FINISHED]
+finished_runs: [$([ -n "$FINISHED" ] && printf '"%s"' "$FINISHED")]
 EOF
 # 0. the gate: a copy whose file times or records were lost would replan the data stages here,
 #    where the sources (../shared, the hub) are not: stop in one line instead of spending the lease

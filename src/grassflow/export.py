@@ -17,6 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
+from grassflow import markdown
 from grassflow.checkpoint import state_sha256
 from grassflow.errors import CommandError
 from grassflow.io import write_json
@@ -122,13 +123,13 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
     import yaml
 
     out = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-           f"# {record['run_id']}: {config['architectures'][0]} from grassflow", "",
+           f"# {markdown.text(record['run_id'])}: {config['architectures'][0]} from grassflow", "",
            f"A {kind} language model trained by grassflow, the "
            "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an Attention-Free "
            "Alternative for Sequence Modeling* (arXiv 2512.19428): preset "
-           f"`{spec['preset']}`, experiment `{spec['experiment']}`, seed {spec['seed']}, "
+           f"{markdown.code(spec['preset'])}, experiment {markdown.code(spec['experiment'])}, seed {spec['seed']}, "
            f"{config['n_layers']} layers, d_model {config['d_model']}, context {config['context_len']} tokens, "
-           f"{record['n_params']:,} parameters; status `{record['status']['state']}`, best epoch {record['best_epoch']}.", "",
+           f"{record['n_params']:,} parameters; status {markdown.code(record['status']['state'])}, best epoch {record['best_epoch']}.", "",
            "## Its numbers", "",
            "| split | perplexity (chunked, the paper's) | strided | word-level (lm-eval) |", "|---|---|---|---|"]
     for name, e in (("validation", val), ("test", test)):
@@ -143,14 +144,15 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
         out += ["No table of this run's preset was found beside it (results/<preset>/report/).", ""]
     git = record.get("git") or {}
     out += ["## Provenance", "",
-            (f"- commit `{git['commit']}`" + (" (working tree dirty)" if git.get("dirty") else "")
+            (f"- commit {markdown.code(git['commit'])}" + (" (working tree dirty)" if git.get("dirty") else "")
              if git.get("commit") else "- commit: not recorded (the run was made outside a git checkout)"),
             f"- spec sha256 `{record['spec_hash']}`; model settings in `config.json`",
             "- data: " + "; ".join(f"{s} `{d['file_sha256'][:16]}…` ({d['n_tokens']:,} tokens)"
                                     for s, d in record["data"].items()),
             f"- tokenizer `{config['tokenizer']['name']}`, sha256 `{config['tokenizer']['sha256'][:16]}…`",
             f"- weights sha256 `{config['weights_sha256']}` (as in the run's run.json)",
-            f"- trained on {record['device']} ({record['device_type']}), Plücker backend {record.get('plucker_backend')}",
+            f"- trained on {markdown.text(record['device'])} ({markdown.text(record['device_type'])}), Plücker backend "
+            f"{markdown.text(record.get('plucker_backend'))}",
             "", "## Use", "", "```python",
             "from grassflow.pretrained import load_model",
             "from tokenizers import Tokenizer",

@@ -33,11 +33,16 @@ import sys
 import tarfile
 import time
 
+from html import escape
+
 import numpy as np
 import pandas as pd
 import pytest
+from markdown_it import MarkdownIt
 
+from grassflow import markdown
 from helpers.dag import BIN, ROOT, copy_repo, pipeline_env
+from helpers.latex import compile_tex
 from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
@@ -254,8 +259,9 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert "chosen: compile=false head_loss=chunked" in choice
 
     # seeds across leases: seed 0's records as the second window packed them (committed, as under reports/),
-    # and a third window on another machine adopts them and trains seed 1 alone: the one window's table
-    records = tmp_path / "records"
+    # and a third window on another machine adopts them and trains seed 1 alone: the one window's table.
+    # Their directory's name holds every character finished_runs allows that Markdown or LaTeX would read
+    records = tmp_path / "_lease_+1@a,b~c"
     with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
         for g in groups:
             for f in ("run.json", "eval.json", "metrics.jsonl"):
@@ -274,8 +280,13 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert (split.loc[[f"{g}-s0" for g in groups], "weights_sha256"] == one.loc[[f"{g}-s0" for g in groups],
                                                                                   "weights_sha256"]).all()
     md = (third / "results/demo/report/table1.md").read_text()
-    assert (f"From records made elsewhere (finished_runs: {records}): table1-grassmann-s0, table1-transformer-s0; "
-            "the others trained in this tree.") in md, md
+    assert (f"From records made elsewhere (finished_runs: {markdown.text(records)}): table1-grassmann-s0, "
+            "table1-transformer-s0; the others trained in this tree.") in md, md
+    # and rendered (CommonMark, as a Markdown viewer or the report shows it) the path is that text, no markup;
+    # the LaTeX table, whose comment names it, compiles
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert f"(finished_runs: {escape(str(records), quote=False)}): table1-grassmann-s0" in html, html
+    compile_tex(third / "results/demo/report/table1.tex", tmp_path / "tex")
     for g in groups:  # seed 0 adopted, not evaluated again (the record's evaluation as it was); seed 1 trained here
         adopted = third / f"results/demo/runs/{g}-s0"
         assert json.loads((adopted / "adopted.json").read_text())["source"] == str(records / f"{g}-s0")

@@ -47,3 +47,68 @@ def test_a_record_is_adopted_as_it_is_and_one_of_another_run_or_other_data_refus
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {records}") and why in err[0], err
         assert not out.exists()  # nothing written: no partial adoption
+
+
+def _metrics_edit(epoch, **kw):
+    def edit(lines):
+        rows = [json.loads(line) for line in lines]
+        rows[epoch - 1].update(kw)
+        return [json.dumps(r) for r in rows]
+    return edit
+
+
+# records crafted at each string a table prints and each number it reads: (file, edit, the refusal)
+CRAFTED = [
+    ("run.json", lambda r: r["git"].update(commit="<script>alert(1)</script>"),
+     "run.json: git.commit '<script>alert(1)</script>' is not a commit id"),
+    ("run.json", lambda r: r["git"].update(commit="0123abc"), "run.json: git.commit '0123abc' is not a commit id"),
+    ("run.json", lambda r: r["git"].update(dirty="no"), "run.json: git.dirty 'no' is not true, false or null"),
+    ("run.json", lambda r: r["status"].update(state="completed | <b>x</b>"),
+     "run.json: status.state 'completed | <b>x</b>' is not one of completed, diverged"),
+    ("run.json", lambda r: r.update(best_epoch=99), "run.json: best_epoch 99 is not a recorded epoch (1 … 3"),
+    ("run.json", lambda r: r.update(best_epoch=1), "run.json: best_epoch 1 is not the epoch of the lowest validation loss"),
+    ("run.json", lambda r: r.update(best_val_ppl=r["best_val_ppl"] * 0.9), "run.json: best_val_ppl"),
+    ("run.json", lambda r: r.update(epochs_completed=7), "run.json: epochs_completed 7 is not metrics.jsonl's 3 epochs"),
+    ("run.json", lambda r: r.update(wall_seconds=float("nan")), "run.json: wall_seconds nan is not a duration"),
+    ("run.json", lambda r: r.update(n_params=-1), "run.json: n_params -1 is not a count of parameters"),
+    ("metrics.jsonl", _metrics_edit(1, val_ppl=0.5), "metrics.jsonl: epoch 1's val_ppl 0.5 is not a perplexity"),
+    ("metrics.jsonl", _metrics_edit(2, epoch=5), "metrics.jsonl: epoch [1, 5, 3] are not the epochs 1, 2, … in order"),
+    ("eval.json", lambda e: e["validation"].update(chunked_ppl=float("nan")),
+     "eval.json: validation.chunked_ppl nan is not a perplexity"),
+    ("eval.json", lambda e: e["test"].update(strided_ppl=0.99), "eval.json: test.strided_ppl 0.99 is not a perplexity"),
+    ("eval.json", lambda e: e["test"]["harness"].update(word_ppl="inf"),
+     "eval.json: test.harness.word_ppl 'inf' is not a perplexity"),
+]
+
+
+def test_records_that_claim_what_they_are_not_are_refused_by_file_and_key(demo, tmp_path, capfd):
+    """What a table prints or reads from an adopted record is checked for what it claims, through the
+    adoption's command: each crafted record refused in one line naming its file and key, nothing written."""
+    records = tmp_path / "records" / RUN
+    records.mkdir(parents=True)
+    for f in adopt.RECORDS:
+        shutil.copy2(demo / "results/demo/runs" / RUN / f, records / f)
+    good = {f: (records / f).read_text() for f in adopt.RECORDS}
+    tokens = demo / "results/demo/data/tokens/trained"
+    args = ["--spec", json.dumps(json.loads(good["run.json"])["spec"]), "--records", str(records),
+            "--train", str(tokens / "train.parquet"), "--validation", str(tokens / "validation.parquet"),
+            "--test", str(tokens / "test.parquet"), "--validation-docs", str(tokens / "docs/validation.parquet"),
+            "--test-docs", str(tokens / "docs/test.parquet")]
+    rec = json.loads(good["run.json"])
+    best = rec["best_epoch"]
+    assert rec["epochs_completed"] == 3 and best != 1, "the crafted records below assume the demo's 3 epochs, best after 1"
+    for name, edit, why in CRAFTED:
+        for f in adopt.RECORDS:
+            (records / f).write_text(good[f])
+        if name == "metrics.jsonl":
+            (records / name).write_text("\n".join(edit(good[name].splitlines())) + "\n")
+        else:
+            obj = json.loads(good[name])
+            edit(obj)
+            (records / name).write_text(json.dumps(obj))
+        out = tmp_path / "refused"
+        assert adopt.main([*args, "--out-dir", str(out)]) == 1, why
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {records}/") and why in err[0], (why, err)
+        assert err[0].endswith(": not adopted"), err
+        assert not out.exists()

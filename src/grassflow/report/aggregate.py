@@ -15,6 +15,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -78,12 +79,12 @@ def made_line(df: pd.DataFrame) -> str:
     and the runs adopted from records made elsewhere, with where from."""
     made = df.assign(code=[f"{str(c)[:7] if isinstance(c, str) else 'no commit'}{' (dirty tree)' if d else ''}"
                            for c, d in zip(df.commit, df.dirty)]).groupby("code", sort=True).run_id.count()
-    line = "Runs made at " + ", ".join(f"{code}: {n} run{'s' * (n != 1)}" for code, n in made.items()) + "."
+    line = "Runs made at " + ", ".join(f"{markdown.text(code)}: {n} run{'s' * (n != 1)}" for code, n in made.items()) + "."
     adopted = df[df.adopted_from != ""].sort_values("run_id")
     if not adopted.empty:
         where = sorted({str(Path(a).parent) for a in adopted.adopted_from})
-        line += (f" From records made elsewhere (finished_runs: {', '.join(where)}): "
-                 f"{', '.join(adopted.run_id)}; the others trained in this tree.")
+        line += (f" From records made elsewhere (finished_runs: {', '.join(map(markdown.text, where))}): "
+                 f"{', '.join(map(markdown.text, adopted.run_id))}; the others trained in this tree.")
     return line
 
 
@@ -149,7 +150,7 @@ def cannot_compare(why: list[str]) -> str:
 def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
     """The runs a model's statistics leave out, each with why (diverged, or how else it ended)."""
     kept = set(good.run_id)
-    return [f"{r.run_id} ({r.status if r.status != 'completed' else 'no validation PPL'})"
+    return [markdown.text(f"{r.run_id} ({r.status if r.status != 'completed' else 'no validation PPL'})")
             for r in sub.sort_values("run_id").itertuples() if r.run_id not in kept]
 
 
@@ -213,7 +214,7 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     for model, m in s["models"].items():
         st = m["stats"]
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
-        div += f" (did not learn: {', '.join(m['not_learned'])})" if m["not_learned"] else ""
+        div += f" (did not learn: {', '.join(map(markdown.text, m['not_learned']))})" if m["not_learned"] else ""
         rows.append([model, f"{m['n_params']:,}", f"{m['n_learned']} / {m['n_ok']} / {m['n']}{div}", _fmt(*st["val_ppl"]),
                      m["paper"] or "—", _fmt(*st["test_ppl"]), _fmt(*st["test_strided_ppl"]), _fmt(*st["test_word_ppl"]),
                      record_links(m["records"], out_dir)])
@@ -266,7 +267,7 @@ def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
 
 def record_links(records, out_dir) -> str:
     """Markdown links from a table row to the provenance records of its runs."""
-    return " ".join(f"[{Path(r).parent.name}]({os.path.relpath(r, out_dir)})" for r in records)
+    return " ".join(f"[{markdown.text(Path(r).parent.name)}]({quote(os.path.relpath(r, out_dir))})" for r in records)
 
 
 def latex_table(exp_name, exp, s) -> str:
@@ -286,7 +287,7 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
     write_text(out / f"{stem}.md", f"{head}\n\n{md}")
     with atomic_path(out / f"{stem}.csv") as tmp:
         rows.to_csv(tmp, index=False)
-    write_text(out / f"{stem}.tex", f"% {head}\n" + tex)
+    write_text(out / f"{stem}.tex", "".join(f"% {line}\n" for line in head.splitlines()) + tex)  # a comment, line by line
 
 
 def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, unigram, checksums,

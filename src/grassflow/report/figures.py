@@ -5,6 +5,9 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
+# every text a figure holds (a preset's name, a device's, a label) drawn as the text it is: a `$`
+# in it never starts mathtext (which would draw it otherwise, or fail the figure)
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 
 from grassflow.io import atomic_path  # noqa: E402
