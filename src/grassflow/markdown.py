@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-
 # CommonMark's punctuation that can start markup (a table cell's end, emphasis, a link, code, a
 # heading, an image, a strike-through), backslash-escaped; HTML's three as entities
 _ESCAPED = set("\\`*_[]{}#|!~")

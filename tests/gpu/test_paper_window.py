@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tarfile
 import time
-
 from html import escape
 
 import numpy as np

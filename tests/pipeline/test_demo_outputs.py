@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from grassflow import markdown
 from grassflow.io import sha256_file
 from helpers.dag import DEMO_RECALL_RUNS, ROOT, copy_repo, pipeline_env, snakemake
 from helpers.procs import import_or_skip, needs
@@ -106,7 +107,7 @@ def test_demo_runs_the_recall_chain(demo):
         ev = json.loads((demo / f"results/demo/recall/runs/{run}/eval.json").read_text())
         assert rec["spec"]["task"] == "recall" and rec["threads"] == 1
         assert sum(b["n"] for b in ev["test"]["by_distance"]) == ev["test"]["n"] == 200 * 4  # every answer, once
-        assert f"[{run}](../recall/runs/{run}/run.json)" in md
+        assert f"[{markdown.text(run)}](../recall/runs/{run}/run.json)" in md  # the link's text as text
     for fig in ("recall_vs_dmodel.png", "recall_by_distance.png"):
         assert (rep / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -49,10 +49,11 @@ def test_a_record_is_adopted_as_it_is_and_one_of_another_run_or_other_data_refus
         assert not out.exists()  # nothing written: no partial adoption
 
 
-def _metrics_edit(epoch, **kw):
+def _metrics_edit(n, **kw):
+    """metrics.jsonl with epoch n's row (its line n) changed."""
     def edit(lines):
         rows = [json.loads(line) for line in lines]
-        rows[epoch - 1].update(kw)
+        rows[n - 1].update(kw)
         return [json.dumps(r) for r in rows]
     return edit
 

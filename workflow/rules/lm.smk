@@ -12,7 +12,8 @@ from grassflow.lm.plan import experiment_figures, lm_plan, table_files
 
 LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS)  # its names (grassflow.lm.plan)
 LM_THREADS = part_threads(LM.part)
-PUBLISHED = own_file("workflow/resources/published.yaml")  # the paper's setup, its published numbers
+# the paper's setup, its published numbers
+PUBLISHED = own_file("workflow/resources/published.yaml")
 
 
 wildcard_constraints:
