@@ -40,8 +40,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def json_arg(value: str):
-    """A JSON argument: the path of a JSON file (what the rules pass: a job's spec file, so its
-    command line can be pasted to rerun it), or the JSON itself (`{...}`, `[...]`, `null`)."""
+    """A JSON argument: the JSON itself (`{...}`, `[...]`, `null`: what the rules pass, a job's params,
+    so that its command line can be pasted to rerun it), or the path of a JSON file."""
     text = value.strip()
     if text[:1] in ("{", "[") or text == "null":
         source = "the argument"

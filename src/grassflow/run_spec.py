@@ -1,6 +1,6 @@
 """A run's spec as a dataclass, free of torch: what one training job computes from, as its task's
-grid (grassflow.<task>.grid) writes it to the run's spec file. The jobs read a spec through
-RunSpec (typed, an unknown or missing key refused by name); the file's dict stays the record:
+grid (grassflow.<task>.grid) builds it and its rule passes it (a param: `--spec`, JSON). The jobs read
+a spec through RunSpec (typed, an unknown or missing key refused by name); its dict stays the record:
 run.json and config.json keep it, and its hash (grassflow.io.spec_hash) names the run's content."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class RunSpec:
     cell: dict | None = None  # recall: the (seq_len, kv) cell
     data_cell: str | None = None  # recall: the cell's data directory
     model_name: str | None = None  # recall: the model variant
-    source: dict = field(default_factory=dict, repr=False, compare=False)  # the spec file's dict
+    source: dict = field(default_factory=dict, repr=False, compare=False)  # the spec's dict, as the job was given it
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:
@@ -43,5 +43,5 @@ class RunSpec:
 
     @classmethod
     def of(cls, spec: RunSpec | dict) -> RunSpec:
-        """The jobs' entry functions take a spec file's dict too (called from Python: tests, notebooks)."""
+        """The jobs' entry functions take a spec's dict too (called from Python: tests, notebooks)."""
         return spec if isinstance(spec, RunSpec) else cls.from_dict(spec)

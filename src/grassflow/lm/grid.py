@@ -1,6 +1,6 @@
 """The language-modelling runs (Tables 1-2 and the ablation grid), their checks and their
 estimate: planning code (the LM's declaration, lm/task.py, names these). What it decides reaches a
-job through the job's spec file, so no job's code fingerprint holds this file."""
+job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations
 

@@ -2,4 +2,4 @@
 generated sections (schema), the jobs' estimates (estimate), `grassflow plan` (plan: the
 estimates before a run, the measured times beside them after it) and the code each job runs
 (staleness). Imported by the Snakefile and by `grassflow plan`, never by a job (tested): what it
-decides reaches a job through its spec file."""
+decides reaches a job as its params."""

@@ -334,7 +334,7 @@ def summary(preset_name: str, tables, bench, out_dir) -> None:
 
 
 def aggregate_args(p) -> None:
-    """A task's table job: the preset (its spec file), its name, the runs it reads, where it writes."""
+    """A task's table job: the preset (its params' JSON), its name, the runs it reads, where it writes."""
     p.add_argument("--preset", required=True, type=job.json_arg, help="the preset: " + job.JSON)
     p.add_argument("--preset-name", required=True)
     p.add_argument("--runs", required=True, nargs="+", help="run directories")
