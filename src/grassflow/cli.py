@@ -1,4 +1,4 @@
-"""`grassflow <verb>`: the user's verbs (plan, gpus, export, generate, lm-eval, bench, preflight).
+"""`grassflow <verb>`: the user's verbs (plan, gpus, runs, diff, export, generate, lm-eval, bench, preflight).
 
 The pipeline's jobs are not here: each stage is its own command line, `python -m grassflow.<task>.<stage>` (grassflow.job), which its
 rule's shell runs. Expected failures (bad data, bad config, missing files) print one `error:`
@@ -51,6 +51,19 @@ def _checked(kind, allowed: str, ok):
     return parse
 
 
+def _runs(a):
+    from grassflow.compare import list_runs, runs_csv, runs_markdown
+
+    rows, differ = list_runs(Path(a.dir), a.preset, a.where or ())
+    print(runs_csv(rows) if a.csv else runs_markdown(rows, differ), end="")
+
+
+def _diff(a):
+    from grassflow.compare import diff
+
+    print(diff(Path(a.run_a), Path(a.run_b)), end="")
+
+
 def _export(a):
     from grassflow.export import export_run
 
@@ -74,6 +87,15 @@ COMMANDS = [
                  p.add_argument("--slurm", action="store_true", help="--group-components for profiles/slurm"),
                  p.add_argument("--runs-per-gpu", type=_checked(int, "≥ 1", lambda v: v >= 1),
                                 help="K (default: the preset's train.runs_per_gpu)")]]),
+    # comparing runs, from their records (grassflow.compare)
+    ("runs", "every run under a results tree, a row each: its settings that differ, status, epochs, parts, "
+     "figures, commit", _runs,
+     [lambda p: [p.add_argument("dir", nargs="?", default="results", help="a results tree (default results/)"),
+                 p.add_argument("--preset"), p.add_argument("--where", action="append", metavar="KEY=VALUE",
+                                                            help="keep the runs whose column or dotted spec key is VALUE"),
+                 p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")]]),
+    ("diff", "what differs between two runs: spec keys, data and weights hashes, commits, parts, the curves",
+     _diff, [lambda p: [p.add_argument("run_a"), p.add_argument("run_b")]]),
     # a trained model outside the pipeline (docs/use/using-models.md); no rule runs these
     ("export", "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
      lambda a: _export(a),
