@@ -46,8 +46,8 @@ from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
 # nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's rounding)
-# and a table whose seeds two windows split equals the one window's; 30 epochs, the paper's (of 23 steps,
-# half the demo's), several times what the first command's deadline leaves them
+# and a table whose seeds two windows split equals the one window's; 30 epochs, the paper's (of 12 steps,
+# a quarter of the demo's), several times what the first command's deadline leaves them
 DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml nodrop.yaml"}
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
@@ -60,7 +60,7 @@ def _copy(dst):
     shutil.copytree(ROOT / "bench", work / "bench")
     shutil.copy(ROOT / ".gitignore", work / ".gitignore")
     (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 30}}, "
-                                      "train: {max_steps_per_epoch: 23}}}\n")
+                                      "train: {max_steps_per_epoch: 12}}}\n")
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
         subprocess.run([*GIT, *args], cwd=work, check=True, capture_output=True)
     return work
