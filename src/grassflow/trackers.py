@@ -12,11 +12,16 @@ is an error before the first step, naming the setting.
 - wandb: a run named after the run id, the spec as its config, in `<run dir>/wandb/`; offline
   unless WANDB_MODE says otherwise (`wandb sync <run dir>/wandb/offline-run-*` later, from a
   node with internet); project WANDB_PROJECT (default "grassflow").
-- mlflow: a run named after the run id in the local file store `<run dir>/mlruns/` (offline;
-  `mlflow ui --backend-store-uri <run dir>/mlruns`), or MLFLOW_TRACKING_URI's; experiment
-  MLFLOW_EXPERIMENT_NAME (default "grassflow"); the spec as its parameters, the curves as its
-  metrics, metrics.jsonl as an artifact at the end. MLflow 3 keeps the file store only when asked
-  (MLFLOW_ALLOW_FILE_STORE, set here unless you set it). A resumed run adds a run of the same name.
+- mlflow: one store for a results tree, `<tree>/mlflow.db` (SQLite, MLflow's local store for
+  its version 3: the file store is deprecated; its artifacts in `<tree>/mlartifacts/`), the tree
+  being the directory that holds `<preset>/` (results/), else the run's own directory; or
+  MLFLOW_TRACKING_URI's. An experiment per table, `<preset>/<table>` (MLFLOW_EXPERIMENT_NAME's
+  where set), so that `mlflow ui --backend-store-uri sqlite:///results/mlflow.db` shows a table's
+  runs side by side; a run named after its run id, tagged with its directory, the spec as its
+  parameters, the curves as its metrics, metrics.jsonl as an artifact at the end. A resumed run
+  continues its MLflow run; a run started afresh marks an abandoned attempt's deleted. Several
+  runs at once write the one store: its creation and a table's experiment are made under a file
+  lock, and SQLite waits for the others' writes (MLflow's store creates its schema once).
 """
 
 from __future__ import annotations
@@ -74,19 +79,41 @@ class WandB:
         self.run.finish()
 
 
+def _tree(spec: dict, out_dir: Path) -> Path:
+    """The results tree a run's directory is in: the parent of its `<preset>/` (results/), else the
+    run's own directory."""
+    out = out_dir.resolve()
+    return next((p.parent for p in out.parents if p.name == spec.get("preset")), out)
+
+
 class MLflow:
-    def __init__(self, spec: dict, out_dir: Path):
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    def __init__(self, spec: dict, out_dir: Path, fresh: bool = True):
+        import fcntl
+
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        self.out_dir = out_dir
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (out_dir / "mlruns").resolve().as_uri()
-        self.client = MlflowClient(tracking_uri=uri)
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "grassflow")
-        exp = self.client.get_experiment_by_name(name)
-        self.run_id = self.client.create_run(exp.experiment_id if exp else self.client.create_experiment(name),
-                                             run_name=spec["run_id"]).info.run_id
+        self.out_dir, tree = out_dir, _tree(spec, out_dir)
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{tree / 'mlflow.db'}"
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or f"{spec.get('preset')}/{spec.get('experiment') or spec.get('task')}"
+        where = str(out_dir.resolve().relative_to(tree)) if out_dir.resolve().is_relative_to(tree) else str(out_dir)
+        tree.mkdir(parents=True, exist_ok=True)
+        with open(tree / ".mlflow.lock", "w") as lock:  # the store's schema and the experiment, made once
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.client = MlflowClient(tracking_uri=uri)
+            exp = self.client.get_experiment_by_name(name)
+            exp_id = exp.experiment_id if exp else self.client.create_experiment(
+                name, artifact_location=(tree / "mlartifacts" / name).as_uri())
+        runs = self.client.search_runs([exp_id], f"tags.`grassflow.run_dir` = '{where}'",
+                                       order_by=["attributes.start_time DESC"])
+        if runs and not fresh:  # a resumed run continues its MLflow run
+            self.run_id = runs[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
+        for old in runs:  # an abandoned attempt's curves are not this run's
+            self.client.delete_run(old.info.run_id)
+        self.run_id = self.client.create_run(exp_id, run_name=spec["run_id"],
+                                             tags={"grassflow.run_dir": where}).info.run_id
         params = [Param(k, str(v)) for k, v in _flat(spec).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters a batch
             self.client.log_batch(self.run_id, params=params[i:i + 100])
@@ -104,7 +131,7 @@ class MLflow:
         self.client.set_terminated(self.run_id)
 
 
-DIRS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlruns"}  # each tracker's directory in the run directory
+DIRS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # each tracker's directory in the run directory (MLflow's: the tree's store)
 
 
 class Trackers:
@@ -123,7 +150,8 @@ class Trackers:
             if name not in CHOICES:
                 raise ConfigError(f"train.trackers: unknown tracker {name!r} (choices: {', '.join(CHOICES)})")
             try:
-                self.open.append({"tensorboard": TensorBoard, "wandb": WandB, "mlflow": MLflow}[name](spec, Path(out_dir)))
+                self.open.append(MLflow(spec, Path(out_dir), fresh) if name == "mlflow" else
+                                 {"tensorboard": TensorBoard, "wandb": WandB}[name](spec, Path(out_dir)))
             except Exception as e:  # ImportError without the extra, or the tracker's own refusal
                 self.close()
                 raise ConfigError(f"train.trackers: {name!r} could not start ({type(e).__name__}: {e}); "

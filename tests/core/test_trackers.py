@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import struct
 import sys
 
@@ -144,12 +146,13 @@ def test_the_offline_wandb_run_holds_the_loops_curves_named_after_the_run(tracke
 
 
 def mlflow_run(run_dir) -> tuple[str, dict, dict, list[str]]:
-    """(name, parameters, {metric: [(step, value)]}, artifacts) of the one MLflow run in
-    <run_dir>/mlruns, read through MLflow's own client."""
+    """(name, parameters, {metric: [(step, value)]}, artifacts) of the one MLflow run in the store
+    of a run outside a results tree (<run_dir>/mlflow.db), experiment <preset>/<table>, read through
+    MLflow's own client."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
-    (exp,) = [e for e in client.search_experiments() if e.name == "grassflow"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    (exp,) = [e for e in client.search_experiments() if e.name == "test/t"]
     (run,) = client.search_runs([exp.experiment_id])
     history = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
     return run.info.run_name, run.data.params, history, [a.path for a in client.list_artifacts(run.info.run_id)]
@@ -162,6 +165,45 @@ def test_the_mlflow_store_holds_the_loops_curves_and_the_spec(tracked_run):
     assert params["train.betas"] == json.dumps(spec["train"]["betas"])
     _check_curves(history, spec, metrics, norms, rel=1e-12)
     assert artifacts == ["metrics.jsonl"]
+
+
+class _Stopped(Toy):
+    """The toy task whose job gets SIGTERM at epoch 2, step 5: the loop checkpoints and exits 75."""
+
+    def batch(self, epoch, step):
+        if (epoch, step) == (1, 5):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().batch(epoch, step)
+
+
+def test_a_resumed_run_is_one_mlflow_run_and_a_restarted_one_leaves_no_other(tmp_path):
+    """Stopped in its second epoch and resumed, a run is one MLflow run holding its three epochs'
+    validation losses, the metrics.jsonl's; a run started afresh in the same directory (its last.pt
+    gone) marks the abandoned attempt's run deleted."""
+    from mlflow.tracking import MlflowClient
+
+    spec = toy_spec(log_every=LOG_EVERY)
+    run = lambda task: fit(torch.nn.Linear(3, 1), task, spec, tmp_path, torch.device("cpu"), header={},  # noqa: E731
+                           execution={"trackers": ["mlflow"]})
+    torch.manual_seed(0)
+    with pytest.raises(SystemExit) as stopped:
+        run(_Stopped())
+    assert stopped.value.code == 75
+    torch.manual_seed(0)
+    status, metrics, _ = run(Toy())
+    assert status == {"state": "completed"} and len(metrics) == 3
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (exp,) = [e for e in client.search_experiments() if e.name == "test/t"]
+    (found,) = client.search_runs([exp.experiment_id])
+    assert found.info.run_name == "toy" and found.info.status == "FINISHED"
+    history = sorted(client.get_metric_history(found.info.run_id, "val/loss"), key=lambda m: m.step)
+    assert [m.value for m in history] == pytest.approx([m["val_loss"] for m in metrics], rel=1e-12)
+    (tmp_path / "last.pt").unlink()  # the same run started afresh
+    torch.manual_seed(0)
+    run(Toy())
+    (again,) = client.search_runs([exp.experiment_id])
+    assert again.info.run_id != found.info.run_id
+    assert client.get_run(found.info.run_id).info.lifecycle_stage == "deleted"
 
 
 @pytest.mark.parametrize("names, says", [

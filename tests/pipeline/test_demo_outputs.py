@@ -149,21 +149,27 @@ def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
                                      for e, m in enumerate(metrics, 1)], run.name
 
 
-def test_demo_with_mlflow_on_leaves_a_store_mlflows_client_reads_back(demo, monkeypatch):
-    """The demo fixture ran with train.trackers: [tensorboard, mlflow]: every LM run's MLflow store,
-    read through MLflow's own client, holds a run named after it whose per-epoch validation
-    perplexity is its metrics.jsonl's. (MLflow 3 opens a file store only when asked, a reader too.)"""
+def test_demo_with_mlflow_on_leaves_one_store_mlflows_client_reads_back(demo):
+    """The demo fixture ran with train.trackers: [tensorboard, mlflow], its training jobs side by side:
+    one store for the tree (results/mlflow.db), an experiment per table, and in it, read through
+    MLflow's own client, one finished run for each LM run, named after it, whose per-epoch validation
+    perplexity is its metrics.jsonl's."""
     import_or_skip("mlflow")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.tracking import MlflowClient
 
-    for run in sorted((demo / "results/demo/runs").iterdir()):
+    client = MlflowClient(tracking_uri=f"sqlite:///{demo / 'results/mlflow.db'}")
+    experiments = {e.name: e.experiment_id for e in client.search_experiments()}
+    assert {"demo/table1", "demo/table2"} <= set(experiments), experiments
+    runs = sorted((demo / "results/demo/runs").iterdir())
+    for run in runs:
+        spec = json.loads((run / "run.json").read_text())["spec"]
         metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        client = MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
-        (found,) = client.search_runs([e.experiment_id for e in client.search_experiments() if e.name == "grassflow"])
+        (found,) = client.search_runs([experiments[f"demo/{spec['experiment']}"]],
+                                      f"tags.`grassflow.run_dir` = 'demo/runs/{run.name}'")
         assert found.info.run_name == run.name and found.info.status == "FINISHED"
         ppl = [m.value for m in sorted(client.get_metric_history(found.info.run_id, "val/ppl"), key=lambda m: m.step)]
         assert ppl == [m["val_ppl"] for m in metrics], run.name
+    assert sum(len(client.search_runs([i])) for i in experiments.values()) >= len(runs)
 
 
 def test_token_files_carry_their_metadata(demo):
