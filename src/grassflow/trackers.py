@@ -94,7 +94,8 @@ class MLflow:
         from mlflow.tracking import MlflowClient
 
         self.out_dir, tree = out_dir, _tree(spec, out_dir)
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{tree / 'mlflow.db'}"
+        # SQLite's wait for another run's write: a minute (its default, 5 s, is short for a busy disk)
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{tree / 'mlflow.db'}?timeout=60"
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or f"{spec.get('preset')}/{spec.get('experiment') or spec.get('task')}"
         where = str(out_dir.resolve().relative_to(tree)) if out_dir.resolve().is_relative_to(tree) else str(out_dir)
         tree.mkdir(parents=True, exist_ok=True)
