@@ -97,9 +97,10 @@ def test_shipped_config_is_valid_for_every_preset():
     grid = runs(*select_preset({**BASE, "preset": "paper"}))
     main = [r for r in grid if "_" not in r.split("-")[0]]
     assert len(main) == 2 * 2 * 3  # tables × models × seeds
-    # ablations: 9 variants × 2 models × 3 seeds, less the `paper` variant (the main runs) and the
-    # Transformer under the five Grassmann-only switches (the paper variant's Transformer)
-    assert len(grid) - len(main) == 9 * 2 * 3 - 2 * 3 - 5 * 3
+    # ablations: 10 variants × 2 models × 3 seeds, less the `paper` variant (the main runs) and the
+    # Transformer under the five Grassmann-only switches (the paper variant's Transformer); lr_1e-3
+    # switches both models
+    assert len(grid) - len(main) == 10 * 2 * 3 - 2 * 3 - 5 * 3
 
 
 def test_transformer_specs_carry_no_grassmann_keys():
@@ -159,8 +160,8 @@ def test_paper_preset_holds_the_full_snli_grid():
 
 
 def test_plucker_backends_are_one_list():
-    """models.config.PLUCKER_BACKENDS is the list; the op's own, the SNLI head's and both of the
-    schema's enums (model and snli.head) must equal it, and ModelConfig refuses the rest."""
+    """models.config.PLUCKER_BACKENDS is the list; the op's own, the SNLI head's and the schema's
+    enums (model, an ablation variant's, snli.head) must equal it, and ModelConfig refuses the rest."""
     from grassflow.models.config import PLUCKER_BACKENDS, ModelConfig
     from grassflow.ops.plucker.backends import BACKENDS
     from grassflow.snli.config import CHOICES
@@ -168,7 +169,7 @@ def test_plucker_backends_are_one_list():
     schema = load_schema(SCHEMA)
     enums = [node["plucker_backend"]["enum"] for node in _walk(schema)
              if isinstance(node, dict) and isinstance(node.get("plucker_backend"), dict)]
-    assert len(enums) == 2 and all(tuple(e) == PLUCKER_BACKENDS for e in enums)
+    assert len(enums) == 3 and all(tuple(e) == PLUCKER_BACKENDS for e in enums)
     assert BACKENDS == CHOICES["plucker_backend"] == PLUCKER_BACKENDS
     with pytest.raises(ValueError, match="model.plucker_backend: 'cuda' is not one of"):
         ModelConfig(plucker_backend="cuda")
@@ -324,3 +325,22 @@ def test_a_finished_runs_path_a_shell_would_read_is_refused_by_name():
         assert any(e.startswith(f"config finished_runs.0: {path!r} does not match") for e in errors), errors
     assert config_errors({**BASE, "preset": "demo", "finished_runs": ["reports/wikitext2-v1-gpu/runs", "~/x_1+2@h,3"]},
                          SCHEMA) == []
+
+
+def test_a_variant_switches_training_keys_of_its_runs_not_the_experiments_or_executions():
+    """paper's and paper_v1's `lr_1e-3` variant: both models' runs at lr 1e-3, the others at the
+    preset's; a variant's train.epochs (the experiment's) or train.compile (how a job runs) refused."""
+    from grassflow.lm.grid import ablation_grid, runs
+    from grassflow.pipeline.plan import load_config
+
+    for preset, files in (("paper", ["config.yaml"]), ("paper_v1", ["config.yaml", "workflow/overlays/wikitext2-v1-local.yaml"])):
+        name, p = select_preset(load_config(ROOT, [str(ROOT / f) for f in files], preset))
+        specs, grid = runs(name, p), ablation_grid(name, p)
+        assert {k: len(v) for k, v in grid["lr_1e-3"].items()} == {"transformer": 3, "grassmann": 3}
+        assert all(specs[r]["train"]["lr"] == 1e-3 for ids in grid["lr_1e-3"].values() for r in ids)
+        assert specs["table1-grassmann-s0"]["train"]["lr"] == 3e-4
+    for key, value, says in (("lr", 0.01, None), ("compile", True, "train.compile: not a variant's to set"),
+                             ("checkpoint_every", 0, None)):
+        cfg = demo(lambda c, d: d["ablations"]["variants"].update(v={"train": {key: value}}))
+        errors = config_errors(cfg, SCHEMA)
+        assert (errors == []) if says is None else any(f"ablations.variants.v.{says}" in e for e in errors), errors

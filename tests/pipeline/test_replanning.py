@@ -79,6 +79,15 @@ def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
                             ("ablation_aggregate", None): 1})
 
 
+def test_a_variants_training_key_plans_only_its_runs_and_the_ablation_table(demo):
+    """An ablation variant may switch a training key (its runs' spec): the learning rate, for both models."""
+    jobs, changed = _changes(demo, {"ablations": {"variants": {"pre_norm": {"norm": "pre", "train": {"lr": 0.01}}}}})
+    assert changed == {("train", "table1_pre_norm-transformer-s0"), ("train", "table1_pre_norm-grassmann-s0")}
+    assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
+                            ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
+                            ("ablation_aggregate", None): 1})
+
+
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
     with edited(demo / "src/grassflow/snli/aggregate.py"):
         assert planned(demo) == Counter({("snli_aggregate", None): 1})

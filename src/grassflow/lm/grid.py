@@ -12,7 +12,7 @@ from grassflow.io import spec_hash
 from grassflow.lm.data import map_unk
 from grassflow.models.config import ModelConfig
 from grassflow.pipeline.estimate import lm_evaluate, lm_train, split_sizes
-from grassflow.pipeline.sections import check_inputs, own_keys, run_train
+from grassflow.pipeline.sections import EXECUTION_KEYS, check_inputs, own_keys, run_train
 
 
 def check_lm(where: str, name: str, p: dict) -> None:
@@ -29,11 +29,19 @@ def check_model(spec: dict, p: dict) -> None:
     ModelConfig.from_dict({**spec["model"], "vocab_size": 1})
 
 
+# a variant's training keys that are not its runs': the experiment's (its scale) and how a job runs
+NOT_VARIANT_TRAIN = ("epochs", "batch_size", "device", *EXECUTION_KEYS)
+
+
 def check_ablations(where: str, p: dict) -> None:
     a = p.get("ablations")
     if a and a["base"] not in p["experiments"]:
         raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
                           f"({sorted(p['experiments'])})")
+    for variant, switches in ((a or {}).get("variants") or {}).items():
+        for key in sorted(set(((switches or {}).get("train") or {})) & set(NOT_VARIANT_TRAIN)):
+            raise ConfigError(f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the base "
+                              "experiment's scale, or how a job runs, which changes no run)")
 
 
 def tokenizer_spec(p: dict) -> dict:
@@ -46,10 +54,13 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     """The spec of one language-model run: everything it depends on, and nothing else, so
     that editing one model's settings (or one ablation variant) changes only those specs."""
     e = p["experiments"][exp]
+    switches = dict(switches)
+    train = switches.pop("train", None) or {}  # an ablation variant's training keys
     model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
                             "n_layers": e["n_layers"], "context_len": e["context_len"]})
     return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
-            "seed": seed, "model": model, "train": {**run_train(p["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"],
+            "seed": seed, "model": model, "train": {**run_train(p["train"]), **train, "epochs": e["epochs"],
+                                                    "batch_size": e["batch_size"],
                                                     **{k: e[k] for k in ("checkpoint_every",) if k in e}},
             "tokenizer": p["tokenizer"]["name"]}
 

@@ -35,11 +35,15 @@ def load_schema(path) -> dict:
         if f.default is not MISSING:
             schema["$defs"]["train"]["properties"][f.name]["default"] = (
                 list(f.default) if isinstance(f.default, tuple) else f.default)
+    # an ablation variant's training keys: the train section's, none defaulted (a variant sets what it switches)
+    train = schema["$defs"]["train"]
+    schema["$defs"]["variant_train"] = {**{k: v for k, v in train.items() if k != "default"}, "properties": {
+        k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in train["properties"].items()}}
     for name, node in schema["$defs"].items():
         if isinstance(node, dict) and "generated" in node:
             module, cls = node["generated"].split(":")
             schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
-                                                     exclude=node.get("exclude", ()))
+                                                     exclude=node.get("exclude", ()), extra=node.get("extra"))
     return schema
 
 

@@ -58,9 +58,10 @@ def _comments(cls) -> dict[str, str]:
     return out
 
 
-def dataclass_schema(cls, exclude=()) -> dict:
+def dataclass_schema(cls, exclude=(), extra=None) -> dict:
     """The JSON schema of a preset section that `cls.from_dict` reads: a property per field
-    (less `exclude`, set elsewhere in the preset), its type, enum, bounds and description."""
+    (less `exclude`, set elsewhere in the preset), its type, enum, bounds and description; and
+    `extra`'s properties (an ablation variant's `train`)."""
     hints, notes = typing.get_type_hints(cls), _comments(cls)
     props = {}
     for f in fields(cls):
@@ -80,4 +81,4 @@ def dataclass_schema(cls, exclude=()) -> dict:
         if f.default is not MISSING:
             node["x-default"] = list(f.default) if isinstance(f.default, tuple) else f.default
         props[f.name] = node
-    return {"type": "object", "additionalProperties": False, "properties": props}
+    return {"type": "object", "additionalProperties": False, "properties": {**props, **(extra or {})}}

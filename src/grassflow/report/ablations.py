@@ -48,7 +48,8 @@ def receptive_field(preset: dict, switches: dict) -> int:
     """Tokens a Grassmann model's last position can reach back: Σ_layers max offset."""
     e = preset["experiments"][preset["ablations"]["base"]]
     cfg = ModelConfig.from_dict({**preset["model"], **(preset.get("model_overrides") or {}).get("grassmann", {}),
-                                 **(switches or {}), "n_layers": e["n_layers"], "context_len": e["context_len"],
+                                 **{k: v for k, v in (switches or {}).items() if k != "train"},
+                                 "n_layers": e["n_layers"], "context_len": e["context_len"],
                                  "vocab_size": 2})
     return sum(max(cfg.layer_lags(i)) for i in range(cfg.n_layers))
 
@@ -75,7 +76,9 @@ def summarise(df: pd.DataFrame, preset: dict, grid: dict) -> list[dict]:
 
 
 def _switches(sw: dict) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in sw.items()) or "(the base)"
+    """A variant's switches as the table says them: model keys, and training keys as train.<key>."""
+    said = {**{k: v for k, v in sw.items() if k != "train"}, **{f"train.{k}": v for k, v in (sw.get("train") or {}).items()}}
+    return ", ".join(f"{k}: {v}" for k, v in said.items()) or "(the base)"
 
 
 def _gap(row) -> str:
