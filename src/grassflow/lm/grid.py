@@ -39,7 +39,7 @@ def check_ablations(where: str, p: dict) -> None:
         raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
                           f"({sorted(p['experiments'])})")
     for variant, switches in ((a or {}).get("variants") or {}).items():
-        for key in sorted(set(((switches or {}).get("train") or {})) & set(NOT_VARIANT_TRAIN)):
+        for key in sorted(set((switches or {}).get("train") or {}) & set(NOT_VARIANT_TRAIN)):
             raise ConfigError(f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the base "
                               "experiment's scale, or how a job runs, which changes no run)")
 
