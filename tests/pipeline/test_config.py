@@ -341,6 +341,6 @@ def test_a_variant_switches_training_keys_of_its_runs_not_the_experiments_or_exe
         assert specs["table1-grassmann-s0"]["train"]["lr"] == 3e-4
     for key, value, says in (("lr", 0.01, None), ("compile", True, "train.compile: not a variant's to set"),
                              ("checkpoint_every", 0, None)):
-        cfg = demo(lambda c, d: d["ablations"]["variants"].update(v={"train": {key: value}}))
+        cfg = demo(lambda c, d, switch={key: value}: d["ablations"]["variants"].update(v={"train": switch}))
         errors = config_errors(cfg, SCHEMA)
         assert (errors == []) if says is None else any(f"ablations.variants.v.{says}" in e for e in errors), errors
