@@ -56,10 +56,10 @@ def test_every_preset_is_lint_clean(tmp_path):
 
 
 def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
-    """`snakemake ablations` on the paper preset: 9 variants × 2 models × 3 seeds at Table 1
-    size, each distinct run once: the `paper` variant is the main table's runs, and a
-    Transformer under a Grassmann-only switch (offsets, r, the schedule, empty offsets) is the
-    paper variant's Transformer. laptop_v1_ablations: laptop_v1's runs and the offsets and rank
+    """`snakemake ablations` on the paper preset: 10 variants × 2 models × 3 seeds at Table 1
+    size, each distinct run once: the `paper` variant is the main table's runs, a Transformer
+    under a Grassmann-only switch (offsets, r, the schedule, empty offsets) is the paper variant's
+    Transformer, and the learning rate's variant (`lr_1e-3`, a training key) trains both models. laptop_v1_ablations: laptop_v1's runs and the offsets and rank
     variants, Grassmann only, on the v1 files (the overlay's laptop_v1 settings, inherited)."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
@@ -67,8 +67,9 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     trained = re.findall(r"wildcards: run=(\S+)", res.stdout)
     train_jobs = Counter(re.findall(r"rule (train|evaluate):", res.stdout))
-    assert train_jobs == Counter({"train": 39, "evaluate": 39}) and len(set(trained)) == 39
+    assert train_jobs == Counter({"train": 45, "evaluate": 45}) and len(set(trained)) == 45
     assert {f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)} <= set(trained)
+    assert {f"table1_lr_1e-3-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1, 2)} <= set(trained)
     grassmann_only = ("per_layer_lags", "bias_empty", "lags_124", "r64", "lags_124_r64")
     assert {f"table1_{v}-grassmann-s{s}" for v in grassmann_only for s in (0, 1, 2)} <= set(trained)
     assert not any(r.startswith(("table1_paper", *(f"table1_{v}-transformer" for v in grassmann_only)))
@@ -131,7 +132,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
 
     paper, v1 = dry(), dry("--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
     a, b = job_stats(paper), job_stats(v1)
-    assert a["train"] == b["train"] == 45 and a["evaluate"] == b["evaluate"] == 45
+    assert a["train"] == b["train"] == 51 and a["evaluate"] == b["evaluate"] == 51  # lr_1e-3's 6 among them
     assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1  # bert from tokenizer.path
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
