@@ -59,8 +59,9 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     """`snakemake ablations` on the paper preset: 10 variants × 2 models × 3 seeds at Table 1
     size, each distinct run once: the `paper` variant is the main table's runs, a Transformer
     under a Grassmann-only switch (offsets, r, the schedule, empty offsets) is the paper variant's
-    Transformer, and the learning rate's variant (`lr_1e-3`, a training key) trains both models. laptop_v1_ablations: laptop_v1's runs and the offsets and rank
-    variants, Grassmann only, on the v1 files (the overlay's laptop_v1 settings, inherited)."""
+    Transformer, and the learning rate's variant (`lr_1e-3`, a training key) trains both models.
+    laptop_v1_ablations: laptop_v1's runs, the offsets and rank variants (Grassmann only) and the
+    learning rate's (both models), on the v1 files (the overlay's laptop_v1 settings, inherited)."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
     res = run_snakemake(["-n", "--cores", "2", "ablations"], work, env, timeout=1200)
