@@ -107,7 +107,7 @@ SNAKEMAKE="$PY -m snakemake"
 SMARGS="--configfile $CONFIGFILES $RES/window.yaml --config preset=$PRESET"
 # the lease: a first command's LEASE_S, or what the first command left (its choice's record), and
 # this command's deadline within it (its evaluations and tables, MARGIN, before the lease's end)
-CHOICE=$RES/window-choice.json
+CHOICE=$RES/window-choice.json  # the first command's decision; CHOOSE_AGAIN=1 times the candidates anew
 REUSE=""
 if [ -f "$CHOICE" ] && [ "${CHOOSE_AGAIN:-0}" != 1 ]; then
   REUSE=1
@@ -211,16 +211,17 @@ own_training() {
 # the budget, from the jobs themselves: once a group's first epoch is in, its projected finish
 # against this command's deadline and the lease's end (a table that cannot finish in this lease is
 # said so now, not at the end; one that finishes in the lease's next command counts its restart)
+RESUME_S=$($PY -c 'from grassflow.bench.choose import RESUME_S; print(RESUME_S)')  # once: it imports torch
 budget() {  # prints "<group> <line>" for each group whose first run trained here has an epoch and is not in $1
-  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" "$(( LEASE - MARGIN ))" "$PRESET" $CONFIGFILES "$RES/window.yaml" <<'PY'
+  $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" "$(( LEASE - MARGIN ))" "$RESUME_S" "$PRESET" $CONFIGFILES "$RES/window.yaml" <<'PY'
 import json, sys
 from pathlib import Path
-from grassflow.bench.choose import RESUME_S
 from grassflow.pipeline.plan import load_config
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.tasks import TASKS
 res, done, now, deadline, lease = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-specs = TASKS["lm"].specs(*select_preset(load_config(Path("."), sys.argv[7:], sys.argv[6])))  # the runs' specs, as planned
+RESUME_S = float(sys.argv[6])  # grassflow.bench.choose's: a resumed command's start
+specs = TASKS["lm"].specs(*select_preset(load_config(Path("."), sys.argv[8:], sys.argv[7])))  # the runs' specs, as planned
 first = {}  # each group's first run trained here (not adopted from an earlier lease's records)
 for m in sorted(res.glob("runs/*/metrics.jsonl"), key=lambda m: int(m.parent.name.rsplit("-s", 1)[1])):
     if not (m.parent / "adopted.json").exists():
