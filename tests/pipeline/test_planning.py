@@ -245,15 +245,17 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
 
 def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation_per_run():
     """The profile is YAML: it is checked against the tasks' declaration (grassflow.pipeline.tasks)."""
-    from grassflow.pipeline.tasks import RUN_RULES, TASKS
+    from grassflow.pipeline.tasks import TASKS
 
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     groups = dict(g.split("=") for g in prof["groups"])
-    # a fused group's job (train.fuse_seeds) with its runs' evaluations: one allocation per group
-    rules = {**RUN_RULES, "train_fused": (TASKS["lm"], "train_fused")}
+    # each task's run jobs (the LM's rules unprefixed), and a fused group's job (train.fuse_seeds) with its
+    # runs' evaluations: one allocation per run or group
+    rules = {f"{t}_{stage}" if TASKS[t].part_key else stage: t for t in TASKS for stage in ("train", "evaluate")}
+    rules["train_fused"] = "lm"
     assert set(groups) == set(rules)
-    for rule, (task, _) in rules.items():
-        assert groups[rule] == f"{task.name}_run", rule  # what `grassflow gpus --slurm` packs
+    for rule, task in rules.items():
+        assert groups[rule] == f"{task}_run", rule  # what `grassflow gpus --slurm` packs
         assert prof["set-resources"][rule]["slurm_partition"] == "gpu" and rule in prof["set-threads"], rule
         # one GPU per allocation however many runs it packs: a string, which a group job shares
         assert prof["set-resources"][rule]["gres"] == "gpu:1" and prof["set-resources"][rule]["gpu"] == 0, rule
@@ -390,30 +392,24 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
 
 
 @pytest.mark.parametrize("preset", ["demo", "paper"])
-def test_a_real_parse_builds_each_spec_once(preset, tmp_path, monkeypatch):
+def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
     """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.plan.dry_run, through its
-    API, in this process): the LM's run grid is built once, each of its cells' specs once (a main
-    table's run, then each ablation cell, which is the main run where their specs are equal), and the
-    rules read those specs, not a second build."""
-    from grassflow.lm import grid
-    from grassflow.pipeline import tasks
+    API, in this process): one evaluation per run of the LM's specs, an ablation cell whose spec
+    equals a main table's run being that run, and every cell of the ablation grid among them."""
+    from grassflow.lm.grid import ablation_grid, main_run_ids
     from grassflow.pipeline.plan import dry_run
+    from grassflow.pipeline.tasks import TASKS
 
     for name in ("Snakefile", "config.yaml", "workflow", "src", "kernels", "envs"):
         (tmp_path / name).symlink_to(ROOT / name)  # the checkout itself (its package is the one imported)
-    built = Counter()
-    for fn in ("_run_spec", "ablation_runs", "runs"):
-        real = getattr(grid, fn)
-        monkeypatch.setattr(grid, fn, lambda *a, _real=real, _fn=fn, **k: (built.update([_fn]), _real(*a, **k))[1])
-    monkeypatch.setattr(tasks, "_SPECS", {})
-    monkeypatch.setattr(grid, "_GRIDS", {})
     jobs, _ = dry_run(tmp_path, preset=preset)
     p = select_preset(load_config(ROOT, preset=preset))[1]
     main = len(p["experiments"]) * len(p["models"]) * len(p["seeds"])
     cells = len(p["ablations"]["variants"]) * len(p["models"]) * len(p["ablations"]["seeds"])
-    assert built == Counter({"ablation_runs": 1, "_run_spec": main + cells}), built
-    runs = {j["wildcards"]["run"] for j in jobs if j["rule"] == "evaluate"}
-    assert len(runs) == len(tasks.TASKS["lm"].specs(preset, p)) < main + cells
+    runs = {j["wildcards"]["run"] for j in jobs if j["rule"] in ("evaluate", "adopt_run")}
+    assert runs == set(TASKS["lm"].specs(preset, p)) and main < len(runs) < main + cells
+    grid = {r for models in ablation_grid(preset, p).values() for rs in models.values() for r in rs}
+    assert grid <= runs and runs == grid | set(main_run_ids(p))
 
 
 def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):

@@ -40,11 +40,15 @@ def _overlay(work, name, preset) -> str:
 @pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
-    # the only changes to the repository: its package, its name among the tasks', its rule file, the line
-    # that includes it, its target in `all`
+    # the only changes to the repository: its package, its row in the tasks' table (and its import), its
+    # rule file, the line that includes it, its target in `all`
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     tasks = work / "src/grassflow/pipeline/tasks.py"
-    tasks.write_text(tasks.read_text().replace('NAMES = ("lm", "snli", "recall")', 'NAMES = ("lm", "snli", "recall", "toy")'))
+    table = tasks.read_text()
+    assert table.count("\n)}\n") == 1 and table.count("from grassflow.snli import grid as snli\n") == 1
+    tasks.write_text(table.replace("from grassflow.snli import grid as snli\n",
+                                   "from grassflow.snli import grid as snli\nfrom grassflow.toy import toy\n")
+                     .replace("\n)}\n", '\n    Task("toy", "toy", toy.runs, toy.estimate, toy.check, schema=toy.SCHEMA),\n)}\n'))
     shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
     snakefile = work / "Snakefile"
     snakefile.write_text(snakefile.read_text()
@@ -101,38 +105,34 @@ def test_every_tasks_declaration_keeps_the_shared_contracts():
     preset = config["presets"]["demo"]
     for task in TASKS.values():
         specs = task.specs("demo", preset)
-        assert specs, task.name
+        assert specs and task.runs.__module__ == f"grassflow.{task.name}.grid", task.name
         for run_id, spec in specs.items():
             assert spec["task"] == task.name and spec["model_kind"] in ("transformer", "grassmann"), run_id
             assert spec["run_id"] == run_id and "train" in spec
 
 
-def _import_graph() -> dict[str, set[str]]:
+def _import_graph(planted: dict[str, str] | None = None) -> dict[str, set[str]]:
     """grassflow module -> the grassflow modules it imports (with their packages, whose __init__
-    runs), at any depth of its source; one that imports pipeline.tasks reads every task.py."""
+    runs), at any depth of its source: every import that can run; `planted`: {module: a line added
+    to its source}."""
     import ast
 
     from grassflow.pipeline import staleness as st
 
     files = [p for p in st.PKG.rglob("*.py") if "__pycache__" not in p.parts]
     mods = {st.module_name(p) for p in files}
-    task_decls = {f"grassflow.{p.parent.name}.task" for p in st.PKG.glob("*/task.py")}
     graph = {}
     for p in files:
         m = st.module_name(p)
-        names = st.imported([ast.parse(p.read_text())], m, p.name == "__init__.py")
+        source = p.read_text() + "\n" + (planted or {}).get(m, "")
+        names = st.imported([ast.parse(source)], m, p.name == "__init__.py")
         edges = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 2)}
-        if "grassflow.pipeline.tasks" in names:
-            edges |= task_decls
         graph[m] = (edges & mods) - {m}
     return graph
 
 
-def test_no_planning_module_is_imported_back_by_what_it_imports():
-    """A config value's way is one-directional (docs/develop/development.md): no module of
-    grassflow.pipeline imports a module (a task's declaration or grid, say) that imports it back."""
-    graph = _import_graph()
-
+def _cycles(graph) -> list[str]:
+    """The imports of a planning module (grassflow.pipeline) whose target imports it back."""
     def reach(start):
         seen, todo = set(), [start]
         while todo:
@@ -142,23 +142,37 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
                     todo.append(e)
         return seen
 
-    cycles = [f"{p} -> {q} -> ... -> {p}" for p in sorted(graph) if p.startswith("grassflow.pipeline.")
-              for q in sorted(graph[p]) if not q.startswith("grassflow.pipeline.") and p in reach(q)]
-    assert not cycles, "\n".join(cycles)
-    assert "grassflow.lm.grid" in reach("grassflow.pipeline.presets")  # the graph sees the tasks' grids
+    return [f"{p} -> {q} -> ... -> {p}" for p in sorted(graph) if p.startswith("grassflow.pipeline.")
+            for q in sorted(graph[p]) if not q.startswith("grassflow.pipeline.") and p in reach(q)]
+
+
+def test_no_planning_module_is_imported_back_by_what_it_imports():
+    """A config value's way is one-directional (docs/develop/development.md): no module of
+    grassflow.pipeline imports a module (a task's grid, say) that imports it back; a task's grid
+    that imported the tasks' table back, even inside a function, would be one."""
+    assert _cycles(_import_graph()) == []
+    planted = _cycles(_import_graph({"grassflow.lm.grid": "def f():\n    from grassflow.pipeline.tasks import TASKS\n"}))
+    assert "grassflow.pipeline.tasks -> grassflow.lm.grid -> ... -> grassflow.pipeline.tasks" in planted, planted
 
 
 # The house, from the ground up: the shared library (models, ops, data, io, loop, report, ...), then the
-# tasks' stages (grassflow/<task>/), then what stands on both: the planning (grassflow.pipeline and
-# each task's task.py, grid.py, plan.py) and the user's tools (cli, decode, export, hf, harness, bench,
-# preflight). A module imports its own floor or the floors below it, never one above.
+# tasks' stages (grassflow/<task>/), then the planning helpers every task shares (grassflow.pipeline's
+# sections, estimate, schema, staleness), then each task's planning (its grid.py, plan.py), then what
+# reads every task: the tasks' table (grassflow.pipeline.tasks), the config's checks and the plan verb
+# (presets, plan) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module
+# imports its own floor or the floors below it, never one above.
 TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "preflight")
-PLANNING = ("task", "grid", "plan")
+PLANNING = ("grid", "plan")
+ABOVE_TASKS = ("tasks", "presets", "plan")  # of grassflow.pipeline
 
 
 def floor(module: str) -> int:
     parts = module.split(".")[1:] or ["__init__"]
-    if parts[0] in TOOLS or parts[0] == "pipeline" or (parts[0] in TASKS and parts[-1] in PLANNING):
+    if parts[0] in TOOLS or (parts[0] == "pipeline" and parts[-1] in ABOVE_TASKS):
+        return 4
+    if parts[0] in TASKS and parts[-1] in PLANNING:
+        return 3
+    if parts[0] == "pipeline":
         return 2
     return 1 if parts[0] in TASKS else 0
 
@@ -169,4 +183,9 @@ def test_no_import_runs_back_up_the_house():
     graph = _import_graph()
     up = [f"{m} -> {n}" for m, ns in sorted(graph.items()) for n in sorted(ns) if floor(n) > floor(m)]
     assert up == [], "\n".join(up)
-    assert floor("grassflow.report.setup") == 0 and floor("grassflow.lm.data") == 1 and floor("grassflow.lm.grid") == 2
+    assert [floor(f"grassflow.{m}") for m in ("report.setup", "lm.data", "pipeline.estimate", "lm.grid",
+                                               "pipeline.tasks")] == [0, 1, 2, 3, 4]
+    # an import inside a function runs too: a task's grid reading the config's checks is one floor up
+    planted = _import_graph({"grassflow.snli.grid": "def f():\n    from grassflow.pipeline.presets import check_preset\n"})
+    assert "grassflow.snli.grid -> grassflow.pipeline.presets" in [
+        f"{m} -> {n}" for m, ns in planted.items() for n in ns if floor(n) > floor(m)]

@@ -21,6 +21,7 @@ REPORT = f"{RESULTS}/report"
 # Every task's rules exist whatever the preset; a preset without a task's part plans none of its
 # jobs (its run wildcard matches nothing).
 TASK_RUNS = {name: t.specs(PRESET, PRESET_CFG) for name, t in TASKS.items()}
+PARTS = [t.part_key for t in TASKS.values() if t.part_key]  # the preset keys of the tasks' own parts
 
 # Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -28,9 +29,9 @@ TASK_RUNS = {name: t.specs(PRESET, PRESET_CFG) for name, t in TASKS.items()}
 ESTIMATE = config.get("estimate") or {}
 
 
-def estimated(rule, specs, wildcard, files=None, groups=None):
-    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a job of `rule`
-    (a run's train or evaluate) whose `wildcard` names a run of `specs` reading token `files`, and
+def estimated(task, stage, specs, wildcard, files=None, groups=None):
+    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a `stage` job
+    (train or evaluate) of a run of `task` whose `wildcard` names a run of `specs` reading token `files`, and
     what `grassflow plan` tables ("estimate_ms": the wall-time estimate, "trained_items": tokens
     or examples trained on). With `groups` the wildcard names a fused group (train_fused): its
     runs' estimates summed, as if the ensemble were no faster than its runs one after another
@@ -39,7 +40,7 @@ def estimated(rule, specs, wildcard, files=None, groups=None):
     def ests(wc):
         key = getattr(wc, wildcard)
         runs = groups[key] if groups else [key]
-        return [job_estimate(rule, specs[r], PRESET_CFG, ESTIMATE, files) for r in runs]
+        return [job_estimate(task, stage, specs[r], PRESET_CFG, ESTIMATE, files) for r in runs]
 
     return {
         "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),

@@ -10,7 +10,7 @@
 # runs, of its own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
 from grassflow.lm.plan import experiment_figures, lm_plan, table_files
 
-LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS)  # its names (grassflow.lm.plan)
+LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS, PARTS)  # its names (grassflow.lm.plan)
 LM_THREADS = part_threads(LM.part)
 # the paper's setup, its published numbers
 PUBLISHED = own_file("workflow/resources/published.yaml")
@@ -117,7 +117,7 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
     threads: LM_THREADS
     resources:
         **execution(LM.part),
-        **estimated("train", LM.runs, "run", LM.files),
+        **estimated("lm", "train", LM.runs, "run", LM.files),
         **GPU,
     params:
         stage="grassflow.lm.train",
@@ -157,7 +157,7 @@ use rule train as train_fused with:
         group=alternatives(LM.fused),
     resources:
         **execution(LM.part),
-        **estimated("train", LM.runs, "group", LM.files, LM.fused),
+        **estimated("lm", "train", LM.runs, "group", LM.files, LM.fused),
         **GPU,
     params:
         spec=lambda wc: quoted_json(LM.runs[r] for r in LM.fused[wc.group]),
@@ -188,7 +188,7 @@ rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: t
         "../../envs/train.yaml"
     threads: LM_THREADS
     resources:
-        **estimated("evaluate", LM.runs, "run", LM.files),
+        **estimated("lm", "evaluate", LM.runs, "run", LM.files),
         **GPU,
     params:
         stage="grassflow.lm.evaluate",

@@ -41,7 +41,7 @@ use rule train as recall_train with:
     threads: RECALL_THREADS
     resources:
         **execution(RECALL.part),
-        **estimated("recall_train", RECALL.runs, "recall_run"),
+        **estimated("recall", "train", RECALL.runs, "recall_run"),
         **GPU,
     params:
         stage="grassflow.recall.train",
@@ -67,7 +67,7 @@ use rule evaluate as recall_evaluate with:
         f"{RESULTS}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
     threads: RECALL_THREADS
     resources:
-        **estimated("recall_evaluate", RECALL.runs, "recall_run"),
+        **estimated("recall", "evaluate", RECALL.runs, "recall_run"),
         **GPU,
     params:
         stage="grassflow.recall.evaluate",

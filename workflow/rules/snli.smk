@@ -91,7 +91,7 @@ use rule train as snli_train with:
     threads: SNLI_THREADS
     resources:
         **execution(SNLI.part),
-        **estimated("snli_train", SNLI.runs, "snli_run", SNLI.files),
+        **estimated("snli", "train", SNLI.runs, "snli_run", SNLI.files),
         **GPU,
     params:
         stage="grassflow.snli.train",
@@ -118,7 +118,7 @@ use rule evaluate as snli_evaluate with:
         f"{RESULTS}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
     threads: SNLI_THREADS
     resources:
-        **estimated("snli_evaluate", SNLI.runs, "snli_run", SNLI.files),
+        **estimated("snli", "evaluate", SNLI.runs, "snli_run", SNLI.files),
         **GPU,
     params:
         stage="grassflow.snli.evaluate",

@@ -1,5 +1,5 @@
 """The language-modelling runs (Tables 1-2 and the ablation grid), their checks and their
-estimate: planning code (the LM's declaration, lm/task.py, names these). What it decides reaches a
+estimate: planning code (its row of grassflow.pipeline.tasks names these). What it decides reaches a
 job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations
@@ -119,38 +119,28 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     return groups
 
 
-_GRIDS: dict[tuple, dict] = {}  # (preset name, preset as JSON) -> its ablation grid's run ids (runs)
-
-
-def _key(name: str, p: dict) -> tuple:
-    return name, json.dumps(p, sort_keys=True, default=str)
+def _main_runs(name: str, p: dict) -> dict[str, dict]:
+    """{run_id: spec} of the main tables: experiment × model × seed."""
+    specs = (_run_spec(name, p, exp, kind, seed, {}) for exp in p.get("experiments") or {} for kind in p["models"]
+             for seed in p["seeds"])
+    return {s["run_id"]: s for s in specs}
 
 
 def runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec}: experiment × model × seed, then the ablation grid's runs that are not
-    already among them (see ablation_runs); the grid's run ids kept for ablation_grid."""
-    out = {}
-    for exp in p.get("experiments") or {}:
-        for kind in p["models"]:
-            for seed in p["seeds"]:
-                spec = _run_spec(name, p, exp, kind, seed, {})
-                out[spec["run_id"]] = spec
-    grid = ablation_runs(name, p, out)
-    for variant in grid.values():
+    """{run_id: spec}: the main tables' runs, then the ablation grid's runs that are not already
+    among them (see ablation_runs)."""
+    out = _main_runs(name, p)
+    for variant in ablation_runs(name, p, out).values():
         for specs in variant.values():
             for spec in specs:
                 out.setdefault(spec["run_id"], spec)
-    _GRIDS[_key(name, p)] = {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-                             for v, models in grid.items()}
     return out
 
 
 def ablation_grid(name: str, p: dict) -> dict[str, dict[str, list[str]]]:
-    """{variant: {model: [run ids]}} of the preset's ablation grid, from the build of its runs
-    (each spec is built once: the rules' TASK_RUNS built them already)."""
-    if _key(name, p) not in _GRIDS:
-        runs(name, p)
-    return _GRIDS[_key(name, p)]
+    """{variant: {model: [run ids]}} of the preset's ablation grid (a build of its specs: 1-2 ms)."""
+    return {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
+            for v, models in ablation_runs(name, p, _main_runs(name, p)).items()}
 
 
 def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:

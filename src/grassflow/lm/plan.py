@@ -25,21 +25,19 @@ def experiment_figures(report: str, exp: str) -> list[str]:
     return [f"{report}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
 
 
-def table_preset(p: dict, exps, keys=None) -> dict:
+def table_preset(p: dict, exps, others=(), keys=None) -> dict:
     """The slice of the preset a table job reads: these experiments only, the train section without
-    its execution keys, no other task's part (`keys`: only those), so another table's, another
-    task's or an execution edit leaves the table alone."""
-    from grassflow.pipeline.tasks import TASKS  # the other tasks' preset keys
-
-    others = {t.part_key for t in TASKS.values()}
+    its execution keys, none of `others` (the other tasks' parts; `keys`: only those), so another
+    table's, another task's or an execution edit leaves the table alone."""
     kept = keys or [k for k in p if k not in ("ablations", "experiments", *others)]
     out = {k: run_train(p[k]) if k == "train" else p[k] for k in kept if k in p}
     return {**out, "experiments": {e: p["experiments"][e] for e in exps}}
 
 
-def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str) -> SimpleNamespace:
+def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=()) -> SimpleNamespace:
     """The names of lm.smk: its part (None where the preset has no experiments), its runs (`runs`:
-    its task's specs), their groups, files and outputs, under `results` (results/<preset>)."""
+    its task's specs), their groups, files and outputs, under `results` (results/<preset>;
+    `others`: the preset keys of the other tasks' parts)."""
     on = bool(p.get("experiments"))
     report, experiments = f"{results}/report", list(p.get("experiments") or {})
     main = main_run_ids(p)
@@ -74,7 +72,7 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str) -> Simpl
         ablation_outputs=ablation_files if ablations else [],
         outputs=[f for fs in exp_outputs.values() for f in fs] + [f"{report}/scaling.png", f"{report}/summary.md"]
         + (ablation_files if ablations else []) if on else [],
-        table_presets={e: table_preset(p, [e]) for e in experiments},
-        ablations_preset=table_preset({**p, "model_overrides": p.get("model_overrides") or {}}, [base], ablation_keys)
+        table_presets={e: table_preset(p, [e], others) for e in experiments},
+        ablations_preset=table_preset({**p, "model_overrides": p.get("model_overrides") or {}}, [base], keys=ablation_keys)
         if ablations else None,
     )

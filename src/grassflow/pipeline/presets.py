@@ -8,21 +8,24 @@ checks types, ranges and unknown keys; `check_preset` adds what a schema cannot 
 from __future__ import annotations
 
 import copy
-import importlib
 import sys
 from dataclasses import MISSING, fields
 
 from grassflow.errors import ConfigError
+from grassflow.models.config import ModelConfig
 from grassflow.pipeline.schema import dataclass_schema, read_yaml
 from grassflow.pipeline.sections import check_specs
+from grassflow.pipeline.tasks import TASKS
+from grassflow.snli.config import HeadConfig
 from grassflow.train_config import TrainConfig
+
+# the dataclasses a schema section is generated from (`{generated: module:Class}`)
+GENERATED = {f"{c.__module__}:{c.__name__}": c for c in (ModelConfig, HeadConfig)}
 
 
 def load_schema(path) -> dict:
     """The config schema, each `{generated: module:Class}` section built from its dataclass, the
     train section's defaults TrainConfig's."""
-    from grassflow.pipeline.tasks import TASKS
-
     schema = read_yaml(path)
     preset = schema["$defs"]["preset"]
     for t in TASKS.values():  # each task's part: the schema its declaration names, with its own $defs
@@ -41,9 +44,8 @@ def load_schema(path) -> dict:
         k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in train["properties"].items()}}
     for name, node in schema["$defs"].items():
         if isinstance(node, dict) and "generated" in node:
-            module, cls = node["generated"].split(":")
-            schema["$defs"][name] = dataclass_schema(getattr(importlib.import_module(module), cls),
-                                                     exclude=node.get("exclude", ()), extra=node.get("extra"))
+            schema["$defs"][name] = dataclass_schema(GENERATED[node["generated"]], exclude=node.get("exclude", ()),
+                                                     extra=node.get("extra"))
     return schema
 
 
@@ -154,8 +156,6 @@ def select_preset(config: dict) -> tuple[str, dict]:
 
 
 def check_preset(name: str, p: dict) -> None:
-    from grassflow.pipeline.tasks import TASKS
-
     where = f"presets.{name}"
     parts = [t.part_key or "experiments" for t in TASKS.values()]
     if not any(t.part(p) for t in TASKS.values()):

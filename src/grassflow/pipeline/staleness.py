@@ -5,8 +5,7 @@ A job is one stage module run as `python -m grassflow.<task>.<stage>` (its rule'
 code is, read from the source without importing anything:
   - that module and, transitively, every grassflow module it imports, at module level or inside
     a function (a superset of what one run executes), with the __init__ of every package on the
-    way (importing a.b runs a/__init__.py); where a module reads every task's declaration
-    (imports grassflow.pipeline.tasks, which no job does: tested), every task.py;
+    way (importing a.b runs a/__init__.py);
   - the kernel sources a module declares it loads (KERNEL_SOURCES, paths under kernels/);
   - of the model kinds' code (models.KIND_CODE), only the kinds the job runs: a Transformer
     run imports the Grassmann model (the registry loads both) but never runs it.
@@ -118,12 +117,8 @@ def _owned_by(name: str, kinds) -> bool:
 
 
 @cache
-def _module_facts(tree: ast.Module, mod: str, is_pkg: bool) -> tuple[frozenset[str], bool]:
-    """(the grassflow modules a module imports, whether it reads every task's declaration: imports
-    grassflow.pipeline.tasks, in any form, which loads them all by name, grassflow/<task>/task.py,
-    found on disk: no import names them)."""
-    imports = frozenset(imported([tree], mod, is_pkg))
-    return imports, "grassflow.pipeline.tasks" in imports
+def _imports(tree: ast.Module, mod: str, is_pkg: bool) -> frozenset[str]:
+    return frozenset(imported([tree], mod, is_pkg))
 
 
 def _with_parents(name: str) -> list[str]:
@@ -148,10 +143,7 @@ def closure(roots, kinds=()) -> set[Path]:
             path = module_path(mod)
             files.add(path)
             tree = _tree(path)
-            imports, reads_tasks = _module_facts(tree, mod, path.name == "__init__.py")
-            todo += imports
-            if reads_tasks:  # a module that reads every task's declaration (TASKS: by name, NAMES)
-                todo += [f"grassflow.{t}.task" for t in _literal(module_path("grassflow.pipeline.tasks"), "NAMES")]
+            todo += _imports(tree, mod, path.name == "__init__.py")
             for src in _assigned(tree, "KERNEL_SOURCES") or ():
                 files.add(kernels_root() / src)
     return files

@@ -1,27 +1,25 @@
-"""The tasks, each declared once in its own package: `grassflow/<task>/task.py` holds `TASK`, a
-`Task` (language modelling: lm/task.py, SNLI: snli/task.py, recall: recall/task.py): what only
-Python can say of it (its runs, their checks and estimates, its part's schema). Its files, rules,
-wildcards and outputs are its rule file's (workflow/rules/<task>.smk, included by the Snakefile).
-A new task is one more such package, named in NAMES: the config schema, the rules' helpers
-(common.smk: TASK_RUNS) and the tests read the declarations, not lists of their own.
+"""The tasks, one row each of TASKS: a `Task` naming what only Python can say of it (its runs,
+their checks and estimates, its part's schema), all of it planning code in its own package
+(<task>/grid.py). Its files, rules, wildcards and outputs are its rule file's
+(workflow/rules/<task>.smk, included by the Snakefile). A new task is one more row: the config
+schema, the rules' helpers (common.smk: TASK_RUNS) and the tests read this table, not lists of
+their own. The tasks' planning is below this module: none of it imports it back (tested).
 
 This module is planning. No job imports it, so editing it reruns no job.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grassflow.lm import grid as lm
 from grassflow.pipeline.estimate import STARTUP_S, Estimate
-
-STAGES = ("train", "evaluate")  # the jobs of one run, in order
-# the tasks' packages, imported by name, in this order (the first part a preset has sets its
-# execution keys); a new task adds its name here
-NAMES = ("lm", "snli", "recall")
+from grassflow.pipeline.schema import read_yaml
+from grassflow.recall import grid as recall
+from grassflow.snli import grid as snli
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,7 @@ class Task:
     estimate: Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
     check: Callable | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
     check_model: Callable | None = None  # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
-    # the JSON schema of its part: a dict, or a YAML file beside the declaration (snli/schema.yaml); its
+    # the JSON schema of its part: a dict, or a YAML file of its package (snli/schema.yaml); its
     # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
     schema: dict | str | None = None
 
@@ -47,40 +45,22 @@ class Task:
 
     def part_schema(self) -> dict | None:
         """The JSON schema of its part (a fresh copy), or None (the LM's is the config schema's)."""
-        import copy
-
-        from grassflow.pipeline.schema import read_yaml
-
         if isinstance(self.schema, str):
             return read_yaml(Path(__file__).resolve().parents[1] / self.name / self.schema)
         return copy.deepcopy(self.schema)
 
     def specs(self, name: str, preset: dict) -> dict:
-        """Its runs' specs ({run_id: spec}; {} where the preset has no part of it), built once per
-        process for a preset's name and content: the check and the rules' TASK_RUNS share them."""
-        if not self.part(preset):
-            return {}
-        key = (self.name, name, json.dumps(preset, sort_keys=True, default=str))
-        if key not in _SPECS:
-            _SPECS[key] = self.runs(name, preset)
-        return _SPECS[key]
+        """Its runs' specs ({run_id: spec}; {} where the preset has no part of it)."""
+        return self.runs(name, preset) if self.part(preset) else {}
 
 
-_SPECS: dict[tuple, dict] = {}  # Task.specs' (task, preset name, preset as JSON) -> specs
-
-
-def declared(name: str) -> Task:
-    """The declaration of task `name` (grassflow/<name>/task.py)."""
-    task = importlib.import_module(f"grassflow.{name}.task").TASK
-    if task.name != name:
-        raise ValueError(f"grassflow/{name}/task.py declares task {task.name!r}: a task is named after its package")
-    return task
-
-
-TASKS = {name: declared(name) for name in NAMES}
-
-# {rule name: (task, stage)} of every run's jobs: train, evaluate, snli_train, ...
-RUN_RULES = {f"{t.name}_{stage}" if t.part_key else stage: (t, stage) for t in TASKS.values() for stage in STAGES}
+# the tasks, in this order (the first part a preset has sets its execution keys)
+TASKS = {t.name: t for t in (
+    Task("lm", None, lm.runs, lm.estimate, lm.check_lm, lm.check_model),
+    Task("snli", "snli", snli.snli_runs, snli.estimate, snli.check_snli, snli.check_model, "schema.yaml"),
+    Task("recall", "recall", recall.recall_runs, recall.estimate, recall.check_recall, recall.check_model,
+         "schema.yaml"),
+)}
 
 
 def pipeline_train(preset: dict) -> dict:
@@ -93,19 +73,16 @@ def pipeline_train(preset: dict) -> dict:
     return part["train"]
 
 
-def job_estimate(rule: str, spec: dict, preset: dict, settings: dict | None = None,
+def job_estimate(task: str, stage: str, spec: dict, preset: dict, settings: dict | None = None,
                  files: dict | None = None) -> Estimate:
-    """The estimate of one job of `rule` (a run's train or evaluate job of any task: RUN_RULES)
-    for its run's spec, by its task's hook (its grid's `estimate`); `settings`: the config's
-    `estimate` section; `files`: the job's token files by split (their counts are exact once they exist)."""
-    if rule not in RUN_RULES:
-        raise ValueError(f"no estimate for rule {rule!r}")
-    task, stage = RUN_RULES[rule]
-    part = preset if task.part_key is None else preset[task.part_key]
+    """The estimate of one job (`stage`: train or evaluate) of a run of `task` for its spec, by the
+    task's hook (its grid's `estimate`); `settings`: the config's `estimate` section; `files`: the
+    job's token files by split (their counts are exact once they exist)."""
+    t = TASKS[task]
     # execution keys are not in the spec (changing them reruns nothing): the preset's
-    threads = (part.get("train") or {}).get("threads", 1)
+    threads = (t.part(preset).get("train") or {}).get("threads", 1)
     k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
-    est, source = task.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
+    est, source = t.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
     # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
     # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
     # the time of the latter and the bound of the former (sharing gains nothing).

@@ -1,5 +1,5 @@
 """The SNLI part's planning: its run grid, its checks, its tokenize section and its jobs'
-estimates (its declaration, snli/task.py, names these). Planning code: what it decides reaches a
+estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches a
 job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The toy task's runs, checks, estimate and table (its data: recall's make_cell)."""
+"""The toy task's part schema, runs, checks, estimate and table (its data: recall's make_cell): its row
+of grassflow.pipeline.tasks names these."""
 
 import json
 import sys
@@ -6,6 +7,27 @@ from pathlib import Path
 
 from grassflow import job
 from grassflow.report.aggregate import aggregate_args
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["data", "models", "seeds", "epochs", "batch_size"],
+    "properties": {
+        "data": {
+            "type": "object", "additionalProperties": False, "required": ["seq_len", "kv", "examples"],
+            "properties": {"vocab": {"type": "integer", "minimum": 8, "default": 64},
+                           "seq_len": {"type": "integer", "minimum": 4}, "kv": {"type": "integer", "minimum": 1},
+                           "examples": {"type": "object", "required": ["train", "validation", "test"],
+                                        "additionalProperties": {"type": "integer", "minimum": 1}},
+                           "seed": {"type": "integer", "minimum": 0, "default": 0}}},
+        "models": {"type": "array", "minItems": 1, "items": {"enum": ["transformer", "grassmann"]}},
+        "d_model": {"type": "integer", "minimum": 4, "default": 16},
+        "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+        "epochs": {"type": "integer", "minimum": 1},
+        "batch_size": {"type": "integer", "minimum": 1},
+        "train": {"$ref": "#/$defs/train", "default": {}},
+    },
+}
 
 
 def runs(name, p):

@@ -42,7 +42,7 @@ rule toy_train:
     threads: part_threads(TOY)
     resources:
         **execution(TOY),
-        **estimated("toy_train", TOY_RUNS, "toy_run", TOY_FILES),
+        **estimated("toy", "train", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -72,7 +72,7 @@ rule toy_evaluate:
         f"{RESULTS}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
     threads: part_threads(TOY)
     resources:
-        **estimated("toy_evaluate", TOY_RUNS, "toy_run", TOY_FILES),
+        **estimated("toy", "evaluate", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
