@@ -105,10 +105,10 @@ def test_ablation_grid_shares_equal_runs():
 
 
 def test_receptive_field():
-    p = _preset({"paper": {}, "per_layer_lags": {"lag_schedule": "per_layer"}})
-    assert receptive_field(p, {}) == 6 * 16
-    assert receptive_field(p, {"lag_schedule": "per_layer"}) == 1 + 2 + 4 + 8 + 12 + 16
-    assert receptive_field(p, None) == 6 * 16  # a variant with no switches: the base
+    model = {**PAPER_PRESET["model"], "n_layers": 6, "context_len": 128}  # a run's spec's model
+    assert receptive_field(model) == 6 * 16
+    assert receptive_field({**model, "lag_schedule": "per_layer"}) == 1 + 2 + 4 + 8 + 12 + 16
+    assert receptive_field({**model, "n_layers": 3}) == 3 * 16
 
 
 def _runs_frame(statuses: dict) -> pd.DataFrame:

@@ -185,3 +185,41 @@ def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
                 if line.startswith("| r64 |"))
     base_params = runs["table1-grassmann-s0"]["n_params"]
     assert (row[9], wide[9]) == (f"{base_params:,}", f"{2 * base_params:,} (+100.0 %)")  # the Grassmann params column
+
+
+def test_the_ablation_table_reads_its_settings_from_the_runs_records(tmp_path):
+    """N, L, B and epochs, and the model a receptive field is of, as the runs ran them, not as the
+    preset says: records whose every run has N=3 and B=7 make the header, the comparability and the
+    receptive field say so; one record that disagrees is refused, naming the setting."""
+    from grassflow.errors import DataError
+    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.presets import select_preset
+    from grassflow.report.ablations import aggregate_ablations
+
+    runs = distinct_runs(tmp_path)
+    for r in runs.values():
+        rec = json.loads((r["dir"] / "run.json").read_text())
+        rec["spec"]["model"]["n_layers"], rec["spec"]["train"]["batch_size"] = 3, 7
+        (r["dir"] / "run.json").write_text(json.dumps(rec))
+    name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
+    assert (preset["experiments"]["table1"]["n_layers"], preset["experiments"]["table1"]["batch_size"]) != (3, 7)
+    preset = {**preset, "seeds": [0, 1], "ablations": {"base": "table1", "seeds": [0, 1], "variants": {"laptop": {}}}}
+    grid = {"laptop": {m: [r for r in runs if f"-{m}-" in r] for m in ("transformer", "grassmann")}}
+
+    def table():
+        aggregate_ablations(preset, name, grid, str(tmp_path / "runs"), str(TEMPLATE / "data/unigram.json"),
+                            str(TEMPLATE / "data/checksums.json"), str(ROOT / "workflow/resources/published.yaml"),
+                            tmp_path / "report")
+        return (tmp_path / "report/ablations.md").read_text()
+
+    md = table()
+    assert "### Ablations of table1: N=3, L=64, B=7, 1 epochs" in md, md
+    assert "n_layers 3 (paper 6)" in md  # the comparability judged on the records' N
+    row = next(line.strip("| ").split(" | ") for line in md.splitlines() if line.startswith("| laptop |"))
+    assert row[10] == str(3 * 16)  # three layers, each reaching back 16 tokens
+    odd = runs["table1-grassmann-s1"]["dir"] / "run.json"
+    rec = json.loads(odd.read_text())
+    rec["spec"]["model"]["n_layers"] = 4
+    odd.write_text(json.dumps(rec))
+    with pytest.raises(DataError, match="disagree on n_layers"):
+        table()

@@ -29,13 +29,17 @@ PARTS = [t.part_key for t in TASKS.values() if t.part_key]  # the preset keys of
 ESTIMATE = config.get("estimate") or {}
 
 
-def estimated(task, stage, specs, wildcard, files=None, groups=None):
-    """{"runtime": minutes, "mem_mb": MB} as functions of (wildcards, attempt) for a `stage` job
-    (train or evaluate) of a run of `task` whose `wildcard` names a run of `specs` reading token `files`, and
-    what `grassflow plan` tables ("estimate_ms": the wall-time estimate, "trained_items": tokens
-    or examples trained on). With `groups` the wildcard names a fused group (train_fused): its
-    runs' estimates summed, as if the ensemble were no faster than its runs one after another
-    (what it measured on a CPU)."""
+def run_resources(task, stage, specs, wildcard, files=None, groups=None):
+    """A run's `stage` job's resources (train or evaluate; `wildcard` names a run of `specs` of `task`
+    reading token `files`): its GPU slot (GPU); a training job's execution keys (train.compile,
+    compile_mode, trackers: how it runs, not what it computes, as resources, which are not rerun
+    triggers, params are, so changing them reruns nothing; a profile may set them per rule); and
+    its estimate: "runtime" (minutes) and "mem_mb" as functions of (wildcards, attempt), and what
+    `grassflow plan` tables ("estimate_ms": the wall-time estimate, "trained_items": tokens or
+    examples trained on). With `groups` the wildcard names a fused group (train_fused): its runs'
+    estimates summed, as if the ensemble were no faster than its runs one after another (what it
+    measured on a CPU)."""
+    part = TASKS[task].part(PRESET_CFG)
 
     def ests(wc):
         key = getattr(wc, wildcard)
@@ -43,6 +47,8 @@ def estimated(task, stage, specs, wildcard, files=None, groups=None):
         return [job_estimate(task, stage, specs[r], PRESET_CFG, ESTIMATE, files) for r in runs]
 
     return {
+        **(exec_resources(part["train"]) if part and stage == "train" else {}),
+        **GPU,
         "runtime": lambda wc, attempt: sum(e.minutes(ESTIMATE, attempt) for e in ests(wc)),
         "mem_mb": lambda wc, attempt: sum(e.request_mb(attempt) for e in ests(wc)),
         "estimate_ms": lambda wc: round(1000 * sum(e.seconds for e in ests(wc))),
@@ -59,13 +65,6 @@ def run_outputs(run_dir):
     """A run's training outputs, in its directory (every task's train rule)."""
     names = ("model.safetensors", "config.json", "metrics.jsonl", "run.json")
     return {k: f"{run_dir}/{f}" for k, f in zip(("weights", "config", "metrics", "record"), names)}
-
-
-def execution(part):
-    """How a task's training jobs run, not what they compute (train.compile, compile_mode,
-    trackers): handed to the jobs as resources, which are not rerun triggers (params are), so
-    changing them reruns nothing, as train.threads; a profile may set them per rule."""
-    return exec_resources(part["train"]) if part else {}
 
 
 def alternatives(names):

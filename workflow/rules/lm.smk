@@ -100,8 +100,7 @@ use rule tokenize as documents with:
 
 rule train:  # every task's training job (snli_train, recall_train: this rule with their files)
     input:
-        train=f"{LM.tokens}/train.parquet",
-        val=f"{LM.tokens}/validation.parquet",
+        **LM.train_inputs,
         preflight=run_preflight(LM.runs, "run"),
     output:
         **run_outputs(f"{RESULTS}/runs/{{run}}"),
@@ -116,9 +115,7 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
         "../../envs/train.yaml"
     threads: LM_THREADS
     resources:
-        **execution(LM.part),
-        **estimated("lm", "train", LM.runs, "run", LM.files),
-        **GPU,
+        **run_resources("lm", "train", LM.runs, "run", LM.files),
     params:
         stage="grassflow.lm.train",
         spec=lambda wc: quoted_json([LM.runs[wc.run]]),
@@ -140,8 +137,7 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
 # resume state is the group's (results/<preset>/fused/<group>/last.pt).
 use rule train as train_fused with:
     input:
-        train=f"{LM.tokens}/train.parquet",
-        val=f"{LM.tokens}/validation.parquet",
+        **LM.train_inputs,
         preflight=run_preflight(LM.fused_first, "group"),
     output:
         **{
@@ -156,9 +152,7 @@ use rule train as train_fused with:
     wildcard_constraints:
         group=alternatives(LM.fused),
     resources:
-        **execution(LM.part),
-        **estimated("lm", "train", LM.runs, "group", LM.files, LM.fused),
-        **GPU,
+        **run_resources("lm", "train", LM.runs, "group", LM.files, LM.fused),
     params:
         spec=lambda wc: quoted_json(LM.runs[r] for r in LM.fused[wc.group]),
         code=lambda wc: code_of("grassflow.lm.train", LM.fused_first[wc.group]["model_kind"]),
@@ -171,10 +165,7 @@ rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: t
         weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
         config=f"{RESULTS}/runs/{{run}}/config.json",
         record=f"{RESULTS}/runs/{{run}}/run.json",
-        val=f"{LM.tokens}/validation.parquet",
-        test=f"{LM.tokens}/test.parquet",
-        validation_docs=f"{LM.tokens}/docs/validation.parquet",
-        test_docs=f"{LM.tokens}/docs/test.parquet",
+        **LM.eval_inputs,
         preflight=run_preflight(LM.runs, "run"),
     output:
         f"{RESULTS}/runs/{{run}}/eval.json",
@@ -188,8 +179,7 @@ rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: t
         "../../envs/train.yaml"
     threads: LM_THREADS
     resources:
-        **estimated("lm", "evaluate", LM.runs, "run", LM.files),
-        **GPU,
+        **run_resources("lm", "evaluate", LM.runs, "run", LM.files),
     params:
         stage="grassflow.lm.evaluate",
         code=lambda wc: code_of("grassflow.lm.evaluate", LM.runs[wc.run]["model_kind"]),
@@ -208,10 +198,7 @@ rule adopt_run:
             f"{LM.finished[wc.run]}/{f}" for f in ("run.json", "eval.json", "metrics.jsonl")
         ],
         train=f"{LM.tokens}/train.parquet",
-        val=f"{LM.tokens}/validation.parquet",
-        test=f"{LM.tokens}/test.parquet",
-        validation_docs=f"{LM.tokens}/docs/validation.parquet",
-        test_docs=f"{LM.tokens}/docs/test.parquet",
+        **LM.eval_inputs,
     output:
         record=f"{RESULTS}/runs/{{run}}/run.json",
         metrics=f"{RESULTS}/runs/{{run}}/metrics.jsonl",
@@ -244,9 +231,8 @@ rule adopt_run:
 # must beat to have learned anything; the tables mark runs that do not.
 rule unigram:
     input:
-        train=f"{LM.tokens}/train.parquet",
-        val=f"{LM.tokens}/validation.parquet",
-        test=f"{LM.tokens}/test.parquet",
+        **LM.train_inputs,
+        test=LM.eval_inputs["test"],
     output:
         f"{LM.tokens}/unigram.json",
     log:

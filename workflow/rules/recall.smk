@@ -40,9 +40,7 @@ use rule train as recall_train with:
         f"{RESULTS}/benchmarks/recall/train/{{recall_run}}.tsv"
     threads: RECALL_THREADS
     resources:
-        **execution(RECALL.part),
-        **estimated("recall", "train", RECALL.runs, "recall_run"),
-        **GPU,
+        **run_resources("recall", "train", RECALL.runs, "recall_run"),
     params:
         stage="grassflow.recall.train",
         spec=lambda wc: quoted_json([RECALL.runs[wc.recall_run]]),
@@ -67,8 +65,7 @@ use rule evaluate as recall_evaluate with:
         f"{RESULTS}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
     threads: RECALL_THREADS
     resources:
-        **estimated("recall", "evaluate", RECALL.runs, "recall_run"),
-        **GPU,
+        **run_resources("recall", "evaluate", RECALL.runs, "recall_run"),
     params:
         stage="grassflow.recall.evaluate",
         code=lambda wc: code_of(

@@ -90,9 +90,7 @@ use rule train as snli_train with:
         f"{RESULTS}/benchmarks/snli/train/{{snli_run}}.tsv"
     threads: SNLI_THREADS
     resources:
-        **execution(SNLI.part),
-        **estimated("snli", "train", SNLI.runs, "snli_run", SNLI.files),
-        **GPU,
+        **run_resources("snli", "train", SNLI.runs, "snli_run", SNLI.files),
     params:
         stage="grassflow.snli.train",
         spec=lambda wc: quoted_json([SNLI.runs[wc.snli_run]]),
@@ -118,8 +116,7 @@ use rule evaluate as snli_evaluate with:
         f"{RESULTS}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
     threads: SNLI_THREADS
     resources:
-        **estimated("snli", "evaluate", SNLI.runs, "snli_run", SNLI.files),
-        **GPU,
+        **run_resources("snli", "evaluate", SNLI.runs, "snli_run", SNLI.files),
     params:
         stage="grassflow.snli.evaluate",
         code=lambda wc: code_of("grassflow.snli.evaluate", SNLI.runs[wc.snli_run]["model_kind"]),

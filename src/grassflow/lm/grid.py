@@ -74,12 +74,6 @@ def main_run_ids(p: dict) -> list[str]:
     return [f"{exp}-{kind}-s{seed}" for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
 
 
-# train.device -> whether train.fuse_seeds `auto` fuses there, from `python -m grassflow.bench`
-# (fused rows). CPU: no faster per member (reports/bench/bench-cpu.md); CUDA: not yet measured
-# (a GPU default is only what ran on one); train.device auto: unknown where the jobs land.
-FUSE_WINS = {"cpu": False, "cuda": False}
-
-
 def finished_runs(dirs, run_ids) -> dict[str, str]:
     """{run id: its records' directory} of the runs whose records (run.json) are in one of `dirs`
     (config finished_runs: <dir>/<run id>/), the first dir that has it: they are adopted
@@ -100,8 +94,7 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     (`finished`: run ids; a table finished in full constrains nothing), when two or more.
     Ablation runs of other seeds, and those finished seeds' runs, train one by one. Every group
     fuses the same seeds: rule train_fused's outputs are one pattern per seed."""
-    train = p["train"]
-    if not (FUSE_WINS.get(train["device"], False) if train["fuse_seeds"] == "auto" else train["fuse_seeds"]):
+    if p["train"]["fuse_seeds"] is not True:  # auto: not fused until a device measures it faster (the schema)
         return {}
     names = dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs)
     open_ = {g for g in names if any(f"{g}-s{s}" in run_specs and f"{g}-s{s}" not in finished for s in p["seeds"])}

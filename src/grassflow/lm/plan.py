@@ -66,6 +66,10 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=(
         raw=f"{results}/data/raw",
         tokens=tokens,
         files={s: f"{tokens}/{s}.parquet" for s in SPLITS} if on else None,
+        # the token files a run's rules read, by their input names
+        train_inputs={"train": f"{tokens}/train.parquet", "val": f"{tokens}/validation.parquet"},
+        eval_inputs={"val": f"{tokens}/validation.parquet", "test": f"{tokens}/test.parquet",
+                     **{f"{s}_docs": f"{tokens}/docs/{s}.parquet" for s in ("validation", "test")}},
         tokenizer=tokenizer_spec(p) if on else None,
         exp_outputs=exp_outputs,
         ablation_files=ablation_files,

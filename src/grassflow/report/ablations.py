@@ -5,8 +5,9 @@ experiment), both models' best validation and test perplexity (mean ± std over 
 with its 95 % CI, diverged and did-not-learn runs counted, the Grassmann variant's parameter count
 (and its change from the unswitched variant's: r changes it), and its receptive
 field in tokens (Σ over layers of the layer's largest offset: N·max Δ when every layer has all
-offsets). The CSV has one row per variant × run with the run's provenance (a run shared by two
-variants appears under each). Under the table: the published numbers (published.yaml), so ours
+offsets). N, L, B and epochs, and the model a receptive field is of, are the runs' records'. The
+CSV has one row per variant × run with the run's provenance (a run shared by two variants appears
+under each). Under the table: the published numbers (published.yaml), so ours
 are read beside everyone's, and what the table can carry (report.setup).
 """
 
@@ -35,6 +36,7 @@ from grassflow.report.aggregate import (
     run_settings,
     write_tables,
 )
+from grassflow.report.records import read_record
 from grassflow.report.setup import (
     load_checksums,
     load_published,
@@ -44,13 +46,10 @@ from grassflow.report.setup import (
 from grassflow.report.stats import gap_ci, mean_std
 
 
-def receptive_field(preset: dict, switches: dict) -> int:
-    """Tokens a Grassmann model's last position can reach back: Σ_layers max offset."""
-    e = preset["experiments"][preset["ablations"]["base"]]
-    cfg = ModelConfig.from_dict({**preset["model"], **(preset.get("model_overrides") or {}).get("grassmann", {}),
-                                 **{k: v for k, v in (switches or {}).items() if k != "train"},
-                                 "n_layers": e["n_layers"], "context_len": e["context_len"],
-                                 "vocab_size": 2})
+def receptive_field(model: dict) -> int:
+    """Tokens a Grassmann model's last position can reach back: Σ_layers max offset (`model`: a
+    run's spec's, as its record holds it)."""
+    cfg = ModelConfig.from_dict({**model, "vocab_size": 2})
     return sum(max(cfg.layer_lags(i)) for i in range(cfg.n_layers))
 
 
@@ -67,8 +66,9 @@ def summarise(df: pd.DataFrame, preset: dict, grid: dict) -> list[dict]:
     rows = []
     for variant, models in grid.items():
         m = {k: _model_stats(df[df.run_id.isin(ids)]) for k, ids in models.items()}
+        g = df[df.run_id.isin(models.get("grassmann", []))]  # its Grassmann model, as its runs ran it
         row = {"variant": variant, "switches": preset["ablations"]["variants"][variant] or {}, "models": m,
-               "receptive_field": receptive_field(preset, preset["ablations"]["variants"][variant])}
+               "receptive_field": receptive_field(read_record(g.record.iloc[0])["spec"]["model"]) if len(g) else "—"}
         if all(k in m and m[k]["n_ok"] for k in MODELS):
             row["gap"] = gap_ci(m["grassmann"]["val_values"], m["transformer"]["val_values"])
         rows.append(row)
@@ -108,10 +108,10 @@ def _runs_cell(m: dict) -> str:
     return cell
 
 
-def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[str], unigram: dict, out: Path,
+def markdown(rows: list[dict], preset: dict, e: dict, published: list[dict], why: list[str], unigram: dict, out: Path,
              scope: str | None = None) -> str:
+    """The table; `e`: the base experiment's settings as the runs' records hold them (run_settings)."""
     a = preset["ablations"]
-    e = preset["experiments"][a["base"]]
     table = []
     base = next((r["models"].get("grassmann") for r in rows if not r["switches"]), None)  # the unswitched variant
     for r in rows:
@@ -119,7 +119,8 @@ def markdown(rows: list[dict], preset: dict, published: list[dict], why: list[st
         table.append([r["variant"], _switches(r["switches"]), *(_fmt(*m[k]) if m else "—" for m in (t, g) for k in ("val", "test")),
                       _gap(r), _runs_cell(t) if t else "—", _runs_cell(g) if g else "—", _params_cell(g, base),
                       r["receptive_field"], record_links((t["records"] if t else []) + (g["records"] if g else []), out)])
-    lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, {e['epochs']} epochs, "
+    lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, B={e['batch_size']}, "
+             f"{e['epochs']} epochs, "
              f"seeds {a['seeds']}", "", *md_table(
                  ["variant", "switches", "Transformer val PPL", "Transformer test PPL", "Grassmann val PPL",
                   "Grassmann test PPL", "gap G−T (95 % CI)", "runs T (learned/ok/all)", "runs G",
@@ -158,13 +159,14 @@ def aggregate_ablations(preset: dict, preset_name: str, grid: dict, runs_dir, un
     worst = {k: {"n_learned": min(r["models"][k]["n_learned"] for r in rows if k in r["models"]),
                  "not_learned": sorted({x for r in rows if k in r["models"] for x in r["models"][k]["not_learned"]})}
              for k in preset["models"]}
-    unk = run_settings(df)["unk_mapped"]  # as the runs' records hold it
-    why = not_comparable(preset, base, preset["experiments"][base], checksums, pub["paper_setup"], worst, unk)
+    exp = run_settings(df)  # N, L, B, epochs and `<unk>`'s reading: as the runs ran them
+    unk = exp.pop("unk_mapped")
+    why = not_comparable(preset, base, exp, checksums, pub["paper_setup"], worst, unk)
     head = provenance_line(preset_name, preset, checksums, pub["paper_setup"], unk)
     per_run = pd.concat([df[df.run_id.isin([x for rs in models.values() for x in rs])].assign(variant=v)
                          for v, models in grid.items()], ignore_index=True)
     scope = verdict_scope(checksums, pub["paper_setup"])
-    write_tables(out, "ablations", head, markdown(rows, preset, pub["published"], why, unigram, out, scope),
+    write_tables(out, "ablations", head, markdown(rows, preset, exp, pub["published"], why, unigram, out, scope),
                  per_run.assign(preset=preset_name, data_source=preset["data"]["source"]), tex(rows, preset))
     paper = next((p for p in pub["published"] if p.get("experiment") == base), None)
     paper_gap = 100 * (paper["grassmann"] - paper["transformer"]) / paper["transformer"] if paper else None

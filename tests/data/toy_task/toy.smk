@@ -41,8 +41,7 @@ rule toy_train:
         f"{RESULTS}/benchmarks/toy/train/{{toy_run}}.tsv"
     threads: part_threads(TOY)
     resources:
-        **execution(TOY),
-        **estimated("toy", "train", TOY_RUNS, "toy_run", TOY_FILES),
+        **run_resources("toy", "train", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
@@ -72,7 +71,7 @@ rule toy_evaluate:
         f"{RESULTS}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
     threads: part_threads(TOY)
     resources:
-        **estimated("toy", "evaluate", TOY_RUNS, "toy_run", TOY_FILES),
+        **run_resources("toy", "evaluate", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     params:
