@@ -47,8 +47,6 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=(
     tokens = f"{results}/data/tokens/{p['tokenizer']['name'] if on else None}"
     exp_outputs = {e: table_files(report, e) + experiment_figures(report, e) for e in experiments}
     ablation_files = [f"{report}/ablations_gap.png", *table_files(report, "ablations"), f"{report}/ablations.png"]
-    base = p["ablations"]["base"] if ablations else None
-    ablation_keys = ["data", "tokenizer", "models", "model", "model_overrides", "ablations", "train"]
     return SimpleNamespace(
         part=p if on else None,
         train=p["train"] if on else {},
@@ -77,6 +75,7 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=(
         outputs=[f for fs in exp_outputs.values() for f in fs] + [f"{report}/scaling.png", f"{report}/summary.md"]
         + (ablation_files if ablations else []) if on else [],
         table_presets={e: table_preset(p, [e], others) for e in experiments},
-        ablations_preset=table_preset({**p, "model_overrides": p.get("model_overrides") or {}}, [base], keys=ablation_keys)
+        ablations_preset=table_preset({**p, "model_overrides": p.get("model_overrides") or {}}, [p["ablations"]["base"]],
+                                      keys=["data", "tokenizer", "models", "model", "model_overrides", "ablations", "train"])
         if ablations else None,
     )

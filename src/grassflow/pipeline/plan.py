@@ -4,7 +4,7 @@ Jobs come from Snakemake's own plan (its dry run, made in this process with the 
 --configfile and targets: the jobs as its log records carry them), so the table never disagrees with what `snakemake` will schedule:
 per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours,
 the time limits requested, the largest memory request, and the tokens (or examples) trained on:
-the resources the rules computed (common.smk's `estimated`: the estimate their limits come from).
+the resources the rules computed (common.smk's `run_resources`: the estimate their limits come from).
 With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
 estimate, and their ratio: far from 1, workflow/resources/throughput.csv needs a row for this
 device or size.
@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from grassflow import markdown
+from grassflow.compare import flat
 from grassflow.job import ArgumentParser
 
 
@@ -122,18 +123,12 @@ def _settings(value) -> list[dict] | None:
         return None
 
 
-def _leaves(value, prefix="") -> dict:
-    if isinstance(value, dict) and value:
-        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: value}
-
-
 def settings_changes(before: list, now: list) -> list[str]:
     """Each settings key whose value differs, `key: old → new`, of the settings params that changed."""
     old = [d for v in before if (ds := _settings(v)) for d in ds]
     new = [d for v in now if (ds := _settings(v)) for d in ds]
-    a = {k: v for d in old for k, v in _leaves(d).items()}
-    b = {k: v for d in new for k, v in _leaves(d).items()}
+    a = {k: v for d in old for k, v in flat(d).items()}
+    b = {k: v for d in new for k, v in flat(d).items()}
     return [f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}" for k in sorted(a.keys() | b.keys())
             if a.get(k) != b.get(k)]
 
@@ -204,7 +199,7 @@ def benchmark_seconds(tsv: Path) -> float | None:
 
 def plan(project: Path, profile=None, measured=False, **plan_args) -> list[dict]:
     """Per rule of Snakemake's plan (dry_run's arguments), what its jobs ask for and, of the run
-    jobs, their estimates: the resources the rules computed (common.smk: `estimated`), as the
+    jobs, their estimates: the resources the rules computed (common.smk: `run_resources`), as the
     cluster will see them; `measured`: every job's (forceall) with the wall time of those that ran."""
     by_rule, default = cluster_resources(profile)
     jobs, local = dry_run(project, forceall=measured, **plan_args)
