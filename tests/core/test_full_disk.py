@@ -60,7 +60,7 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
 
     from grassflow.checkpoint import save_data, save_weights
     from grassflow.io import atomic_path
-    from grassflow.report.figures import _save
+    from grassflow.report.figures import save
 
     _fill(small_fs, leave=2_000)
     target = small_fs / {"table": "table1.md", "parquet": "train.parquet", "figure": "gap.png",
@@ -74,7 +74,7 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
         elif writer == "figure":
             fig, ax = plt.subplots(figsize=(20, 20))
             ax.imshow(torch.rand(500, 500).numpy())
-            _save(fig, target)
+            save(fig, target)
         elif writer == "weights":
             save_weights(target, {"w": torch.rand(100_000)})
         else:  # the loop's best weights so far (torch's own file writer would say only `iostream error`)

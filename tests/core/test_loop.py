@@ -215,7 +215,8 @@ def test_stray_temp_file_from_a_killed_write_is_ignored(tokens, tmp_path):
 
 def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     from grassflow.bench import main as bench_main
-    from grassflow.report.aggregate import aggregate, summary
+    from grassflow.lm.aggregate import aggregate
+    from grassflow.lm.summary import summary
 
     base = {**SPEC, "train": {**SPEC["train"], "epochs": 1, "checkpoint_every": 0}}
     variants = {

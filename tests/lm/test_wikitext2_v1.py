@@ -16,10 +16,10 @@ import yaml
 from grassflow.data import DataError
 from grassflow.data.sources import content_sha256, read_rows
 from grassflow.data.tokenizers import build_wordpiece
+from grassflow.lm.comparable import data_label, load_published, not_comparable, verdict_scope
 from grassflow.lm.data import download, map_unk, read_tokens
 from grassflow.lm.tokenize import tokenize_split, unk_id_of
 from grassflow.pipeline.presets import ConfigError, config_errors, resolve_bases
-from grassflow.report.setup import data_label, load_published, not_comparable, verdict_scope
 from helpers.procs import needs
 from helpers.specs import PUBLISHED
 

@@ -218,7 +218,7 @@ def test_job_command_lines_hold_their_settings_and_can_be_pasted_to_rerun_a_job(
     assert len(settings) >= 25 and all(json.dumps(json.loads(w), sort_keys=True) == w for w in settings)
     train = [c for c in commands if "grassflow.lm.train " in c]
     assert train and all(json.loads(shlex.split(c.split("--spec ", 1)[1])[0])["task"] == "lm" for c in train)
-    (table1,) = [c for c in commands if "grassflow.report.aggregate " in c and "--experiment table1 " in c]
+    (table1,) = [c for c in commands if "grassflow.lm.aggregate " in c and "--experiment table1 " in c]
     preset = json.loads(shlex.split(table1.split("--preset ", 1)[1])[0])
     assert list(preset["experiments"]) == ["table1"] and "snli" not in preset
     work = tmp_path / "copy"

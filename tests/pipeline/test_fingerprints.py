@@ -76,10 +76,13 @@ def files(module, *kinds) -> set[str]:
 
 
 def test_closures_hold_what_the_hand_kept_lists_missed():
-    """The drift that hand-kept lists had: the SNLI and recall tables import report/setup.py
-    through report/aggregate.py; bench imports loop.py, compiled.py and bench/peer.py."""
-    for module in ("report.aggregate", "snli.aggregate", "recall.aggregate", "report.ablations"):
-        assert "src/grassflow/report/setup.py" in files(f"grassflow.{module}"), module
+    """The drift that hand-kept lists had: every task's table imports report/records.py through
+    report/tables.py, and only the LM's tables hold the LM's comparability (lm/comparable.py);
+    bench imports loop.py, compiled.py and bench/peer.py."""
+    for module in ("lm.aggregate", "snli.aggregate", "recall.aggregate", "lm.ablations"):
+        held = files(f"grassflow.{module}")
+        assert "src/grassflow/report/records.py" in held, module
+        assert ("src/grassflow/lm/comparable.py" in held) == module.startswith("lm."), module
     assert {"src/grassflow/loop.py", "src/grassflow/compiled.py", "src/grassflow/bench/peer.py"} <= files(
         "grassflow.bench", "transformer", "grassmann")
 

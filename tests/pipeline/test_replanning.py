@@ -36,7 +36,7 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
     records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
     modules = Counter(r["module"] for r in records)
     assert {f"grassflow.{m}" for m in ("lm.download", "lm.tokenize", "lm.documents", "lm.train", "lm.evaluate",
-                                       "lm.unigram", "report.aggregate", "report.summary", "report.ablations", "bench",
+                                       "lm.unigram", "lm.aggregate", "lm.summary", "lm.ablations", "bench",
                                        "snli.train", "recall.train", "snli.aggregate", "recall.aggregate",
                                        "preflight")} <= set(modules), modules
     for r in records:
@@ -50,11 +50,12 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
         assert_closure_holds(r, module, kinds)
 
 
-def test_editing_report_setup_plans_every_table(demo):
-    """report/setup.py (table labels, verdict wording) is imported by every table's aggregate."""
-    with edited(demo / "src/grassflow/report/setup.py"):
-        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
-                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+@pytest.mark.parametrize("module", ["lm/aggregate.py", "lm/comparable.py"])
+def test_editing_the_lm_table_code_plans_its_tables_and_no_other_tasks(demo, module):
+    """The LM's table code (its tables' rows and verdicts, what a table can carry) is the LM's tables'
+    alone: a code edit plans Tables 1-2 and the ablation table, no SNLI or recall job."""
+    with edited(demo / "src/grassflow" / module):
+        assert planned(demo) == Counter({("aggregate", None): 2, ("ablation_aggregate", None): 1})
 
 
 def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from grassflow.checkpoint import state_sha256
+from grassflow.lm.ablations import receptive_field
+from grassflow.lm.comparable import data_label, load_published, not_comparable
 from grassflow.lm.grid import ablation_runs, runs
 from grassflow.lm.unigram import unigram_ppl
-from grassflow.report.ablations import receptive_field
-from grassflow.report.setup import data_label, load_published, not_comparable
 from helpers.specs import PUBLISHED
 
 SETUP = load_published(PUBLISHED)["paper_setup"]
@@ -128,7 +128,7 @@ def _runs_frame(statuses: dict) -> pd.DataFrame:
 def test_a_diverged_seed_is_named_where_the_verdict_is(dropped):
     """The verdict line counts the seeds the gap rests on and names each run left out, with why; a
     verdict on fewer seeds than the preset asked for says so in the verdict itself."""
-    from grassflow.report.aggregate import judge, markdown_table, summarise
+    from grassflow.lm.aggregate import judge, markdown_table, summarise
 
     statuses = {f"table1-{m}-s{s}": "completed" for m in ("transformer", "grassmann") for s in range(3)}
     if dropped:
@@ -151,7 +151,7 @@ def test_a_table_without_a_gap_says_why_and_still_why_it_is_not_the_papers(grass
     one whose other model completed no run: no gap, and the line says which; the reasons its
     numbers cannot be compared with the paper's, which a gap's verdict carries, are said there
     too, and in the LaTeX caption."""
-    from grassflow.report.aggregate import judge, latex_table, markdown_table, summarise
+    from grassflow.lm.aggregate import judge, latex_table, markdown_table, summarise
 
     statuses = {"table1-grassmann-s0": grassmann or "completed"}
     if grassmann != "completed":

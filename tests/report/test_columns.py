@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grassflow.report.aggregate import _fmt, aggregate, mean_std, tex_escape
+from grassflow.lm.aggregate import aggregate
+from grassflow.report.stats import mean_std
+from grassflow.report.tables import fmt, tex_escape
 from helpers.records import TEMPLATE, distinct_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,12 +44,12 @@ def test_every_lm_table_column_comes_from_its_own_split_and_metric(tmp_path):
         expect = {3: ("validation", "chunked_ppl"), 5: ("test", "chunked_ppl"), 6: ("test", "strided_ppl"),
                   7: ("test", "harness")}
         for col, source in expect.items():
-            assert cells[col] == _fmt(*mean_std(pd.Series([r["values"][source] for r in mine]))), (model, col)
+            assert cells[col] == fmt(*mean_std(pd.Series([r["values"][source] for r in mine]))), (model, col)
         assert cells[1] == f"{mine[0]['n_params']:,}"
     tex = (out / "table1.tex").read_text()
     for model in ("transformer", "grassmann"):
         mine = [r for r in runs.values() if r["model"] == model]
-        val, test = (tex_escape(_fmt(*mean_std(pd.Series([r["values"][s, "chunked_ppl"] for r in mine]))))
+        val, test = (tex_escape(fmt(*mean_std(pd.Series([r["values"][s, "chunked_ppl"] for r in mine]))))
                      for s in ("validation", "test"))
         assert f"{model} & {mine[0]['n_params']:,} & {val} & " in tex and f"& {test} " + "\\\\" in tex
     t_val = [r["values"]["validation", "chunked_ppl"] for r in runs.values() if r["model"] == "transformer"]
@@ -112,10 +114,10 @@ def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_p
     rows = _md_rows((tmp_path / "report/snli_table3.md").read_text(), ("transformer", "grassmann"))
     for model in ("transformer", "grassmann"):
         mine = [r["values"] for r in runs.values() if r["model"] == model]
-        val, test = (_fmt(*mean_std(pd.Series([v[key] for v in mine])), digits=2)
+        val, test = (fmt(*mean_std(pd.Series([v[key] for v in mine])), digits=2)
                      for key in (("validation", "accuracy"), ("test", "accuracy")))
         assert rows[model][3] == val and rows[model][5] == test
-        assert rows[model][7] == " / ".join(_fmt(mean_std(pd.Series([v["test", c] for v in mine]))[0], float("nan"))
+        assert rows[model][7] == " / ".join(fmt(mean_std(pd.Series([v["test", c] for v in mine]))[0], float("nan"))
                                              for c in LABELS)
 
 
@@ -143,14 +145,14 @@ def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
     for model in ("transformer", "grassmann"):
         mine = [r["values"] for r in runs.values() if r["model"] == model]
         row = next(line.strip("| ").split(" | ") for line in md.splitlines() if f"| {model} |" in line)
-        assert row[6] == _fmt(*mean_std(pd.Series([v["validation", "accuracy"] for v in mine])))
-        assert row[7] == _fmt(*mean_std(pd.Series([v["test", "accuracy"] for v in mine])))
+        assert row[6] == fmt(*mean_std(pd.Series([v["validation", "accuracy"] for v in mine])))
+        assert row[7] == fmt(*mean_std(pd.Series([v["test", "accuracy"] for v in mine])))
 
 
 def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
+    from grassflow.lm.ablations import aggregate_ablations
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
-    from grassflow.report.ablations import aggregate_ablations
 
     runs = distinct_runs(tmp_path)
     name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
@@ -177,7 +179,7 @@ def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
         assert csv.loc[run_id, "test_ppl"] == r["values"]["test", "chunked_ppl"]
     row = next(line.strip("| ").split(" | ") for line in (tmp_path / "report/ablations.md").read_text().splitlines()
                if line.startswith("| laptop |"))
-    cells = {(m, s): _fmt(*mean_std(pd.Series([r["values"][s, "chunked_ppl"] for r in runs.values() if r["model"] == m])))
+    cells = {(m, s): fmt(*mean_std(pd.Series([r["values"][s, "chunked_ppl"] for r in runs.values() if r["model"] == m])))
              for m in ("transformer", "grassmann") for s in ("validation", "test")}
     assert row[2:6] == [cells["transformer", "validation"], cells["transformer", "test"],
                         cells["grassmann", "validation"], cells["grassmann", "test"]]
@@ -192,9 +194,9 @@ def test_the_ablation_table_reads_its_settings_from_the_runs_records(tmp_path):
     preset says: records whose every run has N=3 and B=7 make the header, the comparability and the
     receptive field say so; one record that disagrees is refused, naming the setting."""
     from grassflow.errors import DataError
+    from grassflow.lm.ablations import aggregate_ablations
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
-    from grassflow.report.ablations import aggregate_ablations
 
     runs = distinct_runs(tmp_path)
     for r in runs.values():

@@ -1,4 +1,4 @@
-"""The gap figure (grassflow.report.figures.gap), the first of each LM table's: what it plots is the
+"""The gap figure (grassflow.lm.figures.gap), the first of each LM table's: what it plots is the
 table's gap after each epoch, each run's best validation perplexity so far against the other
 model's, with the table's 95 % interval, recomputed here independently from the runs' records
 (metrics.jsonl): the H200's Table 1, three seeds a model, whose last epoch is the table's +20.4 %."""
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from grassflow.report import figures
+from grassflow.lm import figures
 from helpers.dag import ROOT
 
 GPU = ROOT / "reports/wikitext2-v1-gpu"

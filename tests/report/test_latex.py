@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grassflow.report.aggregate import TEX, latex, tex_escape
+from grassflow.report.tables import TEX, latex, tex_escape
 from helpers.latex import compile_tex
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -40,9 +40,9 @@ DAMAGES = [  # (file, damage, the error's words after the path)
 @pytest.mark.parametrize("name, damage, words", DAMAGES, ids=[f"{n}-{i}" for i, (n, *_) in enumerate(DAMAGES)])
 def test_a_damaged_record_fails_its_table_naming_the_file(name, damage, words, tmp_path, capfd):
     from grassflow import job
+    from grassflow.lm.aggregate import aggregate
     from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
-    from grassflow.report.aggregate import aggregate
 
     runs = distinct_runs(tmp_path)
     victim = runs["table1-grassmann-s1"]["dir"]

@@ -12,8 +12,8 @@ import statistics
 import pytest
 from scipy import stats as scipy_stats
 
-from grassflow.report.aggregate import aggregate
-from grassflow.report.setup import load_published
+from grassflow.lm.aggregate import aggregate
+from grassflow.lm.comparable import load_published
 from grassflow.report.stats import diff_ci, gap_ci, t95
 from helpers.specs import PUBLISHED
 
@@ -158,7 +158,7 @@ def test_no_verdict_on_data_that_is_not_the_papers(tmp_path):
 def test_a_preset_that_leaves_model_keys_unset_is_read_at_the_models_defaults():
     # what the model runs with where a preset is silent (ModelConfig's defaults, their one source),
     # not "None": the paper's own sizes and switches are no difference
-    from grassflow.report.setup import setup_differences
+    from grassflow.lm.comparable import setup_differences
 
     exp = {"n_layers": 6, "context_len": 128, "epochs": 30, "batch_size": 32}
     preset = {"models": ["transformer", "grassmann"], "model": {}, "train": {"lr": 3e-4, "max_steps_per_epoch": None}}

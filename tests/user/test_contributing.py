@@ -14,8 +14,8 @@ from helpers.rule_code import rule_codes
 KINDS = ("transformer", "grassmann")
 TASKS = ("lm", "snli", "recall")
 BENCH = "grassflow.bench[*]"
-TABLES = {"grassflow.report.aggregate", "grassflow.report.summary", "grassflow.report.ablations",
-          "grassflow.snli.aggregate", "grassflow.recall.aggregate"}
+LM_TABLES = {"grassflow.lm.aggregate", "grassflow.lm.summary", "grassflow.lm.ablations"}
+TABLES = LM_TABLES | {"grassflow.snli.aggregate", "grassflow.recall.aggregate"}
 
 
 def runs(*kinds):
@@ -34,7 +34,7 @@ RERUNS = {
     "the training loop or step":
         "every run's training and evaluation, and the benchmark",
     "a task's stage: data, training, evaluation, table":
-        "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training",
+        "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training; the LM's table modules (`lm/aggregate.py`, `comparable.py`, `figures.py`): its tables, no other task's",
     "the LM's rows and token files":
         "the LM's download, training, evaluation and unigram baseline, and the benchmark; no table job imports it (a table reads its runs' records)",
     "the tables' and figures' shared code":
@@ -48,7 +48,7 @@ RERUNS = {
     "the cluster":
         "nothing",
     "a new model kind":
-        "every job that builds or reads a model, once (`models/__init__.py` is their code): every run and table, the benchmark",
+        "every job that builds or reads a model, once (`models/__init__.py` is their code): every run, the LM's tables (their comparability reads the model's defaults), the benchmark",
     "a new task":
         "no other task's job",
 }
@@ -66,6 +66,9 @@ ROWS = {
         ("src/grassflow/lm/tokenize.py", {"grassflow.lm.tokenize", "grassflow.lm.documents", BENCH,
                                           "grassflow.lm.evaluate[transformer]", "grassflow.lm.evaluate[grassmann]"}),
         ("src/grassflow/lm/unigram.py", {"grassflow.lm.unigram"}),
+        ("src/grassflow/lm/aggregate.py", {"grassflow.lm.aggregate", "grassflow.lm.ablations"}),
+        ("src/grassflow/lm/comparable.py", {"grassflow.lm.aggregate", "grassflow.lm.ablations"}),
+        ("src/grassflow/lm/figures.py", LM_TABLES),
         ("src/grassflow/snli/train.py", {f"grassflow.snli.{s}[{k}]" for s in ("train", "evaluate") for k in KINDS}),
         ("src/grassflow/recall/train.py", {f"grassflow.recall.{s}[{k}]" for s in ("train", "evaluate") for k in KINDS}),
         ("src/grassflow/snli/tokenize.py", {"grassflow.snli.tokenize"}),
@@ -74,8 +77,8 @@ ROWS = {
     "the LM's rows and token files": [("src/grassflow/lm/data.py", {f"grassflow.lm.{s}[{k}]" for s in ("train", "evaluate")
                                                                    for k in KINDS}
                                        | {"grassflow.lm.download", "grassflow.lm.unigram", BENCH})],
-    "the tables' and figures' shared code": [(f"src/grassflow/report/{f}", TABLES)
-                                             for f in ("aggregate.py", "figures.py", "stats.py", "setup.py")],
+    "the tables' and figures' shared code": [("src/grassflow/report/tables.py", TABLES - {"grassflow.lm.summary"}),
+                                             *((f"src/grassflow/report/{f}", TABLES) for f in ("figures.py", "stats.py"))],
     "how records are read back": [("src/grassflow/report/records.py",
                                    runs(*KINDS) | TABLES | {BENCH, "grassflow.lm.adopt"})],
     "a preset, a run grid": [(f"src/grassflow/{f}", set())
@@ -84,7 +87,7 @@ ROWS = {
     "a rule": [],  # the rule's own params and command: Snakemake's to compare (tests/pipeline/test_replanning.py)
     "the cluster": [("profiles/slurm/", set())],
     "a new model kind": [("src/grassflow/models/__init__.py",
-                          runs(*KINDS) | TABLES | {BENCH})],
+                          runs(*KINDS) | {"grassflow.lm.aggregate", "grassflow.lm.ablations", BENCH})],
     "a new task": [],  # test_a_new_tasks_package_reaches_no_other_tasks_job, below
 }
 

@@ -294,9 +294,9 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in LM.exp_runs[wc.exp]),
-        code=code_of("grassflow.report.aggregate"),
+        code=code_of("grassflow.lm.aggregate"),
     shell:
-        "python -m grassflow.report.aggregate --preset {params.preset:q} --preset-name {params.preset_name} --experiment {wildcards.exp} "
+        "python -m grassflow.lm.aggregate --preset {params.preset:q} --preset-name {params.preset_name} --experiment {wildcards.exp} "
         "--runs {params.runs} --unigram {input.unigram} --checksums {input.checksums} "
         "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 
@@ -316,9 +316,9 @@ rule summary:
     params:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
-        code=code_of("grassflow.report.summary"),
+        code=code_of("grassflow.lm.summary"),
     shell:
-        "python -m grassflow.report.summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
+        "python -m grassflow.lm.summary --preset-name {params.preset_name} --tables {input.tables} --bench {input.bench} "
         "--out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -353,9 +353,9 @@ rule ablation_aggregate:
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
-        code=code_of("grassflow.report.ablations"),
+        code=code_of("grassflow.lm.ablations"),
     shell:
-        "python -m grassflow.report.ablations --preset {params.preset:q} --preset-name {params.preset_name} --grid {params.grid:q} "
+        "python -m grassflow.lm.ablations --preset {params.preset:q} --preset-name {params.preset_name} --grid {params.grid:q} "
         "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
         "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
 

@@ -19,16 +19,16 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from grassflow import job, markdown
-from grassflow.report.aggregate import (
-    _fmt,
+from grassflow.report.figures import save
+from grassflow.report.stats import mean_std
+from grassflow.report.tables import (
     aggregate_args,
+    fmt,
     latex,
     read_runs,
     record_links,
     write_tables,
 )
-from grassflow.report.figures import _save
-from grassflow.report.stats import mean_std
 
 
 def load_recall_runs(run_dirs) -> pd.DataFrame:
@@ -70,8 +70,8 @@ def summarise(chosen: pd.DataFrame) -> list[dict]:
 def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
     lines = markdown.table(
         ["cell", "d_model", "model", "reach (tokens)", "best lr", "runs ok", "val acc %", "test acc %", "provenance"],
-        [[r["cell"], r["d_model"], r["model"], r["reach"], f"{r['lr']:g}", f"{r['n_ok']}/{r['n']}", _fmt(*r["val"]),
-          _fmt(*r["test"]), record_links(r["records"], out_dir)] for r in rows])
+        [[r["cell"], r["d_model"], r["model"], r["reach"], f"{r['lr']:g}", f"{r['n_ok']}/{r['n']}", fmt(*r["val"]),
+          fmt(*r["test"]), record_links(r["records"], out_dir)] for r in rows])
     lines += ["", f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) with "
               "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how many "
               "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; a "
@@ -98,7 +98,7 @@ def figure_vs_dmodel(rows: list[dict], preset: str, path) -> None:
         _log2_axis(ax, sorted({r["d_model"] for r in rows}))
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"MQAR accuracy vs model width — preset {preset}")
-    _save(fig, path)
+    save(fig, path)
 
 
 def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
@@ -126,7 +126,7 @@ def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
         _log2_axis(ax, [2 ** k for k in range(int(L).bit_length())])   # the distance buckets' edges
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"MQAR accuracy by distance (dashed: each model's reach) — preset {preset}")
-    _save(fig, path)
+    save(fig, path)
 
 
 def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
@@ -140,7 +140,7 @@ def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
             f"{r['n_layers']} layers, {len(r['seeds'])} seed(s).")
     md = markdown_table(rows, len(r["lrs"]), out)
     tex = latex(["Cell", "d", "Model", "Reach", "lr", "Test acc"],
-                [[x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", _fmt(*x["test"])] for x in rows],
+                [[x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", fmt(*x["test"])] for x in rows],
                 "MQAR test accuracy (%), best learning rate by validation accuracy, mean ± std over seeds.")
     write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=preset_name), tex)
     figure_vs_dmodel(rows, preset_name, out / "recall_vs_dmodel.png")

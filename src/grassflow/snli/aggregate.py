@@ -17,18 +17,18 @@ import pandas as pd
 from grassflow import job, markdown
 from grassflow.io import write_text
 from grassflow.report import figures
-from grassflow.report.aggregate import (
+from grassflow.report.stats import diff_ci, mean_std
+from grassflow.report.tables import (
     MODELS,
-    _fmt,
     aggregate_args,
     by_model,
+    fmt,
     latex,
     no_gap_reason,
     read_runs,
     record_links,
     write_tables,
 )
-from grassflow.report.stats import diff_ci, mean_std
 from grassflow.snli.synthetic import LABELS
 
 
@@ -85,9 +85,9 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     for model, m in s["models"].items():
         st, paper = m["stats"], m["paper"]
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
-        rows.append([model, f"{m['n_params']:,}", f"{m['n_ok']}/{m['n']}{div}", _fmt(*st["val_acc"], digits=2),
-                     _paper(paper, "validation"), _fmt(*st["test_acc"], digits=2), _paper(paper, "test"),
-                     " / ".join(_fmt(st[f"test_acc_{c}"][0], math.nan) for c in LABELS), record_links(m["records"], out_dir)])
+        rows.append([model, f"{m['n_params']:,}", f"{m['n_ok']}/{m['n']}{div}", fmt(*st["val_acc"], digits=2),
+                     _paper(paper, "validation"), fmt(*st["test_acc"], digits=2), _paper(paper, "test"),
+                     " / ".join(fmt(st[f"test_acc_{c}"][0], math.nan) for c in LABELS), record_links(m["records"], out_dir)])
     lines = [f"### SNLI {exp_name}: {what}, {exp['epochs']} epochs, batch {exp['batch_size']}", "", *markdown.table(
         ["head", "trainable params", "runs ok", "val acc (ours)", "paper val", "test acc (ours)", "paper test",
          "test acc E / N / C", "provenance"], rows), ""]
@@ -105,8 +105,8 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
 
 
 def latex_table(exp_name, exp, s) -> str:
-    rows = [[model, f"{m['n_params']:,}", _fmt(*m["stats"]["val_acc"], digits=2), _paper(m["paper"], "validation"),
-             _fmt(*m["stats"]["test_acc"], digits=2), _paper(m["paper"], "test")] for model, m in s["models"].items()]
+    rows = [[model, f"{m['n_params']:,}", fmt(*m["stats"]["val_acc"], digits=2), _paper(m["paper"], "validation"),
+             fmt(*m["stats"]["test_acc"], digits=2), _paper(m["paper"], "test")] for model, m in s["models"].items()]
     return latex(["Head", "Params", "Val (ours)", "Val (paper)", "Test (ours)", "Test (paper)"], rows,
                  f"SNLI {exp_name} ({exp['features']}): accuracy (%), mean ± std over seeds.")
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from grassflow import job
-from grassflow.report.aggregate import aggregate_args
+from grassflow.report.tables import aggregate_args
 
 SCHEMA = {
     "type": "object",

@@ -8,7 +8,7 @@ field in tokens (Σ over layers of the layer's largest offset: N·max Δ when ev
 offsets). N, L, B and epochs, and the model a receptive field is of, are the runs' records'. The
 CSV has one row per variant × run with the run's provenance (a run shared by two variants appears
 under each). Under the table: the published numbers (published.yaml), so ours
-are read beside everyone's, and what the table can carry (report.setup).
+are read beside everyone's, and what the table can carry (lm.comparable).
 """
 
 from __future__ import annotations
@@ -21,29 +21,14 @@ from pathlib import Path
 import pandas as pd
 
 from grassflow import job
+from grassflow.lm import figures
+from grassflow.lm.aggregate import baseline_line, load_runs, provenance_line, run_settings
+from grassflow.lm.comparable import load_checksums, load_published, not_comparable, verdict_scope
 from grassflow.markdown import table as md_table
 from grassflow.models.config import ModelConfig
-from grassflow.report import figures
-from grassflow.report.aggregate import (
-    MODELS,
-    _fmt,
-    baseline_line,
-    cannot_compare,
-    latex,
-    load_runs,
-    provenance_line,
-    record_links,
-    run_settings,
-    write_tables,
-)
 from grassflow.report.records import read_record
-from grassflow.report.setup import (
-    load_checksums,
-    load_published,
-    not_comparable,
-    verdict_scope,
-)
 from grassflow.report.stats import gap_ci, mean_std
+from grassflow.report.tables import MODELS, cannot_compare, fmt, latex, record_links, write_tables
 
 
 def receptive_field(model: dict) -> int:
@@ -116,7 +101,7 @@ def markdown(rows: list[dict], preset: dict, e: dict, published: list[dict], why
     base = next((r["models"].get("grassmann") for r in rows if not r["switches"]), None)  # the unswitched variant
     for r in rows:
         t, g = r["models"].get("transformer"), r["models"].get("grassmann")
-        table.append([r["variant"], _switches(r["switches"]), *(_fmt(*m[k]) if m else "—" for m in (t, g) for k in ("val", "test")),
+        table.append([r["variant"], _switches(r["switches"]), *(fmt(*m[k]) if m else "—" for m in (t, g) for k in ("val", "test")),
                       _gap(r), _runs_cell(t) if t else "—", _runs_cell(g) if g else "—", _params_cell(g, base),
                       r["receptive_field"], record_links((t["records"] if t else []) + (g["records"] if g else []), out)])
     lines = [f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, B={e['batch_size']}, "
@@ -139,8 +124,8 @@ def markdown(rows: list[dict], preset: dict, e: dict, published: list[dict], why
 
 
 def tex(rows: list[dict], preset: dict) -> str:
-    body = [[r["variant"], _fmt(*r["models"]["transformer"]["val"]) if "transformer" in r["models"] else "--",
-             _fmt(*r["models"]["grassmann"]["val"]) if "grassmann" in r["models"] else "--",
+    body = [[r["variant"], fmt(*r["models"]["transformer"]["val"]) if "transformer" in r["models"] else "--",
+             fmt(*r["models"]["grassmann"]["val"]) if "grassmann" in r["models"] else "--",
              _gap(r), str(r["receptive_field"])] for r in rows]
     a = preset["ablations"]
     return latex(["Variant", "Transformer val PPL", "Grassmann val PPL", "Gap (95 % CI)", "Receptive field"], body,

@@ -3,7 +3,7 @@
 Per experiment: `<exp>.csv` holds one row per run with its provenance (record path, commit,
 data and weights hashes); `<exp>.md`/`.tex` hold ours (mean ± std over seeds) beside the
 paper, the unigram baseline of the same tokens, the Grassmann-vs-Transformer gap with a 95 % CI,
-and the verdict on the paper's claim, given only where the table can carry one (report.setup).
+and the verdict on the paper's claim, given only where the table can carry one (lm.comparable).
 Diverged runs are listed as such and left out of the means; a run whose validation perplexity
 is not below the unigram baseline is marked "did not learn".
 """
@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from pathlib import Path
-from urllib.parse import quote
 
 import pandas as pd
 
 from grassflow import job, markdown
 from grassflow.errors import DataError
-from grassflow.io import atomic_path, write_text
-from grassflow.report import figures
-from grassflow.report.records import fields, read_metrics, read_record
-from grassflow.report.setup import (
+from grassflow.lm import figures
+from grassflow.lm.comparable import (
     data_label,
     load_checksums,
     load_published,
@@ -32,60 +28,23 @@ from grassflow.report.setup import (
     paper_ppl,
     verdict_scope,
 )
+from grassflow.report.figures import curves
 from grassflow.report.stats import gap_ci, mean_std, verdict
-
-MODELS = ("transformer", "grassmann")
-
-
-def read_runs(run_dirs, columns) -> pd.DataFrame:
-    """One row per run directory: its task's `columns(run.json, eval.json, completed and evaluated,
-    validation results, test results)`, then the provenance columns."""
-    rows = []
-    for d in map(Path, run_dirs):
-        rec, ev = (read_record(d / f) for f in ("run.json", "eval.json"))
-        read_metrics(d / "metrics.jsonl")  # checked before any table is written (the curves read it later)
-
-        def row(rec=rec, ev=ev, d=d):
-            ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
-            return {**columns(rec, ev, ok, ev.get("validation") or {}, ev.get("test") or {}),
-                    **provenance_columns(d, rec, ev)}
-
-        rows.append(fields(d, row))
-    return pd.DataFrame(rows)
-
-
-def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
-    """The columns that trace a table row to its run: code, data, weights, record."""
-    return {"epochs": rec["epochs_completed"], "wall_s": rec["wall_seconds"],
-            # wall_s: the sum of the run's parts (each start or resume to its stop; 0 parts: a record
-            # from before they were kept, whose wall_s is its last part's alone)
-            "parts": len(rec.get("parts") or []), "device": rec["device"],
-            "device_type": rec.get("device_type"), "op_backend": rec.get("plucker_backend"),
-            "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
-            "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
-            "weights_sha256": ev["weights_sha256"], "record": str(d / "run.json"),
-            "metrics": str(d / "metrics.jsonl"), "adopted_from": adopted_from(d)}
-
-
-def adopted_from(d: Path) -> str:
-    """Where a run adopted from records made elsewhere came from (grassflow.lm.adopt); "" for a
-    run made in this tree."""
-    f = d / "adopted.json"
-    return str(read_record(f)["source"]) if f.is_file() else ""
-
-
-def made_line(df: pd.DataFrame) -> str:
-    """What a table's runs were made at: each commit (a dirty tree said) with its number of runs,
-    and the runs adopted from records made elsewhere, with where from."""
-    made = df.assign(code=[f"{str(c)[:7] if isinstance(c, str) else 'no commit'}{' (dirty tree)' if d else ''}"
-                           for c, d in zip(df.commit, df.dirty)]).groupby("code", sort=True).run_id.count()
-    line = "Runs made at " + ", ".join(f"{markdown.text(code)}: {n} run{'s' * (n != 1)}" for code, n in made.items()) + "."
-    adopted = df[df.adopted_from != ""].sort_values("run_id")
-    if not adopted.empty:
-        where = sorted({str(Path(a).parent) for a in adopted.adopted_from})
-        line += (f" From records made elsewhere (finished_runs: {', '.join(map(markdown.text, where))}): "
-                 f"{', '.join(map(markdown.text, adopted.run_id))}; the others trained in this tree.")
-    return line
+from grassflow.report.tables import (
+    MODELS,
+    aggregate_args,
+    by_model,
+    cannot_compare,
+    fmt,
+    latex,
+    left_out,
+    made_line,
+    no_gap_reason,
+    read_runs,
+    record_links,
+    seed_basis,
+    write_tables,
+)
 
 
 def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
@@ -121,44 +80,6 @@ def run_settings(df: pd.DataFrame) -> dict:
             raise DataError(f"the runs' records disagree on {col}: {values} ({', '.join(sorted(df.run_id))})")
         out["epochs" if col == "epochs_asked" else col] = values[0]
     return out
-
-
-def _fmt(mean, std, digits=1):
-    if math.isnan(mean):
-        return "—"
-    return f"{mean:.{digits}f}" + ("" if math.isnan(std) else f" ± {std:.{digits}f}")
-
-
-def by_model(df: pd.DataFrame, key: str) -> dict:
-    """{model: (its runs, those completed with a `key` value)}, in MODELS' order, for the models with runs."""
-    return {m: (sub, sub[sub.status == "completed"].dropna(subset=[key])) for m in MODELS
-            if not (sub := df[df.model == m]).empty}
-
-
-def no_gap_reason(models: dict, unit: str = "model") -> str:
-    """Why a table of `models` ({model: ...}) has no gap: the models its preset did not ask for
-    (a preset may ask one), or one that completed no run."""
-    absent = [m for m in MODELS if m not in models]
-    return f"no {' or '.join(absent)} runs in this table" if absent else f"a {unit} has no completed run"
-
-
-def cannot_compare(why: list[str]) -> str:
-    """The line under a table whose numbers the paper's cannot be compared with (report.setup.not_comparable)."""
-    return "**These numbers cannot be compared with the paper's:** " + "; ".join(why) + "."
-
-
-def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
-    """The runs a model's statistics leave out, each with why (diverged, or how else it ended)."""
-    kept = set(good.run_id)
-    return [markdown.text(f"{r.run_id} ({r.status if r.status != 'completed' else 'no validation PPL'})")
-            for r in sub.sort_values("run_id").itertuples() if r.run_id not in kept]
-
-
-def seed_basis(models: dict, asked: int) -> str:
-    """What a gap rests on: each model's runs of the seeds the preset asked for, and the runs left out."""
-    dropped = [r for m in models.values() for r in m["left_out"]]
-    return (", ".join(f"{m['n_ok']} of {asked} {model} seeds" for model, m in models.items())
-            + (f"; left out: {', '.join(dropped)}" if dropped else ""))
 
 
 def summarise(df: pd.DataFrame, paper: dict, asked: int) -> dict:
@@ -215,8 +136,8 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
         st = m["stats"]
         div = f" ({len(m['diverged'])} diverged)" if m["diverged"] else ""
         div += f" (did not learn: {', '.join(map(markdown.text, m['not_learned']))})" if m["not_learned"] else ""
-        rows.append([model, f"{m['n_params']:,}", f"{m['n_learned']} / {m['n_ok']} / {m['n']}{div}", _fmt(*st["val_ppl"]),
-                     m["paper"] or "—", _fmt(*st["test_ppl"]), _fmt(*st["test_strided_ppl"]), _fmt(*st["test_word_ppl"]),
+        rows.append([model, f"{m['n_params']:,}", f"{m['n_learned']} / {m['n_ok']} / {m['n']}{div}", fmt(*st["val_ppl"]),
+                     m["paper"] or "—", fmt(*st["test_ppl"]), fmt(*st["test_strided_ppl"]), fmt(*st["test_word_ppl"]),
                      record_links(m["records"], out_dir)])
     lines = [f"### {exp_name}: N={exp['n_layers']}, L={exp['context_len']}, B={exp['batch_size']}, "
              f"{exp['epochs']} epochs", "", *markdown.table(
@@ -235,43 +156,8 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Plain text to LaTeX: its special characters, and the non-ASCII ones our tables use (pdflatex)
-TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-       "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
-       ">": r"\textgreater{}", "`": r"\textasciigrave{}", "±": r"$\pm$", "—": "---", "–": "--", "…": r"\ldots{}",
-       "→": r"$\rightarrow$", "×": r"$\times$", "−": "$-$", "≥": r"$\geq$", "≤": r"$\leq$", "≈": r"$\approx$",
-       "Δ": r"$\Delta$", "α": r"$\alpha$", "·": r"$\cdot$", "⊙": r"$\odot$", "\u2009": r"\,", "\u00a0": "~"}
-
-
-def tex_escape(text) -> str:
-    """A table cell or caption (plain text) as LaTeX: every character pdflatex would misread
-    escaped; any other non-ASCII character is refused, naming it, before a table that cannot
-    compile is written."""
-    out = "".join(TEX.get(c, c) for c in str(text))
-    bad = sorted({c for c in out if ord(c) > 126})
-    if bad:
-        raise ValueError(f"no LaTeX for {bad} in {str(text)!r}: add it to grassflow.report.aggregate.TEX")
-    return out
-
-
-def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
-    """A booktabs table of plain-text cells and caption (tex_escape): first column left-aligned,
-    the rest right."""
-    def cells(row):
-        return " & ".join(tex_escape(c) for c in row) + r" \\"
-    body = "\n".join(cells(r) for r in rows)
-    return ("\\begin{table}[t]\n\\centering\n\\begin{tabular}{l" + "r" * (len(header) - 1) + "}\n\\toprule\n"
-            f"{cells(header)}\n\\midrule\n{body}\n\\bottomrule\n\\end{{tabular}}\n"
-            f"\\caption{{{tex_escape(caption)}}}\n\\end{{table}}\n")
-
-
-def record_links(records, out_dir) -> str:
-    """Markdown links from a table row to the provenance records of its runs."""
-    return " ".join(f"[{markdown.text(Path(r).parent.name)}]({quote(os.path.relpath(r, out_dir))})" for r in records)
-
-
 def latex_table(exp_name, exp, s) -> str:
-    rows = [[model, f"{m['n_params']:,}", _fmt(*m["stats"]["val_ppl"]), m["paper"] or "--", _fmt(*m["stats"]["test_ppl"])]
+    rows = [[model, f"{m['n_params']:,}", fmt(*m["stats"]["val_ppl"]), m["paper"] or "--", fmt(*m["stats"]["test_ppl"])]
             for model, m in s["models"].items()]
     cap = f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, mean ± std over seeds."
     if "gap" in s:
@@ -279,15 +165,6 @@ def latex_table(exp_name, exp, s) -> str:
     elif s.get("not_comparable"):
         cap += f" Not comparable with the paper's numbers: {'; '.join(s['not_comparable'])}."
     return latex(["Model", "Params", "Val PPL (ours)", "Paper", "Test PPL"], rows, cap)
-
-
-def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, tex: str) -> None:
-    """<stem>.md, .csv (one row per run, with provenance) and .tex, each written atomically;
-    the Markdown and LaTeX open with the provenance line `head`."""
-    write_text(out / f"{stem}.md", f"{head}\n\n{md}")
-    with atomic_path(out / f"{stem}.csv") as tmp:
-        rows.to_csv(tmp, index=False)
-    write_text(out / f"{stem}.tex", "".join(f"% {line}\n" for line in head.splitlines()) + tex)  # a comment, line by line
 
 
 def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, unigram, checksums,
@@ -313,32 +190,8 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
     write_tables(out, experiment, head, md, sub.assign(preset=preset_name, data_source=preset["data"]["source"]),
                  latex_table(experiment, exp, s))
     figures.gap(sub, s.get("paper_gap_pct"), experiment, preset_name, out / f"gap_{experiment}.png")
-    figures.curves(sub, experiment, preset_name, out / f"curves_{experiment}.png")
+    curves(sub, experiment, preset_name, out / f"curves_{experiment}.png")
     figures.best_bars(sub, paper, experiment, preset_name, out / f"best_ppl_{experiment}.png")
-
-
-def summary(preset_name: str, tables, bench, out_dir) -> None:
-    """summary.md (every table of the preset, under their one provenance line, and their figures:
-    those `aggregate` wrote for them, not whatever else the directory holds when this runs) and
-    the scaling figure from the benchmark."""
-    out = Path(out_dir)
-    figures.scaling(json.loads(Path(bench).read_text()), preset_name, out / "scaling.png")
-    texts = [Path(t).read_text().split("\n\n", 1) for t in tables]  # (provenance line, table)
-    lines = [f"# grassflow results — preset `{preset_name}`", "", texts[0][0], ""]
-    for _, md in texts:
-        lines += [md.rstrip("\n") + "\n", ""]
-    pngs = [f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("gap", "curves", "best_ppl")] + ["scaling.png"]
-    lines += ["Figures: " + ", ".join(f"`{p}`" for p in sorted(pngs))]
-    write_text(out / "summary.md", "\n".join(lines) + "\n")
-
-
-
-def aggregate_args(p) -> None:
-    """A task's table job: the preset (its params' JSON), its name, the runs it reads, where it writes."""
-    p.add_argument("--preset", required=True, type=job.json_arg, help="the preset: " + job.JSON)
-    p.add_argument("--preset-name", required=True)
-    p.add_argument("--runs", required=True, nargs="+", help="run directories")
-    p.add_argument("--out-dir", required=True)
 
 
 def main(argv=None) -> int:
