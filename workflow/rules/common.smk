@@ -22,6 +22,8 @@ REPORT = f"{RESULTS}/report"
 # jobs (its run wildcard matches nothing).
 TASK_RUNS = {name: t.specs(PRESET, PRESET_CFG) for name, t in TASKS.items()}
 PARTS = [t.part_key for t in TASKS.values() if t.part_key]  # the preset keys of the tasks' own parts
+# each task's jobs' threads: its train.threads (1 where the preset has no such part)
+THREADS = {name: ((t.part(PRESET_CFG) or {}).get("train") or {}).get("threads", 1) for name, t in TASKS.items()}
 
 # Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
@@ -54,11 +56,6 @@ def run_resources(task, stage, specs, wildcard, files=None, groups=None):
         "estimate_ms": lambda wc: round(1000 * sum(e.seconds for e in ests(wc))),
         "trained_items": lambda wc: sum(e.items for e in ests(wc)),
     }
-
-
-def part_threads(part):
-    """A task's train.threads: its jobs' threads (1 where the preset has no such part)."""
-    return ((part or {}).get("train") or {}).get("threads", 1)
 
 
 def run_outputs(run_dir):

@@ -11,7 +11,6 @@
 from grassflow.lm.plan import experiment_figures, lm_plan, table_files
 
 LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS, PARTS)  # its names (grassflow.lm.plan)
-LM_THREADS = part_threads(LM.part)
 # the paper's setup, its published numbers
 PUBLISHED = own_file("workflow/resources/published.yaml")
 
@@ -113,7 +112,7 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
         run=alternatives(r for r in LM.runs if r not in LM.fused_runs and r not in LM.finished),
     conda:
         "../../envs/train.yaml"
-    threads: LM_THREADS
+    threads: THREADS["lm"]
     resources:
         **run_resources("lm", "train", LM.runs, "run", LM.files),
     params:
@@ -177,7 +176,7 @@ rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: t
         run=alternatives(r for r in LM.runs if r not in LM.finished),  # adopt_run's, those
     conda:
         "../../envs/train.yaml"
-    threads: LM_THREADS
+    threads: THREADS["lm"]
     resources:
         **run_resources("lm", "evaluate", LM.runs, "run", LM.files),
     params:
@@ -257,7 +256,7 @@ rule bench:
         f"{RESULTS}/benchmarks/bench.tsv"
     conda:
         "../../envs/train.yaml"
-    threads: LM_THREADS
+    threads: THREADS["lm"]
     resources:
         **GPU,
     params:

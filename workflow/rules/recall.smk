@@ -4,7 +4,6 @@
 from grassflow.recall.plan import recall_plan
 
 RECALL = recall_plan(PRESET_CFG, TASK_RUNS["recall"], RESULTS)  # its names (grassflow.recall.plan)
-RECALL_THREADS = part_threads(RECALL.part)
 
 
 wildcard_constraints:
@@ -38,7 +37,7 @@ use rule train as recall_train with:
         f"{RESULTS}/logs/recall/train/{{recall_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/recall/train/{{recall_run}}.tsv"
-    threads: RECALL_THREADS
+    threads: THREADS["recall"]
     resources:
         **run_resources("recall", "train", RECALL.runs, "recall_run"),
     params:
@@ -63,7 +62,7 @@ use rule evaluate as recall_evaluate with:
         f"{RESULTS}/logs/recall/evaluate/{{recall_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/recall/evaluate/{{recall_run}}.tsv"
-    threads: RECALL_THREADS
+    threads: THREADS["recall"]
     resources:
         **run_resources("recall", "evaluate", RECALL.runs, "recall_run"),
     params:

@@ -7,7 +7,6 @@
 from grassflow.snli.plan import snli_plan
 
 SNLI = snli_plan(PRESET_CFG, TASK_RUNS["snli"], RESULTS)  # its names (grassflow.snli.plan)
-SNLI_THREADS = part_threads(SNLI.part)
 
 
 wildcard_constraints:
@@ -88,7 +87,7 @@ use rule train as snli_train with:
         f"{RESULTS}/logs/snli/train/{{snli_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/snli/train/{{snli_run}}.tsv"
-    threads: SNLI_THREADS
+    threads: THREADS["snli"]
     resources:
         **run_resources("snli", "train", SNLI.runs, "snli_run", SNLI.files),
     params:
@@ -114,7 +113,7 @@ use rule evaluate as snli_evaluate with:
         f"{RESULTS}/logs/snli/evaluate/{{snli_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/snli/evaluate/{{snli_run}}.tsv"
-    threads: SNLI_THREADS
+    threads: THREADS["snli"]
     resources:
         **run_resources("snli", "evaluate", SNLI.runs, "snli_run", SNLI.files),
     params:

@@ -61,6 +61,7 @@ from grassflow.lm.grid import finished_runs, runs
 from grassflow.lm.train import LanguageModelObjective, build_group
 from grassflow.loop import lr_at, make_optimizer, set_lr, trained_state
 from grassflow.models import ModelConfig
+from grassflow.pipeline.sections import run_id
 from grassflow.run_spec import RunSpec
 from grassflow.runtime import claim_device, configure_torch, device_name
 from grassflow.train_step import WARMUP, EpochLoss, TrainStep
@@ -335,7 +336,7 @@ def progress(results: Path | None, specs: dict, table: str, kind: str, seeds, pe
     group's (its spec hash; rule train_fused's work dir, a lone run's directory), else 0."""
     if results is None:
         return 0
-    ids = [f"{table}-{kind}-s{s}" for s in seeds]
+    ids = [run_id(f"{table}-{kind}", s) for s in seeds]
     if len(ids) > 1:
         path, want = results / "fused" / f"{table}-{kind}" / "last.pt", spec_hash({"runs": [specs[r] for r in ids]})
     else:
@@ -407,9 +408,9 @@ def plan(config: dict, targets, finished_dirs) -> tuple[str, dict, dict, list[in
     for table in targets:
         if table not in (p.get("experiments") or {}):
             raise job.CommandError(f"--targets {table}: not a table of preset {name} ({sorted(p['experiments'])})")
-        todo = [s for s in p["seeds"] if any(f"{table}-{k}-s{s}" not in done for k in p["models"])]
-        tables[table] = {k: (RunSpec.of(specs[f"{table}-{k}-s{todo[0]}"]), todo) for k in p["models"]} if todo else {}
-    finished = [s for s in p["seeds"] if all(f"{t}-{k}-s{s}" in done for t in targets for k in p["models"])]
+        todo = [s for s in p["seeds"] if any(run_id(f"{table}-{k}", s) not in done for k in p["models"])]
+        tables[table] = {k: (RunSpec.of(specs[run_id(f"{table}-{k}", todo[0])]), todo) for k in p["models"]} if todo else {}
+    finished = [s for s in p["seeds"] if all(run_id(f"{t}-{k}", s) in done for t in targets for k in p["models"])]
     return name, p, {t: k for t, k in tables.items() if k}, finished, specs
 
 

@@ -11,6 +11,7 @@ from grassflow.errors import ConfigError
 from grassflow.io import spec_hash
 from grassflow.lm.data import map_unk
 from grassflow.models.config import ModelConfig
+from grassflow.pipeline import sections
 from grassflow.pipeline.estimate import lm_evaluate, lm_train, split_sizes
 from grassflow.pipeline.sections import EXECUTION_KEYS, check_inputs, own_keys, run_train
 
@@ -58,7 +59,7 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     train = switches.pop("train", None) or {}  # an ablation variant's training keys
     model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
                             "n_layers": e["n_layers"], "context_len": e["context_len"]})
-    return {"run_id": f"{exp}-{kind}-s{seed}", "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
+    return {"run_id": sections.run_id(f"{exp}-{kind}", seed), "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
             "seed": seed, "model": model, "train": {**run_train(p["train"]), **train, "epochs": e["epochs"],
                                                     "batch_size": e["batch_size"],
                                                     **{k: e[k] for k in ("checkpoint_every",) if k in e}},
@@ -71,7 +72,7 @@ def _content(spec: dict) -> str:
 
 def main_run_ids(p: dict) -> list[str]:
     """The main tables' runs: experiment × model × seed."""
-    return [f"{exp}-{kind}-s{seed}" for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
+    return [sections.run_id(f"{exp}-{kind}", seed) for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
 
 
 def finished_runs(dirs, run_ids) -> dict[str, str]:
@@ -96,15 +97,15 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     fuses the same seeds: rule train_fused's outputs are one pattern per seed."""
     if p["train"]["fuse_seeds"] is not True:  # auto: not fused until a device measures it faster (the schema)
         return {}
-    names = dict.fromkeys(r.rsplit("-s", 1)[0] for r in run_specs)
-    open_ = {g for g in names if any(f"{g}-s{s}" in run_specs and f"{g}-s{s}" not in finished for s in p["seeds"])}
-    done = {int(r.rsplit("-s", 1)[1]) for r in finished if r.rsplit("-s", 1)[0] in open_}
+    names = dict.fromkeys(sections.group_seed(r)[0] for r in run_specs)
+    open_ = {g for g in names if any(sections.run_id(g, s) in run_specs and sections.run_id(g, s) not in finished for s in p["seeds"])}
+    done = {seed for g, seed in map(sections.group_seed, finished) if g in open_}
     seeds = [s for s in p["seeds"] if s not in done]
     if len(seeds) < 2:
         return {}
     groups = {}
     for g in names:
-        members = [f"{g}-s{seed}" for seed in seeds]
+        members = [sections.run_id(g, seed) for seed in seeds]
         if all(m in run_specs and m not in finished for m in members) and len({json.dumps(
                 {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
                 for m in members}) == 1:
@@ -153,7 +154,7 @@ def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dic
             for seed in a["seeds"]:
                 spec = _run_spec(name, p, a["base"], kind, seed, switches or {})
                 key = _content(spec)
-                spec["run_id"] = by_content.setdefault(key, f"{a['base']}_{variant}-{kind}-s{seed}")
+                spec["run_id"] = by_content.setdefault(key, sections.run_id(f"{a['base']}_{variant}-{kind}", seed))
                 specs.append(spec)
             out[variant][kind] = specs
     return out

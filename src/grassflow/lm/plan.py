@@ -13,7 +13,7 @@ from grassflow.lm.grid import (
     main_run_ids,
     tokenizer_spec,
 )
-from grassflow.pipeline.sections import SPLITS, run_train
+from grassflow.pipeline.sections import SPLITS, group_seed, run_train
 
 
 def table_files(report: str, name: str) -> list[str]:
@@ -59,7 +59,7 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=(
         finished=finished,
         fused=fused,
         fused_runs={r for rs in fused.values() for r in rs},
-        fused_seeds=[int(r.rsplit("-s", 1)[1]) for r in next(iter(fused.values()), [])],  # every group's
+        fused_seeds=[group_seed(r)[1] for r in next(iter(fused.values()), [])],  # every group's
         fused_first={g: runs[rs[0]] for g, rs in fused.items()},  # its preflight's run
         raw=f"{results}/data/raw",
         tokens=tokens,

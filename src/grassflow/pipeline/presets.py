@@ -68,10 +68,6 @@ def fill_defaults(config: dict, schema: dict) -> None:
         pass
 
 
-def _key(path) -> str:
-    return ".".join(str(p) for p in path) or "<top level>"
-
-
 def schema_errors(config: dict, schema: dict) -> list[str]:
     """Every schema violation as one line naming the key, the value and what is allowed."""
     import jsonschema
@@ -81,7 +77,7 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
         msg = err.message
         if err.validator == "additionalProperties" and "properties" in err.schema:
             msg += f"; allowed keys: {sorted(err.schema['properties'])}"
-        lines.append(f"config {_key(err.path)}: {msg}")
+        lines.append(f"config {'.'.join(map(str, err.path)) or '<top level>'}: {msg}")
     return lines
 
 

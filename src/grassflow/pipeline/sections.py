@@ -13,6 +13,17 @@ from grassflow.errors import ConfigError
 SPLITS = ("train", "validation", "test")  # every task's data splits, as its files name them
 
 
+def run_id(group: str, seed: int) -> str:
+    """A run's id: its group (the runs that differ in their seed only: `<experiment>-<model>`, an
+    ablation cell's `<base>_<variant>-<model>`, ...) and its seed, which group_seed reads back."""
+    return f"{group}-s{seed}"
+
+
+def group_seed(run: str) -> tuple[str, int]:
+    group, seed = run.rsplit("-s", 1)
+    return group, int(seed)
+
+
 def check_specs(where: str, specs: dict, build) -> None:
     """Each run's model (or head) as its dataclass checks it: `build(spec)`; a ValueError names the run."""
     for run_id, spec in specs.items():

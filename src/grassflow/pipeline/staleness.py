@@ -96,10 +96,6 @@ def imported(nodes, here: str, is_pkg: bool) -> set[str]:
     return {m for m in out if module_path(m)}
 
 
-def _literal(path: Path, name: str):
-    return _assigned(_tree(path), name)
-
-
 @cache
 def _assigned(tree: ast.Module, name: str):
     for node in tree.body:
@@ -109,7 +105,7 @@ def _assigned(tree: ast.Module, name: str):
 
 
 def kind_code() -> dict[str, tuple[str, ...]]:
-    return _literal(module_path("grassflow.models"), "KIND_CODE")
+    return _assigned(_tree(module_path("grassflow.models")), "KIND_CODE")
 
 
 def _owned_by(name: str, kinds) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grassflow.errors import ConfigError
 from grassflow.models.config import ModelConfig
+from grassflow.pipeline import sections
 from grassflow.pipeline.estimate import Estimate, lm_evaluate, lm_train
 from grassflow.pipeline.sections import own_keys, run_train
 
@@ -44,7 +45,7 @@ def recall_runs(name: str, p: dict) -> dict[str, dict]:
                     train = {**run_train(r.get("train") or {}), "lr": lr, "epochs": r["epochs"],
                              "batch_size": r["batch_size"]}
                     for seed in r["seeds"]:
-                        run_id = f"{recall_cell(cell)}-d{d}-{mname}-lr{lr:g}-s{seed}"
+                        run_id = sections.run_id(f"{recall_cell(cell)}-d{d}-{mname}-lr{lr:g}", seed)
                         out[run_id] = {"run_id": run_id, "preset": name, "task": "recall", "cell": dict(cell),
                                        "data_cell": recall_cell(cell),
                                        "model_name": mname, "model_kind": kind, "seed": seed, "model": model,

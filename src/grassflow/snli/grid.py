@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 from grassflow.errors import ConfigError
+from grassflow.pipeline import sections
 from grassflow.pipeline.estimate import (
     Estimate,
     device_kind,
@@ -43,7 +44,7 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
                 features["embed_dim"] = e["embed_dim"]
             train = {**run_train(s["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]}
             for seed in s["seeds"]:
-                run_id = f"{exp}-{kind}-s{seed}"
+                run_id = sections.run_id(f"{exp}-{kind}", seed)
                 spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "model_kind": kind,
                         "seed": seed, "head": dict(head), "features": features, "train": train,
                         "tokenizer": s["tokenizer"]["name"], "max_tokens": s["max_tokens"]}

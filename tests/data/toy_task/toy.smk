@@ -39,7 +39,7 @@ rule toy_train:
         f"{RESULTS}/logs/toy/train/{{toy_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/toy/train/{{toy_run}}.tsv"
-    threads: part_threads(TOY)
+    threads: THREADS["toy"]
     resources:
         **run_resources("toy", "train", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
@@ -69,7 +69,7 @@ rule toy_evaluate:
         f"{RESULTS}/logs/toy/evaluate/{{toy_run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/toy/evaluate/{{toy_run}}.tsv"
-    threads: part_threads(TOY)
+    threads: THREADS["toy"]
     resources:
         **run_resources("toy", "evaluate", TOY_RUNS, "toy_run", TOY_FILES),
         gpu=1,
