@@ -180,7 +180,7 @@ def open_model(path, device="cpu", tokenizer=None):
     from tokenizers import Tokenizer
 
     from grassflow.errors import CommandError
-    from grassflow.export import find_tokenizer, model_from_run, unk_mapped
+    from grassflow.finished_run import find_tokenizer, model_from_run, unk_mapped
     from grassflow.lm.tokenize import unk_id_of
     from grassflow.pretrained import load_model, read_config
 
