@@ -5,7 +5,7 @@
 #      gpu-paper-prepare: git's blob ids, modes ignored; the copy's own .git may lag), else by git;
 #      a file that differs, is missing or is new is refused, named: runs trace to a commit
 #   1. the preflight (the DAG's own job, run first here so that a broken GPU stops the window); then
-#      the first minute (grassflow.bench.choose, at most BOX seconds): each candidate setting
+#      the first minute (grassflow.bench.lease, at most BOX seconds): each candidate setting
 #      (train.compile x head_loss) checked against the reference's loss and gradients on a fused
 #      group of each table's config, and timed; the fastest that passed is trained with (none
 #      passing: no training), and the seeds whose groups finish within the LEASE (its command time
@@ -42,7 +42,7 @@ COMPILE=${COMPILE:-choose}       # train.compile of the window's jobs (choose: t
 RUNS_PER_GPU=${RUNS_PER_GPU:-4}  # the window's fused jobs side by side (Tables 1 and 2: 4)
 THREADS=${THREADS:-4}
 HEAD_LOSS=${HEAD_LOSS:-choose}   # train.head_loss of the window's jobs (choose: the first minute's)
-CANDIDATES=${CANDIDATES:-}       # compile:head_loss pairs the first minute tries (default: grassflow.bench.choose's)
+CANDIDATES=${CANDIDATES:-}       # compile:head_loss pairs the first minute tries (default: grassflow.bench.lease's)
 BOX=${BOX:-90}                   # the first minute's time box, seconds
 TIMED_STEPS=${TIMED_STEPS:-10}   # the steps each candidate is timed over
 MARGIN=${MARGIN:-60}             # seconds kept after training for the evaluations and tables
@@ -153,7 +153,7 @@ say "preflight done: $resolved"
 # the first minute: the setting to train with (checked against the reference's loss, timed) and the
 # seeds that finish within the lease; a pinned setting (COMPILE and HEAD_LOSS) is still checked.
 # The lease's next command reuses the first's decision (its record), timing nothing.
-CHOOSE="$PY -m grassflow.bench.choose --configfile $CONFIGFILES --preset $PRESET --targets $TARGETS --overlay $RES/window.yaml --record $CHOICE"
+CHOOSE="$PY -m grassflow.bench.lease --configfile $CONFIGFILES --preset $PRESET --targets $TARGETS --overlay $RES/window.yaml --record $CHOICE"
 if [ -n "$REUSE" ]; then
   $CHOOSE --reuse > "$RES/logs/window-choose.log" 2>&1 || { say "error: the first command's choice cannot be reused"; tail -5 "$RES/logs/window-choose.log" | tee -a "$LOG"; exit 2; }
   while read -r line; do say "$line"; done < "$RES/logs/window-choose.log"
@@ -211,16 +211,16 @@ own_training() {
 # the budget, from the jobs themselves: once a group's first epoch is in, its projected finish
 # against this command's deadline and the lease's end (a table that cannot finish in this lease is
 # said so now, not at the end; one that finishes in the lease's next command counts its restart)
-RESUME_S=$($PY -c 'from grassflow.bench.choose import RESUME_S; print(RESUME_S)')  # once: it imports torch
+RESUME_S=$($PY -c 'from grassflow.bench.lease import RESUME_S; print(RESUME_S)')  # once: it imports torch
 budget() {  # prints "<group> <line>" for each group whose first run trained here has an epoch and is not in $1
   $PY - "$RES" "$1" "$(( $(date +%s) - START ))" "$DEADLINE" "$(( LEASE - MARGIN ))" "$RESUME_S" "$PRESET" $CONFIGFILES "$RES/window.yaml" <<'PY'
 import json, sys
 from pathlib import Path
-from grassflow.pipeline.plan import load_config
+from grassflow.pipeline.preview import load_config
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.tasks import TASKS
 res, done, now, deadline, lease = Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-RESUME_S = float(sys.argv[6])  # grassflow.bench.choose's: a resumed command's start
+RESUME_S = float(sys.argv[6])  # grassflow.bench.lease's: a resumed command's start
 specs = TASKS["lm"].specs(*select_preset(load_config(Path("."), sys.argv[8:], sys.argv[7])))  # the runs' specs, as planned
 first = {}  # each group's first run trained here (not adopted from an earlier lease's records)
 for m in sorted(res.glob("runs/*/metrics.jsonl"), key=lambda m: int(m.parent.name.rsplit("-s", 1)[1])):

@@ -22,8 +22,8 @@ def _gpus(a):
     import yaml
 
     from grassflow.gpu_slots import flag
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
     from grassflow.pipeline.tasks import pipeline_train
 
     project = Path(a.project).resolve()
@@ -128,7 +128,7 @@ def _bench(argv):
 
 
 def _plan(argv):
-    from grassflow.pipeline.plan import main
+    from grassflow.pipeline.preview import main
 
     return main(argv)
 

@@ -440,7 +440,7 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
     from torch._dynamo.utils import counters
 
     from grassflow import compiled as compiled_mod
-    from grassflow.bench.choose import _setting
+    from grassflow.bench.lease import _setting
 
     monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
     real = compiled_mod.resolve  # compiled-graph on the CPU: the region as it would be captured, without CUDA

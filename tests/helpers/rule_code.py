@@ -21,7 +21,7 @@ KIND_SETS = ((), ("transformer",), ("grassmann",), ("transformer", "grassmann"))
 
 def _parse():
     """Snakemake's own parse of the Snakefile (preset demo). No public API lists a rule's settings:
-    they are read from the workflow it parsed, as grassflow.pipeline.plan reads its local rules."""
+    they are read from the workflow it parsed, as grassflow.pipeline.preview reads its local rules."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings import types as st
 
@@ -33,7 +33,7 @@ def _parse():
 
 def _jobs(tmp) -> dict[str, list[dict]]:
     """{rule: each planned job's wildcards} of the demo's full plan, with and without fused seeds."""
-    from grassflow.pipeline.plan import dry_run
+    from grassflow.pipeline.preview import dry_run
 
     fused = tmp / "fused.yaml"
     fused.write_text(yaml.safe_dump({"presets": {"demo": {"train": {"fuse_seeds": True}}}}))

@@ -5,7 +5,7 @@ directory and environment. The workflow's own code (the Snakefile, grassflow) is
 fork, as in a fresh process: the server never imports it. Runs that execute jobs stay processes of
 their own (helpers.dag.snakemake), so that signals, locks and exits are Snakemake's as users meet them.
 
-A request may instead ask for grassflow's own in-process plan (grassflow.pipeline.plan.dry_run, what
+A request may instead ask for grassflow's own in-process plan (grassflow.pipeline.preview.dry_run, what
 `grassflow plan` reads): its jobs come back as JSON, read from Snakemake's log records, not its text.
 
 Run as a script, this module is the server: one request per stdin line (JSON), one exit code per
@@ -47,8 +47,8 @@ def _child(req: dict, main) -> None:
     os.environ.update(req["env"])
     # what PYTHONPATH would have put on the path of a fresh `snakemake` (its own src/, for a copy)
     sys.path[:0] = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    if "plan" in req:  # grassflow's in-process plan (grassflow.pipeline.plan.dry_run): its jobs as JSON
-        from grassflow.pipeline.plan import dry_run
+    if "plan" in req:  # grassflow's in-process plan (grassflow.pipeline.preview.dry_run): its jobs as JSON
+        from grassflow.pipeline.preview import dry_run
 
         jobs, _ = dry_run(Path(req["cwd"]), **req["plan"])
         print(json.dumps(jobs, default=str))
@@ -65,7 +65,7 @@ class WarmSnakemake:
         self._lock = threading.Lock()
 
     def plan(self, cwd, env: dict, timeout: float = 600, **plan_args) -> list[dict]:
-        """The jobs Snakemake plans in `cwd` (grassflow.pipeline.plan.dry_run's arguments), as
+        """The jobs Snakemake plans in `cwd` (grassflow.pipeline.preview.dry_run's arguments), as
         `grassflow plan` reads them: rule, wildcards, resources, reason."""
         res = self.run([], cwd, env, timeout, plan=plan_args)
         if res.returncode != 0:

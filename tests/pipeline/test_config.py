@@ -261,7 +261,7 @@ def test_snli_head_ffn_is_settable_and_reaches_the_runs():
 def test_every_run_spec_of_every_preset_reads_as_a_run_spec():
     """What the jobs read of a spec file: every run of every task of every preset, as a RunSpec
     whose train section is a TrainConfig and whose record is the file's dict, unchanged."""
-    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.preview import load_config
     from grassflow.pipeline.tasks import TASKS
     from grassflow.run_spec import RunSpec
     from grassflow.train_config import TrainConfig
@@ -331,7 +331,7 @@ def test_a_variant_switches_training_keys_of_its_runs_not_the_experiments_or_exe
     """paper's and paper_v1's `lr_1e-3` variant: both models' runs at lr 1e-3, the others at the
     preset's; a variant's train.epochs (the experiment's) or train.compile (how a job runs) refused."""
     from grassflow.lm.grid import ablation_grid, runs
-    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.preview import load_config
 
     for preset, files in (("paper", ["config.yaml"]), ("paper_v1", ["config.yaml", "workflow/overlays/wikitext2-v1-local.yaml"])):
         name, p = select_preset(load_config(ROOT, [str(ROOT / f) for f in files], preset))

@@ -29,8 +29,8 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
     (its main() parses -h)."""
     import importlib
 
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
     from grassflow.pipeline.tasks import TASKS
 
     seen = {}
@@ -280,7 +280,7 @@ def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
     (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
-    planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/plan.py",
+    planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/preview.py",
                 "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/lm/grid.py",
                 "src/grassflow/pipeline/tasks.py",
                 "src/grassflow/cli.py"}

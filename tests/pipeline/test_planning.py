@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grassflow.pipeline.plan import load_config
 from grassflow.pipeline.presets import select_preset
+from grassflow.pipeline.preview import load_config
 from helpers.dag import (
     BIN,
     ROOT,
@@ -290,7 +290,7 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
 def test_an_overlay_is_merged_as_snakemake_merges_it(tmp_path):
     """A --configfile is merged into config.yaml as Snakemake merges it, a null kept as a null:
     what `grassflow plan` reads (load_config) refuses what the Snakefile refuses, in the same words."""
-    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.preview import load_config
 
     work = copy_repo(tmp_path)
     (work / "overlay.yaml").write_text("presets: {demo: {experiments: {table2: null}}}\n")
@@ -375,8 +375,8 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
     finished for both models leaves its groups fused over seeds 1 and 2, and no group holds a
     finished run (adopt_run makes those)."""
     from grassflow.lm.grid import fused_groups, runs
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
 
     name, p = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "paper_v1"))
     p = {**p, "train": {**p["train"], "fuse_seeds": True}}
@@ -393,11 +393,11 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
 
 @pytest.mark.parametrize("preset", ["demo", "paper"])
 def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
-    """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.plan.dry_run, through its
+    """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.preview.dry_run, through its
     API, in this process): one evaluation per run of the LM's specs, an ablation cell whose spec
     equals a main table's run being that run, and every cell of the ablation grid among them."""
     from grassflow.lm.grid import ablation_grid, main_run_ids
-    from grassflow.pipeline.plan import dry_run
+    from grassflow.pipeline.preview import dry_run
     from grassflow.pipeline.tasks import TASKS
 
     for name in ("Snakefile", "config.yaml", "workflow", "src", "kernels", "envs"):
@@ -416,7 +416,7 @@ def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):
     """Snakemake's reason for a params change (the exclusive params before and now, as their reprs)
     read by `grassflow plan --why`: a spec's changed keys with their values before and after, a fused
     group's specs (shell words) alike, a code fingerprint as its own line, another param as it is."""
-    from grassflow.pipeline.plan import explain
+    from grassflow.pipeline.preview import explain
 
     def reason(before, now):
         fmt = lambda vs: ",".join(map(repr, vs))  # noqa: E731  (Snakemake's ParamsChange.__str__)

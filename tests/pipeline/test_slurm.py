@@ -239,8 +239,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     of CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s; measured
     again: 1,279 s against 1,151 s, the demo's build 241 s against 145 s)."""
     from grassflow.lm.grid import runs
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
     from grassflow.pipeline.tasks import job_estimate
     from grassflow.recall.grid import recall_runs
     from grassflow.snli.grid import snli_runs

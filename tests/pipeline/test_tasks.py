@@ -98,7 +98,7 @@ def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
 def test_every_tasks_declaration_keeps_the_shared_contracts():
     """Every spec names its task and model kind; a task is named after its package; the built-in
     tasks come first, the LM's first of all."""
-    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.preview import load_config
 
     assert list(TASKS)[:3] == ["lm", "snli", "recall"]
     config = load_config(Path(__file__).resolve().parents[2], preset="demo")
@@ -159,11 +159,11 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
 # tasks' stages (grassflow/<task>/), then the planning helpers every task shares (grassflow.pipeline's
 # sections, estimate, schema, staleness), then each task's planning (its grid.py, plan.py), then what
 # reads every task: the tasks' table (grassflow.pipeline.tasks), the config's checks and the plan verb
-# (presets, plan) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module
+# (presets, preview) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module
 # imports its own floor or the floors below it, never one above.
 TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "preflight")
 PLANNING = ("grid", "plan")
-ABOVE_TASKS = ("tasks", "presets", "plan")  # of grassflow.pipeline
+ABOVE_TASKS = ("tasks", "presets", "preview")  # of grassflow.pipeline
 
 
 def floor(module: str) -> int:

@@ -18,8 +18,8 @@ from helpers.records import TEMPLATE, distinct_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 def test_every_lm_table_column_comes_from_its_own_split_and_metric(tmp_path):
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
 
     runs = distinct_runs(tmp_path)
     name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
@@ -87,8 +87,8 @@ def _md_rows(md: str, first_cells) -> dict[str, list[str]]:
 
 
 def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_path):
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
     from grassflow.snli.aggregate import aggregate_snli
     from grassflow.snli.synthetic import LABELS
 
@@ -122,8 +122,8 @@ def test_every_snli_table_column_comes_from_its_own_split_and_metric(demo, tmp_p
 
 
 def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
     from grassflow.recall.aggregate import aggregate_recall
 
     def values(i, ev):
@@ -151,8 +151,8 @@ def test_every_recall_table_column_comes_from_its_own_split(demo, tmp_path):
 
 def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
     from grassflow.lm.ablations import aggregate_ablations
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
 
     runs = distinct_runs(tmp_path)
     name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
@@ -195,8 +195,8 @@ def test_the_ablation_table_reads_its_settings_from_the_runs_records(tmp_path):
     receptive field say so; one record that disagrees is refused, naming the setting."""
     from grassflow.errors import DataError
     from grassflow.lm.ablations import aggregate_ablations
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
 
     runs = distinct_runs(tmp_path)
     for r in runs.values():

@@ -41,8 +41,8 @@ DAMAGES = [  # (file, damage, the error's words after the path)
 def test_a_damaged_record_fails_its_table_naming_the_file(name, damage, words, tmp_path, capfd):
     from grassflow import job
     from grassflow.lm.aggregate import aggregate
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
 
     runs = distinct_runs(tmp_path)
     victim = runs["table1-grassmann-s1"]["dir"]

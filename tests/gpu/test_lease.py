@@ -1,4 +1,4 @@
-"""A lease's first minute (grassflow.bench.choose) on the CPU: each candidate setting runs the loop's
+"""A lease's first minute (grassflow.bench.lease) on the CPU: each candidate setting runs the loop's
 own step on a fused group of a table's config, is checked against the reference's losses and
 gradients, and timed; the fastest that computes the reference's loss for every model is chosen. A
 candidate whose loss differs (planted: a head scaled by 1.05) or that fails is dropped, said in one
@@ -22,7 +22,7 @@ import yaml
 
 from grassflow import compiled as compiled_mod
 from grassflow import train_step as ts
-from grassflow.bench import choose
+from grassflow.bench import lease
 from grassflow.checkpoint import save_checkpoint
 from grassflow.io import spec_hash
 from grassflow.lm import train as lm_train
@@ -57,7 +57,7 @@ def planted(monkeypatch):
 def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(planted, tmp_path):
     tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
     cands = [("false", "chunked"), ("false", "fused"), ("false", "reference")]
-    result = choose.choose(tables, IDS, 40, CPU, cands, box_s=600, timed_steps=2, checkpoint_dir=tmp_path)
+    result = lease.choose(tables, IDS, 40, CPU, cands, box_s=600, timed_steps=2, checkpoint_dir=tmp_path)
     refs = [r for r in result["rows"] if r["status"] == "reference"]
     rows = {(r["model"], r["head_loss"]): r for r in result["rows"] if r["status"] != "reference"}
     assert len(refs) == 2 and len(rows) == 6
@@ -80,13 +80,13 @@ def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(plan
             in said and "(not tried for the models left)" in said)
     assert "table1 grassmann: dropped compile=false head_loss=chunked" not in said
     assert "chosen: compile=false head_loss=reference (the fastest of 1 that compute the reference's loss, of 3 tried)" in said
-    md = choose.to_markdown(result, "cpu")
+    md = lease.to_markdown(result, "cpu")
     assert "| table1 | grassmann | 2 | false | chunked | skipped (dropped for table1 transformer) |" in md
 
 
 def test_nothing_passing_is_one_line_and_no_choice(planted):
     tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
-    result = choose.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=600, timed_steps=2)
+    result = lease.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=600, timed_steps=2)
     assert result["choice"] is None
     assert [line for line in result["lines"] if line.startswith("chosen")] == [
         "chosen: none: no candidate (false:chunked) computes the reference's loss for every model (each dropped "
@@ -95,7 +95,7 @@ def test_nothing_passing_is_one_line_and_no_choice(planted):
 
 def test_a_candidate_past_its_share_of_the_box_is_dropped():
     tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
-    result = choose.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=0.0, timed_steps=2)
+    result = lease.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=0.0, timed_steps=2)
     row = result["rows"][-1]
     assert row["status"] == "failed" and row["error"].startswith("BoxTimeout: still running after 0 s"), row
     assert result["choice"] is None
@@ -127,7 +127,7 @@ def test_a_failed_capture_drops_its_candidate_with_the_captures_error(monkeypatc
 
     tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
     with _capture_on_cpu(monkeypatch, refused):
-        result = choose.choose(tables, IDS, 40, CPU, [("graph", "reference"), ("false", "reference")], box_s=600,
+        result = lease.choose(tables, IDS, 40, CPU, [("graph", "reference"), ("false", "reference")], box_s=600,
                                timed_steps=2)
     row = next(r for r in result["rows"] if r["compile"] == "graph")
     assert row["status"] == "failed" and row["error"].startswith("CaptureFailed: its capture failed: RuntimeError: "
@@ -150,7 +150,7 @@ def test_the_alarm_waits_for_a_capture_then_stops_its_candidate(monkeypatch):
 
     tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
     with _capture_on_cpu(monkeypatch, slow):
-        result = choose.choose(tables, IDS, 40, CPU, [("graph", "reference")], box_s=600, timed_steps=2)
+        result = lease.choose(tables, IDS, 40, CPU, [("graph", "reference")], box_s=600, timed_steps=2)
     row = result["rows"][-1]
     assert done == ["captured"]
     assert row["status"] == "failed" and row["error"].startswith("BoxTimeout: still running after"), row
@@ -166,11 +166,11 @@ STEP_S = {("table1", k, n): s for k in ("transformer", "grassmann") for n, s in 
 
 def test_the_seeds_that_fit_are_those_whose_groups_finish_in_the_time_left():
     spec = _spec("transformer")
-    per_epoch, epochs = choose.steps_of(spec, IDS)
+    per_epoch, epochs = lease.steps_of(spec, IDS)
     steps = per_epoch * epochs
-    need = {n: 2 * steps * s * (1 + choose.VALIDATION_SHARE) for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
+    need = {n: 2 * steps * s * (1 + lease.VALIDATION_SHARE) for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
     for seconds, want in ((need[3] + 1, [0, 1, 2]), (need[3] - 1, [0, 1]), (need[2] - 1, [0]), (need[1] - 1, [])):
-        fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, seconds, dict(STEP_S))
+        fit, lines = lease.seeds_that_fit(_tables(), IDS, 40, CPU, lease.REFERENCE, seconds, dict(STEP_S))
         assert fit == {"table1": want}, (seconds, lines)
         assert f"table1: seeds {', '.join(map(str, want)) or 'none'} this lease" in lines[0]
 
@@ -179,31 +179,31 @@ def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_co
     """A lease of two commands: seeds whose runs need more than this command's deadline fit when the
     lease covers them, with one resumed command (RESUME_S and the setting's setup again) on top; each
     epoch's checkpoint counts; the progress in a last.pt is not trained again."""
-    per_epoch, epochs = choose.steps_of(_spec("transformer"), IDS)
-    train3 = 2 * per_epoch * epochs * 1.0 * (1 + choose.VALIDATION_SHARE)
+    per_epoch, epochs = lease.steps_of(_spec("transformer"), IDS)
+    train3 = 2 * per_epoch * epochs * 1.0 * (1 + lease.VALIDATION_SHARE)
     ckpt = {"checkpoint_s": {("table1", k): 0.5 for k in ("transformer", "grassmann")},
             "setup_s": {("table1", "transformer"): 7.0, ("table1", "grassmann"): 9.0}}
     need3 = train3 + 2 * epochs * 0.5
-    restart = choose.RESUME_S + 9.0
+    restart = lease.RESUME_S + 9.0
     # this command's deadline alone would fit one seed at most; the lease covers three, and the restart
-    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need3 + restart + 1, dict(STEP_S),
+    fit, lines = lease.seeds_that_fit(_tables(), IDS, 40, CPU, lease.REFERENCE, need3 + restart + 1, dict(STEP_S),
                                        deadline=need3 / 4, costs=ckpt)
     assert fit == {"table1": [0, 1, 2]}, lines
     assert f"about {need3 + restart:.0f} s of training for 3 seed(s)" in lines[0]
     assert "they finish in the lease's next command" in lines[0]
     # without room for the restart: two seeds (which need their own restart too)
-    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need3 + restart - 1, dict(STEP_S),
+    fit, lines = lease.seeds_that_fit(_tables(), IDS, 40, CPU, lease.REFERENCE, need3 + restart - 1, dict(STEP_S),
                                        deadline=need3 / 4, costs=ckpt)
     assert fit == {"table1": [0, 1]}, lines
     # within this command: no restart counted
-    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need3 + 1, dict(STEP_S),
+    fit, lines = lease.seeds_that_fit(_tables(), IDS, 40, CPU, lease.REFERENCE, need3 + 1, dict(STEP_S),
                                        deadline=need3 + 1, costs=ckpt)
     assert fit == {"table1": [0, 1, 2]} and "within this command" in lines[0], lines
     # half the steps already in last.pt: only the rest is needed (its steps, its epochs' checkpoints)
     left = per_epoch * epochs - (per_epoch * epochs) // 2
-    need_rest = 2 * left * 1.0 * (1 + choose.VALIDATION_SHARE) + 2 * -(-left // per_epoch) * 0.5
+    need_rest = 2 * left * 1.0 * (1 + lease.VALIDATION_SHARE) + 2 * -(-left // per_epoch) * 0.5
     assert need_rest + 1 < need3
-    fit, lines = choose.seeds_that_fit(_tables(), IDS, 40, CPU, choose.REFERENCE, need_rest + 1, dict(STEP_S),
+    fit, lines = lease.seeds_that_fit(_tables(), IDS, 40, CPU, lease.REFERENCE, need_rest + 1, dict(STEP_S),
                                        costs=ckpt, done=lambda table, kind, seeds, pe: pe * epochs - left
                                        if len(seeds) == 3 else 0)
     assert fit == {"table1": [0, 1, 2]}, lines
@@ -217,14 +217,14 @@ def test_progress_is_read_from_the_groups_own_last_pt(tmp_path):
     last = tmp_path / "fused/table1-grassmann/last.pt"
     last.parent.mkdir(parents=True)
     save_checkpoint(last, {"spec_hash": spec_hash({"runs": group}), "pos": {"epoch": 2, "step": 5}})
-    assert choose.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 25
-    assert choose.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0  # another group's seeds
+    assert lease.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 25
+    assert lease.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0  # another group's seeds
     save_checkpoint(last, {"spec_hash": "0" * 16, "pos": {"epoch": 2, "step": 5}})  # another spec's
-    assert choose.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 0
+    assert lease.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 0
     single = tmp_path / "runs/table1-grassmann-s1/last.pt"  # a lone run's, in its run directory
     single.parent.mkdir(parents=True)
     save_checkpoint(single, {"spec_hash": spec_hash(specs["table1-grassmann-s1"]), "pos": {"epoch": 0, "step": 7}})
-    assert choose.progress(tmp_path, specs, "table1", "grassmann", [1], 10) == 7
+    assert lease.progress(tmp_path, specs, "table1", "grassmann", [1], 10) == 7
 
 
 def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys, monkeypatch):
@@ -234,14 +234,14 @@ def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys
     record.write_text(json.dumps({"preset": "demo", "targets": ["table1"], "choice": ["false", "chunked"],
                                   "seeds": {"table1": [1]}, "finished_seeds": [0], "finished": ["their/runs"],
                                   "chosen_at": "2026-12-02T01:02:03+00:00", "lease_end": 1.7e9}))
-    monkeypatch.setattr(choose, "trial", lambda *a, **k: pytest.fail("the next command timed a setting"))
-    assert choose.main(["--preset", "demo", "--targets", "table1", "--overlay", str(overlay), "--record", str(record),
+    monkeypatch.setattr(lease, "trial", lambda *a, **k: pytest.fail("the next command timed a setting"))
+    assert lease.main(["--preset", "demo", "--targets", "table1", "--overlay", str(overlay), "--record", str(record),
                         "--reuse"]) == 0
     assert capsys.readouterr().out.startswith("reusing compile=false head_loss=chunked chosen at "
                                               "2026-12-02T01:02:03+00:00 (table1 seeds 1;")
     got = yaml.safe_load(overlay.read_text())
     assert got["presets"]["demo"]["train"] == {"fuse_seeds": True, "compile": False, "head_loss": "chunked"}
     assert got["presets"]["demo"]["seeds"] == [0, 1] and got["finished_runs"] == ["their/runs"]
-    assert choose.main(["--preset", "demo", "--targets", "table2", "--overlay", str(overlay), "--record", str(record),
+    assert lease.main(["--preset", "demo", "--targets", "table2", "--overlay", str(overlay), "--record", str(record),
                         "--reuse"]) == 1  # chosen for other targets: refused, in one line
     assert "chosen for preset demo, targets table1; this command makes demo table2" in capsys.readouterr().err

@@ -431,7 +431,7 @@ def to_markdown(result: dict, device: str) -> str:
             for r in result["rows"]]
     return "\n".join([f"# The lease's first minute on {device}", "",
                       "Each candidate against the reference (eager, reference head) at dropout 0, on the "
-                      "table's token file, as `grassflow.bench.choose` ran it:", "",
+                      "table's token file, as `grassflow.bench.lease` ran it:", "",
                       *markdown.table(head, rows), "", *(f"- {line}" for line in result["lines"]), ""])
 
 
@@ -479,8 +479,8 @@ def write_overlay(path: Path, name: str, preset: dict, decision: dict) -> None:
 def reuse(a) -> None:
     """The lease's next command: the first command's decision, as it was (its setting and seeds),
     timing nothing; refused (one line) where it was made for other targets or another preset."""
-    from grassflow.pipeline.plan import load_config
     from grassflow.pipeline.presets import select_preset
+    from grassflow.pipeline.preview import load_config
 
     rec = json.loads(Path(a.record).read_text())
     if rec["preset"] != a.preset or rec["targets"] != list(a.targets):
@@ -494,7 +494,7 @@ def reuse(a) -> None:
 
 
 def run_choice(a) -> None:
-    from grassflow.pipeline.plan import load_config
+    from grassflow.pipeline.preview import load_config
 
     configure_torch()
     device = claim_device(a.device, log=True)
