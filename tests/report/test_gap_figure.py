@@ -89,8 +89,8 @@ def test_the_ablation_tables_gap_over_training_ends_at_each_variants_gap(tmp_pat
     data = figures.ablation_gaps_over_training(df, 11.0, "laptop_v1_ablations", tmp_path / "ablations_gap.png")
     md = (laptop / "report/ablations.md").read_text().replace("−", "-")
     table = {v: tuple(map(float, g)) for v, *g in re.findall(
-        r"^\| (\w+) \|.*?\| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\)", md, re.M)}
-    assert set(data) == set(table) == {"laptop", "lags_124", "r64", "lags_124_r64"}
+        r"^\| ([\w-]+) \|.*?\| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\)", md, re.M)}
+    assert set(data) == set(table) == {"laptop", "lags_124", "r64", "lags_124_r64", "lr_1e-2"}
     for variant, d in data.items():
         last = d["gap"][-1]
         assert tuple(round(last[k], 1) for k in ("gap_pct", "ci_low", "ci_high")) == table[variant], variant
