@@ -10,7 +10,8 @@
 # runs, of its own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
 from grassflow.lm.plan import experiment_figures, lm_plan, table_files
 
-LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS, PARTS)  # its names (grassflow.lm.plan)
+# its names (grassflow.lm.plan)
+LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS, PARTS)
 # the paper's setup, its published numbers
 PUBLISHED = own_file("workflow/resources/published.yaml")
 
@@ -161,10 +162,10 @@ use rule train as train_fused with:
 
 rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: this rule with their files)
     input:
+        **LM.eval_inputs,
         weights=f"{RESULTS}/runs/{{run}}/model.safetensors",
         config=f"{RESULTS}/runs/{{run}}/config.json",
         record=f"{RESULTS}/runs/{{run}}/run.json",
-        **LM.eval_inputs,
         preflight=run_preflight(LM.runs, "run"),
     output:
         f"{RESULTS}/runs/{{run}}/eval.json",
@@ -193,11 +194,11 @@ rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: t
 # its records checked to be this run's (spec, data) and copied where the tables read every run's
 rule adopt_run:
     input:
+        **LM.eval_inputs,
         records=lambda wc: [
             f"{LM.finished[wc.run]}/{f}" for f in ("run.json", "eval.json", "metrics.jsonl")
         ],
         train=f"{LM.tokens}/train.parquet",
-        **LM.eval_inputs,
     output:
         record=f"{RESULTS}/runs/{{run}}/run.json",
         metrics=f"{RESULTS}/runs/{{run}}/metrics.jsonl",

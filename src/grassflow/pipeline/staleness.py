@@ -27,11 +27,8 @@ from functools import cache
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1]  # src/grassflow
-KERNELS_CANDIDATES = (PKG / "_kernels", PKG.parents[1] / "kernels")
-
-
-def kernels_root() -> Path:
-    return next((k for k in KERNELS_CANDIDATES if k.is_dir()), KERNELS_CANDIDATES[-1])
+# the kernel sources: beside the package in a wheel, the checkout's kernels/ otherwise
+KERNELS = next((k for k in (PKG / "_kernels", PKG.parents[1] / "kernels") if k.is_dir()), PKG.parents[1] / "kernels")
 
 
 def module_path(name: str) -> Path | None:
@@ -141,7 +138,7 @@ def closure(roots, kinds=()) -> set[Path]:
             tree = _tree(path)
             todo += _imports(tree, mod, path.name == "__init__.py")
             for src in _assigned(tree, "KERNEL_SOURCES") or ():
-                files.add(kernels_root() / src)
+                files.add(KERNELS / src)
     return files
 
 

@@ -49,6 +49,10 @@ class Task:
             return read_yaml(Path(__file__).resolve().parents[1] / self.name / self.schema)
         return copy.deepcopy(self.schema)
 
+    def threads(self, preset: dict) -> int:
+        """Its jobs' threads: its part's train.threads (1 where the preset has no such part)."""
+        return ((self.part(preset) or {}).get("train") or {}).get("threads", 1)
+
     def specs(self, name: str, preset: dict) -> dict:
         """Its runs' specs ({run_id: spec}; {} where the preset has no part of it)."""
         return self.runs(name, preset) if self.part(preset) else {}
@@ -79,10 +83,10 @@ def job_estimate(task: str, stage: str, spec: dict, preset: dict, settings: dict
     task's hook (its grid's `estimate`); `settings`: the config's `estimate` section; `files`: the
     job's token files by split (their counts are exact once they exist)."""
     t = TASKS[task]
-    # execution keys are not in the spec (changing them reruns nothing): the preset's
-    threads = (t.part(preset).get("train") or {}).get("threads", 1)
     k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
-    est, source = t.estimate(stage, {**spec, "train": {**spec["train"], "threads": threads}}, preset, settings, files)
+    # execution keys are not in the spec (changing them reruns nothing): the preset's threads
+    est, source = t.estimate(stage, {**spec, "train": {**spec["train"], "threads": t.threads(preset)}}, preset,
+                             settings, files)
     # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
     # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
     # the time of the latter and the bound of the former (sharing gains nothing).
