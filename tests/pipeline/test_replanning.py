@@ -53,9 +53,10 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 @pytest.mark.parametrize("module", ["lm/aggregate.py", "lm/comparable.py"])
 def test_editing_the_lm_table_code_plans_its_tables_and_no_other_tasks(demo, module):
     """The LM's table code (its tables' rows and verdicts, what a table can carry) is the LM's tables'
-    alone: a code edit plans Tables 1-2 and the ablation table, no SNLI or recall job."""
+    alone: a code edit plans Tables 1-2 and the ablation table (and the summary, which reads Tables
+    1-2), no SNLI or recall job."""
     with edited(demo / "src/grassflow" / module):
-        assert planned(demo) == Counter({("aggregate", None): 2, ("ablation_aggregate", None): 1})
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1})
 
 
 def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):

@@ -42,8 +42,6 @@ rule toy_train:
     threads: THREADS["toy"]
     resources:
         **run_resources("toy", "train", TOY_RUNS, "toy_run", TOY_FILES),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
     params:
         spec=lambda wc: as_json(TOY_RUNS[wc.toy_run]),
         code=lambda wc: code_of("grassflow.recall.train", TOY_RUNS[wc.toy_run]["model_kind"]),
@@ -72,8 +70,6 @@ rule toy_evaluate:
     threads: THREADS["toy"]
     resources:
         **run_resources("toy", "evaluate", TOY_RUNS, "toy_run", TOY_FILES),
-        gpu=1,
-        runs_per_gpu=RUNS_PER_GPU,
     params:
         code=lambda wc: code_of("grassflow.recall.evaluate", TOY_RUNS[wc.toy_run]["model_kind"]),
     shell:
