@@ -12,7 +12,7 @@
 #      across its commands; runs finished in an earlier lease, FINISHED, are adopted from their
 #      committed records, not trained again; the progress a last.pt holds counted), said before
 #      training. The lease's next command (CARRY=/none) reuses that choice and times nothing
-#   2. `snakemake $TARGETS` (default: Table 1 alone; table2 in a later lease) with train.fuse_seeds
+#   2. `snakemake $TARGETS` (default: Table 2; Table 1's runs are all in FINISHED) with train.fuse_seeds
 #      (each config's seeds to train one job), the jobs side by side on the GPU (train.runs_per_gpu;
 #      MPS=1: under CUDA's MPS), their evaluations and the tables; at DEADLINE seconds from this
 #      command's start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
@@ -31,7 +31,7 @@ START=$(date +%s)
 OUT=${OUT:-results/window-out}  # what comes back (on the device: its $OUT); outside the tracked tree
 PY=${PY:-python3}
 PRESET=${PRESET:-paper_v1}
-TARGETS=${TARGETS:-table1}  # Table 1 first; TARGETS=table2 in a later lease, once Table 1 is in reports/
+TARGETS=${TARGETS:-table2}  # Table 1 is in reports/ (FINISHED: adopted, not trained again); Table 2 next (#99)
 CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
 DEADLINE=${DEADLINE:-520}        # seconds from this command's start to the SIGTERM of its training jobs
 LEASE=${LEASE:-}                 # the lease's command time left, seconds from this command's start (default:
@@ -134,6 +134,12 @@ extra=$(echo "$planned" | awk -v ok=" $ALLOWED " 'f && NF == 2 && $2 ~ /^[0-9]+$
 if [ -n "$extra" ]; then
   say "error: the dry run plans $(echo $extra) besides the preflight, training, evaluation and tables; carry $CARRY from make gpu-paper-prepare"
   exit 2
+fi
+# a lease spent adopting records trains nothing: a target whose runs are all in FINISHED (and whose
+# evaluations are done) stops here, in seconds, not after the preflight and the first minute
+if ! echo "$planned" | awk 'f && NF == 2 && ($1 == "train" || $1 == "train_fused" || $1 == "evaluate") {n++} /^job +count/ {f=1} END {exit !n}'; then
+  say "error: the dry run of $TARGETS plans no training or evaluation: its runs are all finished (${FINISHED:-in this tree}); name the next target (TARGETS=…, docs/scale/gpu.md) before spending the lease"
+  exit 3
 fi
 say "planned: $(echo "$planned" | awk 'f == 1 && NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {printf "%s %s, ", $1, $2} /^job +count/ {f++}')"
 

@@ -18,7 +18,8 @@ deadline and the lease; every started run's epochs so far come back (--keep-inco
 next command (CARRY=/none) reuses the choice, times nothing, resumes the runs and makes the table
 from the fused groups (a completed row per run, with two parts: stopped at the deadline, finished).
 What comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as
-the second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A tree with
+the second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A fourth, given every
+run's records, stops at its dry run (nothing to train). A tree with
 uncommitted changes, where no prepared tree came, is refused before anything runs."""
 
 from __future__ import annotations
@@ -291,3 +292,19 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
         assert json.loads((adopted / "adopted.json").read_text())["source"] == str(records / f"{g}-s0")
         assert (adopted / "eval.json").read_bytes() == (records / f"{g}-s0/eval.json").read_bytes()
         assert split.loc[f"{g}-s0", "adopted_from"] == str(records / f"{g}-s0") and pd.isna(split.loc[f"{g}-s1", "adopted_from"])
+
+    # a lease whose target's runs are all finished in earlier leases trains nothing: it stops at the dry
+    # run, in seconds, before the preflight and the first minute, and says what to do
+    done = tmp_path / "all-seeds"
+    with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
+        for r in runs:
+            for f in ("run.json", "eval.json", "metrics.jsonl"):
+                (done / r).mkdir(parents=True, exist_ok=True)
+                (done / r / f).write_bytes(tar.extractfile(f"results/demo/runs/{r}/{f}").read())
+    fourth = _device_copy(prep, tmp_path / "fourth-work")
+    proc = _window(fourth, tmp_path / "fourth", FINISHED=str(done))
+    out, _ = proc.communicate(timeout=HANG)
+    assert proc.returncode == 3, out[-3000:]
+    assert (f"error: the dry run of table1 plans no training or evaluation: its runs are all finished ({done}); "
+            "name the next target (TARGETS=") in out, out[-3000:]
+    assert not (fourth / "results/demo/preflight").exists() and not (fourth / "results/demo/runs").exists()
