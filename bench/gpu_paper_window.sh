@@ -53,7 +53,7 @@ BENCH_ARGS=${BENCH_ARGS:---device cuda --parts kernels,graph,head,fused}
 RES=results/$PRESET
 CARRY=${CARRY:-.gpu-carry.tar}  # make gpu-paper-prepare's tar of $RES and .snakemake's records
 EXPECT=${EXPECT:-cuda cupy}  # the preflight's resolved device type and op backend(s), or the window stops
-ALLOWED="preflight adopt_run train train_fused evaluate aggregate table1 table2 total"  # the jobs a window may run
+ALLOWED="preflight adopt_run train train_fused evaluate aggregate table1 table2"  # the jobs a window may run
 PREFLIGHT=${PREFLIGHT:-$RES/preflight/auto_auto.json}  # the preflight the runs depend on (train.device auto)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT" "$RES/logs"
@@ -130,18 +130,20 @@ EOF
 #    where the sources (../shared, the hub) are not: stop in one line instead of spending the lease
 planned=$($SNAKEMAKE $TARGETS -n --quiet rules --cores all $SMARGS 2>&1) \
   || { say "error: the dry run failed"; echo "$planned" | tail -20 | tee -a "$LOG"; exit 2; }
-extra=$(echo "$planned" | awk -v ok=" $ALLOWED " 'f && NF == 2 && $2 ~ /^[0-9]+$/ && index(ok, " " $1 " ") == 0 {print $1} /^job +count/ {f=1}')
+# its job counts, "<rule> <count>" a line (its first table, without the total), read three ways below
+counts=$(echo "$planned" | awk 'f == 1 && NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {print $1, $2} /^job +count/ {f++}')
+extra=$(echo "$counts" | awk -v ok=" $ALLOWED " 'NF && index(ok, " " $1 " ") == 0 {print $1}')
 if [ -n "$extra" ]; then
   say "error: the dry run plans $(echo $extra) besides the preflight, training, evaluation and tables; carry $CARRY from make gpu-paper-prepare"
   exit 2
 fi
 # a lease spent adopting records trains nothing: a target whose runs are all in FINISHED (and whose
 # evaluations are done) stops here, in seconds, not after the preflight and the first minute
-if ! echo "$planned" | awk 'f && NF == 2 && ($1 == "train" || $1 == "train_fused" || $1 == "evaluate") {n++} /^job +count/ {f=1} END {exit !n}'; then
+if ! echo "$counts" | grep -qE '^(train|train_fused|evaluate) '; then
   say "error: the dry run of $TARGETS plans no training or evaluation: its runs are all finished (${FINISHED:-in this tree}); name the next target (TARGETS=…, docs/scale/gpu.md) before spending the lease"
   exit 3
 fi
-say "planned: $(echo "$planned" | awk 'f == 1 && NF == 2 && $2 ~ /^[0-9]+$/ && $1 != "total" {printf "%s %s, ", $1, $2} /^job +count/ {f++}')"
+say "planned: $(echo "$counts" | awk '{printf "%s %s, ", $1, $2}')"
 
 # 1. the preflight, as the DAG names it (its device and backend: auto)
 $SNAKEMAKE "$PREFLIGHT" --cores all $SMARGS \

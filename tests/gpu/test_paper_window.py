@@ -103,6 +103,16 @@ def _window(work, out, deadline=3000, **env):
                             stderr=subprocess.STDOUT, text=True)
 
 
+def _committed(pack, runs, dst):
+    """`runs`' records from a window's pack, as a lease's are committed under reports/ (FINISHED)."""
+    with tarfile.open(pack) as tar:
+        for r in runs:
+            (dst / r).mkdir(parents=True)
+            for f in ("run.json", "eval.json", "metrics.jsonl"):
+                (dst / r / f).write_bytes(tar.extractfile(f"results/demo/runs/{r}/{f}").read())
+    return dst
+
+
 def _disturb_times(work):
     """What a copy to another machine may leave: every file's time now, in no particular order."""
     now = time.time()
@@ -261,12 +271,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     # seeds across leases: seed 0's records as the second window packed them (committed, as under reports/),
     # and a third window on another machine adopts them and trains seed 1 alone: the one window's table.
     # Their directory's name holds every character finished_runs allows that Markdown or LaTeX would read
-    records = tmp_path / "_lease_+1@a,b~c"
-    with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
-        for g in groups:
-            for f in ("run.json", "eval.json", "metrics.jsonl"):
-                (records / f"{g}-s0").mkdir(parents=True, exist_ok=True)
-                (records / f"{g}-s0" / f).write_bytes(tar.extractfile(f"results/demo/runs/{g}-s0/{f}").read())
+    records = _committed(tmp_path / "second/records.tar.gz", [f"{g}-s0" for g in groups], tmp_path / "_lease_+1@a,b~c")
     third = _device_copy(prep, tmp_path / "third-work")
     proc = _window(third, tmp_path / "third", FINISHED=str(records))
     out, _ = proc.communicate(timeout=HANG)
@@ -295,12 +300,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
 
     # a lease whose target's runs are all finished in earlier leases trains nothing: it stops at the dry
     # run, in seconds, before the preflight and the first minute, and says what to do
-    done = tmp_path / "all-seeds"
-    with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
-        for r in runs:
-            for f in ("run.json", "eval.json", "metrics.jsonl"):
-                (done / r).mkdir(parents=True, exist_ok=True)
-                (done / r / f).write_bytes(tar.extractfile(f"results/demo/runs/{r}/{f}").read())
+    done = _committed(tmp_path / "second/records.tar.gz", runs, tmp_path / "all-seeds")
     fourth = _device_copy(prep, tmp_path / "fourth-work")
     proc = _window(fourth, tmp_path / "fourth", FINISHED=str(done))
     out, _ = proc.communicate(timeout=HANG)
