@@ -57,3 +57,14 @@ def make_snli_tokens(d):
 
     cfg = {"source": "synthetic", "synthetic": {"seed": 3, "pairs": {"train": 320, "validation": 64, "test": 64}}}
     return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 120, max_tokens=12)  # 12 per sentence
+
+
+def ran(model: dict, train: dict, exp: dict, kinds=("transformer", "grassmann")) -> dict:
+    """What runs of a preset-like `model`, `train` and experiment `exp` (N, L, B, epochs) ran, as
+    lm.comparable.ran_settings reads it from their records: each kind's own model keys."""
+    from grassflow.lm.comparable import ran_settings
+    from grassflow.pipeline.sections import own_keys
+
+    return ran_settings([{"run_id": f"t-{k}-s0", "model_kind": k,
+                          "model": own_keys(k, {**model, "n_layers": exp["n_layers"], "context_len": exp["context_len"]}),
+                          "train": {**train, "batch_size": exp["batch_size"], "epochs": exp["epochs"]}} for k in kinds])

@@ -116,6 +116,13 @@ def _v1_preset(map_unk_setting="auto"):
     return p
 
 
+def _ran(p):
+    from helpers.specs import ran
+
+    e = p["experiments"]["table1"]
+    return ran(p["model"], p["train"], e)
+
+
 def test_a_v1_table_says_what_its_data_is_and_scopes_its_verdict():
     setup = load_published(PUBLISHED)["paper_setup"]
     p = _v1_preset()
@@ -123,20 +130,20 @@ def test_a_v1_table_says_what_its_data_is_and_scopes_its_verdict():
     # `<unk>` read as one token: what the runs' token files record (data.train.unk_mapped), the table says
     label = data_label(p, V1_SHA256, setup, unk=True)
     assert "Wikitext-2 v1" in label and "`<unk>` → `[UNK]`" in label and "NOT the paper's raw text" in label
-    assert not_comparable(p, "table1", p["experiments"]["table1"], V1_SHA256, setup, learned, unk=True) == []
+    assert not_comparable(p, "table1", _ran(p), V1_SHA256, setup, learned, unk=True) == []
     assert "not in the runs' records" in data_label(p, V1_SHA256, setup) and not_comparable(
-        p, "table1", p["experiments"]["table1"], V1_SHA256, setup, learned) == [
+        p, "table1", _ran(p), V1_SHA256, setup, learned) == [
         "wikitext-2-v1, and the runs' records do not say how `<unk>` was read"]
     assert "not its raw text" in verdict_scope(V1_SHA256, setup) and "absolute perplexities are not" in verdict_scope(V1_SHA256, setup)
     # <unk> left in pieces: 3 of 4 free to predict flatter both models; no verdict then
     p = _v1_preset(False)
-    why = not_comparable(p, "table1", p["experiments"]["table1"], V1_SHA256, setup, learned, unk=False)
+    why = not_comparable(p, "table1", _ran(p), V1_SHA256, setup, learned, unk=False)
     assert why == ["wikitext-2-v1 with `<unk>` split into pieces (tokenizer.map_unk: false)"]
     assert "split by the tokenizer" in data_label(p, V1_SHA256, setup, unk=False)
     # one split off: not v1, not the paper's data
     other = {**V1_SHA256, "test": "0" * 64}
     assert verdict_scope(other, setup) is None
-    assert "not the paper's data" in not_comparable(p, "table1", p["experiments"]["table1"], other, setup, learned)[0]
+    assert "not the paper's data" in not_comparable(p, "table1", _ran(p), other, setup, learned)[0]
 
 
 @needs(V1.is_dir(), "needs ../shared/data/wikitext-2-v1")

@@ -188,7 +188,7 @@ def test_report_zip(demo):
     names = {Path(n).name for n in zipfile.ZipFile(demo / "report.zip").namelist()}
     # every task's tables and figures (one `shown` for all three rule files)
     shown = {"ablations.md", "ablations.png", "ablations_gap.png", "table1.md", "table1.tex", "gap_table1.png", "curves_table1.png", "summary.md",
-             "scaling.png", "snli_table3.md", "recall.md"}
+             "scaling.png", "snli_table3.md", "recall.md", "sweep.md", "sweep.png"}
     assert shown <= names, shown - names
 
 
@@ -206,6 +206,26 @@ def test_demo_ablation_table_and_figure(demo):
     assert df.record.map(lambda r: (demo / r).exists()).all() and df.weights_sha256.str.len().eq(64).all()
 
 
+def test_demo_sweep_table_and_figure_share_table1s_runs(demo):
+    """The demo's sweep (lr 1e-3, 3e-3, 1e-2, both models, 2 seeds) through the real DAG: its table and
+    figure; its 3e-3 runs are Table 1's, trained once (one training job each in Snakemake's log, no
+    run directory of their own); each model's choice said, and no tuned gap where one is not bracketed."""
+    rep = demo / "results/demo/report"
+    md = (rep / "sweep.md").read_text()
+    assert "SYNTHETIC" in md and "### Sweep of train.lr on table1: N=2, L=32, B=32, 3 epochs, seeds [0, 1]" in md
+    assert (rep / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "Sweep of train.lr" in (rep / "sweep.tex").read_text()
+    df = pd.read_csv(rep / "sweep.csv")
+    assert set(df[df.value == 3e-3].run_id) == {f"table1-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1)}
+    assert set(df.value) == {1e-3, 3e-3, 1e-2} and len(df) == 12 and (df.status == "completed").all()
+    assert not list((demo / "results/demo/runs").glob("table1_lr_3e-3*"))
+    build = sorted((demo / ".snakemake/log").glob("*.snakemake.log"))[0].read_text()  # the fixture's build
+    for run in df.run_id:  # one training job wrote each run's weights
+        assert build.count(f"output: results/demo/runs/{run}/model.safetensors,") == 1, run
+    chosen = {m: re.search(rf"^\| {m} \| (\S+) \| (.+?) \|", md, re.M).groups() for m in ("transformer", "grassmann")}
+    assert all(c[0] in ("1e-3", "3e-3", "1e-2") for c in chosen.values())
+    assert ("**No tuned gap:**" in md) == any(c[1] != "yes" for c in chosen.values())
+
+
 def test_job_command_lines_hold_their_settings_and_can_be_pasted_to_rerun_a_job(demo, tmp_path):
     """Settings as params: each job's command line (`snakemake -p`) holds its settings as one shell
     word of canonical JSON each (a run's spec, a data section, a table's slice of the preset), no
@@ -220,7 +240,7 @@ def test_job_command_lines_hold_their_settings_and_can_be_pasted_to_rerun_a_job(
     assert train and all(json.loads(shlex.split(c.split("--spec ", 1)[1])[0])["task"] == "lm" for c in train)
     (table1,) = [c for c in commands if "grassflow.lm.aggregate " in c and "--experiment table1 " in c]
     preset = json.loads(shlex.split(table1.split("--preset ", 1)[1])[0])
-    assert list(preset["experiments"]) == ["table1"] and "snli" not in preset
+    assert set(preset) == {"data", "tokenizer", "models", "seeds"}  # what each run ran: its record
     work = tmp_path / "copy"
     shutil.copytree(demo, work, symlinks=True)
     (work / "results/demo/report/table1.csv").unlink()

@@ -13,7 +13,7 @@ from grassflow.lm.ablations import receptive_field
 from grassflow.lm.comparable import data_label, load_published, not_comparable
 from grassflow.lm.grid import ablation_runs, runs
 from grassflow.lm.unigram import unigram_ppl
-from helpers.specs import PUBLISHED
+from helpers.specs import PUBLISHED, ran
 
 SETUP = load_published(PUBLISHED)["paper_setup"]
 PAPER_DATA = {"test": SETUP["data"]["content_sha256"]["test"]}
@@ -24,6 +24,10 @@ PAPER_PRESET = {"data": {"source": "hub", "dataset": "Salesforce/wikitext", "nam
                 "train": {"lr": 3.0e-4, "max_steps_per_epoch": None}}
 TABLE1 = {"n_layers": 6, "context_len": 128, "batch_size": 32, "epochs": 30}
 LEARNED = {"transformer": {"n_learned": 3, "not_learned": []}, "grassmann": {"n_learned": 3, "not_learned": []}}
+
+
+def _ran(preset, exp):
+    return ran(preset["model"], preset["train"], exp)
 
 
 def test_unigram_ppl():
@@ -37,11 +41,11 @@ def test_unigram_ppl():
 
 
 def test_verdict_only_where_the_table_can_carry_one():
-    assert not_comparable(PAPER_PRESET, "table1", TABLE1, PAPER_DATA, SETUP, LEARNED) == []
+    assert not_comparable(PAPER_PRESET, "table1", _ran(PAPER_PRESET, TABLE1), PAPER_DATA, SETUP, LEARNED) == []
     # the new user's 3-epoch real-text check: runs that did not learn on other data at another scale
     small = {**PAPER_PRESET, "data": {"source": "local", "local_dir": "/data/pseudo"},
              "model": {**PAPER_PRESET["model"], "d_model": 128}}
-    why = not_comparable(small, "table1", {**TABLE1, "n_layers": 2, "epochs": 3}, {"test": "f" * 64}, SETUP,
+    why = not_comparable(small, "table1", _ran(small, {**TABLE1, "n_layers": 2, "epochs": 3}), {"test": "f" * 64}, SETUP,
                          {"transformer": {"n_learned": 0, "not_learned": ["a", "b"]},
                           "grassmann": {"n_learned": 0, "not_learned": ["c", "d"]}})
     assert any("not the paper's data" in w for w in why)
@@ -49,20 +53,20 @@ def test_verdict_only_where_the_table_can_carry_one():
                and "epochs 3 (paper 30)" in w for w in why)
     assert "4 run(s) did not beat the unigram baseline" in why
     one_seed = {"transformer": {"n_learned": 1, "not_learned": []}, "grassmann": {"n_learned": 3, "not_learned": []}}
-    assert not_comparable(PAPER_PRESET, "table1", TABLE1, PAPER_DATA, SETUP, one_seed) == [
+    assert not_comparable(PAPER_PRESET, "table1", _ran(PAPER_PRESET, TABLE1), PAPER_DATA, SETUP, one_seed) == [
         "fewer than 2 seeds per model that learned"]
     # the laptop preset's departures: what the paper states, and what only our paper preset assumes
     laptop = {**PAPER_PRESET, "data": {**PAPER_PRESET["data"], "eval_max_tokens": 50000},
               "model": {**PAPER_PRESET["model"], "norm": "pre", "tie_weights": False, "dropout": 0.0},
               "train": {"lr": 3e-3, "max_steps_per_epoch": 200}}
-    why = not_comparable(laptop, "table1", {**TABLE1, "batch_size": 8}, PAPER_DATA, SETUP, LEARNED)
+    why = not_comparable(laptop, "table1", _ran(laptop, {**TABLE1, "batch_size": 8}), PAPER_DATA, SETUP, LEARNED)
     assert why[0] == "validation and test cut to their leading rows of at most 50,000 tokens"
     assert why[1] == ("not the paper's setup: norm pre (paper post), dropout 0.0 (paper preset 0.1), "
                       "tie_weights False (paper preset True), batch_size 8 (paper preset 32), "
                       "lr 0.003 (paper preset 0.0003), max_steps_per_epoch 200 (paper preset None)")
     assert "cut to their leading rows of at most 50,000 tokens" in data_label(laptop, PAPER_DATA, SETUP)
     gpt2 = {**PAPER_PRESET, "tokenizer": {"name": "gpt2"}}
-    assert not_comparable(gpt2, "table1", TABLE1, PAPER_DATA, SETUP, LEARNED) == ["tokenizer gpt2 (paper bert-base-uncased)"]
+    assert not_comparable(gpt2, "table1", _ran(gpt2, TABLE1), PAPER_DATA, SETUP, LEARNED) == ["tokenizer gpt2 (paper bert-base-uncased)"]
 
 
 def test_local_data_is_labelled_by_what_it_is():

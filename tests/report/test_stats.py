@@ -159,10 +159,10 @@ def test_a_preset_that_leaves_model_keys_unset_is_read_at_the_models_defaults():
     # what the model runs with where a preset is silent (ModelConfig's defaults, their one source),
     # not "None": the paper's own sizes and switches are no difference
     from grassflow.lm.comparable import setup_differences
+    from helpers.specs import ran
 
     exp = {"n_layers": 6, "context_len": 128, "epochs": 30, "batch_size": 32}
-    preset = {"models": ["transformer", "grassmann"], "model": {}, "train": {"lr": 3e-4, "max_steps_per_epoch": None}}
-    assert setup_differences(preset, "table1", exp, SETUP) == []
-    preset["model"] = {"norm": "pre", "lags": [1, 2]}
-    assert setup_differences(preset, "table1", exp, SETUP) == [
+    train = {"lr": 3e-4, "max_steps_per_epoch": None}
+    assert setup_differences(ran({}, train, exp), "table1", SETUP) == []
+    assert setup_differences(ran({"norm": "pre", "lags": [1, 2]}, train, exp), "table1", SETUP) == [
         "not the paper's setup: lags [1, 2] (paper [1, 2, 4, 8, 12, 16]), norm pre (paper post)"]

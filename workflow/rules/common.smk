@@ -21,8 +21,6 @@ REPORT = f"{RESULTS}/report"
 # Every task's rules exist whatever the preset; a preset without a task's part plans none of its
 # jobs (its run wildcard matches nothing).
 TASK_RUNS = {name: t.specs(PRESET, PRESET_CFG) for name, t in TASKS.items()}
-# the preset keys of the tasks' own parts
-PARTS = [t.part_key for t in TASKS.values() if t.part_key]
 THREADS = {name: t.threads(PRESET_CFG) for name, t in TASKS.items()}  # each task's jobs' threads
 
 # Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of

@@ -11,7 +11,7 @@
 from grassflow.lm.plan import experiment_figures, lm_plan, table_files
 
 # its names (grassflow.lm.plan)
-LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS, PARTS)
+LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS)
 # the paper's setup, its published numbers
 PUBLISHED = own_file("workflow/resources/published.yaml")
 
@@ -288,9 +288,9 @@ rule aggregate:  # one experiment's table: a table's target plans only its own r
     conda:
         "../../envs/report.yaml"
     params:
-        # this experiment only: the other tables', the other tasks', ablation edits (and
-        # train.threads) leave this table alone
-        preset=lambda wc: as_json(LM.table_presets[wc.exp]),
+        # what a table reads of the preset (what each run ran: its record), so that another table's,
+        # the other tasks', ablation and execution edits leave this table alone
+        preset=as_json(LM.table_preset),
         preset_name=PRESET,
         out_dir=lambda wc, output: Path(output[0]).parent,
         runs=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in LM.exp_runs[wc.exp]),
@@ -363,6 +363,40 @@ rule ablation_aggregate:
 rule ablations:  # `snakemake ablations`: just the grid, its runs and its table
     input:
         LM.ablation_outputs,
+
+
+# The preset's sweep: one setting's values, both models; each model's value chosen on validation,
+# the tuned gap on test (grassflow.lm.sweep)
+rule sweep_aggregate:
+    input:
+        evals=run_files(RESULTS, LM.sweep_runs, "eval.json"),
+        records=run_files(RESULTS, LM.sweep_runs, "run.json"),
+        metrics=run_files(RESULTS, LM.sweep_runs, "metrics.jsonl"),
+        unigram=f"{LM.tokens}/unigram.json",
+        checksums=f"{LM.raw}/checksums.json",
+        published=PUBLISHED,
+    output:
+        shown(LM.sweep_files, "Sweep"),
+    log:
+        f"{RESULTS}/logs/sweep_aggregate.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        preset=as_json(LM.sweep_preset),
+        grid=as_json(LM.sweep),
+        preset_name=PRESET,
+        out_dir=lambda wc, output: Path(output[0]).parent,
+        runs_dir=lambda wc, input: Path(input.records[0]).parent.parent,
+        code=code_of("grassflow.lm.sweep"),
+    shell:
+        "python -m grassflow.lm.sweep --preset {params.preset:q} --preset-name {params.preset_name} --grid {params.grid:q} "
+        "--runs-dir {params.runs_dir} --unigram {input.unigram} --checksums {input.checksums} "
+        "--published {input.published} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule sweep:  # `snakemake sweep`: just the sweep, its runs and its table
+    input:
+        LM.sweep_files,
 
 
 rule lm:  # `snakemake lm`: every LM table and figure, every run's evaluation, their data

@@ -22,8 +22,8 @@ import pandas as pd
 
 from grassflow import job
 from grassflow.lm import figures
-from grassflow.lm.aggregate import baseline_line, load_runs, provenance_line, run_settings
-from grassflow.lm.comparable import load_checksums, load_published, not_comparable, verdict_scope
+from grassflow.lm.aggregate import baseline_line, load_runs, provenance_line, run_settings, run_specs
+from grassflow.lm.comparable import load_checksums, load_published, not_comparable, ran_settings, verdict_scope
 from grassflow.markdown import table as md_table
 from grassflow.models.config import ModelConfig
 from grassflow.report.records import read_record
@@ -146,7 +146,10 @@ def aggregate_ablations(preset: dict, preset_name: str, grid: dict, runs_dir, un
              for k in preset["models"]}
     exp = run_settings(df)  # N, L, B, epochs and `<unk>`'s reading: as the runs ran them
     unk = exp.pop("unk_mapped")
-    why = not_comparable(preset, base, exp, checksums, pub["paper_setup"], worst, unk)
+    # what the runs ran, less what the variants switch (the table's subject, in its switches column)
+    switched = {k for sw in preset["ablations"]["variants"].values() for k in (*(sw or {}), *((sw or {}).get("train") or {}))}
+    ran = ran_settings(run_specs(df), varied=switched - {"train"})
+    why = not_comparable(preset, base, ran, checksums, pub["paper_setup"], worst, unk)
     head = provenance_line(preset_name, preset, checksums, pub["paper_setup"], unk)
     per_run = pd.concat([df[df.run_id.isin([x for rs in models.values() for x in rs])].assign(variant=v)
                          for v, models in grid.items()], ignore_index=True)

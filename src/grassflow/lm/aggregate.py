@@ -26,9 +26,11 @@ from grassflow.lm.comparable import (
     load_published,
     not_comparable,
     paper_ppl,
+    ran_settings,
     verdict_scope,
 )
 from grassflow.report.figures import curves
+from grassflow.report.records import read_record
 from grassflow.report.stats import gap_ci, mean_std, verdict
 from grassflow.report.tables import (
     MODELS,
@@ -80,6 +82,11 @@ def run_settings(df: pd.DataFrame) -> dict:
             raise DataError(f"the runs' records disagree on {col}: {values} ({', '.join(sorted(df.run_id))})")
         out["epochs" if col == "epochs_asked" else col] = values[0]
     return out
+
+
+def run_specs(df: pd.DataFrame) -> list[dict]:
+    """The specs the runs' records hold (what each ran: lm.comparable.ran_settings reads them)."""
+    return [read_record(r)["spec"] for r in df.record]
 
 
 def summarise(df: pd.DataFrame, paper: dict, asked: int) -> dict:
@@ -184,8 +191,8 @@ def aggregate(preset: dict, preset_name: str, experiment: str, runs, out_dir, un
     sub = df.sort_values(["model", "seed"])
     paper = paper_ppl(published, experiment)
     s = summarise(sub, paper, len(preset["seeds"]))
-    judge(s, not_comparable(preset, experiment, exp, checksums, setup, s["models"], unk), setup["claim_limit_pct"],
-          verdict_scope(checksums, setup))
+    why = not_comparable(preset, experiment, ran_settings(run_specs(sub)), checksums, setup, s["models"], unk)
+    judge(s, why, setup["claim_limit_pct"], verdict_scope(checksums, setup))
     md = markdown_table(experiment, exp, s, out) + "\n" + made_line(sub) + "\n\n" + baseline_line(unigram) + "\n"
     write_tables(out, experiment, head, md, sub.assign(preset=preset_name, data_source=preset["data"]["source"]),
                  latex_table(experiment, exp, s))

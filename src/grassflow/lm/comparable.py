@@ -14,7 +14,9 @@ from pathlib import Path
 
 import yaml
 
+from grassflow.errors import DataError
 from grassflow.models.config import ModelConfig
+from grassflow.report.tables import MODELS
 
 MIN_SEEDS = 2
 # the model's defaults (its dataclass: their one source), for presets that leave a key unset
@@ -88,36 +90,64 @@ def verdict_scope(checksums: dict, setup: dict) -> str | None:
     return release["scope"] if release else None
 
 
-def setup_differences(preset: dict, exp_name: str, exp: dict, setup: dict) -> list[str]:
-    """The settings that differ from the paper's (what it states) and from our `paper`
-    preset's (what it leaves unstated and we assume: setup["assumed"])."""
+def ran_settings(specs: list[dict], varied=()) -> dict[str, dict]:
+    """{model kind: {key: value}}: the model and training settings (spec.model, spec.train) its runs'
+    records hold, one value per key across its runs; the `varied` keys (a table's own subject: the
+    ablation switches, a sweep's key) left out. Runs of one model that disagree on any other key are
+    a DataError naming the key and the runs."""
+    out = {}
+    for kind in sorted({s["model_kind"] for s in specs}):
+        mine = [s for s in specs if s["model_kind"] == kind]
+        settings = [{**s["model"], **s["train"]} for s in mine]
+        out[kind] = {}
+        for key in sorted(set().union(*settings) - set(varied)):
+            values = {json.dumps(x.get(key, "<absent>"), sort_keys=True) for x in settings}
+            if len(values) > 1:
+                raise DataError(f"the {kind} runs' records disagree on {key}: {sorted(values)} "
+                                f"({', '.join(sorted(s['run_id'] for s in mine))})")
+            out[kind][key] = settings[0].get(key, "<absent>")
+    return out
+
+
+def models_differ(ran: dict[str, dict]) -> str | None:
+    """What the models ran differently of the settings both have (ran_settings), in one line; None."""
+    kinds = sorted(ran, key=lambda k: (k not in MODELS, MODELS.index(k) if k in MODELS else 0, k))
+    shared = sorted(set.intersection(*(set(ran[k]) for k in kinds))) if len(kinds) > 1 else []
+    differ = [k for k in shared if len({json.dumps(ran[m][k], sort_keys=True) for m in kinds}) > 1]
+    if not differ:
+        return None
+    return "the models ran different settings: " + "; ".join(
+        f"{k} {', '.join(f'{ran[m][k]} ({m})' for m in kinds)}" for k in differ)
+
+
+def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[str]:
+    """The settings the runs ran (ran_settings: their records') that differ from the paper's (what it
+    states) and from our `paper` preset's (what it leaves unstated and we assume: setup["assumed"]).
+    A key is compared for the models that have it; one no record holds, at the model's default."""
     paper_exp = setup["experiments"].get(exp_name)
     if paper_exp is None:
         return [f"the paper has no experiment {exp_name!r}"]
     assumed = setup.get("assumed") or {}
     stated = {**setup["model"], **paper_exp}
-    unstated = {**(assumed.get("model") or {}), **(assumed.get("experiments") or {}).get(exp_name, {})}
+    unstated = {**(assumed.get("model") or {}), **(assumed.get("experiments") or {}).get(exp_name, {}),
+                **(assumed.get("train") or {})}
+    held = set().union(*ran.values()) if ran else set()  # a key of another kind's (r) is not this kind's
     diffs = []
-
-    def differ(ours: dict, want: dict, whose: str):
-        for k, v in want.items():
-            d = f"{k} {ours.get(k)} ({whose} {v})"
-            if ours.get(k) != v and d not in diffs:
-                diffs.append(d)
-
-    for kind in preset["models"]:
-        ours = {**DEFAULTS, **preset["model"], **(preset.get("model_overrides") or {}).get(kind, {}), **exp}
-        differ(ours, stated, "paper")
-        differ(ours, unstated, "paper preset")
-    differ(preset.get("train") or {}, assumed.get("train") or {}, "paper preset")
+    for settings in ran.values():
+        ours = {**{k: v for k, v in DEFAULTS.items() if k not in held}, **settings}
+        for want, whose in ((stated, "paper"), (unstated, "paper preset")):
+            for k, v in want.items():
+                d = f"{k} {ours.get(k)} ({whose} {v})"
+                if k in ours and ours[k] != v and d not in diffs:
+                    diffs.append(d)
     return ["not the paper's setup: " + ", ".join(diffs)] if diffs else []
 
 
-def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setup: dict, models: dict,
+def not_comparable(preset: dict, exp_name: str, ran: dict, checksums: dict, setup: dict, models: dict,
                    unk: bool | None = None) -> list[str]:
     """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`:
-    {model: {"n_learned": int, "not_learned": [run ids]}}; `exp`: the experiment's settings and `unk`
-    whether the token files map `<unk>`, as the runs' records hold them."""
+    {model: {"n_learned": int, "not_learned": [run ids]}}; `ran`: what each model's runs ran
+    (ran_settings) and `unk` whether the token files map `<unk>`, as the runs' records hold them."""
     why = []
     release = same_articles(checksums, setup)
     if release:
@@ -130,7 +160,9 @@ def not_comparable(preset: dict, exp_name: str, exp: dict, checksums: dict, setu
         why.append(f"tokenizer {preset['tokenizer']['name']} (paper {setup['tokenizer']})")
     if eval_cut(preset["data"]):
         why.append(eval_cut(preset["data"]))
-    why += setup_differences(preset, exp_name, exp, setup)
+    why += setup_differences(ran, exp_name, setup)
+    if differ := models_differ(ran):
+        why.append(differ)
     not_learned = sum(len(m["not_learned"]) for m in models.values())
     if not_learned:
         why.append(f"{not_learned} run(s) did not beat the unigram baseline")

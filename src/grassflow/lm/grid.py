@@ -23,6 +23,7 @@ def check_lm(where: str, name: str, p: dict) -> None:
         raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
                           "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
     check_ablations(where, p)
+    check_sweep(where, p)
 
 
 def check_model(spec: dict, p: dict) -> None:
@@ -43,6 +44,43 @@ def check_ablations(where: str, p: dict) -> None:
         for key in sorted(set((switches or {}).get("train") or {}) & set(NOT_VARIANT_TRAIN)):
             raise ConfigError(f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the base "
                               "experiment's scale, or how a job runs, which changes no run)")
+
+
+def check_sweep(where: str, p: dict) -> None:
+    """One key (under train or model), its values (numbers: the schema) in increasing order: the first
+    and the last are a sweep's edges, which a model's best must lie between (bracketed)."""
+    s = p.get("sweep")
+    if not s:
+        return
+    if s["base"] not in p["experiments"]:
+        raise ConfigError(f"{where}.sweep.base: {s['base']!r} is not an experiment of this preset "
+                          f"({sorted(p['experiments'])})")
+    keys = [f"{section}.{k}" for section in ("train", "model") for k in s.get(section) or {}]
+    if len(keys) != 1:
+        raise ConfigError(f"{where}.sweep: one key to sweep, under train or model (e.g. train: {{lr: [1.0e-3, "
+                          f"3.0e-3, 1.0e-2]}}); got {keys or 'none'}")
+    section, key = keys[0].split(".")
+    if section == "train" and key in NOT_VARIANT_TRAIN:
+        raise ConfigError(f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or how a "
+                          "job runs, which changes no run)")
+    values = s[section][key]  # numbers (the schema): a choice between settings is an ablation variant
+    if values != sorted(values):
+        raise ConfigError(f"{where}.sweep.{section}.{key}: {values} are not in increasing order (the first and "
+                          "the last are the edges a best must lie between)")
+
+
+def sweep_key(p: dict) -> tuple[str, str]:
+    """(section, key) of the preset's sweep: ("train", "lr")."""
+    s = p["sweep"]
+    return next((section, k) for section in ("train", "model") for k in s.get(section) or {})
+
+
+def value_label(v) -> str:
+    """A swept value as its runs' ids and the tables name it: 0.001 → 1e-3, 64 → 64."""
+    if isinstance(v, int):
+        return str(v)
+    mantissa, exponent = f"{v:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def tokenizer_spec(p: dict) -> dict:
@@ -121,11 +159,15 @@ def _main_runs(name: str, p: dict) -> dict[str, dict]:
 
 
 def runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec}: the main tables' runs, then the ablation grid's runs that are not already
-    among them (see ablation_runs)."""
+    """{run_id: spec}: the main tables' runs, then the ablation grid's and the sweep's runs that are
+    not already among them (see ablation_runs, sweep_runs)."""
     out = _main_runs(name, p)
     for variant in ablation_runs(name, p, out).values():
         for specs in variant.values():
+            for spec in specs:
+                out.setdefault(spec["run_id"], spec)
+    for cell in sweep_runs(name, p, out):
+        for specs in cell.values():
             for spec in specs:
                 out.setdefault(spec["run_id"], spec)
     return out
@@ -158,6 +200,47 @@ def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dic
                 specs.append(spec)
             out[variant][kind] = specs
     return out
+
+
+def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, list[dict]]]:
+    """[{model: [spec per seed]} per value] of the preset's `sweep`: the swept key at each value on the
+    base experiment, both models. A run whose spec equals one of `known` ({run_id: spec}: the main
+    tables' and the ablation grid's) or another value's is that run, trained once: the base's own
+    value is the table's runs."""
+    s = p.get("sweep")
+    if not s:
+        return []
+    section, key = sweep_key(p)
+    by_content = {_content(spec): run for run, spec in (known or {}).items()}
+    out = []
+    for v in s[section][key]:
+        switches = {"train": {key: v}} if section == "train" else {key: v}
+        cell = {}
+        for kind in p["models"]:
+            specs = []
+            for seed in s["seeds"]:
+                spec = _run_spec(name, p, s["base"], kind, seed, switches)
+                spec["run_id"] = by_content.setdefault(
+                    _content(spec), sections.run_id(f"{s['base']}_{key}_{value_label(v)}-{kind}", seed))
+                specs.append(spec)
+            cell[kind] = specs
+        out.append(cell)
+    return out
+
+
+def sweep_grid(name: str, p: dict) -> dict | None:
+    """What the sweep's table is handed: its base experiment, its key (dotted), its values with their
+    labels, and each value's run ids by model; None without a sweep."""
+    if not p.get("sweep"):
+        return None
+    main = _main_runs(name, p)
+    known = {**main, **{s["run_id"]: s for v in ablation_runs(name, p, main).values() for specs in v.values()
+                        for s in specs}}
+    section, key = sweep_key(p)
+    values = p["sweep"][section][key]
+    return {"base": p["sweep"]["base"], "key": f"{section}.{key}", "values": values, "labels": [value_label(v) for v in values],
+            "runs": [{m: [s["run_id"] for s in specs] for m, specs in cell.items()}
+                     for cell in sweep_runs(name, p, known)]}
 
 
 TOKENIZER_VOCAB = {"bert-base-uncased": 30522, "gpt2": 50257}

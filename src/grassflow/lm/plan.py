@@ -11,9 +11,10 @@ from grassflow.lm.grid import (
     finished_runs,
     fused_groups,
     main_run_ids,
+    sweep_grid,
     tokenizer_spec,
 )
-from grassflow.pipeline.sections import SPLITS, group_seed, run_train
+from grassflow.pipeline.sections import SPLITS, group_seed
 
 
 def table_files(report: str, name: str) -> list[str]:
@@ -25,19 +26,21 @@ def experiment_figures(report: str, exp: str) -> list[str]:
     return [f"{report}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
 
 
-def table_preset(p: dict, exps, others=(), keys=None) -> dict:
-    """The slice of the preset a table job reads: these experiments only, the train section without
-    its execution keys, none of `others` (the other tasks' parts; `keys`: only those), so another
-    table's, another task's or an execution edit leaves the table alone."""
-    kept = keys or [k for k in p if k not in ("ablations", "experiments", *others)]
-    out = {k: run_train(p[k]) if k == "train" else p[k] for k in kept if k in p}
-    return {**out, "experiments": {e: p["experiments"][e] for e in exps}}
+# What a table job reads of the preset: where its data came from, the tokenizer, the models and seeds it
+# asked for. What each run ran (its model, its training) the table reads from the run's record.
+TABLE_KEYS = ("data", "tokenizer", "models", "seeds")
 
 
-def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=()) -> SimpleNamespace:
+def table_preset(p: dict, grid: str | None = None) -> dict:
+    """The slice of the preset a table job reads (TABLE_KEYS, and the `grid` it tables: ablations,
+    sweep), so that another table's, another task's or an execution edit leaves the table alone,
+    and a run's settings reach it once: by its record."""
+    return {k: p[k] for k in (*TABLE_KEYS, *([grid] if grid else ())) if k in p}
+
+
+def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str) -> SimpleNamespace:
     """The names of lm.smk: its part (None where the preset has no experiments), its runs (`runs`:
-    its task's specs), their groups, files and outputs, under `results` (results/<preset>;
-    `others`: the preset keys of the other tasks' parts)."""
+    its task's specs), their groups, files and outputs, under `results` (results/<preset>)."""
     on = bool(p.get("experiments"))
     report, experiments = f"{results}/report", list(p.get("experiments") or {})
     main = main_run_ids(p)
@@ -47,6 +50,8 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=(
     tokens = f"{results}/data/tokens/{p['tokenizer']['name'] if on else None}"
     exp_outputs = {e: table_files(report, e) + experiment_figures(report, e) for e in experiments}
     ablation_files = [f"{report}/ablations_gap.png", *table_files(report, "ablations"), f"{report}/ablations.png"]
+    sweep = sweep_grid(name, p) if on else None
+    sweep_files = [*table_files(report, "sweep"), f"{report}/sweep.png"] if sweep else []
     return SimpleNamespace(
         part=p if on else None,
         train=p["train"] if on else {},
@@ -72,10 +77,12 @@ def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str, others=(
         exp_outputs=exp_outputs,
         ablation_files=ablation_files,
         ablation_outputs=ablation_files if ablations else [],
+        sweep=sweep,
+        sweep_runs=sorted({r for cell in sweep["runs"] for rs in cell.values() for r in rs}) if sweep else [],
+        sweep_files=sweep_files,
         outputs=[f for fs in exp_outputs.values() for f in fs] + [f"{report}/scaling.png", f"{report}/summary.md"]
-        + (ablation_files if ablations else []) if on else [],
-        table_presets={e: table_preset(p, [e], others) for e in experiments},
-        ablations_preset=table_preset({**p, "model_overrides": p.get("model_overrides") or {}}, [p["ablations"]["base"]],
-                                      keys=["data", "tokenizer", "models", "model", "model_overrides", "ablations", "train"])
-        if ablations else None,
+        + (ablation_files if ablations else []) + sweep_files if on else [],
+        table_preset=table_preset(p) if on else None,
+        ablations_preset=table_preset(p, "ablations") if ablations else None,
+        sweep_preset=table_preset(p, "sweep") if sweep else None,
     )

@@ -46,7 +46,28 @@ def load_schema(path) -> dict:
         if isinstance(node, dict) and "generated" in node:
             schema["$defs"][name] = dataclass_schema(GENERATED[node["generated"]], exclude=node.get("exclude", ()),
                                                      extra=node.get("extra"))
+    # a sweep's keys: the numbers a variant may set, each with a list of at least 3 of its values
+    variant = schema["$defs"]["variant"]["properties"]
+    for section, props in (("train", schema["$defs"]["variant_train"]["properties"]),
+                           ("model", {k: v for k, v in variant.items() if k != "train"})):
+        schema["$defs"][f"sweep_{section}"] = {"type": "object", "additionalProperties": False, "properties": {
+            k: {"type": "array", "minItems": 3, "uniqueItems": True, "items": {**node, "type": numeric}}
+            for k, v in props.items() if (numeric := _numeric(node := _resolved(v, schema)))}}
     return schema
+
+
+def _resolved(node: dict, schema: dict) -> dict:
+    """A schema node with its local `$ref` (#/$defs/...) replaced by what it names, its own keys kept."""
+    ref = node.get("$ref", "")
+    if not ref.startswith("#/$defs/"):
+        return node
+    return {**schema["$defs"][ref.rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _numeric(node: dict) -> list[str]:
+    """The number types a schema node takes (a sweep's values; a null or a choice is not one)."""
+    types = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+    return [t for t in types if t in ("integer", "number")]
 
 
 def fill_defaults(config: dict, schema: dict) -> None:
@@ -156,8 +177,9 @@ def check_preset(name: str, p: dict) -> None:
     parts = [t.part_key or "experiments" for t in TASKS.values()]
     if not any(t.part(p) for t in TASKS.values()):
         raise ConfigError(f"{where}: nothing to run (no {', '.join(parts[:-1])} or {parts[-1]} part)")
-    if p.get("ablations") and not p.get("experiments"):
-        raise ConfigError(f"{where}.ablations: needs the language-model experiments it varies")
+    for grid in ("ablations", "sweep"):
+        if p.get(grid) and not p.get("experiments"):
+            raise ConfigError(f"{where}.{grid}: needs the language-model experiments it varies")
     for t in TASKS.values():  # each task's own checks (its declaration's `check`), then its runs' models
         at = where + (f".{t.part_key}" if t.part_key else "")  # its part's key path, for its errors
         if t.part(p) and t.check:

@@ -197,14 +197,20 @@ def benchmark_seconds(tsv: Path) -> float | None:
     return float(rows[-1]["s"]) if rows else None
 
 
-def plan(project: Path, profile=None, measured=False, **plan_args) -> list[dict]:
+def plan(project: Path, profile=None, measured=False, each=None, **plan_args) -> list[dict]:
     """Per rule of Snakemake's plan (dry_run's arguments), what its jobs ask for and, of the run
     jobs, their estimates: the resources the rules computed (common.smk: `run_resources`), as the
-    cluster will see them; `measured`: every job's (forceall) with the wall time of those that ran."""
+    cluster will see them; `measured`: every job's (forceall) with the wall time of those that ran;
+    `each`: a list that gets one row per estimated job (its rule, run or group, estimate, limit)."""
     by_rule, default = cluster_resources(profile)
     jobs, local = dry_run(project, forceall=measured, **plan_args)
     rows = {}
     for job in jobs:
+        if each is not None and "estimate_ms" in job["resources"]:
+            r = job["resources"]
+            each.append({"rule": job["rule"], "job": ", ".join(map(str, job["wildcards"].values())),
+                         "est_hours": int(r["estimate_ms"]) / 3.6e6 / int(r.get("runs_per_gpu", 1)),
+                         "limit_hours": int(r.get("runtime", 0)) / 60, "items": int(r["trained_items"])})
         rule = job["rule"]
         res = {**default, **job["resources"], **by_rule.get(rule, {})}  # as the cluster will see them
         row = rows.setdefault(rule, {"rule": rule, "jobs": 0, "est_hours": 0.0, "est_wall_hours": 0.0, "limit_hours": 0.0,
@@ -254,6 +260,14 @@ def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def jobs_markdown(each: list[dict]) -> str:
+    """One row per estimated job (plan's `each`): which run it is, what it costs."""
+    rows = [[j["rule"], j["job"], f"{j['est_hours']:.3f}", f"{j['limit_hours']:.2f}", f"{j['items']:,}" if j["items"] else "—"]
+            for j in sorted(each, key=lambda j: (j["rule"], j["job"]))]
+    return "\n".join(["Each estimated job:", "", *markdown.table(
+        ["rule", "run", "estimated device-hours", "requested hours (limit)", "tokens / examples trained"], rows)]) + "\n"
+
+
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="grassflow plan", description=__doc__.split("\n")[0])
     ap.add_argument("--preset", help="the preset to plan (default: config.yaml's, or the configfiles')")
@@ -265,6 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--why", action="store_true",
                     help="list each planned job with what made it stale (the files whose code changed, the "
                          "settings that changed, a missing output) instead of the cost table")
+    ap.add_argument("--runs", action="store_true",
+                    help="also list each training and evaluation job: its run, estimate and time limit")
     ap.add_argument("--project", default=".", help="the project directory (where the Snakefile is)")
     ap.add_argument("targets", nargs="*", help="snakemake targets (default: all)")
     a = ap.parse_args(argv)
@@ -274,7 +290,10 @@ def main(argv=None) -> int:
     if a.why:
         print(why_markdown(why(project, **plan_args)), end="")
         return 0
-    rows = plan(project, project / a.profile if a.profile else None, a.measured, **plan_args)
+    each = [] if a.runs else None
+    rows = plan(project, project / a.profile if a.profile else None, a.measured, each, **plan_args)
     print(to_markdown(rows, config["preset"], config.get("estimate") or {}))
+    if each:
+        print(jobs_markdown(each))
     return 0
 

@@ -17,7 +17,22 @@ from grassflow.report.records import read_metrics  # noqa: E402
 COLORS = {"transformer": "tab:blue", "grassmann": "tab:orange"}
 
 
+def plain_log_ticks(fig) -> None:
+    """Every log axis of `fig` labelled as matplotlib would, in plain numbers: its default log labels
+    are mathtext (`$\\mathdefault{10^{2}}$`), which these figures draw as the text it is
+    (text.parse_math off, above). Labels a figure set itself are kept."""
+    from matplotlib.ticker import LogFormatter, LogFormatterSciNotation
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for minor, f in ((False, axis.get_major_formatter()), (True, axis.get_minor_formatter())):
+                if type(f) is LogFormatterSciNotation:
+                    plain = LogFormatter(base=f._base, labelOnlyBase=f.labelOnlyBase, minor_thresholds=f.minor_thresholds)
+                    (axis.set_minor_formatter if minor else axis.set_major_formatter)(plain)
+
+
 def save(fig, path):
+    plain_log_ticks(fig)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
