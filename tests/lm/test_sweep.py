@@ -13,7 +13,6 @@ import pytest
 import yaml
 from scipy import stats
 
-from grassflow.errors import ConfigError
 from grassflow.lm import sweep
 from grassflow.lm.grid import runs, sweep_grid, value_label
 from grassflow.lm.plan import lm_plan
@@ -152,7 +151,7 @@ def test_the_papers_sweep_shares_table1s_runs_and_the_lr_ablations():
     assert len({repr(sorted(c.items())) for c in contents}) == len(contents)  # each spec once
     plan = lm_plan(name, p, {}, specs, "results/paper")
     assert plan.sweep_runs == sorted(r for cell in grid["runs"] for rs in cell.values() for r in rs)
-    assert f"results/paper/report/sweep.png" in plan.outputs
+    assert "results/paper/report/sweep.png" in plan.outputs
 
 
 @pytest.mark.parametrize("sweep_section, words", [

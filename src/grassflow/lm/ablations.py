@@ -22,8 +22,20 @@ import pandas as pd
 
 from grassflow import job
 from grassflow.lm import figures
-from grassflow.lm.aggregate import baseline_line, load_runs, provenance_line, run_settings, run_specs
-from grassflow.lm.comparable import load_checksums, load_published, not_comparable, ran_settings, verdict_scope
+from grassflow.lm.aggregate import (
+    baseline_line,
+    load_runs,
+    provenance_line,
+    run_settings,
+    run_specs,
+)
+from grassflow.lm.comparable import (
+    load_checksums,
+    load_published,
+    not_comparable,
+    ran_settings,
+    verdict_scope,
+)
 from grassflow.markdown import table as md_table
 from grassflow.models.config import ModelConfig
 from grassflow.report.records import read_record

@@ -24,11 +24,31 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from grassflow import job, markdown
-from grassflow.lm.aggregate import baseline_line, load_runs, provenance_line, run_settings, run_specs
-from grassflow.lm.comparable import load_checksums, load_published, not_comparable, ran_settings, verdict_scope
+from grassflow.lm.aggregate import (
+    baseline_line,
+    load_runs,
+    provenance_line,
+    run_settings,
+    run_specs,
+)
+from grassflow.lm.comparable import (
+    load_checksums,
+    load_published,
+    not_comparable,
+    ran_settings,
+    verdict_scope,
+)
 from grassflow.report.figures import COLORS, save
 from grassflow.report.stats import gap_ci, mean_std, verdict
-from grassflow.report.tables import MODELS, cannot_compare, fmt, latex, made_line, record_links, write_tables
+from grassflow.report.tables import (
+    MODELS,
+    cannot_compare,
+    fmt,
+    latex,
+    made_line,
+    record_links,
+    write_tables,
+)
 
 
 def cell(sub: pd.DataFrame) -> dict:
