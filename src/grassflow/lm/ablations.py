@@ -131,7 +131,8 @@ def markdown(rows: list[dict], preset: dict, e: dict, published: list[dict], why
                  ["source", "setup", "Transformer", "Grassmann", "gap"],
                  [[p["source"], p["setup"], p.get("transformer") or "—", p.get("grassmann") or "—",
                    f"{100 * (p['grassmann'] - p['transformer']) / p['transformer']:+.1f} %"
-                   if p.get("transformer") and p.get("grassmann") else "—"] for p in published])]
+                   if p.get("transformer") and p.get("grassmann")
+                   else f"{p['gap_pct']:+.1f} %" if p.get("gap_pct") is not None else "—"] for p in published])]
     return "\n".join(lines) + "\n"
 
 
