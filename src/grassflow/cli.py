@@ -1,4 +1,4 @@
-"""`grassflow <verb>`: the user's verbs (plan, gpus, runs, diff, export, generate, lm-eval, bench, preflight).
+"""`grassflow <verb>`: the user's verbs (plan, gpus, runs, diff, check, export, generate, lm-eval, bench, preflight).
 
 The pipeline's jobs are not here: each stage is its own command line, `python -m grassflow.<task>.<stage>` (grassflow.job), which its
 rule's shell runs. Expected failures (bad data, bad config, missing files) print one `error:`
@@ -64,6 +64,24 @@ def _diff(a):
     print(diff(Path(a.run_a), Path(a.run_b)), end="")
 
 
+def _check(a):
+    """Every run of a results tree, its records checked against each other (grassflow.report.agreement):
+    one line per run that disagrees; exit 1 if any does."""
+    from grassflow.errors import CommandError
+    from grassflow.report.agreement import check_tree
+
+    if not Path(a.dir).is_dir():
+        raise CommandError(f"{a.dir}: no such directory (a results tree: results/, or a directory of runs)")
+    ok, bad, pending = check_tree(a.dir)
+    for line in bad:
+        print(f"error: {line}")
+    for d in pending:
+        print(f"not evaluated yet (no eval.json): {d}")
+    print(f"{len(ok) + len(bad)} evaluated run(s) under {a.dir}: {len(ok)} agree, {len(bad)} do not"
+          + (f"; {len(pending)} not evaluated yet" if pending else "") + ".")
+    return 1 if bad else 0
+
+
 def _export(a):
     from grassflow.export import export_run
 
@@ -96,6 +114,9 @@ COMMANDS = [
                  p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")]]),
     ("diff", "what differs between two runs: spec keys, data and weights hashes, commits, parts, the curves",
      _diff, [lambda p: [p.add_argument("run_a"), p.add_argument("run_b")]]),
+    ("check", "every run of a results tree, its records checked against each other (what a table prints "
+     "against what training recorded): vet a shared tree before tabling it", _check,
+     [lambda p: [p.add_argument("dir", nargs="?", default="results", help="a results tree (default results/)")]]),
     # a trained model outside the pipeline (docs/use/using-models.md); no rule runs these
     ("export", "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
      lambda a: _export(a),

@@ -91,24 +91,26 @@ class _Log:
         return getattr(self.stream, name)
 
 
+# The descriptor a rule's shell hands its job for the one error line: a copy of the shell's own stderr,
+# made before the job's stderr goes to its log (the Snakefile's shell.prefix: `exec 3>&2`)
+ERROR_FD = "GRASSFLOW_ERROR_FD"
+
+
 def say_error(line: str) -> None:
-    """A job's one error line: to stderr, its log, and to the stderr of the shell that started the job
-    where that is another file: Snakemake's output, where the user looks, beside its `Error in rule`.
-    The line reaches it also where the log cannot take it (the log's file system full too, as a
-    scratch quota's is). Linux (/proc); elsewhere the log alone."""
+    """A job's one error line: to stderr (its log), and to the descriptor the rule's shell handed it
+    (ERROR_FD) where that is another file: Snakemake's output, where the user looks, beside its `Error
+    in rule` — a terminal, a pipe, or the file it was redirected to, the line written at that file's own
+    offset, in one write, whole. The line reaches it also where the log cannot take it (the log's
+    file system full too, as a scratch quota's is)."""
     err = sys.stderr if isinstance(sys.stderr, _Log) else _Log(sys.stderr)
     err.write(line + "\n")
     err.flush()
-    main = getattr(sys.modules["__main__"], "__spec__", None)
-    if not (main and main.name.startswith("grassflow.")):  # a stage's process only (not a test calling it)
-        return
-    shell = f"/proc/{os.getppid()}/fd/2"
     try:
-        mine, theirs = os.fstat(2), os.stat(shell)
-        if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
-            with open(shell, "a") as f:  # appending: a file there (a SLURM job's output) is never truncated
-                f.write(line + "\n")
-    except (OSError, ValueError, AttributeError):  # no /proc, no stderr of its own: the log alone
+        fd = int(os.environ.get(ERROR_FD, ""))
+        theirs, mine = os.fstat(fd), os.fstat(2)
+        if (theirs.st_dev, theirs.st_ino) != (mine.st_dev, mine.st_ino):
+            os.write(fd, (line + "\n").encode())
+    except (ValueError, OSError):  # not handed one (a job run by hand), or it cannot take the line: the log alone
         pass
 
 

@@ -478,8 +478,11 @@ class Fit:
         self.writer.wait()  # the best weights the outputs are made from, and the last checkpoint, on disk
         for m in self.members:
             m.write_outputs()
+        for m in self.members:  # closed before the record: a tracker that fails to close is in it
+            m.trackers.close()
         ran = {"optimizer": f"adamw-{self.opt_impl}", "compile": self.compiled.record(),
-               "trackers": self.execution["trackers"], "parts": self.parts}
+               "trackers": self.execution["trackers"], "parts": self.parts,
+               "trackers_failed": [f for m in self.members for f in m.trackers.failed]}
         if self.train_step.capture_error:  # the step ran eagerly after its capture failed
             ran["compile"].update(cuda_graph=False, capture_error=self.train_step.capture_error)
         return [m.status for m in self.members], [m.metrics for m in self.members], ran

@@ -26,8 +26,10 @@ is an error before the first step, naming the setting.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -94,13 +96,16 @@ class MLflow:
         from mlflow.tracking import MlflowClient
 
         self.out_dir, tree = out_dir, _tree(spec, out_dir)
-        # SQLite's wait for another run's write: a minute (its default, 5 s, is short for a busy disk)
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{tree / 'mlflow.db'}?timeout=60"
+        # a server (or any store) the user names, else the tree's SQLite store, which waits a minute for
+        # another run's write (its default, 5 s, is short for a busy disk): one machine's (tracking.md)
+        given = os.environ.get("MLFLOW_TRACKING_URI")
+        uri = given or f"sqlite:///{tree / 'mlflow.db'}?timeout=60"
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or f"{spec.get('preset')}/{spec.get('experiment') or spec.get('task')}"
         where = str(out_dir.resolve().relative_to(tree)) if out_dir.resolve().is_relative_to(tree) else str(out_dir)
         tree.mkdir(parents=True, exist_ok=True)
-        with open(tree / ".mlflow.lock", "w") as lock:  # the store's schema and the experiment, made once
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(tree / ".mlflow.lock", "w") as lock:  # the tree store's schema and the experiment, made once
+            if not given:  # a server orders its own writes; a lock on a cluster's file system may not hold
+                fcntl.flock(lock, fcntl.LOCK_EX)
             self.client = MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(name)
             exp_id = exp.experiment_id if exp else self.client.create_experiment(
@@ -138,10 +143,13 @@ DIRS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # each tracker's direct
 class Trackers:
     """The chosen trackers as one: log(values, step) to each, close() all. A run started afresh
     (`fresh`) starts its trackers' directories afresh: an abandoned attempt's curves are not
-    this run's; a resumed run appends to them."""
+    this run's; a resumed run appends to them. A tracker that cannot start stops the run before its
+    first step; one that fails later (its store locked, read-only, unreachable) is dropped with one
+    warning in the job's log, the run trains on, and `failed` says which and when (run.json's
+    trackers_failed): a run of hours does not die for its curves."""
 
     def __init__(self, names, spec: dict, out_dir, fresh: bool = True):
-        self.open = []
+        self.open, self.failed, self.run_id = [], [], spec.get("run_id")
         if fresh:
             import shutil
 
@@ -151,18 +159,29 @@ class Trackers:
             if name not in CHOICES:
                 raise ConfigError(f"train.trackers: unknown tracker {name!r} (choices: {', '.join(CHOICES)})")
             try:
-                self.open.append(MLflow(spec, Path(out_dir), fresh) if name == "mlflow" else
-                                 {"tensorboard": TensorBoard, "wandb": WandB}[name](spec, Path(out_dir)))
+                self.open.append((name, MLflow(spec, Path(out_dir), fresh) if name == "mlflow" else
+                                  {"tensorboard": TensorBoard, "wandb": WandB}[name](spec, Path(out_dir))))
             except Exception as e:  # ImportError without the extra, or the tracker's own refusal
                 self.close()
                 raise ConfigError(f"train.trackers: {name!r} could not start ({type(e).__name__}: {e}); "
                                   f"install it with pip install 'grassflow[{name}]', or leave it out") from e
 
+    def _each(self, call, step: int | None) -> None:
+        for name, tracker in list(self.open):
+            try:
+                call(tracker)
+            except Exception as e:  # any tracker's failure: its curves stop, the run goes on
+                self.open.remove((name, tracker))
+                said = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                self.failed.append({"tracker": name, "run": self.run_id, "step": step, "at": time.time(), "error": said})
+                print(f"[train] warning: tracker {name} failed at step {step} ({said}); the run trains on without "
+                      "it (run.json: trackers_failed)", file=sys.stderr)
+                with contextlib.suppress(Exception):
+                    tracker.close()
+
     def log(self, values: dict, step: int) -> None:
-        for tracker in self.open:
-            tracker.log(values, step)
+        self._each(lambda t: t.log(values, step), step)
 
     def close(self) -> None:
-        for tracker in self.open:
-            tracker.close()
+        self._each(lambda t: t.close(), None)
         self.open = []

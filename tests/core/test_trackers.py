@@ -256,3 +256,32 @@ def test_a_fresh_start_clears_the_trackers_directories_and_a_resume_appends(tmp_
     assert status == {"state": "completed"}
     after = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
     assert set(first) < set(after)  # resumed: the first part's events kept, the rest added
+
+
+def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(tmp_path, monkeypatch, capfd):
+    """The MLflow store named by MLFLOW_TRACKING_URI (honoured: the runs log there) damaged after the first
+    epoch: the run completes its three epochs, TensorBoard keeps every curve, one warning in the log, and
+    the record says which tracker failed, at which step (mutation: the failure propagated, as before,
+    kills the run)."""
+    db = tmp_path / "store" / "mlflow.db"
+    db.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+
+    class Damaged(Toy):
+        def batch(self, epoch, step):
+            if (epoch, step) == (1, 0):  # the store on a disk that went bad after epoch 1
+                db.write_bytes(b"this is not an SQLite database\n" * 512)
+            return super().batch(epoch, step)
+
+    spec = toy_spec(log_every=LOG_EVERY)
+    (tmp_path / "run").mkdir()
+    torch.manual_seed(0)
+    status, metrics, ran = fit(torch.nn.Linear(3, 1), Damaged(), spec, tmp_path / "run", torch.device("cpu"),
+                               header={}, execution={"trackers": ["tensorboard", "mlflow"]})
+    assert status == {"state": "completed"} and len(metrics) == 3
+    (failed,) = ran["trackers_failed"]
+    assert (failed["tracker"], failed["run"], failed["step"]) == ("mlflow", "toy", STEPS + WINDOWS[0])
+    assert failed["at"] > 0 and failed["error"]
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "warning: tracker" in line]
+    assert len(warnings) == 1 and "tracker mlflow failed at step 13" in warnings[0]
+    assert len(tensorboard_scalars(tmp_path / "run" / "tensorboard")["val/loss"]) == 3  # the other tracker, whole

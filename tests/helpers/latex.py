@@ -12,10 +12,16 @@ from helpers.procs import skip_or_fail_in_ci
 DOCUMENT = "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n\\input{%s}\n\\end{document}\n"
 
 
-def compile_tex(tex: Path, work: Path) -> None:
-    """pdflatex over a document that inputs `tex`; fails with the log's error lines."""
+def need_pdflatex() -> None:
+    """Skip (fail under CI) where there is no pdflatex: called before anything runs by a test whose end
+    compiles a table, so that a skip never takes the checks before it along."""
     if shutil.which("pdflatex") is None:
         skip_or_fail_in_ci("no pdflatex (apt-get install texlive-latex-base texlive-latex-recommended)")
+
+
+def compile_tex(tex: Path, work: Path) -> None:
+    """pdflatex over a document that inputs `tex`; fails with the log's error lines."""
+    need_pdflatex()
     work.mkdir(parents=True, exist_ok=True)
     (work / "doc.tex").write_text(DOCUMENT % tex.resolve().as_posix())
     res = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=work,

@@ -320,10 +320,10 @@ def test_the_model_kinds_are_named_once_in_the_schemas_and_alike_in_the_registry
 def test_a_finished_runs_path_a_shell_would_read_is_refused_by_name():
     """finished_runs' directories reach the adoption's command line: one with a character a shell
     reads (a space, `;`, `$`, `|`, `<`) is refused before any job, naming the key."""
-    for path in ("their runs", "runs;rm -rf ~", "$(id)", "a|b", "<x>"):
+    for path in ("their runs", "runs;rm -rf ~", "$(id)", "a|b", "<x>", "~/runs", "a=~/runs"):  # ~: a shell's home
         errors = config_errors({**BASE, "preset": "demo", "finished_runs": [path]}, SCHEMA)
         assert any(e.startswith(f"config finished_runs.0: {path!r} does not match") for e in errors), errors
-    assert config_errors({**BASE, "preset": "demo", "finished_runs": ["reports/wikitext2-v1-gpu/runs", "~/x_1+2@h,3"]},
+    assert config_errors({**BASE, "preset": "demo", "finished_runs": ["reports/wikitext2-v1-gpu/runs", "/home/u/x_1+2@h,3"]},
                          SCHEMA) == []
 
 

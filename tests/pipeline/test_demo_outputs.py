@@ -226,6 +226,31 @@ def test_demo_sweep_table_and_figure_share_table1s_runs(demo):
     assert ("**No tuned gap:**" in md) == any(c[1] != "yes" for c in chosen.values())
 
 
+def test_a_table_job_handed_its_runs_in_another_order_writes_the_same_files(demo, tmp_path):
+    """Every task's table job that is handed its runs (`--runs`: the LM's tables, SNLI's, recall's),
+    pasted from `snakemake -p` with those runs reversed, writes the demo's tables byte for byte: its rows
+    in the order of their keys, whatever order Snakemake hands the inputs (mutation: recall's rows in
+    the order of its inputs, as before)."""
+    out = snakemake(demo, "-n", "-p", "--forceall").stdout
+    commands = [c for c in re.findall(r"^Shell command: (.+)$", out, re.M) if " --runs " in c]
+    stages = {re.search(r"python -m (grassflow\.\S+)", c).group(1) for c in commands}
+    assert stages == {"grassflow.lm.aggregate", "grassflow.snli.aggregate", "grassflow.recall.aggregate"}, stages
+    work = tmp_path / "copy"
+    shutil.copytree(demo, work, symlinks=True)
+    report, again = work / "results/demo/report", work / "results/demo/again"  # the same depth: the same links
+    for c in commands:
+        words = shlex.split(c.split(" > ", 1)[0])
+        i = words.index("--runs")
+        j = next((k for k in range(i + 1, len(words)) if words[k].startswith("--")), len(words))
+        words[i + 1:j] = reversed(words[i + 1:j])
+        words[words.index("--out-dir") + 1] = str(again)
+        subprocess.run(words, cwd=work, env=pipeline_env(work), check=True, timeout=600, capture_output=True)
+    made = sorted(p.name for p in again.iterdir() if p.suffix in (".md", ".csv", ".tex"))
+    assert {"table1.csv", "snli_table3.csv", "recall.csv"} <= set(made), made
+    for name in made:
+        assert (again / name).read_bytes() == (report / name).read_bytes(), name
+
+
 def test_job_command_lines_hold_their_settings_and_can_be_pasted_to_rerun_a_job(demo, tmp_path):
     """Settings as params: each job's command line (`snakemake -p`) holds its settings as one shell
     word of canonical JSON each (a run's spec, a data section, a table's slice of the preset), no

@@ -79,7 +79,24 @@ CRAFTED = [
     ("eval.json", lambda e: e["test"].update(strided_ppl=0.99), "eval.json: test.strided_ppl 0.99 is not a perplexity"),
     ("eval.json", lambda e: e["test"]["harness"].update(word_ppl="inf"),
      "eval.json: test.harness.word_ppl 'inf' is not a perplexity"),
+    # records that disagree with each other (mutations: each of report.agreement's cross-checks removed)
+    ("eval.json", lambda e: e["validation"].update(chunked_ppl=e["validation"]["chunked_ppl"] * 1.05),
+     "eval.json: validation.chunked_ppl"),  # not the best epoch's
+    ("eval.json", lambda e: e.update(best_epoch=1), "eval.json: best_epoch 1 is not run.json's"),
+    ("run.json+metrics.jsonl", None, "eval.json: validation.chunked_ppl"),  # both agree on a best eval.json lacks
+    ("spec", None, "run.json: epochs_completed 3 of its spec's 5 epochs"),  # completed short, no reason
+    ("run.json", lambda r: r["parts"][-1]["to"].update(epoch=2), "run.json: parts[-1].to.epoch 2 is not the run's last epoch"),
 ]
+
+
+def _agreeing_on_another_best(good: dict, best: int) -> dict:
+    """run.json and metrics.jsonl both saying the best epoch's validation PPL is 1 % lower than the
+    evaluation's: they agree with each other, not with it."""
+    rows = [json.loads(line) for line in good["metrics.jsonl"].splitlines()]
+    rows[best - 1]["val_ppl"] *= 0.99
+    rec = json.loads(good["run.json"])
+    rec["best_val_ppl"] = rows[best - 1]["val_ppl"]
+    return {"metrics.jsonl": "\n".join(json.dumps(r) for r in rows) + "\n", "run.json": json.dumps(rec)}
 
 
 def test_records_that_claim_what_they_are_not_are_refused_by_file_and_key(demo, tmp_path, capfd):
@@ -101,14 +118,23 @@ def test_records_that_claim_what_they_are_not_are_refused_by_file_and_key(demo, 
     for name, edit, why in CRAFTED:
         for f in adopt.RECORDS:
             (records / f).write_text(good[f])
-        if name == "metrics.jsonl":
+        spec = json.loads(good["run.json"])["spec"]
+        if name == "run.json+metrics.jsonl":
+            for f, text in _agreeing_on_another_best(good, best).items():
+                (records / f).write_text(text)
+        elif name == "spec":  # this tree's preset asks 5 epochs, and so does the record's spec; it trained 3
+            spec["train"]["epochs"] = 5
+            obj = json.loads(good["run.json"])
+            obj["spec"] = spec
+            (records / "run.json").write_text(json.dumps(obj))
+        elif name == "metrics.jsonl":
             (records / name).write_text("\n".join(edit(good[name].splitlines())) + "\n")
         else:
             obj = json.loads(good[name])
             edit(obj)
             (records / name).write_text(json.dumps(obj))
         out = tmp_path / "refused"
-        assert adopt.main([*args, "--out-dir", str(out)]) == 1, why
+        assert adopt.main(["--spec", json.dumps(spec), *args[2:], "--out-dir", str(out)]) == 1, why
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {records}/") and why in err[0], (why, err)
         assert err[0].endswith(": not adopted"), err

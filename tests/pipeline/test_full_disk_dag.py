@@ -110,3 +110,4 @@ def test_a_full_disk_fails_each_job_by_name_and_the_rerun_ends_as_the_demo(demo,
         assert_same_tables(demo, work, names=["table1"], subset=PRESET)
     finally:
         subprocess.run(["umount", "--lazy", str(fs)], check=False)
+

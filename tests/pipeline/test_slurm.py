@@ -394,3 +394,27 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 
     # the cluster run produced the same numbers as the local run, run by run
     assert_same_tables(demo, work, names=SMALL_TABLES, subset="demo_small")
+
+
+@pytest.mark.slurm
+def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(slurm_cluster, demo, tmp_path):
+    """A table job on SLURM failing on a damaged record: its one line in the rule's log and in the SLURM
+    job's output (.snakemake/slurm_logs/), which the login node's Snakemake names in its `Error in rule`
+    (docs/scale/cluster.md says so)."""
+    import shutil
+
+    run = "table1-grassmann-s0"
+    work = tmp_path / "copy"
+    shutil.copytree(demo, work, symlinks=True)
+    profile = site_profile(work)
+    metrics = work / "results/demo/runs" / run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + "{damaged\n")
+    res = subprocess.run([str(BIN / "snakemake"), "table1", "--profile", profile, "--config", "preset=demo"],
+                         cwd=work, env=pipeline_env(work), capture_output=True, text=True, timeout=1800)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "Error in rule aggregate:" in out, out[-3000:]
+    line = f"error: results/demo/runs/{run}/metrics.jsonl:4: not a JSON line"
+    assert line in (work / "results/demo/logs/aggregate/table1.log").read_text()
+    slurm_log = re.search(r"SLURM log: (\S+\.log)", out)  # the executor plugin names it with the failed job
+    assert slurm_log, out[-3000:]
+    assert line in (work / slurm_log.group(1)).read_text()

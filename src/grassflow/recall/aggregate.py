@@ -132,7 +132,11 @@ def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
 def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
     out = Path(out_dir)  # made by its first write (io.atomic_path)
     r = preset["recall"]
+    # the rows in the order of their keys: cell, width, the preset's models, learning rate, seed
+    order = {m: i for i, m in enumerate(r["models"])}
     df = load_recall_runs(runs)
+    df = df.assign(_model=df.model.map(order)).sort_values(["seq_len", "kv", "d_model", "_model", "lr", "seed"],
+                                                          kind="stable").drop(columns="_model").reset_index(drop=True)
     chosen = best_lr(df)
     rows = summarise(chosen)
     head = (f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "

@@ -21,9 +21,10 @@ MODELS = ("transformer", "grassmann")
 
 def read_runs(run_dirs, columns) -> pd.DataFrame:
     """One row per run directory: its task's `columns(run.json, eval.json, completed and evaluated,
-    validation results, test results)`, then the provenance columns."""
+    validation results, test results)`, then the provenance columns; in the order of the directories'
+    paths, whatever order they were handed in (a table's rows never depend on how it was run)."""
     rows = []
-    for d in map(Path, run_dirs):
+    for d in sorted(map(Path, run_dirs)):
         rec, ev = (read_record(d / f) for f in ("run.json", "eval.json"))
         read_metrics(d / "metrics.jsonl")  # checked before any table is written (the curves read it later)
 
@@ -45,6 +46,7 @@ def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
             "device_type": rec.get("device_type"), "op_backend": rec.get("plucker_backend"),
             "commit": rec["git"]["commit"], "dirty": rec["git"]["dirty"],
             "train_tokens_sha256": rec["data"]["train"]["file_sha256"],
+            "stop_reason": rec["status"].get("reason") or "",  # a completed run short of its epochs says why
             "weights_sha256": ev["weights_sha256"], "record": str(d / "run.json"),
             "metrics": str(d / "metrics.jsonl"), "adopted_from": adopted_from(d)}
 
@@ -62,6 +64,11 @@ def made_line(df: pd.DataFrame) -> str:
     made = df.assign(code=[f"{str(c)[:7] if isinstance(c, str) else 'no commit'}{' (dirty tree)' if d else ''}"
                            for c, d in zip(df.commit, df.dirty)]).groupby("code", sort=True).run_id.count()
     line = "Runs made at " + ", ".join(f"{markdown.text(code)}: {n} run{'s' * (n != 1)}" for code, n in made.items()) + "."
+    short = df[df.stop_reason != ""].sort_values("run_id")
+    if not short.empty:
+        line += (" Stopped before their spec's epochs, as their records say: "
+                 + ", ".join(f"{markdown.text(r.run_id)} after {r.epochs} ({markdown.text(r.stop_reason)})"
+                             for r in short.itertuples()) + ".")
     adopted = df[df.adopted_from != ""].sort_values("run_id")
     if not adopted.empty:
         where = sorted({str(Path(a).parent) for a in adopted.adopted_from})
