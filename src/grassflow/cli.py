@@ -8,6 +8,7 @@ line naming the file or key, and exit 1.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -51,17 +52,51 @@ def _checked(kind, allowed: str, ok):
     return parse
 
 
-def _runs(a):
-    from grassflow.compare import list_runs, runs_csv, runs_markdown
+def _mode(a) -> str:
+    """How to print: as asked, else a terminal table on a terminal and Markdown where piped."""
+    return next((m for m in ("md", "csv", "json") if getattr(a, m, False)), "tty" if sys.stdout.isatty() else "md")
 
-    rows, differ = list_runs(Path(a.dir), a.preset, a.where or ())
-    print(runs_csv(rows) if a.csv else runs_markdown(rows, differ), end="")
+
+def _runs(a):
+    from grassflow import compare, terminal
+
+    rows, differ = compare.list_runs(Path(a.dir), a.preset, a.where or ())
+    if a.sort:
+        rows = compare.sort_rows(rows, a.sort)
+    mode, tasks = _mode(a), compare.run_tasks(rows)
+    if a.group:
+        groups = compare.group_rows(rows)
+        if a.sort:
+            groups = compare.sort_rows(groups, a.sort) if any(a.sort in g for g in groups) else groups
+        if mode == "tty":
+            terminal.group_table(groups, {g["group"]: tasks.get(r["run"]) for g in groups for r in rows
+                                          if Path(r["run"]).name.startswith(g["group"])})
+        else:
+            print(json.dumps(groups, indent=1) if mode == "json" else compare.runs_csv(groups) if mode == "csv"
+                  else compare.runs_markdown(groups, []), end="\n" if mode == "json" else "")
+        return
+    if mode == "tty":
+        terminal.runs_table(rows, differ, tasks)
+    else:
+        print({"json": compare.runs_json, "csv": compare.runs_csv}.get(mode, lambda r: compare.runs_markdown(r, differ))(rows),
+              end="")
 
 
 def _diff(a):
-    from grassflow.compare import diff
+    from grassflow import compare, terminal
 
-    print(diff(Path(a.run_a), Path(a.run_b)), end="")
+    if len(a.runs) < 2:
+        from grassflow.errors import CommandError
+
+        raise CommandError("diff: give two or more run directories")
+    data = compare.diff_data([Path(r) for r in a.runs])
+    mode = _mode(a)
+    if mode == "tty":
+        terminal.diff_table(data)
+    elif mode == "json":
+        print(json.dumps(data, indent=1))
+    else:
+        print(compare.diff_markdown(data), end="")
 
 
 def _check(a):
@@ -95,6 +130,14 @@ def _generate(a):
                   a.recompute, a.tokenizer)
 
 
+def _modes(p) -> None:
+    """The output modes of runs and diff: a terminal table on a terminal, Markdown where piped."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--md", action="store_true", help="Markdown (the default where the output is not a terminal)")
+    g.add_argument("--csv", action="store_true", help="CSV")
+    g.add_argument("--json", action="store_true", help="JSON: every field of every record, at full precision")
+
+
 # (command, help, handler, argument groups): the verbs parsed here; a job of the pipeline is its
 # stage's own command line (`python -m grassflow.<task>.<stage>`, grassflow.job), never this one
 COMMANDS = [
@@ -111,9 +154,12 @@ COMMANDS = [
      [lambda p: [p.add_argument("dir", nargs="?", default="results", help="a results tree (default results/)"),
                  p.add_argument("--preset"), p.add_argument("--where", action="append", metavar="KEY=VALUE",
                                                             help="keep the runs whose column or dotted spec key is VALUE"),
-                 p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")]]),
-    ("diff", "what differs between two runs: spec keys, data and weights hashes, commits, parts, the curves",
-     _diff, [lambda p: [p.add_argument("run_a"), p.add_argument("run_b")]]),
+                 p.add_argument("--sort", metavar="KEY", help="order by a column or a dotted spec key"),
+                 p.add_argument("--group", action="store_true",
+                                help="pool the runs that differ only in their seed: n, ok, mean ± std")], _modes]),
+    ("diff", "runs side by side: spec keys that differ, the figures with their differences from the first run, "
+     "records, the environment each ran in, the curves", _diff,
+     [lambda p: [p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (two or more)")], _modes]),
     ("check", "every run of a results tree, its records checked against each other (what a table prints "
      "against what training recorded): vet a shared tree before tabling it", _check,
      [lambda p: [p.add_argument("dir", nargs="?", default="results", help="a results tree (default results/)")]]),

@@ -1,15 +1,19 @@
-"""Which run was what, and why two differ: `grassflow runs` and `grassflow diff`, from the records.
+"""Which run was what, and why runs differ: `grassflow runs` and `grassflow diff`, from the records.
 
 `grassflow runs [DIR]` (default `results/`): every run with a record under a results tree (any
 preset, any task: each `run.json` under it; a run still training has none yet), a row each: preset, table, model, seed, the spec's settings that differ
 across the runs listed (dotted keys), status, epochs, parts, wall time, the best validation and the
 test figure (perplexity for language modelling, accuracy % for SNLI and recall), commit and where it
-was adopted from. `--preset` and `--where key=value` (a column or a dotted spec key) filter; `--csv`
-writes CSV. It reads records only (run.json, eval.json, adopted.json), never weights.
+was adopted from. `--preset` and `--where key=value` (a column or a dotted spec key) filter, `--sort
+KEY` orders; `--group` pools the runs that differ only in their seed (n, mean ± std). On a terminal a
+table that fits it (grassflow.terminal); `--md` Markdown (the default where the output is piped),
+`--csv` CSV, `--json` every field of every record at full precision. It reads records only (run.json,
+eval.json, adopted.json), never weights.
 
-`grassflow diff RUN RUN` (two run directories): the spec keys that differ (dotted, both values), the
-data and weights hashes, the commits, the parts, and the two validation curves side by side with
-their best epochs.
+`grassflow diff RUN RUN [RUN ...]`: the runs side by side: the spec keys that differ (dotted), the best
+validation and test figures with their differences from the first run (absolute and %), the records
+(status, epochs, hashes, parts), the environment each ran in (Python, torch, CUDA, CuPy, device,
+commit, dirty) and the validation curves; the same modes.
 
 A missing or damaged record is one line naming it (grassflow.report.records).
 """
@@ -20,6 +24,8 @@ import csv
 import io
 import json
 import math
+import re
+import statistics
 from pathlib import Path
 
 from grassflow import markdown
@@ -90,6 +96,59 @@ def list_runs(root: Path, preset: str | None = None, where=()) -> tuple[list[dic
     return sorted(rows, key=lambda r: (str(r["preset"]), str(r["table"]), str(r["model"]), r["seed"] or 0)), differ
 
 
+def run_tasks(rows: list[dict]) -> dict[str, str]:
+    """{run directory: its task} (lm, snli, recall), from its record."""
+    return {r["run"]: (read_record(Path(r["run"]) / "run.json").get("spec") or {}).get("task", "lm") for r in rows}
+
+
+def sort_rows(rows: list[dict], key: str) -> list[dict]:
+    """`rows` ordered by `key` (a column or a dotted spec key of theirs), numbers as numbers, rows
+    without it last."""
+    if rows and not any(key in r for r in rows):
+        raise CommandError(f"--sort {key}: no such column or differing spec key (have: {', '.join(rows[0])})")
+
+    def k(r):
+        v = r.get(key)
+        missing = v is None or (isinstance(v, float) and math.isnan(v))
+        return (missing, 0 if isinstance(v, (int, float)) and not isinstance(v, bool) else 1,
+                v if isinstance(v, (int, float)) and not missing else str(v))
+
+    return sorted(rows, key=k)
+
+
+def group_rows(rows: list[dict]) -> list[dict]:
+    """The runs that differ only in their seed pooled (their preset and run group: the run's id less its
+    seed, grassflow.pipeline.sections.run_id): n, runs ok (completed with a figure), and the best
+    validation and test figures' mean and sample std over them."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        name = Path(r["run"]).name
+        group = name.rsplit("-s", 1)[0] if re.fullmatch(r".+-s\d+", name) else name
+        groups.setdefault((str(r["preset"]), group), []).append(r)
+    out = []
+    for (preset, group), rs in groups.items():
+        ok = [r for r in rs if r["status"] == "completed" and r["best_val"] is not None]
+        row = {"preset": preset, "group": group, "table": rs[0]["table"], "model": rs[0]["model"],
+               "seeds": sorted(r["seed"] for r in rs if r["seed"] is not None), "n": len(rs), "ok": len(ok)}
+        for key in ("best_val", "test"):
+            xs = [float(r[key]) for r in ok if r[key] is not None]
+            row[f"{key}_mean"] = statistics.fmean(xs) if xs else None
+            row[f"{key}_std"] = statistics.stdev(xs) if len(xs) > 1 else None
+        out.append(row)
+    return out
+
+
+def runs_json(rows: list[dict]) -> str:
+    """Each row with its run's records whole (run.json, eval.json, adopted.json: every field, at full
+    precision)."""
+    out = []
+    for r in rows:
+        d = Path(r["run"])
+        out.append({**r, "records": {name: read_record(d / name) if (d / name).is_file() else None
+                                     for name in ("run.json", "eval.json", "adopted.json")}})
+    return json.dumps(out, indent=1) + "\n"
+
+
 def _cell(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
@@ -123,36 +182,88 @@ def _differences(a, b, at=""):
     return [] if a == b else [(at, a, b)]
 
 
-def diff(a_dir: Path, b_dir: Path) -> str:
-    """What differs between two runs, as Markdown."""
-    recs = []
-    for d in (Path(a_dir), Path(b_dir)):
+def _cuda(rec: dict):
+    versions = ((rec.get("preflight") or {}).get("versions") or {})
+    return versions.get("torch_cuda") or versions.get("cuda_runtime")
+
+
+def _cupy(rec: dict):
+    packages = rec.get("packages") or {}
+    found = [f"{k} {v}" for k, v in sorted(packages.items()) if k.startswith("cupy")]
+    return ", ".join(found) or ((rec.get("preflight") or {}).get("versions") or {}).get("cupy")
+
+
+# what diff says of each run's records and of the environment it ran in: (row name, reader)
+RECORD_FACTS = [("status", lambda r: (r.get("status") or {}).get("state")), ("epochs", lambda r: r.get("epochs_completed")),
+                ("best epoch", lambda r: r.get("best_epoch")), ("parts", lambda r: [p.get("ended") for p in r.get("parts") or []]),
+                ("weights_sha256", lambda r: r.get("weights_sha256"))]
+ENVIRONMENT = [("python", lambda r: (r.get("packages") or {}).get("python")),
+               ("torch", lambda r: (r.get("packages") or {}).get("torch")), ("CUDA", _cuda), ("CuPy", _cupy),
+               ("device", lambda r: r.get("device")), ("commit", lambda r: (r.get("git") or {}).get("commit")),
+               ("dirty", lambda r: (r.get("git") or {}).get("dirty"))]
+
+
+def diff_data(dirs) -> dict:
+    """What differs between runs (the first the reference): their names, the spec keys that differ
+    ([key, values]), the best validation and test figures with each run's difference from the first
+    (absolute, %), the records' facts and the environment ([name, values]), and the validation curves."""
+    runs = []
+    for d in map(Path, dirs):
         if not (d / "run.json").is_file():
             raise CommandError(f"{d}: no run.json (a run's directory: results/<preset>/runs/<run>)")
         rec = read_record(d / "run.json")
-        recs.append((d, rec, read_metrics(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []))
-    (da, ra, ma), (db, rb, mb) = recs
-    lines = [f"# {markdown.text(da.name)} vs {markdown.text(db.name)}", ""]
-    spec = _differences(ra.get("spec") or {}, rb.get("spec") or {})
+        ev = read_record(d / "eval.json") if (d / "eval.json").is_file() else {}
+        runs.append((d, rec, ev, read_metrics(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []))
+    specs = [flat(rec.get("spec") or {}) for _, rec, _, _ in runs]
+    keys = sorted(set().union(*specs))
+    spec = [[k, [s.get(k, "<absent>") for s in specs]] for k in keys
+            if len({json.dumps(s.get(k, "<absent>"), sort_keys=True) for s in specs}) > 1]
+    figures = []
+    for name, split in (("best val", 0), ("test", 1)):
+        values = [_figures(((rec.get("spec") or {}).get("task")) or "lm", ev)[split] for _, rec, ev, _ in runs]
+        first = values[0]
+        figures.append([name, values,
+                        [v - first if None not in (v, first) else None for v in values],
+                        [100 * (v - first) / first if None not in (v, first) and first else None for v in values]])
+    key = "val_ppl" if any("val_ppl" in m for _, _, _, ms in runs for m in ms) else "val_acc"
+    return {"runs": [d.name for d, *_ in runs], "dirs": [str(d) for d, *_ in runs], "spec": spec, "figures": figures,
+            "records": [[n, [get(rec) for _, rec, _, _ in runs]] for n, get in RECORD_FACTS]
+            + [[f"data.{s}.file_sha256", [((rec.get("data") or {}).get(s) or {}).get("file_sha256") for _, rec, _, _ in runs]]
+               for s in sorted(set().union(*((rec.get("data") or {}) for _, rec, _, _ in runs)))],
+            "environment": [[n, [get(rec) for _, rec, _, _ in runs]] for n, get in ENVIRONMENT],
+            "curve_key": key, "curves": [[m.get(key) for m in ms] for *_, ms in runs],
+            "best_epochs": [rec.get("best_epoch") for _, rec, _, _ in runs]}
+
+
+def _delta(x, pct=False) -> str:
+    if x is None:
+        return "—"
+    return f"{x:+.2f} %" if pct else f"{x:+.6g}"
+
+
+def diff_markdown(data: dict) -> str:
+    names = [markdown.text(n) for n in data["runs"]]
+    lines = [f"# {' vs '.join(names)}", ""]
     lines += ["## Spec", ""]
-    lines += (markdown.table(["key", markdown.text(da.name), markdown.text(db.name)],
-                             [[markdown.text(k), _cell(x), _cell(y)] for k, x, y in spec])
-              if spec else ["The same spec."])
-    facts = [("commit", lambda r: (r.get("git") or {}).get("commit")), ("dirty", lambda r: (r.get("git") or {}).get("dirty")),
-             ("weights_sha256", lambda r: r.get("weights_sha256")), ("status", lambda r: (r.get("status") or {}).get("state")),
-             ("epochs", lambda r: r.get("epochs_completed")), ("best epoch", lambda r: r.get("best_epoch")),
-             ("parts", lambda r: [p.get("ended") for p in r.get("parts") or []]), ("device", lambda r: r.get("device"))]
-    facts += [(f"data.{s}.file_sha256", lambda r, s=s: ((r.get("data") or {}).get(s) or {}).get("file_sha256"))
-              for s in sorted(set(ra.get("data") or {}) | set(rb.get("data") or {}))]
-    lines += ["", "## Records", "", *markdown.table(
-        ["", markdown.text(da.name), markdown.text(db.name), "same"],
-        [[markdown.text(name), _cell(get(ra)), _cell(get(rb)), "yes" if get(ra) == get(rb) else "**no**"]
-         for name, get in facts])]
-    key = "val_ppl" if any("val_ppl" in m for m in ma + mb) else "val_acc"
-    n = max(len(ma), len(mb))
-    lines += ["", f"## Validation curves ({key})", "", *markdown.table(
-        ["epoch", markdown.text(da.name), markdown.text(db.name)],
-        [[e + 1, _cell(ma[e].get(key)) if e < len(ma) else "—", _cell(mb[e].get(key)) if e < len(mb) else "—"]
-         for e in range(n)]), "",
-        f"Best epochs: {ra.get('best_epoch')} and {rb.get('best_epoch')}.", ""]
+    lines += (markdown.table(["key", *names], [[markdown.text(k), *map(_cell, vs)] for k, vs in data["spec"]])
+              if data["spec"] else ["The same spec."])
+    rows = []
+    for name, values, deltas, pcts in data["figures"]:
+        rows.append([markdown.text(name), *map(_cell, values)])
+        rows.append([markdown.text(f"{name}: Δ from the first"), *(_delta(d) for d in deltas)])
+        rows.append([markdown.text(f"{name}: Δ %"), *(_delta(p, pct=True) for p in pcts)])
+    lines += ["", "## Figures", "", *markdown.table(["", *names], rows)]
+    for title, section in (("Records", "records"), ("Environment", "environment")):
+        lines += ["", f"## {title}", "", *markdown.table(
+            ["", *names, "same"], [[markdown.text(n), *map(_cell, vs), "yes" if len({json.dumps(v) for v in vs}) == 1 else "**no**"]
+                                   for n, vs in data[section]])]
+    n = max((len(c) for c in data["curves"]), default=0)
+    lines += ["", f"## Validation curves ({data['curve_key']})", "", *markdown.table(
+        ["epoch", *names], [[e + 1, *(_cell(c[e]) if e < len(c) else "—" for c in data["curves"])] for e in range(n)]),
+        "", f"Best epochs: {', '.join(map(str, data['best_epochs']))}.", ""]
     return "\n".join(lines)
+
+
+def diff(*dirs) -> str:
+    """What differs between runs, as Markdown."""
+    return diff_markdown(diff_data(dirs))

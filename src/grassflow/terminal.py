@@ -1,0 +1,144 @@
+"""`grassflow runs` and `grassflow diff` on a terminal: tables that fit its width (rich), plain text
+(no Markdown escapes, no HTML entities), figures rounded as the tables round them. The key columns
+come first; the settings that differ, then wall time and commit, follow while they fit, the rest
+named under the table (`--md`, `--csv` and `--json` show them all)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+KEY_COLUMNS = ("run", "table", "model", "seed", "status", "epochs", "best_val", "test")
+TAIL_COLUMNS = ("wall_s", "commit")
+
+
+def figure(v, task: str | None) -> str:
+    """A perplexity as the tables print it (1 decimal), an accuracy % (2 decimals)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:.2f}" if task in ("snli", "recall") else f"{v:.1f}"
+
+
+def value(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+
+
+def varying(rows: list[dict], keys: list[str]) -> list[str]:
+    """The settings among `keys` that take two values among the rows that have them (a key of another
+    task's runs, absent from these, is not one)."""
+    return [k for k in keys if len({json.dumps(r.get(k), sort_keys=True) for r in rows if r.get(k) is not None}) > 1]
+
+
+def _fits(console: Console, table: Table) -> bool:
+    """The table at its columns' natural widths (none folded) fits the terminal."""
+    wide = console.options.update_width(10**6)  # unbounded: a measure within the terminal is clamped to it
+    return Measurement.get(console, wide, table).maximum <= console.width
+
+
+def _table(**kw) -> Table:
+    return Table(show_edge=False, pad_edge=False, box=None, header_style="bold", **kw)
+
+
+def _print(console: Console, table: Table, note: str | None) -> None:
+    console.print(table)
+    if note:
+        console.print(note, highlight=False, markup=False)
+
+
+RIGHT = ("seed", "epochs", "best_val", "test", "wall_s")
+
+
+def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], console: Console | None = None) -> None:
+    """The rows of `grassflow runs` (compare.list_runs) as a terminal table: the key columns, then the
+    settings that vary among the rows, then wall time and commit, each while the table still fits the
+    terminal at its natural widths; those left out are named under it."""
+    console = console or Console(highlight=False)
+    if not rows:
+        console.print("No runs found.")
+        return
+
+    def cell(r, c) -> str:
+        task = tasks.get(r["run"])
+        if c == "run":
+            return r["run"].rsplit("/", 1)[-1]
+        if c in ("best_val", "test"):
+            return figure(r[c], task)
+        if c == "wall_s":
+            return f"{r[c]:.0f} s" if isinstance(r.get(c), (int, float)) else "—"
+        return value(r.get(c))
+
+    def build(columns: list[str]) -> Table:
+        t = _table()
+        for c in columns:
+            t.add_column(c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c, no_wrap=True,
+                         overflow="ellipsis", justify="right" if c in RIGHT else "left")
+        for r in rows:
+            t.add_row(*(cell(r, c) for c in columns))
+        return t
+
+    columns = list(KEY_COLUMNS)
+    left = []
+    for c in (*varying(rows, settings), *TAIL_COLUMNS):
+        if _fits(console, build([*columns, c])):
+            columns.append(c)
+        else:
+            left.append(c)
+    note = f"{len(rows)} run(s)." + (f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or "
+                                     "--json show every column." if left else "")
+    _print(console, build(columns), note)
+
+
+def group_table(groups: list[dict], tasks: dict[str, str], console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    t = _table()
+    for c in ("preset", "group", "table", "model", "seeds", "n", "ok", "best val", "test"):
+        t.add_column(c, no_wrap=c != "seeds", justify="right" if c in ("n", "ok", "best val", "test") else "left")
+    for g in groups:
+        task = tasks.get(g["group"])
+
+        def ms(key):
+            m, s = g[f"{key}_mean"], g[f"{key}_std"]
+            return "—" if m is None else figure(m, task) + ("" if s is None else f" ± {figure(s, task)}")
+
+        t.add_row(g["preset"], g["group"], value(g["table"]), value(g["model"]), value(g["seeds"]), str(g["n"]),
+                  str(g["ok"]), ms("best_val"), ms("test"))
+    _print(console, t, f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those ok).")
+
+
+def diff_table(data: dict, console: Console | None = None) -> None:
+    """compare.diff_data as terminal tables: spec, figures with their differences, records, environment,
+    curves."""
+    console = console or Console(highlight=False)
+    names = data["runs"]
+
+    def table(title: str, head: str, rows) -> None:
+        t = _table(title=title, title_justify="left")
+        t.add_column(head, overflow="fold")
+        for n in names:
+            t.add_column(n, overflow="fold")
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+        console.print()
+
+    table("Spec", "key", [[k, *map(value, vs)] for k, vs in data["spec"]] or [["(the same spec)", *[""] * len(names)]])
+    fig = []
+    for name, values, deltas, pcts in data["figures"]:
+        fig.append([name, *(value(v) if v is None else f"{v:.4g}" for v in values)])
+        fig.append([f"Δ {name}", *("—" if d is None else f"{d:+.4g}" for d in deltas)])
+        fig.append([f"Δ {name} %", *("—" if p is None else f"{p:+.2f} %" for p in pcts)])
+    table("Figures (Δ: from the first run)", "", fig)
+    table("Records", "", [[n, *map(value, vs)] for n, vs in data["records"]])
+    table("Environment", "", [[n, *map(value, vs)] for n, vs in data["environment"]])
+    n = max((len(c) for c in data["curves"]), default=0)
+    table(f"Validation curves ({data['curve_key']})", "epoch",
+          [[str(e + 1), *(f"{c[e]:.4g}" if e < len(c) and c[e] is not None else "—" for c in data["curves"])]
+           for e in range(n)])
