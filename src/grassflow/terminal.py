@@ -96,20 +96,19 @@ def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], con
     _print(console, build(columns), note)
 
 
+def _mean_std(g: dict, key: str, task: str | None) -> str:
+    m, s = g[f"{key}_mean"], g[f"{key}_std"]
+    return "—" if m is None else figure(m, task) + ("" if s is None else f" ± {figure(s, task)}")
+
+
 def group_table(groups: list[dict], tasks: dict[str, str], console: Console | None = None) -> None:
     console = console or Console(highlight=False)
     t = _table()
     for c in ("preset", "group", "table", "model", "seeds", "n", "ok", "best val", "test"):
         t.add_column(c, no_wrap=c != "seeds", justify="right" if c in ("n", "ok", "best val", "test") else "left")
     for g in groups:
-        task = tasks.get(g["group"])
-
-        def ms(key):
-            m, s = g[f"{key}_mean"], g[f"{key}_std"]
-            return "—" if m is None else figure(m, task) + ("" if s is None else f" ± {figure(s, task)}")
-
         t.add_row(g["preset"], g["group"], value(g["table"]), value(g["model"]), value(g["seeds"]), str(g["n"]),
-                  str(g["ok"]), ms("best_val"), ms("test"))
+                  str(g["ok"]), *(_mean_std(g, k, tasks.get(g["group"])) for k in ("best_val", "test")))
     _print(console, t, f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those ok).")
 
 
