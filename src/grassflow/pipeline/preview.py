@@ -74,7 +74,7 @@ def dry_run(project: Path, targets=(), configfiles=(), preset=None, forceall=Fal
             log.addHandler(handler)
             # as `snakemake` plans here: with profiles/default's rerun-incomplete (Snakemake reads that
             # profile for every command in the project; its API does not)
-            default = project / "profiles" / "default" / "config.yaml"
+            default = project / "profiles" / "default" / "profile.yaml"
             incomplete = bool((yaml.safe_load(default.read_text()) or {}).get("rerun-incomplete")) if default.is_file() else False
             wf.dag(st.DAGSettings(targets=set(targets), forceall=forceall, force_incomplete=incomplete)
                    ).execute_workflow(pseudo_executor="dryrun")
