@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.linear_ce import fused, linear_cross_entropy, resolve
 from grassflow.ops.plucker import kernel_abi
-from grassflow.ops.plucker.kernel_stages import kernels_dir
 from helpers import fake_cupy
 from helpers.margins import close, rel_err
 from helpers.steps import bf16_head_case, with_grads

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 import torch
 
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import kernel_abi, plucker_mix, plucker_mix_reference
 from grassflow.ops.plucker.cupy_backend import cupy_available
 from grassflow.ops.plucker.kernel_stages import (
@@ -14,7 +15,6 @@ from grassflow.ops.plucker.kernel_stages import (
     KERNELS,
     kernel_name,
     kernel_names,
-    kernels_dir,
     signature,
 )
 from helpers.margins import close

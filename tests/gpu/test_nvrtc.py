@@ -9,8 +9,8 @@ import platform
 import pytest
 
 from grassflow.bench import nvrtc
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import kernel_abi
-from grassflow.ops.plucker.kernel_stages import kernels_dir
 
 LIB = nvrtc.library()
 # the dev extra installs NVRTC where its wheel exists: there this test must run, not skip

@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 from grassflow.bench import kernels as bench_kernels
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.linear_ce import fused
 from grassflow.ops.plucker import cpu_kernel, cupy_backend, kernel_abi
-from grassflow.ops.plucker.kernel_stages import kernels_dir
 
 # The sources a module may be compiled from, and the shim launcher of each one's kernels
 SOURCES = {"plucker.cu": cpu_kernel.launch_packed_on_cpu, "cross_entropy.cu": fused.launch_packed_on_cpu,

@@ -58,7 +58,7 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
     # bench fingerprints every kind; the others, none
     assert {r: codes for r, codes in seen.items() if r not in runs and codes != [(None, ())]} == {
         "bench": [(None, ("transformer", "grassmann"))]}
-    assert len(seen) == 25
+    assert len(seen) == 26  # the rules that run a grassflow command (sweep_aggregate the newest)
 
 
 def test_no_jobs_code_holds_the_planning():
@@ -159,7 +159,7 @@ def test_every_kernel_source_is_declared_where_it_is_loaded():
     for py in SRC.rglob("*.py"):
         text = py.read_text()
         sources = staleness._assigned(staleness._tree(py), "KERNEL_SOURCES")
-        if "kernels_dir()" in text and py.name != "kernel_stages.py":  # kernel_stages defines it
+        if "kernels_dir()" in text and py.name not in ("kernel_sources.py", "staleness.py"):  # defines it; hashes the declared
             assert sources, f"{py} loads from kernels/ but declares no KERNEL_SOURCES"
         declared |= {str(Path("kernels") / s) for s in sources or ()}
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "kernels").rglob("*") if p.is_file()}

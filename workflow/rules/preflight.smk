@@ -7,11 +7,13 @@
 # dependent jobs' own rerun reasons (changed params), so they would silently stay stale.
 # Its threads: those of the pipeline run's training jobs (grassflow.pipeline.tasks.pipeline_train).
 PREFLIGHT_THREADS = pipeline_train(PRESET_CFG)["threads"]
+# the op's backends: the one list (grassflow.models.config)
+from grassflow.models.config import PLUCKER_BACKENDS
 
 
 wildcard_constraints:
     pf_device="auto|cpu|cuda",
-    pf_backend="auto|reference|fast|cupy|kernel-cpu|fused-cpu",
+    pf_backend=alternatives(PLUCKER_BACKENDS),
 
 
 rule preflight:

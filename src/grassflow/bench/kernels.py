@@ -12,6 +12,7 @@ from functools import cache
 import torch
 
 from grassflow.bench.common import LAGS, timeit
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import cupy_backend, kernel_abi
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages, build_library
 from grassflow.ops.plucker.function import PluckerMixFunction
@@ -20,7 +21,6 @@ from grassflow.ops.plucker.kernel_stages import (
     KERNEL_TYPES,
     KernelStages,
     grid_for,
-    kernels_dir,
     signature,
 )
 from grassflow.runtime import autocast

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grassflow import markdown
 from grassflow.job import ArgumentParser
-from grassflow.ops.plucker.kernel_stages import kernels_dir
+from grassflow.kernel_sources import kernels_dir
 
 # What NVRTC compiles on a GPU: the cupy backend's and the fused head's sources (tests/gpu/test_nvrtc.py holds them equal)
 KERNEL_SOURCES = ("plucker.cu", "cross_entropy.cu")

@@ -45,14 +45,3 @@ def stack(models: list[nn.Module]) -> nn.Module:
 def member_state(ens: nn.Module, e: int) -> dict[str, torch.Tensor]:
     """Member e's state dict, as its own run's model would have it."""
     return {k: v[e] for k, v in ens.state_dict().items()}
-
-
-def load_member(ens: nn.Module, e: int, state: dict[str, torch.Tensor]) -> None:
-    """Member e's weights from a plain state dict (in place: a captured graph keeps its addresses)."""
-    own = ens.state_dict()
-    missing = sorted(set(own) - set(state))
-    if missing:
-        raise RuntimeError(f"member state lacks {missing[:5]}")
-    with torch.no_grad():
-        for k, v in own.items():
-            v[e].copy_(state[k])

@@ -26,9 +26,9 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from grassflow.kernel_sources import kernels_dir
+
 PKG = Path(__file__).resolve().parents[1]  # src/grassflow
-# the kernel sources: beside the package in a wheel, the checkout's kernels/ otherwise
-KERNELS = next((k for k in (PKG / "_kernels", PKG.parents[1] / "kernels") if k.is_dir()), PKG.parents[1] / "kernels")
 
 
 def module_path(name: str) -> Path | None:
@@ -138,7 +138,7 @@ def closure(roots, kinds=()) -> set[Path]:
             tree = _tree(path)
             todo += _imports(tree, mod, path.name == "__init__.py")
             for src in _assigned(tree, "KERNEL_SOURCES") or ():
-                files.add(KERNELS / src)
+                files.add(kernels_dir() / src)
     return files
 
 

@@ -17,9 +17,10 @@ from functools import cache
 import numpy as np
 import torch
 
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import cupy_backend, kernel_abi
 from grassflow.ops.plucker.cpu_kernel import build_library
-from grassflow.ops.plucker.kernel_stages import BLOCK, grid_for, kernels_dir
+from grassflow.ops.plucker.kernel_stages import BLOCK, grid_for
 
 # What is compiled, under kernels/: NVRTC's source first, then the CPU shim's (read by
 # grassflow.pipeline.staleness: an edit to any of them reruns what runs this).

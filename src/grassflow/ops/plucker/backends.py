@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from grassflow.models.config import PLUCKER_BACKENDS
 from grassflow.ops.plucker import cupy_backend
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages
 from grassflow.ops.plucker.cupy_backend import CupyStages
 from grassflow.ops.plucker.fast import TorchStages
 from grassflow.ops.plucker.fused_cpu import FusedCpuStages
 
-BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu")
+BACKENDS = PLUCKER_BACKENDS  # the one list (models.config): the config's checks and the schema read it
 _STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelStages(),
            "fused-cpu": FusedCpuStages()}
 

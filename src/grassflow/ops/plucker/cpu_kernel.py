@@ -17,13 +17,9 @@ from pathlib import Path
 
 import torch
 
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import kernel_abi
-from grassflow.ops.plucker.kernel_stages import (
-    BLOCK,
-    KernelStages,
-    grid_for,
-    kernels_dir,
-)
+from grassflow.ops.plucker.kernel_stages import BLOCK, KernelStages, grid_for
 
 
 def _cache_dir() -> Path:

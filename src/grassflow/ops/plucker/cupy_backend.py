@@ -29,8 +29,9 @@ from functools import cache
 
 import torch
 
+from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import kernel_abi
-from grassflow.ops.plucker.kernel_stages import BLOCK, KernelStages, grid_for, kernels_dir
+from grassflow.ops.plucker.kernel_stages import BLOCK, KernelStages, grid_for
 
 
 class TorchCuda:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -66,15 +65,6 @@ def kernel_names() -> set[str]:
 
 def grid_for(n_threads: int) -> int:
     return (n_threads + BLOCK - 1) // BLOCK
-
-
-def kernels_dir() -> Path:
-    """kernels/ of a source checkout, or the copy a wheel carries as grassflow/_kernels."""
-    here = Path(__file__).resolve()
-    for cand in (here.parents[2] / "_kernels", here.parents[4] / "kernels"):
-        if (cand / "plucker.cu").is_file():
-            return cand
-    raise FileNotFoundError(f"kernels/plucker.cu not found near {here}")
 
 
 class KernelStages:
