@@ -53,7 +53,33 @@ def _print(console: Console, table: Table, note: str | None) -> None:
         console.print(note, highlight=False, markup=False)
 
 
-RIGHT = ("seed", "epochs", "best_val", "test", "wall_s")
+RIGHT = ("seed", "epochs", "best_val", "test", "wall_s", "n", "ok")
+
+
+def _fitted(console: Console, rows: list[dict], key: list[str], extra: list[str], cell, label=lambda c: c) -> tuple[Table, list[str]]:
+    """A table of `rows` with the `key` columns and as many of the `extra` ones, in order, as fit the
+    terminal at their natural widths; (the table, the extra columns left out)."""
+
+    def build(columns: list[str]) -> Table:
+        t = _table()
+        for c in columns:
+            t.add_column(label(c), no_wrap=True, overflow="ellipsis", justify="right" if c in RIGHT else "left")
+        for r in rows:
+            t.add_row(*(cell(r, c) for c in columns))
+        return t
+
+    columns, left = list(key), []
+    for c in extra:
+        if _fits(console, build([*columns, c])):
+            columns.append(c)
+        else:
+            left.append(c)
+    return build(columns), left
+
+
+def _left(left: list[str]) -> str:
+    return (f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or --json show every column."
+            if left else "")
 
 
 def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], console: Console | None = None) -> None:
@@ -75,25 +101,9 @@ def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], con
             return f"{r[c]:.0f} s" if isinstance(r.get(c), (int, float)) else "—"
         return value(r.get(c))
 
-    def build(columns: list[str]) -> Table:
-        t = _table()
-        for c in columns:
-            t.add_column(c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c, no_wrap=True,
-                         overflow="ellipsis", justify="right" if c in RIGHT else "left")
-        for r in rows:
-            t.add_row(*(cell(r, c) for c in columns))
-        return t
-
-    columns = list(KEY_COLUMNS)
-    left = []
-    for c in (*varying(rows, settings), *TAIL_COLUMNS):
-        if _fits(console, build([*columns, c])):
-            columns.append(c)
-        else:
-            left.append(c)
-    note = f"{len(rows)} run(s)." + (f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or "
-                                     "--json show every column." if left else "")
-    _print(console, build(columns), note)
+    table, left = _fitted(console, rows, list(KEY_COLUMNS), [*varying(rows, settings), *TAIL_COLUMNS], cell,
+                          lambda c: c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c)
+    _print(console, table, f"{len(rows)} run(s)." + _left(left))
 
 
 def _mean_std(g: dict, key: str, task: str | None) -> str:
@@ -102,14 +112,23 @@ def _mean_std(g: dict, key: str, task: str | None) -> str:
 
 
 def group_table(groups: list[dict], tasks: dict[str, str], console: Console | None = None) -> None:
+    """`grassflow runs --group` (compare.group_rows): a group's runs and figures first, then its table,
+    seeds and preset while they fit."""
     console = console or Console(highlight=False)
-    t = _table()
-    for c in ("preset", "group", "table", "model", "seeds", "n", "ok", "best val", "test"):
-        t.add_column(c, no_wrap=c != "seeds", justify="right" if c in ("n", "ok", "best val", "test") else "left")
-    for g in groups:
-        t.add_row(g["preset"], g["group"], value(g["table"]), value(g["model"]), value(g["seeds"]), str(g["n"]),
-                  str(g["ok"]), *(_mean_std(g, k, tasks.get(g["group"])) for k in ("best_val", "test")))
-    _print(console, t, f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those ok).")
+
+    def cell(g, c) -> str:
+        if c in ("best_val", "test"):
+            return _mean_std(g, c, tasks.get(g["group"]))
+        return value(g[c]) if c != "seeds" else ",".join(map(str, g[c]))
+
+    table, left = _fitted(console, groups, ["group", "model", "n", "ok", "best_val", "test"],
+                          ["table", "seeds", "preset"], cell, lambda c: c.replace("_", " "))
+    _print(console, table, f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those "
+                           "ok)." + _left(left))
+
+
+def _short(v) -> str:
+    return f"{v[:16]}…" if isinstance(v, str) and len(v) > 16 else value(v)
 
 
 def diff_table(data: dict, console: Console | None = None) -> None:
@@ -135,7 +154,8 @@ def diff_table(data: dict, console: Console | None = None) -> None:
         fig.append([f"Δ {name}", *("—" if d is None else f"{d:+.4g}" for d in deltas)])
         fig.append([f"Δ {name} %", *("—" if p is None else f"{p:+.2f} %" for p in pcts)])
     table("Figures (Δ: from the first run)", "", fig)
-    table("Records", "", [[n, *map(value, vs)] for n, vs in data["records"]])
+    table("Records (hashes: their first 16 hex digits)", "", [[n, *(_short(v) if "sha256" in n else value(v) for v in vs)]
+                                                              for n, vs in data["records"]])
     table("Environment", "", [[n, *map(value, vs)] for n, vs in data["environment"]])
     n = max((len(c) for c in data["curves"]), default=0)
     table(f"Validation curves ({data['curve_key']})", "epoch",
