@@ -399,8 +399,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 @pytest.mark.slurm
 def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(slurm_cluster, demo, tmp_path):
     """A table job on SLURM failing on a damaged record: its one line in the rule's log and in the SLURM
-    job's output (.snakemake/slurm_logs/), which the login node's Snakemake names in its `Error in rule`
-    (docs/scale/cluster.md says so)."""
+    job's output (.snakemake/slurm_logs/), both named by the login node's `Error in rule` and shown
+    under it (docs/scale/cluster.md says so)."""
     import shutil
 
     run = "table1-grassmann-s0"
@@ -415,6 +415,12 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(s
     assert res.returncode != 0 and "Error in rule aggregate:" in out, out[-3000:]
     line = f"error: results/demo/runs/{run}/metrics.jsonl:4: not a JSON line"
     assert line in (work / "results/demo/logs/aggregate/table1.log").read_text()
-    slurm_log = re.search(r"SLURM log: (\S+\.log)", out)  # the executor plugin names it with the failed job
-    assert slurm_log, out[-3000:]
-    assert line in (work / slurm_log.group(1)).read_text()
+    # the login node's `Error in rule` names the rule's log and the SLURM job's output, and shows both
+    # (show-failed-logs, profiles/default)
+    named = re.search(r"Error in rule aggregate:\n(?:.*\n)*?\s+log: (\S+), (\S+/slurm_logs/\S+\.log) \(check log", out)
+    assert named and named.group(1) == "results/demo/logs/aggregate/table1.log", out[-3000:]
+    slurm = Path(named.group(2)).read_text()
+    # in the SLURM job's output, from the job itself (the job step's Snakemake shows no log): before its
+    # `Error in rule` (mutation: the job writes its line to its log only: the SLURM output lacks it)
+    assert line in slurm and slurm.index(line) < slurm.index("Error in rule aggregate:"), slurm[-3000:]
+    assert out.count(line) >= 2  # the two logs as the login node shows them
