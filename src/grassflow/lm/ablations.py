@@ -24,6 +24,7 @@ from grassflow import job
 from grassflow.lm import figures
 from grassflow.lm.aggregate import (
     baseline_line,
+    cannot_compare,
     load_runs,
     provenance_line,
     run_settings,
@@ -40,7 +41,7 @@ from grassflow.markdown import table as md_table
 from grassflow.models.config import ModelConfig
 from grassflow.report.records import read_record
 from grassflow.report.stats import gap_ci, mean_std
-from grassflow.report.tables import MODELS, cannot_compare, fmt, latex, record_links, write_tables
+from grassflow.report.tables import MODELS, fmt, latex, record_links, write_tables
 
 
 def receptive_field(model: dict) -> int:

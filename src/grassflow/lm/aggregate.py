@@ -36,17 +36,52 @@ from grassflow.report.tables import (
     MODELS,
     aggregate_args,
     by_model,
-    cannot_compare,
     fmt,
     latex,
-    left_out,
-    made_line,
     no_gap_reason,
     read_runs,
     record_links,
-    seed_basis,
     write_tables,
 )
+
+
+# --- what the LM's tables (Tables 1-2, the ablations, the sweep) say under their numbers ---
+def made_line(df: pd.DataFrame) -> str:
+    """What a table's runs were made at: each commit (a dirty tree said) with its number of runs,
+    and the runs adopted from records made elsewhere, with where from."""
+    made = df.assign(code=[f"{str(c)[:7] if isinstance(c, str) else 'no commit'}{' (dirty tree)' if d else ''}"
+                           for c, d in zip(df.commit, df.dirty)]).groupby("code", sort=True).run_id.count()
+    line = "Runs made at " + ", ".join(f"{markdown.text(code)}: {n} run{'s' * (n != 1)}" for code, n in made.items()) + "."
+    short = df[df.stop_reason != ""].sort_values("run_id")
+    if not short.empty:
+        line += (" Stopped before their spec's epochs, as their records say: "
+                 + ", ".join(f"{markdown.text(r.run_id)} after {r.epochs} ({markdown.text(r.stop_reason)})"
+                             for r in short.itertuples()) + ".")
+    adopted = df[df.adopted_from != ""].sort_values("run_id")
+    if not adopted.empty:
+        where = sorted({str(Path(a).parent) for a in adopted.adopted_from})
+        line += (f" From records made elsewhere (finished_runs: {', '.join(map(markdown.text, where))}): "
+                 f"{', '.join(map(markdown.text, adopted.run_id))}; the others trained in this tree.")
+    return line
+
+
+def cannot_compare(why: list[str]) -> str:
+    """The line under a table whose numbers the paper's cannot be compared with (lm.comparable.not_comparable)."""
+    return "**These numbers cannot be compared with the paper's:** " + "; ".join(why) + "."
+
+
+def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
+    """The runs a model's statistics leave out, each with why (diverged, or how else it ended)."""
+    kept = set(good.run_id)
+    return [markdown.text(f"{r.run_id} ({r.status if r.status != 'completed' else 'no validation PPL'})")
+            for r in sub.sort_values("run_id").itertuples() if r.run_id not in kept]
+
+
+def seed_basis(models: dict, asked: int) -> str:
+    """What a gap rests on: each model's runs of the seeds the preset asked for, and the runs left out."""
+    dropped = [r for m in models.values() for r in m["left_out"]]
+    return (", ".join(f"{m['n_ok']} of {asked} {model} seeds" for model, m in models.items())
+            + (f"; left out: {', '.join(dropped)}" if dropped else ""))
 
 
 def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:

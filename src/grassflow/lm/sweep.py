@@ -26,7 +26,9 @@ import pandas as pd
 from grassflow import job, markdown
 from grassflow.lm.aggregate import (
     baseline_line,
+    cannot_compare,
     load_runs,
+    made_line,
     provenance_line,
     run_settings,
     run_specs,
@@ -40,15 +42,7 @@ from grassflow.lm.comparable import (
 )
 from grassflow.report.figures import COLORS, save
 from grassflow.report.stats import gap_ci, mean_std, verdict
-from grassflow.report.tables import (
-    MODELS,
-    cannot_compare,
-    fmt,
-    latex,
-    made_line,
-    record_links,
-    write_tables,
-)
+from grassflow.report.tables import MODELS, fmt, latex, record_links, write_tables
 
 
 def cell(sub: pd.DataFrame) -> dict:
