@@ -38,11 +38,6 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-# Every job's shell keeps its own stderr (Snakemake's output) on descriptor 3 before the rule sends the
-# job's stderr to its log: a failing job writes its one error line to both (grassflow.job.say_error)
-shell.prefix("set -euo pipefail; exec 3>&2; export GRASSFLOW_ERROR_FD=3; ")
-
-
 # JSON schema (types, ranges, unknown keys, defaults) + semantic checks; errors name the key.
 validate_or_exit(config, CHECKOUT / "workflow/schemas/config.schema.yaml")
 

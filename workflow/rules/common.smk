@@ -115,6 +115,13 @@ def code_of(module, *kinds):
 RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 GPU = {"gpu": 1, "runs_per_gpu": RUNS_PER_GPU}  # a GPU job's resources: its slot, one of K per GPU
 
+# Every job's environment, said once: K (grassflow.gpu_slots), and its shell's own stderr (Snakemake's
+# output) kept on descriptor 3 before the rule sends the job's to its log, where a failing job writes
+# its one error line too (grassflow.job.say_error). Snakemake sets OMP_NUM_THREADS to a job's threads.
+shell.prefix(
+    f"set -euo pipefail; exec 3>&2; export GRASSFLOW_ERROR_FD=3 GRASSFLOW_RUNS_PER_GPU={RUNS_PER_GPU}; "
+)
+
 
 onstart:
     remember(CODE, Path(CODE_INDEX))

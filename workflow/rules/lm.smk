@@ -125,7 +125,6 @@ rule train:  # every task's training job (snli_train, recall_train: this rule wi
         # train.head_loss must not be: it says how the job runs, not what it computes
         extra=lambda wc, resources: f"--head-loss {resources.head_loss}",
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m {params.stage} --spec {params.spec} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
@@ -185,7 +184,6 @@ rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: t
         code=lambda wc: code_of("grassflow.lm.evaluate", LM.runs[wc.run]["model_kind"]),
         extra=lambda wc, input: f"--val-docs {input.validation_docs} --test-docs {input.test_docs}",
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m {params.stage} --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} {params.extra} > {log} 2>&1"
 
@@ -267,7 +265,7 @@ rule bench:
         device=LM.train.get("device", "cpu"),
         code=code_of("grassflow.bench", *MODEL_KINDS),
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} python -m grassflow.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
+        "python -m grassflow.bench {params.quick} --device {params.device} --lengths {params.lengths} --out {params.out_dir} --name bench > {log} 2>&1"
 
 
 rule aggregate:  # one experiment's table: a table's target plans only its own runs

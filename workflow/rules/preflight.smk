@@ -28,5 +28,5 @@ rule preflight:
         gpu=1,
         runs_per_gpu=RUNS_PER_GPU,
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} python -m grassflow.preflight "
+        "python -m grassflow.preflight "
         "--device {wildcards.pf_device} --backend {wildcards.pf_backend} --snli --out {output} > {log} 2>&1"

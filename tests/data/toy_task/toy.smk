@@ -47,7 +47,6 @@ rule toy_train:
         code=lambda wc: code_of("grassflow.recall.train", TOY_RUNS[wc.toy_run]["model_kind"]),
         out_dir=f"{TOY_RES}/runs/{{toy_run}}",
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.recall.train --spec {params.spec:q} --train-tokens {input.train} "
         "--val-tokens {input.val} --out-dir {params.out_dir} --preflight {input.preflight} "
         "--compile {resources.compile} --compile-mode {resources.compile_mode} "
@@ -73,7 +72,6 @@ rule toy_evaluate:
     params:
         code=lambda wc: code_of("grassflow.recall.evaluate", TOY_RUNS[wc.toy_run]["model_kind"]),
     shell:
-        "OMP_NUM_THREADS={threads} GRASSFLOW_RUNS_PER_GPU={resources.runs_per_gpu} "
         "python -m grassflow.recall.evaluate --weights {input.weights} --run-json {input.record} "
         "--val-tokens {input.val} --test-tokens {input.test} --out {output} > {log} 2>&1"
 
