@@ -1,7 +1,8 @@
 """`grassflow runs` and `grassflow diff` on a terminal: tables that fit its width (rich), plain text
-(no Markdown escapes, no HTML entities), figures rounded as the tables round them. The key columns
-come first; the settings that differ, then wall time and commit, follow while they fit, the rest
-named under the table (`--md`, `--csv` and `--json` show them all)."""
+(no Markdown escapes, no HTML entities), figures rounded as the tables round them. The run and its
+figures always; its other key columns (status, epochs, seed, model, table), the settings that differ,
+then wall time and commit, each while the table still fits, the rest named under it (`--md`, `--csv`
+and `--json` show them all)."""
 
 from __future__ import annotations
 
@@ -56,16 +57,19 @@ def _print(console: Console, table: Table, note: str | None) -> None:
 RIGHT = ("seed", "epochs", "best_val", "test", "wall_s", "n", "ok")
 
 
-def _fitted(console: Console, rows: list[dict], key: list[str], extra: list[str], cell, label=lambda c: c) -> tuple[Table, list[str]]:
-    """A table of `rows` with the `key` columns and as many of the `extra` ones, in order, as fit the
-    terminal at their natural widths; (the table, the extra columns left out)."""
+def _fitted(console: Console, rows: list[dict], key: list[str], extra: list[str], cell, label=lambda c: c,
+            order: list[str] | None = None) -> tuple[Table, list[str]]:
+    """A table of `rows` with the `key` columns and as many of the `extra` ones, taken in turn, as fit
+    the terminal at their natural widths, laid out in `order` (default: key, then extra); (the table,
+    the extra columns left out)."""
+    order = order or [*key, *extra]
 
     def build(columns: list[str]) -> Table:
         t = _table()
-        for c in columns:
+        for c in sorted(columns, key=order.index):
             t.add_column(label(c), no_wrap=True, overflow="ellipsis", justify="right" if c in RIGHT else "left")
         for r in rows:
-            t.add_row(*(cell(r, c) for c in columns))
+            t.add_row(*(cell(r, c) for c in sorted(columns, key=order.index)))
         return t
 
     columns, left = list(key), []
@@ -101,8 +105,13 @@ def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], con
             return f"{r[c]:.0f} s" if isinstance(r.get(c), (int, float)) else "—"
         return value(r.get(c))
 
-    table, left = _fitted(console, rows, list(KEY_COLUMNS), [*varying(rows, settings), *TAIL_COLUMNS], cell,
-                          lambda c: c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c)
+    shown = varying(rows, settings)
+    # the run and its figures always; the other key columns while they fit (the run's id holds its table,
+    # model and seed), then the settings, then wall time and commit
+    table, left = _fitted(console, rows, ["run", "best_val", "test"],
+                          ["status", "epochs", "seed", "model", "table", *shown, *TAIL_COLUMNS], cell,
+                          lambda c: c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c,
+                          order=[*KEY_COLUMNS, *shown, *TAIL_COLUMNS])
     _print(console, table, f"{len(rows)} run(s)." + _left(left))
 
 

@@ -42,7 +42,9 @@ def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_
     work = tmp_path / "copy"
     shutil.copytree(demo, work, symlinks=True)
     records = _disagreeing_records(demo, tmp_path)
-    cmd = [str(BIN / "snakemake"), "table1", "--cores", "2", "--config", "preset=demo",
+    # the adoption's own output as the target: a job that failed loses its outputs, and a table that
+    # looks current would not plan them again (Snakemake's rule for intermediate files)
+    cmd = [str(BIN / "snakemake"), f"results/demo/runs/{RUN}/adopted.json", "--cores", "2", "--config", "preset=demo",
            f'finished_runs=["{records.parent}"]']
     log = tmp_path / "run.log"
     res = subprocess.run(f"{shlex.join(cmd)} > {log} 2>&1", shell=True, cwd=work, env=pipeline_env(work), timeout=900)

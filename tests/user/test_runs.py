@@ -43,12 +43,13 @@ def test_runs_lists_every_run_as_its_records_say(demo):
             assert float(row["test"]) == ev["test"]["chunked_ppl"]
     # the settings that differ: columns of their own, dotted (the ablation's pre-norm runs, the tables' depths)
     assert {"model.norm", "model.n_layers"} <= set(rows[0]), sorted(rows[0])
-    # by columns: Table 1's Grassmann runs, the demo's two seeds and the ablation's pre-norm run (its base is
-    # table1); and by a dotted spec key: Table 1's pre-norm runs, the variant's, both models
+    # by columns: Table 1's Grassmann runs, the demo's two seeds, the ablation's pre-norm run and the sweep's
+    # two other learning rates (their base is table1); and by a dotted spec key: Table 1's pre-norm runs, the
+    # variant's, both models
     md = _grassflow("runs", "--where", "table=table1", "--where", "model=grassmann", cwd=demo)
     assert md.returncode == 0, md.stderr
     lines = [line for line in md.stdout.splitlines() if line.startswith("| demo | table1 | grassmann |")]
-    assert len(lines) == 3 and md.stdout.startswith("3 run(s).") and "table1\\_pre\\_norm-grassmann-s0" in md.stdout, \
+    assert len(lines) == 7 and md.stdout.startswith("7 run(s).") and "table1\\_pre\\_norm-grassmann-s0" in md.stdout, \
         md.stdout
     pre = _grassflow("runs", "--where", "table=table1", "--where", "model.norm=pre", "--csv", cwd=demo)
     assert sorted(r["run"].rsplit("/", 1)[1] for r in csv.DictReader(io.StringIO(pre.stdout))) == [
