@@ -71,6 +71,19 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
         1,
         "a hub tokenizer fetched and the demo tokenized with it (its data jobs only, in a scratch repository)",
     ),
+    "test_a_failing_stage_says_its_": (
+        2,
+        "a failing adoption's error line in Snakemake's output, once redirected to a file and once through a "
+        "pipe (one job each, a copy of the demo)",
+    ),
+    "test_under_slurm_the_line_land": (
+        1,
+        "a failing table job on SLURM: where its error line lands (a copy of the demo, its retries)",
+    ),
+    "test_a_tracker_store_damaged_m": (
+        1,
+        "a run whose tracker's store fails mid-run trains on and its table is written (one run of its own)",
+    ),
 }
 
 
