@@ -49,6 +49,7 @@ from grassflow.bench.fused import bench_fused
 from grassflow.bench.graph import bench_graph, bench_head
 from grassflow.bench.kernels import bench_kernels
 from grassflow.bench.peer import peer_step
+from grassflow.bench.shapes import QUICK, TABLE1
 from grassflow.job import ArgumentParser
 from grassflow.runtime import claim_device, configure_torch, device_name
 
@@ -105,7 +106,8 @@ def main(argv=None):
     q = args.quick
     parts = set(args.parts.split(","))
     lengths = [32, 64] if q else [int(x) for x in args.lengths.split(",")]
-    tokens, n_layers, vocab = (128, 2, 500) if q else (args.tokens, 6, 30522)
+    shape = QUICK if q else TABLE1
+    tokens, n_layers, vocab = (128 if q else args.tokens), shape["n_layers"], shape["vocab"]
     res = {"device": device_name(device), "device_type": device.type, "torch": torch.__version__,
            "threads": torch.get_num_threads(), "flush_denormal": device.type == "cpu",
            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d"),
@@ -118,7 +120,7 @@ def main(argv=None):
     if "settings" in parts:
         res["settings"] = bench_settings(device, lengths[0], tokens, n_layers, vocab, compile=not q)
     if args.peer:  # the paper's Table 1 step (L=128, B=32); --quick: the smoke sizes
-        L, B = (32, 4) if q else (128, 32)
+        L, B = shape["L"], shape["B"]
         res["peer"] = [peer_step(args.peer, device, L, B, vocab, n_layers, timeit)]
         for backend in grassmann_backends(device):
             res["peer"].append({"ours": True, **bench_step(device, "grassmann", L, B * L, n_layers, vocab, True,
@@ -127,11 +129,11 @@ def main(argv=None):
         counts = [int(x) for x in args.kernel_tokens.split(",")]
         res["kernels"] = bench_kernels(device, [256] if q else counts if device.type == "cuda" else counts[:1])
     if "graph" in parts:
-        res["graph"] = bench_graph(device, *((32, 4, 2, vocab) if q else (128, 32, 6, vocab)))
+        res["graph"] = bench_graph(device, shape["L"], shape["B"], n_layers, vocab)
     if "head" in parts:
         res["head"] = bench_head(device, *((256, vocab, 32) if q else (tokens, vocab, 256)))
     if "fused" in parts:
-        res["fused"] = bench_fused(device, *((32, 4, 2, vocab) if q else (128, 32, 6, vocab)), steps=3 if q else 10)
+        res["fused"] = bench_fused(device, shape["L"], shape["B"], n_layers, vocab, steps=3 if q else 10)
     if "step" in parts:
         rows = []
         for L in lengths:

@@ -24,10 +24,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from grassflow import markdown
+from grassflow.bench import shapes
 
 MODELS = ("transformer", "grassmann")
-TABLE1 = {"L": 128, "tokens": 4096, "n_layers": 6, "vocab": 30522}
-QUICK = {"L": 32, "tokens": 128, "n_layers": 2, "vocab": 500}
+# a run's step: its shape (bench.common) and tokens per step (B·L; the quick one's 128)
+TABLE1 = {k: shapes.TABLE1[k] for k in ("L", "n_layers", "vocab")} | {"tokens": shapes.TABLE1["B"] * shapes.TABLE1["L"]}
+QUICK = {k: shapes.QUICK[k] for k in ("L", "n_layers", "vocab")} | {"tokens": 128}
 
 
 def worker(argv=None) -> None:

@@ -7,6 +7,7 @@ import torch
 
 from grassflow import markdown
 from grassflow.bench.common import LAGS, bench_step, grassmann_backends, timeit
+from grassflow.bench.shapes import TABLE1
 from grassflow.models import ModelConfig, build_model
 from grassflow.ops.plucker import cupy_backend, plucker_mix
 from grassflow.ops.plucker.kernel_stages import KernelStages
@@ -65,7 +66,7 @@ def bench_settings(device, L, tokens, n_layers, vocab, compile=True) -> list[dic
     return rows
 
 
-def count_launches(device, r=32, d=256, T=128, B=2) -> dict:
+def count_launches(device, r=TABLE1["r"], d=TABLE1["d"], T=TABLE1["L"], B=2) -> dict:
     """Per layer and training step (forward + backward): the Plücker op's own kernel launches,
     and every ATen op (each one kernel launch, or more, on a GPU) of one Grassmann block and
     one Transformer block, views excluded."""

@@ -22,6 +22,7 @@ import torch
 
 from grassflow import markdown
 from grassflow.bench.common import sync
+from grassflow.bench.shapes import QUICK, TABLE1
 from grassflow.decode import generate
 from grassflow.io import write_json, write_text
 from grassflow.models import ModelConfig, build_model
@@ -62,7 +63,8 @@ def measure(model, device, prompt_len: int, new: int, repeats: int) -> dict:
 
 
 def run(device, quick: bool, out: Path, name: str) -> dict:
-    vocab, L, n_layers, d = (500, 32, 2, 32) if quick else (30522, 128, 6, 256)
+    shape = QUICK if quick else TABLE1
+    vocab, L, n_layers, d = shape["vocab"], shape["L"], shape["n_layers"], shape["d"]
     prompts, new, repeats = ([4, 16, 28], 4, 1) if quick else ([8, 32, 64, 112], 16, 3)
     beyond = (32, 16) if quick else (128, 64)  # a full context, then past it: the window slides
     res = {"device": device_name(device), "device_type": device.type, "torch": torch.__version__,

@@ -10,6 +10,7 @@ sum pass, then the output pass) at a vocabulary of 30,522, too wide for one bloc
 from __future__ import annotations
 
 from grassflow import markdown
+from grassflow.bench.shapes import TABLE1 as SHAPE
 
 # backend -> [(pass, bytes read, bytes written) per logit]
 PASSES = {
@@ -30,7 +31,7 @@ PASSES = {
     ],
 }
 GEMM_IO = {"GEMM h Wᵀ → bf16 logits", "GEMMs G W and Gᵀ h read G"}  # the same for any head that is not one GEMM kernel
-TABLE1 = (32 * 128, 30522)  # rows (B·L) and vocabulary of one member's step; Table 2's 16 × 256 is the same
+TABLE1 = (SHAPE["B"] * SHAPE["L"], SHAPE["vocab"])  # rows (B·L) and vocabulary of one member's step; Table 2's 16 × 256 is the same
 
 
 def per_logit(backend: str, loss_only: bool = False) -> int:

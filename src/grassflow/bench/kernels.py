@@ -12,6 +12,7 @@ from functools import cache
 import torch
 
 from grassflow.bench.common import LAGS, timeit
+from grassflow.bench.shapes import TABLE1
 from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker import cupy_backend, kernel_abi
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages, build_library
@@ -97,7 +98,7 @@ def new_stages(device):
     return cupy_backend.CupyStages() if cupy_backend.CUDA.is_cuda(device) else CpuKernelStages()
 
 
-def bench_kernels(device, token_counts, T=128, r=32, d=256) -> list[dict]:
+def bench_kernels(device, token_counts, T=TABLE1["L"], r=TABLE1["r"], d=TABLE1["d"]) -> list[dict]:
     """Forward + backward of the op at each token count (B = tokens / T), old and new kernels,
     same inputs; bf16 under autocast on a GPU (as training), fp32 on the CPU."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -14,6 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from grassflow import markdown
 from grassflow.bench.common import sync
+from grassflow.bench.shapes import QUICK, TABLE1
 from grassflow.compiled import resolve
 from grassflow.lm.train import LanguageModelObjective
 from grassflow.loop import make_optimizer, set_lr
@@ -92,7 +93,8 @@ def to_markdown(res) -> str:
 def run(device, quick, out, name, compile_setting):
     from grassflow.runtime import device_name
 
-    L, B, n_layers, vocab = (32, 4, 2, 500) if quick else (128, 32, 6, 30522)
+    shape = QUICK if quick else TABLE1
+    L, B, n_layers, vocab = shape["L"], shape["B"], shape["n_layers"], shape["vocab"]
     rows = [profile_step(device, kind, L, B, n_layers, vocab, compile_setting) for kind in ("transformer", "grassmann")]
     res = {"device": device_name(device), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
            "compile": compile_setting, "quick": quick, "rows": rows}
