@@ -118,7 +118,7 @@ def sort_rows(rows: list[dict], key: str) -> list[dict]:
 
 def group_rows(rows: list[dict]) -> list[dict]:
     """The runs that differ only in their seed pooled (their preset and run group: the run's id less its
-    seed, grassflow.pipeline.sections.run_id): n, runs ok (completed with a figure), and the best
+    seed, grassflow.planning.sections.run_id): n, runs ok (completed with a figure), and the best
     validation and test figures' mean and sample std over them."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:

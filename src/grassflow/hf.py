@@ -18,7 +18,7 @@ runs row by row, each row its prompt alone: exact for both kinds.
 
 Registration is `import grassflow.hf`, not `import grassflow`: a training or evaluation job
 imports grassflow, and registering on its import would make this module part of every job's code
-(grassflow.pipeline.staleness: editing it would rerun them) and cost every job transformers' import.
+(grassflow.planning.staleness: editing it would rerun them) and cost every job transformers' import.
 No trust_remote_code export: the export would carry a second copy of the models' code, or code
 that imports grassflow anyway.
 """

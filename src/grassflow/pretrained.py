@@ -9,7 +9,7 @@
     model = load_model("exports/table1-grassmann-s0")          # a GrassmannLM or a TransformerLM
 
 Why not huggingface_hub's PyTorchModelHubMixin on the model classes: it would put the hub's code
-into every training job's code fingerprint (grassflow.pipeline.staleness), so adding it would rerun every
+into every training job's code fingerprint (grassflow.planning.staleness), so adding it would rerun every
 trained model, and it rebuilds a model from its __init__ keyword arguments while ours take one
 ModelConfig. The files it writes are these; pushing a directory is
 `huggingface_hub.upload_folder(repo_id=..., folder_path=...)` (docs/use/using-models.md).

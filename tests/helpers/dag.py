@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from grassflow.pipeline import staleness
+from grassflow.planning import staleness
 from helpers import ROOT
 from helpers.warm_snakemake import WarmSnakemake
 
@@ -82,7 +82,7 @@ def plan_jobs(cwd, overlay: dict | None = None, targets=()) -> list[dict]:
     what `grassflow plan` reads) with each one's reasons read (`why`: grassflow.pipeline.preview.explain);
     `overlay`: preset keys for the demo, given as a --configfile (as a user changes a setting)."""
     from grassflow.pipeline.preview import explain
-    from grassflow.pipeline.staleness import CODE_INDEX
+    from grassflow.planning.staleness import CODE_INDEX
 
     configfiles = []
     if overlay:
@@ -131,7 +131,7 @@ def replaced(path: Path, old: str, new: str):
 
 
 # An edit that changes a module's code (a new module-level name), and edits that cannot change
-# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.pipeline.staleness)
+# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.planning.staleness)
 CODE_EDIT = "\n_EDITED = 1\n"
 COMMENT_EDIT = "\n# edited\n"
 

@@ -63,7 +63,7 @@ def ran(model: dict, train: dict, exp: dict, kinds=("transformer", "grassmann"))
     """What runs of a preset-like `model`, `train` and experiment `exp` (N, L, B, epochs) ran, as
     lm.comparable.ran_settings reads it from their records: each kind's own model keys."""
     from grassflow.lm.comparable import ran_settings
-    from grassflow.pipeline.sections import own_keys
+    from grassflow.planning.sections import own_keys
 
     return ran_settings([{"run_id": f"t-{k}-s0", "model_kind": k,
                           "model": own_keys(k, {**model, "n_layers": exp["n_layers"], "context_len": exp["context_len"]}),

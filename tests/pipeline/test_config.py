@@ -304,7 +304,7 @@ def test_the_model_kinds_are_named_once_in_the_schemas_and_alike_in_the_registry
     registry (KIND_CODE), each of which declares the model keys it owns (KIND_KEYS); a kind's run
     spec drops the keys every other kind owns, a kind not yet declared too."""
     from grassflow.models import KIND_CODE
-    from grassflow.pipeline.sections import KIND_KEYS, own_keys
+    from grassflow.planning.sections import KIND_KEYS, own_keys
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert schema["$defs"]["model_kind"]["enum"] == list(KIND_CODE) and set(KIND_KEYS) == set(KIND_CODE)

@@ -1,4 +1,4 @@
-"""Job estimates (grassflow.pipeline.estimate): time limits and memory from a run's spec, the size of its
+"""Job estimates (grassflow.planning.estimate): time limits and memory from a run's spec, the size of its
 data and the throughput table. Through SLURM (requested limits equal the estimates, one
 allocation per run, a retry at a longer limit) in tests/pipeline/test_slurm.py."""
 
@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from grassflow.lm.grid import runs
-from grassflow.pipeline.estimate import (
+from grassflow.pipeline.presets import select_preset
+from grassflow.pipeline.tasks import job_estimate
+from grassflow.planning.estimate import (
     STARTUP_S,
     UNKNOWN_DEVICE_SLOWDOWN,
     train_flops_per_token,
 )
-from grassflow.pipeline.presets import select_preset
-from grassflow.pipeline.tasks import job_estimate
 from helpers import ROOT
 from helpers.specs import LM_SPEC
 

@@ -1,4 +1,4 @@
-"""Staleness from imports (grassflow.pipeline.staleness): each rule fingerprints the code of the very
+"""Staleness from imports (grassflow.planning.staleness): each rule fingerprints the code of the very
 stage module its shell runs; that code is the module's import closure, which holds everything a
 real run of the job loads (recorded by grassflow.job's GRASSFLOW_RECORD_IMPORTS hook), less only
 the other model kinds' code; the kernels the ops load are declared where they are loaded."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grassflow.pipeline import staleness
+from grassflow.planning import staleness
 from helpers.dag import assert_closure_holds
 from helpers.rule_code import KIND_SETS, rules
 from helpers.specs import LM_SPEC
@@ -62,13 +62,13 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
 
 
 def test_no_jobs_code_holds_the_planning():
-    """No job's fingerprint holds a module of grassflow.pipeline, for every rule and model kind:
+    """No job's fingerprint holds a module of grassflow.pipeline or grassflow.planning, for every rule and model kind:
     no job runs the planning (its estimates beside the measured times: `grassflow plan --measured`)."""
     jobs = {r.module for r in rules().values() if r.module}
-    assert len(jobs) > 20 and not {j for j in jobs if j.startswith("grassflow.pipeline")}, jobs
+    assert len(jobs) > 20 and not {j for j in jobs if j.startswith(("grassflow.pipeline", "grassflow.planning"))}, jobs
     for module in jobs:
         for k in KIND_SETS:
-            assert not {f for f in files(module, *k) if f.startswith("src/grassflow/pipeline/")}, (module, k)
+            assert not {f for f in files(module, *k) if f.startswith(("src/grassflow/pipeline/", "src/grassflow/planning/"))}, (module, k)
 
 
 def files(module, *kinds) -> set[str]:
@@ -280,7 +280,7 @@ def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
     (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
-    planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/pipeline/estimate.py", "src/grassflow/pipeline/preview.py",
+    planning = {"src/grassflow/pipeline/presets.py", "src/grassflow/planning/estimate.py", "src/grassflow/pipeline/preview.py",
                 "src/grassflow/recall/grid.py", "src/grassflow/snli/grid.py", "src/grassflow/lm/grid.py",
                 "src/grassflow/pipeline/tasks.py",
                 "src/grassflow/cli.py"}

@@ -1,4 +1,4 @@
-"""A Python upgrade reruns nothing: every rule's code fingerprint (grassflow.pipeline.staleness) is the same
+"""A Python upgrade reruns nothing: every rule's code fingerprint (grassflow.planning.staleness) is the same
 under each CPython that pyproject.toml allows, 3.10 to 3.14. The fingerprints hash syntax trees,
 whose shape Python changes between versions (3.12 gave every function `type_params`); the other
 versions run here as Pyodide (CPython compiled to WebAssembly, from the npm registry, run by node),
@@ -31,7 +31,7 @@ FINGERPRINTS = r"""
 import json, re, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(ROOT) / "src"))
-from grassflow.pipeline import staleness as s
+from grassflow.planning import staleness as s
 
 kinds = [(), *((k,) for k in s.kind_code()), tuple(s.kind_code())]
 rules = "".join(f.read_text() for f in sorted((Path(ROOT) / "workflow/rules").glob("*.smk")))

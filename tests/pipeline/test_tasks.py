@@ -117,7 +117,7 @@ def _import_graph(planted: dict[str, str] | None = None) -> dict[str, set[str]]:
     to its source}."""
     import ast
 
-    from grassflow.pipeline import staleness as st
+    from grassflow.planning import staleness as st
 
     files = [p for p in st.PKG.rglob("*.py") if "__pycache__" not in p.parts]
     mods = {st.module_name(p) for p in files}
@@ -155,24 +155,23 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
     assert "grassflow.pipeline.tasks -> grassflow.lm.grid -> ... -> grassflow.pipeline.tasks" in planted, planted
 
 
-# The house, from the ground up: the shared library (models, ops, data, io, loop, report, ...), then the
-# tasks' stages (grassflow/<task>/), then the planning helpers every task shares (grassflow.pipeline's
-# sections, estimate, schema, staleness), then each task's planning (its grid.py, plan.py), then what
-# reads every task: the tasks' table (grassflow.pipeline.tasks), the config's checks and the plan verb
-# (presets, preview) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module
-# imports its own floor or the floors below it, never one above.
+# The house, from the ground up, by folder: the shared library (models, ops, data, io, loop, report, ...),
+# then the tasks' stages (grassflow/<task>/), then the planning every task's planning reads
+# (grassflow/planning/: sections, estimate, schema, staleness), then each task's planning (its grid.py,
+# plan.py), then what reads every task (grassflow/pipeline/: the tasks' table, the config's checks, the
+# plan verb) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module imports
+# its own floor or the floors below it, never one above.
 TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "preflight")
 PLANNING = ("grid", "plan")
-ABOVE_TASKS = ("tasks", "presets", "preview")  # of grassflow.pipeline
 
 
 def floor(module: str) -> int:
     parts = module.split(".")[1:] or ["__init__"]
-    if parts[0] in TOOLS or (parts[0] == "pipeline" and parts[-1] in ABOVE_TASKS):
+    if parts[0] in (*TOOLS, "pipeline"):
         return 4
     if parts[0] in TASKS and parts[-1] in PLANNING:
         return 3
-    if parts[0] == "pipeline":
+    if parts[0] == "planning":
         return 2
     return 1 if parts[0] in TASKS else 0
 
@@ -183,8 +182,12 @@ def test_no_import_runs_back_up_the_house():
     graph = _import_graph()
     up = [f"{m} -> {n}" for m, ns in sorted(graph.items()) for n in sorted(ns) if floor(n) > floor(m)]
     assert up == [], "\n".join(up)
-    assert [floor(f"grassflow.{m}") for m in ("report.tables", "lm.data", "pipeline.estimate", "lm.grid",
+    assert [floor(f"grassflow.{m}") for m in ("report.tables", "lm.data", "planning.estimate", "lm.grid",
                                                "pipeline.tasks")] == [0, 1, 2, 3, 4]
+    # a planted import up, by folder: the shared planning reading the tasks' table
+    planted_up = _import_graph({"grassflow.planning.estimate": "def f():\n    from grassflow.pipeline.tasks import TASKS\n"})
+    assert "grassflow.planning.estimate -> grassflow.pipeline.tasks" in [
+        f"{m} -> {n}" for m, ns in planted_up.items() for n in ns if floor(n) > floor(m)]
     # an import inside a function runs too: a task's grid reading the config's checks is one floor up
     planted = _import_graph({"grassflow.snli.grid": "def f():\n    from grassflow.pipeline.presets import check_preset\n"})
     assert "grassflow.snli.grid -> grassflow.pipeline.presets" in [

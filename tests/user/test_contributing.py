@@ -1,6 +1,6 @@
 """CONTRIBUTING.md's "Where to change what", each row checked: its edit reaches exactly the jobs its
 "Reruns" cell names, by the code fingerprints the rules carry (each rule's `code_of(<stage module>,
-<kinds>)`: grassflow.pipeline.staleness). What then reruns downstream (a table after its runs) is
+<kinds>)`: grassflow.planning.staleness). What then reruns downstream (a table after its runs) is
 Snakemake's, and the staleness tests run such edits on the demo."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from helpers.rule_code import rule_codes
 KINDS = ("transformer", "grassmann")
 TASKS = ("lm", "snli", "recall")
 BENCH = "grassflow.bench[*]"
-LM_TABLES = {"grassflow.lm.aggregate", "grassflow.lm.summary", "grassflow.lm.ablations"}
+LM_TABLES = {"grassflow.lm.aggregate", "grassflow.lm.summary", "grassflow.lm.ablations", "grassflow.lm.sweep"}
 TABLES = LM_TABLES | {"grassflow.snli.aggregate", "grassflow.recall.aggregate"}
+LM_JUDGED = {"grassflow.lm.aggregate", "grassflow.lm.ablations", "grassflow.lm.sweep"}  # the tables that judge a setup
 
 
 def runs(*kinds):
@@ -34,7 +35,7 @@ RERUNS = {
     "the training loop or step":
         "every run's training and evaluation, and the benchmark",
     "a task's stage: data, training, evaluation, table":
-        "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training; the LM's table modules (`lm/aggregate.py`, `comparable.py`, `figures.py`): its tables, no other task's",
+        "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training; the LM's table modules (`lm/aggregate.py`, `comparable.py`, `figures.py`, `sweep.py`): its tables, no other task's",
     "the LM's rows and token files":
         "the LM's download, training, evaluation and unigram baseline, and the benchmark; no table job imports it (a table reads its runs' records)",
     "the tables' and figures' shared code":
@@ -66,8 +67,8 @@ ROWS = {
         ("src/grassflow/lm/tokenize.py", {"grassflow.lm.tokenize", "grassflow.lm.documents", BENCH,
                                           "grassflow.lm.evaluate[transformer]", "grassflow.lm.evaluate[grassmann]"}),
         ("src/grassflow/lm/unigram.py", {"grassflow.lm.unigram"}),
-        ("src/grassflow/lm/aggregate.py", {"grassflow.lm.aggregate", "grassflow.lm.ablations"}),
-        ("src/grassflow/lm/comparable.py", {"grassflow.lm.aggregate", "grassflow.lm.ablations"}),
+        ("src/grassflow/lm/aggregate.py", LM_JUDGED),
+        ("src/grassflow/lm/comparable.py", LM_JUDGED),
         ("src/grassflow/lm/figures.py", LM_TABLES),
         ("src/grassflow/snli/train.py", {f"grassflow.snli.{s}[{k}]" for s in ("train", "evaluate") for k in KINDS}),
         ("src/grassflow/recall/train.py", {f"grassflow.recall.{s}[{k}]" for s in ("train", "evaluate") for k in KINDS}),
@@ -82,12 +83,12 @@ ROWS = {
     "how records are read back": [("src/grassflow/report/records.py",
                                    runs(*KINDS) | TABLES | {BENCH, "grassflow.lm.adopt"})],
     "a preset, a run grid": [(f"src/grassflow/{f}", set())
-                             for f in ("pipeline/presets.py", "pipeline/sections.py", "pipeline/tasks.py",
+                             for f in ("pipeline/presets.py", "planning/sections.py", "pipeline/tasks.py",
                                        "lm/grid.py", "snli/grid.py", "recall/grid.py")],
     "a rule": [],  # the rule's own params and command: Snakemake's to compare (tests/pipeline/test_replanning.py)
     "the cluster": [("profiles/slurm/", set())],
     "a new model kind": [("src/grassflow/models/__init__.py",
-                          runs(*KINDS) | {"grassflow.lm.aggregate", "grassflow.lm.ablations", BENCH})],
+                          runs(*KINDS) | LM_JUDGED | {BENCH})],
     "a new task": [],  # test_a_new_tasks_package_reaches_no_other_tasks_job, below
 }
 
@@ -95,7 +96,7 @@ ROWS = {
 def _jobs(src: Path) -> dict[str, set[str]]:
     """{job: the files of its code, relative to the repository} for every rule's code_of call, a
     job per model kind where the rule runs one kind, `[*]` where it runs them all."""
-    from grassflow.pipeline import staleness
+    from grassflow.planning import staleness
 
     out = {}
     for module, kinds in rule_codes().values():

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from grassflow.pipeline.presets import select_preset
-from grassflow.pipeline.sections import SPLITS, exec_resources, run_train
-from grassflow.pipeline.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
+from grassflow.planning.sections import SPLITS, exec_resources, run_train
+from grassflow.planning.staleness import CODE_INDEX, fingerprint, job_code, kind_code, remember
 from grassflow.pipeline.tasks import TASKS, job_estimate, pipeline_train
 
 PRESET, PRESET_CFG = select_preset(config)  # checked by validate_or_exit in the Snakefile
@@ -23,7 +23,7 @@ REPORT = f"{RESULTS}/report"
 TASK_RUNS = {name: t.specs(PRESET, PRESET_CFG) for name, t in TASKS.items()}
 THREADS = {name: t.threads(PRESET_CFG) for name, t in TASKS.items()}  # each task's jobs' threads
 
-# Each training and evaluation job's time limit and memory (grassflow.pipeline.estimate): resources of
+# Each training and evaluation job's time limit and memory (grassflow.planning.estimate): resources of
 # the job, computed from its spec and data; the token files' own counts once they exist
 # (Snakemake evaluates resources again when a job's inputs are ready). Longer on every retry.
 ESTIMATE = config.get("estimate") or {}
@@ -92,9 +92,9 @@ def table_part(part, key):
 
 # --- code fingerprints -------------------------------------------------------------------
 # Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
-# the code its job runs: its stage module's import closure (grassflow.pipeline.staleness), with of the
+# the code its job runs: its stage module's import closure (grassflow.planning.staleness), with of the
 # models' code only the kind the job runs, each file by its syntax tree, not its text. Edit a
-# file and exactly the jobs that run its code rerun: `python -m grassflow.pipeline.staleness <module>
+# file and exactly the jobs that run its code rerun: `python -m grassflow.planning.staleness <module>
 # --kinds <kind>` lists a job's files. When jobs run (onstart, below), each fingerprint's per-file
 # hashes are kept in .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can
 # name the files a later edit changed.
@@ -111,7 +111,7 @@ def code_of(module, *kinds):
 
 # K GPU jobs share a GPU (train.runs_per_gpu, grassflow.gpu_slots): one K for the whole run. On
 # SLURM, `--group-components lm_run=K ...` (`grassflow gpus --slurm`) packs K runs into one
-# allocation; their time limits are sized from K (grassflow.pipeline.estimate).
+# allocation; their time limits are sized from K (grassflow.planning.estimate).
 RUNS_PER_GPU = pipeline_train(PRESET_CFG)["runs_per_gpu"]
 GPU = {"gpu": 1, "runs_per_gpu": RUNS_PER_GPU}  # a GPU job's resources: its slot, one of K per GPU
 

@@ -26,7 +26,7 @@ from grassflow.ops.plucker.kernel_stages import (
 )
 from grassflow.runtime import autocast
 
-# What the baseline builds, under kernels/ (read by grassflow.pipeline.staleness, as the backends' lists)
+# What the baseline builds, under kernels/ (read by grassflow.planning.staleness, as the backends' lists)
 KERNEL_SOURCES = ("baseline/plucker_441a7fd_cpu.cpp", "baseline/plucker_441a7fd.cu", "cpu_shim/cuda_cpu_shim.h")
 BASELINE = KERNEL_SOURCES[1]
 PER_TOKEN = ("plucker_coeff", "plucker_lag_bwd")  # the stages the baseline ran a thread per token

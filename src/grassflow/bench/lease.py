@@ -61,7 +61,7 @@ from grassflow.lm.grid import finished_runs, runs
 from grassflow.lm.train import LanguageModelObjective, build_group
 from grassflow.loop import lr_at, make_optimizer, set_lr, trained_state
 from grassflow.models import ModelConfig
-from grassflow.pipeline.sections import run_id
+from grassflow.planning.sections import run_id
 from grassflow.run_spec import RunSpec
 from grassflow.runtime import claim_device, configure_torch, device_name
 from grassflow.train_step import WARMUP, EpochLoss, TrainStep

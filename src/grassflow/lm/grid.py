@@ -11,9 +11,9 @@ from grassflow.errors import ConfigError
 from grassflow.io import spec_hash
 from grassflow.lm.data import map_unk
 from grassflow.models.config import ModelConfig
-from grassflow.pipeline import sections
-from grassflow.pipeline.estimate import lm_evaluate, lm_train, split_sizes
-from grassflow.pipeline.sections import EXECUTION_KEYS, check_inputs, own_keys, run_train
+from grassflow.planning import sections
+from grassflow.planning.estimate import lm_evaluate, lm_train, split_sizes
+from grassflow.planning.sections import EXECUTION_KEYS, check_inputs, own_keys, run_train
 
 
 def check_lm(where: str, name: str, p: dict) -> None:

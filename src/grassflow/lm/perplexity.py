@@ -1,6 +1,6 @@
 """The token-level perplexities' windows (grassflow.lm.evaluate defines them): a module of their
 own because training's validation (lm/train.py) scores chunked windows too, and what a training
-job imports is its code (grassflow.pipeline.staleness): the evaluation's other code is not."""
+job imports is its code (grassflow.planning.staleness): the evaluation's other code is not."""
 
 from __future__ import annotations
 

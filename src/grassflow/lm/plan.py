@@ -14,7 +14,7 @@ from grassflow.lm.grid import (
     sweep_grid,
     tokenizer_spec,
 )
-from grassflow.pipeline.sections import SPLITS, group_seed
+from grassflow.planning.sections import SPLITS, group_seed
 
 
 def table_files(report: str, name: str) -> list[str]:

@@ -24,7 +24,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # The code each kind owns (modules and packages): a job runs its own kind's, never another's,
-# although building a model loads both. grassflow.pipeline.staleness reads this literal without
+# although building a model loads both. grassflow.planning.staleness reads this literal without
 # importing it, so that editing one model's code reruns only that model's jobs.
 KIND_CODE = {"transformer": ("grassflow.models.transformer",),
              "grassmann": ("grassflow.models.grassmann", "grassflow.ops.plucker")}

@@ -38,7 +38,7 @@ class ModelConfig:
     plucker_backend: str = "auto"  # reference | fast | cupy | kernel-cpu | fused-cpu | auto
 
     # the enums and ranges of the fields: checked here, and the JSON schema's `model` section is
-    # generated from them (grassflow.pipeline.schema)
+    # generated from them (grassflow.planning.schema)
     CHOICES = {"norm": NORMS, "init": INITS, "lag_schedule": LAG_SCHEDULES, "empty_offsets": EMPTY_OFFSETS,
                "plucker_backend": PLUCKER_BACKENDS}
     BOUNDS = {**{k: {"minimum": 1} for k in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads",

@@ -1,5 +1,5 @@
-"""The planning: presets and their checks (presets), the tasks' declarations (tasks), the schema's
-generated sections (schema), the jobs' estimates (estimate), `grassflow plan` (plan: the
-estimates before a run, the measured times beside them after it) and the code each job runs
-(staleness). Imported by the Snakefile and by `grassflow plan`, never by a job (tested): what it
-decides reaches a job as its params."""
+"""The planning that reads every task (above the tasks): the tasks' table (tasks), presets and their
+checks (presets) and `grassflow plan` (preview: the estimates before a run, the measured times beside
+them after it). What every task's planning shares is below the tasks, in grassflow.planning. Imported
+by the Snakefile and by `grassflow plan`, never by a job (tested): what it decides reaches a job as its
+params."""

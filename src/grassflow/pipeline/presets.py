@@ -13,9 +13,9 @@ from dataclasses import MISSING, fields
 
 from grassflow.errors import ConfigError
 from grassflow.models.config import ModelConfig
-from grassflow.pipeline.schema import dataclass_schema, read_yaml
-from grassflow.pipeline.sections import check_specs
 from grassflow.pipeline.tasks import TASKS
+from grassflow.planning.schema import dataclass_schema, read_yaml
+from grassflow.planning.sections import check_specs
 from grassflow.snli.config import HeadConfig
 from grassflow.train_config import TrainConfig
 

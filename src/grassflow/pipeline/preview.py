@@ -95,9 +95,9 @@ FINGERPRINT = re.compile(r"\b[0-9a-f]{16}\b")
 
 def code_changes(before: str, index: Path, base: Path) -> list[str] | None:
     """The files whose code differs now from when the job last ran, from the fingerprint found in
-    a params change (its per-file hashes kept when the job ran: grassflow.pipeline.staleness.remember);
+    a params change (its per-file hashes kept when the job ran: grassflow.planning.staleness.remember);
     None where they were not kept. An empty list: the job's import closure gained or lost a file."""
-    from grassflow.pipeline.staleness import code_hash, recalled
+    from grassflow.planning.staleness import code_hash, recalled
 
     old = [c for fp in FINGERPRINT.findall(before) if (c := recalled(fp, index)) is not None]
     if len(old) != 1:
@@ -164,7 +164,7 @@ def explain(reason: str, index: Path, base: Path) -> list[str]:
 
 def why(project: Path, **plan_args) -> list[dict]:
     """Each job Snakemake plans (dry_run's arguments), with what made it stale (explain)."""
-    from grassflow.pipeline.staleness import CODE_INDEX
+    from grassflow.planning.staleness import CODE_INDEX
 
     return [{**job, "why": explain(job["reason"], project / CODE_INDEX, project)}
             for job in dry_run(project, **plan_args)[0]]
@@ -239,7 +239,7 @@ def _ratio(row: dict) -> str:
 
 
 def to_markdown(rows: list[dict], preset: str, settings: dict) -> str:
-    from grassflow.pipeline.estimate import DEFAULTS
+    from grassflow.planning.estimate import DEFAULTS
 
     s = {**DEFAULTS, **settings}
     has_measured = any(r.get("measured_hours") is not None for r in rows)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grassflow.lm import grid as lm
-from grassflow.pipeline.estimate import STARTUP_S, Estimate
-from grassflow.pipeline.schema import read_yaml
+from grassflow.planning.estimate import STARTUP_S, Estimate
+from grassflow.planning.schema import read_yaml
 from grassflow.recall import grid as recall
 from grassflow.snli import grid as snli
 

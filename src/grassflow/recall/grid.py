@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from grassflow.errors import ConfigError
 from grassflow.models.config import ModelConfig
-from grassflow.pipeline import sections
-from grassflow.pipeline.estimate import Estimate, lm_evaluate, lm_train
-from grassflow.pipeline.sections import own_keys, run_train
+from grassflow.planning import sections
+from grassflow.planning.estimate import Estimate, lm_evaluate, lm_train
+from grassflow.planning.sections import own_keys, run_train
 
 
 def recall_cell(cell: dict) -> str:

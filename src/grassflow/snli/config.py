@@ -43,7 +43,7 @@ class HeadConfig:
     #                            [u, v, |u−v|, u⊙v]
 
     # the enums and ranges of the fields: checked here, and the JSON schema's `snli_head`
-    # section is generated from them (grassflow.pipeline.schema)
+    # section is generated from them (grassflow.planning.schema)
     CHOICES = CHOICES
     BOUNDS = {**{k: {"minimum": 1} for k in ("d_model", "d_ff", "n_layers", "n_heads", "mix_heads", "stride")},
               "d_proj": {"minimum": 2}, "window": {"minimum": 2}, "dropout": {"minimum": 0, "exclusiveMaximum": 1},

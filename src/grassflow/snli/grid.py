@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 
 from grassflow.errors import ConfigError
-from grassflow.pipeline import sections
-from grassflow.pipeline.estimate import (
+from grassflow.planning import sections
+from grassflow.planning.estimate import (
     Estimate,
     device_kind,
     memory,
@@ -16,7 +16,7 @@ from grassflow.pipeline.estimate import (
     split_sizes,
     train_flops_per_token,
 )
-from grassflow.pipeline.sections import check_inputs, run_train
+from grassflow.planning.sections import check_inputs, run_train
 from grassflow.snli.config import HeadConfig
 
 BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding parameters

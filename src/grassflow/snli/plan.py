@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from grassflow.pipeline.sections import SPLITS
+from grassflow.planning.sections import SPLITS
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 
 

@@ -31,7 +31,7 @@ SCHEMA = {
 
 
 def runs(name, p):
-    from grassflow.pipeline.sections import run_train
+    from grassflow.planning.sections import run_train
 
     t = p["toy"]
     out = {}

@@ -23,7 +23,7 @@ from grassflow.ops.plucker.cpu_kernel import build_library
 from grassflow.ops.plucker.kernel_stages import BLOCK, grid_for
 
 # What is compiled, under kernels/: NVRTC's source first, then the CPU shim's (read by
-# grassflow.pipeline.staleness: an edit to any of them reruns what runs this).
+# grassflow.planning.staleness: an edit to any of them reruns what runs this).
 KERNEL_SOURCES = ("cross_entropy.cu", "cpu_shim/cross_entropy_cpu.cpp", "cpu_shim/cuda_cpu_shim.h")
 TYPES = {torch.float32: ("float", "f32"), torch.bfloat16: ("bf16_t", "bf16")}
 # The kernels' parameters as cross_entropy.cu declares them (T: the logits' type), for the GPU

@@ -91,7 +91,7 @@ def cupy_installed() -> bool:
     return True
 
 
-KERNEL_SOURCES = ("plucker.cu",)  # what NVRTC compiles, under kernels/ (read by grassflow.pipeline.staleness)
+KERNEL_SOURCES = ("plucker.cu",)  # what NVRTC compiles, under kernels/ (read by grassflow.planning.staleness)
 
 
 @cache

@@ -16,7 +16,7 @@ from grassflow.kernel_sources import kernels_dir
 from grassflow.ops.plucker.cpu_kernel import CpuKernelStages, build_library
 from grassflow.ops.plucker.kernel_stages import KERNEL_TYPES
 
-# What this backend builds, under kernels/ (read by grassflow.pipeline.staleness, as cpu_kernel's)
+# What this backend builds, under kernels/ (read by grassflow.planning.staleness, as cpu_kernel's)
 KERNEL_SOURCES = ("cpu_fused/plucker_fused.cpp", "plucker.cu", "cpu_shim/cuda_cpu_shim.h")
 
 

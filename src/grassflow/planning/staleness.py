@@ -13,7 +13,7 @@ A file counts by its code, not its text (code_hash): a Python module's syntax tr
 docstrings or the wording of raised messages, so a comment, a docstring, reformatting or a reworded
 error reruns nothing; a kernel source's bytes.
 
-`python -m grassflow.pipeline.staleness grassflow.lm.train --kinds grassmann` prints a job's files.
+`python -m grassflow.planning.staleness grassflow.lm.train --kinds grassmann` prints a job's files.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def closure(roots, kinds=()) -> set[Path]:
             tree = _tree(path)
             todo += _imports(tree, mod, path.name == "__init__.py")
             for src in _assigned(tree, "KERNEL_SOURCES") or ():
-                files.add(kernels_dir() / src)
+                files.add(kernels_dir(required=False) / src)
     return files
 
 
@@ -249,7 +249,7 @@ def recalled(fp: str, index: Path) -> dict[str, str] | None:
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m grassflow.pipeline.staleness", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m grassflow.planning.staleness", description=__doc__.split("\n")[0])
     ap.add_argument("module", help="a job's stage module, e.g. grassflow.lm.train")
     ap.add_argument("--kinds", nargs="*", default=[], help="model kinds the job runs (transformer, grassmann)")
     a = ap.parse_args(argv)
