@@ -188,7 +188,7 @@ def test_a_preset_with_snli_alone_fetches_its_hub_tokenizer(tmp_path):
     (before, the fetch rule came with the LM's data rules, and such a preset failed to plan)."""
     work = copy_repo(tmp_path)
     (work / "snli_only.yaml").write_text(yaml.safe_dump(
-        {"presets": {"paper_snli": {"base": "paper", "experiments": None, "ablations": None, "recall": None}}}))
+        {"presets": {"paper_snli": {"base": "paper", "experiments": None, "ablations": None, "sweep": None, "recall": None}}}))
     res = snakemake(work, "-n", "--configfile", "snli_only.yaml", preset="paper_snli")
     jobs = Counter(re.findall(r"^rule (\w+):", res.stdout, re.M))
     assert (jobs["fetch_tokenizer"], jobs["snli_download"], jobs["snli_tokenize"], jobs["snli_train"]) == (1, 1, 1, 12)
@@ -262,21 +262,22 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
 
 
 def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
-    """train.fuse_seeds on the demo: each table's config of each model (its 2 seeds) one
-    train_fused job; the ablation's one-seed runs train alone; every run evaluated as before;
+    """train.fuse_seeds on the demo: each table's and each sweep value's config of each model (its 2
+    seeds) one train_fused job; the ablation's one-seed runs train alone; every run evaluated as before;
     `grassflow plan` sums a group's runs' estimates. Off (auto on a CPU): the demo unchanged."""
     from helpers.dag import by_rule, planned
 
     work = copy_repo(tmp_path)
     off = planned(work)
-    assert by_rule(off)["train"] == 10 and "train_fused" not in by_rule(off)
+    assert by_rule(off)["train"] == 18 and "train_fused" not in by_rule(off)
     on = planned(work, {"train": {"fuse_seeds": True}})
-    assert by_rule(on)["evaluate"] == by_rule(off)["evaluate"] == 10
+    assert by_rule(on)["evaluate"] == by_rule(off)["evaluate"] == 18
     assert by_rule(on)["train"] == 2 and {r for (rule, r) in on if rule == "train"} == {
         "table1_pre_norm-transformer-s0", "table1_pre_norm-grassmann-s0"}
     res = snakemake(work, "-n", "--configfile", "overlay.yaml")
     groups = set(re.findall(r"wildcards: group=(\S+)", res.stdout))
-    assert groups == {f"{t}-{m}" for t in ("table1", "table2") for m in ("transformer", "grassmann")}
+    assert groups == {f"{t}-{m}" for t in ("table1", "table2", "table1_lr_1e-3", "table1_lr_1e-2")
+                      for m in ("transformer", "grassmann")}
     command = snakemake(work, "results/demo/runs/table1-grassmann-s1/run.json", "-np", "--configfile", "overlay.yaml").stdout
     words = shlex.split(re.search(r"(--spec .*?) --train-tokens", command).group(1))
     assert [json.loads(w)["run_id"] for w in words[1:]] == ["table1-grassmann-s0", "table1-grassmann-s1"]
@@ -284,7 +285,7 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
                           str(work / "overlay.yaml")], cwd=work, env=pipeline_env(work),
                          capture_output=True, text=True, timeout=600)
     rows = plan_rows(res.stdout)
-    assert rows["train_fused"][1] == "4" and rows["train_fused"][2] == "gpu" and float(rows["train_fused"][3]) > 0
+    assert rows["train_fused"][1] == "8" and rows["train_fused"][2] == "gpu" and float(rows["train_fused"][3]) > 0
 
 
 def test_an_overlay_is_merged_as_snakemake_merges_it(tmp_path):
@@ -394,9 +395,10 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
 @pytest.mark.parametrize("preset", ["demo", "paper"])
 def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
     """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.preview.dry_run, through its
-    API, in this process): one evaluation per run of the LM's specs, an ablation cell whose spec
-    equals a main table's run being that run, and every cell of the ablation grid among them."""
-    from grassflow.lm.grid import ablation_grid, main_run_ids
+    API, in this process): one evaluation per run of the LM's specs, an ablation cell or a sweep value
+    whose spec equals a main table's run (or an ablation's) being that run, and every cell of the
+    ablation grid and the sweep among them."""
+    from grassflow.lm.grid import ablation_grid, main_run_ids, sweep_grid
     from grassflow.pipeline.preview import dry_run
     from grassflow.pipeline.tasks import TASKS
 
@@ -406,10 +408,13 @@ def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
     p = select_preset(load_config(ROOT, preset=preset))[1]
     main = len(p["experiments"]) * len(p["models"]) * len(p["seeds"])
     cells = len(p["ablations"]["variants"]) * len(p["models"]) * len(p["ablations"]["seeds"])
+    sweep = sweep_grid(preset, p)
+    values = len(sweep["values"]) * len(p["models"]) * len(p["sweep"]["seeds"])
     runs = {j["wildcards"]["run"] for j in jobs if j["rule"] in ("evaluate", "adopt_run")}
-    assert runs == set(TASKS["lm"].specs(preset, p)) and main < len(runs) < main + cells
+    assert runs == set(TASKS["lm"].specs(preset, p)) and main < len(runs) < main + cells + values
     grid = {r for models in ablation_grid(preset, p).values() for rs in models.values() for r in rs}
-    assert grid <= runs and runs == grid | set(main_run_ids(p))
+    swept = {r for cell in sweep["runs"] for rs in cell.values() for r in rs}
+    assert grid <= runs and swept <= runs and runs == grid | swept | set(main_run_ids(p))
 
 
 def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):

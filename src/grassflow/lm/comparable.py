@@ -14,7 +14,6 @@ from pathlib import Path
 
 import yaml
 
-from grassflow.errors import DataError
 from grassflow.models.config import ModelConfig
 from grassflow.report.tables import MODELS
 
@@ -90,30 +89,38 @@ def verdict_scope(checksums: dict, setup: dict) -> str | None:
     return release["scope"] if release else None
 
 
+class Varies(list):
+    """A setting a model's runs ran at several values (ran_settings): said, never compared."""
+
+
 def ran_settings(specs: list[dict], varied=()) -> dict[str, dict]:
     """{model kind: {key: value}}: the model and training settings (spec.model, spec.train) its runs'
-    records hold, one value per key across its runs; the `varied` keys (a table's own subject: the
-    ablation switches, a sweep's key) left out. Runs of one model that disagree on any other key are
-    a DataError naming the key and the runs."""
+    records hold; the `varied` keys (a table's own subject: the ablation switches, a sweep's key) left
+    out. A key its runs hold at several values is a Varies of them (runs_differ says it)."""
     out = {}
     for kind in sorted({s["model_kind"] for s in specs}):
-        mine = [s for s in specs if s["model_kind"] == kind]
-        settings = [{**s["model"], **s["train"]} for s in mine]
+        settings = [{**s["model"], **s["train"]} for s in specs if s["model_kind"] == kind]
         out[kind] = {}
         for key in sorted(set().union(*settings) - set(varied)):
-            values = {json.dumps(x.get(key, "<absent>"), sort_keys=True) for x in settings}
-            if len(values) > 1:
-                raise DataError(f"the {kind} runs' records disagree on {key}: {sorted(values)} "
-                                f"({', '.join(sorted(s['run_id'] for s in mine))})")
-            out[kind][key] = settings[0].get(key, "<absent>")
+            values = list({json.dumps(x.get(key, "<absent>"), sort_keys=True): x.get(key, "<absent>")
+                           for x in settings}.values())
+            out[kind][key] = values[0] if len(values) == 1 else Varies(values)
     return out
+
+
+def runs_differ(ran: dict[str, dict]) -> list[str]:
+    """Each model whose runs ran a setting at several values, in one line each."""
+    return [f"the {kind} runs ran different settings: " + "; ".join(
+        f"{k} {', '.join(map(str, v))}" for k, v in settings.items() if isinstance(v, Varies))
+        for kind, settings in ran.items() if any(isinstance(v, Varies) for v in settings.values())]
 
 
 def models_differ(ran: dict[str, dict]) -> str | None:
     """What the models ran differently of the settings both have (ran_settings), in one line; None."""
     kinds = sorted(ran, key=lambda k: (k not in MODELS, MODELS.index(k) if k in MODELS else 0, k))
     shared = sorted(set.intersection(*(set(ran[k]) for k in kinds))) if len(kinds) > 1 else []
-    differ = [k for k in shared if len({json.dumps(ran[m][k], sort_keys=True) for m in kinds}) > 1]
+    differ = [k for k in shared if not any(isinstance(ran[m][k], Varies) for m in kinds)
+              and len({json.dumps(ran[m][k], sort_keys=True) for m in kinds}) > 1]
     if not differ:
         return None
     return "the models ran different settings: " + "; ".join(
@@ -138,7 +145,7 @@ def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[
         for want, whose in ((stated, "paper"), (unstated, "paper preset")):
             for k, v in want.items():
                 d = f"{k} {ours.get(k)} ({whose} {v})"
-                if k in ours and ours[k] != v and d not in diffs:
+                if k in ours and not isinstance(ours[k], Varies) and ours[k] != v and d not in diffs:
                     diffs.append(d)
     return ["not the paper's setup: " + ", ".join(diffs)] if diffs else []
 
@@ -163,6 +170,7 @@ def not_comparable(preset: dict, exp_name: str, ran: dict, checksums: dict, setu
     why += setup_differences(ran, exp_name, setup)
     if differ := models_differ(ran):
         why.append(differ)
+    why += runs_differ(ran)
     not_learned = sum(len(m["not_learned"]) for m in models.values())
     if not_learned:
         why.append(f"{not_learned} run(s) did not beat the unigram baseline")
