@@ -4,18 +4,20 @@ tokens read Wikitext-2 v1's `<unk>`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from grassflow.checkpoint import state_sha256
 from grassflow.errors import CommandError
 from grassflow.pretrained import load_model
+from grassflow.report.records import read_record
 
 
 def read_json(path: Path) -> dict:
+    """A record of the run (run.json, eval.json) as report.records reads every record: a damaged one is
+    one line naming it, not a traceback."""
     if not path.is_file():
         raise CommandError(f"{path}: missing: not a finished language-model run directory")
-    return json.loads(path.read_text())
+    return read_record(path)
 
 
 def results_root(run_dir: Path) -> Path:

@@ -257,3 +257,15 @@ def test_every_other_verb_refuses_bad_input_in_one_line(argv, code, first, capfd
     got, err = _cli([a.format(out=out) for a in argv], capfd)
     assert got == code and len(err) == 1 and err[0].startswith(first), err
     assert not out.exists()  # nothing written
+
+
+@pytest.mark.parametrize("verb", ["generate", "export"])
+def test_a_run_directory_with_a_damaged_record_is_one_line(verb, model_dirs, tmp_path, capfd):
+    """A run directory (not an export) whose run.json is damaged: one line naming it, as every record
+    reader's (finished_run reads records as report.records does; before, a traceback)."""
+    run = tmp_path / "run"
+    shutil.copytree(model_dirs[0], run)
+    (run / "run.json").write_text("{ damaged")
+    argv = ["generate", str(run), "--prompt", "the"] if verb == "generate" else ["export", str(run), str(tmp_path / "out")]
+    code, err = _cli(argv, capfd)
+    assert code == 1 and len(err) == 1 and err[0].startswith(f"error: {run / 'run.json'}: not JSON"), err
