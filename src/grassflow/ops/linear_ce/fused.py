@@ -27,7 +27,7 @@ from grassflow.ops.plucker.kernel_stages import BLOCK, grid_for
 KERNEL_SOURCES = ("cross_entropy.cu", "cpu_shim/cross_entropy_cpu.cpp", "cpu_shim/cuda_cpu_shim.h")
 TYPES = {torch.float32: ("float", "f32"), torch.bfloat16: ("bf16_t", "bf16")}
 # The kernels' parameters as cross_entropy.cu declares them (T: the logits' type), for the GPU
-# launch, where no C++ compiler is assumed to read them; tests/core/test_linear_ce.py holds them to the source.
+# launch, where no C++ compiler is assumed to read them; tests/ops/test_linear_ce.py holds them to the source.
 PARAMS = {
     "ce_partial": ("T*", "long", "int", "int", "float*", "float*"),
     "ce_finish": ("T*", "int*", "float*", "float*", "long", "int", "int", "float*", "float*", "float*"),

@@ -29,7 +29,7 @@ BLOCK = 256  # threads per block of every launch
 
 # Each stage's kernel parameters as plucker.cu declares them (T: the kernel's type, ACC: its
 # arithmetic type), for the GPU launch, which cannot preprocess the source to read them (no
-# C++ compiler is assumed there); tests/core/test_plucker.py holds them to the source.
+# C++ compiler is assumed there); tests/ops/test_plucker.py holds them to the source.
 PARAMS = {
     "plucker_coeff": ("T*", "int*", "int", "long", "int", "int", "ACC", "ACC*"),
     "plucker_wedge": ("T*", "ACC*", "int*", "int*", "long", "int", "T*"),
