@@ -114,8 +114,11 @@ def settings_changed(jobs: list[dict]) -> set[tuple]:
     return {job_key(j) for j in jobs if any(w.startswith("settings changed") for w in j["why"])}
 
 
-# the demo's Grassmann runs: its tables' and its `pre_norm` ablation's (`paper` is the table's)
-DEMO_GRASSMANN_RUNS = {f"{t}-grassmann-s{s}" for t in ("table1", "table2") for s in (0, 1)} | {"table1_pre_norm-grassmann-s0"}
+# the demo's Grassmann runs: its tables', its `pre_norm` ablation's (`paper` is the table's) and its sweep's
+# other learning rates (3e-3 is the table's)
+DEMO_GRASSMANN_RUNS = ({f"{t}-grassmann-s{s}" for t in ("table1", "table2", "table1_lr_1e-3", "table1_lr_1e-2")
+                        for s in (0, 1)} | {"table1_pre_norm-grassmann-s0"})
+DEMO_LM_RUNS = 18  # 8 of Tables 1-2, 2 of the ablation, 8 of the sweep
 
 
 @contextmanager

@@ -133,7 +133,7 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
 
     paper, v1 = dry(), dry("--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
     a, b = job_stats(paper), job_stats(v1)
-    assert a["train"] == b["train"] == 51 and a["evaluate"] == b["evaluate"] == 51  # lr_1e-3's 6 among them
+    assert a["train"] == b["train"] == 57 and a["evaluate"] == b["evaluate"] == 57  # lr_1e-3's 6, the sweep's 1e-4 6
     assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1  # bert from tokenizer.path
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
@@ -240,7 +240,7 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
         assert float(rows[rule][-1]) > 0, rows[rule]  # estimated, and ran
     assert rows["aggregate"][-1] == rows["download"][-1] == "—"  # not estimated: no ratio
     assert "snli" not in rows  # never a path read back as a rule
-    assert int(rows["train"][1]) == len(list(bench.glob("train/*.tsv"))) == 10
+    assert int(rows["train"][1]) == len(list(bench.glob("train/*.tsv"))) == 18
 
 
 def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation_per_run():

@@ -11,6 +11,7 @@ import pytest
 
 from helpers.dag import (
     DEMO_GRASSMANN_RUNS,
+    DEMO_LM_RUNS,
     ROOT,
     by_rule,
     edited,
@@ -53,16 +54,17 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 @pytest.mark.parametrize("module", ["lm/aggregate.py", "lm/comparable.py"])
 def test_editing_the_lm_table_code_plans_its_tables_and_no_other_tasks(demo, module):
     """The LM's table code (its tables' rows and verdicts, what a table can carry) is the LM's tables'
-    alone: a code edit plans Tables 1-2 and the ablation table (and the summary, which reads Tables
-    1-2), no SNLI or recall job."""
+    alone: a code edit plans Tables 1-2, the ablation table and the sweep's (and the summary, which
+    reads Tables 1-2), no SNLI or recall job."""
     with edited(demo / "src/grassflow" / module):
-        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1})
+        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
+                                         ("sweep_aggregate", None): 1})
 
 
 def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
     with edited(demo / "src/grassflow/loop.py"):
         rules = by_rule(planned(demo))
-    assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
+    assert rules["train"] == DEMO_LM_RUNS and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
     assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
 
 
@@ -118,7 +120,8 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
     assert changed == GRASSMANN_SETTING_JOBS
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
-    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate"}
+    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate",
+                                          "sweep_aggregate"}
 
 
 def test_execution_keys_rerun_nothing(demo):
@@ -131,7 +134,8 @@ def test_execution_keys_rerun_nothing(demo):
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py"):
         assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
-                                         ("snli_aggregate", None): 1, ("recall_aggregate", None): 1})
+                                         ("sweep_aggregate", None): 1, ("snli_aggregate", None): 1,
+                                         ("recall_aggregate", None): 1})
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
@@ -139,7 +143,7 @@ def test_grassmann_setting_plans_only_grassmann_runs(demo):
     assert changed == GRASSMANN_SETTING_JOBS
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
-    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate"}
+    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate", "sweep_aggregate"}
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
@@ -150,8 +154,8 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
     assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
-                                          "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "snli_aggregate",
-                                          "recall_aggregate", "bench"}
+                                          "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "sweep_aggregate",
+                                          "snli_aggregate", "recall_aggregate", "bench"}
     assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
     # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
     assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
@@ -177,7 +181,7 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     with edited(demo / "src/grassflow/data/tokenizers.py"):
         rules = by_rule(planned(demo))
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
-    assert rules["train"] == 10 and rules["evaluate"] == 10 and rules["aggregate"] == 2  # 8 main + 2 ablation; a table each
+    assert rules["train"] == rules["evaluate"] == DEMO_LM_RUNS and rules["aggregate"] == 2  # a table each
     assert "download" not in rules
 
 
@@ -238,8 +242,8 @@ def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
     assert not {"download", "snli_download", "recall_data", "train_tokenizer", "snli_train_tokenizer"} & set(rules)
     assert not {"recall_train", "recall_evaluate"} & set(rules)  # the text tasks' runs: downstream of tokenize
     with edited(demo / "src/grassflow/lm/documents.py"):
-        assert by_rule(planned(demo)) == Counter({"documents": 1, "evaluate": 10, "aggregate": 2, "summary": 1,
-                                                  "ablation_aggregate": 1})  # what reads them
+        assert by_rule(planned(demo)) == Counter({"documents": 1, "evaluate": DEMO_LM_RUNS, "aggregate": 2, "summary": 1,
+                                                  "ablation_aggregate": 1, "sweep_aggregate": 1})  # what reads them
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):
@@ -323,7 +327,7 @@ def test_a_release_that_replans_everything_needs_one_touch(demo):
     try:
         with edited(demo / "src/grassflow/io.py"):
             rules = by_rule(planned(demo))
-            assert rules["train"] == 10 and rules["snli_train"] == 4 and rules["download"] == 1, rules
+            assert rules["train"] == DEMO_LM_RUNS and rules["snli_train"] == 4 and rules["download"] == 1, rules
             snakemake(demo, "--touch")
             assert planned(demo) == Counter()
             jobs = plan_jobs(demo, {"experiments": {"table2": {"batch_size": 8}}})
