@@ -284,7 +284,7 @@ def test_the_suite_is_laid_out_like_the_package():
     for a part of the package, none at the root, and no test module imports another (what they
     share is in tests/helpers/)."""
     tests = ROOT / "tests"
-    parts = {"core", "lm", "snli", "recall", "report", "bench", "pipeline", "gpu", "user"}
+    parts = {"core", "ops", "models", "lm", "snli", "recall", "report", "bench", "pipeline", "gpu", "user"}
     files = sorted(tests.rglob("test_*.py"))
     assert files and not [f for f in files if f.parent == tests], "a test file at tests/'s root"
     stray = [f for f in files if f.relative_to(tests).parts[0] not in parts]
