@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from grassflow.errors import CheckpointError, DiskSpaceError
-from grassflow.io import atomic_path
+from grassflow.io import atomic_path, spec_hash as hash_of
 
 __all__ = ["CheckpointError", "DiskSpaceError"]  # raised here, defined in errors.py (the CLI catches them)
 
@@ -184,6 +184,11 @@ def load_checkpoint(path: Path):
         raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
                               f"delete it to restart this run from scratch")
     return load_data(io.BytesIO(raw[head:]), path)
+
+
+def resume_hash(specs: list[dict]) -> str:
+    """The spec hash a fit's resume state carries: its one run's spec, or a fused group's runs'."""
+    return hash_of(specs[0]) if len(specs) == 1 else hash_of({"runs": specs})
 
 
 def resume_state(path: Path, spec_hash: str, code: str | None = None) -> dict | None:

@@ -44,6 +44,7 @@ from grassflow.checkpoint import (
     CheckpointWriter,
     check_disk,
     load_data,
+    resume_hash,
     resume_state,
     rng_state,
     save_checkpoint,
@@ -53,7 +54,7 @@ from grassflow.checkpoint import (
     state_sha256,
 )
 from grassflow.compiled import Compiled
-from grassflow.io import spec_hash, write_json, write_text
+from grassflow.io import write_json, write_text
 from grassflow.models import layers
 from grassflow.models.ensemble import member_state
 from grassflow.provenance import git_state
@@ -309,7 +310,7 @@ class Fit:
         self.opt, self.opt_impl = make_optimizer(model, self.tcfg, device, capture=self.compiled.graph)
         self.steps = min(objective.steps_per_epoch, self.tcfg.max_steps_per_epoch or objective.steps_per_epoch)
         self.total_steps = self.steps * self.tcfg.epochs
-        self.hash = spec_hash(runs[0].spec.source) if E == 1 else spec_hash({"runs": [r.spec.source for r in runs]})
+        self.hash = resume_hash([r.spec.source for r in runs])
         self.last = work / "last.pt"
         self.writer = CheckpointWriter()  # checkpoints and best weights written beside training
         state = resume_state(self.last, self.hash, execution.get("code"))

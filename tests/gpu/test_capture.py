@@ -440,7 +440,7 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
     from torch._dynamo.utils import counters
 
     from grassflow import compiled as compiled_mod
-    from grassflow.bench.lease import _setting
+    from grassflow.lease.trials import setting_value
 
     monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
     real = compiled_mod.resolve  # compiled-graph on the CPU: the region as it would be captured, without CUDA
@@ -450,7 +450,7 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
         for setting in ("false", "compiled-graph"):
             model = _model("grassmann")
             task = _task(model)
-            c = compiled_mod.Compiled(model, task, _setting(setting), "default", CPU)
+            c = compiled_mod.Compiled(model, task, setting_value(setting), "default", CPU)
             assert (c.enabled, c.graph) == ((False, False) if setting == "false" else (True, True))
             opt, _ = make_optimizer(model, TCFG, CPU, capture=True)
             losses = ts.EpochLoss(CPU)

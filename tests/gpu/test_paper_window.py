@@ -175,7 +175,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert f"tree: the prepared commit {commit[:12]}, every file its own (by content)" in out, out[-3000:]
     assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
     assert not (work / "results/demo/fused").exists()
-    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1," in out, out[-3000:]
+    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1\n" in out, out[-3000:]
     # a pinned setting trains only after the first minute has it computing the reference's loss on the
     # device: the fused head's kernels are not on this machine, so no training
     proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")
@@ -278,7 +278,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 0, out[-3000:]
     assert "first minute: table1: seeds 1 this lease" in out, out[-3000:]
-    assert "planned: adopt_run 2, preflight 1, train 2, evaluate 2, aggregate 1, table1 1," in out, out[-3000:]
+    assert "planned: adopt_run 2, preflight 1, train 2, evaluate 2, aggregate 1, table1 1\n" in out, out[-3000:]
     split = pd.read_csv(third / "results/demo/report/table1.csv").set_index("run_id")
     assert sorted(one.index) == sorted(split.index) == sorted(runs)
     for col in ("val_ppl", "test_ppl"):  # seed 1 alone vs as a fused member: equal within fp32's rounding

@@ -8,7 +8,7 @@
 # download is local (it runs where Snakemake runs): on clusters only the login node has the internet.
 # A run's spec is its `spec` param: all it computes from; its `code` param the hash of the code it
 # runs, of its own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
-from grassflow.lm.plan import experiment_figures, lm_plan, table_files
+from grassflow.lm.plan import experiment_figures, fused_dir, lm_plan, table_files
 
 # its names (grassflow.lm.plan)
 LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS)
@@ -156,7 +156,7 @@ use rule train as train_fused with:
         spec=lambda wc: quoted_json(LM.runs[r] for r in LM.fused[wc.group]),
         code=lambda wc: code_of("grassflow.lm.train", LM.fused_first[wc.group]["model_kind"]),
         out_dir=lambda wc: " ".join(f"{RESULTS}/runs/{r}" for r in LM.fused[wc.group]),
-        extra=lambda wc, resources: f"--work-dir {RESULTS}/fused/{wc.group} --head-loss {resources.head_loss}",
+        extra=lambda wc, resources: f"--work-dir {fused_dir(RESULTS, wc.group)} --head-loss {resources.head_loss}",
 
 
 rule evaluate:  # every task's evaluation job (snli_evaluate, recall_evaluate: this rule with their files)

@@ -89,6 +89,11 @@ def tokenizer_spec(p: dict) -> dict:
     return {**p["tokenizer"], "map_unk": map_unk(p), "eval_max_tokens": p["data"].get("eval_max_tokens")}
 
 
+def run_group(exp: str, kind: str) -> str:
+    """The group of a table's runs of one model (its seeds differ only): `<experiment>-<model>`."""
+    return f"{exp}-{kind}"
+
+
 def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict) -> dict:
     """The spec of one language-model run: everything it depends on, and nothing else, so
     that editing one model's settings (or one ablation variant) changes only those specs."""
@@ -97,7 +102,7 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     train = switches.pop("train", None) or {}  # an ablation variant's training keys
     model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
                             "n_layers": e["n_layers"], "context_len": e["context_len"]})
-    return {"run_id": sections.run_id(f"{exp}-{kind}", seed), "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
+    return {"run_id": sections.run_id(run_group(exp, kind), seed), "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
             "seed": seed, "model": model, "train": {**run_train(p["train"]), **train, "epochs": e["epochs"],
                                                     "batch_size": e["batch_size"],
                                                     **{k: e[k] for k in ("checkpoint_every",) if k in e}},

@@ -22,6 +22,11 @@ def table_files(report: str, name: str) -> list[str]:
     return [f"{report}/{name}.{ext}" for ext in ("md", "csv", "tex")]
 
 
+def fused_dir(results: str, group: str) -> str:
+    """Where rule train_fused trains a fused group (its last.pt: the group's resume state)."""
+    return f"{results}/fused/{group}"
+
+
 def experiment_figures(report: str, exp: str) -> list[str]:
     return [f"{report}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
 
