@@ -15,7 +15,7 @@ from scipy import stats
 
 from grassflow.lm import sweep
 from grassflow.lm.grid import runs, sweep_grid, value_label
-from grassflow.lm.plan import lm_plan
+from grassflow.lm.layout import lm_layout
 from grassflow.pipeline.presets import config_errors, select_preset
 from helpers import ROOT
 from helpers.records import TEMPLATE, crafted_run
@@ -149,7 +149,7 @@ def test_the_papers_sweep_shares_table1s_runs_and_the_lr_ablations():
     assert specs["table1_lr_1e-4-grassmann-s2"]["train"]["lr"] == 1e-4
     contents = [{k: v for k, v in s.items() if k != "run_id"} for s in specs.values()]
     assert len({repr(sorted(c.items())) for c in contents}) == len(contents)  # each spec once
-    plan = lm_plan(name, p, {}, specs, "results/paper")
+    plan = lm_layout(name, p, {}, specs, "results/paper")
     assert plan.sweep_runs == sorted(r for cell in grid["runs"] for rs in cell.values() for r in rs)
     assert "results/paper/report/sweep.png" in plan.outputs
 
@@ -226,7 +226,7 @@ def test_no_table_job_is_handed_a_model_or_training_section(preset):
     hold the data, tokenizer, models, seeds and their grid, nothing a run's spec holds."""
     errors, (name, p) = _checked(preset, _config())
     assert not errors
-    plan = lm_plan(name, p, {}, runs(name, p), f"results/{name}")
+    plan = lm_layout(name, p, {}, runs(name, p), f"results/{name}")
     slices = [plan.table_preset, plan.ablations_preset, plan.sweep_preset]
     for s in filter(None, slices):
         assert not {"model", "train", "model_overrides", "experiments"} & set(s), sorted(s)

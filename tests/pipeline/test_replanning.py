@@ -207,7 +207,7 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with replaced(demo / "src/grassflow/data/sources.py", "not a readable parquet file", "an unreadable parquet file"):
         assert planned(demo) == Counter()
     # planning code: what it decides reaches jobs through their params, and no job runs it
-    for f in ("pipeline/presets.py", "lm/grid.py", "lm/plan.py", "pipeline/tasks.py", "planning/estimate.py"):
+    for f in ("pipeline/presets.py", "lm/grid.py", "lm/layout.py", "pipeline/tasks.py", "planning/estimate.py"):
         with edited(demo / "src/grassflow" / f):
             assert planned(demo) == Counter(), f
 

@@ -158,11 +158,11 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
 # The house, from the ground up, by folder: the shared library (models, ops, data, io, loop, report, ...),
 # then the tasks' stages (grassflow/<task>/), then the planning every task's planning reads
 # (grassflow/planning/: sections, estimate, schema, staleness), then each task's planning (its grid.py,
-# plan.py), then what reads every task (grassflow/pipeline/: the tasks' table, the config's checks, the
+# layout.py), then what reads every task (grassflow/pipeline/: the tasks' table, the config's checks, the
 # plan verb) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module imports
 # its own floor or the floors below it, never one above.
-TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "preflight")
-PLANNING = ("grid", "plan")
+TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "lease", "preflight")
+PLANNING = ("grid", "layout")
 
 
 def floor(module: str) -> int:

@@ -8,10 +8,10 @@
 # download is local (it runs where Snakemake runs): on clusters only the login node has the internet.
 # A run's spec is its `spec` param: all it computes from; its `code` param the hash of the code it
 # runs, of its own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
-from grassflow.lm.plan import experiment_figures, fused_dir, lm_plan, table_files
+from grassflow.lm.layout import experiment_figures, fused_dir, lm_layout, table_files
 
-# its names (grassflow.lm.plan)
-LM = lm_plan(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS)
+# its names (grassflow.lm.layout)
+LM = lm_layout(PRESET, PRESET_CFG, config, TASK_RUNS["lm"], RESULTS)
 # the paper's setup, its published numbers
 PUBLISHED = own_file("workflow/resources/published.yaml")
 

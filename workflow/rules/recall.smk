@@ -1,9 +1,9 @@
 # Multi-query associative recall (MQAR), the preset's `recall` part: one recall_data job per
 # (seq_len, kv) cell, then recall_train → recall_evaluate per run (each reading its cell's data)
 # → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
-from grassflow.recall.plan import recall_plan
+from grassflow.recall.layout import recall_layout
 
-RECALL = recall_plan(PRESET_CFG, TASK_RUNS["recall"], RESULTS)  # its names (grassflow.recall.plan)
+RECALL = recall_layout(PRESET_CFG, TASK_RUNS["recall"], RESULTS)  # its names (grassflow.recall.layout)
 
 
 wildcard_constraints:

@@ -4,9 +4,9 @@
 # the pretrained backbone a run on its frozen features reads (--backbone-dir), fetched where
 # Snakemake runs (on clusters only the login node has the internet), as download is.
 # `snakemake snli`: its tables, their runs and data only.
-from grassflow.snli.plan import snli_plan
+from grassflow.snli.layout import snli_layout
 
-SNLI = snli_plan(PRESET_CFG, TASK_RUNS["snli"], RESULTS)  # its names (grassflow.snli.plan)
+SNLI = snli_layout(PRESET_CFG, TASK_RUNS["snli"], RESULTS)  # its names (grassflow.snli.layout)
 
 
 wildcard_constraints:

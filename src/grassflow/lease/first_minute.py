@@ -32,7 +32,7 @@ from grassflow.lease.trials import (
 )
 from grassflow.lm.data import read_tokens
 from grassflow.lm.grid import finished_runs, run_group, runs
-from grassflow.lm.plan import fused_dir
+from grassflow.lm.layout import fused_dir
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.preview import load_config
 from grassflow.planning.sections import run_id

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from grassflow.recall.grid import recall_cells
 
 
-def recall_plan(p: dict, runs: dict, results: str) -> SimpleNamespace:
+def recall_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
     """The names of recall.smk (`runs`: its task's specs; `results`: results/<preset>)."""
     r = p.get("recall") or {}
     res, report = f"{results}/recall", f"{results}/report"

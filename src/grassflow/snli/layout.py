@@ -9,7 +9,7 @@ from grassflow.planning.sections import SPLITS
 from grassflow.snli.grid import run_dirs, snli_tokenizer_spec
 
 
-def snli_plan(p: dict, runs: dict, results: str) -> SimpleNamespace:
+def snli_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
     """The names of snli.smk (`runs`: its task's specs; `results`: results/<preset>)."""
     s = p.get("snli") or {}
     res, report = f"{results}/snli", f"{results}/report"

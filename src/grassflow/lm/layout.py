@@ -43,7 +43,7 @@ def table_preset(p: dict, grid: str | None = None) -> dict:
     return {k: p[k] for k in (*TABLE_KEYS, *([grid] if grid else ())) if k in p}
 
 
-def lm_plan(name: str, p: dict, config: dict, runs: dict, results: str) -> SimpleNamespace:
+def lm_layout(name: str, p: dict, config: dict, runs: dict, results: str) -> SimpleNamespace:
     """The names of lm.smk: its part (None where the preset has no experiments), its runs (`runs`:
     its task's specs), their groups, files and outputs, under `results` (results/<preset>)."""
     on = bool(p.get("experiments"))
