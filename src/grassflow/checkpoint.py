@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from grassflow.errors import CheckpointError, DiskSpaceError
-from grassflow.io import atomic_path, spec_hash as hash_of
+from grassflow.io import atomic_path
+from grassflow.io import spec_hash as hash_of
 
 __all__ = ["CheckpointError", "DiskSpaceError"]  # raised here, defined in errors.py (the CLI catches them)
 

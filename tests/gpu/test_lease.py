@@ -22,10 +22,10 @@ import yaml
 
 from grassflow import compiled as compiled_mod
 from grassflow import train_step as ts
-from grassflow.lease import budget, first_minute, trials
-from grassflow.lease import __main__ as lease_cli
 from grassflow.checkpoint import save_checkpoint
 from grassflow.io import spec_hash
+from grassflow.lease import __main__ as lease_cli
+from grassflow.lease import budget, first_minute, trials
 from grassflow.lm import train as lm_train
 from grassflow.run_spec import RunSpec
 from helpers.dag import ROOT

@@ -3,7 +3,8 @@
 # → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
 from grassflow.recall.layout import recall_layout
 
-RECALL = recall_layout(PRESET_CFG, TASK_RUNS["recall"], RESULTS)  # its names (grassflow.recall.layout)
+# its names (grassflow.recall.layout)
+RECALL = recall_layout(PRESET_CFG, TASK_RUNS["recall"], RESULTS)
 
 
 wildcard_constraints:

@@ -109,7 +109,7 @@ def budget(a) -> None:
     said = set(said_file.read_text().split()) if said_file.is_file() else set()
     now = time.time() - a.start
     lines = projections(Path(a.results), runs(name, p), said, now, a.deadline, a.lease)
-    for group, line in lines:
+    for _, line in lines:
         print(line)
     said_file.write_text(" ".join(sorted(said | {g for g, _ in lines})))
 
