@@ -128,7 +128,8 @@ audit: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[audit]"
 	$(VENV)/bin/pip-audit --skip-editable
 
-# ruff and snakefmt (.pre-commit-config.yaml) over every tracked file; CI runs it before the tests
+# ruff (lint and format) and snakefmt (.pre-commit-config.yaml) over every tracked file; CI runs it
+# before the tests: unformatted code fails it
 lint: $(VENV)/.installed
 	$(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
 

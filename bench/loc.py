@@ -18,7 +18,14 @@ import subprocess
 import sys
 import tokenize
 
-SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+SKIP = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+}
 
 
 def git(*args: str) -> str:
@@ -33,9 +40,16 @@ def docstring_lines(text: str) -> set[int]:
     out = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body:
+        if (
+            isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and body
+        ):
             first = body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 out.update(range(first.lineno, first.end_lineno + 1))
     return out
 
@@ -44,12 +58,17 @@ def code_lines(text: str) -> int:
     """The lines that a code token touches, less docstrings."""
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     doc = docstring_lines(text)
-    return len({n for t in tokens if t.type not in SKIP for n in range(t.start[0], t.end[0] + 1)} - doc)
+    return len(
+        {n for t in tokens if t.type not in SKIP for n in range(t.start[0], t.end[0] + 1)} - doc
+    )
 
 
 def counted(path: str) -> bool:
-    return (path.startswith("src/") and path.endswith(".py")) or path == "Snakefile" or (
-        path.startswith("workflow/") and path.endswith((".py", ".smk")))
+    return (
+        (path.startswith("src/") and path.endswith(".py"))
+        or path == "Snakefile"
+        or (path.startswith("workflow/") and path.endswith((".py", ".smk")))
+    )
 
 
 def loc(rev: str) -> int:
@@ -75,7 +94,9 @@ def main(argv=None) -> int:
         for rev in git("rev-list", "--reverse", a.per_commit).split():
             n = loc(rev)
             if n != prev:
-                print(f"{n:6d} {n - prev:+5d}  {rev[:7]} {git('log', '-1', '--format=%s', rev).strip()[:100]}")
+                print(
+                    f"{n:6d} {n - prev:+5d}  {rev[:7]} {git('log', '-1', '--format=%s', rev).strip()[:100]}"
+                )
             prev = n
         return 0
     for rev in a.revs:

@@ -65,7 +65,11 @@ def main():
     t_backbone = timed(run_backbone, device, a.reps)
     rows = []
     for kind in ("transformer", "grassmann"):
-        head = SNLIClassifier(kind, HeadConfig(), backbone=torch.nn.Identity(), feat_dim=768).to(device).train()
+        head = (
+            SNLIClassifier(kind, HeadConfig(), backbone=torch.nn.Identity(), feat_dim=768)
+            .to(device)
+            .train()
+        )
         head.token_features = lambda i, m: feats
         opt = torch.optim.AdamW(head.parameters(), lr=1e-4)
         batch = {"ids": ids, "mask": mask.bool()}
@@ -82,21 +86,32 @@ def main():
     pflop = 2 * body * SNLI_TRAIN_PAIRS * MEAN_JOINT_TOKENS / 1e15
     gb_fp16 = SNLI_TRAIN_PAIRS * MEAN_JOINT_TOKENS * 768 * 2 / 1e9
     gb_padded = SNLI_TRAIN_PAIRS * 2 * 48 * 768 * 2 / 1e9
-    lines = [f"# SNLI: frozen backbone on the fly vs a feature cache — {device_name(device)}", "",
-             f"Batch {a.batch} joint pairs of {a.tokens} tokens; median of {a.reps}; DistilBERT-base size "
-             f"({sum(p.numel() for p in backbone.parameters()) / 1e6:.1f}M parameters).", "",
-             "| step part | ms | backbone share of the step |", "|---|---|---|",
-             f"| backbone forward (no_grad) | {1000 * t_backbone:.1f} | |"]
+    lines = [
+        f"# SNLI: frozen backbone on the fly vs a feature cache — {device_name(device)}",
+        "",
+        f"Batch {a.batch} joint pairs of {a.tokens} tokens; median of {a.reps}; DistilBERT-base size "
+        f"({sum(p.numel() for p in backbone.parameters()) / 1e6:.1f}M parameters).",
+        "",
+        "| step part | ms | backbone share of the step |",
+        "|---|---|---|",
+        f"| backbone forward (no_grad) | {1000 * t_backbone:.1f} | |",
+    ]
     for kind, t in rows:
-        lines.append(f"| {kind} head forward + backward + AdamW | {1000 * t:.1f} | "
-                     f"{100 * t_backbone / (t_backbone + t):.0f} % |")
-    lines += ["", f"A cache of the train split's token features would hold {gb_fp16:.0f} GB in fp16 "
-              f"(unpadded joint pairs, ~{MEAN_JOINT_TOKENS} tokens each) or {gb_padded:.0f} GB "
-              "(premise and hypothesis padded to 48 each), read once per epoch.", "",
-              f"Estimate for a GPU (arithmetic, not measured): one epoch of backbone forwards is "
-              f"2 × {body / 1e6:.1f}M non-embedding parameters × {SNLI_TRAIN_PAIRS * MEAN_JOINT_TOKENS / 1e6:.1f}M "
-              f"tokens = {pflop:.2f} PFLOP, {pflop * 1e3 / 200:.0f} s at 200 TFLOP/s (bf16); reading the "
-              f"fp16 cache once is {gb_fp16 / 2:.0f} s at 2 GB/s."]
+        lines.append(
+            f"| {kind} head forward + backward + AdamW | {1000 * t:.1f} | "
+            f"{100 * t_backbone / (t_backbone + t):.0f} % |"
+        )
+    lines += [
+        "",
+        f"A cache of the train split's token features would hold {gb_fp16:.0f} GB in fp16 "
+        f"(unpadded joint pairs, ~{MEAN_JOINT_TOKENS} tokens each) or {gb_padded:.0f} GB "
+        "(premise and hypothesis padded to 48 each), read once per epoch.",
+        "",
+        f"Estimate for a GPU (arithmetic, not measured): one epoch of backbone forwards is "
+        f"2 × {body / 1e6:.1f}M non-embedding parameters × {SNLI_TRAIN_PAIRS * MEAN_JOINT_TOKENS / 1e6:.1f}M "
+        f"tokens = {pflop:.2f} PFLOP, {pflop * 1e3 / 200:.0f} s at 200 TFLOP/s (bf16); reading the "
+        f"fp16 cache once is {gb_fp16 / 2:.0f} s at 2 GB/s.",
+    ]
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -23,10 +23,15 @@ def main():
     ap.add_argument("--out", default="reports/bench/tokenize.md")
     args = ap.parse_args()
     rows = read_rows(args.parquet)
-    lines = [f"# Tokenization throughput — {device_name(__import__('torch').device('cpu'))}", "",
-             f"Split: `{Path(args.parquet).name}` ({len(rows)} rows, {sum(len(r.split()) for r in rows)} words), "
-             f"RAYON threads: {os.environ.get('RAYON_NUM_THREADS', 'default')}. Median of 3.", "",
-             "| tokenizer | files from | vocab | tokens | seconds | tokens/s |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Tokenization throughput — {device_name(__import__('torch').device('cpu'))}",
+        "",
+        f"Split: `{Path(args.parquet).name}` ({len(rows)} rows, {sum(len(r.split()) for r in rows)} words), "
+        f"RAYON threads: {os.environ.get('RAYON_NUM_THREADS', 'default')}. Median of 3.",
+        "",
+        "| tokenizer | files from | vocab | tokens | seconds | tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for spec in args.tokenizer:
         name, path = spec.split("=", 1)
         tok = load_tokenizer({"name": name, "path": path})
@@ -36,7 +41,9 @@ def main():
             ids = np.concatenate(encode_rows(tok, rows))
             times.append(time.perf_counter() - t0)
         t = sorted(times)[1]
-        lines.append(f"| {name} | `{path}` | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | {len(ids) / t:,.0f} |")
+        lines.append(
+            f"| {name} | `{path}` | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | {len(ids) / t:,.0f} |"
+        )
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

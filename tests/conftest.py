@@ -33,13 +33,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--seeds", type=int, default=0,
-                     help="run the randomized tests (those taking `gen`) under N fresh seeds and the "
-                          "regression seeds, and print each test's worst margin")
+    parser.addoption(
+        "--seeds",
+        type=int,
+        default=0,
+        help="run the randomized tests (those taking `gen`) under N fresh seeds and the "
+        "regression seeds, and print each test's worst margin",
+    )
 
 
 def _regression_seeds() -> list[int]:
-    return [int(x.split("#")[0]) for x in REGRESSION_SEEDS.read_text().splitlines() if x.split("#")[0].strip()]
+    return [
+        int(x.split("#")[0])
+        for x in REGRESSION_SEEDS.read_text().splitlines()
+        if x.split("#")[0].strip()
+    ]
 
 
 def pytest_generate_tests(metafunc):
@@ -64,7 +72,9 @@ def xdist_groups() -> dict[str, str]:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 slurm = any("mark.slurm" in ast.unparse(d) for d in node.decorator_list)
                 if slurm or "demo" in {a.arg for a in node.args.args}:
-                    out[f"tests/{f.relative_to(root).as_posix()}::{node.name}"] = "slurm" if slurm else "demo"
+                    out[f"tests/{f.relative_to(root).as_posix()}::{node.name}"] = (
+                        "slurm" if slurm else "demo"
+                    )
     return out
 
 
@@ -88,8 +98,13 @@ def pytest_collection_modifyitems(config, items):
     # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at once,
     # then the files with slow tests: the run ends on short tests, which keep both workers busy to the
     # end (a CI run that ended on the docs' dry runs left a core idle for a minute)
-    items.sort(key=lambda i: ("demo" not in getattr(i, "fixturenames", ()), not i.get_closest_marker("slurm"),
-                              not i.get_closest_marker("slow")))
+    items.sort(
+        key=lambda i: (
+            "demo" not in getattr(i, "fixturenames", ()),
+            not i.get_closest_marker("slurm"),
+            not i.get_closest_marker("slow"),
+        )
+    )
     if config.getoption("seeds"):
         keep = [i for i in items if "gen" in getattr(i, "fixturenames", ())]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
@@ -110,7 +125,9 @@ def test_seed(request, seed_override):
     np.random.seed(seed)
     random.seed(seed)
     margins.begin(request.node.nodeid, seed)
-    print(f"[{request.node.name}] seed={seed}  (replay: GRASSFLOW_TEST_SEED={seed} pytest '{margins.running()}')")
+    print(
+        f"[{request.node.name}] seed={seed}  (replay: GRASSFLOW_TEST_SEED={seed} pytest '{margins.running()}')"
+    )
     return seed
 
 
@@ -127,8 +144,12 @@ def pytest_terminal_summary(terminalreporter, config):
 
 def _every_test_but_the_gpus(config) -> bool:
     """This session is CI's: every test but the GPU tier's (`make test TIERS="not gpu"`), none left out."""
-    return (config.option.markexpr == "not gpu" and config.args_source == pytest.Config.ArgsSource.TESTPATHS
-            and not config.option.keyword and not config.getoption("seeds"))
+    return (
+        config.option.markexpr == "not gpu"
+        and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.keyword
+        and not config.getoption("seeds")
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -142,8 +163,10 @@ def pytest_sessionfinish(session, exitstatus):
     root = session.config._tmp_path_factory.getbasetemp()
     made, wrong = executions.made(root), executions.audit(root)
     report = session.config.pluginmanager.get_plugin("terminalreporter")
-    report.write_line(f"full Snakemake executions: {sum(made.values())} in {len(made)} tests "
-                      f"(declared: {sum(n for n, _ in executions.EXECUTIONS.values())}; tests/helpers/executions.py)")
+    report.write_line(
+        f"full Snakemake executions: {sum(made.values())} in {len(made)} tests "
+        f"(declared: {sum(n for n, _ in executions.EXECUTIONS.values())}; tests/helpers/executions.py)"
+    )
     for line in wrong:
         report.write_line(f"error: {line}", red=True)
     if wrong and session.exitstatus == pytest.ExitCode.OK:
@@ -196,10 +219,18 @@ def demo(tmp_path_factory):
         shutil.rmtree(work, ignore_errors=True)  # a build that failed in another worker: anew
         work.mkdir()
         copy_repo(work)
-        (work / "pool.yaml").write_text("presets: {demo: {train: {runs_per_gpu: 2, trackers: [tensorboard, mlflow]}}}\n")
-        env = {**POOL_ENV, "GRASSFLOW_SLOTS_DIR": str(work / ".slots"), "GRASSFLOW_RECORD_IMPORTS": str(work / "imports")}
+        (work / "pool.yaml").write_text(
+            "presets: {demo: {train: {runs_per_gpu: 2, trackers: [tensorboard, mlflow]}}}\n"
+        )
+        env = {
+            **POOL_ENV,
+            "GRASSFLOW_SLOTS_DIR": str(work / ".slots"),
+            "GRASSFLOW_RECORD_IMPORTS": str(work / "imports"),
+        }
         flag = pool_flag(work, env)
         assert flag == ["--resources", "gpu=4"], flag
-        snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)  # 5 jobs, 4 slots
+        snakemake(
+            work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env
+        )  # 5 jobs, 4 slots
         done.touch()
     return work

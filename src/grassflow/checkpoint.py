@@ -27,7 +27,10 @@ from grassflow.errors import CheckpointError, DiskSpaceError
 from grassflow.io import atomic_path
 from grassflow.io import spec_hash as hash_of
 
-__all__ = ["CheckpointError", "DiskSpaceError"]  # raised here, defined in errors.py (the CLI catches them)
+__all__ = [
+    "CheckpointError",
+    "DiskSpaceError",
+]  # raised here, defined in errors.py (the CLI catches them)
 
 
 def state_sha256(state: dict | None) -> str | None:
@@ -38,7 +41,11 @@ def state_sha256(state: dict | None) -> str | None:
         return None
     h = hashlib.sha256()
     for k, v in sorted(state.items()):
-        h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        h.update(
+            k.encode()
+            + b"\0"
+            + v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        )
     return h.hexdigest()
 
 
@@ -48,12 +55,17 @@ def check_disk(out: Path, n_params: int) -> None:
     need = int(2 * (1 + 1 + 3) * 4 * n_params * 1.1)
     free = shutil.disk_usage(out).free
     if free < need:
-        raise DiskSpaceError(f"{out}: {free / 2**20:.0f} MiB free, but this run's checkpoints need "
-                             f"~{need / 2**20:.0f} MiB (model.safetensors, last.pt and their temporary copies); "
-                             "free space or move results/ before training")
+        raise DiskSpaceError(
+            f"{out}: {free / 2**20:.0f} MiB free, but this run's checkpoints need "
+            f"~{need / 2**20:.0f} MiB (model.safetensors, last.pt and their temporary copies); "
+            "free space or move results/ before training"
+        )
 
 
-WEIGHTS, CONFIG = "model.safetensors", "config.json"  # a model directory's files, the Hugging Face layout
+WEIGHTS, CONFIG = (
+    "model.safetensors",
+    "config.json",
+)  # a model directory's files, the Hugging Face layout
 
 
 def save_weights(path: Path, state: dict | None) -> None:
@@ -83,8 +95,10 @@ def load_weights(path) -> dict:
             state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no mapping)
             tied = json.loads((f.metadata() or {}).get("tied", "{}"))
     except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e}); delete it and rerun the run "
-                              "that writes it") from None
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({e}); delete it and rerun the run "
+            "that writes it"
+        ) from None
     return {**state, **{k: state[same] for k, same in tied.items()}}
 
 
@@ -181,9 +195,14 @@ def load_checkpoint(path: Path):
         return None
     raw = path.read_bytes()
     head = len(MAGIC) + 65
-    if raw[: len(MAGIC)] != MAGIC or hashlib.sha256(raw[head:]).hexdigest().encode() != raw[len(MAGIC) : head - 1]:
-        raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
-                              f"delete it to restart this run from scratch")
+    if (
+        raw[: len(MAGIC)] != MAGIC
+        or hashlib.sha256(raw[head:]).hexdigest().encode() != raw[len(MAGIC) : head - 1]
+    ):
+        raise CheckpointError(
+            f"{path}: checksum mismatch (truncated or corrupt checkpoint); "
+            f"delete it to restart this run from scratch"
+        )
     return load_data(io.BytesIO(raw[head:]), path)
 
 
@@ -200,15 +219,21 @@ def resume_state(path: Path, spec_hash: str, code: str | None = None) -> dict | 
     best_val and status at the top) is read as a fit of one member."""
     state = load_checkpoint(path)
     if state is not None and state["spec_hash"] != spec_hash:
-        print(f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); starting fresh",
-              file=sys.stderr)
+        print(
+            f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); starting fresh",
+            file=sys.stderr,
+        )
         return None
     if state is not None and state.get("code") != code:
-        print(f"[train] {path} was written by other code (fingerprint {state.get('code')} ≠ {code}); starting fresh",
-              file=sys.stderr)
+        print(
+            f"[train] {path} was written by other code (fingerprint {state.get('code')} ≠ {code}); starting fresh",
+            file=sys.stderr,
+        )
         return None
     if state is not None and "members" not in state:
-        state["members"] = [{"metrics": state["metrics"], "best": state["best_val"], "status": state["status"]}]
+        state["members"] = [
+            {"metrics": state["metrics"], "best": state["best_val"], "status": state["status"]}
+        ]
         state["pos"]["loss_sum"] = [state["pos"]["loss_sum"]]
     return state
 
@@ -231,31 +256,48 @@ def load_data(source, path=None):
     nothing."""
     path = path or source
     if _torch_version(torch.__version__) < SAFE_TORCH:
-        raise CheckpointError(f"{path}: not opened: torch {torch.__version__} can be made to run code or corrupt "
-                              "memory while loading a checkpoint (CVE-2025-32434, CVE-2026-24747); "
-                              "upgrade: pip install 'torch>=2.10'")
+        raise CheckpointError(
+            f"{path}: not opened: torch {torch.__version__} can be made to run code or corrupt "
+            "memory while loading a checkpoint (CVE-2025-32434, CVE-2026-24747); "
+            "upgrade: pip install 'torch>=2.10'"
+        )
     try:
         return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         lines = [x.strip() for x in str(e).splitlines() if x.strip()]
         # torch's own advice (load with weights_only=False) is the one thing not to do: keep
         # only the line that says what the file holds
-        why = next((x for x in lines if "nsupported" in x), "it holds objects other than tensors and plain data")
-        raise CheckpointError(f"{path}: refused: not a data-only checkpoint ({why}); nothing in it was run. "
-                              "A file written by grassflow before checkpoints became data-only, or by "
-                              "someone else: delete it and rerun the run that writes it") from None
+        why = next(
+            (x for x in lines if "nsupported" in x),
+            "it holds objects other than tensors and plain data",
+        )
+        raise CheckpointError(
+            f"{path}: refused: not a data-only checkpoint ({why}); nothing in it was run. "
+            "A file written by grassflow before checkpoints became data-only, or by "
+            "someone else: delete it and rerun the run that writes it"
+        ) from None
     except (RuntimeError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({str(e).strip().splitlines()[0]}); "
-                              "delete it and rerun the run that writes it") from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({str(e).strip().splitlines()[0]}); "
+            "delete it and rerun the run that writes it"
+        ) from None
 
 
 def rng_state() -> dict:
     """Every RNG's state as data: torch's (a uint8 tensor), Python's (a tuple of ints),
     NumPy's (its MT19937 key as a tensor, and numbers), CUDA's (uint8 tensors)."""
     kind, key, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)}}
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "key": torch.from_numpy(key.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(gauss),
+        },
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -265,8 +307,15 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state(
+        (
+            n["kind"],
+            n["key"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

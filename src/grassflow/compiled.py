@@ -33,11 +33,15 @@ SETTINGS = ("auto", True, False, "graph", "compiled-graph")
 def resolve(setting, device) -> str:
     """The way `setting` runs on `device`: eager, compiled or graph."""
     if setting not in SETTINGS:
-        raise ValueError(f"train.compile must be auto, true, false, graph or compiled-graph, got {setting!r}")
+        raise ValueError(
+            f"train.compile must be auto, true, false, graph or compiled-graph, got {setting!r}"
+        )
     if setting == "auto":
         return AUTO.get(device.type, "eager")
     if setting in ("graph", "compiled-graph") and device.type != "cuda":
-        raise ValueError(f"train.compile: {setting} captures CUDA graphs; this run is on {device.type}")
+        raise ValueError(
+            f"train.compile: {setting} captures CUDA graphs; this run is on {device.type}"
+        )
     return {True: "compiled", False: "eager"}.get(setting, setting)
 
 
@@ -61,8 +65,10 @@ class Compiled:
             return objective.loss(model, batch)
 
         if self.enabled and self.graph and mode == "reduce-overhead":
-            raise ValueError("train.compile_mode: reduce-overhead captures CUDA graphs of its own; "
-                             "compiled-graph captures the whole step (use compile_mode default)")
+            raise ValueError(
+                "train.compile_mode: reduce-overhead captures CUDA graphs of its own; "
+                "compiled-graph captures the whole step (use compile_mode default)"
+            )
         if self.enabled:
             self.loss = torch.compile(loss, fullgraph=True, dynamic=False, mode=mode)
             self.eval_model = torch.compile(eval_model or model, fullgraph=True, dynamic=False)
@@ -70,5 +76,9 @@ class Compiled:
             self.loss, self.eval_model = loss, eval_model or model
 
     def record(self) -> dict:
-        return {"setting": self.setting, "enabled": self.enabled, "mode": self.mode if self.enabled else None,
-                "cuda_graph": self.graph}
+        return {
+            "setting": self.setting,
+            "enabled": self.enabled,
+            "mode": self.mode if self.enabled else None,
+            "cuda_graph": self.graph,
+        }

@@ -71,9 +71,16 @@ class CachedMixer(nn.Module):
         # the window starts at most max(offsets) before the first new position: an offset Δ is
         # valid at window index i iff Δ ≤ i, as it is at position t iff Δ ≤ t
         window = z if self.z is None else torch.cat([self.z, z], dim=1)
-        g = plucker_mix(window, m.lags, m.plucker.weight, m.plucker.bias, eps=cfg.eps,
-                        empty=cfg.empty_offsets, backend=cfg.plucker_backend)[:, -T:]
-        self.z = window[:, -self.keep:]
+        g = plucker_mix(
+            window,
+            m.lags,
+            m.plucker.weight,
+            m.plucker.bias,
+            eps=cfg.eps,
+            empty=cfg.empty_offsets,
+            backend=cfg.plucker_backend,
+        )[:, -T:]
+        self.z = window[:, -self.keep :]
         return gated_mix(m.gate, h, g)
 
     def state_numel(self) -> int:
@@ -108,7 +115,9 @@ class Decoder:
         """Logits (B, T, V) of the T new tokens `idx` (B, T), at the positions after those fed so far."""
         m, T = self.model, idx.shape[1]
         if self.pos + T > m.cfg.context_len:
-            raise ValueError(f"positions {self.pos}..{self.pos + T - 1} exceed context_len {m.cfg.context_len}")
+            raise ValueError(
+                f"positions {self.pos}..{self.pos + T - 1} exceed context_len {m.cfg.context_len}"
+            )
         pos = torch.arange(self.pos, self.pos + T, device=idx.device)
         x = m.drop(m.tok_emb(idx) + m.pos_emb(pos))
         with self._swapped():
@@ -122,8 +131,13 @@ class Decoder:
         return sum(cached.state_numel() for _, _, cached in self.caches)
 
 
-def sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-           gens: list[torch.Generator]) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    gens: list[torch.Generator],
+) -> torch.Tensor:
     """Next tokens (B, 1) from last-position logits (B, V): greedy at temperature 0; row b drawn
     with its own generator gens[b], so that a row's tokens do not depend on the rows beside it."""
     if temperature == 0:
@@ -135,22 +149,43 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: f
     if top_p is not None and top_p < 1:
         order = logits.sort(dim=-1, descending=True)
         cum = order.values.softmax(-1).cumsum(-1)
-        drop = cum - order.values.softmax(-1) > top_p  # keep the smallest prefix whose mass reaches top_p
+        drop = (
+            cum - order.values.softmax(-1) > top_p
+        )  # keep the smallest prefix whose mass reaches top_p
         logits = logits.scatter(-1, order.indices, order.values.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1).cpu()
-    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, gens)]).view(-1, 1).to(logits.device)
+    return (
+        torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, gens)])
+        .view(-1, 1)
+        .to(logits.device)
+    )
 
 
 @torch.no_grad()
-def generate(model, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-             recompute: bool = False, on_state=None) -> torch.Tensor:
+def generate(
+    model,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    recompute: bool = False,
+    on_state=None,
+) -> torch.Tensor:
     """idx (B, T) followed by max_new_tokens generated tokens, each row as it would be alone (its
     own generator, seeded `seed`). Incremental by default;
     `recompute`: every step runs the whole (cropped) prefix, as a model without a cache must.
     `on_state(decoder)` is called after each step (the benchmark reads the state's size)."""
-    if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None and top_k < 1):
-        raise ValueError(f"temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 1; got {temperature}, {top_p}, {top_k}")
+    if (
+        temperature < 0
+        or (top_p is not None and not 0 < top_p <= 1)
+        or (top_k is not None and top_k < 1)
+    ):
+        raise ValueError(
+            f"temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 1; got {temperature}, {top_p}, {top_k}"
+        )
     model.eval()
     L = model.cfg.context_len
     gens = [torch.Generator().manual_seed(seed) for _ in range(idx.shape[0])]
@@ -159,8 +194,10 @@ def generate(model, idx: torch.Tensor, max_new_tokens: int, *, temperature: floa
         if recompute:
             logits = model(out[:, -L:])[:, -1]
         else:
-            if decoder is None or decoder.pos + pending.shape[1] > L:  # (re)start: the window slides
-                decoder, pending = Decoder(model), out[:, -(L // 2 if decoder is not None else L):]
+            if (
+                decoder is None or decoder.pos + pending.shape[1] > L
+            ):  # (re)start: the window slides
+                decoder, pending = Decoder(model), out[:, -(L // 2 if decoder is not None else L) :]
             logits = decoder.feed(pending)[:, -1]
             if on_state:
                 on_state(decoder)
@@ -189,17 +226,25 @@ def open_model(path, device="cpu", tokenizer=None):
         config = read_config(path)
         tok_file = Path(tokenizer) if tokenizer else path / "tokenizer.json"
         if not tok_file.is_file():
-            raise CommandError(f"{path}: no tokenizer.json beside the model: give its tokenizer with --tokenizer "
-                               f"(the one config.json's tokenizer sha256 names)")
+            raise CommandError(
+                f"{path}: no tokenizer.json beside the model: give its tokenizer with --tokenizer "
+                f"(the one config.json's tokenizer sha256 names)"
+            )
         tok_cfg = config.get("tokenizer") or {}
         map_unk, name = tok_cfg.get("map_unk"), tok_cfg.get("name", "")
         if not isinstance(map_unk, bool):  # guessing would change what a v1 model's numbers mean
-            raise CommandError(f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 v1's "
-                               "`<unk>` as one unknown token); export the run again with `grassflow export`")
+            raise CommandError(
+                f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 v1's "
+                "`<unk>` as one unknown token); export the run again with `grassflow export`"
+            )
         model = load_model(path, device)
     else:
         model, record = model_from_run(path)
-        model, map_unk, name = model.to(device), unk_mapped(record), record["data"]["train"]["tokenizer"]
+        model, map_unk, name = (
+            model.to(device),
+            unk_mapped(record),
+            record["data"]["train"]["tokenizer"],
+        )
         tok_file = find_tokenizer(path, record, tokenizer)
     try:
         tok = Tokenizer.from_file(str(tok_file))
@@ -208,8 +253,18 @@ def open_model(path, device="cpu", tokenizer=None):
     return model, tok, unk_id_of(tok, name) if map_unk else None
 
 
-def generate_text(model, prompts, max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0,
-                  device="cpu", recompute=False, tokenizer=None) -> list[str]:
+def generate_text(
+    model,
+    prompts,
+    max_new_tokens=50,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    seed=0,
+    device="cpu",
+    recompute=False,
+    tokenizer=None,
+) -> list[str]:
     """`grassflow generate`: each prompt's continuation, printed (one paragraph each, in order) and
     returned. The prompts run as batches of those of one token length, each row what its prompt
     gives alone. A prompt is encoded as the model's training text was (a literal `<unk>` is the
@@ -223,8 +278,10 @@ def generate_text(model, prompts, max_new_tokens=50, temperature=1.0, top_k=None
     from grassflow.lm.tokenize import encode_rows
 
     if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise CommandError(f"--device {device}: no CUDA device here (torch {torch.__version__}, built for CUDA "
-                           f"{torch.version.cuda}); use --device cpu")
+        raise CommandError(
+            f"--device {device}: no CUDA device here (torch {torch.__version__}, built for CUDA "
+            f"{torch.version.cuda}); use --device cpu"
+        )
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     net, tok, unk_id = open_model(model, device, tokenizer)
     L, rows = net.cfg.context_len, []
@@ -233,15 +290,29 @@ def generate_text(model, prompts, max_new_tokens=50, temperature=1.0, top_k=None
         if not ids:
             raise CommandError(f"--prompt {prompt!r}: no tokens to start from")
         if len(ids) > L:
-            print(f"note: the prompt {prompt[:40]!r} is {len(ids)} tokens; the model reads its last {L} (context_len)",
-                  file=sys.stderr)
+            print(
+                f"note: the prompt {prompt[:40]!r} is {len(ids)} tokens; the model reads its last {L} (context_len)",
+                file=sys.stderr,
+            )
         rows.append(ids[-L:])
     texts = [""] * len(prompts)
     for n in sorted({len(r) for r in rows}):  # a batch per length: no padding, each row as alone
         which = [i for i, r in enumerate(rows) if len(r) == n]
-        out = generate(net, torch.tensor([rows[i] for i in which], device=device), max_new_tokens,
-                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, recompute=recompute)
+        out = generate(
+            net,
+            torch.tensor([rows[i] for i in which], device=device),
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            recompute=recompute,
+        )
         for i, o in zip(which, out):
             texts[i] = tok.decode(o[n:].tolist())
-    print("\n\n".join(p + (" " if t and not t.startswith(" ") else "") + t for p, t in zip(prompts, texts)))
+    print(
+        "\n\n".join(
+            p + (" " if t and not t.startswith(" ") else "") + t for p, t in zip(prompts, texts)
+        )
+    )
     return texts

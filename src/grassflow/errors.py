@@ -8,7 +8,8 @@ def no_space(err: BaseException) -> bool:
     """Whether `err` is a write that found its file system full (or its quota spent), as Python,
     pyarrow and safetensors say it."""
     return getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
-        s in str(err) for s in ("No space left on device", "os error 28", "Disk quota exceeded"))
+        s in str(err) for s in ("No space left on device", "os error 28", "Disk quota exceeded")
+    )
 
 
 class PreflightError(RuntimeError):

@@ -37,7 +37,10 @@ def table_of(run_dir: Path, record: dict) -> dict:
     import csv
 
     exp, run = record["spec"]["experiment"], record["run_id"]
-    md, csv_file = results_root(run_dir) / "report" / f"{exp}.md", results_root(run_dir) / "report" / f"{exp}.csv"
+    md, csv_file = (
+        results_root(run_dir) / "report" / f"{exp}.md",
+        results_root(run_dir) / "report" / f"{exp}.csv",
+    )
     if not md.is_file() or not csv_file.is_file():
         return {}
     with open(csv_file, newline="") as f:
@@ -45,10 +48,14 @@ def table_of(run_dir: Path, record: dict) -> dict:
     lines = md.read_text().splitlines()
     table = [i for i, line in enumerate(lines) if line.startswith("|")]
     mine = [lines[i] for i in table if f"[{run}]" in lines[i]]
-    return {"label": next((line for line in lines if line.startswith("### ")), ""),
-            "rows": [lines[table[0]], lines[table[0] + 1], *mine] if table and mine else [],
-            "verdict": next((line for line in lines if line.startswith("Grassmann vs Transformer")), ""),
-            "run_row": row}
+    return {
+        "label": next((line for line in lines if line.startswith("### ")), ""),
+        "rows": [lines[table[0]], lines[table[0] + 1], *mine] if table and mine else [],
+        "verdict": next(
+            (line for line in lines if line.startswith("Grassmann vs Transformer")), ""
+        ),
+        "run_row": row,
+    }
 
 
 def tokenizer_config(tokenizer_json: Path, context_len: int) -> dict:
@@ -60,61 +67,116 @@ def tokenizer_config(tokenizer_json: Path, context_len: int) -> dict:
     from grassflow.lm.rolling import prefix_id
 
     tok = Tokenizer.from_file(str(tokenizer_json))
-    special = {k: t for k, t in (("unk_token", "[UNK]"), ("pad_token", "[PAD]"), ("sep_token", "[SEP]"),
-                                 ("cls_token", "[CLS]"), ("mask_token", "[MASK]")) if tok.token_to_id(t) is not None}
-    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": context_len,
-            "eos_token": tok.id_to_token(prefix_id(tok)), "clean_up_tokenization_spaces": False, **special}
+    special = {
+        k: t
+        for k, t in (
+            ("unk_token", "[UNK]"),
+            ("pad_token", "[PAD]"),
+            ("sep_token", "[SEP]"),
+            ("cls_token", "[CLS]"),
+            ("mask_token", "[MASK]"),
+        )
+        if tok.token_to_id(t) is not None
+    }
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": context_len,
+        "eos_token": tok.id_to_token(prefix_id(tok)),
+        "clean_up_tokenization_spaces": False,
+        **special,
+    }
 
 
 def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str:
     kind, spec = record["spec"]["model_kind"], record["spec"]
-    test = (evaluation.get("test") or {})
-    val = (evaluation.get("validation") or {})
-    front = {"license": "mit", "library_name": "grassflow", "pipeline_tag": "text-generation",
-             "tags": ["grassflow", "grassmann-flows" if kind == "grassmann" else "transformer", "causal-lm",
-                      "reproduction", "arxiv:2512.19428"],
-             "datasets": [LM_DATASET],
-             "metrics": ["perplexity"]}
+    test = evaluation.get("test") or {}
+    val = evaluation.get("validation") or {}
+    front = {
+        "license": "mit",
+        "library_name": "grassflow",
+        "pipeline_tag": "text-generation",
+        "tags": [
+            "grassflow",
+            "grassmann-flows" if kind == "grassmann" else "transformer",
+            "causal-lm",
+            "reproduction",
+            "arxiv:2512.19428",
+        ],
+        "datasets": [LM_DATASET],
+        "metrics": ["perplexity"],
+    }
     import yaml
 
-    out = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-           f"# {markdown.text(record['run_id'])}: {config['architectures'][0]} from grassflow", "",
-           f"A {kind} language model trained by grassflow, the "
-           "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an Attention-Free "
-           "Alternative for Sequence Modeling* (arXiv 2512.19428): preset "
-           f"{markdown.code(spec['preset'])}, experiment {markdown.code(spec['experiment'])}, seed {spec['seed']}, "
-           f"{config['n_layers']} layers, d_model {config['d_model']}, context {config['context_len']} tokens, "
-           f"{record['n_params']:,} parameters; status {markdown.code(record['status']['state'])}, best epoch {record['best_epoch']}.", "",
-           "## Its numbers", "",
-           "| split | perplexity (chunked, the paper's) | strided | word-level (lm-eval) |", "|---|---|---|---|"]
+    out = [
+        "---",
+        yaml.safe_dump(front, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {markdown.text(record['run_id'])}: {config['architectures'][0]} from grassflow",
+        "",
+        f"A {kind} language model trained by grassflow, the "
+        "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an Attention-Free "
+        "Alternative for Sequence Modeling* (arXiv 2512.19428): preset "
+        f"{markdown.code(spec['preset'])}, experiment {markdown.code(spec['experiment'])}, seed {spec['seed']}, "
+        f"{config['n_layers']} layers, d_model {config['d_model']}, context {config['context_len']} tokens, "
+        f"{record['n_params']:,} parameters; status {markdown.code(record['status']['state'])}, best epoch {record['best_epoch']}.",
+        "",
+        "## Its numbers",
+        "",
+        "| split | perplexity (chunked, the paper's) | strided | word-level (lm-eval) |",
+        "|---|---|---|---|",
+    ]
     for name, e in (("validation", val), ("test", test)):
         if e:
             word = f"{e['harness']['word_ppl']:.2f}" if "harness" in e else "—"
             out.append(f"| {name} | {e['chunked_ppl']:.2f} | {e['strided_ppl']:.2f} | {word} |")
     out.append("")
     if table:
-        out += ["## Its table, as the pipeline printed it", "", table["label"], "", *table["rows"], "",
-                table["verdict"] or "(no verdict printed)", ""]
+        out += [
+            "## Its table, as the pipeline printed it",
+            "",
+            table["label"],
+            "",
+            *table["rows"],
+            "",
+            table["verdict"] or "(no verdict printed)",
+            "",
+        ]
     else:
         out += ["No table of this run's preset was found beside it (results/<preset>/report/).", ""]
     git = record.get("git") or {}
-    out += ["## Provenance", "",
-            (f"- commit {markdown.code(git['commit'])}" + (" (working tree dirty)" if git.get("dirty") else "")
-             if git.get("commit") else "- commit: not recorded (the run was made outside a git checkout)"),
-            f"- spec sha256 `{record['spec_hash']}`; model settings in `config.json`",
-            "- data: " + "; ".join(f"{s} `{d['file_sha256'][:16]}…` ({d['n_tokens']:,} tokens)"
-                                    for s, d in record["data"].items()),
-            f"- tokenizer `{config['tokenizer']['name']}`, sha256 `{config['tokenizer']['sha256'][:16]}…`",
-            f"- weights sha256 `{config['weights_sha256']}` (as in the run's run.json)",
-            f"- trained on {markdown.text(record['device'])} ({markdown.text(record['device_type'])}), Plücker backend "
-            f"{markdown.text(record.get('plucker_backend'))}",
-            "", "## Use", "", "```python",
-            "from grassflow.pretrained import load_model",
-            "from tokenizers import Tokenizer",
-            "model = load_model(\"path/to/this/directory\")",
-            "tok = Tokenizer.from_file(\"path/to/this/directory/tokenizer.json\")",
-            "```", "",
-            "`grassflow generate path/to/this/directory --prompt \"...\"` samples from it (docs/use/using-models.md).", ""]
+    out += [
+        "## Provenance",
+        "",
+        (
+            f"- commit {markdown.code(git['commit'])}"
+            + (" (working tree dirty)" if git.get("dirty") else "")
+            if git.get("commit")
+            else "- commit: not recorded (the run was made outside a git checkout)"
+        ),
+        f"- spec sha256 `{record['spec_hash']}`; model settings in `config.json`",
+        "- data: "
+        + "; ".join(
+            f"{s} `{d['file_sha256'][:16]}…` ({d['n_tokens']:,} tokens)"
+            for s, d in record["data"].items()
+        ),
+        f"- tokenizer `{config['tokenizer']['name']}`, sha256 `{config['tokenizer']['sha256'][:16]}…`",
+        f"- weights sha256 `{config['weights_sha256']}` (as in the run's run.json)",
+        f"- trained on {markdown.text(record['device'])} ({markdown.text(record['device_type'])}), Plücker backend "
+        f"{markdown.text(record.get('plucker_backend'))}",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from grassflow.pretrained import load_model",
+        "from tokenizers import Tokenizer",
+        'model = load_model("path/to/this/directory")',
+        'tok = Tokenizer.from_file("path/to/this/directory/tokenizer.json")',
+        "```",
+        "",
+        '`grassflow generate path/to/this/directory --prompt "..."` samples from it (docs/use/using-models.md).',
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -125,24 +187,42 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
         raise CommandError(f"{out}: exists; export into a new directory")
     model, record = model_from_run(run_dir)
     evaluation = read_json(run_dir / "eval.json")
-    if evaluation.get("weights_sha256") != record["weights_sha256"]:  # the card's numbers must be these weights'
-        raise CommandError(f"{run_dir / 'eval.json'}: it evaluated weights {str(evaluation.get('weights_sha256'))[:12]}…, "
-                           f"not the run's {record['weights_sha256'][:12]}…: rerun its evaluation (snakemake)")
+    if (
+        evaluation.get("weights_sha256") != record["weights_sha256"]
+    ):  # the card's numbers must be these weights'
+        raise CommandError(
+            f"{run_dir / 'eval.json'}: it evaluated weights {str(evaluation.get('weights_sha256'))[:12]}…, "
+            f"not the run's {record['weights_sha256'][:12]}…: rerun its evaluation (snakemake)"
+        )
     tok = find_tokenizer(run_dir, record, tokenizer)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:  # a failure leaves no partial export behind
         kind = record["spec"]["model_kind"]
-        config = save_pretrained(model, kind, tmp,
-                                 tokenizer={"name": record["data"]["train"]["tokenizer"],
-                                            "sha256": record["data"]["train"]["tokenizer_sha256"],
-                                            "map_unk": unk_mapped(record)},
-                                 run={"run_id": record["run_id"], "spec_hash": record["spec_hash"],
-                                      "commit": (record.get("git") or {}).get("commit")},
-                                 model_type=f"grassflow_{kind}")  # transformers' Auto classes (grassflow.hf)
+        config = save_pretrained(
+            model,
+            kind,
+            tmp,
+            tokenizer={
+                "name": record["data"]["train"]["tokenizer"],
+                "sha256": record["data"]["train"]["tokenizer_sha256"],
+                "map_unk": unk_mapped(record),
+            },
+            run={
+                "run_id": record["run_id"],
+                "spec_hash": record["spec_hash"],
+                "commit": (record.get("git") or {}).get("commit"),
+            },
+            model_type=f"grassflow_{kind}",
+        )  # transformers' Auto classes (grassflow.hf)
         shutil.copyfile(tok, tmp / "tokenizer.json")
-        write_json(tmp / "tokenizer_config.json", tokenizer_config(tmp / "tokenizer.json", model.cfg.context_len))
-        (tmp / "README.md").write_text(model_card(record, evaluation, config, table_of(run_dir, record)))
+        write_json(
+            tmp / "tokenizer_config.json",
+            tokenizer_config(tmp / "tokenizer.json", model.cfg.context_len),
+        )
+        (tmp / "README.md").write_text(
+            model_card(record, evaluation, config, table_of(run_dir, record))
+        )
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -35,13 +35,21 @@ def find_tokenizer(run_dir: Path, record: dict, given=None) -> Path:
 
     want, name = record["data"]["train"]["tokenizer_sha256"], record["data"]["train"]["tokenizer"]
     root = results_root(run_dir)
-    candidates = [Path(given)] if given else [root / "data/tokenizer/trained/tokenizer.json",
-                                              root / "tokenizers" / name / "tokenizer.json"]
+    candidates = (
+        [Path(given)]
+        if given
+        else [
+            root / "data/tokenizer/trained/tokenizer.json",
+            root / "tokenizers" / name / "tokenizer.json",
+        ]
+    )
     for c in candidates:
         if c.is_file() and tokenizer_sha256(Tokenizer.from_file(str(c))) == want:
             return c
-    raise CommandError(f"{run_dir}: no tokenizer.json with the run's tokenizer sha256 {want[:12]}… among "
-                       f"{[str(c) for c in candidates]}; give it with --tokenizer")
+    raise CommandError(
+        f"{run_dir}: no tokenizer.json with the run's tokenizer sha256 {want[:12]}… among "
+        f"{[str(c) for c in candidates]}; give it with --tokenizer"
+    )
 
 
 def unk_mapped(record: dict) -> bool:
@@ -55,10 +63,16 @@ def model_from_run(run_dir: Path):
     the run wrote them), checked to be the ones its run.json records."""
     record = read_json(run_dir / "run.json")
     if record["spec"].get("task", "lm") != "lm":
-        raise CommandError(f"{run_dir}: a {record['spec']['task']} run; only language-model runs are exported")
+        raise CommandError(
+            f"{run_dir}: a {record['spec']['task']} run; only language-model runs are exported"
+        )
     if not record.get("weights_sha256"):
-        raise CommandError(f"{run_dir}: the run has no weights to export (status {record['status']})")
+        raise CommandError(
+            f"{run_dir}: the run has no weights to export (status {record['status']})"
+        )
     model = load_model(run_dir)
     if state_sha256(model.state_dict()) != record["weights_sha256"]:
-        raise CommandError(f"{run_dir}/model.safetensors: its weights' sha256 is not run.json's weights_sha256")
+        raise CommandError(
+            f"{run_dir}/model.safetensors: its weights' sha256 is not run.json's weights_sha256"
+        )
     return model, record

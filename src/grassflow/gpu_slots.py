@@ -41,15 +41,19 @@ class SlotError(RuntimeError):
 
 
 def runtime_dir() -> Path:
-    d = os.environ.get(SLOTS_DIR) or (Path(os.environ["XDG_RUNTIME_DIR"]) / "grassflow-slots"
-                                      if os.environ.get("XDG_RUNTIME_DIR") else
-                                      Path(tempfile.gettempdir()) / f"grassflow-slots-{os.getuid()}")
+    d = os.environ.get(SLOTS_DIR) or (
+        Path(os.environ["XDG_RUNTIME_DIR"]) / "grassflow-slots"
+        if os.environ.get("XDG_RUNTIME_DIR")
+        else Path(tempfile.gettempdir()) / f"grassflow-slots-{os.getuid()}"
+    )
     d = Path(d)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = d.stat()
     if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise SlotError(f"{d}: GPU slot directory owned by another user or writable by others; "
-                        f"set {SLOTS_DIR} to a private directory")
+        raise SlotError(
+            f"{d}: GPU slot directory owned by another user or writable by others; "
+            f"set {SLOTS_DIR} to a private directory"
+        )
     return d
 
 
@@ -59,15 +63,31 @@ def gpus() -> list[dict]:
         try:
             idx = [int(x) for x in os.environ[OVERRIDE].split(",") if x.strip()]
         except ValueError:
-            raise SlotError(f"{OVERRIDE}={os.environ[OVERRIDE]!r}: give GPU indices, e.g. 0,1") from None
-        return [{"index": i, "name": f"stand-in GPU {i} ({OVERRIDE})", "uuid": None, "source": "override"}
-                for i in idx]
+            raise SlotError(
+                f"{OVERRIDE}={os.environ[OVERRIDE]!r}: give GPU indices, e.g. 0,1"
+            ) from None
+        return [
+            {
+                "index": i,
+                "name": f"stand-in GPU {i} ({OVERRIDE})",
+                "uuid": None,
+                "source": "override",
+            }
+            for i in idx
+        ]
     import torch
 
     out = []
     for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
         p = torch.cuda.get_device_properties(i)
-        out.append({"index": i, "name": p.name, "uuid": str(getattr(p, "uuid", "")) or None, "source": "cuda"})
+        out.append(
+            {
+                "index": i,
+                "name": p.name,
+                "uuid": str(getattr(p, "uuid", "")) or None,
+                "source": "cuda",
+            }
+        )
     return out
 
 
@@ -98,8 +118,11 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
         return None
     k, d = runs_per_gpu(), runtime_dir()
     # what may be taken together: one slot at a time, or all K of a GPU at once
-    choices = [(g, "all", range(k)) if exclusive else (g, s, [s]) for g in pool
-               for s in ([None] if exclusive else range(k))]
+    choices = [
+        (g, "all", range(k)) if exclusive else (g, s, [s])
+        for g in pool
+        for s in ([None] if exclusive else range(k))
+    ]
     for tries in itertools.count():
         for g, slot, members in choices:
             fds = []
@@ -113,8 +136,11 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
             for fd in fds:  # part of an exclusive set: give it back
                 os.close(fd)
         if not tries:  # once, in the job's log: why it has not started
-            print(f"[grassflow] waiting for a GPU slot: {'no GPU is free of runs' if exclusive else 'all taken'} "
-                  f"({len(pool)} GPU(s), {k} slot(s) each)", flush=True)
+            print(
+                f"[grassflow] waiting for a GPU slot: {'no GPU is free of runs' if exclusive else 'all taken'} "
+                f"({len(pool)} GPU(s), {k} slot(s) each)",
+                flush=True,
+            )
         time.sleep(poll_s)
 
 
@@ -128,8 +154,16 @@ def _hold(g: dict, slot, k: int, fds: list[int]) -> dict:
         import torch
 
         torch.cuda.set_device(g["index"])
-    record = {"gpu": g["index"], "name": g["name"], "uuid": g["uuid"], "source": g["source"], "slot": slot,
-              "runs_per_gpu": k, "pid": os.getpid(), "acquired_at": time.time()}
+    record = {
+        "gpu": g["index"],
+        "name": g["name"],
+        "uuid": g["uuid"],
+        "source": g["source"],
+        "slot": slot,
+        "runs_per_gpu": k,
+        "pid": os.getpid(),
+        "acquired_at": time.time(),
+    }
     _held.update(record=record, fds=fds)
     return current()
 

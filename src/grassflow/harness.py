@@ -38,7 +38,9 @@ try:
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
 except ImportError as e:  # an optional extra: say which (the CLI prints it as its one error line)
-    raise MissingExtra(f"grassflow lm-eval needs lm-evaluation-harness ({e}): pip install 'grassflow[eval]'") from e
+    raise MissingExtra(
+        f"grassflow lm-eval needs lm-evaluation-harness ({e}): pip install 'grassflow[eval]'"
+    ) from e
 
 from grassflow.decode import generate, open_model
 from grassflow.lm.rolling import encode, prefix_id, score
@@ -46,13 +48,22 @@ from grassflow.lm.rolling import encode, prefix_id, score
 
 @register_model("grassflow")
 class GrassflowLM(LM):
-    def __init__(self, pretrained: str, device: str = "cpu", batch_size=16, max_batch_size=None,
-                 prefix_token: str | None = None, max_gen_toks=256):
+    def __init__(
+        self,
+        pretrained: str,
+        device: str = "cpu",
+        batch_size=16,
+        max_batch_size=None,
+        prefix_token: str | None = None,
+        max_gen_toks=256,
+    ):
         super().__init__()
         self.model, self.tokenizer, self.unk_id = open_model(pretrained, device)
         self.dev = torch.device(device)
         self.L = self.model.cfg.context_len
-        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16  # "auto" (not measured): 16
+        self.batch_size = (
+            int(batch_size) if str(batch_size).isdigit() else 16
+        )  # "auto" (not measured): 16
         del max_batch_size  # what "auto" would cap
         self.prefix = prefix_id(self.tokenizer, prefix_token)
         self.max_gen_toks = int(max_gen_toks)
@@ -66,27 +77,46 @@ class GrassflowLM(LM):
         continuation must have a token and fit the context (HFLM asserts the same)."""
         for c, x in pairs:
             if not x:
-                raise ValueError(f"an empty continuation (after a context of {len(c)} tokens) has no "
-                                 "log-probability to score")
+                raise ValueError(
+                    f"an empty continuation (after a context of {len(c)} tokens) has no "
+                    "log-probability to score"
+                )
             if len(x) > self.L:
-                raise ValueError(f"a continuation of {len(x)} tokens does not fit the model's context of "
-                                 f"{self.L} (context_len)")
-        return score(self.model, [((c + x)[-(self.L + 1):][:-1], x) for c, x in pairs], self.batch_size, self.dev)
+                raise ValueError(
+                    f"a continuation of {len(x)} tokens does not fit the model's context of "
+                    f"{self.L} (context_len)"
+                )
+        return score(
+            self.model,
+            [((c + x)[-(self.L + 1) :][:-1], x) for c, x in pairs],
+            self.batch_size,
+            self.dev,
+        )
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:
         pairs = []
         for context, continuation in (r.args for r in requests):
             # HFLM's split: the context's trailing spaces belong to the continuation
             n_spaces = len(context) - len(context.rstrip())
-            context, continuation = context[: len(context) - n_spaces], context[len(context) - n_spaces:] + continuation
+            context, continuation = (
+                context[: len(context) - n_spaces],
+                context[len(context) - n_spaces :] + continuation,
+            )
             pairs.append((self.tok_encode(context) or [self.prefix], self.tok_encode(continuation)))
         return self._score(pairs)
 
     def loglikelihood_rolling(self, requests) -> list[float]:
         out = []
         for (text,) in (r.args for r in requests):
-            windows = [utils.make_disjoint_window(w) for w in utils.get_rolling_token_windows(
-                token_list=self.tok_encode(text), prefix_token=self.prefix, max_seq_len=self.L, context_len=1)]
+            windows = [
+                utils.make_disjoint_window(w)
+                for w in utils.get_rolling_token_windows(
+                    token_list=self.tok_encode(text),
+                    prefix_token=self.prefix,
+                    max_seq_len=self.L,
+                    context_len=1,
+                )
+            ]
             out.append(sum(ll for ll, _ in self._score(windows)))
         return out
 
@@ -97,7 +127,9 @@ class GrassflowLM(LM):
             until = [until] if isinstance(until, str) else until
             ids = self.tok_encode(context) or [self.prefix]
             n = int(gen_kwargs.get("max_gen_toks", self.max_gen_toks))
-            new = generate(self.model, torch.tensor([ids], device=self.dev), n, temperature=0.0)[0, len(ids):]
+            new = generate(self.model, torch.tensor([ids], device=self.dev), n, temperature=0.0)[
+                0, len(ids) :
+            ]
             text = self.tokenizer.decode(new.tolist())
             for stop in until:
                 text = text.split(stop)[0]

@@ -60,7 +60,9 @@ class GrassflowConfig(PretrainedConfig):
         self.model_kind = model_kind
         kwargs.setdefault("tie_word_embeddings", self.tie_weights)
         super().__init__(**kwargs)
-        self.max_position_embeddings = self.context_len  # what the harness and generate read as the model's length
+        self.max_position_embeddings = (
+            self.context_len
+        )  # what the harness and generate read as the model's length
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(**{name: getattr(self, name) for name in FIELDS})
@@ -111,12 +113,20 @@ class _DecoderLayer(CacheLayerMixin):
 
     def reorder_cache(self, beam_idx):
         if self.cache.rows is not None:
-            raise NotImplementedError("beam search over a padded batch: generate its prompts one at a time, or "
-                                      "prompts of one length, or greedy/sampled decoding")
+            raise NotImplementedError(
+                "beam search over a padded batch: generate its prompts one at a time, or "
+                "prompts of one length, or greedy/sampled decoding"
+            )
         _, _, cached = self.cache.decoder.caches[self.index]
         for name in ("k", "v", "z"):
             if getattr(cached, name, None) is not None:
-                setattr(cached, name, getattr(cached, name).index_select(0, beam_idx.to(getattr(cached, name).device)))
+                setattr(
+                    cached,
+                    name,
+                    getattr(cached, name).index_select(
+                        0, beam_idx.to(getattr(cached, name).device)
+                    ),
+                )
 
     def reset(self):
         raise NotImplementedError("start a new GrassflowCache instead")
@@ -146,17 +156,27 @@ class GrassflowCache(Cache):
         else:
             if self.rows is None:
                 if self.seen:
-                    raise ValueError("padding after the first tokens: a batch is padded in its first call only")
+                    raise ValueError(
+                        "padding after the first tokens: a batch is padded in its first call only"
+                    )
                 self.rows = [Decoder(self.model) for _ in range(idx.shape[0])]
-            out = _per_row(idx, new, lambda b, ids: self._check(self.rows[b].pos + ids.shape[1]) or self.rows[b].feed(ids))
+            out = _per_row(
+                idx,
+                new,
+                lambda b, ids: (
+                    self._check(self.rows[b].pos + ids.shape[1]) or self.rows[b].feed(ids)
+                ),
+            )
         self.seen += T
         return out
 
     def _check(self, length: int) -> None:
         L = self.model.cfg.context_len
         if length > L:
-            raise ValueError(f"a text of {length} tokens is longer than the model's context ({L} learned positions): "
-                             f"generate at most max_length={L} (grassflow generate slides its window instead)")
+            raise ValueError(
+                f"a text of {length} tokens is longer than the model's context ({L} learned positions): "
+                f"generate at most max_length={L} (grassflow generate slides its window instead)"
+            )
 
 
 def _per_row(idx: torch.Tensor, mask: torch.Tensor, logits_of) -> torch.Tensor:
@@ -170,7 +190,9 @@ def _per_row(idx: torch.Tensor, mask: torch.Tensor, logits_of) -> torch.Tensor:
             raise ValueError(f"row {b} of the batch is all padding")
         s, e = int(real[0]), int(real[-1]) + 1
         if e - s != len(real):
-            raise ValueError(f"row {b}'s attention_mask has holes: padding on the left or the right only")
+            raise ValueError(
+                f"row {b}'s attention_mask has holes: padding on the left or the right only"
+            )
         row = logits_of(b, idx[b : b + 1, s:e])
         if out is None:
             out = row.new_zeros(idx.shape[0], idx.shape[1], row.shape[-1])
@@ -187,20 +209,34 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: GrassflowConfig, model=None):
         super().__init__(config)
-        self.model = model if model is not None else build_model(config.model_kind, config.model_config())
+        self.model = (
+            model if model is not None else build_model(config.model_kind, config.model_config())
+        )
 
     @classmethod
-    def from_pretrained(cls, path, *args, config=None, device_map=None, dtype=None, torch_dtype=None, **kwargs):
+    def from_pretrained(
+        cls, path, *args, config=None, device_map=None, dtype=None, torch_dtype=None, **kwargs
+    ):
         """An export (or a run directory) through grassflow.pretrained.load_model: the model its
         config.json describes, the weights checked. transformers' other loading options (hub,
         revisions, quantization) do not apply: the directory is local."""
         if (kwargs.pop("adapter_kwargs", None) or {}).get("_adapter_model_path"):
             raise TypeError(f"{path}: a PEFT adapter; load the export, then the adapter with peft")
-        harmless = ("trust_remote_code", "revision", "low_cpu_mem_usage", "attn_implementation", "subfolder")
+        harmless = (
+            "trust_remote_code",
+            "revision",
+            "low_cpu_mem_usage",
+            "attn_implementation",
+            "subfolder",
+        )
         unused = {k: v for k, v in kwargs.items() if v and k not in harmless}
         if args or unused:
-            raise TypeError(f"{cls.__name__}.from_pretrained takes a local directory; not {list(unused) or args}")
-        device = device_map if isinstance(device_map, str) and device_map not in ("auto",) else "cpu"
+            raise TypeError(
+                f"{cls.__name__}.from_pretrained takes a local directory; not {list(unused) or args}"
+            )
+        device = (
+            device_map if isinstance(device_map, str) and device_map not in ("auto",) else "cpu"
+        )
         model = load_model(path, device)
         if config is None:
             config = AutoConfig.from_pretrained(path)
@@ -212,15 +248,23 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def _with(cls, config, model):
-        klass = {"grassmann": GrassmannForCausalLM, "transformer": TransformerForCausalLM}[config.model_kind]
+        klass = {"grassmann": GrassmannForCausalLM, "transformer": TransformerForCausalLM}[
+            config.model_kind
+        ]
         return klass(config, model)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # its cache is a GrassflowCache, made by its first forward
 
-    def save_pretrained(self, save_directory, is_main_process: bool = True, push_to_hub: bool = False,
-                        safe_serialization: bool = True, **kwargs):
+    def save_pretrained(
+        self,
+        save_directory,
+        is_main_process: bool = True,
+        push_to_hub: bool = False,
+        safe_serialization: bool = True,
+        **kwargs,
+    ):
         """The export layout (grassflow.pretrained.save_pretrained), which from_pretrained and
         load_model both read: model.safetensors in float32 with a tied head stored once, and our
         config.json. The tokenizer's record stays; the run's (spec, epoch, validation) stays only
@@ -230,17 +274,34 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
         from grassflow.pretrained import save_pretrained
 
         if push_to_hub:
-            raise TypeError("save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which saves the same folder")
+            raise TypeError(
+                "save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which saves the same folder"
+            )
         if not safe_serialization:
-            raise TypeError("save_pretrained: our weights are safetensors only (safe_serialization=True)")
+            raise TypeError(
+                "save_pretrained: our weights are safetensors only (safe_serialization=True)"
+            )
         if not is_main_process:
             return
-        model = copy.deepcopy(self.model).float()  # float32, as load_model rebuilds it: its sha256 is the one kept
+        model = copy.deepcopy(
+            self.model
+        ).float()  # float32, as load_model rebuilds it: its sha256 is the one kept
         record = {k: v for k in ("tokenizer",) if (v := getattr(self.config, k, None)) is not None}
         if getattr(self.config, "weights_sha256", None) == state_sha256(model.state_dict()):
-            record.update({k: v for k in ("spec", "epoch", "val_loss", "val_metrics", "run")
-                           if (v := getattr(self.config, k, None)) is not None})
-        save_pretrained(model, self.config.model_kind, save_directory, model_type=self.config.model_type, **record)
+            record.update(
+                {
+                    k: v
+                    for k in ("spec", "epoch", "val_loss", "val_metrics", "run")
+                    if (v := getattr(self.config, k, None)) is not None
+                }
+            )
+        save_pretrained(
+            model,
+            self.config.model_kind,
+            save_directory,
+            model_type=self.config.model_type,
+            **record,
+        )
 
     def get_input_embeddings(self):
         return self.model.tok_emb
@@ -251,8 +312,16 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
     def _init_weights(self, module):
         pass  # built initialised by our modules, then loaded
 
-    def forward(self, input_ids: torch.LongTensor, cache: Cache | None = None, attention_mask=None, labels=None,
-                use_cache: bool | None = None, return_dict: bool | None = None, **kwargs) -> CausalLMOutputWithPast:
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        cache: Cache | None = None,
+        attention_mask=None,
+        labels=None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
         if use_cache or cache is not None:
             cache = cache if cache is not None else GrassflowCache(self.model)
             logits = cache.feed(input_ids, attention_mask)
@@ -262,7 +331,9 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
             logits = self.model(input_ids)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+            loss = F.cross_entropy(
+                logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+            )
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
 
 
@@ -275,6 +346,9 @@ class TransformerForCausalLM(GrassflowForCausalLM):
 
 
 # the auto classes: config.json's model_type -> its config and model class
-for _config, _model in ((GrassmannConfig, GrassmannForCausalLM), (TransformerConfig, TransformerForCausalLM)):
+for _config, _model in (
+    (GrassmannConfig, GrassmannForCausalLM),
+    (TransformerConfig, TransformerForCausalLM),
+):
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModelForCausalLM.register(_config, _model, exist_ok=True)

@@ -32,9 +32,11 @@ def atomic_path(path):
         if not no_space(err):
             raise
         free = shutil.disk_usage(path.parent).free
-        raise DiskSpaceError(f"{path}: no space left on its file system ({free / 2**20:.1f} MiB free); "
-                             f"{'the complete one there is untouched; ' if path.exists() else ''}free space, "
-                             "then run the same command again") from None
+        raise DiskSpaceError(
+            f"{path}: no space left on its file system ({free / 2**20:.1f} MiB free); "
+            f"{'the complete one there is untouched; ' if path.exists() else ''}free space, "
+            "then run the same command again"
+        ) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

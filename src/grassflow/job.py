@@ -26,9 +26,20 @@ from grassflow.errors import (
 )
 
 JSON = "a JSON file, or JSON"
-RECORD_IMPORTS = "GRASSFLOW_RECORD_IMPORTS"  # a directory: each job writes the grassflow files it loaded
+RECORD_IMPORTS = (
+    "GRASSFLOW_RECORD_IMPORTS"  # a directory: each job writes the grassflow files it loaded
+)
 # the failures a command expects (bad input, missing files): one `error:` line each, never a traceback
-EXPECTED = (CommandError, DataError, ConfigError, CheckpointError, DiskSpaceError, FileNotFoundError, PreflightError, ModelFileError)
+EXPECTED = (
+    CommandError,
+    DataError,
+    ConfigError,
+    CheckpointError,
+    DiskSpaceError,
+    FileNotFoundError,
+    PreflightError,
+    ModelFileError,
+)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -59,7 +70,9 @@ def json_arg(value: str):
 def parser(module: str, doc: str, prog: str | None = None) -> ArgumentParser:
     """The command line of the stage module `module` (its __name__), described by its docstring's
     first line; named `prog` where a user's verb runs it (`grassflow preflight`)."""
-    return ArgumentParser(prog=prog or f"python -m {module}", description=doc.strip().split("\n")[0])
+    return ArgumentParser(
+        prog=prog or f"python -m {module}", description=doc.strip().split("\n")[0]
+    )
 
 
 class _Log:
@@ -110,7 +123,10 @@ def say_error(line: str) -> None:
         theirs, mine = os.fstat(fd), os.fstat(2)
         if (theirs.st_dev, theirs.st_ino) != (mine.st_dev, mine.st_ino):
             os.write(fd, (line + "\n").encode())
-    except (ValueError, OSError):  # not handed one (a job run by hand), or it cannot take the line: the log alone
+    except (
+        ValueError,
+        OSError,
+    ):  # not handed one (a job run by hand), or it cannot take the line: the log alone
         pass
 
 
@@ -136,10 +152,16 @@ def run(fn, *args, **kwargs) -> int:
 def _record_imports(directory: str) -> None:
     """For the staleness tests: the module this process ran (`python -m <module>`), its argv and
     the grassflow files it loaded."""
-    files = sorted({m.__file__ for n, m in list(sys.modules.items())
-                    if n.split(".")[0] == "grassflow" and getattr(m, "__file__", None)})
+    files = sorted(
+        {
+            m.__file__
+            for n, m in list(sys.modules.items())
+            if n.split(".")[0] == "grassflow" and getattr(m, "__file__", None)
+        }
+    )
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     module = spec.name.removesuffix(".__main__") if spec else None
     Path(directory).mkdir(parents=True, exist_ok=True)
-    (Path(directory) / f"{os.getpid()}.json").write_text(json.dumps({"module": module, "argv": sys.argv,
-                                                                     "files": files}))
+    (Path(directory) / f"{os.getpid()}.json").write_text(
+        json.dumps({"module": module, "argv": sys.argv, "files": files})
+    )

@@ -18,4 +18,6 @@ def kernels_dir(required: bool = True) -> Path:
             return cand
     if not required:
         return PKG.parents[1] / "kernels"
-    raise FileNotFoundError(f"kernels/plucker.cu not found near {PKG} (a checkout's kernels/, a wheel's _kernels/)")
+    raise FileNotFoundError(
+        f"kernels/plucker.cu not found near {PKG} (a checkout's kernels/, a wheel's _kernels/)"
+    )

@@ -121,7 +121,9 @@ class StopRequest:
         self.signal = signal.Signals(signum).name
 
 
-def make_optimizer(model, tcfg: TrainConfig, device, capture: bool = False) -> tuple[torch.optim.AdamW, str]:
+def make_optimizer(
+    model, tcfg: TrainConfig, device, capture: bool = False
+) -> tuple[torch.optim.AdamW, str]:
     """AdamW over the trainable parameters (no decay on biases and norms) and its
     implementation: `fused` (one kernel per step; its LR a device tensor updated in place, so
     a compiled or captured step never sees a new Python float) where fused_adamw() says so,
@@ -135,11 +137,15 @@ def make_optimizer(model, tcfg: TrainConfig, device, capture: bool = False) -> t
     extra = 1 if layers.members(model) else 0
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra < 2]
-    groups = [{"params": decay, "weight_decay": tcfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": tcfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     if fused_adamw(device):
         lr = torch.tensor(float(tcfg.lr), dtype=torch.float32, device=device)
-        return torch.optim.AdamW(groups, lr=lr, betas=tcfg.betas, fused=True, capturable=capture), "fused"
+        return torch.optim.AdamW(
+            groups, lr=lr, betas=tcfg.betas, fused=True, capturable=capture
+        ), "fused"
     return torch.optim.AdamW(groups, lr=tcfg.lr, betas=tcfg.betas), "default"
 
 
@@ -190,7 +196,10 @@ def load_trained(model, state: dict) -> None:
 
 ENDS = ("finished", "diverged")  # a part that ended so ended its run
 # a part before last.pt kept its parts (a checkpoint of an earlier format): known to have been, no more
-UNRECORDED = {"ended": "unrecorded", "note": "a part before run records kept their parts: not recorded"}
+UNRECORDED = {
+    "ended": "unrecorded",
+    "note": "a part before run records kept their parts: not recorded",
+}
 
 
 @dataclass
@@ -202,8 +211,15 @@ class Run:
     header: dict
 
 
-def fit(model, objective: Objective, spec: RunSpec | dict, out_dir, device, header: dict,
-        execution: dict | None = None) -> tuple[dict, list[dict], dict]:
+def fit(
+    model,
+    objective: Objective,
+    spec: RunSpec | dict,
+    out_dir,
+    device,
+    header: dict,
+    execution: dict | None = None,
+) -> tuple[dict, list[dict], dict]:
     """Train `model` on `objective` per spec.train; return (status, metrics per epoch, how it
     ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
@@ -211,13 +227,21 @@ def fit(model, objective: Objective, spec: RunSpec | dict, out_dir, device, head
     spec): a checkpoint resumes under any of them; and `code`, the job's code fingerprint: a
     checkpoint resumes only under its own."""
     run = Run(RunSpec.of(spec), Path(out_dir), header)
-    (status,), (metrics,), ran = fit_runs(model, objective, [run], out_dir, device,
-                                          execution=execution)
+    (status,), (metrics,), ran = fit_runs(
+        model, objective, [run], out_dir, device, execution=execution
+    )
     return status, metrics, ran
 
 
-def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, viewer=None,
-             execution: dict | None = None) -> tuple[list[dict], list[list[dict]], dict]:
+def fit_runs(
+    model,
+    objective: Objective,
+    runs: list[Run],
+    work_dir,
+    device,
+    viewer=None,
+    execution: dict | None = None,
+) -> tuple[list[dict], list[list[dict]], dict]:
     """fit() of one run, or of E runs that differ only in their seeds as one ensemble
     (models/ensemble.py: `model` stacked, `viewer` a plain model of the same shape, in which
     each member is validated; the objective's loss one per member). Each member is what its own run
@@ -225,8 +249,15 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
     stops alone: its record freezes, the others go on), its outputs in its own directory. The
     resume state (last.pt) is the ensemble's, in `work_dir`. Returns (status per run, metrics
     per run, how it ran)."""
-    fit = Fit(model, objective, runs, Path(work_dir), device, viewer,
-              {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})})
+    fit = Fit(
+        model,
+        objective,
+        runs,
+        Path(work_dir),
+        device,
+        viewer,
+        {"compile": "auto", "compile_mode": "default", "trackers": [], **(execution or {})},
+    )
     stop = StopRequest()
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGUSR1)}
     try:
@@ -241,7 +272,9 @@ def fit_runs(model, objective: Objective, runs: list[Run], work_dir, device, vie
             m.trackers.close()
         for s, handler in old.items():
             signal.signal(s, handler)
-        with contextlib.suppress(Exception):  # a failure on the way out: the writes already saved still land
+        with contextlib.suppress(
+            Exception
+        ):  # a failure on the way out: the writes already saved still land
             fit.writer.close()
 
 
@@ -267,13 +300,22 @@ class Member:
     def state(self) -> dict:
         return {"metrics": self.metrics, "best": self.best, "status": self.status}
 
-    def diverge(self, epoch: int, step: int, last_finite_loss, detected_at: int | None = None) -> None:
-        self.status = {"state": "diverged", "epoch": epoch, "step": step, "last_finite_loss": last_finite_loss}
+    def diverge(
+        self, epoch: int, step: int, last_finite_loss, detected_at: int | None = None
+    ) -> None:
+        self.status = {
+            "state": "diverged",
+            "epoch": epoch,
+            "step": step,
+            "last_finite_loss": last_finite_loss,
+        }
         if detected_at is not None:  # found by the periodic check: the steps after it also ran
             self.status["detected_at_step"] = detected_at
 
     def write_metrics(self) -> None:
-        write_text(self.run.out_dir / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in self.metrics))
+        write_text(
+            self.run.out_dir / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in self.metrics)
+        )
 
     def write_outputs(self) -> None:
         """The declared outputs, from the working files: a failed attempt's outputs are deleted by
@@ -282,12 +324,20 @@ class Member:
             self.status = {"state": "completed"}
         self.write_metrics()
         # diverged before a first validation: no weights, and a record that still evaluates (as diverged)
-        best = load_data(self.best_state) if self.best_state.exists() else {"model": None, "epoch": 0,
-                                                                              "val_loss": math.nan}
+        best = (
+            load_data(self.best_state)
+            if self.best_state.exists()
+            else {"model": None, "epoch": 0, "val_loss": math.nan}
+        )
         save_weights(self.run.out_dir / WEIGHTS, best["model"])
-        write_json(self.run.out_dir / CONFIG, {**self.run.header, **{k: v for k, v in best.items()
-                                                                     if k in ("epoch", "val_loss", "val_metrics")},
-                                               "weights_sha256": state_sha256(best["model"])})
+        write_json(
+            self.run.out_dir / CONFIG,
+            {
+                **self.run.header,
+                **{k: v for k, v in best.items() if k in ("epoch", "val_loss", "val_metrics")},
+                "weights_sha256": state_sha256(best["model"]),
+            },
+        )
 
 
 class Fit:
@@ -295,20 +345,43 @@ class Fit:
     step, the position (epoch, step, each member's loss sum: `pos`) and the members. Built from
     last.pt where one of the same spec is there (resume)."""
 
-    def __init__(self, model, objective: Objective, runs: list[Run], work: Path, device, viewer, execution: dict):
+    def __init__(
+        self,
+        model,
+        objective: Objective,
+        runs: list[Run],
+        work: Path,
+        device,
+        viewer,
+        execution: dict,
+    ):
         E = self.E = len(runs)
         if E > 1 and (viewer is None or layers.members(model) != E):
             raise ValueError(f"fit_runs: {E} runs need an ensemble of {E} and a viewer model")
         self.model, self.objective, self.runs, self.device = model, objective, runs, device
-        self.viewer, self.execution, self.tcfg = model if E == 1 else viewer, execution, runs[0].spec.train
+        self.viewer, self.execution, self.tcfg = (
+            model if E == 1 else viewer,
+            execution,
+            runs[0].spec.train,
+        )
         check_disk(work, sum(p.numel() for p in model.parameters() if p.requires_grad))
         for d in {work, *(r.out_dir for r in runs)}:
             for stray in d.glob(".*.tmp"):  # left by a write that was killed; never a checkpoint
                 stray.unlink()
-        self.compiled = Compiled(model, objective, execution["compile"], execution["compile_mode"], device,
-                                 eval_model=self.viewer)
-        self.opt, self.opt_impl = make_optimizer(model, self.tcfg, device, capture=self.compiled.graph)
-        self.steps = min(objective.steps_per_epoch, self.tcfg.max_steps_per_epoch or objective.steps_per_epoch)
+        self.compiled = Compiled(
+            model,
+            objective,
+            execution["compile"],
+            execution["compile_mode"],
+            device,
+            eval_model=self.viewer,
+        )
+        self.opt, self.opt_impl = make_optimizer(
+            model, self.tcfg, device, capture=self.compiled.graph
+        )
+        self.steps = min(
+            objective.steps_per_epoch, self.tcfg.max_steps_per_epoch or objective.steps_per_epoch
+        )
         self.total_steps = self.steps * self.tcfg.epochs
         self.hash = resume_hash([r.spec.source for r in runs])
         self.last = work / "last.pt"
@@ -328,27 +401,59 @@ class Fit:
             self.members = [Member(r, **m) for r, m in zip(runs, state["members"])]
         self.parts = [] if state is None else list(state.get("parts") or [dict(UNRECORDED)])
         last = self.parts[-1] if self.parts else {}
-        if last and "ended" not in last:  # stopped without a word (SIGKILL, a lost node): its last checkpoint
-            last.update(ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None))
+        if (
+            last and "ended" not in last
+        ):  # stopped without a word (SIGKILL, a lost node): its last checkpoint
+            last.update(
+                ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None)
+            )
         job = os.environ.get("SLURM_JOB_ID")  # the executor plugin keeps it in its job steps
         ids = ", ".join(r.spec.run_id for r in runs)
-        if last.get("ended") in ENDS:  # a run that had ended adds no part (a retry of its group job writes its outputs again)
-            print(f"[train] {ids} had ended ({last['ended']}): its outputs written again", file=sys.stderr)
+        if (
+            last.get("ended") in ENDS
+        ):  # a run that had ended adds no part (a retry of its group job writes its outputs again)
+            print(
+                f"[train] {ids} had ended ({last['ended']}): its outputs written again",
+                file=sys.stderr,
+            )
         else:
             if state is not None:
-                print(f"[train] resuming {ids} at epoch {self.pos['epoch'] + 1}, step {self.pos['step']}", file=sys.stderr)
-            if job and last.get("slurm_job") == job:  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
+                print(
+                    f"[train] resuming {ids} at epoch {self.pos['epoch'] + 1}, step {self.pos['step']}",
+                    file=sys.stderr,
+                )
+            if (
+                job and last.get("slurm_job") == job
+            ):  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
                 last.update(ended="preempted", stopped_by=last["ended"])
-            self.parts.append({"started_at": time.time(), "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},
-                               "device": device_name(device), **git_state(Path(__file__).parent),
-                               **({"slurm_job": job} if job else {})})
+            self.parts.append(
+                {
+                    "started_at": time.time(),
+                    "from": {"epoch": self.pos["epoch"], "step": self.pos["step"]},
+                    "device": device_name(device),
+                    **git_state(Path(__file__).parent),
+                    **({"slurm_job": job} if job else {}),
+                }
+            )
         for m in self.members:
-            m.trackers = Trackers(execution["trackers"], m.run.spec.source, m.run.out_dir, fresh=state is None)
+            m.trackers = Trackers(
+                execution["trackers"], m.run.spec.source, m.run.out_dir, fresh=state is None
+            )
         self.losses = EpochLoss(device, E)
-        self.train_step = TrainStep(model, self.compiled.loss, self.opt, self.tcfg.grad_clip, device, self.losses,
-                                    capture=self.compiled.graph)
-        self.eval_model = GraphedForward(self.compiled.eval_model, device) if self.compiled.graph \
+        self.train_step = TrainStep(
+            model,
+            self.compiled.loss,
+            self.opt,
+            self.tcfg.grad_clip,
+            device,
+            self.losses,
+            capture=self.compiled.graph,
+        )
+        self.eval_model = (
+            GraphedForward(self.compiled.eval_model, device)
+            if self.compiled.graph
             else self.compiled.eval_model
+        )
         self.label = runs[0].spec.run_id if E == 1 else f"{runs[0].spec.run_id} (+{E - 1} fused)"
 
     def running(self) -> list[int]:
@@ -357,18 +462,35 @@ class Fit:
     def checkpoint(self) -> None:
         part = self.parts[-1]
         if "ended" not in part:  # what is known of this part's end if it is killed after this
-            part.update(saved_at=time.time(), saved_to={"epoch": self.pos["epoch"], "step": self.pos["step"]})
-        self.writer.save(save_checkpoint, self.last, {
-            "spec_hash": self.hash, "code": self.execution.get("code"), "model": trained_state(self.model),
-            "optimizer": self.opt.state_dict(), "rng": rng_state(), "pos": self.pos,
-            "members": [m.state() for m in self.members], "parts": self.parts})
+            part.update(
+                saved_at=time.time(),
+                saved_to={"epoch": self.pos["epoch"], "step": self.pos["step"]},
+            )
+        self.writer.save(
+            save_checkpoint,
+            self.last,
+            {
+                "spec_hash": self.hash,
+                "code": self.execution.get("code"),
+                "model": trained_state(self.model),
+                "optimizer": self.opt.state_dict(),
+                "rng": rng_state(),
+                "pos": self.pos,
+                "members": [m.state() for m in self.members],
+                "parts": self.parts,
+            },
+        )
 
     def end_part(self, why: str) -> None:
         """This part of the run ends here, for `why` (finished, diverged, SIGTERM, SIGUSR1)."""
         part = self.parts[-1]
         part.pop("saved_at", None)
         part.pop("saved_to", None)
-        part.update(ended=why, ended_at=time.time(), to={"epoch": self.pos["epoch"], "step": self.pos["step"]})
+        part.update(
+            ended=why,
+            ended_at=time.time(),
+            to={"epoch": self.pos["epoch"], "step": self.pos["step"]},
+        )
 
     def sync(self) -> None:
         """The periodic host sync: the loss sums into pos, divergence into each member's status,
@@ -379,33 +501,63 @@ class Fit:
             if bads[e] is not None:
                 m = self.members[e]
                 prev = m.metrics[-1]["train_loss"] if m.metrics else None
-                m.diverge(self.pos["epoch"] + 1, bads[e], sums[e] / bads[e] if bads[e] else prev, self.pos["step"])
+                m.diverge(
+                    self.pos["epoch"] + 1,
+                    bads[e],
+                    sums[e] / bads[e] if bads[e] else prev,
+                    self.pos["step"],
+                )
 
     def log_window(self, now: float) -> None:
         """The steps since the last log, to the trackers: floats the sync has already read."""
         pos, mark = self.pos, self.mark
         n, at = pos["step"] - mark["step"], pos["epoch"] * self.steps + pos["step"]
         for e in self.running():
-            self.members[e].trackers.log({
-                "train/loss": (pos["loss_sum"][e] - mark["loss_sum"][e]) / n,
-                "train/grad_norm": (self.grad_norm_sum[e] - mark["grad_norm_sum"][e]) / n,
-                "train/lr": lr_at(at - 1, self.total_steps, self.tcfg),
-                f"train/{self.objective.rate_key}": n * self.objective.items_per_step / (now - mark["time"])}, at)
-        self.mark = {"step": pos["step"], "loss_sum": list(pos["loss_sum"]), "grad_norm_sum": list(self.grad_norm_sum),
-                     "time": now}
+            self.members[e].trackers.log(
+                {
+                    "train/loss": (pos["loss_sum"][e] - mark["loss_sum"][e]) / n,
+                    "train/grad_norm": (self.grad_norm_sum[e] - mark["grad_norm_sum"][e]) / n,
+                    "train/lr": lr_at(at - 1, self.total_steps, self.tcfg),
+                    f"train/{self.objective.rate_key}": n
+                    * self.objective.items_per_step
+                    / (now - mark["time"]),
+                },
+                at,
+            )
+        self.mark = {
+            "step": pos["step"],
+            "loss_sum": list(pos["loss_sum"]),
+            "grad_norm_sum": list(self.grad_norm_sum),
+            "time": now,
+        }
 
     def train_epoch(self, stop: StopRequest) -> float:
         """The rest of this epoch's steps (from pos); returns the epoch's start time. On a stop
         request: a checkpoint and SystemExit(75)."""
-        pos, steps, every, objective = self.pos, self.steps, self.tcfg.checkpoint_every, self.objective
+        pos, steps, every, objective = (
+            self.pos,
+            self.steps,
+            self.tcfg.checkpoint_every,
+            self.objective,
+        )
         self.model.train()
         t0 = time.perf_counter() - pos["seconds"]
         self.losses.reset(pos["loss_sum"], pos["step"])
         self.grad_norm_sum = [0.0] * self.E
-        self.mark = {"step": pos["step"], "loss_sum": list(pos["loss_sum"]), "grad_norm_sum": [0.0] * self.E,
-                     "time": time.perf_counter()}
-        bar = tqdm(total=steps, initial=pos["step"], unit="step", mininterval=5,
-                   desc=f"{self.label} epoch {pos['epoch'] + 1}", file=sys.stderr)
+        self.mark = {
+            "step": pos["step"],
+            "loss_sum": list(pos["loss_sum"]),
+            "grad_norm_sum": [0.0] * self.E,
+            "time": time.perf_counter(),
+        }
+        bar = tqdm(
+            total=steps,
+            initial=pos["step"],
+            unit="step",
+            mininterval=5,
+            desc=f"{self.label} epoch {pos['epoch'] + 1}",
+            file=sys.stderr,
+        )
         while pos["step"] < steps and self.running():
             if stop.signal:
                 pos["seconds"] = time.perf_counter() - t0
@@ -414,8 +566,11 @@ class Fit:
                     self.end_part(stop.signal)
                     self.checkpoint()
                     self.writer.wait()  # on disk before the exit that says it is
-                    print(f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
-                          f"{pos['step']}; rerun to resume", file=sys.stderr)
+                    print(
+                        f"[train] {stop.signal}: checkpointed at epoch {pos['epoch'] + 1}, step "
+                        f"{pos['step']}; rerun to resume",
+                        file=sys.stderr,
+                    )
                     raise SystemExit(75)
                 break
             set_lr(self.opt, lr_at(pos["epoch"] * steps + pos["step"], self.total_steps, self.tcfg))
@@ -428,8 +583,11 @@ class Fit:
                     break
                 bar.update(pos["step"] - bar.n)
                 rate = pos["step"] * objective.items_per_step / (time.perf_counter() - t0)
-                bar.set_postfix(loss=f"{pos['loss_sum'][self.running()[0]] / pos['step']:.3f}", per_s=f"{rate:.0f}",
-                                refresh=False)
+                bar.set_postfix(
+                    loss=f"{pos['loss_sum'][self.running()[0]] / pos['step']:.3f}",
+                    per_s=f"{rate:.0f}",
+                    refresh=False,
+                )
                 self.log_window(time.perf_counter())
             if at_checkpoint:
                 pos["seconds"] = time.perf_counter() - t0
@@ -444,46 +602,80 @@ class Fit:
         for e in self.running():
             m = self.members[e]
             train_loss = pos["loss_sum"][e] / max(1, pos["step"])
-            if self.E > 1:  # member e's weights into the plain model (in place: a captured forward stays valid)
+            if (
+                self.E > 1
+            ):  # member e's weights into the plain model (in place: a captured forward stays valid)
                 load_trained(self.viewer, member_state(self.model, e))
             val = objective.validate(self.eval_model)
             if not math.isfinite(val["val_loss"]):
                 m.diverge(pos["epoch"] + 1, pos["step"], train_loss)
                 continue
             elapsed = time.perf_counter() - t0
-            row = {"epoch": pos["epoch"] + 1, "train_loss": train_loss, **val,
-                   "lr": lr_at(pos["epoch"] * steps + steps - 1, self.total_steps, self.tcfg),
-                   "seconds": elapsed, objective.rate_key: pos["step"] * objective.items_per_step / elapsed}
+            row = {
+                "epoch": pos["epoch"] + 1,
+                "train_loss": train_loss,
+                **val,
+                "lr": lr_at(pos["epoch"] * steps + steps - 1, self.total_steps, self.tcfg),
+                "seconds": elapsed,
+                objective.rate_key: pos["step"] * objective.items_per_step / elapsed,
+            }
             m.metrics.append(row)
-            m.trackers.log({f"val/{k.removeprefix('val_')}": v for k, v in val.items()}, (pos["epoch"] + 1) * steps)
+            m.trackers.log(
+                {f"val/{k.removeprefix('val_')}": v for k, v in val.items()},
+                (pos["epoch"] + 1) * steps,
+            )
             if objective.score(row) < m.best:
                 m.best = objective.score(row)
                 # a member's state as its own tensors (the writer's snapshot copies each view alone)
-                self.writer.save(save_data, m.best_state, {
-                    "model": trained_state(self.model) if self.E == 1 else member_state(self.model, e),
-                    "epoch": row["epoch"], "val_loss": row["val_loss"], "val_metrics": val})
+                self.writer.save(
+                    save_data,
+                    m.best_state,
+                    {
+                        "model": trained_state(self.model)
+                        if self.E == 1
+                        else member_state(self.model, e),
+                        "epoch": row["epoch"],
+                        "val_loss": row["val_loss"],
+                        "val_metrics": val,
+                    },
+                )
             m.write_metrics()
-        self.pos = {"epoch": pos["epoch"] + 1, "step": 0, "loss_sum": [0.0] * self.E, "seconds": 0.0}
-        if self.pos["epoch"] == self.tcfg.epochs or not self.running():  # the run's end, in its last checkpoint
+        self.pos = {
+            "epoch": pos["epoch"] + 1,
+            "step": 0,
+            "loss_sum": [0.0] * self.E,
+            "seconds": 0.0,
+        }
+        if (
+            self.pos["epoch"] == self.tcfg.epochs or not self.running()
+        ):  # the run's end, in its last checkpoint
             self.end_part(self.end())
         self.checkpoint()
 
     def end(self) -> str:
         """How the run ended: finished unless every member diverged."""
-        return "finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged"
+        return (
+            "finished" if any(m.status["state"] != "diverged" for m in self.members) else "diverged"
+        )
 
     def finish(self) -> tuple[list[dict], list[list[dict]], dict]:
-        if "ended" not in self.parts[-1]:  # ended within an epoch (every member diverged): its end into last.pt
-            self.end_part(self.end())     # too, so that a rerun of the job adds no part
+        if (
+            "ended" not in self.parts[-1]
+        ):  # ended within an epoch (every member diverged): its end into last.pt
+            self.end_part(self.end())  # too, so that a rerun of the job adds no part
             self.checkpoint()
         self.writer.wait()  # the best weights the outputs are made from, and the last checkpoint, on disk
         for m in self.members:
             m.write_outputs()
         for m in self.members:  # closed before the record: a tracker that fails to close is in it
             m.trackers.close()
-        ran = {"optimizer": f"adamw-{self.opt_impl}", "compile": self.compiled.record(),
-               "trackers": self.execution["trackers"], "parts": self.parts,
-               "trackers_failed": [f for m in self.members for f in m.trackers.failed]}
+        ran = {
+            "optimizer": f"adamw-{self.opt_impl}",
+            "compile": self.compiled.record(),
+            "trackers": self.execution["trackers"],
+            "parts": self.parts,
+            "trackers_failed": [f for m in self.members for f in m.trackers.failed],
+        }
         if self.train_step.capture_error:  # the step ran eagerly after its capture failed
             ran["compile"].update(cuda_graph=False, capture_error=self.train_step.capture_error)
         return [m.status for m in self.members], [m.metrics for m in self.members], ran

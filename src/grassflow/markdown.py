@@ -13,8 +13,11 @@ def text(value) -> str:
     """A string from a record or a config (a path, a name, a status, a device) as Markdown that
     renders as exactly that text: no markup, no HTML, no cell or line it could end (control
     characters become spaces). Everything a report prints from a record goes through it."""
-    return "".join(_ENTITIES.get(c) or ("\\" + c if c in _ESCAPED else " " if ord(c) < 32 or ord(c) == 127 else c)
-                   for c in str(value))
+    return "".join(
+        _ENTITIES.get(c)
+        or ("\\" + c if c in _ESCAPED else " " if ord(c) < 32 or ord(c) == 127 else c)
+        for c in str(value)
+    )
 
 
 def code(value) -> str:
@@ -25,8 +28,9 @@ def code(value) -> str:
 
 def table(header: list[str], rows) -> list[str]:
     """The lines of a Markdown table: `header` and each row's cells (formatted by the caller)."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(map(str, r)) + " |"
-                                                                             for r in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(map(str, r)) + " |" for r in rows
+    ]
 
 
 def save_report(out, stem: str, res: dict, md: str) -> None:

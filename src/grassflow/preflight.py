@@ -40,8 +40,11 @@ BF16_BACKENDS = ("fast", "cupy", "kernel-cpu")  # fused-cpu: float32/float64 onl
 
 
 def versions() -> dict:
-    out = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
+    out = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
     try:
         import cupy
 
@@ -68,7 +71,10 @@ def check_backend(backend: str, device: torch.device) -> dict:
         raise PreflightError(f"plucker_backend {backend!r} on {device.type}: {e}") from None
     gen = torch.Generator().manual_seed(0)
     B, T, r, d = 2, 40, 32, 24
-    z, W, b = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((B, T, r), (d, r * (r - 1) // 2), (d,)))
+    z, W, b = (
+        torch.randn(*s, generator=gen, dtype=torch.float64)
+        for s in ((B, T, r), (d, r * (r - 1) // 2), (d,))
+    )
     W, dg = W / 20, torch.randn(B, T, d, generator=gen, dtype=torch.float64)
 
     def grads(fn, dtype, dev):
@@ -81,28 +87,48 @@ def check_backend(backend: str, device: torch.device) -> dict:
     for dtype in (torch.float32, torch.bfloat16):
         if dtype == torch.bfloat16 and resolved not in BF16_BACKENDS:
             continue
-        got = grads(lambda z_, W_, b_: plucker_mix(z_, LAGS, W_, b_, backend=resolved), dtype, device)
+        got = grads(
+            lambda z_, W_, b_: plucker_mix(z_, LAGS, W_, b_, backend=resolved), dtype, device
+        )
         for name, x, y in zip(("g", "dz", "dW", "db"), got, ref):
             err = _rel_err(x.cpu(), y)
             errors[f"{str(dtype).removeprefix('torch.')}/{name}"] = err
             if not err < TOLERANCE[dtype]:
-                raise PreflightError(f"plucker_backend {resolved!r} on {device_name(device)}: {name} in {dtype} "
-                                     f"differs from the reference by {err:.3g} (tolerance {TOLERANCE[dtype]})")
+                raise PreflightError(
+                    f"plucker_backend {resolved!r} on {device_name(device)}: {name} in {dtype} "
+                    f"differs from the reference by {err:.3g} (tolerance {TOLERANCE[dtype]})"
+                )
     # why `auto` did not become cupy on a CUDA device (another CUDA major, no NVRTC): the record says it
-    fallback = cupy_backend.why_not(device) if backend == "auto" and cupy_backend.CUDA.is_cuda(device) else None
+    fallback = (
+        cupy_backend.why_not(device)
+        if backend == "auto" and cupy_backend.CUDA.is_cuda(device)
+        else None
+    )
     return {"requested": backend, "resolved": resolved, "rel_err": errors, "fallback": fallback}
 
 
 def _lm_step(kind: str, backend: str, device) -> float:
-    cfg = ModelConfig(vocab_size=96, context_len=24, n_layers=2, d_model=32, d_ff=64, n_heads=4, r=8,
-                      dropout=0.0, plucker_backend=backend)
+    cfg = ModelConfig(
+        vocab_size=96,
+        context_len=24,
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        r=8,
+        dropout=0.0,
+        plucker_backend=backend,
+    )
     model = build_model(kind, cfg).to(device)
-    x = torch.randint(0, cfg.vocab_size, (4, cfg.context_len + 1), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(
+        0, cfg.vocab_size, (4, cfg.context_len + 1), generator=torch.Generator().manual_seed(0)
+    )
     x = x.to(device)
 
     def loss():
         logits = model(x[:, :-1])
         return F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
+
     return _adamw_step(model, loss, device)
 
 
@@ -110,13 +136,19 @@ def _snli_step(kind: str, backend: str, device) -> float:
     from grassflow.snli.config import HeadConfig
     from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 
-    cfg = HeadConfig(d_model=32, d_ff=64, n_heads=2, d_proj=16, mix_heads=2, dropout=0.0, plucker_backend=backend)
-    model = SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(64, 24, 40, 0.0), feat_dim=24).to(device)
+    cfg = HeadConfig(
+        d_model=32, d_ff=64, n_heads=2, d_proj=16, mix_heads=2, dropout=0.0, plucker_backend=backend
+    )
+    model = SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(64, 24, 40, 0.0), feat_dim=24).to(
+        device
+    )
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 64, (4, 19), generator=gen).to(device)
     mask = (torch.arange(19)[None] < torch.tensor([[19], [12], [7], [16]])).to(device)
     label = torch.tensor([0, 1, 2, 1], device=device)
-    return _adamw_step(model, lambda: F.cross_entropy(model({"ids": ids, "mask": mask}).float(), label), device)
+    return _adamw_step(
+        model, lambda: F.cross_entropy(model({"ids": ids, "mask": mask}).float(), label), device
+    )
 
 
 def _adamw_step(model, loss_fn, device) -> float:
@@ -124,8 +156,9 @@ def _adamw_step(model, loss_fn, device) -> float:
     with autocast(device):
         loss = loss_fn()
     loss.backward()
-    finite = torch.isfinite(loss).item() and all(torch.isfinite(p.grad).all().item()
-                                                 for p in model.parameters() if p.grad is not None)
+    finite = torch.isfinite(loss).item() and all(
+        torch.isfinite(p.grad).all().item() for p in model.parameters() if p.grad is not None
+    )
     opt.step()
     return loss.item() if finite else math.nan
 
@@ -141,8 +174,10 @@ def check_steps(device, backends: list[str], snli: bool) -> dict:
             out[f"snli_grassmann_head[{b}]"] = _snli_step("grassmann", b, device)
     bad = [k for k, v in out.items() if not math.isfinite(v)]
     if bad:
-        raise PreflightError(f"one training step on {device_name(device)} gave a non-finite loss or "
-                             f"gradient for {', '.join(bad)}")
+        raise PreflightError(
+            f"one training step on {device_name(device)} gave a non-finite loss or "
+            f"gradient for {', '.join(bad)}"
+        )
     return out
 
 
@@ -154,8 +189,11 @@ def check_device(requested: str) -> tuple[torch.device, dict]:
     info = {"requested": requested, "type": device.type, "name": device_name(device)}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info.update(capability=f"{props.major}.{props.minor}", memory_gib=round(props.total_memory / 2**30, 1),
-                    count=torch.cuda.device_count())
+        info.update(
+            capability=f"{props.major}.{props.minor}",
+            memory_gib=round(props.total_memory / 2**30, 1),
+            count=torch.cuda.device_count(),
+        )
     elif requested == "auto":
         info["note"] = "no CUDA device visible: train.device=auto jobs will train on the CPU"
     return device, info
@@ -165,8 +203,13 @@ def preflight(devices: list[str], backends: list[str], snli: bool = False) -> di
     """Run every check; return the record, or raise PreflightError naming the first failure."""
     configure_torch()
     t0 = time.time()
-    record = {"ok": False, "versions": versions(), "machine": machine(), "packages": package_versions(),
-              "devices": []}
+    record = {
+        "ok": False,
+        "versions": versions(),
+        "machine": machine(),
+        "packages": package_versions(),
+        "devices": [],
+    }
     for requested in dict.fromkeys(devices):
         device, info = check_device(requested)
         info["backends"] = [check_backend(b, device) for b in dict.fromkeys(backends)]
@@ -185,8 +228,10 @@ def check(devices, backends, snli, out) -> dict:
     write_json(out, record)
     for d in record["devices"]:
         used = ", ".join(f"{b['requested']} -> {b['resolved']}" for b in d["backends"])
-        print(f"[preflight] train.device={d['requested']} -> {d['type']} ({d['name']}); plucker backends: {used}; "
-              f"{len(d['steps'])} training steps finite" + (f"; {d['note']}" if "note" in d else ""))
+        print(
+            f"[preflight] train.device={d['requested']} -> {d['type']} ({d['name']}); plucker backends: {used}; "
+            f"{len(d['steps'])} training steps finite" + (f"; {d['note']}" if "note" in d else "")
+        )
     return record
 
 
@@ -194,10 +239,22 @@ def main(argv=None, prog=None) -> int:
     from grassflow.models.config import PLUCKER_BACKENDS
 
     p = job.parser(__spec__.name, __doc__, prog)
-    p.add_argument("--device", nargs="+", default=["auto"], dest="devices", choices=("auto", "cpu", "cuda"),
-                   help="train.device value(s)")
-    p.add_argument("--backend", nargs="+", default=["auto"], dest="backends", choices=PLUCKER_BACKENDS,
-                   help="the Plücker op backend(s) the jobs use")
+    p.add_argument(
+        "--device",
+        nargs="+",
+        default=["auto"],
+        dest="devices",
+        choices=("auto", "cpu", "cuda"),
+        help="train.device value(s)",
+    )
+    p.add_argument(
+        "--backend",
+        nargs="+",
+        default=["auto"],
+        dest="backends",
+        choices=PLUCKER_BACKENDS,
+        help="the Plücker op backend(s) the jobs use",
+    )
     p.add_argument("--snli", action="store_true", help="also step both SNLI heads")
     p.add_argument("--out", required=True, help="the JSON record the training jobs keep")
     a = p.parse_args(argv)

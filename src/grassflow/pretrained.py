@@ -37,7 +37,11 @@ def save_pretrained(model, kind: str, out_dir, **extra) -> dict:
     directory (grassflow.loop); `extra` (tokenizer, ...) joins the config."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = {**config_json(kind, model.cfg), "weights_sha256": state_sha256(model.state_dict()), **extra}
+    config = {
+        **config_json(kind, model.cfg),
+        "weights_sha256": state_sha256(model.state_dict()),
+        **extra,
+    }
     save_weights(out / WEIGHTS, model.state_dict())
     write_json(out / CONFIG, config)
     return config
@@ -47,7 +51,9 @@ def read_config(path) -> dict:
     """config.json of a model directory, checked to be ours: JSON, of our format, of a kind we have."""
     f = Path(path) / CONFIG
     if not f.is_file():
-        raise FileNotFoundError(f"{path}: no {CONFIG}: not a model directory (make one with `grassflow export`)")
+        raise FileNotFoundError(
+            f"{path}: no {CONFIG}: not a model directory (make one with `grassflow export`)"
+        )
     try:
         config = json.loads(f.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -55,15 +61,21 @@ def read_config(path) -> dict:
     if not isinstance(config, dict):
         raise ModelFileError(f"{f}: not a JSON object")
     if config.get("format") != FORMAT:
-        raise ModelFileError(f"{f}: format {config.get('format')!r}; this grassflow reads {FORMAT!r}")
+        raise ModelFileError(
+            f"{f}: format {config.get('format')!r}; this grassflow reads {FORMAT!r}"
+        )
     if config.get("model_kind") not in MODEL_KINDS:
-        raise ModelFileError(f"{f}: model_kind {config.get('model_kind')!r} is not one of {list(MODEL_KINDS)}")
+        raise ModelFileError(
+            f"{f}: model_kind {config.get('model_kind')!r} is not one of {list(MODEL_KINDS)}"
+        )
     return config
 
 
 def _fields_sizing(cfg, size: int) -> list[str]:
     """The config fields that make a tensor dimension `size` (for an error that names them)."""
-    out = [k for k, v in cfg.to_dict().items() if type(v) is int and size in (v, 2 * v, 3 * v, 4 * v)]
+    out = [
+        k for k, v in cfg.to_dict().items() if type(v) is int and size in (v, 2 * v, 3 * v, 4 * v)
+    ]
     return out + ["r"] * (size == cfg.r * (cfg.r - 1) // 2)
 
 
@@ -81,27 +93,48 @@ def load_model(path, device="cpu"):
     source = Path(path) / CONFIG
     cfg = config_from_json(config, source)
     if not config.get("weights_sha256"):
-        raise ModelFileError(f"{source}: no weights_sha256: no weights (a run that diverged before its first "
-                             "validation has none)")
-    if config["model_kind"] == "grassmann" and cfg.plucker_backend in ("cupy", "kernel-cpu", "fused-cpu"):
+        raise ModelFileError(
+            f"{source}: no weights_sha256: no weights (a run that diverged before its first "
+            "validation has none)"
+        )
+    if config["model_kind"] == "grassmann" and cfg.plucker_backend in (
+        "cupy",
+        "kernel-cpu",
+        "fused-cpu",
+    ):
         need = "cuda" if cfg.plucker_backend == "cupy" else "cpu"
-        if torch.device(device).type != need or (need == "cuda" and not cupy_backend.usable(torch.device(device))):
-            raise ModelFileError(f"{source}: plucker_backend {cfg.plucker_backend!r} does not run on {device}: "
-                                 f"load it on {need}, or set plucker_backend to \"auto\" in {source}")
+        if torch.device(device).type != need or (
+            need == "cuda" and not cupy_backend.usable(torch.device(device))
+        ):
+            raise ModelFileError(
+                f"{source}: plucker_backend {cfg.plucker_backend!r} does not run on {device}: "
+                f'load it on {need}, or set plucker_backend to "auto" in {source}'
+            )
     model = build_model(config["model_kind"], cfg)
     state = load_weights(Path(path) / WEIGHTS)
     want = model.state_dict()
     missing = [k for k in want if k not in state and not (k == "head.weight" and cfg.tie_weights)]
     unexpected = sorted(set(state) - set(want))
     if missing or unexpected:
-        raise ModelFileError(f"{Path(path) / WEIGHTS} does not fit the {config['model_kind']} of {source}: "
-                             f"missing tensors {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ModelFileError(
+            f"{Path(path) / WEIGHTS} does not fit the {config['model_kind']} of {source}: "
+            f"missing tensors {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     for k, t in state.items():
         if tuple(t.shape) != tuple(want[k].shape):
-            sizes = {f for got, need in zip(t.shape, want[k].shape) if got != need for f in _fields_sizing(cfg, need)}
-            raise ModelFileError(f"{Path(path) / WEIGHTS}: tensor {k} is {tuple(t.shape)}, but {source} makes it "
-                                 f"{tuple(want[k].shape)} (its {', '.join(sorted(sizes)) or 'sizes'})")
+            sizes = {
+                f
+                for got, need in zip(t.shape, want[k].shape)
+                if got != need
+                for f in _fields_sizing(cfg, need)
+            }
+            raise ModelFileError(
+                f"{Path(path) / WEIGHTS}: tensor {k} is {tuple(t.shape)}, but {source} makes it "
+                f"{tuple(want[k].shape)} (its {', '.join(sorted(sizes)) or 'sizes'})"
+            )
     model.load_state_dict(state, strict=False)
     if state_sha256(model.state_dict()) != config["weights_sha256"]:
-        raise ModelFileError(f"{Path(path) / WEIGHTS}: its weights' sha256 is not {source}'s weights_sha256")
+        raise ModelFileError(
+            f"{Path(path) / WEIGHTS}: its weights' sha256 is not {source}'s weights_sha256"
+        )
     return model.to(device).eval()

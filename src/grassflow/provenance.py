@@ -20,16 +20,36 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "numpy", "tokenizers", "transformers", "datasets", "pyarrow", "pandas", "snakemake")
+PACKAGES = (
+    "torch",
+    "numpy",
+    "tokenizers",
+    "transformers",
+    "datasets",
+    "pyarrow",
+    "pandas",
+    "snakemake",
+)
 # import names whose distribution depends on the build installed (CuPy: cupy-cuda12x, cupy-cuda13x, cupy)
 BY_IMPORT = ("cupy",)
-TREE_ENV = "GRASSFLOW_TREE"  # a manifest (`manifest` below): records name its commit, checked by content
+TREE_ENV = (
+    "GRASSFLOW_TREE"  # a manifest (`manifest` below): records name its commit, checked by content
+)
 
 
 def _git(cwd, *args, git_dir=None):
-    env = {**os.environ, **({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(cwd)} if git_dir else {})}
-    return subprocess.run(["git", "-c", "core.excludesFile=", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=env)
+    env = {
+        **os.environ,
+        **({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(cwd)} if git_dir else {}),
+    }
+    return subprocess.run(
+        ["git", "-c", "core.excludesFile=", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def git_state(cwd=None) -> dict:
@@ -60,8 +80,10 @@ def manifest(root: Path) -> dict:
         raise RuntimeError(f"{root}: not a git checkout ({status.stderr.strip()})")
     if status.stdout.strip():
         names = [line[3:] for line in status.stdout.splitlines() if line.strip()]
-        raise RuntimeError(f"uncommitted changes or files git does not track: {', '.join(names[:5])}"
-                           f"{' ...' if len(names) > 5 else ''}: commit them (or ignore them) first")
+        raise RuntimeError(
+            f"uncommitted changes or files git does not track: {', '.join(names[:5])}"
+            f"{' ...' if len(names) > 5 else ''}: commit them (or ignore them) first"
+        )
     listing = _git(root, "ls-tree", "-r", "-z", "HEAD").stdout
     files = {}
     for entry in filter(None, listing.split("\0")):
@@ -81,8 +103,11 @@ def differences(root: Path, tree: dict) -> list[str]:
     own .git says is not asked (a throwaway index lists the files, by the copy's .gitignore)."""
     root = Path(root)
     files = tree["files"]
-    changed = [p for p, oid in files.items()
-               if not ((root / p).is_file() or (root / p).is_symlink()) or blob_id(root / p) != oid]
+    changed = [
+        p
+        for p, oid in files.items()
+        if not ((root / p).is_file() or (root / p).is_symlink()) or blob_id(root / p) != oid
+    ]
     with tempfile.TemporaryDirectory() as git_dir:
         subprocess.run(["git", "init", "-q", "--bare", git_dir], capture_output=True, check=True)
         listed = _git(root, "ls-files", "-z", "--others", "--exclude-standard", git_dir=git_dir)
@@ -123,7 +148,9 @@ def main(argv=None) -> int:
     (this copy against it: exit 1 naming what differs)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("manifest", "check"):
-        print("usage: python -m grassflow.provenance manifest OUT | check MANIFEST", file=sys.stderr)
+        print(
+            "usage: python -m grassflow.provenance manifest OUT | check MANIFEST", file=sys.stderr
+        )
         return 2
     if args[0] == "manifest":
         try:
@@ -137,7 +164,10 @@ def main(argv=None) -> int:
     tree = json.loads(Path(args[1]).read_text())
     diff = differences(Path(args[1]).resolve().parent, tree)
     if diff:
-        print(f"{', '.join(diff[:8])}{f' and {len(diff) - 8} more' if len(diff) > 8 else ''}", file=sys.stderr)
+        print(
+            f"{', '.join(diff[:8])}{f' and {len(diff) - 8} more' if len(diff) > 8 else ''}",
+            file=sys.stderr,
+        )
         return 1
     print(tree["commit"])
     return 0

@@ -21,15 +21,21 @@ class RunSpec:
     train: TrainConfig
     experiment: str | None = None  # lm, snli: the table the run belongs to
     tokenizer: str | None = None  # lm, snli: the tokenizer's name
-    model: dict | None = None  # lm, recall: ModelConfig's fields, less the data's (vocabulary, context)
+    model: dict | None = (
+        None  # lm, recall: ModelConfig's fields, less the data's (vocabulary, context)
+    )
     head: dict | None = None  # snli: HeadConfig's fields
-    features: dict | None = None  # snli: what the head reads (a frozen backbone's states, or its own embedding)
+    features: dict | None = (
+        None  # snli: what the head reads (a frozen backbone's states, or its own embedding)
+    )
     backbone: dict | None = None  # snli, on a backbone's features: which
     max_tokens: int | None = None  # snli: per sentence
     cell: dict | None = None  # recall: the (seq_len, kv) cell
     data_cell: str | None = None  # recall: the cell's data directory
     model_name: str | None = None  # recall: the model variant
-    source: dict = field(default_factory=dict, repr=False, compare=False)  # the spec's dict, as the job was given it
+    source: dict = field(
+        default_factory=dict, repr=False, compare=False
+    )  # the spec's dict, as the job was given it
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:

@@ -46,17 +46,31 @@ def claim_device(name: str, log: bool = False, exclusive: bool = False) -> torch
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train.device must be auto, cpu or cuda, got {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available "
-                           f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
-    device = torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+        raise RuntimeError(
+            "train.device: 'cuda' requested but no CUDA device is available "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+        )
+    device = torch.device(
+        "cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     if device.type == "cuda" or os.environ.get(gpu_slots.OVERRIDE):
         slot = gpu_slots.claim(exclusive=exclusive)
         if log and slot:
-            print(f"[grassflow] GPU slot: GPU {slot['gpu']} ({slot['name']}), slot {slot['slot']} of "
-                  f"{slot['runs_per_gpu']}", flush=True)
+            print(
+                f"[grassflow] GPU slot: GPU {slot['gpu']} ({slot['name']}), slot {slot['slot']} of "
+                f"{slot['runs_per_gpu']}",
+                flush=True,
+            )
     if log:
-        why = " (no CUDA device visible: this run is on the CPU)" if name == "auto" and device.type == "cpu" else ""
-        print(f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}", flush=True)
+        why = (
+            " (no CUDA device visible: this run is on the CPU)"
+            if name == "auto" and device.type == "cpu"
+            else ""
+        )
+        print(
+            f"[grassflow] train.device={name} -> {device.type}: {device_name(device)}{why}",
+            flush=True,
+        )
     return device
 
 

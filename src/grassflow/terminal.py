@@ -35,12 +35,18 @@ def value(v) -> str:
 def varying(rows: list[dict], keys: list[str]) -> list[str]:
     """The settings among `keys` that take two values among the rows that have them (a key of another
     task's runs, absent from these, is not one)."""
-    return [k for k in keys if len({json.dumps(r.get(k), sort_keys=True) for r in rows if r.get(k) is not None}) > 1]
+    return [
+        k
+        for k in keys
+        if len({json.dumps(r.get(k), sort_keys=True) for r in rows if r.get(k) is not None}) > 1
+    ]
 
 
 def _fits(console: Console, table: Table) -> bool:
     """The table at its columns' natural widths (none folded) fits the terminal."""
-    wide = console.options.update_width(10**6)  # unbounded: a measure within the terminal is clamped to it
+    wide = console.options.update_width(
+        10**6
+    )  # unbounded: a measure within the terminal is clamped to it
     return Measurement.get(console, wide, table).maximum <= console.width
 
 
@@ -57,8 +63,15 @@ def _print(console: Console, table: Table, note: str | None) -> None:
 RIGHT = ("seed", "epochs", "best_val", "test", "wall_s", "n", "ok")
 
 
-def _fitted(console: Console, rows: list[dict], key: list[str], extra: list[str], cell, label=lambda c: c,
-            order: list[str] | None = None) -> tuple[Table, list[str]]:
+def _fitted(
+    console: Console,
+    rows: list[dict],
+    key: list[str],
+    extra: list[str],
+    cell,
+    label=lambda c: c,
+    order: list[str] | None = None,
+) -> tuple[Table, list[str]]:
     """A table of `rows` with the `key` columns and as many of the `extra` ones, taken in turn, as fit
     the terminal at their natural widths, laid out in `order` (default: key, then extra); (the table,
     the extra columns left out)."""
@@ -67,7 +80,12 @@ def _fitted(console: Console, rows: list[dict], key: list[str], extra: list[str]
     def build(columns: list[str]) -> Table:
         t = _table()
         for c in sorted(columns, key=order.index):
-            t.add_column(label(c), no_wrap=True, overflow="ellipsis", justify="right" if c in RIGHT else "left")
+            t.add_column(
+                label(c),
+                no_wrap=True,
+                overflow="ellipsis",
+                justify="right" if c in RIGHT else "left",
+            )
         for r in rows:
             t.add_row(*(cell(r, c) for c in sorted(columns, key=order.index)))
         return t
@@ -82,11 +100,16 @@ def _fitted(console: Console, rows: list[dict], key: list[str], extra: list[str]
 
 
 def _left(left: list[str]) -> str:
-    return (f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or --json show every column."
-            if left else "")
+    return (
+        f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or --json show every column."
+        if left
+        else ""
+    )
 
 
-def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], console: Console | None = None) -> None:
+def runs_table(
+    rows: list[dict], settings: list[str], tasks: dict[str, str], console: Console | None = None
+) -> None:
     """The rows of `grassflow runs` (compare.list_runs) as a terminal table: the key columns, then the
     settings that vary among the rows, then wall time and commit, each while the table still fits the
     terminal at its natural widths; those left out are named under it."""
@@ -108,10 +131,15 @@ def runs_table(rows: list[dict], settings: list[str], tasks: dict[str, str], con
     shown = varying(rows, settings)
     # the run and its figures always; the other key columns while they fit (the run's id holds its table,
     # model and seed), then the settings, then wall time and commit
-    table, left = _fitted(console, rows, ["run", "best_val", "test"],
-                          ["status", "epochs", "seed", "model", "table", *shown, *TAIL_COLUMNS], cell,
-                          lambda c: c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c,
-                          order=[*KEY_COLUMNS, *shown, *TAIL_COLUMNS])
+    table, left = _fitted(
+        console,
+        rows,
+        ["run", "best_val", "test"],
+        ["status", "epochs", "seed", "model", "table", *shown, *TAIL_COLUMNS],
+        cell,
+        lambda c: c.replace("_", " ") if c in (*KEY_COLUMNS, *TAIL_COLUMNS) else c,
+        order=[*KEY_COLUMNS, *shown, *TAIL_COLUMNS],
+    )
     _print(console, table, f"{len(rows)} run(s)." + _left(left))
 
 
@@ -130,10 +158,20 @@ def group_table(groups: list[dict], tasks: dict[str, str], console: Console | No
             return _mean_std(g, c, tasks.get(g["group"]))
         return value(g[c]) if c != "seeds" else ",".join(map(str, g[c]))
 
-    table, left = _fitted(console, groups, ["group", "model", "n", "ok", "best_val", "test"],
-                          ["table", "seeds", "preset"], cell, lambda c: c.replace("_", " "))
-    _print(console, table, f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those "
-                           "ok)." + _left(left))
+    table, left = _fitted(
+        console,
+        groups,
+        ["group", "model", "n", "ok", "best_val", "test"],
+        ["table", "seeds", "preset"],
+        cell,
+        lambda c: c.replace("_", " "),
+    )
+    _print(
+        console,
+        table,
+        f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those "
+        "ok)." + _left(left),
+    )
 
 
 def _short(v) -> str:
@@ -156,17 +194,36 @@ def diff_table(data: dict, console: Console | None = None) -> None:
         console.print(t)
         console.print()
 
-    table("Spec", "key", [[k, *map(value, vs)] for k, vs in data["spec"]] or [["(the same spec)", *[""] * len(names)]])
+    table(
+        "Spec",
+        "key",
+        [[k, *map(value, vs)] for k, vs in data["spec"]]
+        or [["(the same spec)", *[""] * len(names)]],
+    )
     fig = []
     for name, values, deltas, pcts in data["figures"]:
         fig.append([name, *(value(v) if v is None else f"{v:.4g}" for v in values)])
         fig.append([f"Δ {name}", *("—" if d is None else f"{d:+.4g}" for d in deltas)])
         fig.append([f"Δ {name} %", *("—" if p is None else f"{p:+.2f} %" for p in pcts)])
     table("Figures (Δ: from the first run)", "", fig)
-    table("Records (hashes: their first 16 hex digits)", "", [[n, *(_short(v) if "sha256" in n else value(v) for v in vs)]
-                                                              for n, vs in data["records"]])
+    table(
+        "Records (hashes: their first 16 hex digits)",
+        "",
+        [[n, *(_short(v) if "sha256" in n else value(v) for v in vs)] for n, vs in data["records"]],
+    )
     table("Environment", "", [[n, *map(value, vs)] for n, vs in data["environment"]])
     n = max((len(c) for c in data["curves"]), default=0)
-    table(f"Validation curves ({data['curve_key']})", "epoch",
-          [[str(e + 1), *(f"{c[e]:.4g}" if e < len(c) and c[e] is not None else "—" for c in data["curves"])]
-           for e in range(n)])
+    table(
+        f"Validation curves ({data['curve_key']})",
+        "epoch",
+        [
+            [
+                str(e + 1),
+                *(
+                    f"{c[e]:.4g}" if e < len(c) and c[e] is not None else "—"
+                    for c in data["curves"]
+                ),
+            ]
+            for e in range(n)
+        ],
+    )

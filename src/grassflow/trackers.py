@@ -71,8 +71,13 @@ class WandB:
     def __init__(self, spec: dict, out_dir: Path):
         import wandb
 
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "grassflow"), name=spec["run_id"],
-                              config=spec, dir=str(out_dir), mode=os.environ.get("WANDB_MODE", "offline"))
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "grassflow"),
+            name=spec["run_id"],
+            config=spec,
+            dir=str(out_dir),
+            mode=os.environ.get("WANDB_MODE", "offline"),
+        )
 
     def log(self, values: dict, step: int) -> None:
         self.run.log(values, step=step)
@@ -100,35 +105,57 @@ class MLflow:
         # another run's write (its default, 5 s, is short for a busy disk): one machine's (tracking.md)
         given = os.environ.get("MLFLOW_TRACKING_URI")
         uri = given or f"sqlite:///{tree / 'mlflow.db'}?timeout=60"
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or f"{spec.get('preset')}/{spec.get('experiment') or spec.get('task')}"
-        where = str(out_dir.resolve().relative_to(tree)) if out_dir.resolve().is_relative_to(tree) else str(out_dir)
+        name = (
+            os.environ.get("MLFLOW_EXPERIMENT_NAME")
+            or f"{spec.get('preset')}/{spec.get('experiment') or spec.get('task')}"
+        )
+        where = (
+            str(out_dir.resolve().relative_to(tree))
+            if out_dir.resolve().is_relative_to(tree)
+            else str(out_dir)
+        )
         tree.mkdir(parents=True, exist_ok=True)
-        with open(tree / ".mlflow.lock", "w") as lock:  # the tree store's schema and the experiment, made once
-            if not given:  # a server orders its own writes; a lock on a cluster's file system may not hold
+        with open(
+            tree / ".mlflow.lock", "w"
+        ) as lock:  # the tree store's schema and the experiment, made once
+            if (
+                not given
+            ):  # a server orders its own writes; a lock on a cluster's file system may not hold
                 fcntl.flock(lock, fcntl.LOCK_EX)
             self.client = MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(name)
-            exp_id = exp.experiment_id if exp else self.client.create_experiment(
-                name, artifact_location=(tree / "mlartifacts" / name).as_uri())
-        runs = self.client.search_runs([exp_id], f"tags.`grassflow.run_dir` = '{where}'",
-                                       order_by=["attributes.start_time DESC"])
+            exp_id = (
+                exp.experiment_id
+                if exp
+                else self.client.create_experiment(
+                    name, artifact_location=(tree / "mlartifacts" / name).as_uri()
+                )
+            )
+        runs = self.client.search_runs(
+            [exp_id],
+            f"tags.`grassflow.run_dir` = '{where}'",
+            order_by=["attributes.start_time DESC"],
+        )
         if runs and not fresh:  # a resumed run continues its MLflow run
             self.run_id = runs[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
             return
         for old in runs:  # an abandoned attempt's curves are not this run's
             self.client.delete_run(old.info.run_id)
-        self.run_id = self.client.create_run(exp_id, run_name=spec["run_id"],
-                                             tags={"grassflow.run_dir": where}).info.run_id
+        self.run_id = self.client.create_run(
+            exp_id, run_name=spec["run_id"], tags={"grassflow.run_dir": where}
+        ).info.run_id
         params = [Param(k, str(v)) for k, v in _flat(spec).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters a batch
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
 
     def log(self, values: dict, step: int) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()])
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()]
+        )
 
     def close(self) -> None:
         metrics = self.out_dir / "metrics.jsonl"
@@ -137,7 +164,10 @@ class MLflow:
         self.client.set_terminated(self.run_id)
 
 
-DIRS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # each tracker's directory in the run directory (MLflow's: the tree's store)
+DIRS = {
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+}  # each tracker's directory in the run directory (MLflow's: the tree's store)
 
 
 class Trackers:
@@ -157,14 +187,26 @@ class Trackers:
                 shutil.rmtree(Path(out_dir) / name, ignore_errors=True)
         for name in names or ():
             if name not in CHOICES:
-                raise ConfigError(f"train.trackers: unknown tracker {name!r} (choices: {', '.join(CHOICES)})")
+                raise ConfigError(
+                    f"train.trackers: unknown tracker {name!r} (choices: {', '.join(CHOICES)})"
+                )
             try:
-                self.open.append((name, MLflow(spec, Path(out_dir), fresh) if name == "mlflow" else
-                                  {"tensorboard": TensorBoard, "wandb": WandB}[name](spec, Path(out_dir))))
+                self.open.append(
+                    (
+                        name,
+                        MLflow(spec, Path(out_dir), fresh)
+                        if name == "mlflow"
+                        else {"tensorboard": TensorBoard, "wandb": WandB}[name](
+                            spec, Path(out_dir)
+                        ),
+                    )
+                )
             except Exception as e:  # ImportError without the extra, or the tracker's own refusal
                 self.close()
-                raise ConfigError(f"train.trackers: {name!r} could not start ({type(e).__name__}: {e}); "
-                                  f"install it with pip install 'grassflow[{name}]', or leave it out") from e
+                raise ConfigError(
+                    f"train.trackers: {name!r} could not start ({type(e).__name__}: {e}); "
+                    f"install it with pip install 'grassflow[{name}]', or leave it out"
+                ) from e
 
     def _each(self, call, step: int | None) -> None:
         for name, tracker in list(self.open):
@@ -173,9 +215,20 @@ class Trackers:
             except Exception as e:  # any tracker's failure: its curves stop, the run goes on
                 self.open.remove((name, tracker))
                 said = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-                self.failed.append({"tracker": name, "run": self.run_id, "step": step, "at": time.time(), "error": said})
-                print(f"[train] warning: tracker {name} failed at step {step} ({said}); the run trains on without "
-                      "it (run.json: trackers_failed)", file=sys.stderr)
+                self.failed.append(
+                    {
+                        "tracker": name,
+                        "run": self.run_id,
+                        "step": step,
+                        "at": time.time(),
+                        "error": said,
+                    }
+                )
+                print(
+                    f"[train] warning: tracker {name} failed at step {step} ({said}); the run trains on without "
+                    "it (run.json: trackers_failed)",
+                    file=sys.stderr,
+                )
                 with contextlib.suppress(Exception):
                     tracker.close()
 

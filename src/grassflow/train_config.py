@@ -39,4 +39,6 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        return from_known_keys(cls, {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}, "train")
+        return from_known_keys(
+            cls, {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}, "train"
+        )

@@ -67,7 +67,8 @@ class EpochLoss:
         """Per run: (sum of the finite losses so far, step of the first non-finite one or None,
         sum of the gradient norms since the last reset)."""
         sums, first_bad, grad_norm_sums = torch.stack(
-            [self.sum, self.first_bad.to(torch.float64), self.grad_norm_sum]).tolist()
+            [self.sum, self.first_bad.to(torch.float64), self.grad_norm_sum]
+        ).tolist()
         return sums, [None if b < 0 else int(b) for b in first_bad], grad_norm_sums
 
 
@@ -76,13 +77,29 @@ class TrainStep:
     the learning rate already set (loop.set_lr). `capture`: replay it as a CUDA graph; `static`
     (implied by capture): run the region on static buffers, as a capture does, without one."""
 
-    def __init__(self, model, loss_fn, opt, grad_clip: float, device, losses: EpochLoss, capture: bool = False,
-                 static: bool = False):
+    def __init__(
+        self,
+        model,
+        loss_fn,
+        opt,
+        grad_clip: float,
+        device,
+        losses: EpochLoss,
+        capture: bool = False,
+        static: bool = False,
+    ):
         self.model, self.loss_fn, self.opt, self.grad_clip = model, loss_fn, opt, grad_clip
-        self.device, self.losses, self.capture, self.static_buffers = device, losses, capture, static or capture
+        self.device, self.losses, self.capture, self.static_buffers = (
+            device,
+            losses,
+            capture,
+            static or capture,
+        )
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.members = layers.members(model)
-        self.buffers = self.batch = None  # the batch's tensors' buffers (from the first batch); the batch the region reads
+        self.buffers = self.batch = (
+            None  # the batch's tensors' buffers (from the first batch); the batch the region reads
+        )
         self.graph, self.eager_steps = None, 0
         self.capture_error = None  # why the capture failed, if it did: the run goes on eagerly
         self.side = None  # the warm-up's stream
@@ -147,8 +164,10 @@ class TrainStep:
                 self.region()
         except Exception as err:  # noqa: BLE001 - any capture error: the eager step is the same step
             self.capture, self.capture_error = False, f"{type(err).__name__}: {err}"
-            print(f"[train] warning: the CUDA graph capture failed, training on eagerly: {self.capture_error}",
-                  file=sys.stderr)
+            print(
+                f"[train] warning: the CUDA graph capture failed, training on eagerly: {self.capture_error}",
+                file=sys.stderr,
+            )
             torch.cuda.synchronize(self.device)
             return False
         self.graph = graph
@@ -203,8 +222,11 @@ class GraphedForward:
                     out = self.model(*buffers)
             except Exception as err:  # noqa: BLE001 - the eager forward computes the same
                 self.capture_error = f"{type(err).__name__}: {err}"
-                print(f"[train] warning: the validation forward's CUDA graph capture failed, validating "
-                      f"eagerly: {self.capture_error}", file=sys.stderr)
+                print(
+                    f"[train] warning: the validation forward's CUDA graph capture failed, validating "
+                    f"eagerly: {self.capture_error}",
+                    file=sys.stderr,
+                )
                 torch.cuda.synchronize(self.device)
                 return self(*inputs)
             self.graphs[key] = (graph, buffers, out)
@@ -229,7 +251,9 @@ def _restage(buffers, batch):
     """batch with each tensor copied into its buffer and replaced by it."""
     if isinstance(buffers, torch.Tensor):
         if buffers.shape != batch.shape:
-            raise ValueError(f"a captured step's batch changed shape: {tuple(batch.shape)}, was {tuple(buffers.shape)}")
+            raise ValueError(
+                f"a captured step's batch changed shape: {tuple(batch.shape)}, was {tuple(buffers.shape)}"
+            )
         return buffers.copy_(batch)
     if isinstance(buffers, (tuple, list)):
         return type(buffers)(_restage(s, b) for s, b in zip(buffers, batch, strict=True))

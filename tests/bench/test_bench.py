@@ -18,18 +18,30 @@ def test_bench_quick_reports_every_part(tmp_path):
     backends = grassmann_backends(torch.device("cpu"))
     assert [r["backend"] for r in saved["op"]] == ["reference", *backends]
     assert {(r["L"], r["head"], r["backend"]) for r in res["step"]} == {
-        (L, head, b) for L in (32, 64) for head in (True, False) for b in backends}
+        (L, head, b) for L in (32, 64) for head in (True, False) for b in backends
+    }
     for row in saved["step"]:
-        assert row["time_ratio"] > 0 and row["transformer_mem_mb"] > 0 and row["grassmann_mem_mb"] > 0
+        assert (
+            row["time_ratio"] > 0 and row["transformer_mem_mb"] > 0 and row["grassmann_mem_mb"] > 0
+        )
     md = (tmp_path / "b.md").read_text()
     assert "sgemm roof" in md and "| fast |" in md
     # old vs new kernels at the smoke size, same inputs; the head's three paths; no graph off CUDA
     assert [(r["tokens"], r["r"]) for r in saved["kernels"]] == [(256, 32)]
     assert all(r["old_s"] > 0 and r["new_s"] > 0 for r in saved["kernels"])
-    assert [r["backend"] for r in saved["head"]] == ["reference", "chunked"]  # chunked-bf16, fused: CUDA's
-    assert saved["head"][0]["rel_diff_vs_reference"] == 0 and saved["head"][1]["rel_diff_vs_reference"] < 1e-4
+    assert [r["backend"] for r in saved["head"]] == [
+        "reference",
+        "chunked",
+    ]  # chunked-bf16, fused: CUDA's
+    assert (
+        saved["head"][0]["rel_diff_vs_reference"] == 0
+        and saved["head"][1]["rel_diff_vs_reference"] < 1e-4
+    )
     assert saved["graph"] == [] and "old (441a7fd) vs new" in md and "| chunked |" in md
-    assert [(r["model"], r["members"]) for r in saved["fused"]] == [("transformer", 3), ("grassmann", 3)]
+    assert [(r["model"], r["members"]) for r in saved["fused"]] == [
+        ("transformer", 3),
+        ("grassmann", 3),
+    ]
 
 
 def test_head_bytes_report_is_the_arithmetic():
@@ -39,7 +51,11 @@ def test_head_bytes_report_is_the_arithmetic():
 
     assert (ROOT / "reports" / "bench" / "head-bytes.md").read_text() == head_bytes.report()
     N, V = head_bytes.TABLE1
-    assert head_bytes.per_logit("fused", loss_only=True) * N * V <= 1e9 < head_bytes.per_logit("reference", True) * N * V
+    assert (
+        head_bytes.per_logit("fused", loss_only=True) * N * V
+        <= 1e9
+        < head_bytes.per_logit("reference", True) * N * V
+    )
 
 
 def test_bench_profile_names_each_models_top_ops(tmp_path):
@@ -56,7 +72,7 @@ def test_bench_profile_names_each_models_top_ops(tmp_path):
 # their field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours:
 # loading their file, building their config from the paper's setting, their training step, and
 # the table beside ours. The real checkout is what a user passes (see bench/peer.py).
-PEER_MODEL = '''
+PEER_MODEL = """
 from dataclasses import dataclass
 import torch
 
@@ -83,7 +99,7 @@ class Transformer(torch.nn.Module):
 
     def forward(self, x):
         return self.mix(self.emb(x)) @ self.emb.weight.t()
-'''
+"""
 
 
 @pytest.mark.slow  # default tier under 5 min: the peer benchmark through the CLI
@@ -95,8 +111,26 @@ def test_bench_peer_through_the_cli(tmp_path):
     peer.mkdir()
     (peer / "model.py").write_text(PEER_MODEL)
     out = tmp_path / "out"
-    res = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--parts", "op",
-                          "--peer", str(peer), "--out", str(out), "--name", "p"], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grassflow.bench",
+            "--quick",
+            "--device",
+            "cpu",
+            "--parts",
+            "op",
+            "--peer",
+            str(peer),
+            "--out",
+            str(out),
+            "--name",
+            "p",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     saved = json.loads((out / "p.json").read_text())
     theirs, *ours = saved["peer"]
@@ -107,11 +141,30 @@ def test_bench_peer_through_the_cli(tmp_path):
     assert "| kanenorman/grassmann GrassmannLM |" in md and "1.00×" in md
 
     (peer / "model.py").write_text("import einops_is_not_installed_here\n" + PEER_MODEL)
-    res = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--parts", "op",
-                          "--peer", str(peer), "--out", str(out), "--name", "q"], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grassflow.bench",
+            "--quick",
+            "--device",
+            "cpu",
+            "--parts",
+            "op",
+            "--peer",
+            str(peer),
+            "--out",
+            str(out),
+            "--name",
+            "q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and not (out / "q.json").exists()
     assert res.stderr.strip().splitlines()[-1] == (
-        f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install einops_is_not_installed_here)")
+        f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install einops_is_not_installed_here)"
+    )
 
 
 @pytest.mark.slow
@@ -122,18 +175,47 @@ def test_bench_concurrency_runs_k_workers_together(tmp_path):
     import subprocess
     import sys
 
-    res = main(["--quick", "--device", "cpu", "--concurrency", "1,2", "--steps", "2", "--out", str(tmp_path)])
+    res = main(
+        [
+            "--quick",
+            "--device",
+            "cpu",
+            "--concurrency",
+            "1,2",
+            "--steps",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert [(r["model"], r["k"], r["mps"]) for r in res["rows"]] == [
-        (m, k, False) for m in ("transformer", "grassmann") for k in (1, 2)]
+        (m, k, False) for m in ("transformer", "grassmann") for k in (1, 2)
+    ]
     for r in res["rows"]:
         assert len(r["runs"]) == r["k"] and all(run["start"] >= r["go"] for run in r["runs"])
         assert r["aggregate_tokens_per_s"] > 0 and r["slowdown"] > 0
     assert json.loads((tmp_path / "concurrency-quick-cpu.json").read_text())["rows"][3]["k"] == 2
     assert "| grassmann | 2 | no |" in (tmp_path / "concurrency-quick-cpu.md").read_text()
-    for args, error in ((["1,2", "--mps"], "error: --mps: MPS is CUDA's"),
-                        (["2,4"], "error: --concurrency 2,4: list 1, the baseline of the gains")):
-        out = subprocess.run([sys.executable, "-m", "grassflow.bench", "--quick", "--device", "cpu", "--out",
-                              str(tmp_path), "--concurrency", *args], capture_output=True, text=True)
+    for args, error in (
+        (["1,2", "--mps"], "error: --mps: MPS is CUDA's"),
+        (["2,4"], "error: --concurrency 2,4: list 1, the baseline of the gains"),
+    ):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grassflow.bench",
+                "--quick",
+                "--device",
+                "cpu",
+                "--out",
+                str(tmp_path),
+                "--concurrency",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode != 0 and error in out.stderr, out.stderr
 
 
@@ -143,14 +225,25 @@ def test_bench_generate_measures_both_ways_and_grassmanns_state_is_constant(tmp_
     (max(offsets) reduced states per layer), the Transformer's growing with it."""
     res = main(["--quick", "--device", "cpu", "--generate", "--out", str(tmp_path)])
     rows = {(r["model"], r["prompt"]): r for r in res["rows"]}
-    assert sorted(rows) == sorted((m, p) for m in ("transformer", "grassmann") for p in (4, 16, 28, 32))
-    g = [rows["grassmann", p] for p in (16, 28, 32)]  # once the prompt holds max(offsets) = 8 positions
-    assert {r["state_after_prompt"] for r in g} == {r["state_at_end"] for r in g} == {2 * 8 * 8}  # layers · 8 · r
+    assert sorted(rows) == sorted(
+        (m, p) for m in ("transformer", "grassmann") for p in (4, 16, 28, 32)
+    )
+    g = [
+        rows["grassmann", p] for p in (16, 28, 32)
+    ]  # once the prompt holds max(offsets) = 8 positions
+    assert (
+        {r["state_after_prompt"] for r in g} == {r["state_at_end"] for r in g} == {2 * 8 * 8}
+    )  # layers · 8 · r
     t = [rows["transformer", p]["state_after_prompt"] for p in (4, 16, 28)]
     assert t == [2 * 2 * 32 * p for p in (4, 16, 28)]  # layers · (keys + values) · d · positions
     assert rows["grassmann", 32]["past_context"] and not rows["grassmann", 28]["past_context"]
-    assert all(r["incremental_tokens_per_s"] > 0 and r["recompute_tokens_per_s"] > 0 for r in res["rows"])
-    assert "| grassmann | 32 | 16 (past the context) |" in (tmp_path / "generate-quick-cpu.md").read_text()
+    assert all(
+        r["incremental_tokens_per_s"] > 0 and r["recompute_tokens_per_s"] > 0 for r in res["rows"]
+    )
+    assert (
+        "| grassmann | 32 | 16 (past the context) |"
+        in (tmp_path / "generate-quick-cpu.md").read_text()
+    )
 
 
 # --- bench/loc.py: the lines-of-code measure of reports/loc.md ------------------------------------
@@ -161,25 +254,38 @@ def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypat
     import subprocess
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("loc", Path(__file__).parents[2] / "bench" / "loc.py")
+    spec = importlib.util.spec_from_file_location(
+        "loc", Path(__file__).parents[2] / "bench" / "loc.py"
+    )
     loc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loc)
     files = {
         "src/pkg/a.py": '"""Module docstring,\non two lines."""\n\nimport os  # why\n\n\ndef f(x):\n'
-                        '    """Docstring."""\n    # a comment\n    return (x +\n            1)\n',  # 4 lines
+        '    """Docstring."""\n    # a comment\n    return (x +\n            1)\n',  # 4 lines
         "workflow/rules/r.smk": "# a comment\nrule r:\n    shell:\n        'true'\n",  # 3 lines
         "Snakefile": 'include: "workflow/rules/r.smk"\n',  # 1 line
-        "tests/test_x.py": "x = 1\n", "bench/b.py": "y = 2\n", "src/pkg/notes.md": "text\n",  # not counted
+        "tests/test_x.py": "x = 1\n",
+        "bench/b.py": "y = 2\n",
+        "src/pkg/notes.md": "text\n",  # not counted
     }
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,  # noqa: E731
-                                    check=True, capture_output=True)
+
+    def git(*a):
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *a],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
     git("init", "-q")
     git("add", ".")
     git("commit", "-qm", "one")
-    (tmp_path / "src/pkg/a.py").write_text(files["src/pkg/a.py"] + "z = 3\n")  # uncommitted: not in HEAD
+    (tmp_path / "src/pkg/a.py").write_text(
+        files["src/pkg/a.py"] + "z = 3\n"
+    )  # uncommitted: not in HEAD
     monkeypatch.chdir(tmp_path)
     assert loc.loc("HEAD") == 8
     git("commit", "-qam", "two")
@@ -200,7 +306,11 @@ def test_the_kernels_part_runs_its_cuda_path(monkeypatch):
         rows = kernels.bench_kernels(torch.device("cpu"), [64], T=32, r=8, d=16)
     kernels._cuda_module.cache_clear()
     kernels._cuda_function.cache_clear()
-    assert [(r["tokens"], r["r"]) for r in rows] == [(64, 8)] and rows[0]["old_s"] > 0 and rows[0]["new_s"] > 0
+    assert (
+        [(r["tokens"], r["r"]) for r in rows] == [(64, 8)]
+        and rows[0]["old_s"] > 0
+        and rows[0]["new_s"] > 0
+    )
     names = {name for name, *_ in state.launches}
     assert {"plucker_coeff_f32", "plucker_coeff_r8_f32"} <= names  # the baseline's and today's
     assert {s for *_, s in state.launches} == {fake_cupy.STREAM}

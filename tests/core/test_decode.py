@@ -19,12 +19,26 @@ SETTINGS = [
 
 
 def small(kind, **over):
-    cfg = ModelConfig(**{"vocab_size": 37, "context_len": 23, "n_layers": 3, "d_model": 16, "d_ff": 24,
-                         "n_heads": 2, "r": 5, "lags": [1, 2, 4, 7], "dropout": 0.1, **over})
+    cfg = ModelConfig(
+        **{
+            "vocab_size": 37,
+            "context_len": 23,
+            "n_layers": 3,
+            "d_model": 16,
+            "d_ff": 24,
+            "n_heads": 2,
+            "r": 5,
+            "lags": [1, 2, 4, 7],
+            "dropout": 0.1,
+            **over,
+        }
+    )
     return build_model(kind, cfg).eval()
 
 
-@pytest.mark.parametrize("kind,over", SETTINGS, ids=[f"{k}-{'-'.join(o) or 'paper'}" for k, o in SETTINGS])
+@pytest.mark.parametrize(
+    "kind,over", SETTINGS, ids=[f"{k}-{'-'.join(o) or 'paper'}" for k, o in SETTINGS]
+)
 def test_each_step_equals_recomputing_the_prefix(kind, over, gen):
     model = small(kind, **over)
     idx = torch.randint(0, 37, (3, 23), generator=gen)
@@ -55,16 +69,24 @@ def test_grassmann_state_is_constant_and_the_transformers_grows(gen):
 def test_generation_is_deterministic_under_a_seed_and_incremental_equals_recompute(kind, gen):
     model = small(kind)
     prompt = torch.randint(0, 37, (2, 4), generator=gen)
-    a = generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1)  # flat: an untrained model
-    assert torch.equal(a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1))
-    assert not torch.equal(a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=2))
+    a = generate(
+        model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1
+    )  # flat: an untrained model
+    assert torch.equal(
+        a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1)
+    )
+    assert not torch.equal(
+        a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=2)
+    )
     assert torch.equal(a[:, :4], prompt) and a.shape == (2, 19)
     greedy = generate(model, prompt, 15, temperature=0)
     assert torch.equal(greedy, generate(model, prompt, 15, temperature=0, recompute=True))
 
 
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
-def test_sampled_decoding_equals_recompute_to_the_context_limit_and_from_a_prompt_longer_than_it(kind, gen):
+def test_sampled_decoding_equals_recompute_to_the_context_limit_and_from_a_prompt_longer_than_it(
+    kind, gen
+):
     """Sampled under a seed, incremental decoding draws what recomputing every prefix draws: up to
     the last position of the context (prompt 4 + 19 new = 23 = context_len), and from a prompt
     longer than the context (both read its last context_len tokens for the first new one)."""
@@ -72,12 +94,16 @@ def test_sampled_decoding_equals_recompute_to_the_context_limit_and_from_a_promp
     sampled = dict(temperature=0.9, top_k=20, top_p=0.9, seed=3)
     prompt = torch.randint(0, 37, (2, 4), generator=gen)
     inc = generate(model, prompt, 19, **sampled)
-    assert inc.shape == (2, 23) and torch.equal(inc, generate(model, prompt, 19, recompute=True, **sampled))
+    assert inc.shape == (2, 23) and torch.equal(
+        inc, generate(model, prompt, 19, recompute=True, **sampled)
+    )
     long = torch.randint(0, 37, (2, 30), generator=gen)
     first = generate(model, long, 1, **sampled)
     assert torch.equal(first, generate(model, long, 1, recompute=True, **sampled))
     with torch.no_grad():  # and that first token is drawn from the last context_len tokens' logits
-        gens = [torch.Generator().manual_seed(3) for _ in range(2)]  # a generator per row, as generate draws
+        gens = [
+            torch.Generator().manual_seed(3) for _ in range(2)
+        ]  # a generator per row, as generate draws
         from grassflow.decode import sample
 
         assert torch.equal(first[:, -1:], sample(model(long[:, -23:])[:, -1], 0.9, 20, 0.9, gens))
@@ -91,17 +117,28 @@ def test_past_the_context_the_window_slides(gen):
     positions = []
     out = generate(model, prompt, 6, temperature=0, on_state=lambda d: positions.append(d.pos))
     assert out.shape == (1, 26)  # new tokens 20..25; the context holds 23 positions
-    assert positions == [20, 21, 22, 23, 11, 12]  # full at 23: the last 11 tokens read anew, then one by one
+    assert positions == [
+        20,
+        21,
+        22,
+        23,
+        11,
+        12,
+    ]  # full at 23: the last 11 tokens read anew, then one by one
     with torch.no_grad():
         assert out[0, 23] == model(out[:, :23])[0, -1].argmax()  # the last step within the context
-        assert out[0, 24] == model(out[:, 24 - 11:24])[0, -1].argmax()  # the slide: the last 11 (= 23 // 2) tokens anew
+        assert (
+            out[0, 24] == model(out[:, 24 - 11 : 24])[0, -1].argmax()
+        )  # the slide: the last 11 (= 23 // 2) tokens anew
 
 
 def test_top_k_one_is_greedy(gen):
     model = small("transformer")
     prompt = torch.randint(0, 37, (1, 3), generator=gen)
-    assert torch.equal(generate(model, prompt, 8, temperature=0.7, top_k=1, seed=5),
-                       generate(model, prompt, 8, temperature=0))
+    assert torch.equal(
+        generate(model, prompt, 8, temperature=0.7, top_k=1, seed=5),
+        generate(model, prompt, 8, temperature=0),
+    )
     with pytest.raises(ValueError, match="top_p"):
         generate(model, prompt, 1, top_p=0)
 
@@ -115,4 +152,7 @@ def test_a_batch_row_is_what_its_prompt_gives_alone(kind, gen):
     for kw in (dict(temperature=0), dict(temperature=0.9, top_k=20, top_p=0.9, seed=4)):
         batch = generate(model, prompts, 12, **kw)
         for b in range(3):
-            assert torch.equal(batch[b:b + 1], generate(model, prompts[b:b + 1], 12, **kw)), (kw, b)
+            assert torch.equal(batch[b : b + 1], generate(model, prompts[b : b + 1], 12, **kw)), (
+                kw,
+                b,
+            )

@@ -21,11 +21,15 @@ def small_fs(tmp_path):
     """A 4 MiB tmpfs; skipped where this user cannot mount one."""
     mnt = tmp_path / "fs"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}): needs root")
     yield mnt
-    subprocess.run(["umount", "--lazy", str(mnt)], check=True)  # lazy: a file a failed writer left open cannot keep it
+    subprocess.run(
+        ["umount", "--lazy", str(mnt)], check=True
+    )  # lazy: a file a failed writer left open cannot keep it
 
 
 def _fill(mnt, leave: int):
@@ -44,9 +48,15 @@ def test_a_checkpoint_that_finds_the_disk_full_keeps_the_last_one(small_fs, capf
     rc = job.run(save_checkpoint, last, {"step": 2, "w": torch.ones(100_000)})
     err = capfd.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
-    assert err[0].startswith(f"error: {last}: no space left on its file system") and "untouched" in err[0]
+    assert (
+        err[0].startswith(f"error: {last}: no space left on its file system")
+        and "untouched" in err[0]
+    )
     assert last.read_bytes() == before and load_checkpoint(last)["step"] == 1  # the last good one
-    assert sorted(p.name for p in small_fs.iterdir()) == ["filler", "last.pt"]  # no temporary file left
+    assert sorted(p.name for p in small_fs.iterdir()) == [
+        "filler",
+        "last.pt",
+    ]  # no temporary file left
     (small_fs / "filler").unlink()  # space freed: the same write succeeds
     save_checkpoint(last, {"step": 2, "w": torch.ones(100_000)})
     assert load_checkpoint(last)["step"] == 2
@@ -63,8 +73,16 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
     from grassflow.report.figures import save
 
     _fill(small_fs, leave=2_000)
-    target = small_fs / {"table": "table1.md", "parquet": "train.parquet", "figure": "gap.png",
-                         "weights": "model.safetensors", "best state": "best_state.pt"}[writer]
+    target = (
+        small_fs
+        / {
+            "table": "table1.md",
+            "parquet": "train.parquet",
+            "figure": "gap.png",
+            "weights": "model.safetensors",
+            "best state": "best_state.pt",
+        }[writer]
+    )
     with pytest.raises(DiskSpaceError, match=f"^{target}: no space left on its file system"):
         if writer == "table":
             write_text(target, "x" * 100_000)
@@ -79,4 +97,6 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
             save_weights(target, {"w": torch.rand(100_000)})
         else:  # the loop's best weights so far (torch's own file writer would say only `iostream error`)
             save_data(target, {"model": {"w": torch.rand(100_000)}, "epoch": 1})
-    assert [p.name for p in small_fs.iterdir()] == ["filler"]  # nothing that looks complete, no temporary
+    assert [p.name for p in small_fs.iterdir()] == [
+        "filler"
+    ]  # nothing that looks complete, no temporary

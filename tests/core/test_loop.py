@@ -23,14 +23,26 @@ SPEC = LM_SPEC
 
 
 def _cmd(tokens, out, spec=SPEC):
-    return [sys.executable, "-m", "grassflow.lm.train", "--spec", json.dumps(spec),
-            "--train-tokens", str(tokens / "train.parquet"), "--val-tokens", str(tokens / "validation.parquet"),
-            "--out-dir", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "grassflow.lm.train",
+        "--spec",
+        json.dumps(spec),
+        "--train-tokens",
+        str(tokens / "train.parquet"),
+        "--val-tokens",
+        str(tokens / "validation.parquet"),
+        "--out-dir",
+        str(out),
+    ]
 
 
 def _metrics(out):
-    return [{k: m[k] for k in ("epoch", "train_loss", "val_loss", "val_ppl", "lr")}
-            for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+    return [
+        {k: m[k] for k in ("epoch", "train_loss", "val_loss", "val_ppl", "lr")}
+        for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +54,11 @@ def uninterrupted(tokens, tmp_path_factory):
 
 
 # SIGUSR1 (SLURM's warning signal) and two of the three kills: slow (make test-slow)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)],
-                         ids=["SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)],
+    ids=["SIGTERM", "SIGUSR1"],
+)
 def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
     a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise. Each part
@@ -52,7 +67,9 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
     One interrupted run, copied, resumes both ways (SIGTERM's: a requeue follows a preemption)."""
     full, cut = uninterrupted, tmp_path / "cut"
     env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    proc = subprocess.Popen(_cmd(tokens, cut), stderr=subprocess.PIPE, text=True, env={**env, "SLURM_JOB_ID": "7"})
+    proc = subprocess.Popen(
+        _cmd(tokens, cut), stderr=subprocess.PIPE, text=True, env={**env, "SLURM_JOB_ID": "7"}
+    )
     _wait_for(cut / "last.pt", proc)
     stop_then_signal(proc, sig)
     _, err = proc.communicate(timeout=HANG)
@@ -65,7 +82,13 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
         shutil.copytree(cut, tmp_path / "requeued")
         reruns[tmp_path / "requeued"] = ("7", "7")
     for out, jobs in reruns.items():
-        res = subprocess.run(_cmd(tokens, out), capture_output=True, text=True, check=True, env={**env, "SLURM_JOB_ID": jobs[1]})
+        res = subprocess.run(
+            _cmd(tokens, out),
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**env, "SLURM_JOB_ID": jobs[1]},
+        )
         assert "resuming" in res.stderr
         assert _metrics(out) == _metrics(full)
         b = load_weights(out / "model.safetensors")
@@ -73,17 +96,26 @@ def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path
         # run.json keeps both parts: the first to the signal, the second from there to the end
         rec = json.loads((out / "run.json").read_text())
         first, second = rec["parts"]
-        assert first["from"] == {"epoch": 0, "step": 0} and (first["slurm_job"], second["slurm_job"]) == jobs
-        assert (first["ended"], first.get("stopped_by")) == (("preempted", sig.name) if jobs[0] == jobs[1] else (sig.name, None))
+        assert (
+            first["from"] == {"epoch": 0, "step": 0}
+            and (first["slurm_job"], second["slurm_job"]) == jobs
+        )
+        assert (first["ended"], first.get("stopped_by")) == (
+            ("preempted", sig.name) if jobs[0] == jobs[1] else (sig.name, None)
+        )
         assert second["from"] == first["to"] and second["ended"] == "finished"
         assert second["to"] == {"epoch": SPEC["train"]["epochs"], "step": 0}
         assert first["started_at"] < first["ended_at"] <= second["started_at"] < second["ended_at"]
         assert all(p["device"] and {"commit", "dirty"} <= set(p) for p in (first, second))
-        assert rec["wall_seconds"] == pytest.approx(sum(p["ended_at"] - p["started_at"] for p in (first, second)))
+        assert rec["wall_seconds"] == pytest.approx(
+            sum(p["ended_at"] - p["started_at"] for p in (first, second))
+        )
 
 
 @pytest.mark.parametrize("lr", [SPEC["train"]["lr"], 1e6], ids=["finished", "diverged"])
-def test_a_rerun_of_an_ended_run_keeps_its_record_and_other_code_trains_anew(lr, tokens, tmp_path, monkeypatch, capfd):
+def test_a_rerun_of_an_ended_run_keeps_its_record_and_other_code_trains_anew(
+    lr, tokens, tmp_path, monkeypatch, capfd
+):
     """A job that reruns a run that had ended (SLURM requeues a group job, or Snakemake retries one,
     after one of its runs finished) writes the same outputs and the same record: one part, ended as
     it ended, in its first job; never "killed" nor "preempted". Under other code (the job's code
@@ -93,28 +125,47 @@ def test_a_rerun_of_an_ended_run_keeps_its_record_and_other_code_trains_anew(lr,
     import grassflow.loop
 
     writes = []  # last.pt written once for one epoch: the run's end goes into its epoch's checkpoint
-    monkeypatch.setattr(grassflow.loop, "save_checkpoint", lambda *a, f=grassflow.loop.save_checkpoint: writes.append(f(*a)))
+    monkeypatch.setattr(
+        grassflow.loop,
+        "save_checkpoint",
+        lambda *a, f=grassflow.loop.save_checkpoint: writes.append(f(*a)),
+    )
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     first = train(spec, *paths, tmp_path, execution={"code": "c0"})
     ended = "finished" if lr == SPEC["train"]["lr"] else "diverged"
-    assert [(p["ended"], p["slurm_job"]) for p in first["parts"]] == [(ended, "7")] and len(writes) == 1
-    metrics, weights = (tmp_path / "metrics.jsonl").read_text(), load_weights(tmp_path / "model.safetensors")
+    assert [(p["ended"], p["slurm_job"]) for p in first["parts"]] == [(ended, "7")] and len(
+        writes
+    ) == 1
+    metrics, weights = (
+        (tmp_path / "metrics.jsonl").read_text(),
+        load_weights(tmp_path / "model.safetensors"),
+    )
     for job in ("7", "8"):  # requeued (the same job), retried (another)
         monkeypatch.setenv("SLURM_JOB_ID", job)
         capfd.readouterr()
         again = train(spec, *paths, tmp_path, execution={"code": "c0"})
         assert f"had ended ({ended}): its outputs written again" in capfd.readouterr().err
-        assert again["parts"] == first["parts"] and again["wall_seconds"] == first["wall_seconds"], job
+        assert (
+            again["parts"] == first["parts"] and again["wall_seconds"] == first["wall_seconds"]
+        ), job
         assert again["status"] == first["status"]
         assert (tmp_path / "metrics.jsonl").read_text() == metrics
         again_weights = load_weights(tmp_path / "model.safetensors")
-        assert again_weights.keys() == weights.keys() and all(torch.equal(again_weights[k], weights[k]) for k in weights)
+        assert again_weights.keys() == weights.keys() and all(
+            torch.equal(again_weights[k], weights[k]) for k in weights
+        )
     anew = train(spec, *paths, tmp_path, execution={"code": "c1"})
     err = capfd.readouterr().err
-    assert f"{tmp_path / 'last.pt'} was written by other code (fingerprint c0 ≠ c1); starting fresh" in err, err[-2000:]
+    assert (
+        f"{tmp_path / 'last.pt'} was written by other code (fingerprint c0 ≠ c1); starting fresh"
+        in err
+    ), err[-2000:]
     assert "had ended" not in err and "resuming" not in err
     (part,) = anew["parts"]
-    assert part["from"] == {"epoch": 0, "step": 0} and part["started_at"] > first["parts"][0]["ended_at"]
+    assert (
+        part["from"] == {"epoch": 0, "step": 0}
+        and part["started_at"] > first["parts"][0]["ended_at"]
+    )
 
 
 def test_divergence_is_recorded_not_raised(tokens, tmp_path):
@@ -124,8 +175,13 @@ def test_divergence_is_recorded_not_raised(tokens, tmp_path):
     assert rec["status"]["epoch"] >= 1
     last = rec["status"]["last_finite_loss"]
     assert last is None or math.isfinite(last)
-    ev = evaluate_run(tmp_path / "model.safetensors", tmp_path / "run.json", tokens / "validation.parquet",
-                      tokens / "test.parquet", tmp_path / "eval.json")
+    ev = evaluate_run(
+        tmp_path / "model.safetensors",
+        tmp_path / "run.json",
+        tokens / "validation.parquet",
+        tokens / "test.parquet",
+        tmp_path / "eval.json",
+    )
     assert ev["status"]["state"] == "diverged"
 
 
@@ -152,7 +208,10 @@ def test_a_same_shape_foreign_spec_is_not_resumed(tokens, tmp_path, capfd):
     capfd.readouterr()
     train(other, *paths, tmp_path / "run")
     err = capfd.readouterr().err
-    assert f"[train] {tmp_path / 'run' / 'last.pt'} belongs to another spec" in err and "starting fresh" in err
+    assert (
+        f"[train] {tmp_path / 'run' / 'last.pt'} belongs to another spec" in err
+        and "starting fresh" in err
+    )
     assert "resuming" not in err
     train(other, *paths, tmp_path / "fresh")
     assert _metrics(tmp_path / "run") == _metrics(tmp_path / "fresh")
@@ -161,11 +220,18 @@ def test_a_same_shape_foreign_spec_is_not_resumed(tokens, tmp_path, capfd):
 def test_evaluate_writes_all_perplexities(tokens, tmp_path):
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
     train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
-    ev = evaluate_run(tmp_path / "model.safetensors", tmp_path / "run.json", tokens / "validation.parquet",
-                      tokens / "test.parquet", tmp_path / "eval.json")
+    ev = evaluate_run(
+        tmp_path / "model.safetensors",
+        tmp_path / "run.json",
+        tokens / "validation.parquet",
+        tokens / "test.parquet",
+        tmp_path / "eval.json",
+    )
     for split in ("validation", "test"):
         r = ev[split]
-        assert 1 < r["chunked_ppl"] < 300 and 1 < r["strided_ppl"] < 300 and r["strided_word_ppl"] > 1
+        assert (
+            1 < r["chunked_ppl"] < 300 and 1 < r["strided_ppl"] < 300 and r["strided_word_ppl"] > 1
+        )
         assert r["strided_tokens"] == r["n_tokens"] - 1 and r["chunked_tokens"] <= r["n_tokens"] - 1
     assert os.path.exists(tmp_path / "eval.json")
 
@@ -180,15 +246,29 @@ def test_a_run_directory_is_a_model_directory(tie, tokens, tmp_path):
     from grassflow.checkpoint import state_sha256
     from grassflow.pretrained import load_model
 
-    spec = {**SPEC, "model": {**SPEC["model"], "tie_weights": tie}, "train": {**SPEC["train"], "epochs": 2}}
+    spec = {
+        **SPEC,
+        "model": {**SPEC["model"], "tie_weights": tie},
+        "train": {**SPEC["train"], "epochs": 2},
+    }
     rec = train(spec, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         keys = set(f.keys())
     assert "tok_emb.weight" in keys and ("head.weight" in keys) is not tie
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_kind"] == "grassmann" and config["tie_weights"] is tie and config["spec"] == rec["spec"]
-    assert config["vocab_size"] == rec["data"]["train"]["vocab_size"] and config["epoch"] == rec["best_epoch"]
-    assert config["tokenizer"] == {"name": "trained", "sha256": rec["data"]["train"]["tokenizer_sha256"]}
+    assert (
+        config["model_kind"] == "grassmann"
+        and config["tie_weights"] is tie
+        and config["spec"] == rec["spec"]
+    )
+    assert (
+        config["vocab_size"] == rec["data"]["train"]["vocab_size"]
+        and config["epoch"] == rec["best_epoch"]
+    )
+    assert config["tokenizer"] == {
+        "name": "trained",
+        "sha256": rec["data"]["train"]["tokenizer_sha256"],
+    }
     model = load_model(tmp_path)
     assert state_sha256(model.state_dict()) == rec["weights_sha256"] == config["weights_sha256"]
     assert (model.head.weight is model.tok_emb.weight) is tie
@@ -199,7 +279,9 @@ def test_too_little_disk_fails_before_training(tokens, tmp_path, monkeypatch):
 
     import grassflow.checkpoint as ckpt
 
-    monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(
+        ckpt.shutil, "disk_usage", lambda p: _shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000)
+    )
     with pytest.raises(ckpt.DiskSpaceError, match="MiB free, but this run's checkpoints need"):
         train(SPEC, tokens / "train.parquet", tokens / "validation.parquet", tmp_path)
     assert not any(tmp_path.iterdir())  # failed before writing anything
@@ -222,25 +304,51 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     variants = {
         "t-transformer-s0": {**base, "run_id": "t-transformer-s0", "model_kind": "transformer"},
         "t-grassmann-s0": {**base, "run_id": "t-grassmann-s0"},
-        "t-grassmann-s1": {**base, "run_id": "t-grassmann-s1", "seed": 1,
-                           "train": {**base["train"], "lr": 1e6}},
+        "t-grassmann-s1": {
+            **base,
+            "run_id": "t-grassmann-s1",
+            "seed": 1,
+            "train": {**base["train"], "lr": 1e6},
+        },
     }
     dirs = []
     for run_id, spec in variants.items():
         d = tmp_path / "runs" / run_id
         train(spec, tokens / "train.parquet", tokens / "validation.parquet", d)
-        evaluate_run(d / "model.safetensors", d / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
-                     d / "eval.json")
+        evaluate_run(
+            d / "model.safetensors",
+            d / "run.json",
+            tokens / "validation.parquet",
+            tokens / "test.parquet",
+            d / "eval.json",
+        )
         dirs.append(d)
     bench_main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--name", "bench"])
-    unigram_baseline(tokens / "train.parquet", tokens / "validation.parquet", tokens / "test.parquet",
-                     tmp_path / "unigram.json")
+    unigram_baseline(
+        tokens / "train.parquet",
+        tokens / "validation.parquet",
+        tokens / "test.parquet",
+        tmp_path / "unigram.json",
+    )
     (tmp_path / "checksums.json").write_text(json.dumps({"test": {"content_sha256": "0" * 64}}))
-    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained"}, "models": ["transformer", "grassmann"],
-              "model": SPEC["model"], "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}},
-              "seeds": [0, 1]}
-    aggregate(preset, "test", "t", dirs, tmp_path / "report", tmp_path / "unigram.json",
-              tmp_path / "checksums.json", PUBLISHED)
+    preset = {
+        "data": {"source": "synthetic"},
+        "tokenizer": {"name": "trained"},
+        "models": ["transformer", "grassmann"],
+        "model": SPEC["model"],
+        "experiments": {"t": {"n_layers": 1, "context_len": 16, "batch_size": 8, "epochs": 1}},
+        "seeds": [0, 1],
+    }
+    aggregate(
+        preset,
+        "test",
+        "t",
+        dirs,
+        tmp_path / "report",
+        tmp_path / "unigram.json",
+        tmp_path / "checksums.json",
+        PUBLISHED,
+    )
     md = (tmp_path / "report" / "t.md").read_text()
     assert "| grassmann | " in md and "/ 1 / 2 (1 diverged)" in md and "| transformer | " in md
     # another task's figure in the directory (its aggregate ran first) is not the summary's: its
@@ -248,21 +356,37 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     (tmp_path / "report" / "snli_curves_x.png").write_bytes(b"")
     summary("test", [tmp_path / "report" / "t.md"], tmp_path / "bench.json", tmp_path / "report")
     whole = (tmp_path / "report" / "summary.md").read_text()
-    assert whole.startswith("# grassflow results — preset `test`\n\nPreset **test**: data") and md.split("\n\n", 1)[1] in whole
-    assert whole.rstrip().endswith("Figures: `best_ppl_t.png`, `curves_t.png`, `gap_t.png`, `scaling.png`")
+    assert (
+        whole.startswith("# grassflow results — preset `test`\n\nPreset **test**: data")
+        and md.split("\n\n", 1)[1] in whole
+    )
+    assert whole.rstrip().endswith(
+        "Figures: `best_ppl_t.png`, `curves_t.png`, `gap_t.png`, `scaling.png`"
+    )
     assert "Grassmann vs Transformer" in md  # the completed runs are still compared
     assert "Unigram baseline" in md
     # one seed per model, synthetic data, not the paper's scale: no verdict, and why not
     assert "**not comparable: not the paper's data" in md and "fewer than 2 seeds" in md
-    assert "left out: t-grassmann-s1 (diverged)" in md  # the diverged seed named where the verdict is
+    assert (
+        "left out: t-grassmann-s1 (diverged)" in md
+    )  # the diverged seed named where the verdict is
     import pandas as pd
 
     df = pd.read_csv(tmp_path / "report" / "t.csv")
-    assert dict(zip(df.run_id, df.status)) == {"t-transformer-s0": "completed", "t-grassmann-s0": "completed",
-                                               "t-grassmann-s1": "diverged"}
+    assert dict(zip(df.run_id, df.status)) == {
+        "t-transformer-s0": "completed",
+        "t-grassmann-s0": "completed",
+        "t-grassmann-s1": "diverged",
+    }
 
 
-@pytest.mark.parametrize("how", ["mid-epoch", *(pytest.param(h, marks=pytest.mark.slow) for h in ("during-write", "random-3x"))])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "mid-epoch",
+        *(pytest.param(h, marks=pytest.mark.slow) for h in ("during-write", "random-3x")),
+    ],
+)
 def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, tmp_path):
     """SIGKILL gives the process no chance to checkpoint: the rerun resumes from the last
     complete checkpoint and replays the same batches with the same RNG states. A kill during
@@ -279,8 +403,12 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
     out, old = tmp_path / "cut", tmp_path / "old"
     kills, landed = 3 if how == "random-3x" else 1, 0
     for _ in range(kills):
-        proc = subprocess.Popen(_cmd(tokens, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for_checkpoints(out / "last.pt", proc, random.randint(1, 4) if how == "random-3x" else 1)
+        proc = subprocess.Popen(
+            _cmd(tokens, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        _wait_for_checkpoints(
+            out / "last.pt", proc, random.randint(1, 4) if how == "random-3x" else 1
+        )
         proc.kill()
         proc.wait()
         # run.json is the run's last write: absent, the run is incomplete whatever happened; a
@@ -303,35 +431,61 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
     if how != "mid-epoch":
         return
     killed, resumed = json.loads((out / "run.json").read_text())["parts"]
-    assert killed["ended"] == "killed" and killed["to"] == saved == resumed["from"] and killed["ended_at"]
+    assert (
+        killed["ended"] == "killed"
+        and killed["to"] == saved == resumed["from"]
+        and killed["ended_at"]
+    )
     assert "saved_at" not in killed and "saved_to" not in killed
     res = subprocess.run(_cmd(tokens, old), capture_output=True, text=True)
     assert res.returncode == 0 and "resuming" in res.stderr, res.stderr[-2000:]
     unrecorded, resumed = json.loads((old / "run.json").read_text())["parts"]
-    assert unrecorded["ended"] == "unrecorded" and resumed["from"] == saved and resumed["ended"] == "finished"
+    assert (
+        unrecorded["ended"] == "unrecorded"
+        and resumed["from"] == saved
+        and resumed["ended"] == "finished"
+    )
 
 
 def test_killed_evaluation_leaves_no_partial_output(tokens, uninterrupted, tmp_path):
     """A kill inside the write of eval.json (half its bytes down: io's fault hook) leaves no
     eval.json, nor a temporary file that looks like one; the rerun writes it whole. A write that
     were not atomic would leave the half file in place and fail this."""
-    args = ["--weights", str(uninterrupted / "model.safetensors"), "--run-json", str(uninterrupted / "run.json"),
-            "--val-tokens", str(tokens / "validation.parquet"), "--test-tokens", str(tokens / "test.parquet")]
+    args = [
+        "--weights",
+        str(uninterrupted / "model.safetensors"),
+        "--run-json",
+        str(uninterrupted / "run.json"),
+        "--val-tokens",
+        str(tokens / "validation.parquet"),
+        "--test-tokens",
+        str(tokens / "test.parquet"),
+    ]
     ref = tmp_path / "ref" / "eval.json"
-    subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(ref)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(ref)], check=True
+    )
     out = tmp_path / "eval.json"
     out.write_text("stale")  # an earlier result must survive a failed run untouched
-    res = subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)],
-                         env={**os.environ, KILL_WRITING: "eval.json"}, capture_output=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)],
+        env={**os.environ, KILL_WRITING: "eval.json"},
+        capture_output=True,
+    )
     assert res.returncode == -signal.SIGKILL
     assert out.read_text() == "stale"
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".eval.json.")]
     assert all(p.suffix == ".tmp" for p in leftovers)  # a killed process leaves at most a *.tmp
     out.unlink()
-    res = subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)],
-                         env={**os.environ, KILL_WRITING: "eval.json"}, capture_output=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)],
+        env={**os.environ, KILL_WRITING: "eval.json"},
+        capture_output=True,
+    )
     assert res.returncode == -signal.SIGKILL and not out.exists()
-    subprocess.run([sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "grassflow.lm.evaluate", *args, "--out", str(out)], check=True
+    )
     assert json.loads(out.read_text()) == json.loads(ref.read_text())
 
 
@@ -340,11 +494,15 @@ def test_the_fault_hook_would_catch_a_non_atomic_write(tmp_path, monkeypatch):
     leaves a half-written file behind."""
     import grassflow.io as gio
 
-    code = ("import grassflow.io as io, pathlib, sys\n"
-            "io.write_text = lambda p, t: io._write_bytes(pathlib.Path(p), t.encode(), pathlib.Path(p).name)\n"
-            "io.write_json(sys.argv[1], {'k': list(range(100))})\n")
+    code = (
+        "import grassflow.io as io, pathlib, sys\n"
+        "io.write_text = lambda p, t: io._write_bytes(pathlib.Path(p), t.encode(), pathlib.Path(p).name)\n"
+        "io.write_json(sys.argv[1], {'k': list(range(100))})\n"
+    )
     out = tmp_path / "eval.json"
-    res = subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, gio.KILL_WRITING: "eval.json"})
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(out)], env={**os.environ, gio.KILL_WRITING: "eval.json"}
+    )
     assert res.returncode == -signal.SIGKILL and out.exists()
     with pytest.raises(json.JSONDecodeError):
         json.loads(out.read_text())
@@ -355,9 +513,17 @@ def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path)
     metrics.jsonl) before
     the retry; the resumed run must write them again, with the best epoch's weights even when
     that epoch came before the interruption."""
-    proc = subprocess.Popen(_cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(tmp_path / "metrics.jsonl", proc)  # an epoch done, the run not: frozen, checked, then SIGTERM
-    stop_then_signal(proc, signal.SIGTERM, still=lambda: proc.poll() is None and not (tmp_path / "run.json").exists())
+    proc = subprocess.Popen(
+        _cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _wait_for(
+        tmp_path / "metrics.jsonl", proc
+    )  # an epoch done, the run not: frozen, checked, then SIGTERM
+    stop_then_signal(
+        proc,
+        signal.SIGTERM,
+        still=lambda: proc.poll() is None and not (tmp_path / "run.json").exists(),
+    )
     assert proc.wait() == 75
     for name in ("model.safetensors", "config.json", "metrics.jsonl"):
         (tmp_path / name).unlink(missing_ok=True)
@@ -393,7 +559,11 @@ def test_max_steps_per_epoch_caps_every_epoch(tmp_path):
 
     model = torch.nn.Linear(3, 1)
     task = Counting()
-    spec = {**SPEC, "run_id": "cap", "train": {**SPEC["train"], "epochs": 2, "max_steps_per_epoch": 3, "checkpoint_every": 0}}
+    spec = {
+        **SPEC,
+        "run_id": "cap",
+        "train": {**SPEC["train"], "epochs": 2, "max_steps_per_epoch": 3, "checkpoint_every": 0},
+    }
     status, metrics, _ = fit(model, task, spec, tmp_path, torch.device("cpu"), header={})
     assert status == {"state": "completed"} and len(metrics) == 2
     assert task.calls == [(e, s) for e in range(2) for s in range(3)]
@@ -403,12 +573,27 @@ def test_head_loss_is_the_jobs_flag_recorded_and_fused_refused_on_the_cpu(tokens
     """train.head_loss, handed to the job by the rules (--head-loss): recorded in run.json; `fused`
     on a CPU job refused in one error line naming the key, before any training or output."""
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
-    res = subprocess.run(_cmd(tokens, tmp_path / "fused", spec) + ["--head-loss", "fused"], capture_output=True, text=True)
+    res = subprocess.run(
+        _cmd(tokens, tmp_path / "fused", spec) + ["--head-loss", "fused"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
-    assert lines[-1].startswith("error:") and "train.head_loss 'fused'" in lines[-1] and "chunked" in lines[-1]
-    assert not (tmp_path / "fused" / "last.pt").exists() and not (tmp_path / "fused" / "run.json").exists()
-    subprocess.run(_cmd(tokens, tmp_path / "ref", spec) + ["--head-loss", "reference"], check=True, capture_output=True)
+    assert (
+        lines[-1].startswith("error:")
+        and "train.head_loss 'fused'" in lines[-1]
+        and "chunked" in lines[-1]
+    )
+    assert (
+        not (tmp_path / "fused" / "last.pt").exists()
+        and not (tmp_path / "fused" / "run.json").exists()
+    )
+    subprocess.run(
+        _cmd(tokens, tmp_path / "ref", spec) + ["--head-loss", "reference"],
+        check=True,
+        capture_output=True,
+    )
     assert json.loads((tmp_path / "ref" / "run.json").read_text())["head_loss"] == "reference"
 
 
@@ -418,9 +603,16 @@ def test_a_checkpoint_from_before_fused_runs_resumes_as_one_member(tmp_path, cap
     from grassflow.checkpoint import resume_state, save_checkpoint
 
     rows = [{"epoch": 1, "train_loss": 5.0, "val_loss": 4.0}]
-    old = {"spec_hash": "abc", "model": {"w": torch.ones(2)}, "optimizer": {}, "rng": {},
-           "pos": {"epoch": 1, "step": 0, "loss_sum": 3.5, "seconds": 0.0},
-           "metrics": rows, "best_val": 4.0, "status": {"state": "running"}}
+    old = {
+        "spec_hash": "abc",
+        "model": {"w": torch.ones(2)},
+        "optimizer": {},
+        "rng": {},
+        "pos": {"epoch": 1, "step": 0, "loss_sum": 3.5, "seconds": 0.0},
+        "metrics": rows,
+        "best_val": 4.0,
+        "status": {"state": "running"},
+    }
     save_checkpoint(tmp_path / "last.pt", old)
     state = resume_state(tmp_path / "last.pt", "abc")
     assert state["members"] == [{"metrics": rows, "best": 4.0, "status": {"state": "running"}}]
@@ -450,8 +642,12 @@ def test_checkpoints_are_written_beside_training_from_snapshots(tokens, tmp_path
         real(path, state)
 
     monkeypatch.setattr(loop, "save_checkpoint", recorded)
-    train({**SPEC, "train": {**SPEC["train"], "epochs": 2}}, tokens / "train.parquet", tokens / "validation.parquet",
-          tmp_path / "run")
+    train(
+        {**SPEC, "train": {**SPEC["train"], "epochs": 2}},
+        tokens / "train.parquet",
+        tokens / "validation.parquet",
+        tmp_path / "run",
+    )
     assert threads and all(t.startswith("checkpoint") for t in threads), threads
 
     w = torch.zeros(4)

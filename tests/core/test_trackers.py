@@ -41,8 +41,12 @@ def tensorboard_hparams(log_dir) -> dict:
     for content in events.PluginTagToContent("hparams").values():
         data = HParamsPluginData.FromString(content)
         if data.HasField("session_start_info"):
-            out.update({k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
-                        for k, v in data.session_start_info.hparams.items()})
+            out.update(
+                {
+                    k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+                    for k, v in data.session_start_info.hparams.items()
+                }
+            )
     return out
 
 
@@ -57,8 +61,8 @@ def wandb_records(path):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header: padding
             pos += 32768 - pos % 32768
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        pending, pos = pending + data[pos + 7:pos + 7 + length], pos + 7 + length
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pending, pos = pending + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):  # a full record, or a record's last chunk
             yield Record.FromString(pending)
             pending = b""
@@ -72,12 +76,18 @@ def wandb_run(run_dir) -> tuple[dict, dict, dict]:
         kind = r.WhichOneof("record_type")
         if kind == "run":
             name = r.run.display_name
-            config = {u.key: json.loads(u.value_json) for u in r.run.config.update if u.key != "_wandb"}
+            config = {
+                u.key: json.loads(u.value_json) for u in r.run.config.update if u.key != "_wandb"
+            }
         elif kind == "history":
             for item in r.history.item:
-                key = item.key or "/".join(item.nested_key)  # "train/loss" is stored as a nested key
+                key = item.key or "/".join(
+                    item.nested_key
+                )  # "train/loss" is stored as a nested key
                 if not key.startswith("_"):  # W&B's own: _step, _runtime, _timestamp
-                    history.setdefault(key, []).append((r.history.step.num, json.loads(item.value_json)))
+                    history.setdefault(key, []).append(
+                        (r.history.step.num, json.loads(item.value_json))
+                    )
     return name, config, history
 
 
@@ -96,9 +106,20 @@ def tracked_run(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: the default
     spec = toy_spec(log_every=LOG_EVERY)
     torch.manual_seed(0)
-    status, metrics, ran = fit(torch.nn.Linear(3, 1), Toy(), spec, tmp_path, torch.device("cpu"), header={},
-                               execution={"trackers": ["tensorboard", "wandb", "mlflow"]})
-    assert status == {"state": "completed"} and ran["trackers"] == ["tensorboard", "wandb", "mlflow"]  # run.json's
+    status, metrics, ran = fit(
+        torch.nn.Linear(3, 1),
+        Toy(),
+        spec,
+        tmp_path,
+        torch.device("cpu"),
+        header={},
+        execution={"trackers": ["tensorboard", "wandb", "mlflow"]},
+    )
+    assert status == {"state": "completed"} and ran["trackers"] == [
+        "tensorboard",
+        "wandb",
+        "mlflow",
+    ]  # run.json's
     return spec, metrics, norms, tmp_path
 
 
@@ -109,14 +130,23 @@ def _lr_by_hand(step: int, total: int, t: dict) -> float:
     if step < warmup:
         return t["lr"] * (step + 1) / warmup
     floor = t["min_lr_frac"] * t["lr"]
-    return floor + (t["lr"] - floor) * (1 + math.cos(math.pi * min(1.0, (step - warmup) / (total - warmup)))) / 2
+    return (
+        floor
+        + (t["lr"] - floor)
+        * (1 + math.cos(math.pi * min(1.0, (step - warmup) / (total - warmup))))
+        / 2
+    )
 
 
 def _check_curves(curves, spec, metrics, norms, rel):
     steps = [e * STEPS + w for e in range(3) for w in WINDOWS]
     assert {k: [s for s, _ in v] for k, v in curves.items()} == {
-        "train/loss": steps, "train/grad_norm": steps, "train/lr": steps, "train/items_per_s": steps,
-        "val/loss": [10, 20, 30]}
+        "train/loss": steps,
+        "train/grad_norm": steps,
+        "train/lr": steps,
+        "train/items_per_s": steps,
+        "val/loss": [10, 20, 30],
+    }
     losses, grads, lrs = (dict(curves[k]) for k in ("train/loss", "train/grad_norm", "train/lr"))
     for e, row in enumerate(metrics):
         bounds = [e * STEPS] + [e * STEPS + w for w in WINDOWS]
@@ -126,13 +156,17 @@ def _check_curves(curves, spec, metrics, norms, rel):
         for a, b in zip(bounds, bounds[1:]):
             assert grads[b] == pytest.approx(sum(norms[a:b]) / (b - a), rel=rel)
             assert lrs[b] == pytest.approx(_lr_by_hand(b - 1, 3 * STEPS, spec["train"]), rel=rel)
-    assert [v for _, v in curves["val/loss"]] == pytest.approx([m["val_loss"] for m in metrics], rel=rel)
+    assert [v for _, v in curves["val/loss"]] == pytest.approx(
+        [m["val_loss"] for m in metrics], rel=rel
+    )
     assert all(v > 0 for _, v in curves["train/items_per_s"])
 
 
 def test_tensorboard_event_files_hold_the_loops_curves_and_the_spec(tracked_run):
     spec, metrics, norms, out = tracked_run
-    _check_curves(tensorboard_scalars(out / "tensorboard"), spec, metrics, norms, rel=1e-6)  # float32 in the file
+    _check_curves(
+        tensorboard_scalars(out / "tensorboard"), spec, metrics, norms, rel=1e-6
+    )  # float32 in the file
     hparams = tensorboard_hparams(out / "tensorboard")
     assert hparams["run_id"] == "toy" and hparams["train.lr"] == spec["train"]["lr"]
     assert hparams["train.betas"] == json.dumps(spec["train"]["betas"])
@@ -154,8 +188,16 @@ def mlflow_run(run_dir) -> tuple[str, dict, dict, list[str]]:
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     (exp,) = [e for e in client.search_experiments() if e.name == "test/t"]
     (run,) = client.search_runs([exp.experiment_id])
-    history = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
-    return run.info.run_name, run.data.params, history, [a.path for a in client.list_artifacts(run.info.run_id)]
+    history = {
+        k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)]
+        for k in run.data.metrics
+    }
+    return (
+        run.info.run_name,
+        run.data.params,
+        history,
+        [a.path for a in client.list_artifacts(run.info.run_id)],
+    )
 
 
 def test_the_mlflow_store_holds_the_loops_curves_and_the_spec(tracked_run):
@@ -183,8 +225,18 @@ def test_a_resumed_run_is_one_mlflow_run_and_a_restarted_one_leaves_no_other(tmp
     from mlflow.tracking import MlflowClient
 
     spec = toy_spec(log_every=LOG_EVERY)
-    run = lambda task: fit(torch.nn.Linear(3, 1), task, spec, tmp_path, torch.device("cpu"), header={},  # noqa: E731
-                           execution={"trackers": ["mlflow"]})
+
+    def run(task):
+        return fit(
+            torch.nn.Linear(3, 1),
+            task,
+            spec,
+            tmp_path,
+            torch.device("cpu"),
+            header={},
+            execution={"trackers": ["mlflow"]},
+        )
+
     torch.manual_seed(0)
     with pytest.raises(SystemExit) as stopped:
         run(_Stopped())
@@ -206,11 +258,19 @@ def test_a_resumed_run_is_one_mlflow_run_and_a_restarted_one_leaves_no_other(tmp
     assert client.get_run(found.info.run_id).info.lifecycle_stage == "deleted"
 
 
-@pytest.mark.parametrize("names, says", [
-    (["wandb"], "train.trackers: 'wandb' could not start (ModuleNotFoundError"),
-    (["tensorboard", "comet"], "train.trackers: unknown tracker 'comet' (choices: tensorboard, wandb, mlflow)"),
-])
-def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(names, says, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "names, says",
+    [
+        (["wandb"], "train.trackers: 'wandb' could not start (ModuleNotFoundError"),
+        (
+            ["tensorboard", "comet"],
+            "train.trackers: unknown tracker 'comet' (choices: tensorboard, wandb, mlflow)",
+        ),
+    ],
+)
+def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(
+    names, says, tmp_path, monkeypatch
+):
     monkeypatch.setitem(sys.modules, "wandb", None)  # as without the extra: import wandb fails
 
     class Untouchable(Toy):
@@ -218,8 +278,15 @@ def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(names, 
             raise AssertionError("a step ran")
 
     with pytest.raises(ConfigError) as e:
-        fit(torch.nn.Linear(3, 1), Untouchable(), toy_spec(), tmp_path, torch.device("cpu"), header={},
-            execution={"trackers": names})
+        fit(
+            torch.nn.Linear(3, 1),
+            Untouchable(),
+            toy_spec(),
+            tmp_path,
+            torch.device("cpu"),
+            header={},
+            execution={"trackers": names},
+        )
     assert str(e.value).startswith(says)
     assert not (tmp_path / "last.pt").exists() and not (tmp_path / "metrics.jsonl").exists()
 
@@ -246,19 +313,37 @@ def test_a_fresh_start_clears_the_trackers_directories_and_a_resume_appends(tmp_
     stale.write_text("an abandoned attempt's")
     monkeypatch.setattr(loop, "StopRequest", StopAt)
     with pytest.raises(SystemExit):
-        fit(torch.nn.Linear(3, 1), Toy(), spec, tmp_path, torch.device("cpu"), header={},
-            execution={"trackers": ["tensorboard"]})
+        fit(
+            torch.nn.Linear(3, 1),
+            Toy(),
+            spec,
+            tmp_path,
+            torch.device("cpu"),
+            header={},
+            execution={"trackers": ["tensorboard"]},
+        )
     first = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
-    assert not stale.exists() and len(first) == 1  # fresh: the stale file gone, this attempt's events
+    assert (
+        not stale.exists() and len(first) == 1
+    )  # fresh: the stale file gone, this attempt's events
     monkeypatch.undo()
-    status, _, _ = fit(torch.nn.Linear(3, 1), Toy(), spec, tmp_path, torch.device("cpu"), header={},
-                       execution={"trackers": ["tensorboard"]})
+    status, _, _ = fit(
+        torch.nn.Linear(3, 1),
+        Toy(),
+        spec,
+        tmp_path,
+        torch.device("cpu"),
+        header={},
+        execution={"trackers": ["tensorboard"]},
+    )
     assert status == {"state": "completed"}
     after = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
     assert set(first) < set(after)  # resumed: the first part's events kept, the rest added
 
 
-def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(tmp_path, monkeypatch, capfd):
+def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(
+    tmp_path, monkeypatch, capfd
+):
     """The MLflow store named by MLFLOW_TRACKING_URI (honoured: the runs log there) damaged after the first
     epoch: the run completes its three epochs, TensorBoard keeps every curve, one warning in the log, and
     the record says which tracker failed, at which step (mutation: the failure propagated, as before,
@@ -276,12 +361,25 @@ def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(tmp_path,
     spec = toy_spec(log_every=LOG_EVERY)
     (tmp_path / "run").mkdir()
     torch.manual_seed(0)
-    status, metrics, ran = fit(torch.nn.Linear(3, 1), Damaged(), spec, tmp_path / "run", torch.device("cpu"),
-                               header={}, execution={"trackers": ["tensorboard", "mlflow"]})
+    status, metrics, ran = fit(
+        torch.nn.Linear(3, 1),
+        Damaged(),
+        spec,
+        tmp_path / "run",
+        torch.device("cpu"),
+        header={},
+        execution={"trackers": ["tensorboard", "mlflow"]},
+    )
     assert status == {"state": "completed"} and len(metrics) == 3
     (failed,) = ran["trackers_failed"]
-    assert (failed["tracker"], failed["run"], failed["step"]) == ("mlflow", "toy", STEPS + WINDOWS[0])
+    assert (failed["tracker"], failed["run"], failed["step"]) == (
+        "mlflow",
+        "toy",
+        STEPS + WINDOWS[0],
+    )
     assert failed["at"] > 0 and failed["error"]
     warnings = [line for line in capfd.readouterr().err.splitlines() if "warning: tracker" in line]
     assert len(warnings) == 1 and "tracker mlflow failed at step 13" in warnings[0]
-    assert len(tensorboard_scalars(tmp_path / "run" / "tensorboard")["val/loss"]) == 3  # the other tracker, whole
+    assert (
+        len(tensorboard_scalars(tmp_path / "run" / "tensorboard")["val/loss"]) == 3
+    )  # the other tracker, whole

@@ -39,12 +39,25 @@ from helpers.steps import CPU, Toy, bf16_head_case, lm_task, tiny_lm, toy_spec, 
 def _syncs_of_lm_runs(tokens, tmp_path, steps=(3, 9), log_every=100, trackers=()) -> list[int]:
     counts = []
     for n in steps:
-        spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": n,
-                                     "checkpoint_every": 0, "log_every": log_every}}
+        spec = {
+            **LM_SPEC,
+            "train": {
+                **LM_SPEC["train"],
+                "epochs": 1,
+                "max_steps_per_epoch": n,
+                "checkpoint_every": 0,
+                "log_every": log_every,
+            },
+        }
         out = tmp_path / f"{n}-{'-'.join(trackers)}"
         with HostSyncs() as syncs:
-            train(spec, tokens / "train.parquet", tokens / "validation.parquet", out,
-                  execution={"trackers": list(trackers)})
+            train(
+                spec,
+                tokens / "train.parquet",
+                tokens / "validation.parquet",
+                out,
+                execution={"trackers": list(trackers)},
+            )
         counts.append(syncs.n)
     return counts
 
@@ -62,7 +75,9 @@ def test_trackers_add_no_host_sync(tokens, tmp_path, monkeypatch):
     import_or_skip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: the default
     plain = _syncs_of_lm_runs(tokens, tmp_path, log_every=2)
-    assert _syncs_of_lm_runs(tokens, tmp_path, log_every=2, trackers=("tensorboard", "wandb")) == plain
+    assert (
+        _syncs_of_lm_runs(tokens, tmp_path, log_every=2, trackers=("tensorboard", "wandb")) == plain
+    )
     assert plain[1] - plain[0] == 3  # the premise: the reads at steps 4, 6, 8 were seen
 
 
@@ -81,11 +96,37 @@ def test_a_per_step_read_would_be_caught(tokens, tmp_path, monkeypatch):
     assert counts[1] - counts[0] == 6
 
 
-@pytest.mark.parametrize("read", [
-    lambda t: t.item(), lambda t: t.tolist(), lambda t: t.numpy(), lambda t: t.cpu(), lambda t: bool(t),
-    lambda t: 1 if t else 0, lambda t: float(t), lambda t: int(t), lambda t: [0, 1, 2][t.long()],
-    lambda t: np.asarray(t), lambda t: f"{t:.3f}", lambda t: torch.ones(1)[0].item() + t.sum().item(),
-], ids=["item", "tolist", "numpy", "cpu", "bool", "if", "float", "int", "index", "asarray", "format", "aten-item"])
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda t: t.item(),
+        lambda t: t.tolist(),
+        lambda t: t.numpy(),
+        lambda t: t.cpu(),
+        lambda t: bool(t),
+        lambda t: 1 if t else 0,
+        lambda t: float(t),
+        lambda t: int(t),
+        lambda t: [0, 1, 2][t.long()],
+        lambda t: np.asarray(t),
+        lambda t: f"{t:.3f}",
+        lambda t: torch.ones(1)[0].item() + t.sum().item(),
+    ],
+    ids=[
+        "item",
+        "tolist",
+        "numpy",
+        "cpu",
+        "bool",
+        "if",
+        "float",
+        "int",
+        "index",
+        "asarray",
+        "format",
+        "aten-item",
+    ],
+)
 def test_the_detector_catches_every_host_read(read):
     t = torch.tensor(1.0)
     with HostSyncs() as syncs:
@@ -99,13 +140,17 @@ def test_the_detector_catches_every_host_read(read):
 def test_divergence_is_found_at_its_exact_step(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
-    status, metrics, _ = fit(model, Toy(nan_at=(1, 5)), toy_spec(log_every=4), tmp_path, CPU, header={})
+    status, metrics, _ = fit(
+        model, Toy(nan_at=(1, 5)), toy_spec(log_every=4), tmp_path, CPU, header={}
+    )
     assert status["state"] == "diverged"
     # epoch 2, its 6th step (index 5), seen by the check after step 8
     assert (status["epoch"], status["step"], status["detected_at_step"]) == (2, 5, 8)
     assert len(metrics) == 1 and math.isfinite(status["last_finite_loss"])
     best = json.loads((tmp_path / "config.json").read_text())
-    assert best["epoch"] == 1 and all(torch.isfinite(v).all() for v in load_weights(tmp_path / "model.safetensors").values())
+    assert best["epoch"] == 1 and all(
+        torch.isfinite(v).all() for v in load_weights(tmp_path / "model.safetensors").values()
+    )
 
 
 def test_last_finite_loss_is_the_mean_before_the_bad_step(tmp_path):
@@ -118,15 +163,23 @@ def test_last_finite_loss_is_the_mean_before_the_bad_step(tmp_path):
             return loss
 
     torch.manual_seed(0)
-    status, _, _ = fit(torch.nn.Linear(3, 1), Recording(nan_at=(0, 3)), toy_spec(log_every=5), tmp_path, CPU,
-                       header={})
+    status, _, _ = fit(
+        torch.nn.Linear(3, 1),
+        Recording(nan_at=(0, 3)),
+        toy_spec(log_every=5),
+        tmp_path,
+        CPU,
+        header={},
+    )
     assert (status["epoch"], status["step"], status["detected_at_step"]) == (1, 3, 5)
     assert status["last_finite_loss"] == sum(seen[:3]) / 3
 
 
 def test_fused_adamw_lr_is_a_tensor_set_in_place_and_survives_a_checkpoint():
     model = torch.nn.Linear(3, 2)
-    opt, impl = make_optimizer(model, TrainConfig(epochs=1, batch_size=1, lr=1e-3, weight_decay=0.1), CPU)
+    opt, impl = make_optimizer(
+        model, TrainConfig(epochs=1, batch_size=1, lr=1e-3, weight_decay=0.1), CPU
+    )
     assert impl == "fused" and opt.defaults["fused"]
     lr = opt.param_groups[0]["lr"]
     set_lr(opt, 5e-4)
@@ -134,10 +187,15 @@ def test_fused_adamw_lr_is_a_tensor_set_in_place_and_survives_a_checkpoint():
     model(torch.ones(1, 3)).sum().backward()
     opt.step()
     saved = opt.state_dict()
-    again, _ = make_optimizer(model, TrainConfig(epochs=1, batch_size=1, lr=1.0, weight_decay=0.1), CPU)
+    again, _ = make_optimizer(
+        model, TrainConfig(epochs=1, batch_size=1, lr=1.0, weight_decay=0.1), CPU
+    )
     again.load_state_dict(saved)
     tensor_lr(again, CPU)
-    assert all(isinstance(g["lr"], torch.Tensor) and g["lr"].item() == pytest.approx(5e-4) for g in again.param_groups)
+    assert all(
+        isinstance(g["lr"], torch.Tensor) and g["lr"].item() == pytest.approx(5e-4)
+        for g in again.param_groups
+    )
 
 
 # --- the LM head op ------------------------------------------------------------------------------------
@@ -158,7 +216,9 @@ def test_linear_cross_entropy_chunked_matches_reference(N, V, chunk_floats, gen,
 
 
 @pytest.mark.parametrize("N, V, chunk_floats", [(37, 53, 200), (64, 300, 2000), (5, 11, 10**6)])
-def test_linear_cross_entropy_bf16_chunks_equal_the_reference_within_bf16(N, V, chunk_floats, gen, monkeypatch):
+def test_linear_cross_entropy_bf16_chunks_equal_the_reference_within_bf16(
+    N, V, chunk_floats, gen, monkeypatch
+):
     """The head on CUDA: GEMMs in bf16, softmax per chunk in fp32. Loss and both gradients within
     bf16's rounding of the exact (fp64) ones, as CUDA's autocast reference is; fp32 outputs."""
     import grassflow.ops.linear_ce as lce
@@ -182,12 +242,27 @@ def test_linear_cross_entropy_is_finite_on_untrained_logits(gen):
 
 
 # --- torch.compile -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind, switches", [
-    ("transformer", {"norm": "post"}), ("transformer", {"norm": "pre"}),
-    ("grassmann", {"norm": "post"}), ("grassmann", {"norm": "pre", "plucker_backend": "fused-cpu"}),
-    ("grassmann", {"plucker_backend": "kernel-cpu", "lag_schedule": "per_layer"}),
-    ("transformer", {"attention_window": 3, "ffn": False}), ("grassmann", {"ffn": False, "lags": (1, 2)}),
-], ids=["T-post", "T-pre", "G-post", "G-pre-fused", "G-kernel-per-layer", "recall-window", "recall-G-noffn"])
+@pytest.mark.parametrize(
+    "kind, switches",
+    [
+        ("transformer", {"norm": "post"}),
+        ("transformer", {"norm": "pre"}),
+        ("grassmann", {"norm": "post"}),
+        ("grassmann", {"norm": "pre", "plucker_backend": "fused-cpu"}),
+        ("grassmann", {"plucker_backend": "kernel-cpu", "lag_schedule": "per_layer"}),
+        ("transformer", {"attention_window": 3, "ffn": False}),
+        ("grassmann", {"ffn": False, "lags": (1, 2)}),
+    ],
+    ids=[
+        "T-post",
+        "T-pre",
+        "G-post",
+        "G-pre-fused",
+        "G-kernel-per-layer",
+        "recall-window",
+        "recall-G-noffn",
+    ],
+)
 def test_lm_and_recall_losses_trace_without_graph_breaks(kind, switches):
     model = tiny_lm(kind, **switches)
     task = lm_task(model)
@@ -196,8 +271,11 @@ def test_lm_and_recall_losses_trace_without_graph_breaks(kind, switches):
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
 
 
-@pytest.mark.parametrize("features", [{"kind": "scratch", "embed_dim": 16}, {"kind": "backbone"}],
-                         ids=["scratch", "backbone"])
+@pytest.mark.parametrize(
+    "features",
+    [{"kind": "scratch", "embed_dim": 16}, {"kind": "backbone"}],
+    ids=["scratch", "backbone"],
+)
 @pytest.mark.parametrize("kind", ["transformer", "grassmann"])
 def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
     from grassflow.run_spec import RunSpec
@@ -213,7 +291,9 @@ def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lambda b: task.loss(model, b))(task.batch(0, 0))
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
-    assert task.batch(0, 0)["ids"].shape == task.batch(0, 1)["ids"].shape  # static: one shape, one graph
+    assert (
+        task.batch(0, 0)["ids"].shape == task.batch(0, 1)["ids"].shape
+    )  # static: one shape, one graph
 
 
 def _loss_and_grads(model, loss_fn, batch):
@@ -232,9 +312,13 @@ def test_compiled_loss_and_every_gradient_equal_eager(kind, backend):
     batch = task.batch(0, 0)
     eager = _loss_and_grads(model, lambda b: task.loss(model, b), batch)
     torch._dynamo.reset()
-    compiled = _loss_and_grads(model, torch.compile(lambda b: task.loss(model, b), fullgraph=True, dynamic=False), batch)
+    compiled = _loss_and_grads(
+        model, torch.compile(lambda b: task.loss(model, b), fullgraph=True, dynamic=False), batch
+    )
     close(compiled[0], eager[0], 1e-5, "loss")
-    for name, g in eager[1].items():  # relative to each gradient's largest element, not 1e-6 absolute
+    for name, g in eager[
+        1
+    ].items():  # relative to each gradient's largest element, not 1e-6 absolute
         close(compiled[1][name], g, 1e-4, name)
 
 
@@ -246,7 +330,9 @@ def test_cupy_backend_runs_as_the_custom_op_under_compile(monkeypatch, gen):
     want = torch.autograd.grad(plucker_mix(z, (1, 2, 4), W, backend="fast").square().sum(), (z, W))
     with fake_cupy.installed(monkeypatch) as state:
         torch._dynamo.reset()
-        f = torch.compile(lambda z, W: plucker_mix(z, (1, 2, 4), W, backend="cupy").square().sum(), fullgraph=True)
+        f = torch.compile(
+            lambda z, W: plucker_mix(z, (1, 2, 4), W, backend="cupy").square().sum(), fullgraph=True
+        )
         got = torch.autograd.grad(f(z, W), (z, W))
         assert state.launches and {s for *_, s in state.launches} == {fake_cupy.STREAM}
     for what, a, b in zip(("dz", "dW"), got, want):
@@ -257,13 +343,18 @@ def _compiled_frames() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(tokens, tmp_path, monkeypatch):
+def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
+    tokens, tmp_path, monkeypatch
+):
     """A compiled run compiles once (training loss, validation forward), never again across
     steps and epochs; a run stopped under compile resumes eagerly, and the other way round, to
     the metrics of an uninterrupted run (fp32 tolerance: compiled kernels sum in another order)."""
     # no dropout: compiled code draws its dropout masks from another random stream than eager
-    spec = {**LM_SPEC, "model": {**LM_SPEC["model"], "dropout": 0.0},
-            "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0}}
+    spec = {
+        **LM_SPEC,
+        "model": {**LM_SPEC["model"], "dropout": 0.0},
+        "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0},
+    }
     paths = (tokens / "train.parquet", tokens / "validation.parquet")
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -272,8 +363,15 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
     # the scale of a legitimate difference: the same run eager, uninterrupted; a resumed run
     # may differ from the compiled one by no more than (twice) that
     train(spec, *paths, tmp_path / "eager", execution={"compile": False})
-    assert full["compile"] == {"setting": True, "enabled": True, "mode": "default", "cuda_graph": False}
-    uninterrupted = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert full["compile"] == {
+        "setting": True,
+        "enabled": True,
+        "mode": "default",
+        "cuda_graph": False,
+    }
+    uninterrupted = [
+        json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert len(uninterrupted) == 3
     eager = [json.loads(x) for x in (tmp_path / "eager" / "metrics.jsonl").read_text().splitlines()]
     drift = max(abs(e["val_loss"] / u["val_loss"] - 1) for e, u in zip(eager, uninterrupted))
@@ -283,7 +381,9 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
 
     for first, then in ((True, False), (False, True)):
         out = tmp_path / f"{first}-{then}"
-        stop_in_epoch_two = _stop_at_call(_steps_per_epoch(tokens, spec) + 2, loop.lr_at)  # a step into epoch 2
+        stop_in_epoch_two = _stop_at_call(
+            _steps_per_epoch(tokens, spec) + 2, loop.lr_at
+        )  # a step into epoch 2
         real = loop.lr_at
         monkeypatch.setattr(loop, "lr_at", stop_in_epoch_two)
         with pytest.raises(SystemExit) as stopped:
@@ -295,7 +395,11 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
         got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         assert [m["epoch"] for m in got] == [1, 2, 3]
         for a, b in zip(got, uninterrupted):
-            within(abs(a["val_loss"] / b["val_loss"] - 1), max(2 * drift, 1e-5), f"epoch {a['epoch']} val_loss")
+            within(
+                abs(a["val_loss"] / b["val_loss"] - 1),
+                max(2 * drift, 1e-5),
+                f"epoch {a['epoch']} val_loss",
+            )
     torch._dynamo.reset()
 
 
@@ -347,7 +451,10 @@ def test_kernel_launches_per_layer_and_step(monkeypatch, gen):
     x = torch.randint(0, 40, (2, 12), generator=gen)
     with fake_cupy.installed(monkeypatch) as state:
         model(x).square().mean().backward()
-        kernels = [re.fullmatch(r"(plucker_\w+?)_(?:r\d+_|upto\d+_)?(?:f32|f64|bf16)", name)[1] for name, *_ in state.launches]
+        kernels = [
+            re.fullmatch(r"(plucker_\w+?)_(?:r\d+_|upto\d+_)?(?:f32|f64|bf16)", name)[1]
+            for name, *_ in state.launches
+        ]
     assert len(kernels) == 3 * 5
     assert kernels.count("plucker_wedge") == 6 and kernels.count("plucker_lag_bwd") == 3
     counted = count_launches(CPU, r=4, d=16, T=12, B=2)

@@ -30,8 +30,12 @@ def test_crafted_weights_are_refused_before_anything_runs(tmp_path):
     marker = tmp_path / "marker"
     crafted_weights(tmp_path / "model.safetensors", marker, header={"spec": {"run_id": "x"}})
     (tmp_path / "run.json").write_text('{"status": {"state": "completed"}}')
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a readable safetensors file"):
-        open_for_evaluation(tmp_path / "model.safetensors", tmp_path / "run.json", tmp_path / "eval.json")
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors: not a readable safetensors file"
+    ):
+        open_for_evaluation(
+            tmp_path / "model.safetensors", tmp_path / "run.json", tmp_path / "eval.json"
+        )
     assert not marker.exists() and not (tmp_path / "eval.json").exists()
 
 
@@ -40,10 +44,16 @@ def test_weights_that_are_not_their_configs_are_refused(tmp_path):
     from grassflow.checkpoint import save_weights
 
     save_weights(tmp_path / "model.safetensors", {"w": torch.ones(2)})
-    (tmp_path / "config.json").write_text('{"spec": {"run_id": "x"}, "epoch": 1, "weights_sha256": "ab"}')
+    (tmp_path / "config.json").write_text(
+        '{"spec": {"run_id": "x"}, "epoch": 1, "weights_sha256": "ab"}'
+    )
     (tmp_path / "run.json").write_text('{"status": {"state": "completed"}}')
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: its weights' sha256 is not .*config\.json"):
-        open_for_evaluation(tmp_path / "model.safetensors", tmp_path / "run.json", tmp_path / "eval.json")
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors: its weights' sha256 is not .*config\.json"
+    ):
+        open_for_evaluation(
+            tmp_path / "model.safetensors", tmp_path / "run.json", tmp_path / "eval.json"
+        )
 
 
 def test_crafted_last_pt_with_a_valid_checksum_is_refused(tmp_path):
@@ -57,12 +67,20 @@ def test_crafted_last_pt_with_a_valid_checksum_is_refused(tmp_path):
 def test_a_last_pt_of_the_previous_format_is_refused_with_how_to_recover(tmp_path):
     """Before: RNG states as NumPy's tuple with an ndarray (a pickle global). Decided: refuse,
     naming the file; deleting it restarts the run from scratch."""
-    state = {"spec_hash": "h", "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                                       "numpy": np.random.get_state()}}
+    state = {
+        "spec_hash": "h",
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+        },
+    }
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getvalue()
-    (tmp_path / "last.pt").write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    (tmp_path / "last.pt").write_bytes(
+        MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+    )
     with pytest.raises(CheckpointError, match=r"last\.pt: refused.*delete it and rerun") as err:
         load_checkpoint(tmp_path / "last.pt")
     assert "\n" not in str(err.value)  # one line, for the job's `error:` line
@@ -118,7 +136,9 @@ def built(tmp_path_factory):
         cpu_kernel._library()
         cpu_kernel._library.cache_clear()
     (entry,) = [p for p in (root / "kernel-cpu").iterdir() if p.name.startswith("plucker_cpu_")]
-    assert (entry / "lib.so.sha256").read_text().strip() == hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest()
+    assert (entry / "lib.so.sha256").read_text().strip() == hashlib.sha256(
+        (entry / "lib.so").read_bytes()
+    ).hexdigest()
     return root
 
 
@@ -145,11 +165,15 @@ def test_a_swapped_library_is_refused_and_never_loaded(cache, tmp_path):
     entry = _entry(cache)
     marker = tmp_path / "loaded"
     _swap(_planted_library(tmp_path, marker), entry / "lib.so")
-    with pytest.raises(cpu_kernel.UnsafeKernelCache, match=r"lib\.so: its bytes do not match.*Delete"):
+    with pytest.raises(
+        cpu_kernel.UnsafeKernelCache, match=r"lib\.so: its bytes do not match.*Delete"
+    ):
         cpu_kernel._library()
     assert not marker.exists()
     # the planted library is a working one: loading it would have run it
-    subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(entry / 'lib.so')!r})"], check=True)
+    subprocess.run(
+        [sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(entry / 'lib.so')!r})"], check=True
+    )
     assert marker.exists()
 
 
@@ -161,7 +185,9 @@ def test_a_cache_others_can_write_is_refused(cache, tmp_path, where):
     entry = _entry(cache)
     marker = tmp_path / "loaded"
     _swap(_planted_library(tmp_path, marker), entry / "lib.so")
-    (entry / "lib.so.sha256").write_text(hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest() + "\n")
+    (entry / "lib.so.sha256").write_text(
+        hashlib.sha256((entry / "lib.so").read_bytes()).hexdigest() + "\n"
+    )
     target = {"cache": cache, "entry": entry, "ancestor": cache.parent}[where]
     os.chmod(target, 0o777 if where == "ancestor" else 0o770)  # an ancestor: others, not sticky
     with pytest.raises(cpu_kernel.UnsafeKernelCache, match=r"is writable by .*not private"):
@@ -187,7 +213,9 @@ def test_checkpoints_are_not_opened_on_an_unsafe_torch(version, tmp_path, monkey
     path = tmp_path / "best.pt"
     torch.save({"model": {"w": torch.zeros(2)}}, path)
     monkeypatch.setattr(checkpoint.torch, "__version__", version)
-    monkeypatch.setattr(checkpoint.torch, "load", lambda *a, **k: pytest.fail("torch.load was called"))
+    monkeypatch.setattr(
+        checkpoint.torch, "load", lambda *a, **k: pytest.fail("torch.load was called")
+    )
     with pytest.raises(checkpoint.CheckpointError) as e:
         checkpoint.load_data(path)
     msg = str(e.value)
@@ -203,5 +231,7 @@ def test_the_floor_admits_this_torch_and_pyproject_says_it():
     from grassflow import checkpoint
 
     assert checkpoint._torch_version(torch.__version__) >= checkpoint.SAFE_TORCH
-    deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
     assert "torch>=2.10" in deps and "pyarrow>=14.0.1" in deps

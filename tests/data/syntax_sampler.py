@@ -56,9 +56,9 @@ def generator(xs):
 
 def strings(name, width, value, d):
     a = f"{name!r:>{width}} {value:.3f} {value=} {d['key']} {'nested'} {{braces}}"
-    b = f"plain" "implicit" f"{name}" 'single' """triple"""
+    b = f"plain" "implicit" f"{name}" "single" """triple"""
     c = rf"\d{width}" + Rb"\x00".decode() + "".join([f"{x:,}" for x in range(3)])
-    d = f"{name}" f"{value:{width}.{width}}" f"{'a' if value else 'b'}" f"{(lambda: 1)()}"
+    d = f"{name}{value:{width}.{width}}{'a' if value else 'b'}{(lambda: 1)()}"
     return a, b, c, d, f"", f"{''}", f"{name:}"
 
 
@@ -90,5 +90,5 @@ def control(value, xs):
     finally:
         for i, x in enumerate(xs):
             print(i, x, *xs, sep="", **{"end": ""})
-    with (open("a") as f, open("b")):
+    with open("a") as f, open("b"):
         return f

@@ -34,7 +34,12 @@ from helpers.host_syncs import HostSyncs
 from helpers.specs import LM_SPEC
 
 CPU = torch.device("cpu")
-TCFG_DICT = {**LM_SPEC["train"], "lr": 3e-3, "warmup_frac": 0.5, "grad_clip": 0.5}  # a spec's train section
+TCFG_DICT = {
+    **LM_SPEC["train"],
+    "lr": 3e-3,
+    "warmup_frac": 0.5,
+    "grad_clip": 0.5,
+}  # a spec's train section
 TCFG = TrainConfig.from_dict(TCFG_DICT)
 
 
@@ -64,7 +69,9 @@ class Recorder(TorchDispatchMode):
         leaves = tree_flatten((args, kwargs))[0]
         self.ops.append((str(func), tuple(self._arg(x) for x in leaves)))
         for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and not any(t is x for x in tree_flatten((args, kwargs))[0]):
+            if isinstance(t, torch.Tensor) and not any(
+                t is x for x in tree_flatten((args, kwargs))[0]
+            ):
                 self.made.add(t.untyped_storage().data_ptr())
         return out
 
@@ -84,7 +91,11 @@ def cuda_as_torch_sees_it(capturing: bool):
     Optimizer._accelerator_graph_capture_health_check refuses a captured step() of an optimizer
     whose param groups are not capturable, exactly as it does at a real capture."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda"))
+        mp.setattr(
+            torch.accelerator,
+            "current_accelerator",
+            lambda check_available=False: torch.device("cuda"),
+        )
         mp.setattr(torch.accelerator, "current_stream", lambda device=None: _Stream(capturing))
         yield
 
@@ -120,15 +131,34 @@ def _differences(a, b):
 
 def _model(kind="grassmann", **kw):
     torch.manual_seed(0)
-    cfg = dict(vocab_size=40, context_len=12, n_layers=2, d_model=16, d_ff=32, n_heads=2, r=4, lags=(1, 2, 4),
-               dropout=0.0, plucker_backend="cupy" if kind == "grassmann" else "auto")
+    cfg = dict(
+        vocab_size=40,
+        context_len=12,
+        n_layers=2,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        r=4,
+        lags=(1, 2, 4),
+        dropout=0.0,
+        plucker_backend="cupy" if kind == "grassmann" else "auto",
+    )
     return build_model(kind, ModelConfig(**{**cfg, **kw}))
 
 
 def _task(model, head_loss="auto", members=1):
     ids = np.arange(900) % 37
-    return LanguageModelObjective(ids, ids[:100], model.cfg.context_len, 4, list(range(members)) if members > 1 else 0,
-                                  8, CPU, "t", head_loss)
+    return LanguageModelObjective(
+        ids,
+        ids[:100],
+        model.cfg.context_len,
+        4,
+        list(range(members)) if members > 1 else 0,
+        8,
+        CPU,
+        "t",
+        head_loss,
+    )
 
 
 def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto", members=1):
@@ -141,7 +171,9 @@ def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto", members=1)
     assert impl == "fused"
     losses = ts.EpochLoss(CPU, members)
     losses.reset([0.0] * members, 0)
-    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, static=True)
+    step = ts.TrainStep(
+        model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, static=True
+    )
     rehearsal = Rehearsal()
     step.region_context = rehearsal
     if region is not None:
@@ -153,10 +185,18 @@ def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto", members=1)
     return rehearsal, losses
 
 
-@pytest.mark.parametrize("kind, head_loss, members", [("grassmann", "auto", 1), ("transformer", "auto", 1),
-                                                     ("transformer", "fused", 1), ("grassmann", "auto", 3)])
-def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(kind, head_loss, members,
-                                                                                       monkeypatch):
+@pytest.mark.parametrize(
+    "kind, head_loss, members",
+    [
+        ("grassmann", "auto", 1),
+        ("transformer", "auto", 1),
+        ("transformer", "fused", 1),
+        ("grassmann", "auto", 3),
+    ],
+)
+def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outside_torch(
+    kind, head_loss, members, monkeypatch
+):
     """After the first step (AdamW's state is made lazily: the warm-up's work), two consecutive
     regions issue the same ops with the same arguments on the same outside tensors; with the
     fused head too (its kernels compiled by the warm-up, launched on the capture's stream), and for
@@ -165,8 +205,12 @@ def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outsi
     with fake_cupy.installed(monkeypatch) as state:
         rehearsal, _ = _rehearse(kind, head_loss=head_loss, members=members)
         # the fused head's check compiles plucker.cu (the CuPy backend's), then cross_entropy.cu
-        assert state.allocations == 0 and state.compiles == (1 if kind == "grassmann" else 0) + 2 * (head_loss == "fused")
-        if kind == "grassmann" or head_loss == "fused":  # the warm-up's on torch's stream, the two captured steps' on the capture's
+        assert state.allocations == 0 and state.compiles == (
+            1 if kind == "grassmann" else 0
+        ) + 2 * (head_loss == "fused")
+        if (
+            kind == "grassmann" or head_loss == "fused"
+        ):  # the warm-up's on torch's stream, the two captured steps' on the capture's
             streams = [s for *_, s in state.launches]
             assert set(streams) == {fake_cupy.STREAM, fake_cupy.CAPTURE}
             assert streams.count(fake_cupy.CAPTURE) == 2 * streams.count(fake_cupy.STREAM)
@@ -179,7 +223,9 @@ def test_torchs_own_capture_check_runs_and_refuses_an_optimizer_that_is_not_capt
     """What failed on main before a GPU ever ran it: loop.make_optimizer's fused AdamW without
     capturable, which torch refuses at the first CUDA capture (and only there)."""
     with fake_cupy.installed(monkeypatch):
-        with pytest.raises(RuntimeError, match="Attempting CUDA graph capture of step.* capturable is False"):
+        with pytest.raises(
+            RuntimeError, match="Attempting CUDA graph capture of step.* capturable is False"
+        ):
             _rehearse("transformer", steps=2, opt=lambda m: make_optimizer(m, TCFG, CPU))
         _rehearse("transformer", steps=2)  # the loop's optimizer for a captured step
 
@@ -222,11 +268,15 @@ def _int_step_add(self, loss, grad_norm):  # EpochLoss.add with the step as a Py
     self.grad_norm_sum.add_(grad_norm.detach().to(torch.float64))
 
 
-@pytest.mark.parametrize("regression, where", [
-    (dict(region=_lr_inside), "aten.fill_.Scalar"),
-    (dict(region=_batch_inside), "aten.slice.Tensor"),
-    (dict(add=_int_step_add), "aten.scalar_tensor.default (('value', '1')"),
-], ids=["lr-float-in-step", "batch-slice-in-step", "python-int-step"])
+@pytest.mark.parametrize(
+    "regression, where",
+    [
+        (dict(region=_lr_inside), "aten.fill_.Scalar"),
+        (dict(region=_batch_inside), "aten.slice.Tensor"),
+        (dict(add=_int_step_add), "aten.scalar_tensor.default (('value', '1')"),
+    ],
+    ids=["lr-float-in-step", "batch-slice-in-step", "python-int-step"],
+)
 def test_the_rehearsal_catches_what_a_replay_would_freeze(regression, where, monkeypatch):
     if "add" in regression:
         monkeypatch.setattr(ts.EpochLoss, "counter", 0, raising=False)
@@ -278,7 +328,9 @@ def _stepped(kind, n, **step_kw):
     opt, _ = make_optimizer(model, TCFG, CPU)  # not capturable: a capture of it fails
     losses = ts.EpochLoss(CPU)
     losses.reset([0.0], 0)
-    step = ts.TrainStep(model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, **step_kw)
+    step = ts.TrainStep(
+        model, lambda b: task.loss(model, b), opt, TCFG.grad_clip, CPU, losses, **step_kw
+    )
     for i in range(n):
         set_lr(opt, lr_at(i, n, TCFG))
         step(task.batch(0, i))
@@ -314,9 +366,20 @@ def test_a_non_finite_loss_is_found_at_its_step_by_the_device_counter():
 
 def test_graph_is_refused_off_cuda(tmp_path):
     model = _model("transformer")
-    spec = {**LM_SPEC, "run_id": "t", "train": {**TCFG_DICT, "epochs": 1, "max_steps_per_epoch": 1, "checkpoint_every": 0,
-                                     "log_every": 10}}
-    with pytest.raises(ValueError, match="train.compile: graph captures CUDA graphs; this run is on cpu"):
+    spec = {
+        **LM_SPEC,
+        "run_id": "t",
+        "train": {
+            **TCFG_DICT,
+            "epochs": 1,
+            "max_steps_per_epoch": 1,
+            "checkpoint_every": 0,
+            "log_every": 10,
+        },
+    }
+    with pytest.raises(
+        ValueError, match="train.compile: graph captures CUDA graphs; this run is on cpu"
+    ):
         fit(model, _task(model), spec, tmp_path, CPU, header={}, execution={"compile": "graph"})
 
 
@@ -366,7 +429,9 @@ def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
     _FakeCudaGraphs.Stream.made = 0
     model, step, losses = _stepped(kind, n, capture=True)  # the optimizer is not capturable
     assert step.graph is None and "capturable is False" in step.capture_error
-    assert _FakeCudaGraphs.Stream.made == 1  # one side stream for the warm-up steps (current_stream makes none)
+    assert (
+        _FakeCudaGraphs.Stream.made == 1
+    )  # one side stream for the warm-up steps (current_stream makes none)
     assert "the CUDA graph capture failed, training on eagerly" in capsys.readouterr().err
     for (name, p), q in zip(model.named_parameters(), want.parameters()):
         assert torch.equal(p, q), name
@@ -392,10 +457,15 @@ def test_a_failed_validation_capture_validates_eagerly(monkeypatch, capsys):
 
     graphed = ts.GraphedForward(RefusesCapture(), CPU)
     x = torch.arange(12).reshape(1, 12) % 37
-    with torch.no_grad(), cuda_as_torch_sees_it(capturing=False):  # capturing inside the stand-in graph only
+    with (
+        torch.no_grad(),
+        cuda_as_torch_sees_it(capturing=False),
+    ):  # capturing inside the stand-in graph only
         want = model(x)
         assert torch.equal(graphed(x), want) and torch.equal(graphed(x), want)
-    assert graphed.graphs == {} and "not permitted when stream is capturing" in graphed.capture_error
+    assert (
+        graphed.graphs == {} and "not permitted when stream is capturing" in graphed.capture_error
+    )
     assert capsys.readouterr().err.count("validating eagerly") == 1
 
 
@@ -430,7 +500,9 @@ def _compiled_outside_the_modes(fn):
 
 
 @pytest.mark.slow  # inductor compiles the loss on the CPU: ~15 s
-def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_the_references_loss(monkeypatch):
+def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_the_references_loss(
+    monkeypatch,
+):
     """train.compile compiled-graph: the loss as Compiled compiles it (torch.compile, fullgraph,
     static shapes), inside the region a capture records (the eager warm-up compiles it, as on CUDA).
     Its steps after the warm-up compile nothing more (a recompile inside a capture would be a new
@@ -443,8 +515,14 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
     from grassflow.lease.trials import setting_value
 
     monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
-    real = compiled_mod.resolve  # compiled-graph on the CPU: the region as it would be captured, without CUDA
-    monkeypatch.setattr(compiled_mod, "resolve", lambda s, d: "compiled-graph" if s == "compiled-graph" else real(s, d))
+    real = (
+        compiled_mod.resolve
+    )  # compiled-graph on the CPU: the region as it would be captured, without CUDA
+    monkeypatch.setattr(
+        compiled_mod,
+        "resolve",
+        lambda s, d: "compiled-graph" if s == "compiled-graph" else real(s, d),
+    )
     with fake_cupy.installed(monkeypatch) as state:
         losses_of = {}
         for setting in ("false", "compiled-graph"):
@@ -460,11 +538,22 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
             rehearsal, seen, compiles = None, [], []
             for i in range(4):
                 if i == 1:  # after the warm-up: what a capture, then its replays, would run
-                    outside = {t.untyped_storage().data_ptr() for t in tree_flatten(
-                        ([p for p in model.parameters()], opt.state_dict(), [g["lr"] for g in opt.param_groups],
-                         [losses.sum, losses.first_bad, losses.grad_norm_sum, losses.step], step.buffers))[0]
-                        if isinstance(t, torch.Tensor)}
-                    rehearsal = step.region_context = Rehearsal(functools.partial(_KnownOutside, outside))
+                    outside = {
+                        t.untyped_storage().data_ptr()
+                        for t in tree_flatten(
+                            (
+                                [p for p in model.parameters()],
+                                opt.state_dict(),
+                                [g["lr"] for g in opt.param_groups],
+                                [losses.sum, losses.first_bad, losses.grad_norm_sum, losses.step],
+                                step.buffers,
+                            )
+                        )[0]
+                        if isinstance(t, torch.Tensor)
+                    }
+                    rehearsal = step.region_context = Rehearsal(
+                        functools.partial(_KnownOutside, outside)
+                    )
                 set_lr(opt, lr_at(i, 10, TCFG))
                 before, frames = losses.sum.clone(), counters["frames"]["ok"]
                 step(task.batch(0, i))
@@ -473,7 +562,9 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
             losses_of[setting] = seen
         assert compiles[1:] == [0, 0, 0], compiles  # compiled once, in the warm-up
         assert rehearsal.syncs == [{}, {}, {}]
-        assert len(rehearsal.steps[1]) > 50  # the compiled backward, the clipping, AdamW, the bookkeeping
+        assert (
+            len(rehearsal.steps[1]) > 50
+        )  # the compiled backward, the clipping, AdamW, the bookkeeping
         assert _differences(rehearsal.steps[1], rehearsal.steps[2]) == []
         streams = [s for *_, s in state.launches]
         assert fake_cupy.CAPTURE in streams

@@ -15,16 +15,32 @@ from grassflow.runtime import autocast
 from grassflow.snli.config import HeadConfig
 from grassflow.snli.model import ScratchEmbedding, SNLIClassifier
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 CUDA = torch.device("cuda")
 BACKENDS = ["fast"] + (["cupy"] if cupy_backend.cupy_available() else [])
 
 
 def _lm(kind, backend, norm="post"):
     torch.manual_seed(0)
-    return build_model(kind, ModelConfig(vocab_size=200, context_len=32, n_layers=2, d_model=64, d_ff=128,
-                                         n_heads=4, r=8, norm=norm, init="small", dropout=0.0,
-                                         plucker_backend=backend)).to(CUDA)
+    return build_model(
+        kind,
+        ModelConfig(
+            vocab_size=200,
+            context_len=32,
+            n_layers=2,
+            d_model=64,
+            d_ff=128,
+            n_heads=4,
+            r=8,
+            norm=norm,
+            init="small",
+            dropout=0.0,
+            plucker_backend=backend,
+        ),
+    ).to(CUDA)
 
 
 def _losses(model, loss_fn, steps=25):
@@ -45,7 +61,9 @@ def _lm_loss(model, x):
     return lambda: F.cross_entropy(model(x[:, :-1]).float().reshape(-1, 200), x[:, 1:].reshape(-1))
 
 
-@pytest.mark.parametrize("kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS])
+@pytest.mark.parametrize(
+    "kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS]
+)
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_lm_learns_a_batch_under_bf16_autocast(kind, backend, norm):
     model = _lm(kind, backend, norm)
@@ -54,16 +72,26 @@ def test_lm_learns_a_batch_under_bf16_autocast(kind, backend, norm):
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.7 * losses[0], losses
 
 
-@pytest.mark.parametrize("kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS])
+@pytest.mark.parametrize(
+    "kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS]
+)
 def test_snli_head_learns_a_batch_under_bf16_autocast(kind, backend):
     torch.manual_seed(0)
-    cfg = HeadConfig(d_model=32, d_ff=64, n_heads=2, d_proj=16, mix_heads=2, dropout=0.0, plucker_backend=backend)
-    model = SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(100, 32, 40, 0.0), feat_dim=32).to(CUDA)
+    cfg = HeadConfig(
+        d_model=32, d_ff=64, n_heads=2, d_proj=16, mix_heads=2, dropout=0.0, plucker_backend=backend
+    )
+    model = SNLIClassifier(kind, cfg, embedding=ScratchEmbedding(100, 32, 40, 0.0), feat_dim=32).to(
+        CUDA
+    )
     gen = torch.Generator(CUDA).manual_seed(0)
     ids = torch.randint(0, 100, (16, 23), device=CUDA, generator=gen)
-    mask = torch.arange(23, device=CUDA)[None] < torch.randint(3, 24, (16, 1), device=CUDA, generator=gen)
+    mask = torch.arange(23, device=CUDA)[None] < torch.randint(
+        3, 24, (16, 1), device=CUDA, generator=gen
+    )
     label = torch.randint(0, 3, (16,), device=CUDA, generator=gen)
-    losses = _losses(model, lambda: F.cross_entropy(model({"ids": ids, "mask": mask}).float(), label))
+    losses = _losses(
+        model, lambda: F.cross_entropy(model({"ids": ids, "mask": mask}).float(), label)
+    )
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.7 * losses[0], losses
 
 
@@ -89,7 +117,9 @@ def test_preflight_passes_on_this_gpu():
     assert rec["versions"]["torch_cuda"]
 
 
-@pytest.mark.parametrize("kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS])
+@pytest.mark.parametrize(
+    "kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS]
+)
 def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
     """train.compile graph: the whole step (bf16 autocast, backward, clipping, fused AdamW, the
     loss bookkeeping) captured once and replayed gives, at dropout 0, bitwise the parameters and
@@ -102,7 +132,9 @@ def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
     from grassflow.train_config import TrainConfig
     from grassflow.train_step import WARMUP, EpochLoss, TrainStep
 
-    tcfg = TrainConfig(epochs=1, batch_size=8, lr=3e-3, warmup_frac=0.3, min_lr_frac=0.1, weight_decay=0.01)
+    tcfg = TrainConfig(
+        epochs=1, batch_size=8, lr=3e-3, warmup_frac=0.3, min_lr_frac=0.1, weight_decay=0.01
+    )
     ids = np.arange(20_000) % 197
     runs = {}
     for capture in (False, True):
@@ -111,7 +143,9 @@ def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
         opt, _ = make_optimizer(model, tcfg, CUDA, capture=capture)
         losses = EpochLoss(CUDA)
         losses.reset([0.0], 0)
-        step = TrainStep(model, lambda b, m=model, t=task: t.loss(m, b), opt, 0.5, CUDA, losses, capture=capture)
+        step = TrainStep(
+            model, lambda b, m=model, t=task: t.loss(m, b), opt, 0.5, CUDA, losses, capture=capture
+        )
         for i in range(WARMUP + 5):
             set_lr(opt, lr_at(i, 20, tcfg))
             step(task.batch(0, i))

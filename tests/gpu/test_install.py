@@ -39,26 +39,51 @@ print(major, minor, len(ptx), *sorted(re.findall(r"\.entry\s+(\w+)", ptx)))
 
 @pytest.mark.slow
 def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extras["gpu"] == [f"grassflow[gpu-cuda{TORCH_CUDA_MAJOR}]"]  # `gpu`: torch's default wheel's major
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert extras["gpu"] == [
+        f"grassflow[gpu-cuda{TORCH_CUDA_MAJOR}]"
+    ]  # `gpu`: torch's default wheel's major
     for major in (12, 13):
-        assert [re.sub(r"\[.*?\]|>=.*", "", r) for r in extras[f"gpu-cuda{major}"]] == [f"cupy-cuda{major}x"]
+        assert [re.sub(r"\[.*?\]|>=.*", "", r) for r in extras[f"gpu-cuda{major}"]] == [
+            f"cupy-cuda{major}x"
+        ]
     cupy_req = extras[f"gpu-cuda{TORCH_CUDA_MAJOR}"][0]
-    assert re.match(rf"cupy-cuda{TORCH_CUDA_MAJOR}x\b", cupy_req), f"gpu extra {cupy_req!r}: not CUDA {TORCH_CUDA_MAJOR}"
+    assert re.match(rf"cupy-cuda{TORCH_CUDA_MAJOR}x\b", cupy_req), (
+        f"gpu extra {cupy_req!r}: not CUDA {TORCH_CUDA_MAJOR}"
+    )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     # the extra's CuPy without [ctk] (its full toolkit is ~1 GB), beside the NVRTC torch pins
-    res = subprocess.run([str(py), "-m", "pip", "install", "-q", re.sub(r"\[.*?\]", "", cupy_req),
-                          f"cuda-toolkit[nvrtc,cudart]=={TORCH_CUDA_TOOLKIT}"], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            re.sub(r"\[.*?\]", "", cupy_req),
+            f"cuda-toolkit[nvrtc,cudart]=={TORCH_CUDA_TOOLKIT}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
-        skip_or_fail_in_ci(f"the gpu extra did not install (PyPI unreachable, or its wheels missing): "
-                           f"{res.stderr.strip().splitlines()[-1:]}")
-    res = subprocess.run([str(py), "-c", CHECK, str(ROOT / "kernels" / "plucker.cu")], capture_output=True, text=True)
+        skip_or_fail_in_ci(
+            f"the gpu extra did not install (PyPI unreachable, or its wheels missing): "
+            f"{res.stderr.strip().splitlines()[-1:]}"
+        )
+    res = subprocess.run(
+        [str(py), "-c", CHECK, str(ROOT / "kernels" / "plucker.cu")], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     major, _minor, ptx_bytes, *entries = res.stdout.split()
     assert int(major) == TORCH_CUDA_MAJOR and int(ptx_bytes) > 0
-    assert set(entries) == kernel_names()  # every stage × r variant × (f32, f64, bf16), all extern "C"
+    assert (
+        set(entries) == kernel_names()
+    )  # every stage × r variant × (f32, f64, bf16), all extern "C"
 
 
 @pytest.mark.parametrize("dist", ["cupy-cuda12x", "cupy-cuda13x", "cupy"])
@@ -82,7 +107,11 @@ def test_provenance_names_the_cupy_that_is_installed(dist, tmp_path, monkeypatch
     assert not {"cupy-cuda12x", "cupy-cuda13x", "cupy"} - {dist} & set(versions)
 
 
-CONDA_NAMES = {"pytorch": "torch", "matplotlib-base": "matplotlib", "cupy": "cupy-cuda13x"}  # conda-forge → PyPI
+CONDA_NAMES = {
+    "pytorch": "torch",
+    "matplotlib-base": "matplotlib",
+    "cupy": "cupy-cuda13x",
+}  # conda-forge → PyPI
 
 
 def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
@@ -93,7 +122,10 @@ def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
     root = Path(__file__).resolve().parents[2]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     floors = {}
-    for req in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]:
+    for req in [
+        *project["dependencies"],
+        *(r for extra in project["optional-dependencies"].values() for r in extra),
+    ]:
         m = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([\w.]+)", req)
         if m:
             floors[m.group(1).lower()] = m.group(2)
@@ -105,7 +137,9 @@ def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
             name, floor = m.group(1), m.group(2) or m.group(3)
             pypi = CONDA_NAMES.get(name, name)
             if pypi in floors:
-                assert floor == floors[pypi], f"{env.name}: {dep} (pyproject.toml: {pypi}>={floors[pypi]})"
+                assert floor == floors[pypi], (
+                    f"{env.name}: {dep} (pyproject.toml: {pypi}>={floors[pypi]})"
+                )
 
 
 @pytest.mark.parametrize("major", ["12", "13", ""])
@@ -117,17 +151,26 @@ def test_make_gpu_check_installs_the_extra_of_torchs_cuda_major(tmp_path, major)
 
     log, venv = tmp_path / "calls.log", tmp_path / "venv"
     fake = tmp_path / "python"
-    fake.write_text(f'#!/bin/bash\necho "$*" >> {log}\n'
-                    f'case "$*" in *"torch.version.cuda"*) echo "{major}";; *"torch.__version__"*) echo 2.13.0+cpu;; esac\n')
+    fake.write_text(
+        f'#!/bin/bash\necho "$*" >> {log}\n'
+        f'case "$*" in *"torch.version.cuda"*) echo "{major}";; *"torch.__version__"*) echo 2.13.0+cpu;; esac\n'
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     (venv / "bin").mkdir(parents=True)
     (venv / ".installed").touch()  # newer than pyproject.toml and constraints.txt: no install
-    res = subprocess.run(["make", "-s", "-C", str(ROOT), "gpu-check", f"VENV={venv}", f"PY={fake}"],
-                         capture_output=True, text=True, env={**os.environ, "MAKEFLAGS": ""})
+    res = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "gpu-check", f"VENV={venv}", f"PY={fake}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     calls = log.read_text()
     if major:
         assert res.returncode == 0, res.stdout + res.stderr
-        assert f"-m pip install -q -c constraints.txt -e .[gpu-cuda{major}]" in calls and "-m pytest -q -p no:cacheprovider -m gpu" in calls
+        assert (
+            f"-m pip install -q -c constraints.txt -e .[gpu-cuda{major}]" in calls
+            and "-m pytest -q -p no:cacheprovider -m gpu" in calls
+        )
     else:
         assert res.returncode != 0 and "torch 2.13.0+cpu is a CPU build" in res.stdout
         assert "pip install" not in calls

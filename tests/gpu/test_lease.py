@@ -35,8 +35,13 @@ CPU = torch.device("cpu")
 
 
 def _spec(kind, seed=0):
-    spec = {**LM_SPEC, "model_kind": kind, "seed": seed, "run_id": f"table1-{kind}-s{seed}",
-            "model": {**LM_SPEC["model"], "dropout": 0.1}}
+    spec = {
+        **LM_SPEC,
+        "model_kind": kind,
+        "seed": seed,
+        "run_id": f"table1-{kind}-s{seed}",
+        "model": {**LM_SPEC["model"], "dropout": 0.1},
+    }
     return RunSpec.of(spec)
 
 
@@ -58,18 +63,28 @@ def planted(monkeypatch):
 def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(planted, tmp_path):
     tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
     cands = [("false", "chunked"), ("false", "fused"), ("false", "reference")]
-    result = trials.choose(tables, IDS, 40, CPU, cands, box_s=600, timed_steps=2, checkpoint_dir=tmp_path)
+    result = trials.choose(
+        tables, IDS, 40, CPU, cands, box_s=600, timed_steps=2, checkpoint_dir=tmp_path
+    )
     refs = [r for r in result["rows"] if r["status"] == "reference"]
     rows = {(r["model"], r["head_loss"]): r for r in result["rows"] if r["status"] != "reference"}
     assert len(refs) == 2 and len(rows) == 6
-    assert all(r["checkpoint_s"] > 0 and r["checkpoint_write_s"] > 0 for r in refs)  # each group's, timed
+    assert all(
+        r["checkpoint_s"] > 0 and r["checkpoint_write_s"] > 0 for r in refs
+    )  # each group's, timed
     assert not list(tmp_path.iterdir())  # the timed checkpoint's file removed
     # dropped where it first fails, and not tried for the other model
     assert rows["transformer", "chunked"]["status"] == "differs"
     assert rows["transformer", "chunked"]["loss_rel_diff"] == pytest.approx(0.05, rel=1e-3)
-    assert rows["grassmann", "chunked"] == {**rows["grassmann", "chunked"], "status": "skipped",
-                                            "error": "dropped for table1 transformer"}
-    assert rows["transformer", "fused"]["status"] == "failed" and "fused" in rows["transformer", "fused"]["error"]
+    assert rows["grassmann", "chunked"] == {
+        **rows["grassmann", "chunked"],
+        "status": "skipped",
+        "error": "dropped for table1 transformer",
+    }
+    assert (
+        rows["transformer", "fused"]["status"] == "failed"
+        and "fused" in rows["transformer", "fused"]["error"]
+    )
     assert rows["grassmann", "fused"]["status"] == "skipped"
     for kind in ("transformer", "grassmann"):
         ok = rows[kind, "reference"]
@@ -77,12 +92,21 @@ def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(plan
         assert ok["step_s"] > 0 and ok["members"] == 2 and ok["captured"] is False
     assert result["choice"] == ("false", "reference")
     said = "\n".join(result["lines"])
-    assert ("table1 transformer: dropped compile=false head_loss=chunked: it differs from the reference (loss 5.0e-02"
-            in said and "(not tried for the models left)" in said)
+    assert (
+        "table1 transformer: dropped compile=false head_loss=chunked: it differs from the reference (loss 5.0e-02"
+        in said
+        and "(not tried for the models left)" in said
+    )
     assert "table1 grassmann: dropped compile=false head_loss=chunked" not in said
-    assert "chosen: compile=false head_loss=reference (the fastest of 1 that compute the reference's loss, of 3 tried)" in said
+    assert (
+        "chosen: compile=false head_loss=reference (the fastest of 1 that compute the reference's loss, of 3 tried)"
+        in said
+    )
     md = trials.to_markdown(result, "cpu")
-    assert "| table1 | grassmann | 2 | false | chunked | skipped (dropped for table1 transformer) |" in md
+    assert (
+        "| table1 | grassmann | 2 | false | chunked | skipped (dropped for table1 transformer) |"
+        in md
+    )
 
 
 def test_nothing_passing_is_one_line_and_no_choice(planted):
@@ -91,14 +115,17 @@ def test_nothing_passing_is_one_line_and_no_choice(planted):
     assert result["choice"] is None
     assert [line for line in result["lines"] if line.startswith("chosen")] == [
         "chosen: none: no candidate (false:chunked) computes the reference's loss for every model (each dropped "
-        "above); nothing trains on a setting nobody asked for (CANDIDATES=false:reference would train the reference)"]
+        "above); nothing trains on a setting nobody asked for (CANDIDATES=false:reference would train the reference)"
+    ]
 
 
 def test_a_candidate_past_its_share_of_the_box_is_dropped():
     tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
     result = trials.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=0.0, timed_steps=2)
     row = result["rows"][-1]
-    assert row["status"] == "failed" and row["error"].startswith("BoxTimeout: still running after 0 s"), row
+    assert row["status"] == "failed" and row["error"].startswith(
+        "BoxTimeout: still running after 0 s"
+    ), row
     assert result["choice"] is None
 
 
@@ -106,9 +133,14 @@ def test_a_candidate_past_its_share_of_the_box_is_dropped():
 def _capture_on_cpu(monkeypatch, graph):
     """train.compile graph on the CPU: its warm-up eager, torch.cuda's graph API the stand-in `graph`."""
     real = compiled_mod.resolve
-    monkeypatch.setattr(compiled_mod, "resolve", lambda s, d: "graph" if s == "graph" else real(s, d))
-    monkeypatch.setattr(ts.TrainStep, "_warm_up", lambda self: (self.region(), setattr(self, "eager_steps",
-                                                                                       self.eager_steps + 1)))
+    monkeypatch.setattr(
+        compiled_mod, "resolve", lambda s, d: "graph" if s == "graph" else real(s, d)
+    )
+    monkeypatch.setattr(
+        ts.TrainStep,
+        "_warm_up",
+        lambda self: (self.region(), setattr(self, "eager_steps", self.eager_steps + 1)),
+    )
 
     class Graph:
         def replay(self):
@@ -128,11 +160,20 @@ def test_a_failed_capture_drops_its_candidate_with_the_captures_error(monkeypatc
 
     tables = {"table1": {k: (_spec(k), [0, 1]) for k in ("transformer", "grassmann")}}
     with _capture_on_cpu(monkeypatch, refused):
-        result = trials.choose(tables, IDS, 40, CPU, [("graph", "reference"), ("false", "reference")], box_s=600,
-                               timed_steps=2)
+        result = trials.choose(
+            tables,
+            IDS,
+            40,
+            CPU,
+            [("graph", "reference"), ("false", "reference")],
+            box_s=600,
+            timed_steps=2,
+        )
     row = next(r for r in result["rows"] if r["compile"] == "graph")
-    assert row["status"] == "failed" and row["error"].startswith("CaptureFailed: its capture failed: RuntimeError: "
-                                                                 "operation not permitted when stream is capturing")
+    assert row["status"] == "failed" and row["error"].startswith(
+        "CaptureFailed: its capture failed: RuntimeError: "
+        "operation not permitted when stream is capturing"
+    )
     assert row["capture_error"] == "RuntimeError: operation not permitted when stream is capturing"
     assert result["choice"] == ("false", "reference")
 
@@ -151,10 +192,14 @@ def test_the_alarm_waits_for_a_capture_then_stops_its_candidate(monkeypatch):
 
     tables = {"table1": {"transformer": (_spec("transformer"), [0, 1])}}
     with _capture_on_cpu(monkeypatch, slow):
-        result = trials.choose(tables, IDS, 40, CPU, [("graph", "reference")], box_s=600, timed_steps=2)
+        result = trials.choose(
+            tables, IDS, 40, CPU, [("graph", "reference")], box_s=600, timed_steps=2
+        )
     row = result["rows"][-1]
     assert done == ["captured"]
-    assert row["status"] == "failed" and row["error"].startswith("BoxTimeout: still running after"), row
+    assert row["status"] == "failed" and row["error"].startswith(
+        "BoxTimeout: still running after"
+    ), row
     assert "capture_error" not in row and result["choice"] is None
 
 
@@ -162,7 +207,11 @@ def _tables(seeds=(0, 1, 2)):
     return {"table1": {k: (_spec(k), list(seeds)) for k in ("transformer", "grassmann")}}
 
 
-STEP_S = {("table1", k, n): s for k in ("transformer", "grassmann") for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
+STEP_S = {
+    ("table1", k, n): s
+    for k in ("transformer", "grassmann")
+    for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))
+}
 
 
 def _untimed(spec, seeds):
@@ -178,10 +227,19 @@ def test_the_seeds_that_fit_are_those_whose_groups_finish_in_the_time_left():
     spec = _spec("transformer")
     per_epoch, epochs = budget.steps_of(spec, len(IDS))
     steps = per_epoch * epochs
-    need = {n: 2 * steps * s * (1 + budget.VALIDATION_SHARE) + budget.JOB_START_S
-            for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))}
-    for seconds, want in ((need[3] + 1, [0, 1, 2]), (need[3] - 1, [0, 1]), (need[2] - 1, [0]), (need[1] - 1, [])):
-        fit, lines = budget.seeds_that_fit(_tables(), _untimed, len(IDS), seconds, dict(STEP_S), clock=_still)
+    need = {
+        n: 2 * steps * s * (1 + budget.VALIDATION_SHARE) + budget.JOB_START_S
+        for n, s in ((3, 1.0), (2, 0.5), (1, 0.2))
+    }
+    for seconds, want in (
+        (need[3] + 1, [0, 1, 2]),
+        (need[3] - 1, [0, 1]),
+        (need[2] - 1, [0]),
+        (need[1] - 1, []),
+    ):
+        fit, lines = budget.seeds_that_fit(
+            _tables(), _untimed, len(IDS), seconds, dict(STEP_S), clock=_still
+        )
         assert fit == {"table1": want}, (seconds, lines)
         assert f"table1: seeds {', '.join(map(str, want)) or 'none'} this lease" in lines[0]
 
@@ -191,8 +249,13 @@ def test_the_smaller_groups_trials_count_against_the_lease_inside_the_box():
     they take is the lease's too (mutation: the trials outside the need fits two seeds here)."""
     per_epoch, epochs = budget.steps_of(_spec("transformer"), len(IDS))
     steps = per_epoch * epochs
-    step = {1: 0.2, 2: 0.2 + 40 / (2 * steps * (1 + budget.VALIDATION_SHARE))}  # two seeds need 40 s more than one
-    need = {n: 2 * steps * step[n] * (1 + budget.VALIDATION_SHARE) + budget.JOB_START_S for n in (1, 2)}
+    step = {
+        1: 0.2,
+        2: 0.2 + 40 / (2 * steps * (1 + budget.VALIDATION_SHARE)),
+    }  # two seeds need 40 s more than one
+    need = {
+        n: 2 * steps * step[n] * (1 + budget.VALIDATION_SHARE) + budget.JOB_START_S for n in (1, 2)
+    }
     now, timed = [0.0], []
 
     def measure(spec, seeds):  # each trial takes 10 s of the lease
@@ -202,31 +265,44 @@ def test_the_smaller_groups_trials_count_against_the_lease_inside_the_box():
 
     three = {k: v for k, v in STEP_S.items() if k[2] == 3}
     # without the two-seed trials' 20 s, two seeds would fit; with them, one (its trials' 20 s counted too)
-    fit, lines = budget.seeds_that_fit(_tables(), measure, len(IDS), need[2] + 15, dict(three), clock=lambda: now[0])
+    fit, lines = budget.seeds_that_fit(
+        _tables(), measure, len(IDS), need[2] + 15, dict(three), clock=lambda: now[0]
+    )
     assert fit == {"table1": [0]}, lines
     assert timed == [("transformer", 2), ("grassmann", 2), ("transformer", 1), ("grassmann", 1)]
-    assert f"about {need[1]:.0f} s of training for 1 seed(s) of 3 to train; {need[2] + 15 - 40:.0f} s of the lease's" in lines[0]
+    assert (
+        f"about {need[1]:.0f} s of training for 1 seed(s) of 3 to train; {need[2] + 15 - 40:.0f} s of the lease's"
+        in lines[0]
+    )
+
     # a trial that fails (the box's alarm, a capture) fits nowhere, said
     def fails(spec, seeds):
         raise budget.TrialFailed("BoxTimeout: still running after 3 s, its share of the time box")
 
     fit, lines = budget.seeds_that_fit(_tables(), fails, len(IDS), 1e9, dict(three), clock=_still)
     assert fit == {"table1": [0, 1, 2]}  # the timed three-seed group fits: nothing measured
-    fit, lines = budget.seeds_that_fit(_tables(), fails, len(IDS), need[2] + 15, dict(three), clock=_still)
+    fit, lines = budget.seeds_that_fit(
+        _tables(), fails, len(IDS), need[2] + 15, dict(three), clock=_still
+    )
     assert fit == {"table1": []}, lines
-    assert ("table1 transformer with 2 seed(s): not timed (BoxTimeout: still running after 3 s, its share of the "
-            "time box): it does not fit") in lines
+    assert (
+        "table1 transformer with 2 seed(s): not timed (BoxTimeout: still running after 3 s, its share of the "
+        "time box): it does not fit"
+    ) in lines
 
 
 def test_a_smaller_groups_trial_runs_inside_the_box(monkeypatch):
     """first_minute.boxed: the trial of a smaller group under the box's alarm (the box long past:
     MIN_SHARE), its overrun a TrialFailed naming the alarm (mutation: no alarm, and it times)."""
+
     def slow(*args, **kwargs):
         time.sleep(trials.MIN_SHARE + 2)
         pytest.fail("the box's alarm did not stop the trial")
 
     monkeypatch.setattr(first_minute, "trial", slow)
-    measure = first_minute.boxed(IDS, 40, CPU, trials.REFERENCE, 2, box_end=time.perf_counter() - 100)
+    measure = first_minute.boxed(
+        IDS, 40, CPU, trials.REFERENCE, 2, box_end=time.perf_counter() - 100
+    )
     with pytest.raises(budget.TrialFailed, match="BoxTimeout: still running after 3 s"):
         measure(_spec("transformer"), [0])
 
@@ -236,9 +312,13 @@ def test_tables_fitting_different_seeds_train_those_every_one_fits():
     one (mutation: the union trains three in the table that fits one); one that fits none is left out."""
     fit, lines = budget.common_seeds({"table1": [0, 1, 2], "table2": [0]})
     assert fit == {"table1": [0], "table2": [0]}
-    assert "table1: seeds 0 this lease, as every target's (the preset's seeds are one list)" in lines
+    assert (
+        "table1: seeds 0 this lease, as every target's (the preset's seeds are one list)" in lines
+    )
     fit, lines = budget.common_seeds({"table1": [0, 1], "table2": []})
-    assert fit == {"table1": [0, 1]} and lines == ["table2: left out of this lease's targets (no seed fits)"]
+    assert fit == {"table1": [0, 1]} and lines == [
+        "table2: left out of this lease's targets (no seed fits)"
+    ]
     assert budget.common_seeds({"table1": [], "table2": []}) == ({}, [])
 
 
@@ -249,13 +329,17 @@ def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_co
     progress in a last.pt is not trained again."""
     per_epoch, epochs = budget.steps_of(_spec("transformer"), len(IDS))
     train3 = 2 * per_epoch * epochs * 1.0 * (1 + budget.VALIDATION_SHARE)
-    ckpt = {"checkpoint_s": {("table1", k): 0.5 for k in ("transformer", "grassmann")},
-            "setup_s": {("table1", "transformer"): 7.0, ("table1", "grassmann"): 9.0}}
+    ckpt = {
+        "checkpoint_s": {("table1", k): 0.5 for k in ("transformer", "grassmann")},
+        "setup_s": {("table1", "transformer"): 7.0, ("table1", "grassmann"): 9.0},
+    }
     need3 = train3 + 2 * epochs * 0.5 + budget.JOB_START_S + 9.0
     restart = budget.RESUME_S + 9.0
 
     def fit_of(seconds, **kw):
-        return budget.seeds_that_fit(_tables(), _untimed, len(IDS), seconds, dict(STEP_S), costs=ckpt, clock=_still, **kw)
+        return budget.seeds_that_fit(
+            _tables(), _untimed, len(IDS), seconds, dict(STEP_S), costs=ckpt, clock=_still, **kw
+        )
 
     # this command's deadline alone would fit one seed at most; the lease covers three, and the restart
     fit, lines = fit_of(need3 + restart + 1, deadline=need3 / 4)
@@ -270,46 +354,94 @@ def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_co
     assert fit == {"table1": [0, 1, 2]} and "within this command" in lines[0], lines
     # half the steps already in last.pt: only the rest is needed (its steps, its epochs' checkpoints)
     left = per_epoch * epochs - (per_epoch * epochs) // 2
-    need_rest = 2 * left * 1.0 * (1 + budget.VALIDATION_SHARE) + 2 * -(-left // per_epoch) * 0.5 + budget.JOB_START_S + 9.0
+    need_rest = (
+        2 * left * 1.0 * (1 + budget.VALIDATION_SHARE)
+        + 2 * -(-left // per_epoch) * 0.5
+        + budget.JOB_START_S
+        + 9.0
+    )
     assert need_rest + 1 < need3
-    fit, lines = fit_of(need_rest + 1, done=lambda table, kind, seeds, pe: pe * epochs - left if len(seeds) == 3 else 0)
+    fit, lines = fit_of(
+        need_rest + 1,
+        done=lambda table, kind, seeds, pe: pe * epochs - left if len(seeds) == 3 else 0,
+    )
     assert fit == {"table1": [0, 1, 2]}, lines
     assert f"about {need_rest:.0f} s of training for 3 seed(s)" in lines[0]
 
 
 def test_progress_is_read_from_the_groups_own_last_pt(tmp_path):
-    specs = {f"table1-grassmann-s{s}": {**_spec("grassmann", s).source, "seed": s, "run_id": f"table1-grassmann-s{s}"}
-             for s in (0, 1, 2)}
+    specs = {
+        f"table1-grassmann-s{s}": {
+            **_spec("grassmann", s).source,
+            "seed": s,
+            "run_id": f"table1-grassmann-s{s}",
+        }
+        for s in (0, 1, 2)
+    }
     group = [specs[f"table1-grassmann-s{s}"] for s in (0, 1, 2)]
     last = tmp_path / "fused/table1-grassmann/last.pt"
     last.parent.mkdir(parents=True)
     save_checkpoint(last, {"spec_hash": spec_hash({"runs": group}), "pos": {"epoch": 2, "step": 5}})
     assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 25
-    assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0  # another group's seeds
+    assert (
+        first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0
+    )  # another group's seeds
     save_checkpoint(last, {"spec_hash": "0" * 16, "pos": {"epoch": 2, "step": 5}})  # another spec's
     assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 0
     single = tmp_path / "runs/table1-grassmann-s1/last.pt"  # a lone run's, in its run directory
     single.parent.mkdir(parents=True)
-    save_checkpoint(single, {"spec_hash": spec_hash(specs["table1-grassmann-s1"]), "pos": {"epoch": 0, "step": 7}})
+    save_checkpoint(
+        single,
+        {"spec_hash": spec_hash(specs["table1-grassmann-s1"]), "pos": {"epoch": 0, "step": 7}},
+    )
     assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [1], 10) == 7
 
 
 def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     record, overlay = tmp_path / "choice.json", tmp_path / "window.yaml"
-    overlay.write_text("presets: {demo: {train: {fuse_seeds: true, compile: false, head_loss: auto}}}\nfinished_runs: []\n")
-    record.write_text(json.dumps({"preset": "demo", "asked": ["table1"], "targets": ["table1"],
-                                  "choice": ["false", "chunked"], "seeds": {"table1": [1]}, "finished_seeds": [0],
-                                  "finished": ["their/runs"], "chosen_at": "2026-12-02T01:02:03+00:00",
-                                  "lease_end": 1.7e9}))
-    monkeypatch.setattr(first_minute, "trial", lambda *a, **k: pytest.fail("the next command timed a setting"))
+    overlay.write_text(
+        "presets: {demo: {train: {fuse_seeds: true, compile: false, head_loss: auto}}}\nfinished_runs: []\n"
+    )
+    record.write_text(
+        json.dumps(
+            {
+                "preset": "demo",
+                "asked": ["table1"],
+                "targets": ["table1"],
+                "choice": ["false", "chunked"],
+                "seeds": {"table1": [1]},
+                "finished_seeds": [0],
+                "finished": ["their/runs"],
+                "chosen_at": "2026-12-02T01:02:03+00:00",
+                "lease_end": 1.7e9,
+            }
+        )
+    )
+    monkeypatch.setattr(
+        first_minute, "trial", lambda *a, **k: pytest.fail("the next command timed a setting")
+    )
     args = ["--preset", "demo", "--overlay", str(overlay), "--record", str(record)]
     assert lease_cli.main(["reuse", *args, "--targets", "table1"]) == 0
-    assert capsys.readouterr().out.startswith("reusing compile=false head_loss=chunked chosen at "
-                                              "2026-12-02T01:02:03+00:00 (table1 seeds 1;")
+    assert capsys.readouterr().out.startswith(
+        "reusing compile=false head_loss=chunked chosen at "
+        "2026-12-02T01:02:03+00:00 (table1 seeds 1;"
+    )
     got = yaml.safe_load(overlay.read_text())
-    assert got["presets"]["demo"]["train"] == {"fuse_seeds": True, "compile": False, "head_loss": "chunked"}
+    assert got["presets"]["demo"]["train"] == {
+        "fuse_seeds": True,
+        "compile": False,
+        "head_loss": "chunked",
+    }
     assert got["presets"]["demo"]["seeds"] == [0, 1] and got["finished_runs"] == ["their/runs"]
-    assert lease_cli.main(["reuse", *args, "--targets", "table2"]) == 1  # chosen for other targets: refused, in one line
-    assert "chosen for preset demo, targets table1; this command makes demo table2" in capsys.readouterr().err
-    assert lease_cli.main(["targets", "--record", str(record)]) == 0 and capsys.readouterr().out == "table1\n"
+    assert (
+        lease_cli.main(["reuse", *args, "--targets", "table2"]) == 1
+    )  # chosen for other targets: refused, in one line
+    assert (
+        "chosen for preset demo, targets table1; this command makes demo table2"
+        in capsys.readouterr().err
+    )
+    assert (
+        lease_cli.main(["targets", "--record", str(record)]) == 0
+        and capsys.readouterr().out == "table1\n"
+    )

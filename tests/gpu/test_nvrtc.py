@@ -14,8 +14,10 @@ from grassflow.ops.plucker import kernel_abi
 
 LIB = nvrtc.library()
 # the dev extra installs NVRTC where its wheel exists: there this test must run, not skip
-pytestmark = pytest.mark.skipif(LIB is None and not (platform.system() == "Linux" and platform.machine() == "x86_64"),
-                                reason="no NVRTC wheel for this platform")
+pytestmark = pytest.mark.skipif(
+    LIB is None and not (platform.system() == "Linux" and platform.machine() == "x86_64"),
+    reason="no NVRTC wheel for this platform",
+)
 
 
 def test_the_sources_are_those_cupy_compiles():
@@ -36,5 +38,8 @@ def test_a_source_nvrtc_refuses_is_reported_with_its_log(tmp_path):
     assert LIB is not None
     bad = tmp_path / "bad.cu"
     bad.write_text('extern "C" __global__ void k(float* x) { x[0] = undeclared_function(1.0f); }\n')
-    with pytest.raises(RuntimeError, match="(?s)NVRTC cannot compile kernels/bad.cu for compute_90:.*undeclared_function"):
+    with pytest.raises(
+        RuntimeError,
+        match="(?s)NVRTC cannot compile kernels/bad.cu for compute_90:.*undeclared_function",
+    ):
         nvrtc.compile_source(LIB, bad, "compute_90")

@@ -60,8 +60,10 @@ def _copy(dst):
     work = copy_repo(dst)
     shutil.copytree(ROOT / "bench", work / "bench")
     shutil.copy(ROOT / ".gitignore", work / ".gitignore")
-    (work / "nodrop.yaml").write_text("presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 30}}, "
-                                      "train: {max_steps_per_epoch: 12}}}\n")
+    (work / "nodrop.yaml").write_text(
+        "presets: {demo: {model: {dropout: 0.0}, experiments: {table1: {epochs: 30}}, "
+        "train: {max_steps_per_epoch: 12}}}\n"
+    )
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
         subprocess.run([*GIT, *args], cwd=work, check=True, capture_output=True)
     return work
@@ -76,9 +78,21 @@ def _prepared(tmp_path):
         f.write("# and a line of it\n")
     for args in (["add", "-A"], ["commit", "-q", "-m", "the last commit"]):
         subprocess.run([*GIT, *args], cwd=prep, check=True, capture_output=True)
-    subprocess.run(["bash", "bench/gpu_paper_prepare.sh"], cwd=prep, check=True, capture_output=True,
-                   env={**pipeline_env(prep), **DEMO, "SNAKEMAKE": str(BIN / "snakemake"), "PY": str(BIN / "python")})
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=prep, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        ["bash", "bench/gpu_paper_prepare.sh"],
+        cwd=prep,
+        check=True,
+        capture_output=True,
+        env={
+            **pipeline_env(prep),
+            **DEMO,
+            "SNAKEMAKE": str(BIN / "snakemake"),
+            "PY": str(BIN / "python"),
+        },
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=prep, capture_output=True, text=True
+    ).stdout.strip()
     return prep, commit
 
 
@@ -86,21 +100,45 @@ def _device_copy(prep, dst):
     """The working tree as a lease's machine gets it: the prepared commit's files and the carried tar
     (not the ignored results, records or tree), a .git one commit behind the files, the scripts
     without their run bit, every file's time disturbed."""
-    shutil.copytree(prep, dst, symlinks=True, ignore=shutil.ignore_patterns("results", ".snakemake", ".gpu-tree.json"))
+    shutil.copytree(
+        prep,
+        dst,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("results", ".snakemake", ".gpu-tree.json"),
+    )
     subprocess.run(["git", "reset", "-q", "--mixed", "HEAD~1"], cwd=dst, check=True)
     for script in dst.rglob("*.sh"):
         script.chmod(0o644)
     _disturb_times(dst)
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=dst, capture_output=True, text=True).stdout.strip()
+    assert subprocess.run(
+        ["git", "status", "--porcelain"], cwd=dst, capture_output=True, text=True
+    ).stdout.strip()
     return dst
 
 
 def _window(work, out, deadline=3000, **env):
-    env = {**pipeline_env(work), **DEMO, "PY": str(BIN / "python"), "PREFLIGHT": "results/demo/preflight/cpu_auto.json",
-           "DEADLINE": str(deadline), "THREADS": "1", "CANDIDATES": "false:chunked", "TIMED_STEPS": "2", "EXPECT": "cpu fast",
-           "BENCH_ARGS": "--device cpu --quick --parts fused", "OUT": str(out), **env}
-    return subprocess.Popen(["bash", "bench/gpu_paper_window.sh"], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    env = {
+        **pipeline_env(work),
+        **DEMO,
+        "PY": str(BIN / "python"),
+        "PREFLIGHT": "results/demo/preflight/cpu_auto.json",
+        "DEADLINE": str(deadline),
+        "THREADS": "1",
+        "CANDIDATES": "false:chunked",
+        "TIMED_STEPS": "2",
+        "EXPECT": "cpu fast",
+        "BENCH_ARGS": "--device cpu --quick --parts fused",
+        "OUT": str(out),
+        **env,
+    }
+    return subprocess.Popen(
+        ["bash", "bench/gpu_paper_window.sh"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _committed(pack, runs, dst):
@@ -134,8 +172,12 @@ def test_the_window_refuses_uncommitted_code_before_anything_runs(tmp_path):
     proc = _window(work, tmp_path / "out")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 2, out[-3000:]
-    assert "error: uncommitted changes to src/grassflow/loop.py: commit them first" in out, out[-3000:]
-    assert not (work / "results/demo/window.yaml").exists()  # nothing ran: not even the dry run's overlay
+    assert "error: uncommitted changes to src/grassflow/loop.py: commit them first" in out, out[
+        -3000:
+    ]
+    assert not (
+        work / "results/demo/window.yaml"
+    ).exists()  # nothing ran: not even the dry run's overlay
     shutil.rmtree(work / ".git")  # and a tree outside git cannot trace to a commit at all
     proc = _window(work, tmp_path / "out")
     out, _ = proc.communicate(timeout=HANG)
@@ -163,35 +205,63 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     proc = _window(edited, tmp_path / "edited-out")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 2, out[-3000:]
-    assert (f"error: src/grassflow/added.py, src/grassflow/loop.py differ from the prepared commit {commit[:7]} "
-            "(.gpu-tree.json, by content): commit them and run make gpu-paper-prepare again") in out, out[-3000:]
-    assert not (edited / "results/demo/window.yaml").exists()  # nothing ran: not even the dry run's overlay
+    assert (
+        f"error: src/grassflow/added.py, src/grassflow/loop.py differ from the prepared commit {commit[:7]} "
+        "(.gpu-tree.json, by content): commit them and run make gpu-paper-prepare again"
+    ) in out, out[-3000:]
+    assert not (
+        edited / "results/demo/window.yaml"
+    ).exists()  # nothing ran: not even the dry run's overlay
 
     work = _device_copy(prep, tmp_path / "work")
     # a lease is for CUDA and the CuPy kernels: what this preflight resolves (cpu, fast) stops it
     proc = _window(work, tmp_path / "expect", EXPECT="cuda cupy")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 2, out[-3000:]
-    assert f"tree: the prepared commit {commit[:12]}, every file its own (by content)" in out, out[-3000:]
-    assert "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out, out[-3000:]
+    assert f"tree: the prepared commit {commit[:12]}, every file its own (by content)" in out, out[
+        -3000:
+    ]
+    assert (
+        "error: the preflight resolved 'cpu fast' (device, op backends), not 'cuda cupy'" in out
+    ), out[-3000:]
     assert not (work / "results/demo/fused").exists()
-    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1\n" in out, out[-3000:]
+    assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1\n" in out, out[
+        -3000:
+    ]
     # a pinned setting trains only after the first minute has it computing the reference's loss on the
     # device: the fused head's kernels are not on this machine, so no training
     proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 1, out[-3000:]
-    assert "first minute: table1 transformer: dropped compile=false head_loss=fused: " in out, out[-3000:]
-    assert "error: compile=false head_loss=fused does not compute the reference's loss here, or failed" in out
-    assert not (work / "results/demo/fused").exists() and not (work / "results/demo/window-choice.json").exists()
-    chosen_by = _at((tmp_path / "head/window.log").read_text(), "first minute:")  # this machine's first minute
+    assert "first minute: table1 transformer: dropped compile=false head_loss=fused: " in out, out[
+        -3000:
+    ]
+    assert (
+        "error: compile=false head_loss=fused does not compute the reference's loss here, or failed"
+        in out
+    )
+    assert (
+        not (work / "results/demo/fused").exists()
+        and not (work / "results/demo/window-choice.json").exists()
+    )
+    chosen_by = _at(
+        (tmp_path / "head/window.log").read_text(), "first minute:"
+    )  # this machine's first minute
 
     # the lease's first command: its deadline a few epochs past the first minute (the runs need
     # several times that), the lease ample. The window is held once its Snakemake has started, until
     # every group has checkpointed its first epoch: each run is then past its start when the deadline
     # (passed meanwhile) stops it, however slowly this machine started them
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "grassflow.lm.train ",
-                              "--out-dir", "another/pipeline"])  # another pipeline's training job, as it reads
+    decoy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(3600)",
+            "grassflow.lm.train ",
+            "--out-dir",
+            "another/pipeline",
+        ]
+    )  # another pipeline's training job, as it reads
     proc = _window(work, tmp_path / "first", deadline=chosen_by + 10, LEASE="3000")
     res = work / "results/demo"
     groups = ("table1-transformer", "table1-grassmann")
@@ -211,16 +281,22 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert proc.returncode != 0, out[-3000:]  # the interrupted jobs failed: Snakemake says so
     log = (tmp_path / "first/window.log").read_text()
     # every seed this lease: the lease covers what this command's deadline cannot
-    fm = re.search(r"first minute: table1: seeds 0, 1 this lease \(about (\d+) s of training for 2 seed\(s\) of 2 to "
-                   r"train; (\d+) s of the lease's training left, (\d+) s to this command's deadline: they finish "
-                   r"in the lease's next command\)", log)
+    fm = re.search(
+        r"first minute: table1: seeds 0, 1 this lease \(about (\d+) s of training for 2 seed\(s\) of 2 to "
+        r"train; (\d+) s of the lease's training left, (\d+) s to this command's deadline: they finish "
+        r"in the lease's next command\)",
+        log,
+    )
     assert fm, log
     assert int(fm.group(1)) > 2 * int(fm.group(3)), log  # several times this command's deadline
     assert "deadline: SIGTERM to the training jobs" in log
     for g in groups:  # the budget: epoch time, projected finish, against the deadline and the lease
-        assert re.search(rf"{g} budget: epoch \d+ took \d+ s; all 30 epochs done at about \d+ s of the window, "
-                         r"deadline \d+ s, lease 2940 s: fits in the lease: about \d+ of 30 epochs by the deadline, "
-                         "the rest in its next command", log), log
+        assert re.search(
+            rf"{g} budget: epoch \d+ took \d+ s; all 30 epochs done at about \d+ s of the window, "
+            r"deadline \d+ s, lease 2940 s: fits in the lease: about \d+ of 30 epochs by the deadline, "
+            "the rest in its next command",
+            log,
+        ), log
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
     assert logs.count("SIGTERM: checkpointed at epoch") == 2
     assert not list((res / "runs").glob("*/run.json"))  # an interrupted run never looks complete
@@ -228,20 +304,32 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     decoy.kill()
     # the curves came back: in the pack, and each run's epochs and best PPL so far in the closing lines
     with tarfile.open(tmp_path / "first/records.tar.gz") as tar:
-        packed = {n: tar.extractfile(n).read().decode() for n in tar.getnames() if n.endswith("metrics.jsonl")}
+        packed = {
+            n: tar.extractfile(n).read().decode()
+            for n in tar.getnames()
+            if n.endswith("metrics.jsonl")
+        }
     runs = [f"{g}-s{s}" for g in groups for s in range(2)]  # the demo's two seeds
     assert sorted(packed) == sorted(f"results/demo/runs/{r}/metrics.jsonl" for r in runs)
     for r in runs:
-        rows = [json.loads(line) for line in packed[f"results/demo/runs/{r}/metrics.jsonl"].splitlines()]
+        rows = [
+            json.loads(line) for line in packed[f"results/demo/runs/{r}/metrics.jsonl"].splitlines()
+        ]
         best = min(row["val_ppl"] for row in rows)
-        assert 1 <= len(rows) < 30 and f"{r}: {len(rows)} epochs, best validation PPL so far {best:.1f}" in log, log
+        assert (
+            1 <= len(rows) < 30
+            and f"{r}: {len(rows)} epochs, best validation PPL so far {best:.1f}" in log
+        ), log
 
     # the lease's next command, at once: the first's choice reused, nothing timed, the runs resumed
     proc = _window(work, tmp_path / "second", CARRY="/none")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 0, out[-3000:]
-    assert re.search(r"reusing compile=false head_loss=chunked chosen at \d{4}-\d\d-\d\dT[\d:]+\+00:00 "
-                     r"\(table1 seeds 0, 1; the lease ends at ", out), out[-3000:]
+    assert re.search(
+        r"reusing compile=false head_loss=chunked chosen at \d{4}-\d\d-\d\dT[\d:]+\+00:00 "
+        r"\(table1 seeds 0, 1; the lease ends at ",
+        out,
+    ), out[-3000:]
     assert "first minute:" not in out and not (tmp_path / "second/choose-cpu.json").exists()
     logs = "".join(p.read_text() for p in (res / "logs/train_fused").glob("*.log"))
     assert logs.count("[train] resuming") == 2
@@ -253,15 +341,21 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     for r in runs:
         group, seed = r.rsplit("-s", 1)
         rec = json.loads((res / "runs" / r / "run.json").read_text())
-        assert rec["fused"] == {"runs": [f"{group}-s0", f"{group}-s1"], "work_dir": f"results/demo/fused/{group}",
-                                "index": int(seed)}
+        assert rec["fused"] == {
+            "runs": [f"{group}-s0", f"{group}-s1"],
+            "work_dir": f"results/demo/fused/{group}",
+            "index": int(seed),
+        }
         assert [p["ended"] for p in rec["parts"]] == ["SIGTERM", "finished"], rec["parts"]
         assert rec["git"] == {"commit": commit, "dirty": False, "checked": "content"}
         assert all(p["commit"] == commit and p["dirty"] is False for p in rec["parts"])
         assert f"[{r}](../runs/{r}/run.json)" in md
     with tarfile.open(tmp_path / "second/records.tar.gz") as tar:
         names = tar.getnames()
-    assert "results/demo/report/table1.md" in names and "results/demo/runs/table1-grassmann-s1/run.json" in names
+    assert (
+        "results/demo/report/table1.md" in names
+        and "results/demo/runs/table1-grassmann-s1/run.json" in names
+    )
     assert not [n for n in names if n.endswith((".pt", ".safetensors", ".parquet"))]
     assert all(p.stat().st_size < 16 * 2**20 for p in (tmp_path / "second").iterdir())
     assert len(list((tmp_path / "second").iterdir())) <= 8
@@ -272,32 +366,51 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     # seeds across leases: seed 0's records as the second window packed them (committed, as under reports/),
     # and a third window on another machine adopts them and trains seed 1 alone: the one window's table.
     # Their directory's name holds every character finished_runs allows that Markdown or LaTeX would read
-    records = _committed(tmp_path / "second/records.tar.gz", [f"{g}-s0" for g in groups], tmp_path / "_lease_+1@a,b~c")
+    records = _committed(
+        tmp_path / "second/records.tar.gz",
+        [f"{g}-s0" for g in groups],
+        tmp_path / "_lease_+1@a,b~c",
+    )
     third = _device_copy(prep, tmp_path / "third-work")
     proc = _window(third, tmp_path / "third", FINISHED=str(records))
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 0, out[-3000:]
     assert "first minute: table1: seeds 1 this lease" in out, out[-3000:]
-    assert "planned: adopt_run 2, preflight 1, train 2, evaluate 2, aggregate 1, table1 1\n" in out, out[-3000:]
+    assert (
+        "planned: adopt_run 2, preflight 1, train 2, evaluate 2, aggregate 1, table1 1\n" in out
+    ), out[-3000:]
     split = pd.read_csv(third / "results/demo/report/table1.csv").set_index("run_id")
     assert sorted(one.index) == sorted(split.index) == sorted(runs)
-    for col in ("val_ppl", "test_ppl"):  # seed 1 alone vs as a fused member: equal within fp32's rounding
+    for col in (
+        "val_ppl",
+        "test_ppl",
+    ):  # seed 1 alone vs as a fused member: equal within fp32's rounding
         assert np.allclose(split[col], one.loc[split.index, col], rtol=1e-4, atol=0), col
-    assert (split.loc[[f"{g}-s0" for g in groups], "weights_sha256"] == one.loc[[f"{g}-s0" for g in groups],
-                                                                                  "weights_sha256"]).all()
+    assert (
+        split.loc[[f"{g}-s0" for g in groups], "weights_sha256"]
+        == one.loc[[f"{g}-s0" for g in groups], "weights_sha256"]
+    ).all()
     md = (third / "results/demo/report/table1.md").read_text()
-    assert (f"From records made elsewhere (finished_runs: {markdown.text(records)}): table1-grassmann-s0, "
-            "table1-transformer-s0; the others trained in this tree.") in md, md
+    assert (
+        f"From records made elsewhere (finished_runs: {markdown.text(records)}): table1-grassmann-s0, "
+        "table1-transformer-s0; the others trained in this tree."
+    ) in md, md
     # and rendered (CommonMark, as a Markdown viewer or the report shows it) the path is that text, no markup;
     # the LaTeX table, whose comment names it, compiles
     html = MarkdownIt("commonmark").enable("table").render(md)
-    assert f"(finished_runs: {escape(str(records), quote=False)}): table1-grassmann-s0" in html, html
+    assert f"(finished_runs: {escape(str(records), quote=False)}): table1-grassmann-s0" in html, (
+        html
+    )
     compile_tex(third / "results/demo/report/table1.tex", tmp_path / "tex")
     for g in groups:  # seed 0 adopted, not evaluated again (the record's evaluation as it was); seed 1 trained here
         adopted = third / f"results/demo/runs/{g}-s0"
-        assert json.loads((adopted / "adopted.json").read_text())["source"] == str(records / f"{g}-s0")
+        assert json.loads((adopted / "adopted.json").read_text())["source"] == str(
+            records / f"{g}-s0"
+        )
         assert (adopted / "eval.json").read_bytes() == (records / f"{g}-s0/eval.json").read_bytes()
-        assert split.loc[f"{g}-s0", "adopted_from"] == str(records / f"{g}-s0") and pd.isna(split.loc[f"{g}-s1", "adopted_from"])
+        assert split.loc[f"{g}-s0", "adopted_from"] == str(records / f"{g}-s0") and pd.isna(
+            split.loc[f"{g}-s1", "adopted_from"]
+        )
 
     # a lease whose target's runs are all finished in earlier leases trains nothing: it stops at the dry
     # run, in seconds, before the preflight and the first minute, and says what to do
@@ -306,6 +419,11 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     proc = _window(fourth, tmp_path / "fourth", FINISHED=str(done))
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 3, out[-3000:]
-    assert (f"error: the dry run of table1 plans no training or evaluation: its runs are all finished ({done}); "
-            "name the next target (TARGETS=") in out, out[-3000:]
-    assert not (fourth / "results/demo/preflight").exists() and not (fourth / "results/demo/runs").exists()
+    assert (
+        f"error: the dry run of table1 plans no training or evaluation: its runs are all finished ({done}); "
+        "name the next target (TARGETS="
+    ) in out, out[-3000:]
+    assert (
+        not (fourth / "results/demo/preflight").exists()
+        and not (fourth / "results/demo/runs").exists()
+    )

@@ -26,13 +26,22 @@ sys.stdin.read()  # hold the slot until the test closes stdin (or kills us)
 
 @pytest.fixture
 def pool(tmp_path, monkeypatch):
-    env = {**os.environ, gpu_slots.OVERRIDE: "0,1", gpu_slots.RUNS_PER_GPU: "2",
-           gpu_slots.SLOTS_DIR: str(tmp_path / "slots")}
+    env = {
+        **os.environ,
+        gpu_slots.OVERRIDE: "0,1",
+        gpu_slots.RUNS_PER_GPU: "2",
+        gpu_slots.SLOTS_DIR: str(tmp_path / "slots"),
+    }
     procs = []
 
     def start(mode="shared"):
-        p = subprocess.Popen([sys.executable, "-c", HOLD, mode], env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", HOLD, mode],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(p)
         return p
 
@@ -56,7 +65,9 @@ def test_k_runs_per_gpu_each_on_its_own_slot_and_a_fifth_waits(pool):
     holders = [pool() for _ in range(4)]
     slots = [took(p) for p in holders]
     assert sorted((s["gpu"], s["slot"]) for s in slots) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert all(s["device"] == "cpu" and s["source"] == "override" and s["runs_per_gpu"] == 2 for s in slots)
+    assert all(
+        s["device"] == "cpu" and s["source"] == "override" and s["runs_per_gpu"] == 2 for s in slots
+    )
     fifth = pool()
     assert waits(fifth)  # every slot taken
     holders[2].stdin.close()  # one run ends normally
@@ -78,7 +89,9 @@ def test_a_job_that_times_the_device_takes_its_gpu_alone(pool):
     runs = [pool() for _ in range(3)]  # GPU 0 full, one run on GPU 1
     taken = [took(p) for p in runs]
     bench = pool("exclusive")
-    assert waits(bench)  # neither GPU is free of runs (a claim of one slot would take GPU 1's free one)
+    assert waits(
+        bench
+    )  # neither GPU is free of runs (a claim of one slot would take GPU 1's free one)
     on_1 = next(p for p, s in zip(runs, taken) if s["gpu"] == 1)
     on_1.stdin.close()
     on_1.wait()
@@ -93,7 +106,9 @@ def test_a_job_that_times_the_device_takes_its_gpu_alone(pool):
 
 def test_no_slot_without_a_gpu_or_the_stand_in(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != gpu_slots.OVERRIDE}
-    out = subprocess.run([sys.executable, "-c", HOLD, "shared"], env=env, input="", capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", HOLD, "shared"], env=env, input="", capture_output=True, text=True
+    )
     assert json.loads(out.stdout) == {"device": "cpu"}
 
 
@@ -120,7 +135,9 @@ def test_a_cuda_slot_makes_its_gpu_torchs_current_device(tmp_path, monkeypatch):
     monkeypatch.setenv(gpu_slots.SLOTS_DIR, str(tmp_path / "slots"))
     monkeypatch.setenv(gpu_slots.RUNS_PER_GPU, "1")
     monkeypatch.delenv(gpu_slots.OVERRIDE, raising=False)
-    pool = [{"index": i, "name": f"H100 #{i}", "uuid": f"GPU-{i}", "source": "cuda"} for i in (0, 1)]
+    pool = [
+        {"index": i, "name": f"H100 #{i}", "uuid": f"GPU-{i}", "source": "cuda"} for i in (0, 1)
+    ]
     monkeypatch.setattr(gpu_slots, "gpus", lambda: pool)
     calls = []
     monkeypatch.setattr(torch.cuda, "set_device", calls.append)
@@ -130,7 +147,12 @@ def test_a_cuda_slot_makes_its_gpu_torchs_current_device(tmp_path, monkeypatch):
         got = gpu_slots.claim()
     finally:
         os.close(held_elsewhere)
-    assert calls == [1] and (got["gpu"], got["slot"], got["uuid"], got["source"]) == (1, 0, "GPU-1", "cuda")
+    assert calls == [1] and (got["gpu"], got["slot"], got["uuid"], got["source"]) == (
+        1,
+        0,
+        "GPU-1",
+        "cuda",
+    )
     assert gpu_slots.claim() == got and calls == [1]  # held: a second ask changes nothing
 
 
@@ -149,7 +171,9 @@ def test_two_allocations_gpu_0_are_two_gpus(tmp_path, monkeypatch):
     assert held_by_first is not None
     monkeypatch.setattr(gpu_slots, "gpus", lambda: [{**first, "uuid": "GPU-bbbb"}])
     monkeypatch.setattr(gpu_slots, "_held", {})
-    monkeypatch.setattr(gpu_slots.time, "sleep", lambda s: pytest.fail("waited for another GPU's slot"))
+    monkeypatch.setattr(
+        gpu_slots.time, "sleep", lambda s: pytest.fail("waited for another GPU's slot")
+    )
     try:
         got = gpu_slots.claim()
     finally:

@@ -14,8 +14,10 @@ from helpers.step_ops import count, table
 
 def test_the_reports_counts_are_the_steps():
     report = (ROOT / "reports/bench/step-ops.md").read_text()
-    assert table() in report, "the step's kernel counts changed: rerun `python tests/helpers/step_ops.py` and " \
-                              "update reports/bench/step-ops.md (before and after)"
+    assert table() in report, (
+        "the step's kernel counts changed: rerun `python tests/helpers/step_ops.py` and "
+        "update reports/bench/step-ops.md (before and after)"
+    )
 
 
 def test_the_counts_do_not_depend_on_widths():

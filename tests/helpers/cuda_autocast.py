@@ -28,24 +28,112 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 LOWER = {
-    "linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv",
-    "addr", "mv", "einsum", "chain_matmul", "multi_dot", "vecdot", "prelu", "conv1d", "conv2d", "conv3d",
-    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "conv_tbc", "scaled_dot_product_attention",
-    "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "linear",
+    "matmul",
+    "__matmul__",
+    "__rmatmul__",
+    "mm",
+    "bmm",
+    "baddbmm",
+    "addmm",
+    "addbmm",
+    "addmv",
+    "addr",
+    "mv",
+    "einsum",
+    "chain_matmul",
+    "multi_dot",
+    "vecdot",
+    "prelu",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "conv_tbc",
+    "scaled_dot_product_attention",
+    "lstm_cell",
+    "gru_cell",
+    "rnn_tanh_cell",
+    "rnn_relu_cell",
 }
 FP32 = {
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
-    "rsqrt", "sinh", "tan", "pow", "__pow__", "__rpow__", "__rtruediv__", "__rdiv__", "softplus",
-    "layer_norm", "group_norm", "norm", "frobenius_norm", "nuclear_norm", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "hinge_embedding_loss", "kl_div", "l1_loss",
-    "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
-    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits",
-    "dist", "pdist", "cdist", "renorm", "logsumexp", "cross_entropy",
+    "acos",
+    "asin",
+    "cosh",
+    "erfinv",
+    "exp",
+    "expm1",
+    "log",
+    "log10",
+    "log2",
+    "log1p",
+    "reciprocal",
+    "rsqrt",
+    "sinh",
+    "tan",
+    "pow",
+    "__pow__",
+    "__rpow__",
+    "__rtruediv__",
+    "__rdiv__",
+    "softplus",
+    "layer_norm",
+    "group_norm",
+    "norm",
+    "frobenius_norm",
+    "nuclear_norm",
+    "cosine_similarity",
+    "poisson_nll_loss",
+    "cosine_embedding_loss",
+    "nll_loss",
+    "hinge_embedding_loss",
+    "kl_div",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "mse_loss",
+    "margin_ranking_loss",
+    "multilabel_margin_loss",
+    "soft_margin_loss",
+    "triplet_margin_loss",
+    "multi_margin_loss",
+    "binary_cross_entropy_with_logits",
+    "dist",
+    "pdist",
+    "cdist",
+    "renorm",
+    "logsumexp",
+    "cross_entropy",
 }
-FP32_SET_OPT_DTYPE = {"sum", "prod", "cumsum", "cumprod", "softmax", "log_softmax", "vector_norm",
-                      "matrix_norm"}
-PROMOTE = {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put",
-           "scatter_add", "tensordot", "cat", "concat", "concatenate", "stack", "index_copy"}
+FP32_SET_OPT_DTYPE = {
+    "sum",
+    "prod",
+    "cumsum",
+    "cumprod",
+    "softmax",
+    "log_softmax",
+    "vector_norm",
+    "matrix_norm",
+}
+PROMOTE = {
+    "addcdiv",
+    "addcmul",
+    "atan2",
+    "bilinear",
+    "cross",
+    "dot",
+    "grid_sampler",
+    "index_put",
+    "scatter_add",
+    "tensordot",
+    "cat",
+    "concat",
+    "concatenate",
+    "stack",
+    "index_copy",
+}
 BANNED = {"binary_cross_entropy"}
 
 
@@ -160,7 +248,9 @@ class Recorded:
         lowered = [x for ctx in self.made for x in ctx.lowered]
         assert self.made, "the step never entered runtime.autocast: the policy did not run"
         if self.expect_lowered:
-            assert lowered, "no lower-precision op ran under the policy: the rehearsal rehearsed nothing"
+            assert lowered, (
+                "no lower-precision op ran under the policy: the rehearsal rehearsed nothing"
+            )
         wrong = sorted({f"{op} -> {dtype}" for op, dtype in lowered if dtype != self.dtype})
         assert not wrong, f"lower-precision ops did not produce {self.dtype}: {wrong}"
 

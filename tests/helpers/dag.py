@@ -19,10 +19,21 @@ from grassflow.planning import staleness
 from helpers import ROOT
 from helpers.warm_snakemake import WarmSnakemake
 
-RUN_WILDCARDS = r"(?:\w+_)?run"  # run=, snli_run=, recall_run= (each task's rule file names its own)
+RUN_WILDCARDS = (
+    r"(?:\w+_)?run"  # run=, snli_run=, recall_run= (each task's rule file names its own)
+)
 
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "config.yaml", "workflow", "src", "kernels", "profiles", "envs", "pyproject.toml"]
+COPY = [
+    "Snakefile",
+    "config.yaml",
+    "workflow",
+    "src",
+    "kernels",
+    "profiles",
+    "envs",
+    "pyproject.toml",
+]
 
 
 def copy_repo(dst: Path) -> Path:
@@ -39,18 +50,38 @@ def copy_repo(dst: Path) -> Path:
 def pipeline_env(work: Path) -> dict:
     """The venv's snakemake first, offline, importing the copy's package (its src/ on PYTHONPATH:
     the venv's is the repository's, and the Snakefile refuses a package that is not its own)."""
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": str(Path(work) / "src")}
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(Path(work) / "src"),
+    }
 
 
-POOL_ENV = {"GRASSFLOW_GPUS": "0,1"}  # the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
+POOL_ENV = {
+    "GRASSFLOW_GPUS": "0,1"
+}  # the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
 
 
 def pool_flag(work, env) -> list[str]:
     """`grassflow gpus`'s flag for the stand-in pool and the demo's train.runs_per_gpu overlay."""
-    return subprocess.run([sys.executable, "-m", "grassflow", "gpus", "--preset", "demo", "--configfile",
-                           str(work / "pool.yaml")], cwd=work, capture_output=True, text=True, check=True,
-                          env={**pipeline_env(work), **env}).stdout.split()
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grassflow",
+            "gpus",
+            "--preset",
+            "demo",
+            "--configfile",
+            str(work / "pool.yaml"),
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**pipeline_env(work), **env},
+    ).stdout.split()
 
 
 # Flags of a Snakemake command that runs no job: such a command runs in a fork of a process that has
@@ -64,16 +95,27 @@ def run_snakemake(args, cwd, env, timeout=2700) -> subprocess.CompletedProcess:
     args = [str(a) for a in args]
     if NO_JOBS & set(args):
         return _WARM.run(args, cwd, env, timeout)
-    return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(BIN / "snakemake"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def snakemake(cwd, *args, check=True, preset="demo", env=None):
     # --config last: a target right after it would be read as a config entry
-    res = run_snakemake(["--cores", "2", *args, "--config", f"preset={preset}"], cwd,
-                        {**pipeline_env(cwd), **(env or {})})
+    res = run_snakemake(
+        ["--cores", "2", *args, "--config", f"preset={preset}"],
+        cwd,
+        {**pipeline_env(cwd), **(env or {})},
+    )
     if check and res.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
+        )
     return res
 
 
@@ -89,13 +131,17 @@ def plan_jobs(cwd, overlay: dict | None = None, targets=()) -> list[dict]:
         path = Path(cwd) / "overlay.yaml"
         path.write_text(yaml.safe_dump({"presets": {"demo": overlay}}))
         configfiles.append(str(path))
-    jobs = _WARM.plan(cwd, pipeline_env(cwd), targets=list(targets), configfiles=configfiles, preset="demo")
+    jobs = _WARM.plan(
+        cwd, pipeline_env(cwd), targets=list(targets), configfiles=configfiles, preset="demo"
+    )
     return [{**j, "why": explain(j["reason"], Path(cwd) / CODE_INDEX, Path(cwd))} for j in jobs]
 
 
 def job_key(job: dict) -> tuple:
     """(rule, its run wildcard or None)."""
-    return job["rule"], next((v for k, v in job["wildcards"].items() if re.fullmatch(RUN_WILDCARDS, k)), None)
+    return job["rule"], next(
+        (v for k, v in job["wildcards"].items() if re.fullmatch(RUN_WILDCARDS, k)), None
+    )
 
 
 def planned(cwd, overlay: dict | None = None) -> Counter:
@@ -116,8 +162,11 @@ def settings_changed(jobs: list[dict]) -> set[tuple]:
 
 # the demo's Grassmann runs: its tables', its `pre_norm` ablation's (`paper` is the table's) and its sweep's
 # other learning rates (3e-3 is the table's)
-DEMO_GRASSMANN_RUNS = ({f"{t}-grassmann-s{s}" for t in ("table1", "table2", "table1_lr_1e-3", "table1_lr_1e-2")
-                        for s in (0, 1)} | {"table1_pre_norm-grassmann-s0"})
+DEMO_GRASSMANN_RUNS = {
+    f"{t}-grassmann-s{s}"
+    for t in ("table1", "table2", "table1_lr_1e-3", "table1_lr_1e-2")
+    for s in (0, 1)
+} | {"table1_pre_norm-grassmann-s0"}
 DEMO_LM_RUNS = 18  # 8 of Tables 1-2, 2 of the ablation, 8 of the sweep
 
 
@@ -147,8 +196,13 @@ def edited(path: Path, text: str = CODE_EDIT):
 def job_stats(stdout: str) -> Counter:
     """The 'Job stats' table of a dry run: rule → count."""
     table = stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
-    return Counter({m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
-                    if m.group(1) != "total"})
+    return Counter(
+        {
+            m.group(1): int(m.group(2))
+            for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+            if m.group(1) != "total"
+        }
+    )
 
 
 def assert_same_tables(a_dir, b_dir, names=None, subset=None):
@@ -157,28 +211,60 @@ def assert_same_tables(a_dir, b_dir, names=None, subset=None):
     preset, a part of the demo's runs (tests/slurm/demo-small.yaml): each of its rows equals the
     demo's row of the same run."""
     # equal weights, equal weights_sha256, wherever and however the checkpoints were written
-    lm = ["run_id", "status", "best_epoch", "val_ppl", "test_ppl", "test_strided_ppl", "test_word_ppl", "weights_sha256"]
-    snli = ["run_id", "status", "best_epoch", "val_acc", "test_acc", "backbone_sha256", "weights_sha256"]
+    lm = [
+        "run_id",
+        "status",
+        "best_epoch",
+        "val_ppl",
+        "test_ppl",
+        "test_strided_ppl",
+        "test_word_ppl",
+        "weights_sha256",
+    ]
+    snli = [
+        "run_id",
+        "status",
+        "best_epoch",
+        "val_acc",
+        "test_acc",
+        "backbone_sha256",
+        "weights_sha256",
+    ]
     recall = ["run_id", "status", "lr", "val_acc", "test_acc", "reach", "weights_sha256"]
-    for name, cols in [("table1", lm), ("table2", lm), ("ablations", ["variant"] + lm), ("snli_table3", snli),
-                       ("snli_table3_scratch", snli), ("recall", recall)]:
+    for name, cols in [
+        ("table1", lm),
+        ("table2", lm),
+        ("ablations", ["variant"] + lm),
+        ("snli_table3", snli),
+        ("snli_table3_scratch", snli),
+        ("recall", recall),
+    ]:
         if names is not None and name not in names:
             continue
         a = pd.read_csv(a_dir / f"results/demo/report/{name}.csv")[cols]
         b = pd.read_csv(b_dir / f"results/{subset or 'demo'}/report/{name}.csv")[cols]
         if subset:
-            assert len(b) and set(b.run_id) <= set(a.run_id), (name, sorted(set(b.run_id) - set(a.run_id)))
+            assert len(b) and set(b.run_id) <= set(a.run_id), (
+                name,
+                sorted(set(b.run_id) - set(a.run_id)),
+            )
             a = a[a.run_id.isin(b.run_id)].reset_index(drop=True)
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-DEMO_RECALL_RUNS = {f"L32-kv4-d32-{m}-lr0.001-s0" for m in
-                    ("transformer", "transformer_window2", "grassmann", "grassmann_geometric")}
+DEMO_RECALL_RUNS = {
+    f"L32-kv4-d32-{m}-lr0.001-s0"
+    for m in ("transformer", "transformer_window2", "grassmann", "grassmann_geometric")
+}
 
 
 def plan_rows(md: str) -> dict[str, list[str]]:
-    return {cells[0]: cells for line in md.splitlines() if line.startswith("| ") and not line.startswith("| rule")
-            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    return {
+        cells[0]: cells
+        for line in md.splitlines()
+        if line.startswith("| ") and not line.startswith("| rule")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
 
 
 def assert_closure_holds(record: dict, module: str, kinds=()) -> None:
@@ -189,4 +275,6 @@ def assert_closure_holds(record: dict, module: str, kinds=()) -> None:
     loaded = {Path(f).resolve() for f in record["files"]}
     owned = {p for p in loaded if staleness._owned_by(staleness.module_name(p), others)}
     missing = loaded - owned - theirs - set(staleness.job_files(module, kinds))
-    assert not missing, f"{module} {kinds}: loaded but not fingerprinted: {sorted(map(str, missing))}"
+    assert not missing, (
+        f"{module} {kinds}: loaded but not fingerprinted: {sorted(map(str, missing))}"
+    )

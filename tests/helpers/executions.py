@@ -95,7 +95,9 @@ def owner(log: Path, root: Path) -> str:
 
 
 JOB = re.compile(r"^(?:local)?rule \w+:$", re.M)  # a job started (Snakemake's log of it)
-TOUCH = re.compile(r"^  Command: .*\s(?:--touch|-t)(?:\s|$)", re.M)  # its jobs' outputs touched, none run
+TOUCH = re.compile(
+    r"^  Command: .*\s(?:--touch|-t)(?:\s|$)", re.M
+)  # its jobs' outputs touched, none run
 
 
 def made(root: Path) -> Counter:
@@ -115,6 +117,13 @@ def made(root: Path) -> Counter:
 def audit(root: Path) -> list[str]:
     """The lines saying where the executions under `root` differ from EXECUTIONS (none: they agree)."""
     got, declared = made(root), {test: n for test, (n, _) in EXECUTIONS.items()}
-    return [f"{test}: {got[test]} full Snakemake executions, declared {declared.get(test, 0)}"
-            + ("" if test in declared else " (undeclared: add it to tests/helpers/executions.py with what it is for)")
-            for test in sorted(declared | got) if got[test] != declared.get(test, 0)]
+    return [
+        f"{test}: {got[test]} full Snakemake executions, declared {declared.get(test, 0)}"
+        + (
+            ""
+            if test in declared
+            else " (undeclared: add it to tests/helpers/executions.py with what it is for)"
+        )
+        for test in sorted(declared | got)
+        if got[test] != declared.get(test, 0)
+    ]

@@ -44,8 +44,11 @@ from grassflow.ops.linear_ce import fused
 from grassflow.ops.plucker import cpu_kernel, cupy_backend, kernel_abi
 
 # The sources a module may be compiled from, and the shim launcher of each one's kernels
-SOURCES = {"plucker.cu": cpu_kernel.launch_packed_on_cpu, "cross_entropy.cu": fused.launch_packed_on_cpu,
-           bench_kernels.BASELINE: bench_kernels.launch_packed_on_cpu}
+SOURCES = {
+    "plucker.cu": cpu_kernel.launch_packed_on_cpu,
+    "cross_entropy.cu": fused.launch_packed_on_cpu,
+    bench_kernels.BASELINE: bench_kernels.launch_packed_on_cpu,
+}
 
 STREAM = 0x5EED  # the stream handle "torch" reports; every launch must be on it
 CAPTURE = 0xCA97  # torch's current stream while a CUDA graph is being captured
@@ -95,7 +98,11 @@ class Function:
 
 class RawKernel:
     def __init__(self, name, launch, module):
-        self.name, self.launch, self.module = name, launch, module  # a kernel object keeps its module
+        self.name, self.launch, self.module = (
+            name,
+            launch,
+            module,
+        )  # a kernel object keeps its module
 
     @property
     def kernel(self):
@@ -110,20 +117,30 @@ class RawKernel:
 def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra):
     fn = STATE.functions.get(f)
     if fn is None:
-        raise CUDADriverError(f"CUDA_ERROR_INVALID_HANDLE: {f:#x} is no function of a loaded module")
+        raise CUDADriverError(
+            f"CUDA_ERROR_INVALID_HANDLE: {f:#x} is no function of a loaded module"
+        )
     if fn.module() is None:
-        raise CUDADriverError(f"CUDA_ERROR_INVALID_CONTEXT: {fn.name}: its module was collected after the lookup "
-                              "(and unloaded): keep the module for as long as its functions are launched")
-    if not all(type(v) is int for v in (gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra)):
+        raise CUDADriverError(
+            f"CUDA_ERROR_INVALID_CONTEXT: {fn.name}: its module was collected after the lookup "
+            "(and unloaded): keep the module for as long as its functions are launched"
+        )
+    if not all(
+        type(v) is int for v in (gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra)
+    ):
         raise TypeError("launchKernel takes integers (handles and pointers as int)")
     if (gy, gz, by, bz) != (1, 1, 1, 1):
-        raise ValueError(f"{fn.name}: our kernels are 1-D, got grid ({gx}, {gy}, {gz}), block ({bx}, {by}, {bz})")
+        raise ValueError(
+            f"{fn.name}: our kernels are 1-D, got grid ({gx}, {gy}, {gz}), block ({bx}, {by}, {bz})"
+        )
     if shared_mem or extra:
         raise ValueError(f"{fn.name}: no shared memory and no `extra` launch options expected")
     current = CpuAsCuda.stream(None)
     if stream != current:
-        raise RuntimeError(f"{fn.name}: launched on stream {stream:#x}, torch's current stream is {current:#x}"
-                           + (": it would be missing from the graph" if STATE.capturing else ""))
+        raise RuntimeError(
+            f"{fn.name}: launched on stream {stream:#x}, torch's current stream is {current:#x}"
+            + (": it would be missing from the graph" if STATE.capturing else "")
+        )
     STATE.launches.append((fn.name, gx, bx, stream))
     fn.launch(fn.name, gx, bx, kernel_params)
 
@@ -131,20 +148,28 @@ def launch_kernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, 
 class RawModule:
     def __init__(self, code=None, options=(), name_expressions=None, **kwargs):
         if kwargs or name_expressions is not None:
-            raise NotImplementedError(f"stand-in RawModule: unsupported {sorted(kwargs) or 'name_expressions'}")
+            raise NotImplementedError(
+                f"stand-in RawModule: unsupported {sorted(kwargs) or 'name_expressions'}"
+            )
         self.source = next((s for s in SOURCES if code == (kernels_dir() / s).read_text()), None)
         if self.source is None:
-            raise NotImplementedError(f"stand-in RawModule: models kernels/{' and kernels/'.join(SOURCES)} only")
+            raise NotImplementedError(
+                f"stand-in RawModule: models kernels/{' and kernels/'.join(SOURCES)} only"
+            )
         self.options = tuple(options)
         self._compiled = None
 
     def compile(self, log_stream=None):
         if self._compiled is None:
             if STATE.capturing:
-                raise RuntimeError("cudaErrorStreamCaptureUnsupported: a module compiled and loaded during a capture")
+                raise RuntimeError(
+                    "cudaErrorStreamCaptureUnsupported: a module compiled and loaded during a capture"
+                )
             if STATE.nvrtc_missing:
-                raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
-                                   "cannot open shared object file: No such file or directory")
+                raise RuntimeError(
+                    "CuPy failed to load libnvrtc.so.12: OSError: libnvrtc.so.12: "
+                    "cannot open shared object file: No such file or directory"
+                )
             STATE.compiles += 1
             self._compiled = kernel_abi.signatures(kernels_dir() / self.source)  # its exports
         return self
@@ -158,7 +183,9 @@ class RawModule:
 
 def _allocate(shape, dtype=np.float32):
     if STATE.capturing:
-        raise RuntimeError("cudaErrorStreamCaptureUnsupported: CuPy's memory pool allocates during a capture")
+        raise RuntimeError(
+            "cudaErrorStreamCaptureUnsupported: CuPy's memory pool allocates during a capture"
+        )
     STATE.allocations += 1
     return torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name))
 

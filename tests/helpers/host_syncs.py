@@ -18,8 +18,19 @@ from contextlib import ExitStack
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__", "__array__",
-         "__format__", "__repr__"}
+READS = {
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "__bool__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "__array__",
+    "__format__",
+    "__repr__",
+}
 ATEN_READS = {"aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.item.default"}
 
 

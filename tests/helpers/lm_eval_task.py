@@ -21,10 +21,14 @@ def wikitext_task(tmp_path: Path, docs: list[str]):
     shutil.copy(src / "preprocess_wikitext.py", d)
     pq.write_table(pa.table({"page": docs}), tmp_path / "docs.parquet")
     yaml = (src / "wikitext.yaml").read_text()
-    assert "dataset_path: EleutherAI/wikitext_document_level\ndataset_name: wikitext-2-raw-v1\n" in yaml
+    assert (
+        "dataset_path: EleutherAI/wikitext_document_level\ndataset_name: wikitext-2-raw-v1\n"
+        in yaml
+    )
     yaml = yaml.replace("task: wikitext\n", "task: wikitext_local\n").replace(
         "dataset_path: EleutherAI/wikitext_document_level\ndataset_name: wikitext-2-raw-v1\n",
-        f"dataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'docs.parquet'}\n")
+        f"dataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'docs.parquet'}\n",
+    )
     yaml = yaml.replace("training_split: train\nvalidation_split: validation\n", "")
     (d / "wikitext_local.yaml").write_text(yaml)
     return TaskManager(include_path=str(d)), "wikitext_local"

@@ -8,7 +8,9 @@ import math
 import re
 from collections import defaultdict
 
-RECORDED: dict[str, list[tuple[float, int]]] = defaultdict(list)  # test (no seed id) -> [(err/tol, seed)]
+RECORDED: dict[str, list[tuple[float, int]]] = defaultdict(
+    list
+)  # test (no seed id) -> [(err/tol, seed)]
 _running = ["?", 0]
 
 
@@ -30,11 +32,14 @@ def summary() -> str:
         ratio, seed = max(rows)
         n = worst.get(fn, (0, 0, "", 0))[3] + len(rows)
         if fn not in worst or ratio > worst[fn][0]:
-            worst[fn] = (ratio, seed, test[len(fn):], n)
+            worst[fn] = (ratio, seed, test[len(fn) :], n)
         else:
             worst[fn] = (*worst[fn][:3], n)
-    lines = ["", "worst margin (error / tolerance; < 1 passes) per randomized test, over its cases and seeds:",
-             f"{'margin':>8}  {'checks':>6}  {'worst seed':>10}  test [worst case]"]
+    lines = [
+        "",
+        "worst margin (error / tolerance; < 1 passes) per randomized test, over its cases and seeds:",
+        f"{'margin':>8}  {'checks':>6}  {'worst seed':>10}  test [worst case]",
+    ]
     for fn, (ratio, seed, case, n) in sorted(worst.items(), key=lambda kv: -kv[1][0]):
         lines.append(f"{ratio:8.3f}  {n:6d}  {seed:>10}  {fn}{case}")
     return "\n".join(lines)

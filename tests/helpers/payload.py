@@ -26,8 +26,9 @@ def crafted_weights(path: Path, marker: Path, header: dict | None = None) -> Non
     """A run's model.safetensors replaced by a pickle that would run `touch marker` if it were
     unpickled, beside a config.json that says it holds weights."""
     torch.save({"model": Payload(marker)}, path)
-    (path.parent / "config.json").write_text(json.dumps({**(header or {}), "epoch": 1, "val_loss": 1.0,
-                                                         "weights_sha256": "0" * 64}))
+    (path.parent / "config.json").write_text(
+        json.dumps({**(header or {}), "epoch": 1, "val_loss": 1.0, "weights_sha256": "0" * 64})
+    )
 
 
 def crafted_last(path: Path, marker: Path, spec_hash: str = "x") -> None:

@@ -33,7 +33,9 @@ def _wait_for_checkpoints(path, proc, k: int, timeout=HANG) -> None:
         if v is not None and v != last:
             seen, last = seen + 1, v
         time.sleep(0.005)
-    assert proc.poll() is not None or seen >= k, f"{seen} of {k} checkpoints after {timeout} s: hung"
+    assert proc.poll() is not None or seen >= k, (
+        f"{seen} of {k} checkpoints after {timeout} s: hung"
+    )
 
 
 def stop_then_signal(proc, sig, still=None) -> None:
@@ -44,7 +46,9 @@ def stop_then_signal(proc, sig, still=None) -> None:
     proc.send_signal(signal.SIGSTOP)
     if still is not None and not still():
         proc.send_signal(signal.SIGCONT)
-        raise AssertionError("the process got past the state this signal is for before it could be delivered")
+        raise AssertionError(
+            "the process got past the state this signal is for before it could be delivered"
+        )
     proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
 

@@ -12,10 +12,16 @@ from helpers import ROOT
 TEMPLATE = ROOT / "reports/wikitext2-v1-laptop"  # real records of a finished run: their shape
 # a distinct value per (split, metric): validation's and test's chunked, strided, strided word-level (strided
 # NLL per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
-OFFSETS = {("validation", "chunked_ppl"): 1, ("validation", "strided_ppl"): 2, ("validation", "strided_word_ppl"): 3,
-           ("test", "chunked_ppl"): 4, ("test", "strided_ppl"): 5, ("test", "strided_word_ppl"): 6,
-           ("validation", "harness"): 7, ("test", "harness"): 8}
-
+OFFSETS = {
+    ("validation", "chunked_ppl"): 1,
+    ("validation", "strided_ppl"): 2,
+    ("validation", "strided_word_ppl"): 3,
+    ("test", "chunked_ppl"): 4,
+    ("test", "strided_ppl"): 5,
+    ("test", "strided_word_ppl"): 6,
+    ("validation", "harness"): 7,
+    ("test", "harness"): 8,
+}
 
 
 def distinct_runs(tmp_path) -> dict[str, dict]:
@@ -47,11 +53,23 @@ def tensorboard_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
 
     events = EventAccumulator(str(log_dir))
     events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
 
 
-def crafted_run(runs_dir, run_id: str, model: str, seed: int, val: float, test: float, train=None, model_keys=None,
-                state: str = "completed", epochs: int = 1):
+def crafted_run(
+    runs_dir,
+    run_id: str,
+    model: str,
+    seed: int,
+    val: float,
+    test: float,
+    train=None,
+    model_keys=None,
+    state: str = "completed",
+    epochs: int = 1,
+):
     """A finished run's records (the template's shape) with these figures: eval.json's validation and
     test chunked PPL, and metrics.jsonl's epochs, the last of which is the best (its validation PPL
     eval.json's, as run.json's best_val_ppl); `train`, `model_keys`: its spec's, over the template's.
@@ -65,10 +83,23 @@ def crafted_run(runs_dir, run_id: str, model: str, seed: int, val: float, test: 
     spec["train"].update(train or {}, epochs=max(epochs, spec["train"]["epochs"]))
     spec["model"].update(model_keys or {})
     line = json.loads((src / "metrics.jsonl").read_text().splitlines()[0])
-    metrics = [{**line, "epoch": e, "val_ppl": val * (1 + 0.1 * (epochs - e)),
-                "val_loss": math.log(val * (1 + 0.1 * (epochs - e)))} for e in range(1, epochs + 1)]
-    rec.update(run_id=run_id, seed=seed, status={"state": state}, epochs_completed=epochs, best_epoch=epochs,
-               best_val_ppl=val)
+    metrics = [
+        {
+            **line,
+            "epoch": e,
+            "val_ppl": val * (1 + 0.1 * (epochs - e)),
+            "val_loss": math.log(val * (1 + 0.1 * (epochs - e))),
+        }
+        for e in range(1, epochs + 1)
+    ]
+    rec.update(
+        run_id=run_id,
+        seed=seed,
+        status={"state": state},
+        epochs_completed=epochs,
+        best_epoch=epochs,
+        best_val_ppl=val,
+    )
     ev.update(run_id=run_id, best_epoch=epochs)
     ev["validation"]["chunked_ppl"], ev["test"]["chunked_ppl"] = val, test
     if state != "completed":

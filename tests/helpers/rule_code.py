@@ -26,8 +26,12 @@ def _parse():
     from snakemake.settings import types as st
 
     with SnakemakeApi(st.OutputSettings(quiet={st.Quietness.ALL})) as api:
-        wf = api.workflow(snakefile=ROOT / "Snakefile", workdir=ROOT, resource_settings=st.ResourceSettings(cores=1),
-                          config_settings=st.ConfigSettings(config={"preset": "demo"}))
+        wf = api.workflow(
+            snakefile=ROOT / "Snakefile",
+            workdir=ROOT,
+            resource_settings=st.ResourceSettings(cores=1),
+            config_settings=st.ConfigSettings(config={"preset": "demo"}),
+        )
         return list(wf._workflow.rules)
 
 
@@ -69,11 +73,19 @@ def rules() -> dict[str, SimpleNamespace]:
         if code is None:
             codes = None
         elif callable(code):
-            codes = [(wc, prints.get(code(SimpleNamespace(**wc)))) for wc in jobs.get(rule.name, [])]
+            codes = [
+                (wc, prints.get(code(SimpleNamespace(**wc)))) for wc in jobs.get(rule.name, [])
+            ]
         else:
             codes = [(None, prints.get(code))]
-        out[rule.name] = SimpleNamespace(shell=shell, conda=rule.conda_env, container=rule.container_img,
-                                         runs=not rule.norun, module=module, code=codes)
+        out[rule.name] = SimpleNamespace(
+            shell=shell,
+            conda=rule.conda_env,
+            container=rule.container_img,
+            runs=not rule.norun,
+            module=module,
+            code=codes,
+        )
     return out
 
 
@@ -83,5 +95,8 @@ def rule_codes() -> dict[str, tuple[str, str]]:
     for name, r in rules().items():
         kinds = {k for _, k in r.code or []}
         if kinds and None not in kinds:
-            out[name] = (r.module, "*" if kinds == {KIND_SETS[-1]} else "" if kinds == {()} else "run")
+            out[name] = (
+                r.module,
+                "*" if kinds == {KIND_SETS[-1]} else "" if kinds == {()} else "run",
+            )
     return out

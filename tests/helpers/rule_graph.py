@@ -19,9 +19,14 @@ SVG = ROOT / "docs" / "dag.svg"
 
 def rule_graph_dot(cwd: Path = ROOT) -> str:
     """`snakemake --rulegraph` (graphviz's dot language) of the paper preset."""
-    res = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--rulegraph", "--config", "preset=paper"],
-                         cwd=cwd, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(Path(cwd) / "src")})  # a copy: its own package
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake"), "--rulegraph", "--config", "preset=paper"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(Path(cwd) / "src")},
+    )  # a copy: its own package
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 
@@ -36,15 +41,26 @@ def dot_graph(dot: str) -> tuple[frozenset, frozenset]:
 def svg_graph(svg: str) -> tuple[frozenset, frozenset]:
     """(rule names, edges by name) of graphviz's SVG of a rule graph: each node's group holds its
     id as its title and its rule as its text, each edge's its two ids as `a->b`."""
-    groups = re.findall(r'<g id="\w+" class="(node|edge)">\s*<title>(.*?)</title>(.*?)</g>', svg, re.S)
-    names = {html.unescape(t): html.unescape(re.search(r"<text[^>]*>(.*?)</text>", body).group(1))
-             for kind, t, body in groups if kind == "node"}
-    edges = {tuple(names[n] for n in html.unescape(t).split("->")) for kind, t, _ in groups if kind == "edge"}
+    groups = re.findall(
+        r'<g id="\w+" class="(node|edge)">\s*<title>(.*?)</title>(.*?)</g>', svg, re.S
+    )
+    names = {
+        html.unescape(t): html.unescape(re.search(r"<text[^>]*>(.*?)</text>", body).group(1))
+        for kind, t, body in groups
+        if kind == "node"
+    }
+    edges = {
+        tuple(names[n] for n in html.unescape(t).split("->"))
+        for kind, t, _ in groups
+        if kind == "edge"
+    }
     return frozenset(names.values()), frozenset(edges)
 
 
 if __name__ == "__main__":
     dot = rule_graph_dot()
-    svg = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True, check=True).stdout
+    svg = subprocess.run(
+        ["dot", "-Tsvg"], input=dot, capture_output=True, text=True, check=True
+    ).stdout
     SVG.write_text(svg)
     print(f"wrote {SVG.relative_to(ROOT)}: {len(dot_graph(dot)[0])} rules")

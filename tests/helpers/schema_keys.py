@@ -13,7 +13,9 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.
 
 def _resolve(node: dict, schema: dict) -> dict:
     while isinstance(node, dict) and "$ref" in node:
-        node = schema["$defs"][node["$ref"].split("/")[-1]] | {k: v for k, v in node.items() if k != "$ref"}
+        node = schema["$defs"][node["$ref"].split("/")[-1]] | {
+            k: v for k, v in node.items() if k != "$ref"
+        }
     return node
 
 
@@ -46,17 +48,38 @@ def keys(schema=None) -> dict[str, dict]:
             walk(extra, f"{path}.<name>")
 
     walk(schema["$defs"]["preset"], "")
-    top = {f"estimate.{k}": _resolve(v, schema) for k, v in schema["properties"]["estimate"].get("properties", {}).items()}
-    return {**out, "(top level) preset": schema["properties"]["preset"], **{f"(top level) {k}": v for k, v in top.items()}}
+    top = {
+        f"estimate.{k}": _resolve(v, schema)
+        for k, v in schema["properties"]["estimate"].get("properties", {}).items()
+    }
+    return {
+        **out,
+        "(top level) preset": schema["properties"]["preset"],
+        **{f"(top level) {k}": v for k, v in top.items()},
+    }
 
 
 def _allowed(node: dict) -> str:
     if "enum" in node:
-        return " \\| ".join(f"`{json.dumps(v) if isinstance(v, bool) or v is None else v}`" for v in node["enum"])
+        return " \\| ".join(
+            f"`{json.dumps(v) if isinstance(v, bool) or v is None else v}`" for v in node["enum"]
+        )
     t = node.get("type")
-    t = "/".join(t) if isinstance(t, list) else (t or ("one of several forms" if "anyOf" in node or "oneOf" in node else ""))
-    bounds = [f"{op} {node[k]}" for k, op in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
-                                              ("exclusiveMaximum", "<")) if k in node]
+    t = (
+        "/".join(t)
+        if isinstance(t, list)
+        else (t or ("one of several forms" if "anyOf" in node or "oneOf" in node else ""))
+    )
+    bounds = [
+        f"{op} {node[k]}"
+        for k, op in (
+            ("minimum", "≥"),
+            ("exclusiveMinimum", ">"),
+            ("maximum", "≤"),
+            ("exclusiveMaximum", "<"),
+        )
+        if k in node
+    ]
     return ", ".join([t, *bounds]) if t else ", ".join(bounds)
 
 
@@ -74,10 +97,11 @@ def table() -> str:
 
 
 if __name__ == "__main__":
-
     page = Path(__file__).resolve().parents[2] / "docs" / "use" / "configuration.md"
     text = page.read_text()
     marker = "## Every key\n"
     head = text.split(marker)[0] if marker in text else text.rstrip() + "\n\n"
-    page.write_text(head + marker + "\nGenerated from the schema by `python tests/helpers/schema_keys.py`; "
-                    "`tests/user/test_docs.py` fails when it and the schema differ.\n\n" + table())
+    page.write_text(
+        head + marker + "\nGenerated from the schema by `python tests/helpers/schema_keys.py`; "
+        "`tests/user/test_docs.py` fails when it and the schema differ.\n\n" + table()
+    )

@@ -53,7 +53,9 @@ ALLOCATIONS = {"aten.empty.memory_format", "aten.empty_strided.default", "aten.e
 
 def _is_view(func) -> bool:
     returns = func._schema.returns
-    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -74,11 +76,22 @@ def cuda_launches(func, args) -> int:
     tensors of one size and stride; else the op's slow path, a loop over the tensors)."""
     if not str(func).startswith("aten._foreach_"):
         return 1
-    lists = [a for a in args if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a)]
+    lists = [
+        a
+        for a in args
+        if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a)
+    ]
     first = lists[0]
-    fast = all(t.dtype == first[0].dtype and t.device == first[0].device and _dense(t) for lst in lists for t in lst)
-    fast = fast and all(lst[i].shape == first[i].shape and lst[i].stride() == first[i].stride()
-                        for lst in lists[1:] for i in range(len(first)))
+    fast = all(
+        t.dtype == first[0].dtype and t.device == first[0].device and _dense(t)
+        for lst in lists
+        for t in lst
+    )
+    fast = fast and all(
+        lst[i].shape == first[i].shape and lst[i].stride() == first[i].stride()
+        for lst in lists[1:]
+        for i in range(len(first))
+    )
     return 1 if fast else len(first)
 
 
@@ -97,24 +110,44 @@ class KernelOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count(kind: str, n_layers: int, L: int, members: int = 3, head_loss: str = "reference", d_model: int = 16,
-          B: int = 2, vocab: int = 64) -> dict:
+def count(
+    kind: str,
+    n_layers: int,
+    L: int,
+    members: int = 3,
+    head_loss: str = "reference",
+    d_model: int = 16,
+    B: int = 2,
+    vocab: int = 64,
+) -> dict:
     """{"ops": ATen kernel ops, "cupy": CuPy launches, "by_op": Counter} of one captured step of a
     fused group of `members` (1: a single run) of model `kind`."""
     with pytest.MonkeyPatch.context() as mp, fake_cupy.installed(mp) as cupy:
         mp.setitem(runtime.AUTOCAST, "cpu", lambda **kw: CudaAutocast())
         mp.setattr(layers, "GEMM_PER_MEMBER", set())
-        cfg = ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, d_model=d_model, d_ff=4 * d_model,
-                          n_heads=4, r=8, dropout=0.1, plucker_backend="cupy")
+        cfg = ModelConfig(
+            vocab_size=vocab,
+            context_len=L,
+            n_layers=n_layers,
+            d_model=d_model,
+            d_ff=4 * d_model,
+            n_heads=4,
+            r=8,
+            dropout=0.1,
+            plucker_backend="cupy",
+        )
         models = []
         for seed in range(members):
             torch.manual_seed(seed)
             models.append(build_model(kind, cfg))
         model = models[0] if members == 1 else stack(models)
         ids = np.arange(L * B * 4 + 1) % vocab
-        task = LanguageModelObjective(ids, ids, L, B, list(range(members)) if members > 1 else 0, B, CPU, "ops",
-                                      head_loss)
-        opt, _ = make_optimizer(model, TrainConfig(epochs=1, batch_size=B, lr=1e-3), CPU, capture=True)
+        task = LanguageModelObjective(
+            ids, ids, L, B, list(range(members)) if members > 1 else 0, B, CPU, "ops", head_loss
+        )
+        opt, _ = make_optimizer(
+            model, TrainConfig(epochs=1, batch_size=B, lr=1e-3), CPU, capture=True
+        )
         losses = EpochLoss(CPU, members)
         losses.reset([0.0] * members, 0)
         step = TrainStep(model, lambda b: task.loss(model, b), opt, 1.0, CPU, losses, static=True)
@@ -123,19 +156,27 @@ def count(kind: str, n_layers: int, L: int, members: int = 3, head_loss: str = "
         launched = len(cupy.launches)
         with KernelOps() as rec:
             step.region()
-        return {"ops": sum(rec.ops.values()), "cupy": len(cupy.launches) - launched, "by_op": rec.ops}
+        return {
+            "ops": sum(rec.ops.values()),
+            "cupy": len(cupy.launches) - launched,
+            "by_op": rec.ops,
+        }
 
 
 def table(head_losses=("reference", "fused")) -> str:
     """The counts of each model, table shape and head, as reports/bench/step-ops.md tables them."""
-    lines = ["| model | table (N, L) | members | head | ATen kernel ops | CuPy launches | in all |",
-             "|---|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| model | table (N, L) | members | head | ATen kernel ops | CuPy launches | in all |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
     for name, (n, L, _) in TABLES.items():
         for kind in ("transformer", "grassmann"):
             for head in head_losses:
                 c = count(kind, n, L, head_loss=head)
-                lines.append(f"| {kind} | {name} ({n}, {L}) | 3 | {head} | {c['ops']} | {c['cupy']} | "
-                             f"{c['ops'] + c['cupy']} |")
+                lines.append(
+                    f"| {kind} | {name} ({n}, {L}) | 3 | {head} | {c['ops']} | {c['cupy']} | "
+                    f"{c['ops'] + c['cupy']} |"
+                )
     return "\n".join(lines)
 
 

@@ -40,14 +40,33 @@ class Toy:
 
 
 def toy_spec(**train):
-    return {**LM_SPEC, "run_id": "toy", "train": {**LM_SPEC["train"], "epochs": 3, "checkpoint_every": 0, "log_every": 100,
-                                       "max_steps_per_epoch": None, **train}}
+    return {
+        **LM_SPEC,
+        "run_id": "toy",
+        "train": {
+            **LM_SPEC["train"],
+            "epochs": 3,
+            "checkpoint_every": 0,
+            "log_every": 100,
+            "max_steps_per_epoch": None,
+            **train,
+        },
+    }
 
 
 def tiny_lm(kind, **kw):
     torch.manual_seed(0)
-    cfg = dict(vocab_size=40, context_len=12, n_layers=2, d_model=16, d_ff=32, n_heads=2, r=4, lags=(1, 2, 4),
-               dropout=0.0)
+    cfg = dict(
+        vocab_size=40,
+        context_len=12,
+        n_layers=2,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        r=4,
+        lags=(1, 2, 4),
+        dropout=0.0,
+    )
     return build_model(kind, ModelConfig(**{**cfg, **kw}))
 
 
@@ -70,5 +89,7 @@ def bf16_head_case(gen, N, V, scale):
     y = torch.randint(0, V, (N,), generator=gen)
     exact = with_grads(F.cross_entropy(h @ W.t(), y), (h, W))
     hf, Wf = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
-    autocast_ref = with_grads(F.cross_entropy((hf.bfloat16() @ Wf.bfloat16().t()).float(), y), (hf, Wf))
+    autocast_ref = with_grads(
+        F.cross_entropy((hf.bfloat16() @ Wf.bfloat16().t()).float(), y), (hf, Wf)
+    )
     return hf, Wf, y, exact, autocast_ref

@@ -24,7 +24,9 @@ from pathlib import Path
 
 
 def _serve() -> None:
-    sys.path[0] = str(Path(sys.executable).parent)  # as the `snakemake` script's: not this directory
+    sys.path[0] = str(
+        Path(sys.executable).parent
+    )  # as the `snakemake` script's: not this directory
     import snakemake.cli
 
     snakemake.cli.get_argument_parser()  # collects every plugin (their registries are singletons)
@@ -47,7 +49,9 @@ def _child(req: dict, main) -> None:
     os.environ.update(req["env"])
     # what PYTHONPATH would have put on the path of a fresh `snakemake` (its own src/, for a copy)
     sys.path[:0] = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    if "plan" in req:  # grassflow's in-process plan (grassflow.pipeline.preview.dry_run): its jobs as JSON
+    if (
+        "plan" in req
+    ):  # grassflow's in-process plan (grassflow.pipeline.preview.dry_run): its jobs as JSON
         from grassflow.pipeline.preview import dry_run
 
         jobs, _ = dry_run(Path(req["cwd"]), **req["plan"])
@@ -72,13 +76,26 @@ class WarmSnakemake:
             raise AssertionError(f"the plan failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
         return json.loads(res.stdout)
 
-    def run(self, argv: list[str], cwd, env: dict, timeout: float, plan=None) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: list[str], cwd, env: dict, timeout: float, plan=None
+    ) -> subprocess.CompletedProcess:
         with self._lock, tempfile.TemporaryDirectory() as tmp:
             if self._proc is None or self._proc.poll() is not None:
-                self._proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, text=True, env=_server_env())
+                self._proc = subprocess.Popen(
+                    [sys.executable, __file__],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=_server_env(),
+                )
             out, err = Path(tmp, "out"), Path(tmp, "err")
-            req = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env), "out": str(out), "err": str(err)}
+            req = {
+                "argv": [str(a) for a in argv],
+                "cwd": str(cwd),
+                "env": dict(env),
+                "out": str(out),
+                "err": str(err),
+            }
             if plan is not None:
                 req["plan"] = plan
             self._proc.stdin.write(json.dumps(req) + "\n")
@@ -90,7 +107,9 @@ class WarmSnakemake:
             line = self._proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"the warm Snakemake server died (exit {self._proc.wait()})")
-            return subprocess.CompletedProcess(["snakemake", *argv], int(line), out.read_text(), err.read_text())
+            return subprocess.CompletedProcess(
+                ["snakemake", *argv], int(line), out.read_text(), err.read_text()
+            )
 
 
 def _server_env() -> dict:

@@ -12,7 +12,9 @@ def scheduler(config, log, groups: dict[str, str], cores: int):
     (pytest-xdist#1386)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    config.option.loadscopereorder = False  # the collection's order (the two long groups first), not by size
+    config.option.loadscopereorder = (
+        False  # the collection's order (the two long groups first), not by size
+    )
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -20,7 +22,14 @@ def scheduler(config, log, groups: dict[str, str], cores: int):
 
         def _assign_work_unit(self, node) -> None:
             apart = len(self.nodes) > cores  # the last worker: the SLURM group's alone
-            scope = next((s for s in self.workqueue if not apart or (s == "slurm") == (node is self.nodes[-1])), None)
+            scope = next(
+                (
+                    s
+                    for s in self.workqueue
+                    if not apart or (s == "slurm") == (node is self.nodes[-1])
+                ),
+                None,
+            )
             if scope is None:  # nothing this worker may take: it ends once its tests have run
                 node.shutdown()
                 return

@@ -48,12 +48,21 @@ def test_the_gap_figure_plots_the_tables_gap_after_every_epoch(tmp_path):
     assert data["epochs"] == list(range(1, 31))
     for e, got in zip(data["epochs"], data["gap"]):
         want = _by_hand(e)
-        assert (got["gap_pct"], got["ci_low"], got["ci_high"]) == pytest.approx(want, rel=1e-9, abs=1e-9), e
+        assert (got["gap_pct"], got["ci_low"], got["ci_high"]) == pytest.approx(
+            want, rel=1e-9, abs=1e-9
+        ), e
     # its last epoch is the table's gap and interval (best against best)
     md = (GPU / "report/table1.md").read_text()
-    gap, low, high = map(float, re.search(r"\*\*([+-][\d.]+) %\*\* \(95 % CI ([+-][\d.]+) … ([+-][\d.]+) %\)", md).groups())
+    gap, low, high = map(
+        float,
+        re.search(r"\*\*([+-][\d.]+) %\*\* \(95 % CI ([+-][\d.]+) … ([+-][\d.]+) %\)", md).groups(),
+    )
     last = data["gap"][-1]
-    assert (round(last["gap_pct"], 1), round(last["ci_low"], 1), round(last["ci_high"], 1)) == (gap, low, high)
+    assert (round(last["gap_pct"], 1), round(last["ci_low"], 1), round(last["ci_high"], 1)) == (
+        gap,
+        low,
+        high,
+    )
     # the second panel: each run's validation perplexity per epoch, as its records hold it
     for model, seeds in data["runs"].items():
         for seed, curve in seeds.items():
@@ -66,17 +75,35 @@ def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
     figure's (each run's best so far; the gap of the means, its interval), its per-seed gaps best against best."""
     text = (GPU / "README.md").read_text().replace("−", "-")
     data = figures.gap_by_epoch(_runs())
-    rows = re.findall(r"^  \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\) \|$", text, re.M)
+    rows = re.findall(
+        r"^  \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\) \|$",
+        text,
+        re.M,
+    )
     assert len(rows) == 6
     for e, t, g, gap, low, high in rows:
         e = int(e)
-        means = {m: sum(min(c[:e]) for c in runs.values()) / len(runs) for m, runs in data["runs"].items()}
+        means = {
+            m: sum(min(c[:e]) for c in runs.values()) / len(runs)
+            for m, runs in data["runs"].items()
+        }
         got = data["gap"][e - 1]
-        assert (float(t), float(g)) == (round(means["transformer"], 1), round(means["grassmann"], 1)), e
-        assert (float(gap), float(low), float(high)) == tuple(round(got[k], 1) for k in ("gap_pct", "ci_low", "ci_high")), e
-    per_seed = re.search(r"best against best, the gaps are ([+-][\d.]+), ([+-][\d.]+) and ([+-][\d.]+) %", text).groups()
-    want = [100 * (min(data["runs"]["grassmann"][s]) - min(data["runs"]["transformer"][s])) / min(data["runs"]["transformer"][s])
-            for s in (0, 1, 2)]
+        assert (float(t), float(g)) == (
+            round(means["transformer"], 1),
+            round(means["grassmann"], 1),
+        ), e
+        assert (float(gap), float(low), float(high)) == tuple(
+            round(got[k], 1) for k in ("gap_pct", "ci_low", "ci_high")
+        ), e
+    per_seed = re.search(
+        r"best against best, the gaps are ([+-][\d.]+), ([+-][\d.]+) and ([+-][\d.]+) %", text
+    ).groups()
+    want = [
+        100
+        * (min(data["runs"]["grassmann"][s]) - min(data["runs"]["transformer"][s]))
+        / min(data["runs"]["transformer"][s])
+        for s in (0, 1, 2)
+    ]
     assert [float(x) for x in per_seed] == [round(w, 1) for w in want]
 
 
@@ -86,11 +113,19 @@ def test_the_ablation_tables_gap_over_training_ends_at_each_variants_gap(tmp_pat
     laptop = ROOT / "reports/wikitext2-v1-laptop-ablations/laptop_v1_ablations"
     df = pd.read_csv(laptop / "report/ablations.csv")
     df["metrics"] = [str(laptop / "runs" / r / "metrics.jsonl") for r in df.run_id]
-    data = figures.ablation_gaps_over_training(df, 11.0, "laptop_v1_ablations", tmp_path / "ablations_gap.png")
+    data = figures.ablation_gaps_over_training(
+        df, 11.0, "laptop_v1_ablations", tmp_path / "ablations_gap.png"
+    )
     md = (laptop / "report/ablations.md").read_text().replace("−", "-")
-    table = {v: tuple(map(float, g)) for v, *g in re.findall(
-        r"^\| ([\w-]+) \|.*?\| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\)", md, re.M)}
+    table = {
+        v: tuple(map(float, g))
+        for v, *g in re.findall(
+            r"^\| ([\w-]+) \|.*?\| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\)", md, re.M
+        )
+    }
     assert set(data) == set(table) == {"laptop", "lags_124", "r64", "lags_124_r64", "lr_1e-2"}
     for variant, d in data.items():
         last = d["gap"][-1]
-        assert tuple(round(last[k], 1) for k in ("gap_pct", "ci_low", "ci_high")) == table[variant], variant
+        assert (
+            tuple(round(last[k], 1) for k in ("gap_pct", "ci_low", "ci_high")) == table[variant]
+        ), variant

@@ -26,20 +26,37 @@ def _specs(kind="grassmann", seeds=SEEDS, **train_keys):
         spec = json.loads(json.dumps(LM_SPEC))
         spec.update(seed=seed, run_id=f"t-{kind}-s{seed}", model_kind=kind)
         spec["model"]["dropout"] = 0.0  # members equal separate runs exactly where no RNG is drawn
-        spec["train"].update({"epochs": 2, "max_steps_per_epoch": 7, "checkpoint_every": 0, "log_every": 3, **train_keys})
+        spec["train"].update(
+            {
+                "epochs": 2,
+                "max_steps_per_epoch": 7,
+                "checkpoint_every": 0,
+                "log_every": 3,
+                **train_keys,
+            }
+        )
         out.append(spec)
     return out
 
 
 def _fused(tokens, tmp_path, specs, name="fused"):
     dirs = [tmp_path / name / s["run_id"] for s in specs]
-    recs = train_fused(specs, tokens / "train.parquet", tokens / "validation.parquet", dirs, tmp_path / name / "work")
+    recs = train_fused(
+        specs,
+        tokens / "train.parquet",
+        tokens / "validation.parquet",
+        dirs,
+        tmp_path / name / "work",
+    )
     return recs, dirs
 
 
 def _separate(tokens, tmp_path, specs):
     dirs = [tmp_path / "separate" / s["run_id"] for s in specs]
-    recs = [train(s, tokens / "train.parquet", tokens / "validation.parquet", d) for s, d in zip(specs, dirs)]
+    recs = [
+        train(s, tokens / "train.parquet", tokens / "validation.parquet", d)
+        for s, d in zip(specs, dirs)
+    ]
     return recs, dirs
 
 
@@ -57,8 +74,15 @@ def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
     sep, sdirs = _separate(tokens, tmp_path, specs)
     for e, (f, s, fd, sd) in enumerate(zip(fused, sep, fdirs, sdirs)):
         assert f["status"] == s["status"] == {"state": "completed"}
-        assert f["fused"] == {"runs": [x["run_id"] for x in specs], "work_dir": str(tmp_path / "fused" / "work"),
-                              "index": e} and "fused" not in s
+        assert (
+            f["fused"]
+            == {
+                "runs": [x["run_id"] for x in specs],
+                "work_dir": str(tmp_path / "fused" / "work"),
+                "index": e,
+            }
+            and "fused" not in s
+        )
         for a, b in zip(_metrics(fd), _metrics(sd), strict=True):
             for k in ("train_loss", "val_loss"):
                 assert a[k] == pytest.approx(b[k], rel=1e-6, abs=0), (e, k)
@@ -66,12 +90,18 @@ def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
         assert wf.keys() == ws.keys()
         for k in wf:
             a, b = wf[k], ws[k]
-            if k.endswith("attn.qkv.bias"):  # the keys' bias: softmax is blind to it, its true gradient is
-                d = a.shape[0] // 3          # 0, and AdamW moves it by ±lr per step at the sign of rounding noise
-                a, b = torch.cat([a[:d], a[2 * d:]]), torch.cat([b[:d], b[2 * d:]])
+            if k.endswith(
+                "attn.qkv.bias"
+            ):  # the keys' bias: softmax is blind to it, its true gradient is
+                d = (
+                    a.shape[0] // 3
+                )  # 0, and AdamW moves it by ±lr per step at the sign of rounding noise
+                a, b = torch.cat([a[:d], a[2 * d :]]), torch.cat([b[:d], b[2 * d :]])
             assert (a - b).abs().max() <= 1e-6 * max(b.abs().max(), 1.0), (e, k)
     # the members trained apart from one another: three different models
-    assert not torch.equal(*(load_weights(d / "model.safetensors")["tok_emb.weight"] for d in fdirs[:2]))
+    assert not torch.equal(
+        *(load_weights(d / "model.safetensors")["tok_emb.weight"] for d in fdirs[:2])
+    )
 
 
 @pytest.mark.slow  # trains 3 runs twice: CI's slow tier
@@ -89,7 +119,9 @@ def test_initial_weights_are_each_runs_bit_for_bit(tokens, tmp_path):
 def test_stacking_keeps_each_member_and_its_tied_head():
     from grassflow.models import ModelConfig, build_model
 
-    cfg = ModelConfig(vocab_size=30, context_len=8, n_layers=1, d_model=16, d_ff=32, n_heads=2, r=4, lags=(1, 2))
+    cfg = ModelConfig(
+        vocab_size=30, context_len=8, n_layers=1, d_model=16, d_ff=32, n_heads=2, r=4, lags=(1, 2)
+    )
     members = []
     for seed in SEEDS:
         torch.manual_seed(seed)
@@ -127,10 +159,16 @@ def test_the_gpus_batched_gemm_equals_a_gemm_per_member(with_bias, rows):
     leaves = [x, w] + ([b] if with_bias else [])
     cpu = linear(x, w, b)
     cpu_grads = torch.autograd.grad(cpu, leaves, g)
-    gpu = linear(x.as_subclass(_OnCuda), w.as_subclass(_OnCuda), b.as_subclass(_OnCuda) if with_bias else None)
+    gpu = linear(
+        x.as_subclass(_OnCuda),
+        w.as_subclass(_OnCuda),
+        b.as_subclass(_OnCuda) if with_bias else None,
+    )
     assert type(gpu) is _OnCuda  # the branch taken was the GPU's
     gpu_grads = torch.autograd.grad(gpu, leaves, g)
-    by_hand = torch.stack([x[e * rows:(e + 1) * rows] @ w[e].t() + (b[e] if with_bias else 0) for e in range(E)])
+    by_hand = torch.stack(
+        [x[e * rows : (e + 1) * rows] @ w[e].t() + (b[e] if with_bias else 0) for e in range(E)]
+    )
     assert torch.allclose(gpu.as_subclass(torch.Tensor), by_hand.reshape(gpu.shape), atol=1e-5)
     assert torch.allclose(cpu, by_hand.reshape(cpu.shape), atol=1e-5)
     for a, c in zip(gpu_grads, cpu_grads):
@@ -174,7 +212,10 @@ def test_a_diverging_member_stops_alone_with_its_runs_record(tokens, tmp_path, m
         assert fs == ss, e
         assert [m["epoch"] for m in _metrics(fdirs[e])] == [m["epoch"] for m in _metrics(sdirs[e])]
         assert fused[e]["best_epoch"] == sep[e]["best_epoch"]
-    assert fused[1]["status"] == {**sep[1]["status"], "last_finite_loss": fused[1]["status"]["last_finite_loss"]}
+    assert fused[1]["status"] == {
+        **sep[1]["status"],
+        "last_finite_loss": fused[1]["status"]["last_finite_loss"],
+    }
     assert fused[1]["status"]["step"] == 4 and fused[1]["status"]["detected_at_step"] == 6
 
 
@@ -205,8 +246,14 @@ def test_a_fused_group_resumes_mid_epoch_as_if_uninterrupted(tokens, tmp_path, m
     monkeypatch.undo()
     _, cut = _fused(tokens, tmp_path, specs, "cut")
     for a, b in zip(full, cut):
-        assert _metrics(a) == [{**m, "seconds": _metrics(a)[i]["seconds"], "tokens_per_s": _metrics(a)[i]["tokens_per_s"]}
-                               for i, m in enumerate(_metrics(b))]
+        assert _metrics(a) == [
+            {
+                **m,
+                "seconds": _metrics(a)[i]["seconds"],
+                "tokens_per_s": _metrics(a)[i]["tokens_per_s"],
+            }
+            for i, m in enumerate(_metrics(b))
+        ]
         wa, wb = load_weights(a / "model.safetensors"), load_weights(b / "model.safetensors")
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
@@ -217,8 +264,13 @@ def test_each_fused_run_directory_evaluates_loads_and_exports_alone(tokens, tmp_
 
     recs, dirs = _fused(tokens, tmp_path, _specs(epochs=1))
     for rec, d in zip(recs, dirs):
-        ev = evaluate_run(d / "model.safetensors", d / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
-                          d / "eval.json")
+        ev = evaluate_run(
+            d / "model.safetensors",
+            d / "run.json",
+            tokens / "validation.parquet",
+            tokens / "test.parquet",
+            d / "eval.json",
+        )
         assert ev["run_id"] == rec["run_id"] and ev["validation"]["chunked_ppl"] > 1
         assert ev["validation"]["chunked_ppl"] == pytest.approx(rec["best_val_ppl"], rel=1e-5)
         model = load_model(d)

@@ -7,8 +7,9 @@ import torch
 
 from grassflow.models import GrassmannLM, ModelConfig, TransformerLM, build_model
 
-TINY = dict(vocab_size=50, context_len=24, n_layers=2, d_model=32, d_ff=64, n_heads=4, r=6,
-            dropout=0.1)
+TINY = dict(
+    vocab_size=50, context_len=24, n_layers=2, d_model=32, d_ff=64, n_heads=4, r=6, dropout=0.1
+)
 
 
 def test_paper_parameter_counts():
@@ -18,17 +19,29 @@ def test_paper_parameter_counts():
     assert TransformerLM(ModelConfig(context_len=128, n_layers=12)).num_params() == 17_324_032
 
 
-GRASSMANN_SWITCHES = list(itertools.product(["post", "pre"], ["default", "small"],
-                                            ["all", "per_layer"], ["zero", "bias"]))
+GRASSMANN_SWITCHES = list(
+    itertools.product(["post", "pre"], ["default", "small"], ["all", "per_layer"], ["zero", "bias"])
+)
 
 
 @pytest.mark.parametrize("norm, init, schedule, empty", GRASSMANN_SWITCHES)
 def test_grassmann_is_causal(norm, init, schedule, empty, gen):
-    _check_causal("grassmann", dict(norm=norm, init=init, lag_schedule=schedule,
-                                    empty_offsets=empty, lags=(1, 2, 4, 8, 12, 16)), gen)
+    _check_causal(
+        "grassmann",
+        dict(
+            norm=norm,
+            init=init,
+            lag_schedule=schedule,
+            empty_offsets=empty,
+            lags=(1, 2, 4, 8, 12, 16),
+        ),
+        gen,
+    )
 
 
-@pytest.mark.parametrize("norm, init", list(itertools.product(["post", "pre"], ["default", "small"])))
+@pytest.mark.parametrize(
+    "norm, init", list(itertools.product(["post", "pre"], ["default", "small"]))
+)
 def test_transformer_is_causal(norm, init, gen):
     _check_causal("transformer", dict(norm=norm, init=init), gen)
 
@@ -79,11 +92,18 @@ def test_overfits_a_tiny_batch(kind, gen):
     assert losses[-1] < 0.3 * losses[0], losses[::10]
 
 
-@pytest.mark.parametrize("bad, key", [
-    (dict(n_heads=3), "n_heads"), (dict(r=1), "model.r"), (dict(lags=(0, 1)), "model.lags"),
-    (dict(lags=(24,)), "model.lags"), (dict(norm="mid"), "model.norm"),
-    (dict(lag_schedule="odd"), "model.lag_schedule"), (dict(dropout=1.5), "model.dropout"),
-])
+@pytest.mark.parametrize(
+    "bad, key",
+    [
+        (dict(n_heads=3), "n_heads"),
+        (dict(r=1), "model.r"),
+        (dict(lags=(0, 1)), "model.lags"),
+        (dict(lags=(24,)), "model.lags"),
+        (dict(norm="mid"), "model.norm"),
+        (dict(lag_schedule="odd"), "model.lag_schedule"),
+        (dict(dropout=1.5), "model.dropout"),
+    ],
+)
 def test_bad_config_names_the_key(bad, key):
     with pytest.raises(ValueError, match=key):
         ModelConfig(**{**TINY, **bad})

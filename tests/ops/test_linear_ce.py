@@ -15,27 +15,41 @@ from helpers import fake_cupy
 from helpers.margins import close, rel_err
 from helpers.steps import bf16_head_case, with_grads
 
-SHAPES = [(1, 1), (3, 7), (37, 53), (5, 300), (4, 777), (2, 30522)]  # V < LANES, ragged, > 2·LANES, bert's
+SHAPES = [
+    (1, 1),
+    (3, 7),
+    (37, 53),
+    (5, 300),
+    (4, 777),
+    (2, 30522),
+]  # V < LANES, ragged, > 2·LANES, bert's
 
 
 def exact(x, y, scale):
     """Each row's loss and scale · (softmax − onehot), in float64."""
     x = x.double()
-    return F.cross_entropy(x, y, reduction="none"), (x.softmax(1) - F.one_hot(y, x.shape[1])) * scale
+    return F.cross_entropy(x, y, reduction="none"), (
+        x.softmax(1) - F.one_hot(y, x.shape[1])
+    ) * scale
 
 
 def test_params_are_the_sources():
     """The GPU launch packs by fused.PARAMS (no C++ compiler is assumed on a GPU node): they must
     be what cross_entropy.cu declares, for every instantiation."""
     sigs = kernel_abi.signatures(kernels_dir() / fused.KERNEL_SOURCES[0])
-    want = {f"{k}_{suffix}": tuple(p.replace("T", t) for p in params)
-            for k, params in fused.PARAMS.items() for t, suffix in fused.TYPES.values()}
+    want = {
+        f"{k}_{suffix}": tuple(p.replace("T", t) for p in params)
+        for k, params in fused.PARAMS.items()
+        for t, suffix in fused.TYPES.values()
+    }
     assert sigs == want
 
 
 @pytest.mark.parametrize("N, V", SHAPES)
 def test_kernels_fp32_equal_the_exact_loss_and_gradient(N, V, gen):
-    x = torch.randn(N, V, generator=gen) * 4  # logits units apart: exp underflows, the loss must not
+    x = (
+        torch.randn(N, V, generator=gen) * 4
+    )  # logits units apart: exp underflows, the loss must not
     y = torch.randint(0, V, (N,), generator=gen)
     g = x.clone()
     loss = fused.softmax_cross_entropy_(g, y, 0.25)
@@ -56,7 +70,9 @@ def test_kernels_bf16_read_bf16_and_write_the_rounded_gradient(N, V, gen):
     want_loss, want_g = exact(x, y, 1.0)
     close(loss, want_loss, 1e-6, "loss")
     assert g.dtype == torch.bfloat16
-    assert (g.double() - want_g).abs().max() <= 2**-8 * want_g.abs().max() + 1e-12  # one bf16 rounding
+    assert (
+        g.double() - want_g
+    ).abs().max() <= 2**-8 * want_g.abs().max() + 1e-12  # one bf16 rounding
 
 
 @pytest.mark.parametrize("margin", [4.0, 12.0, 30.0])
@@ -102,7 +118,9 @@ def test_fused_head_equals_the_reference_within_bf16(N, V, gen):
     hf, Wf, y, want, ref = bf16_head_case(gen, N, V, 0.5)
     got = with_grads(linear_cross_entropy(hf, Wf, y, backend="fused"), (hf, Wf))
     logits = hf.detach().bfloat16() @ Wf.detach().bfloat16().t()
-    same_logits = F.cross_entropy(logits.double(), y)  # the loss of those bf16 logits (fp32's loses digits on a confident row)
+    same_logits = F.cross_entropy(
+        logits.double(), y
+    )  # the loss of those bf16 logits (fp32's loses digits on a confident row)
     close(got[0], same_logits, 1e-5, "loss of the same bf16 logits")
     for what, a, r, b in zip(("loss", "dh", "dW"), got, ref, want):
         assert a.dtype == torch.float32
@@ -134,9 +152,13 @@ def test_cuda_path_launches_on_torchs_stream_and_captures(monkeypatch, gen):
         with fake_cupy.capturing():
             captured = linear_cross_entropy(h, W, y, backend="fused")
             grads = torch.autograd.grad(captured, (h, W))
-    assert state.compiles == 1 + 1  # why_not compiles plucker.cu (the backend's check), then this source
+    assert (
+        state.compiles == 1 + 1
+    )  # why_not compiles plucker.cu (the backend's check), then this source
     names = [name for name, *_ in state.launches]
-    assert names == ["ce_partial_bf16", "ce_finish_bf16", "ce_grad_bf16"] * 2  # the gradient is made in the forward
+    assert (
+        names == ["ce_partial_bf16", "ce_finish_bf16", "ce_grad_bf16"] * 2
+    )  # the gradient is made in the forward
     assert {s for *_, s in state.launches[-3:]} == {fake_cupy.CAPTURE}
     assert state.launches[-1][1] == -(-N * V // 256)  # one thread per logit
     assert torch.equal(eager, direct) and torch.equal(captured, direct)

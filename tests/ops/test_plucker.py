@@ -48,8 +48,6 @@ def run(backend, z, lags, W, b, dg, empty, eps=1e-6):
     return [g.detach(), *grads]
 
 
-
-
 @pytest.mark.parametrize("backend", ["fast", "kernel-cpu", "fused-cpu"])
 @pytest.mark.parametrize("empty", ["zero", "bias"])
 @pytest.mark.parametrize("with_bias", [True, False])
@@ -82,6 +80,7 @@ def test_gradcheck(backend, gen):
     W = rand(gen, 3, 6).requires_grad_()
     b = rand(gen, 3).requires_grad_()
     for empty in ("zero", "bias"):
+
         def f(z, W, b, empty=empty):
             return plucker_mix(z, (1, 2, 2, 5), W, b, empty=empty, backend=backend)
 
@@ -103,7 +102,7 @@ def test_parallel_inputs_are_finite_and_bounded(backend, gen):
     got = run(backend, z, PAPER_LAGS, W, b, dg, "zero", eps)
     for x in got:
         assert torch.isfinite(x).all()
-    delta = 64 * 2.0 ** -53 * z.pow(2).sum(-1).max().item() / eps
+    delta = 64 * 2.0**-53 * z.pow(2).sum(-1).max().item() / eps
     assert (got[0] - ref[0]).abs().max().item() <= delta * W.abs().sum(1).max().item()
     assert (got[2] - ref[2]).abs().max().item() <= delta * dg.abs().sum((0, 1)).max().item()
     for name, x, y in (("dz", got[1], ref[1]), ("db", got[3], ref[3])):
@@ -116,7 +115,9 @@ def test_kernel_cpu_float32_and_bf16(gen):
     dg = rand(gen, B, T, d)
     ref = run("reference", z, PAPER_LAGS, W, b, dg, "zero")
     for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
-        got = run("kernel-cpu", z.to(dtype), PAPER_LAGS, W.to(dtype), b.to(dtype), dg.to(dtype), "zero")
+        got = run(
+            "kernel-cpu", z.to(dtype), PAPER_LAGS, W.to(dtype), b.to(dtype), dg.to(dtype), "zero"
+        )
         fast = run("fast", z.to(dtype), PAPER_LAGS, W.to(dtype), b.to(dtype), dg.to(dtype), "zero")
         for name, x, y, f in zip(["g", "dz", "dW", "db"], got, ref, fast):
             assert x.dtype == dtype
@@ -143,9 +144,17 @@ def test_fused_cpu_float32_uses_every_thread_and_refuses_bf16(gen):
             torch.set_num_threads(n)
             c = stages.coeff(zf, PAPER_LAGS, 1e-6)
             da, dc = stages.wedge_bwd(dq, zf, c)
-            by_threads[n] = {"coeff": c, "wedge": stages.wedge(zf, c), "wedge_bwd": torch.cat([da.flatten(), dc.flatten()]),
-                             "lag_bwd": stages.lag_bwd(zf, dc, da, PAPER_LAGS, 1e-6)}
-            for name, x, y in zip(["g", "dz", "dW", "db"], run("fused-cpu", *f32[:1], PAPER_LAGS, *f32[1:], "zero"), ref):
+            by_threads[n] = {
+                "coeff": c,
+                "wedge": stages.wedge(zf, c),
+                "wedge_bwd": torch.cat([da.flatten(), dc.flatten()]),
+                "lag_bwd": stages.lag_bwd(zf, dc, da, PAPER_LAGS, 1e-6),
+            }
+            for name, x, y in zip(
+                ["g", "dz", "dW", "db"],
+                run("fused-cpu", *f32[:1], PAPER_LAGS, *f32[1:], "zero"),
+                ref,
+            ):
                 assert x.dtype == torch.float32
                 close(x, y, 1e-5, f"{n} threads: {name}")
     finally:
@@ -163,24 +172,34 @@ def test_backward_saves_no_per_pair_tensor(gen):
     z = rand(gen, B, T, r, dtype=torch.float32).requires_grad_()
     W = rand(gen, d, 496, dtype=torch.float32).requires_grad_()
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.numel()) or t, lambda t: t
+    ):
         plucker_mix(z, PAPER_LAGS, W, backend="fast")
     assert sum(saved) <= 2 * B * T * r + W.numel()
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(lags=(0, 1)), "lags must be positive"),
-    (dict(lags=(-2,)), "lags must be positive"),
-    (dict(empty="nan"), "empty must be one of"),
-    (dict(backend="triton"), "backend must be one of"),
-    (dict(W=torch.zeros(3, 5)), r"weight must be \(d, 6\)"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(lags=(0, 1)), "lags must be positive"),
+        (dict(lags=(-2,)), "lags must be positive"),
+        (dict(empty="nan"), "empty must be one of"),
+        (dict(backend="triton"), "backend must be one of"),
+        (dict(W=torch.zeros(3, 5)), r"weight must be \(d, 6\)"),
+    ],
+)
 def test_bad_arguments_are_named(bad, match, gen):
     args = dict(lags=(1, 2), W=rand(gen, 3, 6), empty="zero", backend="fast")
     args.update(bad)
     with pytest.raises(ValueError, match=match):
-        plucker_mix(rand(gen, 1, 4, 4), args["lags"], args["W"], empty=args["empty"],
-                    backend=args["backend"])
+        plucker_mix(
+            rand(gen, 1, 4, 4),
+            args["lags"],
+            args["W"],
+            empty=args["empty"],
+            backend=args["backend"],
+        )
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -188,8 +207,21 @@ def test_bad_arguments_are_named(bad, match, gen):
 def test_kernels_compile_to_ptx(arch, tmp_path):
     src = kernels_dir() / "plucker.cu"
     out = tmp_path / f"plucker_{arch}.ptx"
-    res = subprocess.run(["nvcc", "-std=c++17", "-ptx", f"-arch={arch}", "-Werror", "all-warnings",
-                          "-o", str(out), str(src)], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            "nvcc",
+            "-std=c++17",
+            "-ptx",
+            f"-arch={arch}",
+            "-Werror",
+            "all-warnings",
+            "-o",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     entries = set(re.findall(r"\.entry\s+(\w+)", out.read_text()))
     # the extern "C" names CuPy launches: unmangled, so no name_expressions are needed
@@ -204,7 +236,11 @@ def test_the_gpu_launchs_parameter_table_is_the_sources():
     for dtype in KERNEL_TYPES:
         for kernel in KERNELS:
             for r in (2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64):
-                assert signature(kernel, dtype) == sigs[kernel_name(kernel, dtype, r)], (kernel, dtype, r)
+                assert signature(kernel, dtype) == sigs[kernel_name(kernel, dtype, r)], (
+                    kernel,
+                    dtype,
+                    r,
+                )
     assert set(sigs) == kernel_names()
 
 
@@ -214,8 +250,15 @@ def test_the_gpu_launchs_parameter_table_is_the_sources():
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}T{c[1]}r{c[2]}")
 def test_cupy_matches_reference(dtype, tol, case, gen):
     B, T, r, d, lags = case
-    z, W, b, dg = rand(gen, B, T, r), rand(gen, d, r * (r - 1) // 2), rand(gen, d), rand(gen, B, T, d)
-    z, W, b, dg = (x.to(dtype).double() for x in (z, W, b, dg))  # the reference sees the rounded inputs
+    z, W, b, dg = (
+        rand(gen, B, T, r),
+        rand(gen, d, r * (r - 1) // 2),
+        rand(gen, d),
+        rand(gen, B, T, d),
+    )
+    z, W, b, dg = (
+        x.to(dtype).double() for x in (z, W, b, dg)
+    )  # the reference sees the rounded inputs
     ref = run("reference", z, lags, W, b, dg, "zero")
     dev = [x.to("cuda", dtype) for x in (z, W, b, dg)]
     got = run("cupy", dev[0], lags, dev[1], dev[2], dev[3], "zero")

@@ -31,11 +31,17 @@ def _disagreeing_records(demo, tmp_path):
 
 
 def _ours(text: str, records) -> list[str]:
-    return [line for line in text.splitlines()
-            if line.startswith(f"error: {records}/eval.json: validation.chunked_ppl ") and line.endswith(": not adopted")]
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(f"error: {records}/eval.json: validation.chunked_ppl ")
+        and line.endswith(": not adopted")
+    ]
 
 
-def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_to_and_a_pipe(demo, tmp_path):
+def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_to_and_a_pipe(
+    demo, tmp_path
+):
     """With Snakemake's output in a file: the job's line is there whole, before Snakemake's `Error in
     rule` (and again in the failed log Snakemake shows after it); through a pipe the same (mutation:
     the job writes its line to its log only: it is found only inside the log Snakemake shows)."""
@@ -44,16 +50,35 @@ def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_
     records = _disagreeing_records(demo, tmp_path)
     # the adoption's own output as the target: a job that failed loses its outputs, and a table that
     # looks current would not plan them again (Snakemake's rule for intermediate files)
-    cmd = [str(BIN / "snakemake"), f"results/demo/runs/{RUN}/adopted.json", "--cores", "2", "--config", "preset=demo",
-           f'finished_runs=["{records.parent}"]']
+    cmd = [
+        str(BIN / "snakemake"),
+        f"results/demo/runs/{RUN}/adopted.json",
+        "--cores",
+        "2",
+        "--config",
+        "preset=demo",
+        f'finished_runs=["{records.parent}"]',
+    ]
     log = tmp_path / "run.log"
-    res = subprocess.run(f"{shlex.join(cmd)} > {log} 2>&1", shell=True, cwd=work, env=pipeline_env(work), timeout=900)
+    res = subprocess.run(
+        f"{shlex.join(cmd)} > {log} 2>&1", shell=True, cwd=work, env=pipeline_env(work), timeout=900
+    )
     assert res.returncode != 0
-    for text in (log.read_text(), (lambda r: r.stdout + r.stderr)(
-            subprocess.run(cmd, cwd=work, env=pipeline_env(work), capture_output=True, text=True, timeout=900))):
+    for text in (
+        log.read_text(),
+        (lambda r: r.stdout + r.stderr)(
+            subprocess.run(
+                cmd, cwd=work, env=pipeline_env(work), capture_output=True, text=True, timeout=900
+            )
+        ),
+    ):
         said = _ours(text, records)
         assert said, text[-3000:]
         first, error_in_rule = text.index(said[0]), text.index("Error in rule adopt_run:")
-        assert first < error_in_rule, text[-3000:]  # the job's own, not only the log's that Snakemake shows
-        assert re.search(r"is not the best epoch's val_ppl in metrics\.jsonl \(epoch \d+: [\d.]+\)", said[0])
+        assert first < error_in_rule, text[
+            -3000:
+        ]  # the job's own, not only the log's that Snakemake shows
+        assert re.search(
+            r"is not the best epoch's val_ppl in metrics\.jsonl \(epoch \d+: [\d.]+\)", said[0]
+        )
     assert not (work / "results/demo/runs" / RUN / "adopted.json").exists()  # nothing adopted

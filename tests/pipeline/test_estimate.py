@@ -30,7 +30,9 @@ def _paper(preset="paper_v1"):
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["preset"] = preset
-    validate_or_exit(cfg, SCHEMA)  # the schema's defaults (each task's part too), as the Snakefile sees them
+    validate_or_exit(
+        cfg, SCHEMA
+    )  # the schema's defaults (each task's part too), as the Snakefile sees them
     name, p = select_preset(cfg)
     return name, p, cfg["estimate"]
 
@@ -52,11 +54,18 @@ def test_a_table1_run_on_the_h100_is_its_tokens_at_the_measured_rate():
 def test_grassmann_and_longer_runs_cost_more_and_retries_ask_for_longer():
     name, p, settings = _paper()
     r = runs(name, p)
-    t1, g1, g2 = (job_estimate("lm", "train", r[k], p, settings) for k in
-                  ("table1-transformer-s0", "table1-grassmann-s0", "table2-grassmann-s0"))
+    t1, g1, g2 = (
+        job_estimate("lm", "train", r[k], p, settings)
+        for k in ("table1-transformer-s0", "table1-grassmann-s0", "table2-grassmann-s0")
+    )
     assert t1.seconds < g1.seconds < g2.seconds
-    assert g1.minutes(settings, 2) >= 2 * g1.minutes(settings, 1) - 1 and g1.request_mb(2) > g1.request_mb(1)
-    assert job_estimate("lm", "evaluate", r["table1-grassmann-s0"], p, settings).minutes(settings) == settings["min_minutes"]
+    assert g1.minutes(settings, 2) >= 2 * g1.minutes(settings, 1) - 1 and g1.request_mb(
+        2
+    ) > g1.request_mb(1)
+    assert (
+        job_estimate("lm", "evaluate", r["table1-grassmann-s0"], p, settings).minutes(settings)
+        == settings["min_minutes"]
+    )
 
 
 def test_an_unlisted_device_takes_the_h100_rates_slowed_down():
@@ -72,22 +81,43 @@ def test_cpu_runs_scale_with_their_threads():
     name, p, settings = _paper("laptop")
     spec = runs(name, p)["table1-grassmann-s0"]
     one = job_estimate("lm", "train", spec, p, settings).seconds - STARTUP_S
-    two = job_estimate("lm", "train", spec, {**p, "train": {**p["train"], "threads": 2}}, settings).seconds - STARTUP_S
-    assert spec["train"]["device"] == "cpu" and p["train"]["threads"] == 1 and two == pytest.approx(one / 2)
+    two = (
+        job_estimate(
+            "lm", "train", spec, {**p, "train": {**p["train"], "threads": 2}}, settings
+        ).seconds
+        - STARTUP_S
+    )
+    assert (
+        spec["train"]["device"] == "cpu"
+        and p["train"]["threads"] == 1
+        and two == pytest.approx(one / 2)
+    )
 
 
 def test_existing_token_files_give_exact_counts(tokens):
     """Once tokenized (Snakemake evaluates resources again when a job's inputs exist), the token
     files' own counts replace the table's."""
     files = {s: tokens / f"{s}.parquet" for s in ("train", "validation", "test")}
-    n = {s: json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])["n_tokens"] for s, f in files.items()}
-    preset = {"data": {"source": "synthetic"}, "tokenizer": {"name": "trained", "vocab_size": 300}, "train": {"runs_per_gpu": 1},
-              "experiments": {"table1": {}}}
+    n = {
+        s: json.loads(pq.ParquetFile(f).schema_arrow.metadata[b"grassflow"])["n_tokens"]
+        for s, f in files.items()
+    }
+    preset = {
+        "data": {"source": "synthetic"},
+        "tokenizer": {"name": "trained", "vocab_size": 300},
+        "train": {"runs_per_gpu": 1},
+        "experiments": {"table1": {}},
+    }
     spec = {**LM_SPEC, "train": {**LM_SPEC["train"], "max_steps_per_epoch": None}}
     est = job_estimate("lm", "train", spec, preset, {}, files)
     L, B = spec["model"]["context_len"], spec["train"]["batch_size"]
-    assert est.items == n["train"] // (B * L) * B * L * spec["train"]["epochs"] and "token files" in est.basis
-    assert job_estimate("lm", "train", spec, preset, {}).items != est.items  # the table's Wikitext-2-sized default
+    assert (
+        est.items == n["train"] // (B * L) * B * L * spec["train"]["epochs"]
+        and "token files" in est.basis
+    )
+    assert (
+        job_estimate("lm", "train", spec, preset, {}).items != est.items
+    )  # the table's Wikitext-2-sized default
 
 
 def test_flops_per_token_counts_the_head_and_attention():
@@ -105,7 +135,9 @@ def test_k_runs_per_gpu_each_take_k_times_as_long():
     name, p, settings = _paper()
     spec = runs(name, p)["table1-grassmann-s0"]
     solo = job_estimate("lm", "train", spec, p, settings)
-    packed = job_estimate("lm", "train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 4}}, settings)
+    packed = job_estimate(
+        "lm", "train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 4}}, settings
+    )
     assert packed.seconds == pytest.approx(4 * solo.seconds)
     assert packed.minutes(settings) >= 4 * solo.minutes(settings) - 3
     assert packed.share == 4 and packed.seconds / packed.share == pytest.approx(solo.seconds)
@@ -121,5 +153,7 @@ def test_one_k_for_the_whole_pipeline_run():
     run_id, spec = next(iter(snli_runs(name, p).items()))
     solo = job_estimate("snli", "train", spec, p, settings)
     assert p["snli"]["train"]["runs_per_gpu"] == 1
-    packed = job_estimate("snli", "train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 2}}, settings)
+    packed = job_estimate(
+        "snli", "train", spec, {**p, "train": {**p["train"], "runs_per_gpu": 2}}, settings
+    )
     assert packed.seconds == pytest.approx(2 * solo.seconds) and packed.share == 2, run_id

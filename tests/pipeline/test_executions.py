@@ -19,7 +19,12 @@ from helpers import executions
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def _log(test_dir: Path, name: str, job: str = "localrule download:", command: str = "snakemake --cores 2") -> Path:
+def _log(
+    test_dir: Path,
+    name: str,
+    job: str = "localrule download:",
+    command: str = "snakemake --cores 2",
+) -> Path:
     log = test_dir / "work/.snakemake/log" / f"{name}.snakemake.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"  Command: {command}\nBuilding DAG of jobs...\n{job}\n    jobid: 1\n")
@@ -48,8 +53,16 @@ def test_each_execution_counts_once_for_the_test_that_made_it(tree, monkeypatch)
     _log(copier, "2026-01-01T000200.000001")
     _log(tree / "popen-gw0/test_other0", "2026-01-01T000300.000001")
     _log(tree / "popen-gw0/test_dry0", "x").unlink()  # a dry run leaves no log
-    _log(tree / "popen-gw0/test_unlock0", "2026-01-01T000400.000001", job="Unlocked working directory.")
-    _log(tree / "popen-gw0/test_touch0", "2026-01-01T000500.000001", command="snakemake --cores 2 --touch")
+    _log(
+        tree / "popen-gw0/test_unlock0",
+        "2026-01-01T000400.000001",
+        job="Unlocked working directory.",
+    )
+    _log(
+        tree / "popen-gw0/test_touch0",
+        "2026-01-01T000500.000001",
+        command="snakemake --cores 2 --touch",
+    )
     assert executions.made(tree) == {
         "demo": 1,
         "test_sigkilled_pipeline_rerun": 2,
@@ -96,22 +109,39 @@ def test_every_declared_execution_names_a_test_and_says_what_it_is_for():
 def test_the_slurm_tests_get_a_worker_of_their_own_where_the_workers_outnumber_the_cores(tmp_path):
     """helpers.workers' scheduler in a real pytest-xdist run, 3 workers on 2 cores (CI's): the SLURM
     group's tests all on one worker, which runs nothing else; the demo group's all on one other."""
-    groups = {"test_d.py::test_a": "demo", "test_d.py::test_b": "demo",
-              "test_s.py::test_a": "slurm", "test_s.py::test_b": "slurm"}
+    groups = {
+        "test_d.py::test_a": "demo",
+        "test_d.py::test_b": "demo",
+        "test_s.py::test_a": "slurm",
+        "test_s.py::test_b": "slurm",
+    }
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom helpers.workers import scheduler\n\n\n"
-        f"def pytest_xdist_make_scheduler(config, log):\n    return scheduler(config, log, {groups!r}, cores=2)\n")
+        f"def pytest_xdist_make_scheduler(config, log):\n    return scheduler(config, log, {groups!r}, cores=2)\n"
+    )
     for name in ("d", "s", "x", "y", "z"):  # each test writes down its worker
-        (tmp_path / f"test_{name}.py").write_text("".join(
-            f"def test_{t}():\n    import os, pathlib\n    pathlib.Path({str(tmp_path)!r}, 'ran', "
-            f"'test_{name}.py::test_{t}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n\n\n" for t in "ab"))
+        (tmp_path / f"test_{name}.py").write_text(
+            "".join(
+                f"def test_{t}():\n    import os, pathlib\n    pathlib.Path({str(tmp_path)!r}, 'ran', "
+                f"'test_{name}.py::test_{t}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
+                for t in "ab"
+            )
+        )
     (tmp_path / "ran").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # not CI's own options
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "3", "-p", "no:cacheprovider", "."],
-                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "3", "-p", "no:cacheprovider", "."],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     ran = {p.name: p.read_text() for p in (tmp_path / "ran").iterdir()}
     assert len(ran) == 10, ran
     (slurm,) = {w for t, w in ran.items() if groups.get(t) == "slurm"}
     (demo,) = {w for t, w in ran.items() if groups.get(t) == "demo"}
-    assert demo != slurm and {t for t, w in ran.items() if w == slurm} == {"test_s.py::test_a", "test_s.py::test_b"}, ran
+    assert demo != slurm and {t for t, w in ran.items() if w == slurm} == {
+        "test_s.py::test_a",
+        "test_s.py::test_b",
+    }, ran

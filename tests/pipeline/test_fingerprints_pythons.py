@@ -64,8 +64,22 @@ def pyodide(version: str) -> Path:
         if shutil.which("npm") is None:
             skip_or_fail_in_ci("no npm (apt-get install nodejs npm)")
         where.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(["npm", "install", "--prefix", str(where), "--ignore-scripts", "--no-audit", "--no-fund",
-                              "--silent", f"pyodide@{version}"], capture_output=True, text=True, timeout=600)
+        res = subprocess.run(
+            [
+                "npm",
+                "install",
+                "--prefix",
+                str(where),
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                f"pyodide@{version}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if res.returncode != 0:
             skip_or_fail_in_ci(f"npm install pyodide@{version} failed: {res.stderr[-500:]}")
     return where
@@ -81,11 +95,17 @@ def fingerprints_here() -> dict:
 @pytest.mark.parametrize("release", sorted(PYODIDES, key=lambda r: PYODIDES[r]))
 def test_every_fingerprint_is_the_same_under_each_allowed_python(release):
     where = pyodide(release)
-    res = subprocess.run(["node", "-e", NODE, str(where), str(ROOT), FINGERPRINTS],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        ["node", "-e", NODE, str(where), str(ROOT), FINGERPRINTS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     there, here = json.loads(res.stdout), fingerprints_here()
     assert there["python"].startswith(PYODIDES[release] + "."), there["python"]
     assert len(here["hashes"]) > 100 and there["hashes"].keys() == here["hashes"].keys()
     differ = sorted(k for k, v in here["hashes"].items() if there["hashes"][k] != v)
-    assert not differ, f"under Python {there['python']} (here {here['python']}) these hash differently: {differ}"
+    assert not differ, (
+        f"under Python {there['python']} (here {here['python']}) these hash differently: {differ}"
+    )

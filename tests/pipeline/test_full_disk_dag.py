@@ -17,8 +17,19 @@ import pytest
 from helpers.dag import BIN, assert_same_tables, copy_repo, pipeline_env, snakemake
 
 PRESET = "demo_disk"
-OVERLAY = {"presets": {PRESET: {"base": "demo", "models": ["grassmann"], "seeds": [0], "experiments": {"table2": None},
-                                "ablations": None, "snli": None, "recall": None}}}
+OVERLAY = {
+    "presets": {
+        PRESET: {
+            "base": "demo",
+            "models": ["grassmann"],
+            "seeds": [0],
+            "experiments": {"table2": None},
+            "ablations": None,
+            "snli": None,
+            "recall": None,
+        }
+    }
+}
 RUNS = ("table1-grassmann-s0",)
 
 
@@ -53,7 +64,9 @@ def test_a_full_disk_fails_each_job_by_name_and_the_rerun_ends_as_the_demo(demo,
     (work / "disk.yaml").write_text(yaml.safe_dump(OVERLAY))
     fs = work / "results"
     fs.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(fs)], capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(fs)], capture_output=True, text=True
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}): needs root")
     try:
@@ -61,7 +74,9 @@ def test_a_full_disk_fails_each_job_by_name_and_the_rerun_ends_as_the_demo(demo,
         runs = fs / PRESET / "runs"
 
         def run(*args, check=False):
-            res = snakemake(work, "table1", "--configfile", "disk.yaml", *args, preset=PRESET, check=check)
+            res = snakemake(
+                work, "table1", "--configfile", "disk.yaml", *args, preset=PRESET, check=check
+            )
             return res, res.stdout + res.stderr
 
         def failed_in(output: str, rule: str, where: str) -> None:
@@ -80,9 +95,23 @@ def test_a_full_disk_fails_each_job_by_name_and_the_rerun_ends_as_the_demo(demo,
         _free(fs)
 
         # a training job between two checkpoints: the disk fills once its first is written
-        proc = subprocess.Popen([str(BIN / "snakemake"), "table1", "--cores", "2", "--configfile", "disk.yaml",
-                                 "--config", f"preset={PRESET}"], cwd=work, env=pipeline_env(work),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [
+                str(BIN / "snakemake"),
+                "table1",
+                "--cores",
+                "2",
+                "--configfile",
+                "disk.yaml",
+                "--config",
+                f"preset={PRESET}",
+            ],
+            cwd=work,
+            env=pipeline_env(work),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         while proc.poll() is None and not any((runs / r / "last.pt").exists() for r in RUNS):
             time.sleep(0.02)
         _fill(fs)
@@ -93,13 +122,18 @@ def test_a_full_disk_fails_each_job_by_name_and_the_rerun_ends_as_the_demo(demo,
         for r in stopped:
             failed_in(out, "train", f"runs/{r}/")
             assert load_checkpoint(runs / r / "last.pt")["pos"]  # the last good one, whole
-            assert not (runs / r / "run.json").exists() and not [p for p in (runs / r).iterdir() if ".tmp" in p.name]
+            assert not (runs / r / "run.json").exists() and not [
+                p for p in (runs / r).iterdir() if ".tmp" in p.name
+            ]
         _free(fs)
         assert run("--until", "train", "documents", "unigram", check=True)[0].returncode == 0
         assert any("[train] resuming" in (logs / "train" / f"{r}.log").read_text() for r in stopped)
 
         # the evaluations, then the tables
-        for rule, until, where in (("evaluate", ["--until", "evaluate"], "eval.json"), ("aggregate", [], "report/")):
+        for rule, until, where in (
+            ("evaluate", ["--until", "evaluate"], "eval.json"),
+            ("aggregate", [], "report/"),
+        ):
             _fill(fs)
             res, out = run()
             assert res.returncode != 0
@@ -110,4 +144,3 @@ def test_a_full_disk_fails_each_job_by_name_and_the_rerun_ends_as_the_demo(demo,
         assert_same_tables(demo, work, names=["table1"], subset=PRESET)
     finally:
         subprocess.run(["umount", "--lazy", str(fs)], check=False)
-

@@ -36,16 +36,40 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 
     records = [json.loads(p.read_text()) for p in (demo / "imports").glob("*.json")]
     modules = Counter(r["module"] for r in records)
-    assert {f"grassflow.{m}" for m in ("lm.download", "lm.tokenize", "lm.documents", "lm.train", "lm.evaluate",
-                                       "lm.unigram", "lm.aggregate", "lm.summary", "lm.ablations", "bench",
-                                       "snli.train", "recall.train", "snli.aggregate", "recall.aggregate",
-                                       "preflight")} <= set(modules), modules
+    assert {
+        f"grassflow.{m}"
+        for m in (
+            "lm.download",
+            "lm.tokenize",
+            "lm.documents",
+            "lm.train",
+            "lm.evaluate",
+            "lm.unigram",
+            "lm.aggregate",
+            "lm.summary",
+            "lm.ablations",
+            "bench",
+            "snli.train",
+            "recall.train",
+            "snli.aggregate",
+            "recall.aggregate",
+            "preflight",
+        )
+    } <= set(modules), modules
     for r in records:
         module, line = r["module"], " ".join(r["argv"])
-        if module in ("grassflow.preflight", "grassflow"):  # the machine's check: no fingerprint; a user's verb
+        if module in (
+            "grassflow.preflight",
+            "grassflow",
+        ):  # the machine's check: no fingerprint; a user's verb
             continue
-        kinds = ("transformer", "grassmann") if module == "grassflow.bench" else \
-            tuple(k for k in ("transformer", "grassmann") if k in line) if module in RUN_JOBS else ()
+        kinds = (
+            ("transformer", "grassmann")
+            if module == "grassflow.bench"
+            else tuple(k for k in ("transformer", "grassmann") if k in line)
+            if module in RUN_JOBS
+            else ()
+        )
         assert module not in RUN_JOBS or len(kinds) == 1, line
         r["files"] = [f.replace(str(demo), str(ROOT)) for f in r["files"]]
         assert_closure_holds(r, module, kinds)
@@ -57,39 +81,84 @@ def test_editing_the_lm_table_code_plans_its_tables_and_no_other_tasks(demo, mod
     alone: a code edit plans Tables 1-2, the ablation table and the sweep's (and the summary, which
     reads Tables 1-2), no SNLI or recall job."""
     with edited(demo / "src/grassflow" / module):
-        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
-                                         ("sweep_aggregate", None): 1})
+        assert planned(demo) == Counter(
+            {
+                ("aggregate", None): 2,
+                ("summary", None): 1,
+                ("ablation_aggregate", None): 1,
+                ("sweep_aggregate", None): 1,
+            }
+        )
 
 
 def test_editing_the_training_loop_plans_every_training_job_and_bench(demo):
     with edited(demo / "src/grassflow/loop.py"):
         rules = by_rule(planned(demo))
-    assert rules["train"] == DEMO_LM_RUNS and rules["snli_train"] == 4 and rules["recall_train"] >= 2 and rules["bench"] == 1
-    assert not {"download", "tokenize", "train_tokenizer", "unigram", "snli_download", "recall_data"} & set(rules)
+    assert (
+        rules["train"] == DEMO_LM_RUNS
+        and rules["snli_train"] == 4
+        and rules["recall_train"] >= 2
+        and rules["bench"] == 1
+    )
+    assert not {
+        "download",
+        "tokenize",
+        "train_tokenizer",
+        "unigram",
+        "snli_download",
+        "recall_data",
+    } & set(rules)
 
 
 def test_recall_model_setting_plans_only_its_runs(demo):
-    jobs, changed = _changes(demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}})
+    jobs, changed = _changes(
+        demo, {"recall": {"models": {"grassmann": {"switches": {"lags": [1, 3]}}}}}
+    )
     assert changed == {("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0")}
-    assert jobs == Counter({("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
-                            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1, ("recall_aggregate", None): 1})
+    assert jobs == Counter(
+        {
+            ("recall_train", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
+            ("recall_evaluate", "L32-kv4-d32-grassmann-lr0.001-s0"): 1,
+            ("recall_aggregate", None): 1,
+        }
+    )
 
 
 def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
     jobs, changed = _changes(demo, {"ablations": {"variants": {"pre_norm": {"init": "small"}}}})
-    assert changed == {("train", "table1_pre_norm-transformer-s0"), ("train", "table1_pre_norm-grassmann-s0")}
-    assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
-                            ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
-                            ("ablation_aggregate", None): 1})
+    assert changed == {
+        ("train", "table1_pre_norm-transformer-s0"),
+        ("train", "table1_pre_norm-grassmann-s0"),
+    }
+    assert jobs == Counter(
+        {
+            ("train", "table1_pre_norm-transformer-s0"): 1,
+            ("evaluate", "table1_pre_norm-transformer-s0"): 1,
+            ("train", "table1_pre_norm-grassmann-s0"): 1,
+            ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
+            ("ablation_aggregate", None): 1,
+        }
+    )
 
 
 def test_a_variants_training_key_plans_only_its_runs_and_the_ablation_table(demo):
     """An ablation variant may switch a training key (its runs' spec): the learning rate, for both models."""
-    jobs, changed = _changes(demo, {"ablations": {"variants": {"pre_norm": {"norm": "pre", "train": {"lr": 0.01}}}}})
-    assert changed == {("train", "table1_pre_norm-transformer-s0"), ("train", "table1_pre_norm-grassmann-s0")}
-    assert jobs == Counter({("train", "table1_pre_norm-transformer-s0"): 1, ("evaluate", "table1_pre_norm-transformer-s0"): 1,
-                            ("train", "table1_pre_norm-grassmann-s0"): 1, ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
-                            ("ablation_aggregate", None): 1})
+    jobs, changed = _changes(
+        demo, {"ablations": {"variants": {"pre_norm": {"norm": "pre", "train": {"lr": 0.01}}}}}
+    )
+    assert changed == {
+        ("train", "table1_pre_norm-transformer-s0"),
+        ("train", "table1_pre_norm-grassmann-s0"),
+    }
+    assert jobs == Counter(
+        {
+            ("train", "table1_pre_norm-transformer-s0"): 1,
+            ("evaluate", "table1_pre_norm-transformer-s0"): 1,
+            ("train", "table1_pre_norm-grassmann-s0"): 1,
+            ("evaluate", "table1_pre_norm-grassmann-s0"): 1,
+            ("ablation_aggregate", None): 1,
+        }
+    )
 
 
 def test_editing_snli_report_code_plans_only_snli_aggregate(demo):
@@ -116,26 +185,55 @@ def _changes(demo, overlay) -> tuple[Counter, set]:
 
 
 def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
-    jobs, changed = _changes(demo, {"model_overrides": {"grassmann": {"plucker_backend": "fused-cpu"}}})
+    jobs, changed = _changes(
+        demo, {"model_overrides": {"grassmann": {"plucker_backend": "fused-cpu"}}}
+    )
     assert changed == GRASSMANN_SETTING_JOBS
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("preflight", None)] == 1
-    assert {rule for rule, _ in jobs} == {"preflight", "train", "evaluate", "aggregate", "summary", "ablation_aggregate",
-                                          "sweep_aggregate"}
+    assert {rule for rule, _ in jobs} == {
+        "preflight",
+        "train",
+        "evaluate",
+        "aggregate",
+        "summary",
+        "ablation_aggregate",
+        "sweep_aggregate",
+    }
 
 
 def test_execution_keys_rerun_nothing(demo):
     """train.threads, compile, compile_mode, trackers and head_loss say how to run, not what to compute:
     changing them on a finished demo (run with trackers: [tensorboard]) plans nothing."""
-    assert planned(demo, {"train": {"threads": 2, "compile": True, "compile_mode": "reduce-overhead",
-                                    "trackers": ["wandb"], "head_loss": "reference"}}) == Counter()
+    assert (
+        planned(
+            demo,
+            {
+                "train": {
+                    "threads": 2,
+                    "compile": True,
+                    "compile_mode": "reduce-overhead",
+                    "trackers": ["wandb"],
+                    "head_loss": "reference",
+                }
+            },
+        )
+        == Counter()
+    )
 
 
 def test_editing_report_code_plans_only_aggregate(demo):
     with edited(demo / "src/grassflow/report/figures.py"):
-        assert planned(demo) == Counter({("aggregate", None): 2, ("summary", None): 1, ("ablation_aggregate", None): 1,
-                                         ("sweep_aggregate", None): 1, ("snli_aggregate", None): 1,
-                                         ("recall_aggregate", None): 1})
+        assert planned(demo) == Counter(
+            {
+                ("aggregate", None): 2,
+                ("summary", None): 1,
+                ("ablation_aggregate", None): 1,
+                ("sweep_aggregate", None): 1,
+                ("snli_aggregate", None): 1,
+                ("recall_aggregate", None): 1,
+            }
+        )
 
 
 def test_grassmann_setting_plans_only_grassmann_runs(demo):
@@ -143,7 +241,14 @@ def test_grassmann_setting_plans_only_grassmann_runs(demo):
     assert changed == GRASSMANN_SETTING_JOBS
     runs = {run for (rule, run) in jobs if run}
     assert runs == DEMO_GRASSMANN_RUNS
-    assert {rule for rule, _ in jobs} == {"train", "evaluate", "aggregate", "summary", "ablation_aggregate", "sweep_aggregate"}
+    assert {rule for rule, _ in jobs} == {
+        "train",
+        "evaluate",
+        "aggregate",
+        "summary",
+        "ablation_aggregate",
+        "sweep_aggregate",
+    }
 
 
 def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
@@ -153,26 +258,55 @@ def test_editing_grassmann_model_file_never_touches_transformer_or_data(demo):
     assert not {"download", "tokenize", "train_tokenizer"} & {rule for rule, _ in jobs}
     assert {run for (rule, run) in jobs if rule == "train"} == DEMO_GRASSMANN_RUNS
     assert jobs[("bench", None)] == 1  # the benchmark times the model: re-timed
-    assert {rule for rule, _ in jobs} <= {"train", "evaluate", "snli_train", "snli_evaluate", "recall_train",
-                                          "recall_evaluate", "aggregate", "summary", "ablation_aggregate", "sweep_aggregate",
-                                          "snli_aggregate", "recall_aggregate", "bench"}
+    assert {rule for rule, _ in jobs} <= {
+        "train",
+        "evaluate",
+        "snli_train",
+        "snli_evaluate",
+        "recall_train",
+        "recall_evaluate",
+        "aggregate",
+        "summary",
+        "ablation_aggregate",
+        "sweep_aggregate",
+        "snli_aggregate",
+        "recall_aggregate",
+        "bench",
+    }
     assert not any(run and "transformer" in run for _, run in jobs)  # its runs, its tables, bench
     # the SNLI Grassmann head is built on the same block: its runs rerun too, its data does not
-    assert {run for rule, run in jobs if rule == "snli_train"} == {"table3-grassmann-s0", "table3_scratch-grassmann-s0"}
-    assert not {"snli_download", "snli_tokenize", "snli_train_tokenizer"} & {rule for rule, _ in jobs}
+    assert {run for rule, run in jobs if rule == "snli_train"} == {
+        "table3-grassmann-s0",
+        "table3_scratch-grassmann-s0",
+    }
+    assert not {"snli_download", "snli_tokenize", "snli_train_tokenizer"} & {
+        rule for rule, _ in jobs
+    }
 
 
 def test_snli_head_setting_plans_only_snli_grassmann_runs(demo):
     jobs, changed = _changes(demo, {"snli": {"head_overrides": {"grassmann": {"pairs": "causal"}}}})
-    assert changed == {("snli_train", "table3-grassmann-s0"), ("snli_train", "table3_scratch-grassmann-s0")}
-    assert jobs == Counter({("snli_train", "table3-grassmann-s0"): 1, ("snli_evaluate", "table3-grassmann-s0"): 1,
-                            ("snli_train", "table3_scratch-grassmann-s0"): 1,
-                            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1, ("snli_aggregate", None): 1})
+    assert changed == {
+        ("snli_train", "table3-grassmann-s0"),
+        ("snli_train", "table3_scratch-grassmann-s0"),
+    }
+    assert jobs == Counter(
+        {
+            ("snli_train", "table3-grassmann-s0"): 1,
+            ("snli_evaluate", "table3-grassmann-s0"): 1,
+            ("snli_train", "table3_scratch-grassmann-s0"): 1,
+            ("snli_evaluate", "table3_scratch-grassmann-s0"): 1,
+            ("snli_aggregate", None): 1,
+        }
+    )
 
 
 def test_snli_backbone_setting_never_touches_scratch_runs(demo):
     jobs, changed = _changes(demo, {"snli": {"backbone": {"random": {"seed": 1}}}})
-    assert changed == {("snli_train", "table3-transformer-s0"), ("snli_train", "table3-grassmann-s0")}
+    assert changed == {
+        ("snli_train", "table3-transformer-s0"),
+        ("snli_train", "table3-grassmann-s0"),
+    }
     assert {run for _, run in jobs if run} == {"table3-transformer-s0", "table3-grassmann-s0"}
     assert {rule for rule, _ in jobs} == {"snli_train", "snli_evaluate", "snli_aggregate"}
 
@@ -181,7 +315,9 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     with edited(demo / "src/grassflow/data/tokenizers.py"):
         rules = by_rule(planned(demo))
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
-    assert rules["train"] == rules["evaluate"] == DEMO_LM_RUNS and rules["aggregate"] == 2  # a table each
+    assert (
+        rules["train"] == rules["evaluate"] == DEMO_LM_RUNS and rules["aggregate"] == 2
+    )  # a table each
     assert "download" not in rules
 
 
@@ -196,7 +332,13 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     code, which reaches the jobs only through their params."""
     from helpers.dag import COMMENT_EDIT, replaced
 
-    for f in ("job.py", "pipeline/presets.py", "loop.py", "pipeline/tasks.py", "models/grassmann.py"):
+    for f in (
+        "job.py",
+        "pipeline/presets.py",
+        "loop.py",
+        "pipeline/tasks.py",
+        "models/grassmann.py",
+    ):
         with edited(demo / "src/grassflow" / f, COMMENT_EDIT):
             assert planned(demo) == Counter(), f
     with replaced(demo / "src/grassflow/cli.py", *REFORMATTED):
@@ -204,10 +346,20 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     with edited(demo / "src/grassflow/cli.py", UNUSED_FUNCTION):
         assert planned(demo) == Counter()
     # a reworded error in a module every data job imports (#70's rewording replanned a whole grid)
-    with replaced(demo / "src/grassflow/data/sources.py", "not a readable parquet file", "an unreadable parquet file"):
+    with replaced(
+        demo / "src/grassflow/data/sources.py",
+        "not a readable parquet file",
+        "an unreadable parquet file",
+    ):
         assert planned(demo) == Counter()
     # planning code: what it decides reaches jobs through their params, and no job runs it
-    for f in ("pipeline/presets.py", "lm/grid.py", "lm/layout.py", "pipeline/tasks.py", "planning/estimate.py"):
+    for f in (
+        "pipeline/presets.py",
+        "lm/grid.py",
+        "lm/layout.py",
+        "pipeline/tasks.py",
+        "planning/estimate.py",
+    ):
         with edited(demo / "src/grassflow" / f):
             assert planned(demo) == Counter(), f
 
@@ -215,7 +367,9 @@ def test_edits_that_cannot_change_a_result_plan_nothing(demo):
 def test_editing_one_task_plans_none_of_anothers_runs(demo):
     with edited(demo / "src/grassflow/recall/data.py"):
         rules = by_rule(planned(demo))
-    assert set(rules) == {"recall_data", "recall_train", "recall_evaluate", "recall_aggregate"}, rules
+    assert set(rules) == {"recall_data", "recall_train", "recall_evaluate", "recall_aggregate"}, (
+        rules
+    )
 
 
 def test_a_new_task_directory_plans_nothing_of_the_existing_tasks(demo):
@@ -239,11 +393,27 @@ def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
     with replaced(demo / "src/grassflow/data/stages.py", loop, loop + "        _edited = 1\n"):
         rules = by_rule(planned(demo))
     assert {"tokenize", "documents", "snli_tokenize"} <= set(rules)
-    assert not {"download", "snli_download", "recall_data", "train_tokenizer", "snli_train_tokenizer"} & set(rules)
-    assert not {"recall_train", "recall_evaluate"} & set(rules)  # the text tasks' runs: downstream of tokenize
+    assert not {
+        "download",
+        "snli_download",
+        "recall_data",
+        "train_tokenizer",
+        "snli_train_tokenizer",
+    } & set(rules)
+    assert not {"recall_train", "recall_evaluate"} & set(
+        rules
+    )  # the text tasks' runs: downstream of tokenize
     with edited(demo / "src/grassflow/lm/documents.py"):
-        assert by_rule(planned(demo)) == Counter({"documents": 1, "evaluate": DEMO_LM_RUNS, "aggregate": 2, "summary": 1,
-                                                  "ablation_aggregate": 1, "sweep_aggregate": 1})  # what reads them
+        assert by_rule(planned(demo)) == Counter(
+            {
+                "documents": 1,
+                "evaluate": DEMO_LM_RUNS,
+                "aggregate": 2,
+                "summary": 1,
+                "ablation_aggregate": 1,
+                "sweep_aggregate": 1,
+            }
+        )  # what reads them
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):
@@ -255,8 +425,13 @@ def test_plan_why_names_the_files_whose_code_changed(demo):
     from helpers.dag import COMMENT_EDIT, pipeline_env
 
     def why():
-        res = subprocess.run([sys.executable, "-m", "grassflow", "plan", "--why", "--preset", "demo"], cwd=demo,
-                             env=pipeline_env(demo), capture_output=True, text=True)
+        res = subprocess.run(
+            [sys.executable, "-m", "grassflow", "plan", "--why", "--preset", "demo"],
+            cwd=demo,
+            env=pipeline_env(demo),
+            capture_output=True,
+            text=True,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stdout
 
@@ -289,14 +464,40 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     from helpers.dag import copy_repo, snakemake
 
     work = copy_repo(tmp_path)
-    fake_hub_cache(tmp_path / ".hf", "bert-base-uncased", {"vocab.txt": "\n".join(
-        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", "the", "of", "and"]) + "\n"})
-    (work / "hub.yaml").write_text(json.dumps({"presets": {"demo": {"tokenizer": {"name": "bert-base-uncased",
-                                                                                  "vocab_size": None}}}}))
-    tokens = [f"results/demo/data/tokens/bert-base-uncased/{s}.parquet" for s in ("train", "validation", "test")]
+    fake_hub_cache(
+        tmp_path / ".hf",
+        "bert-base-uncased",
+        {
+            "vocab.txt": "\n".join(
+                [
+                    "[PAD]",
+                    "[UNK]",
+                    "[CLS]",
+                    "[SEP]",
+                    "[MASK]",
+                    *"abcdefghijklmnopqrstuvwxyz",
+                    "the",
+                    "of",
+                    "and",
+                ]
+            )
+            + "\n"
+        },
+    )
+    (work / "hub.yaml").write_text(
+        json.dumps(
+            {"presets": {"demo": {"tokenizer": {"name": "bert-base-uncased", "vocab_size": None}}}}
+        )
+    )
+    tokens = [
+        f"results/demo/data/tokens/bert-base-uncased/{s}.parquet"
+        for s in ("train", "validation", "test")
+    ]
 
     def run(*args) -> str:  # the token files, their jobs only
-        return snakemake(work, *tokens, *args, "--configfile", "hub.yaml", env={"HF_HOME": str(tmp_path / ".hf")}).stdout
+        return snakemake(
+            work, *tokens, *args, "--configfile", "hub.yaml", env={"HF_HOME": str(tmp_path / ".hf")}
+        ).stdout
 
     def plan() -> Counter:
         return Counter(re.findall(r"^(?:local)?rule (\w+):", run("-n"), re.M))
@@ -307,7 +508,9 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     with edited(work / "src/grassflow/pipeline/tasks.py"):
         assert plan() == Counter()
     with edited(work / "src/grassflow/lm/download.py"):
-        assert plan() == Counter({"download": 1, "tokenize": 1})  # its stage's job, and what it feeds
+        assert plan() == Counter(
+            {"download": 1, "tokenize": 1}
+        )  # its stage's job, and what it feeds
     with edited(work / "src/grassflow/data/tokenizers.py"):
         assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
         # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run
@@ -327,14 +530,22 @@ def test_a_release_that_replans_everything_needs_one_touch(demo):
     try:
         with edited(demo / "src/grassflow/io.py"):
             rules = by_rule(planned(demo))
-            assert rules["train"] == DEMO_LM_RUNS and rules["snli_train"] == 4 and rules["download"] == 1, rules
+            assert (
+                rules["train"] == DEMO_LM_RUNS
+                and rules["snli_train"] == 4
+                and rules["download"] == 1
+            ), rules
             snakemake(demo, "--touch")
             assert planned(demo) == Counter()
             jobs = plan_jobs(demo, {"experiments": {"table2": {"batch_size": 8}}})
             assert settings_changed(jobs) == {("train", r) for r in table2}
             assert Counter(job_key(j) for j in jobs) == Counter(
-                {**{(s, r): 1 for s in ("train", "evaluate") for r in table2}, ("aggregate", None): 1,
-                 ("summary", None): 1})
+                {
+                    **{(s, r): 1 for s in ("train", "evaluate") for r in table2},
+                    ("aggregate", None): 1,
+                    ("summary", None): 1,
+                }
+            )
             said = [w for j in jobs if j["rule"] == "train" for w in j["why"]]
             assert said == ["settings changed: train.batch_size: 16 → 8"] * 4, said
     finally:

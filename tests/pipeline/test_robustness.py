@@ -37,13 +37,25 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     table = work / "results/demo/report/table1.csv"
     old_table = table.stat().st_mtime_ns
     env = pipeline_env(work)
-    proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"], cwd=work,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "snakemake"), "--cores", "2", "--config", "preset=demo"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     runs = [work / "results/demo/runs" / name for name in redo]
     deadline = time.time() + 1200
-    while time.time() < deadline and proc.poll() is None and not any((d / "metrics.jsonl").exists() for d in runs):
+    while (
+        time.time() < deadline
+        and proc.poll() is None
+        and not any((d / "metrics.jsonl").exists() for d in runs)
+    ):
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGSTOP)  # frozen: the state the kill is for cannot change before it lands
+    os.killpg(
+        proc.pid, signal.SIGSTOP
+    )  # frozen: the state the kill is for cannot change before it lands
     half = [d for d in runs if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -53,7 +65,9 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
         assert ("train", d.name) in jobs
     snakemake(work, "--unlock")  # a SIGKILLed Snakemake leaves its lock, as it documents
     snakemake(work)
-    assert table.stat().st_mtime_ns > old_table, "the tables were not rewritten from the redone runs"
+    assert table.stat().st_mtime_ns > old_table, (
+        "the tables were not rewritten from the redone runs"
+    )
     assert_same_tables(demo, work)
 
 
@@ -72,14 +86,25 @@ def test_a_run_rerun_because_its_code_changed_trains_anew(demo, tmp_path):
     run = "table1-grassmann-s0"
     snakemake(work, f"results/demo/runs/{run}/model.safetensors")  # its training job only
     log = (work / f"results/demo/logs/train/{run}.log").read_text()
-    assert "was written by other code" in log and "resuming" not in log and "had ended" not in log, log[-2000:]
-    old, new = (json.loads((d / f"results/demo/runs/{run}/run.json").read_text()) for d in (demo, work))
-    assert [(p["from"], p["ended"]) for p in new["parts"]] == [({"epoch": 0, "step": 0}, "finished")], new["parts"]
-    assert new["parts"][0]["started_at"] > old["finished_at"] and new["weights_sha256"] != old["weights_sha256"]
+    assert (
+        "was written by other code" in log and "resuming" not in log and "had ended" not in log
+    ), log[-2000:]
+    old, new = (
+        json.loads((d / f"results/demo/runs/{run}/run.json").read_text()) for d in (demo, work)
+    )
+    assert [(p["from"], p["ended"]) for p in new["parts"]] == [
+        ({"epoch": 0, "step": 0}, "finished")
+    ], new["parts"]
+    assert (
+        new["parts"][0]["started_at"] > old["finished_at"]
+        and new["weights_sha256"] != old["weights_sha256"]
+    )
 
 
 @pytest.mark.slow
-def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(demo, tmp_path):
+def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(
+    demo, tmp_path
+):
     """A results tree is shared: whoever can write one file in it must not run code as the
     next user. Crafted pickles (they would create a marker file) as the weights
     (model.safetensors) of an LM, an SNLI and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
@@ -93,12 +118,16 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
     shutil.copytree(demo, work, symlinks=True)
     marker = tmp_path / "marker"
     res = work / "results/demo"
-    evaluated = {"evaluate/table1-grassmann-s0": res / "runs/table1-grassmann-s0",
-                 "snli/evaluate/table3-grassmann-s0": res / "snli/runs/table3-grassmann-s0",
-                 "recall/evaluate/L32-kv4-d32-grassmann_geometric-lr0.001-s0":
-                     res / "recall/runs/L32-kv4-d32-grassmann_geometric-lr0.001-s0"}
+    evaluated = {
+        "evaluate/table1-grassmann-s0": res / "runs/table1-grassmann-s0",
+        "snli/evaluate/table3-grassmann-s0": res / "snli/runs/table3-grassmann-s0",
+        "recall/evaluate/L32-kv4-d32-grassmann_geometric-lr0.001-s0": res
+        / "recall/runs/L32-kv4-d32-grassmann_geometric-lr0.001-s0",
+    }
     for run_dir in evaluated.values():
-        crafted_weights(run_dir / "model.safetensors", marker, header={"spec": {"run_id": run_dir.name}})
+        crafted_weights(
+            run_dir / "model.safetensors", marker, header={"spec": {"run_id": run_dir.name}}
+        )
         (run_dir / "eval.json").unlink()
     resumed = res / "runs/table1-transformer-s1"
     crafted_last(resumed / "last.pt", marker)
@@ -106,18 +135,32 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
     out = snakemake(work, "--keep-going", check=False)
     assert out.returncode != 0
     assert not marker.exists(), "a crafted checkpoint ran its code"
-    for log, path, why in [*((k, v / "model.safetensors", "not a readable safetensors file") for k, v in evaluated.items()),
-                           ("train/table1-transformer-s1", resumed / "last.pt", "refused: not a data-only checkpoint")]:
-        errors = [x for x in (res / "logs" / f"{log}.log").read_text().splitlines() if x.startswith("error:")]
+    for log, path, why in [
+        *(
+            (k, v / "model.safetensors", "not a readable safetensors file")
+            for k, v in evaluated.items()
+        ),
+        ("train/table1-transformer-s1", resumed / "last.pt", "refused: not a data-only checkpoint"),
+    ]:
+        errors = [
+            x
+            for x in (res / "logs" / f"{log}.log").read_text().splitlines()
+            if x.startswith("error:")
+        ]
         assert len(errors) == 1 and f"{path.relative_to(work)}: {why}" in errors[0], errors
     assert (res / "runs/table2-grassmann-s0/eval.json").exists()  # the other jobs ran
 
     # the real files back: the refused jobs (an evaluation of each task, a resumed training) run
-    for path in [*(v / f for v in evaluated.values() for f in ("model.safetensors", "config.json")), resumed / "last.pt"]:
+    for path in [
+        *(v / f for v in evaluated.values() for f in ("model.safetensors", "config.json")),
+        resumed / "last.pt",
+    ]:
         shutil.copy2(demo / path.relative_to(work), path)
     jobs = planned(work)
-    assert {run for (rule, run) in jobs if rule.endswith("evaluate")} == {*(v.name for v in evaluated.values()),
-                                                                           resumed.name}, jobs
+    assert {run for (rule, run) in jobs if rule.endswith("evaluate")} == {
+        *(v.name for v in evaluated.values()),
+        resumed.name,
+    }, jobs
     snakemake(work)
     assert_same_tables(demo, work)
 
@@ -164,34 +207,55 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     def written():
         return {p: p.stat().st_mtime_ns for p in (res / "logs").rglob("*.log")}
 
-    def errors(*targets):  # the error lines of the logs this run wrote (not by time: the last run's may be
+    def errors(
+        *targets,
+    ):  # the error lines of the logs this run wrote (not by time: the last run's may be
         before = written()  # within any margin of this one's start)
         out = snakemake(work, "--keep-going", *targets, check=False)
         assert out.returncode != 0
-        logs = {p.relative_to(res / "logs").as_posix(): p.read_text() for p, t in written().items()
-                if before.get(p) != t}
+        logs = {
+            p.relative_to(res / "logs").as_posix(): p.read_text()
+            for p, t in written().items()
+            if before.get(p) != t
+        }
         return {k: [x for x in v.splitlines() if x.startswith("error:")] for k, v in logs.items()}
 
     def cut(path, keep):
         path.write_bytes(path.read_bytes()[:keep])
 
     config = res / "runs/table2-transformer-s0/config.json"
-    fieldless = res / "runs/table2-transformer-s1/config.json"  # JSON, but none of a config.json's fields
+    fieldless = (
+        res / "runs/table2-transformer-s1/config.json"
+    )  # JSON, but none of a config.json's fields
     weights = res / "runs/table2-grassmann-s1/model.safetensors"
     last = res / "runs/table1-transformer-s1/last.pt"
     config.write_text("")
     fieldless.write_text("{}")
     cut(weights, 1000)
     cut(last, last.stat().st_size // 2)
-    for f in ("run.json", "eval.json"):  # eval.json too: Snakemake replans no job whose outputs all exist
+    for f in (
+        "run.json",
+        "eval.json",
+    ):  # eval.json too: Snakemake replans no job whose outputs all exist
         (res / "runs/table1-transformer-s1" / f).unlink()
     found = errors()
-    for log, path, why in [("train/table1-transformer-s1.log", last, "checksum mismatch"),
-                           ("evaluate/table2-grassmann-s1.log", weights, "not a readable safetensors file"),
-                           ("evaluate/table2-transformer-s0.log", config, "not JSON"),
-                           ("evaluate/table2-transformer-s1.log", fieldless, "lacks spec.run_id, epoch, weights_sha256")]:
-        assert len(found[log]) == 1 and f"{path.relative_to(work)}: {why}" in found[log][0], (log, found[log])
-    assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables  # no table from them
+    for log, path, why in [
+        ("train/table1-transformer-s1.log", last, "checksum mismatch"),
+        ("evaluate/table2-grassmann-s1.log", weights, "not a readable safetensors file"),
+        ("evaluate/table2-transformer-s0.log", config, "not JSON"),
+        (
+            "evaluate/table2-transformer-s1.log",
+            fieldless,
+            "lacks spec.run_id, epoch, weights_sha256",
+        ),
+    ]:
+        assert len(found[log]) == 1 and f"{path.relative_to(work)}: {why}" in found[log][0], (
+            log,
+            found[log],
+        )
+    assert {
+        p: p.read_bytes() for p in (res / "report").glob("table*.csv")
+    } == tables  # no table from them
 
     for path in (config, fieldless, weights, last):
         shutil.copy2(demo / path.relative_to(work), path)
@@ -201,10 +265,15 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     found = errors(one_evaluation)
     failed = [k for k, e in found.items() if e]
     assert failed == ["evaluate/table1-grassmann-s0.log"] and len(found[failed[0]]) == 1, found
-    assert f"{tokens.relative_to(work)}: unreadable token file" in found[failed[0]][0] and "snakemake again" in found[failed[0]][0]
+    assert (
+        f"{tokens.relative_to(work)}: unreadable token file" in found[failed[0]][0]
+        and "snakemake again" in found[failed[0]][0]
+    )
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
 
-    shutil.copy2(demo / tokens.relative_to(work), tokens)  # and the documents lm-eval's perplexity reads
+    shutil.copy2(
+        demo / tokens.relative_to(work), tokens
+    )  # and the documents lm-eval's perplexity reads
     docs = next(res.glob("data/tokens/*/docs/test.parquet"))
     docs.write_bytes(b"\0" * 64)
     found = errors(one_evaluation)
@@ -226,14 +295,21 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     snli_eval.write_text("")
     cut(recall_eval, recall_eval.stat().st_size // 3)
     found = errors()
-    for log, why in [("evaluate/table1-grassmann-s0.log", f"{record.relative_to(work)}: not JSON"),
-                     ("aggregate/table2.log", f"{metrics.relative_to(work)}:"),
-                     ("snli/aggregate.log", f"{snli_eval.relative_to(work)}: not JSON"),
-                     ("recall/aggregate.log", f"{recall_eval.relative_to(work)}: not JSON")]:
-        assert len(found[log]) == 1 and why in found[log][0] and "run snakemake again" in found[log][0], (log, found[log])
+    for log, why in [
+        ("evaluate/table1-grassmann-s0.log", f"{record.relative_to(work)}: not JSON"),
+        ("aggregate/table2.log", f"{metrics.relative_to(work)}:"),
+        ("snli/aggregate.log", f"{snli_eval.relative_to(work)}: not JSON"),
+        ("recall/aggregate.log", f"{recall_eval.relative_to(work)}: not JSON"),
+    ]:
+        assert (
+            len(found[log]) == 1 and why in found[log][0] and "run snakemake again" in found[log][0]
+        ), (log, found[log])
     # a failed job's tables are gone (Snakemake removes the outputs of a job it runs), none rewritten
     assert {p: p.read_bytes() for p in (res / "report").glob("*.csv")} == {
-        p: b for p, b in every_table.items() if p.name not in ("table2.csv", "snli_table3.csv", "snli_table3_scratch.csv", "recall.csv")}
+        p: b
+        for p, b in every_table.items()
+        if p.name not in ("table2.csv", "snli_table3.csv", "snli_table3_scratch.csv", "recall.csv")
+    }
 
     # last, the raw text every token file is made from, cut short: each job that reads it fails naming it
     for path in (record, metrics, snli_eval, recall_eval):
@@ -242,6 +318,12 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     cut(raw, raw.stat().st_size // 2)
     found = errors()
     for log in ("tokenize.log", "documents.log"):
-        assert len(found[log]) == 1 and f"{raw.relative_to(work)}: not a readable parquet file" in found[log][0], found
-    assert all(every_table[p] == p.read_bytes() for p in (res / "report").glob("*.csv")  # the LM's: none rewritten
-               if p.name.startswith(("table", "ablations")))
+        assert (
+            len(found[log]) == 1
+            and f"{raw.relative_to(work)}: not a readable parquet file" in found[log][0]
+        ), found
+    assert all(
+        every_table[p] == p.read_bytes()
+        for p in (res / "report").glob("*.csv")  # the LM's: none rewritten
+        if p.name.startswith(("table", "ablations"))
+    )

@@ -15,9 +15,21 @@ import yaml
 from helpers.dag import BIN, copy_repo, pipeline_env
 
 RUN = "table1-grassmann-s0"
-OVERLAY = {"presets": {"demo_tracked": {"base": "demo", "models": ["grassmann"], "seeds": [0], "experiments": {"table2": None},
-                                        "ablations": None, "sweep": None, "snli": None, "recall": None,
-                                        "train": {"trackers": ["mlflow"]}}}}
+OVERLAY = {
+    "presets": {
+        "demo_tracked": {
+            "base": "demo",
+            "models": ["grassmann"],
+            "seeds": [0],
+            "experiments": {"table2": None},
+            "ablations": None,
+            "sweep": None,
+            "snli": None,
+            "recall": None,
+            "train": {"trackers": ["mlflow"]},
+        }
+    }
+}
 
 
 @pytest.mark.slow
@@ -33,9 +45,23 @@ def test_a_tracker_store_damaged_mid_run_leaves_the_run_and_its_table_whole(tmp_
     store.parent.mkdir()
     env = {**pipeline_env(work), "MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
     metrics = work / "results/demo_tracked/runs" / RUN / "metrics.jsonl"
-    proc = subprocess.Popen([str(BIN / "snakemake"), "table1", "--cores", "2", "--configfile", "tracked.yaml",
-                             "--config", "preset=demo_tracked"], cwd=work, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            str(BIN / "snakemake"),
+            "table1",
+            "--cores",
+            "2",
+            "--configfile",
+            "tracked.yaml",
+            "--config",
+            "preset=demo_tracked",
+        ],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     while proc.poll() is None and not (metrics.exists() and metrics.read_text().strip()):
         time.sleep(0.01)
     assert store.is_file()  # the runs logged to the store the variable names
@@ -46,6 +72,8 @@ def test_a_tracker_store_damaged_mid_run_leaves_the_run_and_its_table_whole(tmp_
     assert rec["status"]["state"] == "completed" and rec["epochs_completed"] == 3
     (failed,) = rec["trackers_failed"]
     assert failed["tracker"] == "mlflow" and failed["run"] == RUN and failed["at"] > 0, failed
-    assert "### table1:" in (work / "results/demo_tracked/report/table1.md").read_text()  # its table, written
+    assert (
+        "### table1:" in (work / "results/demo_tracked/report/table1.md").read_text()
+    )  # its table, written
     log = (work / "results/demo_tracked/logs/train" / f"{RUN}.log").read_text()
     assert log.count("warning: tracker mlflow failed") == 1

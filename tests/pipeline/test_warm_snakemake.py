@@ -9,8 +9,14 @@ from helpers.dag import BIN, copy_repo, pipeline_env, run_snakemake
 
 
 def _fresh(args, cwd, env):
-    return subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [str(BIN / "snakemake"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_a_warm_dry_run_is_a_fresh_snakemakes(tmp_path):
@@ -23,7 +29,11 @@ def test_a_warm_dry_run_is_a_fresh_snakemakes(tmp_path):
     assert warm.returncode == fresh.returncode == 0, warm.stderr[-2000:]
 
     def jobs(out):  # the job and command lines (the rest holds times and a random job order)
-        return sorted(line for line in out.splitlines() if line.startswith(("rule ", "localrule ", "    python ")))
+        return sorted(
+            line
+            for line in out.splitlines()
+            if line.startswith(("rule ", "localrule ", "    python "))
+        )
 
     assert len(jobs(fresh.stdout)) > 50 and jobs(warm.stdout) == jobs(fresh.stdout)
     # the bad preset from the environment alone (the profile SNAKEMAKE_PROFILE names): the run's own

@@ -13,6 +13,8 @@ from grassflow.report.tables import TEX, latex, tex_escape
 from helpers.latex import compile_tex
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
 def test_every_special_character_compiles(tmp_path):
     """Every character tex_escape knows, in a cell and in the caption: one table that compiles."""
     plain = "".join(TEX) + " plain_text 50% a&b #1 {x} ~ ^ <unk> → ± … −3 ≥ ≤ ×2"
@@ -28,11 +30,15 @@ def test_a_character_without_latex_is_refused_by_name():
 
 def test_the_demos_tables_compile(demo, tmp_path):
     tables = sorted((demo / "results/demo/report").glob("*.tex"))
-    assert {"table1.tex", "table2.tex", "ablations.tex", "snli_table3.tex", "recall.tex"} <= {t.name for t in tables}
+    assert {"table1.tex", "table2.tex", "ablations.tex", "snli_table3.tex", "recall.tex"} <= {
+        t.name for t in tables
+    }
     for tex in tables:
         compile_tex(tex, tmp_path / tex.stem)
 
 
-@pytest.mark.parametrize("tex", sorted(ROOT.glob("reports/**/*.tex")), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "tex", sorted(ROOT.glob("reports/**/*.tex")), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_the_committed_reports_tables_compile(tex, tmp_path):
     compile_tex(tex, tmp_path)

@@ -10,9 +10,23 @@ from markdown_it import MarkdownIt
 
 from grassflow import markdown
 
-NASTY = ["_lease_+1@a,b~c", "a_b_c", "x|y", "<script>alert(1)</script>", "**bold** *it*", "[link](http://x)",
-         "![img](x.png)", "`code`", "# heading", "a\\b", "&amp;", "~~struck~~", "{braces}", "NVIDIA H200 | 141 GB",
-         "line\nbreak\ttab"]
+NASTY = [
+    "_lease_+1@a,b~c",
+    "a_b_c",
+    "x|y",
+    "<script>alert(1)</script>",
+    "**bold** *it*",
+    "[link](http://x)",
+    "![img](x.png)",
+    "`code`",
+    "# heading",
+    "a\\b",
+    "&amp;",
+    "~~struck~~",
+    "{braces}",
+    "NVIDIA H200 | 141 GB",
+    "line\nbreak\ttab",
+]
 RENDER = MarkdownIt("commonmark").enable("table").enable("strikethrough")
 
 
@@ -30,4 +44,7 @@ def test_a_cell_stays_one_cell():
 
 
 def test_a_code_span_holds_no_backtick():
-    assert RENDER.render(f"commit {markdown.code('ab`<b>c')}") == "<p>commit <code>ab'&lt;b&gt;c</code></p>\n"
+    assert (
+        RENDER.render(f"commit {markdown.code('ab`<b>c')}")
+        == "<p>commit <code>ab'&lt;b&gt;c</code></p>\n"
+    )

@@ -21,6 +21,7 @@ def _key_dropped(key):
         obj = json.loads(p.read_text())
         obj.pop(key)
         p.write_text(json.dumps(obj))
+
     return drop
 
 
@@ -37,7 +38,9 @@ DAMAGES = [  # (file, damage, the error's words after the path)
 ]
 
 
-@pytest.mark.parametrize("name, damage, words", DAMAGES, ids=[f"{n}-{i}" for i, (n, *_) in enumerate(DAMAGES)])
+@pytest.mark.parametrize(
+    "name, damage, words", DAMAGES, ids=[f"{n}-{i}" for i, (n, *_) in enumerate(DAMAGES)]
+)
 def test_a_damaged_record_fails_its_table_naming_the_file(name, damage, words, tmp_path, capfd):
     from grassflow import job
     from grassflow.lm.aggregate import aggregate
@@ -47,13 +50,27 @@ def test_a_damaged_record_fails_its_table_naming_the_file(name, damage, words, t
     runs = distinct_runs(tmp_path)
     victim = runs["table1-grassmann-s1"]["dir"]
     damage(victim / name)
-    preset_name, preset = select_preset(load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1"))
+    preset_name, preset = select_preset(
+        load_config(ROOT, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1")
+    )
     out = tmp_path / "report"
-    rc = job.run(aggregate, {**preset, "seeds": [0, 1]}, preset_name, "table1", [str(r["dir"]) for r in runs.values()],
-                 out, str(TEMPLATE / "data/unigram.json"), str(TEMPLATE / "data/checksums.json"),
-                 str(ROOT / "workflow/resources/published.yaml"))
+    rc = job.run(
+        aggregate,
+        {**preset, "seeds": [0, 1]},
+        preset_name,
+        "table1",
+        [str(r["dir"]) for r in runs.values()],
+        out,
+        str(TEMPLATE / "data/unigram.json"),
+        str(TEMPLATE / "data/checksums.json"),
+        str(ROOT / "workflow/resources/published.yaml"),
+    )
     err = capfd.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
     named = victim if "lacks" in words else victim / name
-    assert err[0].startswith(f"error: {named}") and words in err[0] and "snakemake again" in err[0], err
-    assert not out.exists() or not any(out.iterdir())  # no table, no figure: nothing that looks complete
+    assert (
+        err[0].startswith(f"error: {named}") and words in err[0] and "snakemake again" in err[0]
+    ), err
+    assert not out.exists() or not any(
+        out.iterdir()
+    )  # no table, no figure: nothing that looks complete

@@ -29,7 +29,11 @@ def _t_pdf(x: float, df: float) -> float:
 def _t_cdf(x: float, df: float, n: int = 4000) -> float:
     """0.5 + ∫_0^x pdf by composite Simpson (the density is smooth: error ≪ 1e-9 here)."""
     h = x / n
-    s = _t_pdf(0, df) + _t_pdf(x, df) + sum((4 if i % 2 else 2) * _t_pdf(i * h, df) for i in range(1, n))
+    s = (
+        _t_pdf(0, df)
+        + _t_pdf(x, df)
+        + sum((4 if i % 2 else 2) * _t_pdf(i * h, df) for i in range(1, n))
+    )
     return 0.5 + s * h / 3
 
 
@@ -41,8 +45,9 @@ def oracle_t975(df: float) -> float:
     return (lo + hi) / 2
 
 
-@pytest.mark.parametrize("df, want", [(2.2, 3.949), (2.5, 3.575), (3.5, 2.940), (11, 2.201), (1, 12.706),
-                                      (30, 2.042)])
+@pytest.mark.parametrize(
+    "df, want", [(2.2, 3.949), (2.5, 3.575), (3.5, 2.940), (11, 2.201), (1, 12.706), (30, 2.042)]
+)
 def test_t95_between_table_rows(df, want):
     """The old table lookup gave the next larger row's quantile: 3.182 for df 2.2 and 2.5."""
     assert t95(df) == pytest.approx(want, abs=6e-4)
@@ -81,7 +86,9 @@ def test_gap_ci_is_the_delta_method_with_satterthwaite_df():
     got = gap_ci(g, t)
     assert got["df"] == pytest.approx(df, rel=1e-12) and 2 < df < 3
     assert got["gap_pct"] == pytest.approx(100 * (mg - mt) / mt, rel=1e-12)
-    assert (got["ci_low"], got["ci_high"]) == pytest.approx((got["gap_pct"] - half, got["gap_pct"] + half), rel=1e-6)
+    assert (got["ci_low"], got["ci_high"]) == pytest.approx(
+        (got["gap_pct"] - half, got["gap_pct"] + half), rel=1e-6
+    )
     assert got["ci_high"] > 15 > got["ci_low"]
 
 
@@ -92,26 +99,56 @@ def test_identical_seeds_give_a_point_interval_not_nan():
 
 
 # --- every verdict through the real aggregate ------------------------------------------------------
-PRESET = {"data": {"source": "hub", "dataset": "Salesforce/wikitext", "name": "wikitext-2-raw-v1", "revision": "b08601e"},
-          "tokenizer": {"name": "bert-base-uncased"}, "models": ["transformer", "grassmann"],
-          "model": {"d_model": 256, "d_ff": 1024, "n_heads": 4, "r": 32, "lags": [1, 2, 4, 8, 12, 16]},
-          "train": {"lr": 3.0e-4, "max_steps_per_epoch": None},
-          "experiments": {"table1": {"n_layers": 6, "context_len": 128, "batch_size": 32, "epochs": 30}},
-          "seeds": [0, 1, 2]}
+PRESET = {
+    "data": {
+        "source": "hub",
+        "dataset": "Salesforce/wikitext",
+        "name": "wikitext-2-raw-v1",
+        "revision": "b08601e",
+    },
+    "tokenizer": {"name": "bert-base-uncased"},
+    "models": ["transformer", "grassmann"],
+    "model": {"d_model": 256, "d_ff": 1024, "n_heads": 4, "r": 32, "lags": [1, 2, 4, 8, 12, 16]},
+    "train": {"lr": 3.0e-4, "max_steps_per_epoch": None},
+    "experiments": {"table1": {"n_layers": 6, "context_len": 128, "batch_size": 32, "epochs": 30}},
+    "seeds": [0, 1, 2],
+}
 UNIGRAM = {"validation": {"unigram_ppl": 800.0}, "test": {"unigram_ppl": 820.0}}
 
 
 def _run(root, model: str, seed: int, val_ppl: float):
     d = root / "runs" / f"table1-{model}-s{seed}"
     d.mkdir(parents=True)
-    rec = {"run_id": d.name, "spec": {"experiment": "table1", "model_kind": model, "seed": seed,
-                                      "model": {"n_layers": 6, "context_len": 128}, "train": {"batch_size": 32, "epochs": 30}},
-           "status": {"state": "completed"}, "best_epoch": 30, "n_params": 1000, "epochs_completed": 30,
-           "wall_seconds": 1.0, "device": "crafted", "device_type": "cpu", "plucker_backend": None,
-           "git": {"commit": "0" * 40, "dirty": False}, "data": {"train": {"file_sha256": "a" * 64}}}
-    ppl = {"chunked_ppl": val_ppl, "strided_ppl": val_ppl, "strided_word_ppl": 2 * val_ppl, "chunked_tokens": 10}
+    rec = {
+        "run_id": d.name,
+        "spec": {
+            "experiment": "table1",
+            "model_kind": model,
+            "seed": seed,
+            "model": {"n_layers": 6, "context_len": 128},
+            "train": {"batch_size": 32, "epochs": 30},
+        },
+        "status": {"state": "completed"},
+        "best_epoch": 30,
+        "n_params": 1000,
+        "epochs_completed": 30,
+        "wall_seconds": 1.0,
+        "device": "crafted",
+        "device_type": "cpu",
+        "plucker_backend": None,
+        "git": {"commit": "0" * 40, "dirty": False},
+        "data": {"train": {"file_sha256": "a" * 64}},
+    }
+    ppl = {
+        "chunked_ppl": val_ppl,
+        "strided_ppl": val_ppl,
+        "strided_word_ppl": 2 * val_ppl,
+        "chunked_tokens": 10,
+    }
     (d / "run.json").write_text(json.dumps(rec))
-    (d / "eval.json").write_text(json.dumps({"validation": ppl, "test": ppl, "weights_sha256": "b" * 64}))
+    (d / "eval.json").write_text(
+        json.dumps({"validation": ppl, "test": ppl, "weights_sha256": "b" * 64})
+    )
     (d / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "val_ppl": val_ppl}) + "\n")
     return d
 
@@ -119,28 +156,53 @@ def _run(root, model: str, seed: int, val_ppl: float):
 def _table(root, grassmann: list[float], transformer: list[float], test_hash=None) -> str:
     runs = [_run(root, "grassmann", i, v) for i, v in enumerate(grassmann)]
     runs += [_run(root, "transformer", i, v) for i, v in enumerate(transformer)]
-    files = {"unigram": UNIGRAM, "bench": {"step_rows": [], "tokens": 0, "device": "crafted"},
-             "checksums": {"test": {"content_sha256": test_hash or SETUP["data"]["content_sha256"]["test"]}}}
+    files = {
+        "unigram": UNIGRAM,
+        "bench": {"step_rows": [], "tokens": 0, "device": "crafted"},
+        "checksums": {
+            "test": {"content_sha256": test_hash or SETUP["data"]["content_sha256"]["test"]}
+        },
+    }
     for name, obj in files.items():
         (root / f"{name}.json").write_text(json.dumps(obj))
-    aggregate(PRESET, "paper", "table1", runs, root / "report", root / "unigram.json",
-              root / "checksums.json", PUBLISHED)
+    aggregate(
+        PRESET,
+        "paper",
+        "table1",
+        runs,
+        root / "report",
+        root / "unigram.json",
+        root / "checksums.json",
+        PUBLISHED,
+    )
     csv = (root / "report" / "table1.csv").read_text()
     assert all(str(d / "run.json") in csv for d in runs)  # every number traces to its record
     return (root / "report" / "table1.md").read_text()
 
 
-@pytest.mark.parametrize("grassmann, transformer, verdict", [
-    ([275.0, 281.0, 270.0], [249.0, 247.5, 251.0], "inconclusive (CI straddles 15 %)"),  # the issue's example
-    ([260.0, 261.0, 259.0], [250.0, 250.5, 249.5], "supported (gap ≤ 15 % at 95 %)"),
-    ([330.0, 331.0, 329.0], [250.0, 250.5, 249.5], "refuted (gap > 15 % at 95 %)"),
-    ([230.0, 231.0, 229.0], [250.0, 250.5, 249.5], "exceeded (Grassmann better at 95 %)"),
-    ([260.0], [250.0], "not comparable: fewer than 2 seeds per model that learned — on fewer seeds than asked "
-                       "(1 of 3 transformer seeds, 1 of 3 grassmann seeds)"),
-], ids=["inconclusive", "supported", "refuted", "exceeded", "one-seed"])
+@pytest.mark.parametrize(
+    "grassmann, transformer, verdict",
+    [
+        (
+            [275.0, 281.0, 270.0],
+            [249.0, 247.5, 251.0],
+            "inconclusive (CI straddles 15 %)",
+        ),  # the issue's example
+        ([260.0, 261.0, 259.0], [250.0, 250.5, 249.5], "supported (gap ≤ 15 % at 95 %)"),
+        ([330.0, 331.0, 329.0], [250.0, 250.5, 249.5], "refuted (gap > 15 % at 95 %)"),
+        ([230.0, 231.0, 229.0], [250.0, 250.5, 249.5], "exceeded (Grassmann better at 95 %)"),
+        (
+            [260.0],
+            [250.0],
+            "not comparable: fewer than 2 seeds per model that learned — on fewer seeds than asked "
+            "(1 of 3 transformer seeds, 1 of 3 grassmann seeds)",
+        ),
+    ],
+    ids=["inconclusive", "supported", "refuted", "exceeded", "one-seed"],
+)
 def test_every_verdict_through_the_aggregate(grassmann, transformer, verdict, tmp_path):
     md = _table(tmp_path, grassmann, transformer)
-    assert f"Paper's claim \"within 10–15 %\": **{verdict}**." in md
+    assert f'Paper\'s claim "within 10–15 %": **{verdict}**.' in md
     if len(grassmann) > 1:
         g = gap_ci(grassmann, transformer)
         assert f"(95 % CI {g['ci_low']:+.1f} … {g['ci_high']:+.1f} %)" in md
@@ -165,4 +227,5 @@ def test_a_preset_that_leaves_model_keys_unset_is_read_at_the_models_defaults():
     train = {"lr": 3e-4, "max_steps_per_epoch": None}
     assert setup_differences(ran({}, train, exp), "table1", SETUP) == []
     assert setup_differences(ran({"norm": "pre", "lags": [1, 2]}, train, exp), "table1", SETUP) == [
-        "not the paper's setup: lags [1, 2] (paper [1, 2, 4, 8, 12, 16]), norm pre (paper post)"]
+        "not the paper's setup: lags [1, 2] (paper [1, 2, 4, 8, 12, 16]), norm pre (paper post)"
+    ]

@@ -19,15 +19,26 @@ def test_the_catalogs_usage_file_names_only_what_exists():
     assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
     flags = usage["mandatory-flags"]
     assert set(flags) == {"desc", "flags"}
-    assert usage["software-stack-deployment"] == {"conda": True, "singularity": False, "singularity+conda": False}
+    assert usage["software-stack-deployment"] == {
+        "conda": True,
+        "singularity": False,
+        "singularity+conda": False,
+    }
     assert usage["report"] is True
     text = flags["desc"] + " " + flags["flags"]
-    helps = subprocess.run([str(BIN / "snakemake"), "--help"], capture_output=True, text=True, env=pipeline_env(ROOT)).stdout
+    helps = subprocess.run(
+        [str(BIN / "snakemake"), "--help"], capture_output=True, text=True, env=pipeline_env(ROOT)
+    ).stdout
     named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text))
     assert named and all(re.search(rf"(?<![\w-]){re.escape(f)}\b", helps) for f in named), named
     rules = set(run_snakemake(["--list-rules"], ROOT, pipeline_env(ROOT)).stdout.split())
-    targets = set(re.search(r"Targets: ([^.]*)", flags["desc"]).group(1).replace(" (or all)", "").replace(" or ", ", ")
-                  .split(", ")) | {"all"}
+    targets = set(
+        re.search(r"Targets: ([^.]*)", flags["desc"])
+        .group(1)
+        .replace(" (or all)", "")
+        .replace(" or ", ", ")
+        .split(", ")
+    ) | {"all"}
     assert targets <= rules, targets - rules
     for path in re.findall(r"(?:workflow|profiles)/[\w./-]+\w", text):
         assert (ROOT / path).exists(), path

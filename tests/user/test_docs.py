@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_citation_cff_is_valid_and_cites_the_paper():
     schema = json.loads((ROOT / "tests" / "data" / "cff-1.2.0.schema.json").read_text())
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER).validate(cff)
+    jsonschema.Draft7Validator(
+        schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER
+    ).validate(cff)
     (paper,) = cff["references"]
     assert "arXiv:2512.19428" in [i["value"] for i in paper["identifiers"]]
     assert cff["license"] == "MIT"
@@ -78,13 +80,33 @@ def dry_run_problems(command: str, cwd: Path) -> list[str]:
         return []
     from helpers.dag import run_snakemake
 
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(cwd / "src")}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(cwd / "src"),
+    }
     # its words as bash makes them from the pasted line (`$(grassflow gpus)` expands), then dry: -n first
-    rest = command[len("snakemake"):]
-    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + rest], cwd=cwd, env=env, capture_output=True, text=True,
-                           check=True, timeout=600).stdout.split("\0")[:-1] if rest.strip() else []
+    rest = command[len("snakemake") :]
+    words = (
+        subprocess.run(
+            ["bash", "-c", "printf '%s\\0' " + rest],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout.split("\0")[:-1]
+        if rest.strip()
+        else []
+    )
     res = run_snakemake(["-n", *words], cwd, env, timeout=1200)
-    return [] if res.returncode == 0 else [f"`{command}` fails to plan: {(res.stderr or res.stdout).strip()[-600:]}"]
+    return (
+        []
+        if res.returncode == 0
+        else [f"`{command}` fails to plan: {(res.stderr or res.stdout).strip()[-600:]}"]
+    )
 
 
 def slug(heading: str) -> str:
@@ -104,7 +126,9 @@ def link_problems(page: Path, text: str) -> list[str]:
         if not dest.exists():
             problems.append(f"{page.name}: link to {target}: no such file")
         elif anchor:
-            headings = re.findall(r"(?m)^#+ (.+)$", re.sub(r"(?ms)^```.*?^```", "", dest.read_text()))
+            headings = re.findall(
+                r"(?m)^#+ (.+)$", re.sub(r"(?ms)^```.*?^```", "", dest.read_text())
+            )
             if anchor not in {slug(h) for h in headings}:
                 problems.append(f"{page.name}: link to {target}: no such heading in {dest.name}")
     return problems
@@ -116,15 +140,35 @@ def make_targets() -> set[str]:
 
 def make_problems(page: Path, text: str, targets: set[str]) -> list[str]:
     named = re.findall(r"(?:^|`)make ([A-Za-z][\w-]*)", text, re.M)
-    named += [c.split()[1] for c in shell_commands(text) if c.startswith("make ") and len(c.split()) > 1]
-    return [f"{page.name}: `make {t}`: no such target" for t in sorted(set(named)) if t not in targets]
+    named += [
+        c.split()[1] for c in shell_commands(text) if c.startswith("make ") and len(c.split()) > 1
+    ]
+    return [
+        f"{page.name}: `make {t}`: no such target" for t in sorted(set(named)) if t not in targets
+    ]
 
 
-PRESET_SECTIONS = ("data", "tokenizer", "models", "seeds", "model", "model_overrides", "experiments", "train",
-                   "ablations", "bench", "snli", "recall", "estimate", "base")
+PRESET_SECTIONS = (
+    "data",
+    "tokenizer",
+    "models",
+    "seeds",
+    "model",
+    "model_overrides",
+    "experiments",
+    "train",
+    "ablations",
+    "bench",
+    "snli",
+    "recall",
+    "estimate",
+    "base",
+)
 
 
-FILE_SUFFIX = re.compile(r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|safetensors|tsv|parquet|cu|cpp|h|so|txt|zip|log|smk)$")
+FILE_SUFFIX = re.compile(
+    r"\.(py|png|json|jsonl|md|csv|tex|yaml|pt|safetensors|tsv|parquet|cu|cpp|h|so|txt|zip|log|smk)$"
+)
 
 
 def _expand(token: str) -> list[str]:
@@ -149,7 +193,9 @@ def key_problems(page: Path, text: str, known: set[str]) -> list[str]:
         if token.split(".")[0] not in PRESET_SECTIONS or FILE_SUFFIX.search(token):
             continue
         for key in _expand(token):
-            pat = _pattern(key, below=True)  # a page may name a section: `model_overrides.grassmann`
+            pat = _pattern(
+                key, below=True
+            )  # a page may name a section: `model_overrides.grassmann`
             # a schema key spelled with <name> matches any name in the page's key, and vice versa
             if not any(pat.fullmatch(k) or _pattern(k).fullmatch(key) for k in known):
                 problems.append(f"{page.name}: `{token}` is no config key")
@@ -162,7 +208,7 @@ def known_keys() -> set[str]:
     for k, node in schema_keys.keys().items():
         if node.get("same_keys_as"):
             base = node["same_keys_as"]
-            ks |= {k + sub[len(base):] for sub in list(ks) if sub.startswith(base + ".")}
+            ks |= {k + sub[len(base) :] for sub in list(ks) if sub.startswith(base + ".")}
     return ks
 
 
@@ -179,7 +225,9 @@ def test_every_make_target_named_exists():
 
 def test_every_config_key_is_on_the_configuration_page_and_no_page_names_another():
     page = ROOT / "docs" / "use" / "configuration.md"
-    assert schema_keys.table() in page.read_text(), "docs/use/configuration.md: regenerate: python tests/helpers/schema_keys.py"
+    assert schema_keys.table() in page.read_text(), (
+        "docs/use/configuration.md: regenerate: python tests/helpers/schema_keys.py"
+    )
     known = known_keys()
     problems = [p for doc in DOCS for p in key_problems(doc, doc.read_text(), known)]
     assert not problems, "\n".join(problems)
@@ -192,7 +240,8 @@ def test_the_readme_is_short_and_its_rule_graph_is_todays(tmp_path):
     assert len(readme.splitlines()) <= 210
     assert "](docs/dag.svg)" in readme
     assert rule_graph.svg_graph(rule_graph.SVG.read_text()) == rule_graph.dot_graph(
-        rule_graph.rule_graph_dot(copy_repo(tmp_path))), "docs/dag.svg: redraw it: python tests/helpers/rule_graph.py"
+        rule_graph.rule_graph_dot(copy_repo(tmp_path))
+    ), "docs/dag.svg: redraw it: python tests/helpers/rule_graph.py"
 
 
 def test_the_graph_comparison_sees_a_missing_edge_and_rule():
@@ -201,7 +250,7 @@ def test_the_graph_comparison_sees_a_missing_edge_and_rule():
     svg = rule_graph.SVG.read_text()
     first_edge = re.search(r'<g id="edge\d+" class="edge">.*?</g>', svg, re.S).group(0)
     assert rule_graph.svg_graph(svg.replace(first_edge, "", 1))[1] < edges
-    dot = "0[label = \"all\"];\n1[label = \"train\"];\n1 -> 0\n"
+    dot = '0[label = "all"];\n1[label = "train"];\n1 -> 0\n'
     assert rule_graph.dot_graph(dot) == (frozenset({"all", "train"}), frozenset({("train", "all")}))
 
 
@@ -223,23 +272,36 @@ BROKEN = ROOT / "docs" / "use" / "broken.md"
 def test_the_checks_catch_a_broken_page(tmp_path):
     from helpers.dag import copy_repo
 
-    page = ("# Broken\n\n[gone](nowhere.md) [bad anchor](configuration.md#no-such-heading) "
-            "[ok](configuration.md#every-key)\n\nRun `make no-such-target`, set `train.no_such_key` "
-            "and `model_overrides.grassmann.norm`.\n\n```bash\nsnakemake --config preset=no-such-preset\n```\n")
-    assert link_problems(BROKEN, page) == ["broken.md: link to nowhere.md: no such file",
-                                          "broken.md: link to configuration.md#no-such-heading: no such heading "
-                                          "in configuration.md"]
-    assert make_problems(BROKEN, page, make_targets()) == ["broken.md: `make no-such-target`: no such target"]
-    assert key_problems(BROKEN, page, known_keys()) == ["broken.md: `train.no_such_key` is no config key"]
+    page = (
+        "# Broken\n\n[gone](nowhere.md) [bad anchor](configuration.md#no-such-heading) "
+        "[ok](configuration.md#every-key)\n\nRun `make no-such-target`, set `train.no_such_key` "
+        "and `model_overrides.grassmann.norm`.\n\n```bash\nsnakemake --config preset=no-such-preset\n```\n"
+    )
+    assert link_problems(BROKEN, page) == [
+        "broken.md: link to nowhere.md: no such file",
+        "broken.md: link to configuration.md#no-such-heading: no such heading in configuration.md",
+    ]
+    assert make_problems(BROKEN, page, make_targets()) == [
+        "broken.md: `make no-such-target`: no such target"
+    ]
+    assert key_problems(BROKEN, page, known_keys()) == [
+        "broken.md: `train.no_such_key` is no config key"
+    ]
     (cmd,) = snakemake_commands(page)
     assert dry_run_problems(cmd, copy_repo(tmp_path))  # an unknown preset does not plan
 
 
-@pytest.mark.parametrize("heading, anchor", [("Quick start", "quick-start"),
-                                             ("The paper's ambiguities, and our defaults",
-                                              "the-papers-ambiguities-and-our-defaults"),
-                                             ("GPUs: `make gpu-check`, and what is verified where",
-                                              "gpus-make-gpu-check-and-what-is-verified-where")])
+@pytest.mark.parametrize(
+    "heading, anchor",
+    [
+        ("Quick start", "quick-start"),
+        ("The paper's ambiguities, and our defaults", "the-papers-ambiguities-and-our-defaults"),
+        (
+            "GPUs: `make gpu-check`, and what is verified where",
+            "gpus-make-gpu-check-and-what-is-verified-where",
+        ),
+    ],
+)
 def test_anchors_are_githubs(heading, anchor):
     assert slug(heading) == anchor
 
@@ -257,24 +319,38 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
     from helpers.specs import LM_SPEC
 
     run = tmp_path / "results/paper/runs/table1-grassmann-s0"
-    train({**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": 2}},
-          tokens / "train.parquet", tokens / "validation.parquet", run)
-    evaluate_run(run / "model.safetensors", run / "run.json", tokens / "validation.parquet", tokens / "test.parquet",
-                 run / "eval.json")
+    train(
+        {**LM_SPEC, "train": {**LM_SPEC["train"], "epochs": 1, "max_steps_per_epoch": 2}},
+        tokens / "train.parquet",
+        tokens / "validation.parquet",
+        run,
+    )
+    evaluate_run(
+        run / "model.safetensors",
+        run / "run.json",
+        tokens / "validation.parquet",
+        tokens / "test.parquet",
+        run / "eval.json",
+    )
     export_run(run, tmp_path / "exports/table1-grassmann-s0", tokenizer=tokens / "tok.json")
     import huggingface_hub
 
     uploads = []
     monkeypatch.setattr(huggingface_hub, "upload_folder", lambda **kw: uploads.append(kw))
     monkeypatch.chdir(tmp_path)
-    snippets = [(md.relative_to(ROOT), code) for md in DOCS
-                for code in re.findall(r"```python\n(.*?)```", md.read_text(), re.S)]
+    snippets = [
+        (md.relative_to(ROOT), code)
+        for md in DOCS
+        for code in re.findall(r"```python\n(.*?)```", md.read_text(), re.S)
+    ]
     assert len(snippets) >= 2
     for where, code in snippets:
         try:
             exec(compile(code, str(where), "exec"), {"__name__": "__snippet__"})
         except Exception as e:
-            raise AssertionError(f"a snippet of {where} fails: {type(e).__name__}: {e}\n{code}") from e
+            raise AssertionError(
+                f"a snippet of {where} fails: {type(e).__name__}: {e}\n{code}"
+            ) from e
     assert uploads and all(Path(u["folder_path"]).is_dir() for u in uploads)
     shutil.rmtree(tmp_path / "exports")
 
@@ -284,12 +360,29 @@ def test_the_suite_is_laid_out_like_the_package():
     for a part of the package, none at the root, and no test module imports another (what they
     share is in tests/helpers/)."""
     tests = ROOT / "tests"
-    parts = {"core", "ops", "models", "lm", "snli", "recall", "report", "bench", "pipeline", "gpu", "user"}
+    parts = {
+        "core",
+        "ops",
+        "models",
+        "lm",
+        "snli",
+        "recall",
+        "report",
+        "bench",
+        "pipeline",
+        "gpu",
+        "user",
+    }
     files = sorted(tests.rglob("test_*.py"))
     assert files and not [f for f in files if f.parent == tests], "a test file at tests/'s root"
     stray = [f for f in files if f.relative_to(tests).parts[0] not in parts]
     assert not stray, f"test files outside {sorted(parts)}: {stray}"
-    assert {p for p in parts - {"core", "user", "gpu"}} <= {p.name for p in (ROOT / "src/grassflow").iterdir()}
-    crossed = [f for f in files + sorted((tests / "helpers").glob("*.py"))
-               if re.search(r"(?m)^\s*(from|import) test_\w+", f.read_text())]
+    assert {p for p in parts - {"core", "user", "gpu"}} <= {
+        p.name for p in (ROOT / "src/grassflow").iterdir()
+    }
+    crossed = [
+        f
+        for f in files + sorted((tests / "helpers").glob("*.py"))
+        if re.search(r"(?m)^\s*(from|import) test_\w+", f.read_text())
+    ]
     assert not crossed, f"test modules imported as helpers: {crossed}"

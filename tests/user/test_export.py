@@ -34,7 +34,9 @@ print(json.dumps({"ppl": float(np.exp(nll / n)), "type": type(model).__name__}))
 
 
 def gf(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "grassflow", *map(str, args)], capture_output=True, text=True, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "grassflow", *map(str, args)], capture_output=True, text=True, **kw
+    )
 
 
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
@@ -43,18 +45,40 @@ def test_an_export_alone_gives_the_evaluations_logits_and_perplexity(demo, tmp_p
     res = gf("export", run, tmp_path / "export")
     assert res.returncode == 0, res.stderr
     export = tmp_path / "export"
-    assert sorted(p.name for p in export.iterdir()) == ["README.md", "config.json", "model.safetensors", "tokenizer.json",
-                                                          "tokenizer_config.json"]
+    assert sorted(p.name for p in export.iterdir()) == [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
 
     # the evaluation's model, as the evaluate job loads it
-    ckpt, _, _, _ = open_for_evaluation(run / "model.safetensors", run / "run.json", tmp_path / "unused.json")
+    ckpt, _, _, _ = open_for_evaluation(
+        run / "model.safetensors", run / "run.json", tmp_path / "unused.json"
+    )
     model = build_model(kind, config_from_json({k: v for k, v in ckpt.items() if k != "model"}))
     load_trained(model, ckpt["model"])
-    ids = pq.read_table(demo / "results/demo/data/tokens/trained/validation.parquet")["ids"].to_numpy().astype(np.int64)
+    ids = (
+        pq.read_table(demo / "results/demo/data/tokens/trained/validation.parquet")["ids"]
+        .to_numpy()
+        .astype(np.int64)
+    )
     np.save(tmp_path / "ids.npy", ids)
-    fresh = subprocess.run([sys.executable, "-c", FRESH, str(export), str(tmp_path / "ids.npy"), str(tmp_path / "logits.pt"),
-                            str(ckpt["spec"]["train"]["eval_batch_size"])],
-                           capture_output=True, text=True, cwd=tmp_path)
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FRESH,
+            str(export),
+            str(tmp_path / "ids.npy"),
+            str(tmp_path / "logits.pt"),
+            str(ckpt["spec"]["train"]["eval_batch_size"]),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert fresh.returncode == 0, fresh.stderr
     L = model.cfg.context_len
     with torch.no_grad():
@@ -71,7 +95,11 @@ def test_an_export_alone_gives_the_evaluations_logits_and_perplexity(demo, tmp_p
 
     raw = (export / "model.safetensors").read_bytes()
     header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
-    assert all(set(v) == {"dtype", "shape", "data_offsets"} for k, v in header.items() if k != "__metadata__")
+    assert all(
+        set(v) == {"dtype", "shape", "data_offsets"}
+        for k, v in header.items()
+        if k != "__metadata__"
+    )
     with safe_open(str(export / "model.safetensors"), "pt") as f:
         keys = set(f.keys())
         assert all(isinstance(f.get_tensor(k), torch.Tensor) for k in keys)
@@ -96,8 +124,20 @@ def test_generate_is_deterministic_under_a_seed_from_an_export_and_from_its_run(
     assert gf("export", run, tmp_path / "g").returncode == 0
 
     def text(model, seed):
-        res = gf("generate", model, "--prompt", "the history of the", "--max-new-tokens", 24, "--seed", seed,
-                 "--temperature", 1.0, "--top-k", 40)
+        res = gf(
+            "generate",
+            model,
+            "--prompt",
+            "the history of the",
+            "--max-new-tokens",
+            24,
+            "--seed",
+            seed,
+            "--temperature",
+            1.0,
+            "--top-k",
+            40,
+        )
         assert res.returncode == 0, res.stderr
         return res.stdout
 

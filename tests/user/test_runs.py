@@ -21,8 +21,13 @@ pytestmark = pytest.mark.slow  # reads the finished demo
 
 
 def _grassflow(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "grassflow", *args], cwd=cwd, capture_output=True, text=True,
-                          env=pipeline_env(cwd))
+    return subprocess.run(
+        [sys.executable, "-m", "grassflow", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=pipeline_env(cwd),
+    )
 
 
 def test_runs_lists_every_run_as_its_records_say(demo):
@@ -35,7 +40,10 @@ def test_runs_lists_every_run_as_its_records_say(demo):
     for f in records:
         rec = json.loads(f.read_text())
         row = by_run[str(f.parent.relative_to(demo))]
-        assert row["status"] == rec["status"]["state"] and int(row["epochs"]) == rec["epochs_completed"]
+        assert (
+            row["status"] == rec["status"]["state"]
+            and int(row["epochs"]) == rec["epochs_completed"]
+        )
         assert int(row["parts"]) == len(rec["parts"]) and row["seed"] == str(rec["spec"]["seed"])
         if rec["spec"]["task"] == "lm" and row["status"] == "completed":
             ev = json.loads((f.parent / "eval.json").read_text())
@@ -48,12 +56,21 @@ def test_runs_lists_every_run_as_its_records_say(demo):
     # variant's, both models
     md = _grassflow("runs", "--where", "table=table1", "--where", "model=grassmann", cwd=demo)
     assert md.returncode == 0, md.stderr
-    lines = [line for line in md.stdout.splitlines() if line.startswith("| demo | table1 | grassmann |")]
-    assert len(lines) == 7 and md.stdout.startswith("7 run(s).") and "table1\\_pre\\_norm-grassmann-s0" in md.stdout, \
-        md.stdout
-    pre = _grassflow("runs", "--where", "table=table1", "--where", "model.norm=pre", "--csv", cwd=demo)
+    lines = [
+        line for line in md.stdout.splitlines() if line.startswith("| demo | table1 | grassmann |")
+    ]
+    assert (
+        len(lines) == 7
+        and md.stdout.startswith("7 run(s).")
+        and "table1\\_pre\\_norm-grassmann-s0" in md.stdout
+    ), md.stdout
+    pre = _grassflow(
+        "runs", "--where", "table=table1", "--where", "model.norm=pre", "--csv", cwd=demo
+    )
     assert sorted(r["run"].rsplit("/", 1)[1] for r in csv.DictReader(io.StringIO(pre.stdout))) == [
-        "table1_pre_norm-grassmann-s0", "table1_pre_norm-transformer-s0"], pre.stdout
+        "table1_pre_norm-grassmann-s0",
+        "table1_pre_norm-transformer-s0",
+    ], pre.stdout
 
 
 def test_diff_says_a_spec_edit_as_its_key_and_a_damaged_record_by_name(demo, tmp_path):
@@ -73,7 +90,9 @@ def test_diff_says_a_spec_edit_as_its_key_and_a_damaged_record_by_name(demo, tmp
     assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert res.stderr.startswith(f"error: {b / 'run.json'}: not JSON"), res.stderr
     res = _grassflow("runs", str(tmp_path), cwd=demo)
-    assert res.returncode == 1 and res.stderr.startswith(f"error: {b / 'run.json'}: not JSON"), res.stderr
+    assert res.returncode == 1 and res.stderr.startswith(f"error: {b / 'run.json'}: not JSON"), (
+        res.stderr
+    )
 
 
 def test_runs_in_a_real_terminal_fits_it_and_prints_plain_rounded_text(demo, tmp_path):
@@ -91,19 +110,32 @@ def test_runs_in_a_real_terminal_fits_it_and_prints_plain_rounded_text(demo, tmp
     done = tmp_path / "done"
     session = f"grassflow-runs-{tmp_path.name}"
     cmd = f"cd {demo} && PATH={env['PATH']} PYTHONPATH={env['PYTHONPATH']} {sys.executable} -m grassflow runs results; touch {done}; sleep 60"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "200", cmd], check=True, env=env)
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "200", cmd],
+        check=True,
+        env=env,
+    )
     try:
         for _ in range(600):
             if done.exists():
                 break
             time.sleep(0.1)
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-", "-E", "-"],
-                                capture_output=True, text=True, check=True).stdout
+        screen = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", session, "-S", "-", "-E", "-"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
     lines = [line.rstrip() for line in screen.splitlines()]
     assert max(map(len, lines)) <= 100, max(lines, key=len)
-    assert "\\_" not in screen and "\\[" not in screen and "&lt;" not in screen and "&gt;" not in screen, screen
+    assert (
+        "\\_" not in screen
+        and "\\[" not in screen
+        and "&lt;" not in screen
+        and "&gt;" not in screen
+    ), screen
     records = sorted(demo.glob("results/demo/**/run.json"))
     for f in records:  # every run once, its figures as its table prints them
         (row,) = [line for line in lines if line.split(" ", 1)[0] == f.parent.name]
@@ -113,8 +145,15 @@ def test_runs_in_a_real_terminal_fits_it_and_prints_plain_rounded_text(demo, tmp
         if val is not None:
             assert (f"{val:.1f}" if task == "lm" else f"{val:.2f}") in row.split(), (row, val)
     assert re.search(rf"^{len(records)} run\(s\)\.", screen, re.M), screen
-    piped, md = _grassflow("runs", "results", cwd=demo), _grassflow("runs", "results", "--md", cwd=demo)
-    assert piped.stdout == md.stdout and md.stdout.startswith(f"{len(records)} run(s).") and "| preset |" in md.stdout
+    piped, md = (
+        _grassflow("runs", "results", cwd=demo),
+        _grassflow("runs", "results", "--md", cwd=demo),
+    )
+    assert (
+        piped.stdout == md.stdout
+        and md.stdout.startswith(f"{len(records)} run(s).")
+        and "| preset |" in md.stdout
+    )
 
 
 def test_runs_json_round_trips_every_record_field_and_group_pools_the_seeds(demo):
@@ -124,26 +163,53 @@ def test_runs_json_round_trips_every_record_field_and_group_pools_the_seeds(demo
     for row in rows:
         d = demo / row["run"]
         for name in ("run.json", "eval.json"):
-            assert row["records"][name] == json.loads((d / name).read_text()), (d, name)  # every field, full precision
+            assert row["records"][name] == json.loads((d / name).read_text()), (
+                d,
+                name,
+            )  # every field, full precision
     # --group: each group's mean ± std from eval.json by hand
-    groups = json.loads(_grassflow("runs", "results", "--group", "--json", "--where", "table=table1", cwd=demo).stdout)
+    groups = json.loads(
+        _grassflow(
+            "runs", "results", "--group", "--json", "--where", "table=table1", cwd=demo
+        ).stdout
+    )
     by = {g["group"]: g for g in groups}
-    vals = [json.loads((demo / f"results/demo/runs/table1-transformer-s{s}/eval.json").read_text())["validation"]["chunked_ppl"]
-            for s in (0, 1)]
+    vals = [
+        json.loads((demo / f"results/demo/runs/table1-transformer-s{s}/eval.json").read_text())[
+            "validation"
+        ]["chunked_ppl"]
+        for s in (0, 1)
+    ]
     g = by["table1-transformer"]
     assert (g["n"], g["ok"], g["seeds"]) == (2, 2, [0, 1])
     assert g["best_val_mean"] == pytest.approx(sum(vals) / 2, rel=1e-12)
-    assert g["best_val_std"] == pytest.approx(abs(vals[0] - vals[1]) / 2 ** 0.5, rel=1e-12)
+    assert g["best_val_std"] == pytest.approx(abs(vals[0] - vals[1]) / 2**0.5, rel=1e-12)
     # --sort: by a column
-    rows = list(csv.DictReader(io.StringIO(_grassflow("runs", "results", "--csv", "--where", "table=table1",
-                                                      "--sort", "best_val", cwd=demo).stdout)))
+    rows = list(
+        csv.DictReader(
+            io.StringIO(
+                _grassflow(
+                    "runs",
+                    "results",
+                    "--csv",
+                    "--where",
+                    "table=table1",
+                    "--sort",
+                    "best_val",
+                    cwd=demo,
+                ).stdout
+            )
+        )
+    )
     figures = [float(r["best_val"]) for r in rows if r["best_val"]]
     assert figures == sorted(figures) and len(figures) > 4
 
 
 def test_diff_of_three_runs_gives_the_deltas_and_the_environment(demo):
-    runs = [demo / f"results/demo/runs/{r}" for r in ("table1-grassmann-s0", "table1-transformer-s0",
-                                                       "table1_pre_norm-grassmann-s0")]
+    runs = [
+        demo / f"results/demo/runs/{r}"
+        for r in ("table1-grassmann-s0", "table1-transformer-s0", "table1_pre_norm-grassmann-s0")
+    ]
     res = _grassflow("diff", *map(str, runs), "--json", cwd=demo)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
@@ -152,7 +218,9 @@ def test_diff_of_three_runs_gives_the_deltas_and_the_environment(demo):
     first = evs[0]["validation"]["chunked_ppl"]
     assert val[1] == [e["validation"]["chunked_ppl"] for e in evs]
     assert val[2] == pytest.approx([e["validation"]["chunked_ppl"] - first for e in evs], abs=1e-9)
-    assert val[3] == pytest.approx([100 * (e["validation"]["chunked_ppl"] - first) / first for e in evs], abs=1e-9)
+    assert val[3] == pytest.approx(
+        [100 * (e["validation"]["chunked_ppl"] - first) / first for e in evs], abs=1e-9
+    )
     env = dict((n, v) for n, v in data["environment"])
     assert set(env) == {"python", "torch", "CUDA", "CuPy", "device", "commit", "dirty"}
     assert env["torch"][0] == json.loads((runs[0] / "run.json").read_text())["packages"]["torch"]

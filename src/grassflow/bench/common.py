@@ -70,8 +70,21 @@ def grassmann_backends(device) -> list[str]:
     return ["fast"] + (["fused-cpu"] if shutil.which(os.environ.get("CXX", "g++")) else [])
 
 
-def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto", *, compile=False,
-                  optimizer="train", head_loss="auto", dropout=0.0):
+def training_step(
+    device,
+    kind,
+    L,
+    tokens,
+    n_layers,
+    vocab,
+    with_head,
+    backend="auto",
+    *,
+    compile=False,
+    optimizer="train",
+    head_loss="auto",
+    dropout=0.0,
+):
     """One training step as the training loop takes it, as a function: make_optimizer's AdamW
     (`train`: fused where the loop uses it; `default`: PyTorch's default form), the LM loss of
     the LM task (its head and loss as one op, ops.linear_ce, `head_loss` backend) or, without the
@@ -79,8 +92,16 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
     (step, facts about it, the saved-bytes meter)."""
     torch.manual_seed(0)
     B = max(1, tokens // L)
-    model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers,
-                                          dropout=dropout, plucker_backend=backend)).to(device)
+    model = build_model(
+        kind,
+        ModelConfig(
+            vocab_size=vocab,
+            context_len=L,
+            n_layers=n_layers,
+            dropout=dropout,
+            plucker_backend=backend,
+        ),
+    ).to(device)
     tcfg = TrainConfig(epochs=1, batch_size=1, lr=1e-4)
     if optimizer == "train":
         opt, opt_impl = make_optimizer(model, tcfg, device)
@@ -94,8 +115,9 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
             h = model.hidden(x[:, :-1])
             if not with_head:
                 return h.float().square().mean()
-            return linear_cross_entropy(h.reshape(B * L, -1), model.head.weight, x[:, 1:].reshape(-1),
-                                        backend=head_loss)
+            return linear_cross_entropy(
+                h.reshape(B * L, -1), model.head.weight, x[:, 1:].reshape(-1), backend=head_loss
+            )
 
     compiled = Compiled(model, StepObjective(), compile, "default", device)
 
@@ -107,15 +129,24 @@ def training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="
         opt.step()
         meter.end_step()
 
-    facts = {"model": kind, "backend": backend if kind == "grassmann" else None, "L": L, "B": B, "head": with_head,
-             "compile": compiled.enabled, "optimizer": opt_impl,
-             "head_loss": resolve_head_loss(head_loss, device) if with_head else None}
+    facts = {
+        "model": kind,
+        "backend": backend if kind == "grassmann" else None,
+        "L": L,
+        "B": B,
+        "head": with_head,
+        "compile": compiled.enabled,
+        "optimizer": opt_impl,
+        "head_loss": resolve_head_loss(head_loss, device) if with_head else None,
+    }
     return step, facts, meter
 
 
 def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="auto", **kw) -> dict:
     """The time, tokens/s and peak memory of training_step (same arguments)."""
-    step, facts, meter = training_step(device, kind, L, tokens, n_layers, vocab, with_head, backend, **kw)
+    step, facts, meter = training_step(
+        device, kind, L, tokens, n_layers, vocab, with_head, backend, **kw
+    )
     step()  # the first step compiles (if it does) and allocates AdamW's state
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -123,7 +154,10 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="aut
     # on a shared 2-core machine vary by ±20 %; the minimum is the stable estimate.
     t = timeit(step, device, repeat=5, best=True, warmup=0)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
-    return {**facts, "seconds": t, "tokens_per_s": facts["B"] * L / t, "peak_mem_mb": peak / 2**20,
-            "peak_mem_kind": "cuda_max_allocated" if device.type == "cuda" else "saved_activations"}
-
-
+    return {
+        **facts,
+        "seconds": t,
+        "tokens_per_s": facts["B"] * L / t,
+        "peak_mem_mb": peak / 2**20,
+        "peak_mem_kind": "cuda_max_allocated" if device.type == "cuda" else "saved_activations",
+    }

@@ -28,7 +28,9 @@ from grassflow.bench import shapes
 
 MODELS = ("transformer", "grassmann")
 # a run's step: its shape (bench.common) and tokens per step (B·L; the quick one's 128)
-TABLE1 = {k: shapes.TABLE1[k] for k in ("L", "n_layers", "vocab")} | {"tokens": shapes.TABLE1["B"] * shapes.TABLE1["L"]}
+TABLE1 = {k: shapes.TABLE1[k] for k in ("L", "n_layers", "vocab")} | {
+    "tokens": shapes.TABLE1["B"] * shapes.TABLE1["L"]
+}
 QUICK = {k: shapes.QUICK[k] for k in ("L", "n_layers", "vocab")} | {"tokens": 128}
 
 
@@ -52,8 +54,17 @@ def worker(argv=None) -> None:
     device = torch.device(a.device)
     size = QUICK if a.quick else TABLE1
     backend = grassmann_backends(device)[-1] if a.kind == "grassmann" else "auto"
-    step, facts, _ = training_step(device, a.kind, size["L"], size["tokens"], size["n_layers"], size["vocab"], True,
-                                   backend, dropout=0.1)
+    step, facts, _ = training_step(
+        device,
+        a.kind,
+        size["L"],
+        size["tokens"],
+        size["n_layers"],
+        size["vocab"],
+        True,
+        backend,
+        dropout=0.1,
+    )
     for _ in range(3):  # compile nothing, allocate AdamW's state, settle the allocator
         step()
     _sync(device)
@@ -64,7 +75,12 @@ def worker(argv=None) -> None:
         step()
     _sync(device)
     end = time.time()
-    print(json.dumps({**facts, "start": start, "end": end, "tokens": a.steps * facts["B"] * size["L"]}), flush=True)
+    print(
+        json.dumps(
+            {**facts, "start": start, "end": end, "tokens": a.steps * facts["B"] * size["L"]}
+        ),
+        flush=True,
+    )
 
 
 @contextmanager
@@ -81,9 +97,21 @@ def mps_daemon():
 
 def measure(device, kind: str, k: int, steps: int, quick: bool, env=None) -> dict:
     """K workers of `kind` started together: aggregate and per-run tokens/s."""
-    cmd = [sys.executable, "-m", "grassflow.bench.concurrency", "--device", str(device), "--kind", kind,
-           "--steps", str(steps)] + (["--quick"] if quick else [])
-    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) for _ in range(k)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grassflow.bench.concurrency",
+        "--device",
+        str(device),
+        "--kind",
+        kind,
+        "--steps",
+        str(steps),
+    ] + (["--quick"] if quick else [])
+    procs = [
+        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(k)
+    ]
     try:
         for p in procs:
             line = p.stdout.readline()
@@ -102,15 +130,23 @@ def measure(device, kind: str, k: int, steps: int, quick: bool, env=None) -> dic
                 p.kill()
                 p.wait()
     span = max(r["end"] for r in runs) - min(r["start"] for r in runs)
-    return {"model": kind, "k": k, "go": go, "runs": runs, "aggregate_tokens_per_s": sum(r["tokens"] for r in runs) / span,
-            "per_run_tokens_per_s": sum(r["tokens"] / (r["end"] - r["start"]) for r in runs) / k}
+    return {
+        "model": kind,
+        "k": k,
+        "go": go,
+        "runs": runs,
+        "aggregate_tokens_per_s": sum(r["tokens"] for r in runs) / span,
+        "per_run_tokens_per_s": sum(r["tokens"] / (r["end"] - r["start"]) for r in runs) / k,
+    }
 
 
 def run(device, ks: list[int], steps: int, quick: bool, mps: bool, out: Path, stem: str) -> dict:
     from grassflow.runtime import device_name
 
     if 1 not in ks:
-        raise SystemExit(f"error: --concurrency {','.join(map(str, ks))}: list 1, the baseline of the gains (e.g. 1,2,4,8)")
+        raise SystemExit(
+            f"error: --concurrency {','.join(map(str, ks))}: list 1, the baseline of the gains (e.g. 1,2,4,8)"
+        )
     if mps and device.type != "cuda":
         raise SystemExit(f"error: --mps: MPS is CUDA's; the device here is {device.type}")
     rows = []
@@ -122,28 +158,62 @@ def run(device, ks: list[int], steps: int, quick: bool, mps: bool, out: Path, st
                 with mps_daemon() if use_mps else nullcontext() as env:
                     m = measure(device, kind, k, steps, quick, env)
                 rows.append({**m, "mps": use_mps})
-                print(f"concurrency {kind:11s} K={k} mps={use_mps}: {m['aggregate_tokens_per_s']:.0f} tokens/s", flush=True)
+                print(
+                    f"concurrency {kind:11s} K={k} mps={use_mps}: {m['aggregate_tokens_per_s']:.0f} tokens/s",
+                    flush=True,
+                )
     for r in rows:  # against K=1 of the same model
         one = next(x for x in rows if x["model"] == r["model"] and x["k"] == 1)
         r["gain"] = r["aggregate_tokens_per_s"] / one["aggregate_tokens_per_s"]
         r["slowdown"] = one["per_run_tokens_per_s"] / r["per_run_tokens_per_s"]
-    res = {"device": device_name(device), "device_type": device.type, "date": time.strftime("%Y-%m-%d"),
-           "quick": quick, "steps": steps, "size": QUICK if quick else TABLE1, "rows": rows}
+    res = {
+        "device": device_name(device),
+        "device_type": device.type,
+        "date": time.strftime("%Y-%m-%d"),
+        "quick": quick,
+        "steps": steps,
+        "size": QUICK if quick else TABLE1,
+        "rows": rows,
+    }
     markdown.save_report(out, stem, res, to_markdown(res))
     return res
 
 
 def to_markdown(res: dict) -> str:
     size = res["size"]
-    lines = [f"# K training runs side by side on one device: {res['device']}", "",
-             f"{res['date']}; each run the Table 1 step (N={size['n_layers']}, L={size['L']}, "
-             f"{size['tokens']} tokens per step, vocab {size['vocab']}){' — smoke sizes, not a measurement' if res['quick'] else ''}; "
-             f"{res['steps']} timed steps per run after 3 warm-up steps, all K started at once. Aggregate: all "
-             "runs' tokens over the span from the first start to the last end; gain: over K=1 of the same model; "
-             "slowdown: a run's time at K over its time alone.", "", *markdown.table(
-                 ["model", "K", "MPS", "aggregate tokens/s", "gain", "per-run tokens/s", "per-run slowdown"],
-                 [[r["model"], r["k"], "yes" if r["mps"] else "no", f"{r['aggregate_tokens_per_s']:,.0f}", f"{r['gain']:.2f}×",
-                   f"{r['per_run_tokens_per_s']:,.0f}", f"{r['slowdown']:.2f}×"] for r in res["rows"]])]
+    lines = [
+        f"# K training runs side by side on one device: {res['device']}",
+        "",
+        f"{res['date']}; each run the Table 1 step (N={size['n_layers']}, L={size['L']}, "
+        f"{size['tokens']} tokens per step, vocab {size['vocab']}){' — smoke sizes, not a measurement' if res['quick'] else ''}; "
+        f"{res['steps']} timed steps per run after 3 warm-up steps, all K started at once. Aggregate: all "
+        "runs' tokens over the span from the first start to the last end; gain: over K=1 of the same model; "
+        "slowdown: a run's time at K over its time alone.",
+        "",
+        *markdown.table(
+            [
+                "model",
+                "K",
+                "MPS",
+                "aggregate tokens/s",
+                "gain",
+                "per-run tokens/s",
+                "per-run slowdown",
+            ],
+            [
+                [
+                    r["model"],
+                    r["k"],
+                    "yes" if r["mps"] else "no",
+                    f"{r['aggregate_tokens_per_s']:,.0f}",
+                    f"{r['gain']:.2f}×",
+                    f"{r['per_run_tokens_per_s']:,.0f}",
+                    f"{r['slowdown']:.2f}×",
+                ]
+                for r in res["rows"]
+            ],
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -20,10 +20,16 @@ TCFG = TrainConfig(epochs=1, batch_size=1, lr=1e-3, warmup_frac=0.1)
 
 
 def _seconds_per_step(device, kind, members, L, B, n_layers, vocab, steps, warmup=2) -> float:
-    model, _ = build_group(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, dropout=0.1),
-                           range(members), device)
+    model, _ = build_group(
+        kind,
+        ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, dropout=0.1),
+        range(members),
+        device,
+    )
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
-    task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0 if members == 1 else list(range(members)), B, device, "bench")
+    task = LanguageModelObjective(
+        ids, ids[: L * 4 + 1], L, B, 0 if members == 1 else list(range(members)), B, device, "bench"
+    )
     opt, _ = make_optimizer(model, TCFG, device)
     losses = EpochLoss(device, members)
     losses.reset([0.0] * members, 0)
@@ -43,9 +49,24 @@ def bench_fused(device, L, B, n_layers, vocab, members=3, steps=5) -> list[dict]
     for kind in ("transformer", "grassmann"):
         one = _seconds_per_step(device, kind, 1, L, B, n_layers, vocab, steps)
         fused = _seconds_per_step(device, kind, members, L, B, n_layers, vocab, steps)
-        rows.append({"model": kind, "L": L, "B": B, "n_layers": n_layers, "members": members, "one_s": one,
-                     "fused_s": fused, "one_tok_s": B * L / one, "fused_tok_s_per_member": B * L / fused,
-                     "fused_tok_s": members * B * L / fused, "speedup_per_member": members * one / fused})
-        print(f"fused {kind:11s}: 1 seed {one * 1e3:.1f} ms, {members} fused {fused * 1e3:.1f} ms "
-              f"({members * one / fused:.2f}x per member)", flush=True)
+        rows.append(
+            {
+                "model": kind,
+                "L": L,
+                "B": B,
+                "n_layers": n_layers,
+                "members": members,
+                "one_s": one,
+                "fused_s": fused,
+                "one_tok_s": B * L / one,
+                "fused_tok_s_per_member": B * L / fused,
+                "fused_tok_s": members * B * L / fused,
+                "speedup_per_member": members * one / fused,
+            }
+        )
+        print(
+            f"fused {kind:11s}: 1 seed {one * 1e3:.1f} ms, {members} fused {fused * 1e3:.1f} ms "
+            f"({members * one / fused:.2f}x per member)",
+            flush=True,
+        )
     return rows

@@ -33,14 +33,24 @@ TCFG = TrainConfig(epochs=1, batch_size=1, lr=1e-3, warmup_frac=0.1)
 def _run(device, kind, L, B, n_layers, vocab, capture, steps, dropout, backend="auto"):
     """(seconds per step over `steps` timed steps after the warm-up and capture, the model)."""
     torch.manual_seed(0)
-    model = build_model(kind, ModelConfig(vocab_size=vocab, context_len=L, n_layers=n_layers, dropout=dropout,
-                                          plucker_backend=backend)).to(device)
+    model = build_model(
+        kind,
+        ModelConfig(
+            vocab_size=vocab,
+            context_len=L,
+            n_layers=n_layers,
+            dropout=dropout,
+            plucker_backend=backend,
+        ),
+    ).to(device)
     ids = np.random.default_rng(0).integers(0, vocab, B * L * 8 + 1)
     task = LanguageModelObjective(ids, ids[: L * 4 + 1], L, B, 0, B, device, "bench")
     opt, _ = make_optimizer(model, TCFG, device, capture=capture)
     losses = EpochLoss(device)
     losses.reset([0.0], 0)
-    step = TrainStep(model, lambda b: task.loss(model, b), opt, 1.0, device, losses, capture=capture)
+    step = TrainStep(
+        model, lambda b: task.loss(model, b), opt, 1.0, device, losses, capture=capture
+    )
     total = WARMUP + 1 + steps
 
     def one(i):
@@ -65,10 +75,24 @@ def bench_graph(device, L, B, n_layers, vocab, steps=30, backend="auto") -> list
         eager, m_eager = _run(device, kind, L, B, n_layers, vocab, False, steps, 0.0, backend)
         graph, m_graph = _run(device, kind, L, B, n_layers, vocab, True, steps, 0.0, backend)
         bitwise = all(torch.equal(p, q) for p, q in zip(m_eager.parameters(), m_graph.parameters()))
-        rows.append({"model": kind, "L": L, "B": B, "n_layers": n_layers, "eager_s": eager, "graph_s": graph,
-                     "speedup": eager / graph, "eager_tok_s": B * L / eager, "graph_tok_s": B * L / graph,
-                     "bitwise_at_dropout_0": bitwise})
-        print(f"graph {kind:11s}: eager {eager * 1e3:.2f} ms, graph {graph * 1e3:.2f} ms, bitwise {bitwise}", flush=True)
+        rows.append(
+            {
+                "model": kind,
+                "L": L,
+                "B": B,
+                "n_layers": n_layers,
+                "eager_s": eager,
+                "graph_s": graph,
+                "speedup": eager / graph,
+                "eager_tok_s": B * L / eager,
+                "graph_tok_s": B * L / graph,
+                "bitwise_at_dropout_0": bitwise,
+            }
+        )
+        print(
+            f"graph {kind:11s}: eager {eager * 1e3:.2f} ms, graph {graph * 1e3:.2f} ms, bitwise {bitwise}",
+            flush=True,
+        )
     return rows
 
 
@@ -80,7 +104,10 @@ def bench_head(device, N, V, d) -> list[dict]:
     rows, first = [], None
     # chunked-bf16 and fused are CUDA's candidates: a CPU without bf16 matrix units runs their GEMMs
     # many times slower, and fused's kernels run there only through the tests' shim
-    for backend in (b for b in HEAD_BACKENDS if b != "auto" and (b not in CUDA_HEADS or device.type == "cuda")):
+    for backend in (
+        b for b in HEAD_BACKENDS if b != "auto" and (b not in CUDA_HEADS or device.type == "cuda")
+    ):
+
         def step(backend=backend):
             with autocast(device):
                 loss = linear_cross_entropy(h, W, y, backend=backend)
@@ -95,8 +122,23 @@ def bench_head(device, N, V, d) -> list[dict]:
             loss = linear_cross_entropy(h, W, y, backend=backend)
         got = [loss.detach().float(), *(g.float() for g in torch.autograd.grad(loss, (h, W)))]
         first = first or got
-        diff = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(got, first))
-        rows.append({"backend": backend, "N": N, "V": V, "d": d, "seconds": t, "peak_mem_mb": peak,
-                     "rel_diff_vs_reference": diff})
-        print(f"head {backend:13s}: {t * 1e3:.2f} ms, rel. difference from the reference {diff:.1e}", flush=True)
+        diff = max(
+            ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+            for a, b in zip(got, first)
+        )
+        rows.append(
+            {
+                "backend": backend,
+                "N": N,
+                "V": V,
+                "d": d,
+                "seconds": t,
+                "peak_mem_mb": peak,
+                "rel_diff_vs_reference": diff,
+            }
+        )
+        print(
+            f"head {backend:13s}: {t * 1e3:.2f} ms, rel. difference from the reference {diff:.1e}",
+            flush=True,
+        )
     return rows

@@ -30,8 +30,14 @@ PASSES = {
         ("GEMMs G W and Gᵀ h read G", 4, 0),
     ],
 }
-GEMM_IO = {"GEMM h Wᵀ → bf16 logits", "GEMMs G W and Gᵀ h read G"}  # the same for any head that is not one GEMM kernel
-TABLE1 = (SHAPE["B"] * SHAPE["L"], SHAPE["vocab"])  # rows (B·L) and vocabulary of one member's step; Table 2's 16 × 256 is the same
+GEMM_IO = {
+    "GEMM h Wᵀ → bf16 logits",
+    "GEMMs G W and Gᵀ h read G",
+}  # the same for any head that is not one GEMM kernel
+TABLE1 = (
+    SHAPE["B"] * SHAPE["L"],
+    SHAPE["vocab"],
+)  # rows (B·L) and vocabulary of one member's step; Table 2's 16 × 256 is the same
 
 
 def per_logit(backend: str, loss_only: bool = False) -> int:
@@ -42,23 +48,52 @@ def per_logit(backend: str, loss_only: bool = False) -> int:
 def report() -> str:
     N, V = TABLE1
     gb = N * V / 1e9
-    rows = [[b, f"{per_logit(b, True)}", f"{per_logit(b)}", f"{per_logit(b, True) * gb:.2f}", f"{per_logit(b) * gb:.2f}"]
-            for b in PASSES]
-    lead = ["# The LM head's memory traffic, by arithmetic", "",
-            f"One member's training step at Table 1's shape ({N:,} rows × {V:,} logits, bf16 autocast), "
-            "forward and backward: bytes through the (N, V) tensors, from the passes below "
-            "(`python -m grassflow.bench.head_bytes`; src/grassflow/bench/head_bytes.py says how they are counted). "
-            "The per-row statistics of `fused` (N × 256 partials, 8 MB each way) are left out. "
-            "Arithmetic, not a measurement: the head's time on a GPU is the benchmark's `head` rows.", ""]
-    table = markdown.table(["backend", "loss and gradient B/logit", "with the GEMMs' I/O B/logit",
-                            "loss and gradient GB", "with the GEMMs' I/O GB"], rows)
+    rows = [
+        [
+            b,
+            f"{per_logit(b, True)}",
+            f"{per_logit(b)}",
+            f"{per_logit(b, True) * gb:.2f}",
+            f"{per_logit(b) * gb:.2f}",
+        ]
+        for b in PASSES
+    ]
+    lead = [
+        "# The LM head's memory traffic, by arithmetic",
+        "",
+        f"One member's training step at Table 1's shape ({N:,} rows × {V:,} logits, bf16 autocast), "
+        "forward and backward: bytes through the (N, V) tensors, from the passes below "
+        "(`python -m grassflow.bench.head_bytes`; src/grassflow/bench/head_bytes.py says how they are counted). "
+        "The per-row statistics of `fused` (N × 256 partials, 8 MB each way) are left out. "
+        "Arithmetic, not a measurement: the head's time on a GPU is the benchmark's `head` rows.",
+        "",
+    ]
+    table = markdown.table(
+        [
+            "backend",
+            "loss and gradient B/logit",
+            "with the GEMMs' I/O B/logit",
+            "loss and gradient GB",
+            "with the GEMMs' I/O GB",
+        ],
+        rows,
+    )
     passes = [[b, name, f"{r} + {w}"] for b in PASSES for name, r, w in PASSES[b]]
     ratio = per_logit("reference", True) / per_logit("fused", True)
-    return "\n".join([*lead, *table, "",
-                      f"The loss and gradient move {ratio:.1f}× fewer bytes fused "
-                      f"({per_logit('reference') / per_logit('fused'):.1f}× with the GEMMs' reads and writes).", "",
-                      "## The passes (bytes read + written per logit)", "",
-                      *markdown.table(["backend", "pass", "bytes"], passes), ""])
+    return "\n".join(
+        [
+            *lead,
+            *table,
+            "",
+            f"The loss and gradient move {ratio:.1f}× fewer bytes fused "
+            f"({per_logit('reference') / per_logit('fused'):.1f}× with the GEMMs' reads and writes).",
+            "",
+            "## The passes (bytes read + written per logit)",
+            "",
+            *markdown.table(["backend", "pass", "bytes"], passes),
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,11 @@ from grassflow.ops.plucker.kernel_stages import (
 from grassflow.runtime import autocast
 
 # What the baseline builds, under kernels/ (read by grassflow.planning.staleness, as the backends' lists)
-KERNEL_SOURCES = ("baseline/plucker_441a7fd_cpu.cpp", "baseline/plucker_441a7fd.cu", "cpu_shim/cuda_cpu_shim.h")
+KERNEL_SOURCES = (
+    "baseline/plucker_441a7fd_cpu.cpp",
+    "baseline/plucker_441a7fd.cu",
+    "cpu_shim/cuda_cpu_shim.h",
+)
 BASELINE = KERNEL_SOURCES[1]
 PER_TOKEN = ("plucker_coeff", "plucker_lag_bwd")  # the stages the baseline ran a thread per token
 
@@ -44,12 +48,25 @@ class BaselineStages(KernelStages):
     def _launch(self, kernel, dtype, r, n_threads, *args):
         threads = n_threads // r if kernel in PER_TOKEN else n_threads
         name = f"{kernel}_{KERNEL_TYPES[dtype][1]}"
-        cuda = cupy_backend.CUDA  # torch's CUDA as the cupy backend asks it (the tests' stand-in answers for CPU tensors)
+        cuda = (
+            cupy_backend.CUDA
+        )  # torch's CUDA as the cupy backend asks it (the tests' stand-in answers for CPU tensors)
         if cuda.is_cuda(self.device):  # parameters as today's kernels of the same stage
             packed, _keep = kernel_abi.pack(signature(kernel, dtype), args, lambda t: t.data_ptr())
             cupy = __import__("cupy")
-            cupy.cuda.driver.launchKernel(_cuda_function(cuda.index(self.device), name), grid_for(threads), 1, 1,
-                                          BLOCK, 1, 1, 0, cuda.stream(self.device), ctypes.addressof(packed), 0)
+            cupy.cuda.driver.launchKernel(
+                _cuda_function(cuda.index(self.device), name),
+                grid_for(threads),
+                1,
+                1,
+                BLOCK,
+                1,
+                1,
+                0,
+                cuda.stream(self.device),
+                ctypes.addressof(packed),
+                0,
+            )
         else:
             params = kernel_abi.signatures(kernels_dir() / BASELINE)[name]
             kernel_abi.check(name, params, args, _info)
@@ -111,14 +128,28 @@ def bench_kernels(device, token_counts, T=TABLE1["L"], r=TABLE1["r"], d=TABLE1["
         b = torch.zeros(d, device=device, requires_grad=True)
         times = {}
         for label, stages in (("441a7fd", BaselineStages(device)), ("new", new_stages(device))):
+
             def step(stages=stages, z=z, W=W, b=b):
                 with autocast(device):
                     g = PluckerMixFunction.apply(z, W, b, LAGS, 1e-6, "zero", stages)
                 g.backward(torch.ones_like(g))
 
             times[label] = timeit(step, device, repeat=5 if device.type == "cuda" else 1, best=True)
-        rows.append({"tokens": B * T, "B": B, "T": T, "r": r, "d": d, "dtype": str(dtype).removeprefix("torch."),
-                     "old_s": times["441a7fd"], "new_s": times["new"], "speedup": times["441a7fd"] / times["new"]})
-        print(f"kernels {B * T:6d} tokens: old {times['441a7fd'] * 1e3:.2f} ms, new {times['new'] * 1e3:.2f} ms",
-              flush=True)
+        rows.append(
+            {
+                "tokens": B * T,
+                "B": B,
+                "T": T,
+                "r": r,
+                "d": d,
+                "dtype": str(dtype).removeprefix("torch."),
+                "old_s": times["441a7fd"],
+                "new_s": times["new"],
+                "speedup": times["441a7fd"] / times["new"],
+            }
+        )
+        print(
+            f"kernels {B * T:6d} tokens: old {times['441a7fd'] * 1e3:.2f} ms, new {times['new'] * 1e3:.2f} ms",
+            flush=True,
+        )
     return rows

@@ -41,7 +41,12 @@ def library() -> ctypes.CDLL | None:
 def compile_source(lib: ctypes.CDLL, source: Path, arch: str) -> tuple[str, float]:
     """(PTX, seconds) of one cold compile, as CuPy's RawModule does it; raises with NVRTC's log."""
     prog = ctypes.c_void_p()
-    _ok(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.read_bytes(), source.name.encode(), 0, None, None))
+    _ok(
+        lib,
+        lib.nvrtcCreateProgram(
+            ctypes.byref(prog), source.read_bytes(), source.name.encode(), 0, None, None
+        ),
+    )
     opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
     t = time.perf_counter()
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
@@ -51,7 +56,9 @@ def compile_source(lib: ctypes.CDLL, source: Path, arch: str) -> tuple[str, floa
     log = ctypes.create_string_buffer(n.value)
     lib.nvrtcGetProgramLog(prog, log)
     if rc != 0:
-        raise RuntimeError(f"NVRTC cannot compile kernels/{source.name} for {arch}:\n{log.value.decode()}")
+        raise RuntimeError(
+            f"NVRTC cannot compile kernels/{source.name} for {arch}:\n{log.value.decode()}"
+        )
     ptx = ""
     if not arch.startswith("sm_"):  # a virtual architecture: PTX, whose entries name the kernels
         _ok(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(n)))
@@ -75,12 +82,16 @@ def _ok(lib, rc: int) -> None:
 
 def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m grassflow.bench.nvrtc", description=__doc__.split("\n")[0])
-    ap.add_argument("--arch", default="sm_90", help="what to compile for (sm_90: an H100's or H200's binary)")
+    ap.add_argument(
+        "--arch", default="sm_90", help="what to compile for (sm_90: an H100's or H200's binary)"
+    )
     ap.add_argument("--out", default="reports/bench", help="directory for nvrtc-compile.md")
     a = ap.parse_args(argv)
     lib = library()
     if lib is None:
-        ap.error("needs NVRTC: pip install nvidia-cuda-nvrtc-cu12, or set GRASSFLOW_NVRTC to libnvrtc.so.12")
+        ap.error(
+            "needs NVRTC: pip install nvidia-cuda-nvrtc-cu12, or set GRASSFLOW_NVRTC to libnvrtc.so.12"
+        )
     version = (ctypes.c_int(), ctypes.c_int())
     lib.nvrtcVersion(ctypes.byref(version[0]), ctypes.byref(version[1]))
     rows = []
@@ -88,11 +99,18 @@ def main(argv=None) -> int:
         _, seconds = compile_source(lib, kernels_dir() / s, a.arch)
         rows.append([f"kernels/{s}", f"{seconds:.2f}"])
         print(f"kernels/{s}: {seconds:.2f} s", flush=True)
-    md = "\n".join([f"# Cold NVRTC compile of the CUDA kernels ({a.arch})", "",
-                    f"NVRTC {version[0].value}.{version[1].value} on {platform.processor() or platform.machine()}, "
-                    f"{os.cpu_count()} cores, no GPU: one cold compile per source, as CuPy's first use on a fresh "
-                    "machine pays it (`python -m grassflow.bench.nvrtc`).", "",
-                    *markdown.table(["source", "seconds"], rows), ""])
+    md = "\n".join(
+        [
+            f"# Cold NVRTC compile of the CUDA kernels ({a.arch})",
+            "",
+            f"NVRTC {version[0].value}.{version[1].value} on {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores, no GPU: one cold compile per source, as CuPy's first use on a fresh "
+            "machine pays it (`python -m grassflow.bench.nvrtc`).",
+            "",
+            *markdown.table(["source", "seconds"], rows),
+            "",
+        ]
+    )
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "nvrtc-compile.md").write_text(md)
     return 0

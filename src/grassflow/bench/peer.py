@@ -20,7 +20,9 @@ import torch
 def load_peer_model(checkout) -> object:
     path = Path(checkout) / "model.py"
     if not path.is_file():
-        raise FileNotFoundError(f"--peer {checkout}: no model.py there (a checkout of kanenorman/grassmann)")
+        raise FileNotFoundError(
+            f"--peer {checkout}: no model.py there (a checkout of kanenorman/grassmann)"
+        )
     spec = importlib.util.spec_from_file_location("peer_model", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -33,9 +35,19 @@ def load_peer_model(checkout) -> object:
 def peer_step(checkout, device, L, B, vocab, n_layers, timeit) -> dict:
     peer = load_peer_model(checkout)
     torch.manual_seed(0)
-    cfg = peer.LMConfig(vocab_size=vocab, max_context_len=L, num_layers=n_layers, tensor_lifting_strategy="grassmann",
-                        lags=[1, 2, 4, 8, 12, 16], d_model=256, num_heads=4, expansion_ratio=4, dropout_rate=0.1,
-                        weight_tying=True, d_low=32)
+    cfg = peer.LMConfig(
+        vocab_size=vocab,
+        max_context_len=L,
+        num_layers=n_layers,
+        tensor_lifting_strategy="grassmann",
+        lags=[1, 2, 4, 8, 12, 16],
+        d_model=256,
+        num_heads=4,
+        expansion_ratio=4,
+        dropout_rate=0.1,
+        weight_tying=True,
+        d_low=32,
+    )
     model = peer.Transformer(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     crit = torch.nn.CrossEntropyLoss()
@@ -51,4 +63,10 @@ def peer_step(checkout, device, L, B, vocab, n_layers, timeit) -> dict:
 
     step()
     t = timeit(step, device, repeat=5, best=True, warmup=0)
-    return {"model": "kanenorman/grassmann GrassmannLM", "L": L, "B": B, "seconds": t, "tokens_per_s": B * L / t}
+    return {
+        "model": "kanenorman/grassmann GrassmannLM",
+        "L": L,
+        "B": B,
+        "seconds": t,
+        "tokens_per_s": B * L / t,
+    }

@@ -29,7 +29,9 @@ def hub_split(cfg: dict, split: str, key: str = "data"):
     try:
         import datasets
 
-        return datasets.load_dataset(cfg["dataset"], cfg["name"], revision=cfg.get("revision"), split=split)
+        return datasets.load_dataset(
+            cfg["dataset"], cfg["name"], revision=cfg.get("revision"), split=split
+        )
     except Exception as e:  # the hub raises many types; all mean the same to the user
         offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") else ""
         raise DataError(
@@ -46,8 +48,10 @@ def local_file(cfg: dict, split: str, key: str = "data") -> Path:
         for name in (f"{split}.parquet", f"{split}-00000-of-00001.parquet"):
             if (d / name).is_file():
                 return d / name
-    raise DataError(f"{key}.local_dir: no parquet file for split {split!r} in {root} "
-                    f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)")
+    raise DataError(
+        f"{key}.local_dir: no parquet file for split {split!r} in {root} "
+        f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)"
+    )
 
 
 def read_columns(path, columns) -> dict[str, list]:
@@ -56,8 +60,10 @@ def read_columns(path, columns) -> dict[str, list]:
     try:
         table = pq.read_table(path)
     except Exception as e:
-        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e}); where the pipeline "
-                        "wrote it, remove it and run snakemake again: the job that wrote it runs again") from None
+        raise DataError(
+            f"{path}: not a readable parquet file ({type(e).__name__}: {e}); where the pipeline "
+            "wrote it, remove it and run snakemake again: the job that wrote it runs again"
+        ) from None
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise DataError(f"{path}: missing column(s) {missing}; found {table.column_names}")
@@ -80,18 +86,24 @@ def read_token_file(path, what: str, columns):
         meta = token_meta(path)
         return columns(pq.read_table(path)), meta
     except (KeyError, TypeError):
-        raise DataError(f"{path}: not a grassflow {what} (no 'grassflow' metadata or columns)") from None
+        raise DataError(
+            f"{path}: not a grassflow {what} (no 'grassflow' metadata or columns)"
+        ) from None
     except Exception as e:
-        raise DataError(f"{path}: unreadable {what} ({type(e).__name__}: {e}); remove it and run snakemake "
-                        "again: the job that wrote it runs again") from None
+        raise DataError(
+            f"{path}: unreadable {what} ({type(e).__name__}: {e}); remove it and run snakemake "
+            "again: the job that wrote it runs again"
+        ) from None
 
 
 def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None:
     """The split's content hash against `<key>.expected_sha256.<split>`, when one is given."""
     expected = (cfg.get("expected_sha256") or {}).get(split)
     if expected and expected != digest:
-        raise DataError(f"{key}: split {split!r} content sha256 {digest} does not match the expected "
-                        f"{expected} ({key}.expected_sha256.{split}); the source changed or is corrupt")
+        raise DataError(
+            f"{key}: split {split!r} content sha256 {digest} does not match the expected "
+            f"{expected} ({key}.expected_sha256.{split}); the source changed or is corrupt"
+        )
 
 
 def download_main(download, module: str, doc: str, argv=None) -> int:
@@ -106,6 +118,12 @@ def download_main(download, module: str, doc: str, argv=None) -> int:
     p.add_argument("--out-dir", required=True)
     a = p.parse_args(argv)
     out = Path(a.out_dir)
-    return job.run(lambda: write_json(out / "checksums.json", {
-        split: download(a.data, split, out / f"{split}.parquet") for split in ("train", "validation", "test")}))
-
+    return job.run(
+        lambda: write_json(
+            out / "checksums.json",
+            {
+                split: download(a.data, split, out / f"{split}.parquet")
+                for split in ("train", "validation", "test")
+            },
+        )
+    )

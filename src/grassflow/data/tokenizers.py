@@ -10,11 +10,16 @@ from pathlib import Path
 from grassflow.data import DataError
 from grassflow.io import atomic_path
 
-HUB_NAMES = {"bert-base-uncased": "bert-base-uncased", "gpt2": "gpt2",
-             "distilbert-base-uncased": "distilbert-base-uncased"}  # SNLI's backbone; BERT's vocabulary
+HUB_NAMES = {
+    "bert-base-uncased": "bert-base-uncased",
+    "gpt2": "gpt2",
+    "distilbert-base-uncased": "distilbert-base-uncased",
+}  # SNLI's backbone; BERT's vocabulary
 
 
-def build_wordpiece(rows, vocab_size: int, out_path, specials=("[PAD]", "[UNK]"), source="") -> None:
+def build_wordpiece(
+    rows, vocab_size: int, out_path, specials=("[PAD]", "[UNK]"), source=""
+) -> None:
     """A WordPiece tokenizer with BERT's normalisation and pre-tokenisation, whose vocabulary
     is: the special tokens, every character seen (alone and as a ##continuation), then the most
     frequent words, ties broken alphabetically, up to vocab_size. Deterministic: the
@@ -33,8 +38,10 @@ def build_wordpiece(rows, vocab_size: int, out_path, specials=("[PAD]", "[UNK]")
     chars = sorted({c for w in words for c in w})
     vocab = list(specials) + chars + [f"##{c}" for c in chars]
     if len(vocab) > vocab_size:
-        raise DataError(f"tokenizer.vocab_size: {vocab_size} is smaller than the {len(vocab)} "
-                        f"characters and special tokens of {source}")
+        raise DataError(
+            f"tokenizer.vocab_size: {vocab_size} is smaller than the {len(vocab)} "
+            f"characters and special tokens of {source}"
+        )
     seen = set(vocab)
     for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
         if len(vocab) == vocab_size:
@@ -72,11 +79,15 @@ def load_tokenizer(cfg: dict, artifact=None):
         from transformers import BertTokenizerFast, GPT2TokenizerFast
 
         cls = GPT2TokenizerFast if name == "gpt2" else BertTokenizerFast
-        return cls.from_pretrained(str(Path(path).expanduser()) if path else HUB_NAMES[name]).backend_tokenizer
+        return cls.from_pretrained(
+            str(Path(path).expanduser()) if path else HUB_NAMES[name]
+        ).backend_tokenizer
     except Exception as e:
-        raise DataError(f"tokenizer: could not load {name!r} from {path or 'the Hugging Face hub'}: "
-                        f"{type(e).__name__}: {e}\nFix: set tokenizer.path to a local directory with "
-                        "its files, or use tokenizer.name: trained (offline).") from None
+        raise DataError(
+            f"tokenizer: could not load {name!r} from {path or 'the Hugging Face hub'}: "
+            f"{type(e).__name__}: {e}\nFix: set tokenizer.path to a local directory with "
+            "its files, or use tokenizer.name: trained (offline)."
+        ) from None
 
 
 def fetch_tokenizer(tokenizer: dict, out) -> None:

@@ -34,8 +34,17 @@ def steps_of(spec, n_tokens: int) -> tuple[int, int]:
     return min(steps, spec.train.max_steps_per_epoch or steps), spec.train.epochs
 
 
-def seeds_that_fit(tables, measure, n_tokens: int, seconds: float, step_s: dict, deadline: float | None = None,
-                   costs: dict | None = None, done=None, clock=time.monotonic):
+def seeds_that_fit(
+    tables,
+    measure,
+    n_tokens: int,
+    seconds: float,
+    step_s: dict,
+    deadline: float | None = None,
+    costs: dict | None = None,
+    done=None,
+    clock=time.monotonic,
+):
     """The most seeds (of each table's seeds to train, in order) whose groups, every model's side by
     side, finish within `seconds` (the lease's training time, across its commands, from this call):
     ({table: seeds}, a line per table and per group that could not be timed).
@@ -51,7 +60,11 @@ def seeds_that_fit(tables, measure, n_tokens: int, seconds: float, step_s: dict,
     costs = costs or {}
     setup_s, checkpoint_s = costs.get("setup_s", {}), costs.get("checkpoint_s", {})
     t0 = clock()
-    used, started, restarted = 0.0, False, False  # the tables fitted so far: their need; their jobs' starts
+    used, started, restarted = (
+        0.0,
+        False,
+        False,
+    )  # the tables fitted so far: their need; their jobs' starts
     fit, lines = {}, []
     for table, kinds in tables.items():
         todo = next(iter(kinds.values()))[1]
@@ -65,9 +78,13 @@ def seeds_that_fit(tables, measure, n_tokens: int, seconds: float, step_s: dict,
                         step_s[key] = measure(spec, todo[:n])
                     except TrialFailed as e:
                         step_s[key] = math.inf
-                        lines.append(f"{table} {kind} with {n} seed(s): not timed ({e}): it does not fit")
+                        lines.append(
+                            f"{table} {kind} with {n} seed(s): not timed ({e}): it does not fit"
+                        )
                 per_epoch, epochs = steps_of(spec, n_tokens)
-                steps_left = per_epoch * epochs - (done(table, kind, todo[:n], per_epoch) if done else 0)
+                steps_left = per_epoch * epochs - (
+                    done(table, kind, todo[:n], per_epoch) if done else 0
+                )
                 need += steps_left * step_s[key] * (1 + VALIDATION_SHARE)
                 need += -(-steps_left // per_epoch) * checkpoint_s.get((table, kind), 0.0)
                 setup = max(setup, setup_s.get((table, kind), 0.0))
@@ -84,11 +101,23 @@ def seeds_that_fit(tables, measure, n_tokens: int, seconds: float, step_s: dict,
             used += need
             started = True
             restarted |= restarts
-        when = "" if deadline is None else f", {max(deadline - (clock() - t0), 0):.0f} s to this command's deadline: " + (
-            "none" if not chosen else "they finish in the lease's next command" if restarted else "within this command")
-        lines.append(f"{table}: seeds {', '.join(map(str, chosen)) or 'none'} this lease (about {need:.0f} s of "
-                     f"training for {len(chosen) or 1} seed(s) of {len(todo)} to train; {left:.0f} s of the "
-                     f"lease's training left{when})")
+        when = (
+            ""
+            if deadline is None
+            else f", {max(deadline - (clock() - t0), 0):.0f} s to this command's deadline: "
+            + (
+                "none"
+                if not chosen
+                else "they finish in the lease's next command"
+                if restarted
+                else "within this command"
+            )
+        )
+        lines.append(
+            f"{table}: seeds {', '.join(map(str, chosen)) or 'none'} this lease (about {need:.0f} s of "
+            f"training for {len(chosen) or 1} seed(s) of {len(todo)} to train; {left:.0f} s of the "
+            f"lease's training left{when})"
+        )
     return fit, lines
 
 
@@ -100,18 +129,27 @@ def common_seeds(fit: dict) -> tuple[dict, list[str]]:
     if not kept:
         return {}, []
     shared = [s for s in min(kept.values(), key=len) if all(s in v for v in kept.values())]
-    lines = [f"{t}: left out of this lease's targets (no seed fits)" for t, s in fit.items() if not s]
-    lines += [f"{t}: seeds {', '.join(map(str, shared))} this lease, as every target's (the preset's seeds are one list)"
-              for t, s in kept.items() if s != shared]
+    lines = [
+        f"{t}: left out of this lease's targets (no seed fits)" for t, s in fit.items() if not s
+    ]
+    lines += [
+        f"{t}: seeds {', '.join(map(str, shared))} this lease, as every target's (the preset's seeds are one list)"
+        for t, s in kept.items()
+        if s != shared
+    ]
     return {t: shared for t in kept}, lines
 
 
-def projections(results: Path, specs: dict, said: set, now: float, deadline: float, lease: float) -> list[tuple[str, str]]:
+def projections(
+    results: Path, specs: dict, said: set, now: float, deadline: float, lease: float
+) -> list[tuple[str, str]]:
     """(group, line) for each group whose first run trained in this tree (not adopted) has an epoch
     in and is not in `said`: its epoch's time, its projected finish against this command's deadline
     and the lease's end (seconds of the window)."""
     first = {}
-    for m in sorted(results.glob("runs/*/metrics.jsonl"), key=lambda m: group_seed(m.parent.name)[1]):
+    for m in sorted(
+        results.glob("runs/*/metrics.jsonl"), key=lambda m: group_seed(m.parent.name)[1]
+    ):
         if not (m.parent / "adopted.json").exists():
             first.setdefault(group_seed(m.parent.name)[0], m)
     out = []
@@ -123,9 +161,18 @@ def projections(results: Path, specs: dict, said: set, now: float, deadline: flo
         per_epoch = rows[-1]["seconds"]
         finish = now + (epochs - len(rows)) * per_epoch
         by_deadline = min(epochs, len(rows) + int(max(0, deadline - now) // per_epoch))
-        verdict = ("fits in this command" if finish <= deadline else
-                   f"fits in the lease: about {by_deadline} of {epochs} epochs by the deadline, the rest in its next command"
-                   if finish + RESUME_S <= lease else f"does NOT fit: about {by_deadline} of {epochs} epochs by the deadline")
-        out.append((group, f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs done at "
-                           f"about {finish:.0f} s of the window, deadline {deadline:.0f} s, lease {lease:.0f} s: {verdict}"))
+        verdict = (
+            "fits in this command"
+            if finish <= deadline
+            else f"fits in the lease: about {by_deadline} of {epochs} epochs by the deadline, the rest in its next command"
+            if finish + RESUME_S <= lease
+            else f"does NOT fit: about {by_deadline} of {epochs} epochs by the deadline"
+        )
+        out.append(
+            (
+                group,
+                f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs done at "
+                f"about {finish:.0f} s of the window, deadline {deadline:.0f} s, lease {lease:.0f} s: {verdict}",
+            )
+        )
     return out

@@ -40,7 +40,9 @@ from grassflow.run_spec import RunSpec
 from grassflow.runtime import claim_device, configure_torch, device_name
 
 
-def tables_to_train(config: dict, targets, finished_dirs) -> tuple[str, dict, dict, list[int], dict]:
+def tables_to_train(
+    config: dict, targets, finished_dirs
+) -> tuple[str, dict, dict, list[int], dict]:
     """(preset name, preset, {table: {kind: (spec of its first run to train, its seeds to train)}},
     the seeds of which every run of the targets is finished elsewhere, every run's spec) for the
     window's `targets` (tables): a seed with a run left to train is trained (its finished runs adopted)."""
@@ -50,21 +52,40 @@ def tables_to_train(config: dict, targets, finished_dirs) -> tuple[str, dict, di
     tables = {}
     for table in targets:
         if table not in (p.get("experiments") or {}):
-            raise CommandError(f"--targets {table}: not a table of preset {name} ({sorted(p['experiments'])})")
-        todo = [s for s in p["seeds"] if any(run_id(run_group(table, k), s) not in done for k in p["models"])]
+            raise CommandError(
+                f"--targets {table}: not a table of preset {name} ({sorted(p['experiments'])})"
+            )
+        todo = [
+            s
+            for s in p["seeds"]
+            if any(run_id(run_group(table, k), s) not in done for k in p["models"])
+        ]
         if todo:
-            tables[table] = {k: (RunSpec.of(specs[run_id(run_group(table, k), todo[0])]), todo) for k in p["models"]}
-    finished = [s for s in p["seeds"] if all(run_id(run_group(t, k), s) in done for t in targets for k in p["models"])]
+            tables[table] = {
+                k: (RunSpec.of(specs[run_id(run_group(table, k), todo[0])]), todo)
+                for k in p["models"]
+            }
+    finished = [
+        s
+        for s in p["seeds"]
+        if all(run_id(run_group(t, k), s) in done for t in targets for k in p["models"])
+    ]
     return name, p, tables, finished, specs
 
 
-def progress(results: Path | None, specs: dict, table: str, kind: str, seeds, per_epoch: int) -> int:
+def progress(
+    results: Path | None, specs: dict, table: str, kind: str, seeds, per_epoch: int
+) -> int:
     """The steps of the group of `seeds` (one run alone) that its last.pt holds, where it is that
     group's (the loop's resume hash; rule train_fused's work dir, a lone run's directory), else 0."""
     if results is None:
         return 0
     ids = [run_id(run_group(table, kind), s) for s in seeds]
-    where = Path(fused_dir(str(results), run_group(table, kind))) if len(ids) > 1 else results / "runs" / ids[0]
+    where = (
+        Path(fused_dir(str(results), run_group(table, kind)))
+        if len(ids) > 1
+        else results / "runs" / ids[0]
+    )
     try:
         state = load_checkpoint(where / "last.pt")
     except CheckpointError:
@@ -81,9 +102,13 @@ def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
     def measure(spec, seeds) -> float:
         try:
             with Alarm(max(box_end - time.perf_counter(), MIN_SHARE)):
-                return trial(spec, seeds, ids, vocab, device, setting, CHECK_STEPS, timed_steps).step_s
+                return trial(
+                    spec, seeds, ids, vocab, device, setting, CHECK_STEPS, timed_steps
+                ).step_s
         except (Exception, BoxTimeout) as err:  # noqa: BLE001 - any failure: the group does not fit, said
-            raise TrialFailed(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]) from None
+            raise TrialFailed(
+                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
+            ) from None
         finally:
             free(device)
 
@@ -107,13 +132,20 @@ def reuse(a) -> None:
     timing nothing; refused (one line) where it was made for other targets or another preset."""
     rec = json.loads(Path(a.record).read_text())
     if rec["preset"] != a.preset or rec["asked"] != list(a.targets):
-        raise CommandError(f"{a.record}: chosen for preset {rec['preset']}, targets {' '.join(rec['asked'])}; "
-                           f"this command makes {a.preset} {' '.join(a.targets)}: delete it to choose anew")
+        raise CommandError(
+            f"{a.record}: chosen for preset {rec['preset']}, targets {' '.join(rec['asked'])}; "
+            f"this command makes {a.preset} {' '.join(a.targets)}: delete it to choose anew"
+        )
     name, preset = select_preset(load_config(Path.cwd(), a.configfile, a.preset))
     write_overlay(Path(a.overlay), name, preset, rec)
-    seeds = "; ".join(f"{t} seeds {', '.join(map(str, s)) or 'none'}" for t, s in rec["seeds"].items())
-    print(f"reusing {setting_name(rec['choice'])} chosen at {rec['chosen_at']} ({seeds}; the lease ends at "
-          f"{datetime.fromtimestamp(rec['lease_end'], timezone.utc).isoformat(timespec='seconds')})", flush=True)
+    seeds = "; ".join(
+        f"{t} seeds {', '.join(map(str, s)) or 'none'}" for t, s in rec["seeds"].items()
+    )
+    print(
+        f"reusing {setting_name(rec['choice'])} chosen at {rec['chosen_at']} ({seeds}; the lease ends at "
+        f"{datetime.fromtimestamp(rec['lease_end'], timezone.utc).isoformat(timespec='seconds')})",
+        flush=True,
+    )
 
 
 def decide(a) -> None:
@@ -122,17 +154,28 @@ def decide(a) -> None:
     Path(a.record).unlink(missing_ok=True)  # a decision is this first minute's, or none
     configure_torch()
     device = claim_device(a.device, log=True)
-    name, preset, tables, finished_seeds, specs = tables_to_train(load_config(Path.cwd(), a.configfile, a.preset),
-                                                                  a.targets, a.finished)
+    name, preset, tables, finished_seeds, specs = tables_to_train(
+        load_config(Path.cwd(), a.configfile, a.preset), a.targets, a.finished
+    )
     ids, meta = read_tokens(a.train_tokens)
     vocab = meta["vocab_size"]
-    candidates = [tuple(c.split(":", 1)) for c in a.candidates] if a.candidates else CANDIDATES.get(device.type, [])
+    candidates = (
+        [tuple(c.split(":", 1)) for c in a.candidates]
+        if a.candidates
+        else CANDIDATES.get(device.type, [])
+    )
     t0 = time.perf_counter()
     results = Path(a.results) if a.results else None
     if tables:
-        result = choose(tables, ids, vocab, device, candidates, a.box, a.timed_steps, checkpoint_dir=results)
+        result = choose(
+            tables, ids, vocab, device, candidates, a.box, a.timed_steps, checkpoint_dir=results
+        )
     else:
-        result = {"rows": [], "choice": None, "lines": ["every run of the targets is finished elsewhere: nothing to train"]}
+        result = {
+            "rows": [],
+            "choice": None,
+            "lines": ["every run of the targets is finished elsewhere: nothing to train"],
+        }
     fit = {}
     if result["choice"] is None:
         pass  # nothing to train with: the window stops, the figures written
@@ -141,22 +184,46 @@ def decide(a) -> None:
         fit = {t: [s for s in k[next(iter(k))][1] if s in seeds] for t, k in tables.items()}
         result["lines"].append(f"seeds {a.seeds or 'none'} this lease, as asked (--seeds)")
     else:
-        chosen = [r for r in result["rows"] if (r["compile"], r["head_loss"]) == tuple(result["choice"])]
-        step_s = {(r["table"], r["model"], r["members"]): r["step_s"] for r in chosen if "step_s" in r}
-        costs = {"setup_s": {(r["table"], r["model"]): r["setup_s"] for r in chosen if "setup_s" in r},
-                 "checkpoint_s": {(r["table"], r["model"]): r["checkpoint_s"] for r in result["rows"]
-                                  if "checkpoint_s" in r}}
+        chosen = [
+            r for r in result["rows"] if (r["compile"], r["head_loss"]) == tuple(result["choice"])
+        ]
+        step_s = {
+            (r["table"], r["model"], r["members"]): r["step_s"] for r in chosen if "step_s" in r
+        }
+        costs = {
+            "setup_s": {(r["table"], r["model"]): r["setup_s"] for r in chosen if "setup_s" in r},
+            "checkpoint_s": {
+                (r["table"], r["model"]): r["checkpoint_s"]
+                for r in result["rows"]
+                if "checkpoint_s" in r
+            },
+        }
         spent = time.perf_counter() - t0
         measure = boxed(ids, vocab, device, result["choice"], a.timed_steps, t0 + a.box)
         fit, fit_lines = seeds_that_fit(
-            tables, measure, len(ids), a.seconds - spent, step_s,
-            deadline=None if a.deadline is None else a.deadline - spent, costs=costs,
-            done=lambda table, kind, seeds, per_epoch: progress(results, specs, table, kind, seeds, per_epoch))
+            tables,
+            measure,
+            len(ids),
+            a.seconds - spent,
+            step_s,
+            deadline=None if a.deadline is None else a.deadline - spent,
+            costs=costs,
+            done=lambda table, kind, seeds, per_epoch: progress(
+                results, specs, table, kind, seeds, per_epoch
+            ),
+        )
         result["lines"] += fit_lines
     fit, common = common_seeds(fit)
     result["lines"] += common
-    result.update(seeds=fit, device=device_name(device), tables=a.targets, finished_seeds=finished_seeds,
-                  seconds=a.seconds, deadline=a.deadline, box=a.box)
+    result.update(
+        seeds=fit,
+        device=device_name(device),
+        tables=a.targets,
+        finished_seeds=finished_seeds,
+        seconds=a.seconds,
+        deadline=a.deadline,
+        box=a.box,
+    )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"choose-{device.type}.json").write_text(json.dumps(result, indent=1, default=str))
@@ -164,16 +231,32 @@ def decide(a) -> None:
     for line in result["lines"]:
         print(line, flush=True)
     if a.pinned and result["choice"] is None:
-        raise Stop(f"compile={a.candidates[0].replace(':', ' head_loss=', 1)} does not compute the reference's "
-                      "loss here, or failed: not training with it", code=1)
+        raise Stop(
+            f"compile={a.candidates[0].replace(':', ' head_loss=', 1)} does not compute the reference's "
+            "loss here, or failed: not training with it",
+            code=1,
+        )
     if result["choice"] is None:
-        raise Stop("no setting computes the reference's loss for every model: not training (the step's figures "
-                   f"are in {out})", code=3)
+        raise Stop(
+            "no setting computes the reference's loss for every model: not training (the step's figures "
+            f"are in {out})",
+            code=3,
+        )
     if not fit:
-        raise Stop(f"no seed of a table finishes within the lease: not training (the step's figures are in {out})",
-                   code=3)
-    decision = {"preset": a.preset, "asked": list(a.targets), "targets": list(fit), "choice": list(result["choice"]),
-                "seeds": fit, "finished_seeds": finished_seeds, "finished": list(a.finished),
-                "chosen_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "lease_end": a.lease_end}
+        raise Stop(
+            f"no seed of a table finishes within the lease: not training (the step's figures are in {out})",
+            code=3,
+        )
+    decision = {
+        "preset": a.preset,
+        "asked": list(a.targets),
+        "targets": list(fit),
+        "choice": list(result["choice"]),
+        "seeds": fit,
+        "finished_seeds": finished_seeds,
+        "finished": list(a.finished),
+        "chosen_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "lease_end": a.lease_end,
+    }
     write_overlay(Path(a.overlay), name, preset, decision)
     Path(a.record).write_text(json.dumps(decision, indent=1))

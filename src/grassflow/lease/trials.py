@@ -47,8 +47,10 @@ REFERENCE = ("false", "reference")  # eager, the reference head: what the others
 # fuses the casts and elementwise ops that are most of the step's launches: reports/bench/step-ops.md).
 # Not by default: chunked-bf16 (more bytes than fused) and `true` (the compiled loss uncaptured:
 # launch-bound at 4,096 tokens a member-step, as the eager step is).
-CANDIDATES = {"cuda": [("graph", "fused"), ("graph", "reference"), ("compiled-graph", "fused")],
-              "cpu": [("false", "chunked")]}
+CANDIDATES = {
+    "cuda": [("graph", "fused"), ("graph", "reference"), ("compiled-graph", "fused")],
+    "cpu": [("false", "chunked")],
+}
 LOSS_TOL, GRAD_TOL = 1e-2, 3e-2  # a few of bf16's roundings (2^-8): a loss's, the gradients' norm
 CHECK_STEPS = WARMUP + 2  # a captured step is replayed twice among them
 MIN_SHARE = 3.0  # seconds the time box keeps for each trial of a later candidate
@@ -119,8 +121,15 @@ class Trial:
         E = getattr(self.model, "ensemble_size", 1)
         self.losses = EpochLoss(device, E)
         self.losses.reset([0.0] * E, 0)
-        self.step = TrainStep(self.model, self.compiled.loss, self.opt, tcfg.grad_clip, device, self.losses,
-                              capture=self.compiled.graph)
+        self.step = TrainStep(
+            self.model,
+            self.compiled.loss,
+            self.opt,
+            tcfg.grad_clip,
+            device,
+            self.losses,
+            capture=self.compiled.graph,
+        )
         capture = self.step._capture
 
         def held_capture():
@@ -153,15 +162,26 @@ class Trial:
         return sorted(self.per_step)[len(self.per_step) // 2]
 
     def grads(self) -> torch.Tensor:
-        return torch.cat([p.grad.detach().float().reshape(-1) for p in self.model.parameters()
-                          if p.grad is not None])
+        return torch.cat(
+            [
+                p.grad.detach().float().reshape(-1)
+                for p in self.model.parameters()
+                if p.grad is not None
+            ]
+        )
 
     def checkpoint_seconds(self, where: Path) -> tuple[float, float]:
         """(the training thread's share of an epoch's checkpoint: the state's snapshot to host
         memory; the write the checkpoint writer then does beside training), timed once in `where`."""
         sync(self.device)
         t0 = time.perf_counter()
-        state = to_host({"model": trained_state(self.model), "optimizer": self.opt.state_dict(), "rng": rng_state()})
+        state = to_host(
+            {
+                "model": trained_state(self.model),
+                "optimizer": self.opt.state_dict(),
+                "rng": rng_state(),
+            }
+        )
         t1 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=where) as tmp:
             save_checkpoint(Path(tmp) / "last.pt", state)
@@ -186,7 +206,9 @@ class _Checked:
 def _close(trial: Trial, ref) -> tuple[float, float]:
     """(the largest relative loss difference over the steps checked, the relative norm of the
     last gradients' difference) against the reference."""
-    loss = max(abs(a - b) / max(abs(b), 1e-12) for s, r in zip(trial.seen, ref.seen) for a, b in zip(s, r))
+    loss = max(
+        abs(a - b) / max(abs(b), 1e-12) for s, r in zip(trial.seen, ref.seen) for a, b in zip(s, r)
+    )
     g, gr = trial.checked_grads, ref.checked_grads
     return loss, float((g - gr).norm() / gr.norm().clamp_min(1e-30))
 
@@ -195,11 +217,23 @@ def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=
     """`setting` (compile, head loss) on the fused group of `seeds` of run `spec`'s config: its
     checked steps, then its timed ones."""
     tcfg = spec.train
-    objective = LanguageModelObjective(ids, ids[: spec.model["context_len"] * 4 + 1], spec.model["context_len"],
-                                       tcfg.batch_size, list(seeds) if len(seeds) > 1 else seeds[0],
-                                       tcfg.eval_batch_size, device, "choose", setting[1])
-    model, _ = build_group(spec.model_kind, ModelConfig.from_dict({**spec.model, "vocab_size": vocab,
-                                                                   "dropout": dropout}), seeds, device)
+    objective = LanguageModelObjective(
+        ids,
+        ids[: spec.model["context_len"] * 4 + 1],
+        spec.model["context_len"],
+        tcfg.batch_size,
+        list(seeds) if len(seeds) > 1 else seeds[0],
+        tcfg.eval_batch_size,
+        device,
+        "choose",
+        setting[1],
+    )
+    model, _ = build_group(
+        spec.model_kind,
+        ModelConfig.from_dict({**spec.model, "vocab_size": vocab, "dropout": dropout}),
+        seeds,
+        device,
+    )
     t = Trial(model, objective, tcfg, device, setting[0], objective.steps_per_epoch * tcfg.epochs)
     t0 = time.perf_counter()
     t.run(steps)
@@ -207,7 +241,9 @@ def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=
     t.setup_s = time.perf_counter() - t0  # its warm-up, compile and capture, with the checked steps
     if t.step.capture_error:  # it would train eagerly, not as the candidate says
         raise CaptureFailed(t.step.capture_error)
-    t.checked_grads = t.grads().clone()  # the last checked step's (post-clipping), before any timed step
+    t.checked_grads = (
+        t.grads().clone()
+    )  # the last checked step's (post-clipping), before any timed step
     t.run(timed_steps, timed=True)
     return t
 
@@ -217,25 +253,47 @@ def free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def choose(tables: dict, ids, vocab, device, candidates, box_s: float, timed_steps: int = 10,
-           checkpoint_dir: Path | None = None) -> dict:
+def choose(
+    tables: dict,
+    ids,
+    vocab,
+    device,
+    candidates,
+    box_s: float,
+    timed_steps: int = 10,
+    checkpoint_dir: Path | None = None,
+) -> dict:
     """`tables`: {table: {kind: (spec of its first run to train, seeds to train)}}. Returns
     {"rows": a row per table, kind and setting (the reference's first), "choice": (compile, head
     loss), or None where none passed, "lines"}. The references run outside the box; each candidate
     then shares the box's time left, less MIN_SHARE for each trial of a later candidate, evenly
     over its models left. With `checkpoint_dir`, each reference also times its group's checkpoint."""
     rows, lines = [], []
-    groups = [(table, kind, spec, seeds) for table, kinds in tables.items() for kind, (spec, seeds) in kinds.items()]
+    groups = [
+        (table, kind, spec, seeds)
+        for table, kinds in tables.items()
+        for kind, (spec, seeds) in kinds.items()
+    ]
 
     def row_of(table, kind, spec, seeds, setting):
-        return {"table": table, "model": kind, "compile": setting[0], "head_loss": setting[1], "members": len(seeds),
-                "tokens_per_step": len(seeds) * spec.train.batch_size * spec.model["context_len"]}
+        return {
+            "table": table,
+            "model": kind,
+            "compile": setting[0],
+            "head_loss": setting[1],
+            "members": len(seeds),
+            "tokens_per_step": len(seeds) * spec.train.batch_size * spec.model["context_len"],
+        }
 
     refs = {}
     for table, kind, spec, seeds in groups:
         t = trial(spec, seeds, ids, vocab, device, REFERENCE, CHECK_STEPS, 0)
         refs[table, kind] = _Checked(t)
-        row = {**row_of(table, kind, spec, seeds, REFERENCE), "status": "reference", "setup_s": t.setup_s}
+        row = {
+            **row_of(table, kind, spec, seeds, REFERENCE),
+            "status": "reference",
+            "setup_s": t.setup_s,
+        }
         if checkpoint_dir is not None:
             row["checkpoint_s"], row["checkpoint_write_s"] = t.checkpoint_seconds(checkpoint_dir)
         rows.append(row)
@@ -258,16 +316,24 @@ def choose(tables: dict, ids, vocab, device, candidates, box_s: float, timed_ste
                 with Alarm(share):
                     t = trial(spec, seeds, ids, vocab, device, cand, CHECK_STEPS, timed_steps)
                 row.update(zip(("loss_rel_diff", "grad_rel_diff"), _close(t, refs[table, kind])))
-                row.update(setup_s=t.setup_s, step_s=t.step_s, tokens_per_s=row["tokens_per_step"] / t.step_s,
-                           captured=t.step.graph is not None)
+                row.update(
+                    setup_s=t.setup_s,
+                    step_s=t.step_s,
+                    tokens_per_s=row["tokens_per_step"] / t.step_s,
+                    captured=t.step.graph is not None,
+                )
                 good = row["loss_rel_diff"] <= LOSS_TOL and row["grad_rel_diff"] <= GRAD_TOL
                 row["status"] = "ok" if good else "differs"
                 if not good:
-                    row["error"] = (f"it differs from the reference (loss {row['loss_rel_diff']:.1e}, gradients "
-                                    f"{row['grad_rel_diff']:.1e}; allowed {LOSS_TOL:.0e}, {GRAD_TOL:.0e})")
+                    row["error"] = (
+                        f"it differs from the reference (loss {row['loss_rel_diff']:.1e}, gradients "
+                        f"{row['grad_rel_diff']:.1e}; allowed {LOSS_TOL:.0e}, {GRAD_TOL:.0e})"
+                    )
             except (Exception, BoxTimeout) as err:  # noqa: BLE001 - any failure drops the candidate, said in one line
                 row["status"] = "failed"
-                row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+                row["error"] = (
+                    f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+                )
                 if getattr(err, "capture_error", None):
                     row["capture_error"] = err.capture_error[:300]
             rows.append(row)
@@ -275,19 +341,30 @@ def choose(tables: dict, ids, vocab, device, candidates, box_s: float, timed_ste
             free(device)
             if row["status"] != "ok":
                 dropped = f"{table} {kind}"
-                lines.append(f"{table} {kind}: dropped {setting_name(cand)}: {row['error']}"
-                             + (" (not tried for the models left)" if g < len(groups) - 1 else ""))
+                lines.append(
+                    f"{table} {kind}: dropped {setting_name(cand)}: {row['error']}"
+                    + (" (not tried for the models left)" if g < len(groups) - 1 else "")
+                )
         if not dropped:
             passed.append(cand)
-    choice = min(passed, key=lambda c: sum(r["step_s"] for r in rows if (r["compile"], r["head_loss"]) == c
-                                           and r["status"] == "ok"), default=None)
+    choice = min(
+        passed,
+        key=lambda c: sum(
+            r["step_s"] for r in rows if (r["compile"], r["head_loss"]) == c and r["status"] == "ok"
+        ),
+        default=None,
+    )
     if choice:
-        lines.append(f"chosen: {setting_name(choice)} (the fastest of {len(passed)} that compute the reference's loss, "
-                     f"of {len(candidates)} tried)")
+        lines.append(
+            f"chosen: {setting_name(choice)} (the fastest of {len(passed)} that compute the reference's loss, "
+            f"of {len(candidates)} tried)"
+        )
     else:
-        lines.append(f"chosen: none: no candidate ({', '.join(':'.join(c) for c in candidates) or 'none given'}) "
-                     "computes the reference's loss for every model (each dropped above); nothing trains on a "
-                     "setting nobody asked for (CANDIDATES=false:reference would train the reference)")
+        lines.append(
+            f"chosen: none: no candidate ({', '.join(':'.join(c) for c in candidates) or 'none given'}) "
+            "computes the reference's loss for every model (each dropped above); nothing trains on a "
+            "setting nobody asked for (CANDIDATES=false:reference would train the reference)"
+        )
     return {"rows": rows, "choice": choice, "lines": lines}
 
 
@@ -296,17 +373,51 @@ def _cell(r, key, fmt):
 
 
 def to_markdown(result: dict, device: str) -> str:
-    head = ["table", "model", "members", "compile", "head loss", "status", "loss rel. diff", "grad rel. diff",
-            "warm-up + compile + capture (s)", "ms / step", "tokens/s per group", "checkpoint: snapshot + write (s)"]
-    rows = [[r["table"], r["model"], r["members"], r["compile"], r["head_loss"],
-             r["status"] + (f" ({r['error']})" if r.get("error") else "")
-             + (f"; capture: {r['capture_error']}" if r.get("capture_error") else ""),
-             _cell(r, "loss_rel_diff", "{:.1e}".format), _cell(r, "grad_rel_diff", "{:.1e}".format),
-             _cell(r, "setup_s", "{:.1f}".format), _cell(r, "step_s", lambda v: f"{v * 1e3:.1f}"),
-             _cell(r, "tokens_per_s", "{:,.0f}".format),
-             f"{r['checkpoint_s']:.2f} + {r['checkpoint_write_s']:.2f}" if "checkpoint_s" in r else "—"]
-            for r in result["rows"]]
-    return "\n".join([f"# The lease's first minute on {device}", "",
-                      "Each candidate against the reference (eager, reference head) at dropout 0, on the "
-                      "table's token file, as `python -m grassflow.lease choose` ran it:", "",
-                      *markdown.table(head, rows), "", *(f"- {line}" for line in result["lines"]), ""])
+    head = [
+        "table",
+        "model",
+        "members",
+        "compile",
+        "head loss",
+        "status",
+        "loss rel. diff",
+        "grad rel. diff",
+        "warm-up + compile + capture (s)",
+        "ms / step",
+        "tokens/s per group",
+        "checkpoint: snapshot + write (s)",
+    ]
+    rows = [
+        [
+            r["table"],
+            r["model"],
+            r["members"],
+            r["compile"],
+            r["head_loss"],
+            r["status"]
+            + (f" ({r['error']})" if r.get("error") else "")
+            + (f"; capture: {r['capture_error']}" if r.get("capture_error") else ""),
+            _cell(r, "loss_rel_diff", "{:.1e}".format),
+            _cell(r, "grad_rel_diff", "{:.1e}".format),
+            _cell(r, "setup_s", "{:.1f}".format),
+            _cell(r, "step_s", lambda v: f"{v * 1e3:.1f}"),
+            _cell(r, "tokens_per_s", "{:,.0f}".format),
+            f"{r['checkpoint_s']:.2f} + {r['checkpoint_write_s']:.2f}"
+            if "checkpoint_s" in r
+            else "—",
+        ]
+        for r in result["rows"]
+    ]
+    return "\n".join(
+        [
+            f"# The lease's first minute on {device}",
+            "",
+            "Each candidate against the reference (eager, reference head) at dropout 0, on the "
+            "table's token file, as `python -m grassflow.lease choose` ran it:",
+            "",
+            *markdown.table(head, rows),
+            "",
+            *(f"- {line}" for line in result["lines"]),
+            "",
+        ]
+    )

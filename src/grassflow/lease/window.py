@@ -35,28 +35,44 @@ def check_tree(a) -> None:
         diff = differences(manifest.resolve().parent, tree)
         if diff:
             more = f" and {len(diff) - 8} more" if len(diff) > 8 else ""
-            raise Stop(f"{', '.join(diff[:8])}{more} differ from the prepared commit {tree['commit'][:7]} ({manifest}, "
-                       "by content): commit them and run make gpu-paper-prepare again (a lease's runs must trace to a commit)")
+            raise Stop(
+                f"{', '.join(diff[:8])}{more} differ from the prepared commit {tree['commit'][:7]} ({manifest}, "
+                "by content): commit them and run make gpu-paper-prepare again (a lease's runs must trace to a commit)"
+            )
         print(f"tree: the prepared commit {tree['commit'][:12]}, every file its own (by content)")
         return
     state = git_state("src/grassflow")
     if state["commit"] is None:
-        raise Stop("this tree is not a git checkout (or git is missing): a lease's runs must trace to a commit")
+        raise Stop(
+            "this tree is not a git checkout (or git is missing): a lease's runs must trace to a commit"
+        )
     if state["dirty"]:
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                 text=True).stdout.split("\n")
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.split("\n")
         names = [line[3:] for line in changed if line.strip()]
-        raise Stop(f"uncommitted changes to {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}: commit them "
-                   f"first (a lease's runs must trace to a commit, and {state['commit'][:7]} is not what would run)")
+        raise Stop(
+            f"uncommitted changes to {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}: commit them "
+            f"first (a lease's runs must trace to a commit, and {state['commit'][:7]} is not what would run)"
+        )
 
 
 def write_overlay(a) -> None:
     """The window's overlay until the first minute decides: its jobs fused and side by side, the
     setting pinned or (to be chosen) what the dry run may plan, the records finished elsewhere."""
-    train = {"fuse_seeds": True, "runs_per_gpu": a.runs_per_gpu, "threads": a.threads,
-             "compile": False if a.compile == "choose" else {"true": True, "false": False}.get(a.compile, a.compile),
-             "head_loss": "auto" if a.head_loss == "choose" else a.head_loss}
-    overlay = {"presets": {a.preset: {"train": train}}, "finished_runs": [a.finished] if a.finished else []}
+    train = {
+        "fuse_seeds": True,
+        "runs_per_gpu": a.runs_per_gpu,
+        "threads": a.threads,
+        "compile": False
+        if a.compile == "choose"
+        else {"true": True, "false": False}.get(a.compile, a.compile),
+        "head_loss": "auto" if a.head_loss == "choose" else a.head_loss,
+    }
+    overlay = {
+        "presets": {a.preset: {"train": train}},
+        "finished_runs": [a.finished] if a.finished else [],
+    }
     Path(a.overlay).write_text(yaml.safe_dump(overlay, sort_keys=False))
 
 
@@ -71,12 +87,17 @@ def gate(a) -> None:
     counts = Counter(j["rule"] for j in jobs)
     extra = sorted(set(counts) - {*WINDOW_RULES, *a.targets})
     if extra:
-        raise Stop(f"the dry run plans {' '.join(extra)} besides the preflight, training, evaluation and tables; "
-                   f"carry {a.carry} from make gpu-paper-prepare")
+        raise Stop(
+            f"the dry run plans {' '.join(extra)} besides the preflight, training, evaluation and tables; "
+            f"carry {a.carry} from make gpu-paper-prepare"
+        )
     if not counts.keys() & {"train", "train_fused", "evaluate"}:
-        raise Stop(f"the dry run of {' '.join(a.targets)} plans no training or evaluation: its runs are all finished "
-                   f"({a.finished or 'in this tree'}); name the next target (TARGETS=…, docs/scale/gpu.md) before "
-                   "spending the lease", code=3)
+        raise Stop(
+            f"the dry run of {' '.join(a.targets)} plans no training or evaluation: its runs are all finished "
+            f"({a.finished or 'in this tree'}); name the next target (TARGETS=…, docs/scale/gpu.md) before "
+            "spending the lease",
+            code=3,
+        )
     order = [*WINDOW_RULES, *a.targets]
     print("planned: " + ", ".join(f"{r} {counts[r]}" for r in sorted(counts, key=order.index)))
 
@@ -87,8 +108,10 @@ def check_device(a) -> None:
     d = json.loads(Path(a.preflight).read_text())["devices"][0]
     resolved = " ".join([d.get("type", "cpu"), *sorted({b["resolved"] for b in d["backends"]})])
     if resolved != a.expect:
-        raise Stop(f"the preflight resolved '{resolved}' (device, op backends), not '{a.expect}': not spending the "
-                   "lease on it")
+        raise Stop(
+            f"the preflight resolved '{resolved}' (device, op backends), not '{a.expect}': not spending the "
+            "lease on it"
+        )
     print(f"preflight done: {resolved}")
 
 
@@ -118,9 +141,16 @@ def run_progress(a) -> None:
     """Each run's epochs so far and best validation PPL, and whether it finished."""
     for d in sorted(p for p in Path(a.results, "runs").iterdir() if p.is_dir()):
         try:
-            rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
+            rows = [
+                json.loads(line)
+                for line in (d / "metrics.jsonl").read_text().splitlines()
+                if line.strip()
+            ]
         except OSError:
             rows = []
         best = min((r["val_ppl"] for r in rows if "val_ppl" in r), default=None)
-        print(f"{d.name}: {len(rows)} epochs" + (f", best validation PPL so far {best:.1f}" if best is not None else "")
-              + (", finished" if (d / "run.json").is_file() else ""))
+        print(
+            f"{d.name}: {len(rows)} epochs"
+            + (f", best validation PPL so far {best:.1f}" if best is not None else "")
+            + (", finished" if (d / "run.json").is_file() else "")
+        )

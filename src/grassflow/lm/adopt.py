@@ -32,8 +32,13 @@ from grassflow.report.records import read_metrics, read_record
 def _differences(mine, theirs, at="") -> list[str]:
     """The keys (dotted) where two specs differ, each with both values."""
     if isinstance(mine, dict) and isinstance(theirs, dict):
-        return [d for k in sorted(set(mine) | set(theirs))
-                for d in _differences(mine.get(k, "<absent>"), theirs.get(k, "<absent>"), f"{at}.{k}" if at else k)]
+        return [
+            d
+            for k in sorted(set(mine) | set(theirs))
+            for d in _differences(
+                mine.get(k, "<absent>"), theirs.get(k, "<absent>"), f"{at}.{k}" if at else k
+            )
+        ]
     return [] if mine == theirs else [f"{at} ({mine!r} here, {theirs!r} there)"]
 
 
@@ -44,36 +49,61 @@ def check(spec: dict, source: Path, files: dict[str, Path]) -> dict:
     rec, ev = read_record(source / "run.json"), read_record(source / "eval.json")
     metrics = read_metrics(source / "metrics.jsonl")
     if rec.get("run_id") != spec["run_id"] or ev.get("run_id") != spec["run_id"]:
-        raise DataError(f"{source}: records of {rec.get('run_id')!r} (eval.json: {ev.get('run_id')!r}), not of "
-                        f"{spec['run_id']}: not this run")
+        raise DataError(
+            f"{source}: records of {rec.get('run_id')!r} (eval.json: {ev.get('run_id')!r}), not of "
+            f"{spec['run_id']}: not this run"
+        )
     differ = _differences(spec, rec.get("spec"))
     if differ:
-        raise DataError(f"{source / 'run.json'}: its spec differs from this preset's {spec['run_id']} at "
-                        f"{'; '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}: another run, not adopted")
+        raise DataError(
+            f"{source / 'run.json'}: its spec differs from this preset's {spec['run_id']} at "
+            f"{'; '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}: another run, not adopted"
+        )
     data = rec.get("data") or {}
-    said = [("run.json's training tokens", data.get("train", {}).get("file_sha256"), files["train"]),
-            ("run.json's validation tokens", data.get("validation", {}).get("file_sha256"), files["validation"])]
-    if rec.get("status", {}).get("state") == "completed":  # a diverged run may have nothing evaluated
+    said = [
+        ("run.json's training tokens", data.get("train", {}).get("file_sha256"), files["train"]),
+        (
+            "run.json's validation tokens",
+            data.get("validation", {}).get("file_sha256"),
+            files["validation"],
+        ),
+    ]
+    if (
+        rec.get("status", {}).get("state") == "completed"
+    ):  # a diverged run may have nothing evaluated
         for split in ("validation", "test"):
             e = ev.get(split) or {}
-            said += [(f"eval.json's {split} tokens", e.get("tokens_sha256"), files[split]),
-                     (f"eval.json's {split} documents", e.get("harness", {}).get("docs_sha256"), files[f"{split}_docs"])]
+            said += [
+                (f"eval.json's {split} tokens", e.get("tokens_sha256"), files[split]),
+                (
+                    f"eval.json's {split} documents",
+                    e.get("harness", {}).get("docs_sha256"),
+                    files[f"{split}_docs"],
+                ),
+            ]
     ours = {}
     for what, theirs, path in said:
         mine = ours.setdefault(path, sha256_file(path))
         if theirs != mine:
-            raise DataError(f"{source}: {what} have sha256 {theirs}, this tree's {path} {mine}: made on other "
-                            "data, not adopted")
+            raise DataError(
+                f"{source}: {what} have sha256 {theirs}, this tree's {path} {mine}: made on other "
+                "data, not adopted"
+            )
     if ev.get("weights_sha256") != rec.get("weights_sha256"):
-        raise DataError(f"{source / 'eval.json'}: evaluates weights {ev.get('weights_sha256')}, not run.json's "
-                        f"best weights {rec.get('weights_sha256')}: the two records are of different runs")
+        raise DataError(
+            f"{source / 'eval.json'}: evaluates weights {ev.get('weights_sha256')}, not run.json's "
+            f"best weights {rec.get('weights_sha256')}: the two records are of different runs"
+        )
     try:
         agreement.check(source, rec, ev, metrics)
     except DataError as e:
         raise DataError(f"{e}: not adopted") from None
-    return {"source": str(source), "commit": (rec.get("git") or {}).get("commit"),
-            "dirty": (rec.get("git") or {}).get("dirty"),
-            "sha256": {name: sha256_file(source / name) for name in RECORDS}}
+    return {
+        "source": str(source),
+        "commit": (rec.get("git") or {}).get("commit"),
+        "dirty": (rec.get("git") or {}).get("dirty"),
+        "sha256": {name: sha256_file(source / name) for name in RECORDS},
+    }
 
 
 def adopt(spec: dict, source, out_dir, files: dict) -> None:
@@ -90,14 +120,25 @@ def adopt(spec: dict, source, out_dir, files: dict) -> None:
 
 def main(argv=None) -> int:
     p = job.parser(__spec__.name, __doc__)
-    p.add_argument("--spec", required=True, type=job.json_arg, help="the run's spec here: " + job.JSON)
-    p.add_argument("--records", required=True, help="the directory of its run.json, eval.json, metrics.jsonl")
+    p.add_argument(
+        "--spec", required=True, type=job.json_arg, help="the run's spec here: " + job.JSON
+    )
+    p.add_argument(
+        "--records", required=True, help="the directory of its run.json, eval.json, metrics.jsonl"
+    )
     p.add_argument("--out-dir", required=True)
     for split in ("train", "validation", "test", "validation-docs", "test-docs"):
-        p.add_argument(f"--{split}", required=True, help=f"this tree's {split.replace('-', ' ')} file")
+        p.add_argument(
+            f"--{split}", required=True, help=f"this tree's {split.replace('-', ' ')} file"
+        )
     a = p.parse_args(argv)
-    files = {"train": a.train, "validation": a.validation, "test": a.test, "validation_docs": a.validation_docs,
-             "test_docs": a.test_docs}
+    files = {
+        "train": a.train,
+        "validation": a.validation,
+        "test": a.test,
+        "validation_docs": a.validation_docs,
+        "test_docs": a.test_docs,
+    }
     return job.run(adopt, a.spec, a.records, a.out_dir, files)
 
 

@@ -19,8 +19,11 @@ from grassflow.report.tables import MODELS
 
 MIN_SEEDS = 2
 # the model's defaults (its dataclass: their one source), for presets that leave a key unset
-DEFAULTS = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in fields(ModelConfig)
-            if f.default is not MISSING}
+DEFAULTS = {
+    f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+    for f in fields(ModelConfig)
+    if f.default is not MISSING
+}
 
 
 def load_published(path) -> dict:
@@ -36,7 +39,9 @@ def paper_ppl(published: dict, exp_name: str) -> dict:
 
 def load_checksums(path) -> dict:
     """{split: content sha256} recorded by the download stage."""
-    return {split: rec["content_sha256"] for split, rec in json.loads(Path(path).read_text()).items()}
+    return {
+        split: rec["content_sha256"] for split, rec in json.loads(Path(path).read_text()).items()
+    }
 
 
 def data_is_papers(checksums: dict, setup: dict) -> bool:
@@ -56,7 +61,8 @@ def same_articles(checksums: dict, setup: dict) -> dict | None:
 def unk_note(unk: bool | None) -> str:
     """How the runs' token files read Wikitext-2 v1's `<unk>` (their records: unk_mapped; None: not recorded)."""
     return {True: "`<unk>` → `[UNK]`, one token", False: "`<unk>` split by the tokenizer"}.get(
-        unk, "`<unk>`'s reading not in the runs' records")
+        unk, "`<unk>`'s reading not in the runs' records"
+    )
 
 
 def data_label(preset: dict, checksums: dict, setup: dict, unk: bool | None = None) -> str:
@@ -66,14 +72,21 @@ def data_label(preset: dict, checksums: dict, setup: dict, unk: bool | None = No
         return "the SYNTHETIC demo corpus — not Wikitext-2; not comparable to the paper"
     release = same_articles(checksums, setup)
     if release:
-        match = (f"{release['label']}; {unk_note(unk)}: its content hashes match that release's, every split — "
-                 "the paper's articles, NOT the paper's raw text")
+        match = (
+            f"{release['label']}; {unk_note(unk)}: its content hashes match that release's, every split — "
+            "the paper's articles, NOT the paper's raw text"
+        )
     else:
-        match = ("its content hashes match the pinned hub ones" if data_is_papers(checksums, setup)
-                 else "its content hashes do NOT match the pinned hub ones: not the paper's data")
+        match = (
+            "its content hashes match the pinned hub ones"
+            if data_is_papers(checksums, setup)
+            else "its content hashes do NOT match the pinned hub ones: not the paper's data"
+        )
     cut = f"; {eval_cut(data)}" if eval_cut(data) else ""
     if data["source"] == "hub":
-        return f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')}; {match}{cut})"
+        return (
+            f"{data['dataset']}/{data['name']} (hub, revision {data.get('revision')}; {match}{cut})"
+        )
     return f"local directory `{data.get('local_dir')}` ({match}{cut})"
 
 
@@ -102,29 +115,43 @@ def ran_settings(specs: list[dict], varied=()) -> dict[str, dict]:
         settings = [{**s["model"], **s["train"]} for s in specs if s["model_kind"] == kind]
         out[kind] = {}
         for key in sorted(set().union(*settings) - set(varied)):
-            values = list({json.dumps(x.get(key, "<absent>"), sort_keys=True): x.get(key, "<absent>")
-                           for x in settings}.values())
+            values = list(
+                {
+                    json.dumps(x.get(key, "<absent>"), sort_keys=True): x.get(key, "<absent>")
+                    for x in settings
+                }.values()
+            )
             out[kind][key] = values[0] if len(values) == 1 else Varies(values)
     return out
 
 
 def runs_differ(ran: dict[str, dict]) -> list[str]:
     """Each model whose runs ran a setting at several values, in one line each."""
-    return [f"the {kind} runs ran different settings: " + "; ".join(
-        f"{k} {', '.join(map(str, v))}" for k, v in settings.items() if isinstance(v, Varies))
-        for kind, settings in ran.items() if any(isinstance(v, Varies) for v in settings.values())]
+    return [
+        f"the {kind} runs ran different settings: "
+        + "; ".join(
+            f"{k} {', '.join(map(str, v))}" for k, v in settings.items() if isinstance(v, Varies)
+        )
+        for kind, settings in ran.items()
+        if any(isinstance(v, Varies) for v in settings.values())
+    ]
 
 
 def models_differ(ran: dict[str, dict]) -> str | None:
     """What the models ran differently of the settings both have (ran_settings), in one line; None."""
     kinds = sorted(ran, key=lambda k: (k not in MODELS, MODELS.index(k) if k in MODELS else 0, k))
     shared = sorted(set.intersection(*(set(ran[k]) for k in kinds))) if len(kinds) > 1 else []
-    differ = [k for k in shared if not any(isinstance(ran[m][k], Varies) for m in kinds)
-              and len({json.dumps(ran[m][k], sort_keys=True) for m in kinds}) > 1]
+    differ = [
+        k
+        for k in shared
+        if not any(isinstance(ran[m][k], Varies) for m in kinds)
+        and len({json.dumps(ran[m][k], sort_keys=True) for m in kinds}) > 1
+    ]
     if not differ:
         return None
     return "the models ran different settings: " + "; ".join(
-        f"{k} {', '.join(f'{ran[m][k]} ({m})' for m in kinds)}" for k in differ)
+        f"{k} {', '.join(f'{ran[m][k]} ({m})' for m in kinds)}" for k in differ
+    )
 
 
 def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[str]:
@@ -136,22 +163,39 @@ def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[
         return [f"the paper has no experiment {exp_name!r}"]
     assumed = setup.get("assumed") or {}
     stated = {**setup["model"], **paper_exp}
-    unstated = {**(assumed.get("model") or {}), **(assumed.get("experiments") or {}).get(exp_name, {}),
-                **(assumed.get("train") or {})}
-    held = set().union(*ran.values()) if ran else set()  # a key of another kind's (r) is not this kind's
+    unstated = {
+        **(assumed.get("model") or {}),
+        **(assumed.get("experiments") or {}).get(exp_name, {}),
+        **(assumed.get("train") or {}),
+    }
+    held = (
+        set().union(*ran.values()) if ran else set()
+    )  # a key of another kind's (r) is not this kind's
     diffs = []
     for settings in ran.values():
         ours = {**{k: v for k, v in DEFAULTS.items() if k not in held}, **settings}
         for want, whose in ((stated, "paper"), (unstated, "paper preset")):
             for k, v in want.items():
                 d = f"{k} {ours.get(k)} ({whose} {v})"
-                if k in ours and not isinstance(ours[k], Varies) and ours[k] != v and d not in diffs:
+                if (
+                    k in ours
+                    and not isinstance(ours[k], Varies)
+                    and ours[k] != v
+                    and d not in diffs
+                ):
                     diffs.append(d)
     return ["not the paper's setup: " + ", ".join(diffs)] if diffs else []
 
 
-def not_comparable(preset: dict, exp_name: str, ran: dict, checksums: dict, setup: dict, models: dict,
-                   unk: bool | None = None) -> list[str]:
+def not_comparable(
+    preset: dict,
+    exp_name: str,
+    ran: dict,
+    checksums: dict,
+    setup: dict,
+    models: dict,
+    unk: bool | None = None,
+) -> list[str]:
     """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`:
     {model: {"n_learned": int, "not_learned": [run ids]}}; `ran`: what each model's runs ran
     (ran_settings) and `unk` whether the token files map `<unk>`, as the runs' records hold them."""
@@ -159,8 +203,11 @@ def not_comparable(preset: dict, exp_name: str, ran: dict, checksums: dict, setu
     release = same_articles(checksums, setup)
     if release:
         if unk is not True:  # `<unk>`'s 4 pieces, 3 free to predict, would flatter both models
-            why.append(f"{release['name']} with `<unk>` split into pieces (tokenizer.map_unk: false)" if unk is False
-                       else f"{release['name']}, and the runs' records do not say how `<unk>` was read")
+            why.append(
+                f"{release['name']} with `<unk>` split into pieces (tokenizer.map_unk: false)"
+                if unk is False
+                else f"{release['name']}, and the runs' records do not say how `<unk>` was read"
+            )
     elif not data_is_papers(checksums, setup):
         why.append("not the paper's data (Wikitext-2 content hashes differ)")
     if preset["tokenizer"]["name"] != setup["tokenizer"]:

@@ -61,18 +61,27 @@ def download(cfg: dict, split: str, out_path) -> dict:
     check_content(cfg, split, digest)
     with atomic_path(out_path) as tmp:
         pq.write_table(pa.table({"text": rows}), tmp)
-    return {"split": split, "rows": len(rows), "content_sha256": digest,
-            "file_sha256": sha256_file(out_path), "source": cfg["source"]}
+    return {
+        "split": split,
+        "rows": len(rows),
+        "content_sha256": digest,
+        "file_sha256": sha256_file(out_path),
+        "source": cfg["source"],
+    }
 
 
 def read_tokens(path, vocab_size: int | None = None) -> tuple[np.ndarray, dict]:
     """Token ids and their metadata; checks that they fit the model's vocabulary."""
-    ids, meta = sources.read_token_file(path, "token file", lambda t: t.column("ids").to_numpy().astype(np.int64))
+    ids, meta = sources.read_token_file(
+        path, "token file", lambda t: t.column("ids").to_numpy().astype(np.int64)
+    )
     if ids.size != meta["n_tokens"]:
         raise DataError(f"{path}: holds {ids.size} tokens, its metadata says {meta['n_tokens']}")
     if vocab_size is not None and ids.size and int(ids.max()) >= vocab_size:
-        raise DataError(f"{path}: token id {int(ids.max())} ≥ vocab_size {vocab_size}; the token file "
-                        "does not belong to this tokenizer/model")
+        raise DataError(
+            f"{path}: token id {int(ids.max())} ≥ vocab_size {vocab_size}; the token file "
+            "does not belong to this tokenizer/model"
+        )
     return ids, meta
 
 

@@ -19,7 +19,9 @@ def gap_by_epoch(df) -> dict:
     runs = {}
     for _, run in df[df.status == "completed"].iterrows():
         rows = read_metrics(run.metrics, ("epoch", "val_ppl"))
-        runs.setdefault(run.model, {})[run.seed] = [r["val_ppl"] for r in sorted(rows, key=lambda r: r["epoch"])]
+        runs.setdefault(run.model, {})[run.seed] = [
+            r["val_ppl"] for r in sorted(rows, key=lambda r: r["epoch"])
+        ]
     epochs = max((len(c) for m in runs.values() for c in m.values()), default=0)
     gaps = []
     for e in range(1, epochs + 1):
@@ -41,19 +43,42 @@ def gap(df, paper_gap, exp_name, preset, path, skip=2) -> dict:
     pts = [(e, g) for e, g in zip(data["epochs"], data["gap"]) if g]
     if pts:
         xs = [e for e, _ in pts]
-        a1.plot(xs, [g["gap_pct"] for _, g in pts], "o-", ms=3, color=COLORS["grassmann"], label="G − T (ours)")
+        a1.plot(
+            xs,
+            [g["gap_pct"] for _, g in pts],
+            "o-",
+            ms=3,
+            color=COLORS["grassmann"],
+            label="G − T (ours)",
+        )
         band = [(e, g) for e, g in pts if not math.isnan(g["ci_low"])]
         if band:
-            a1.fill_between([e for e, _ in band], [g["ci_low"] for _, g in band], [g["ci_high"] for _, g in band],
-                            color=COLORS["grassmann"], alpha=0.25, label="95 % interval")
-        later = [v for e, g in pts if e > skip for v in (g["gap_pct"], g["ci_low"], g["ci_high"]) if not math.isnan(v)]
+            a1.fill_between(
+                [e for e, _ in band],
+                [g["ci_low"] for _, g in band],
+                [g["ci_high"] for _, g in band],
+                color=COLORS["grassmann"],
+                alpha=0.25,
+                label="95 % interval",
+            )
+        later = [
+            v
+            for e, g in pts
+            if e > skip
+            for v in (g["gap_pct"], g["ci_low"], g["ci_high"])
+            if not math.isnan(v)
+        ]
         if later:  # the scale of the epochs after the first few, as the right panel's
             lo, hi = min(later + [0.0, paper_gap or 0.0]), max(later + [0.0, paper_gap or 0.0])
             a1.set_ylim(lo - 0.08 * (hi - lo) - 1, hi + 0.08 * (hi - lo) + 1)
     a1.axhline(0, color="grey", lw=0.8)
     if paper_gap is not None:
         a1.axhline(paper_gap, color="tab:red", ls="--", lw=1, label=f"paper {paper_gap:+.1f} %")
-    a1.set(xlabel="epoch", ylabel="gap in best val PPL so far, G − T (%)", title=f"{exp_name} — preset {preset}")
+    a1.set(
+        xlabel="epoch",
+        ylabel="gap in best val PPL so far, G − T (%)",
+        title=f"{exp_name} — preset {preset}",
+    )
     a1.legend(fontsize=7)
     shown = []
     for model, seeds in data["runs"].items():
@@ -61,13 +86,23 @@ def gap(df, paper_gap, exp_name, preset, path, skip=2) -> dict:
             a2.plot(range(1, len(c) + 1), c, lw=0.7, alpha=0.6, color=COLORS.get(model))
         n = min(len(c) for c in seeds.values())
         mean = [sum(c[i] for c in seeds.values()) / len(seeds) for i in range(n)]
-        a2.plot(range(1, n + 1), mean, lw=2.2, color=COLORS.get(model), label=f"{model} (mean of {len(seeds)})")
+        a2.plot(
+            range(1, n + 1),
+            mean,
+            lw=2.2,
+            color=COLORS.get(model),
+            label=f"{model} (mean of {len(seeds)})",
+        )
         shown += [v for c in seeds.values() for v in c[skip:]]
     if shown:
         a2.set_ylim(min(shown) * 0.97, max(shown) * 1.03)
         a2.set_xlim(skip + 0.5, max(data["epochs"]) + 0.5)
-    a2.set(xlabel="epoch", ylabel="validation perplexity (chunked)", yscale="log",
-           title=f"validation perplexity, epochs {skip + 1}+ (seeds thin, mean thick)")
+    a2.set(
+        xlabel="epoch",
+        ylabel="validation perplexity (chunked)",
+        yscale="log",
+        title=f"validation perplexity, epochs {skip + 1}+ (seeds thin, mean thick)",
+    )
     a2.legend(fontsize=7)
     fig.tight_layout()
     save(fig, path)
@@ -82,8 +117,15 @@ def best_bars(df, paper, exp_name, preset, path):
             ax.bar(i, vals.mean(), color=COLORS[model], alpha=0.6, label=f"{model} (ours)")
             ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
         if paper.get(model) and preset == "paper":
-            ax.scatter([i], [paper[model]], marker="_", s=400, color="red", zorder=4,
-                       label="paper" if i == 0 else None)
+            ax.scatter(
+                [i],
+                [paper[model]],
+                marker="_",
+                s=400,
+                color="red",
+                zorder=4,
+                label="paper" if i == 0 else None,
+            )
     ax.set_xticks(range(len(COLORS)), list(COLORS))
     ax.set(ylabel="best validation perplexity", title=f"{exp_name} — preset {preset}")
     ax.legend(fontsize=7)
@@ -94,17 +136,46 @@ def scaling(bench: dict, preset, path):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     series = sorted({(r["model"], r.get("backend")) for r in bench["step_rows"]}, key=str)
     for i, (model, backend) in enumerate(series):
-        rows = sorted((r for r in bench["step_rows"] if (r["model"], r.get("backend")) == (model, backend)
-                       and r["head"]), key=lambda r: r["L"])
-        label, style = (model if backend is None else f"{model} ({backend})"), ("o-", "s--", "^:")[i % 3]
+        rows = sorted(
+            (
+                r
+                for r in bench["step_rows"]
+                if (r["model"], r.get("backend")) == (model, backend) and r["head"]
+            ),
+            key=lambda r: r["L"],
+        )
+        label, style = (
+            (model if backend is None else f"{model} ({backend})"),
+            ("o-", "s--", "^:")[i % 3],
+        )
         if rows:
-            a1.plot([r["L"] for r in rows], [r["seconds"] for r in rows], style, color=COLORS[model], label=label)
-            a2.plot([r["L"] for r in rows], [r["peak_mem_mb"] for r in rows], style, color=COLORS[model], label=label)
+            a1.plot(
+                [r["L"] for r in rows],
+                [r["seconds"] for r in rows],
+                style,
+                color=COLORS[model],
+                label=label,
+            )
+            a2.plot(
+                [r["L"] for r in rows],
+                [r["peak_mem_mb"] for r in rows],
+                style,
+                color=COLORS[model],
+                label=label,
+            )
     kind = bench["step_rows"][0]["peak_mem_kind"] if bench["step_rows"] else ""
-    a1.set(xscale="log", xlabel="sequence length L", ylabel="training step (s)",
-           title=f"{bench['tokens']} tokens/step — {bench['device']}")
-    a2.set(xscale="log", xlabel="sequence length L", ylabel=f"peak memory (MB, {kind})",
-           title=f"preset {preset}" + (" — quick (smoke) sizes" if bench.get("quick") else ""))
+    a1.set(
+        xscale="log",
+        xlabel="sequence length L",
+        ylabel="training step (s)",
+        title=f"{bench['tokens']} tokens/step — {bench['device']}",
+    )
+    a2.set(
+        xscale="log",
+        xlabel="sequence length L",
+        ylabel=f"peak memory (MB, {kind})",
+        title=f"preset {preset}" + (" — quick (smoke) sizes" if bench.get("quick") else ""),
+    )
     a1.legend()
     a2.legend()
     save(fig, path)
@@ -124,16 +195,31 @@ def ablation_gaps_over_training(per_run, paper_gap, preset, path) -> dict:
         if not pts:
             continue
         color = plt.get_cmap("tab10")(i % 10)
-        ax.plot([e for e, _ in pts], [g["gap_pct"] for _, g in pts], "o-", ms=3, color=color, label=variant)
+        ax.plot(
+            [e for e, _ in pts],
+            [g["gap_pct"] for _, g in pts],
+            "o-",
+            ms=3,
+            color=color,
+            label=variant,
+        )
         band = [(e, g) for e, g in pts if not math.isnan(g["ci_low"])]
         if band:
-            ax.fill_between([e for e, _ in band], [g["ci_low"] for _, g in band], [g["ci_high"] for _, g in band],
-                            color=color, alpha=0.15)
+            ax.fill_between(
+                [e for e, _ in band],
+                [g["ci_low"] for _, g in band],
+                [g["ci_high"] for _, g in band],
+                color=color,
+                alpha=0.15,
+            )
     ax.axhline(0, color="grey", lw=0.8)
     if paper_gap is not None:
         ax.axhline(paper_gap, color="tab:red", ls="--", lw=1, label=f"paper {paper_gap:+.1f} %")
-    ax.set(xlabel="epoch", ylabel="gap in best val PPL so far, G − T (%)",
-           title=f"Ablations over training — preset {preset} (95 % CI bands)")
+    ax.set(
+        xlabel="epoch",
+        ylabel="gap in best val PPL so far, G − T (%)",
+        title=f"Ablations over training — preset {preset} (95 % CI bands)",
+    )
     ax.legend(fontsize=7)
     save(fig, path)
     return data
@@ -149,12 +235,19 @@ def ablation_gaps(rows, paper_gap, preset, path):
         g = r.get("gap")
         if not g:
             continue
-        err = None if math.isnan(g["ci_low"]) else [[g["gap_pct"] - g["ci_low"]], [g["ci_high"] - g["gap_pct"]]]
+        err = (
+            None
+            if math.isnan(g["ci_low"])
+            else [[g["gap_pct"] - g["ci_low"]], [g["ci_high"] - g["gap_pct"]]]
+        )
         ax.errorbar([x], [g["gap_pct"]], yerr=err, fmt="o", capsize=4, color=COLORS["grassmann"])
     ax.axhline(0, color="grey", lw=0.8)
     if paper_gap is not None:
         ax.axhline(paper_gap, color="tab:red", ls="--", lw=1, label=f"paper {paper_gap:+.1f} %")
         ax.legend()
     ax.set_xticks(xs, [r["variant"] for r in rows], rotation=30, ha="right")
-    ax.set(ylabel="gap in best val PPL, G − T (%)", title=f"Ablations — preset {preset} (95 % CI where ≥ 2 seeds)")
+    ax.set(
+        ylabel="gap in best val PPL, G − T (%)",
+        title=f"Ablations — preset {preset} (95 % CI where ≥ 2 seeds)",
+    )
     save(fig, path)

@@ -20,8 +20,10 @@ def check_lm(where: str, name: str, p: dict) -> None:
     # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
     check_inputs(where, p, "data")
     if map_unk(p) and p["tokenizer"]["name"] == "gpt2":
-        raise ConfigError(f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
-                          "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces")
+        raise ConfigError(
+            f"{where}.tokenizer.map_unk: gpt2 has no unknown token to map Wikitext-2 v1's "
+            "`<unk>` to; set tokenizer.map_unk: false to let it split `<unk>` into pieces"
+        )
     check_ablations(where, p)
     check_sweep(where, p)
 
@@ -38,12 +40,16 @@ NOT_VARIANT_TRAIN = ("epochs", "batch_size", "device", *EXECUTION_KEYS)
 def check_ablations(where: str, p: dict) -> None:
     a = p.get("ablations")
     if a and a["base"] not in p["experiments"]:
-        raise ConfigError(f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
-                          f"({sorted(p['experiments'])})")
+        raise ConfigError(
+            f"{where}.ablations.base: {a['base']!r} is not an experiment of this preset "
+            f"({sorted(p['experiments'])})"
+        )
     for variant, switches in ((a or {}).get("variants") or {}).items():
         for key in sorted(set((switches or {}).get("train") or {}) & set(NOT_VARIANT_TRAIN)):
-            raise ConfigError(f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the base "
-                              "experiment's scale, or how a job runs, which changes no run)")
+            raise ConfigError(
+                f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the base "
+                "experiment's scale, or how a job runs, which changes no run)"
+            )
 
 
 def check_sweep(where: str, p: dict) -> None:
@@ -53,20 +59,30 @@ def check_sweep(where: str, p: dict) -> None:
     if not s:
         return
     if s["base"] not in p["experiments"]:
-        raise ConfigError(f"{where}.sweep.base: {s['base']!r} is not an experiment of this preset "
-                          f"({sorted(p['experiments'])})")
+        raise ConfigError(
+            f"{where}.sweep.base: {s['base']!r} is not an experiment of this preset "
+            f"({sorted(p['experiments'])})"
+        )
     keys = [f"{section}.{k}" for section in ("train", "model") for k in s.get(section) or {}]
     if len(keys) != 1:
-        raise ConfigError(f"{where}.sweep: one key to sweep, under train or model (e.g. train: {{lr: [1.0e-3, "
-                          f"3.0e-3, 1.0e-2]}}); got {keys or 'none'}")
+        raise ConfigError(
+            f"{where}.sweep: one key to sweep, under train or model (e.g. train: {{lr: [1.0e-3, "
+            f"3.0e-3, 1.0e-2]}}); got {keys or 'none'}"
+        )
     section, key = keys[0].split(".")
     if section == "train" and key in NOT_VARIANT_TRAIN:
-        raise ConfigError(f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or how a "
-                          "job runs, which changes no run)")
-    values = s[section][key]  # numbers (the schema): a choice between settings is an ablation variant
+        raise ConfigError(
+            f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or how a "
+            "job runs, which changes no run)"
+        )
+    values = s[section][
+        key
+    ]  # numbers (the schema): a choice between settings is an ablation variant
     if values != sorted(values):
-        raise ConfigError(f"{where}.sweep.{section}.{key}: {values} are not in increasing order (the first and "
-                          "the last are the edges a best must lie between)")
+        raise ConfigError(
+            f"{where}.sweep.{section}.{key}: {values} are not in increasing order (the first and "
+            "the last are the edges a best must lie between)"
+        )
 
 
 def sweep_key(p: dict) -> tuple[str, str]:
@@ -86,7 +102,11 @@ def value_label(v) -> str:
 def tokenizer_spec(p: dict) -> dict:
     """The section the LM's tokenize stage runs: the tokenizer, map_unk resolved, and the cut of the
     evaluation splits."""
-    return {**p["tokenizer"], "map_unk": map_unk(p), "eval_max_tokens": p["data"].get("eval_max_tokens")}
+    return {
+        **p["tokenizer"],
+        "map_unk": map_unk(p),
+        "eval_max_tokens": p["data"].get("eval_max_tokens"),
+    }
 
 
 def run_group(exp: str, kind: str) -> str:
@@ -100,13 +120,33 @@ def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict
     e = p["experiments"][exp]
     switches = dict(switches)
     train = switches.pop("train", None) or {}  # an ablation variant's training keys
-    model = own_keys(kind, {**p["model"], **(p.get("model_overrides") or {}).get(kind, {}), **switches,
-                            "n_layers": e["n_layers"], "context_len": e["context_len"]})
-    return {"run_id": sections.run_id(run_group(exp, kind), seed), "preset": name, "task": "lm", "experiment": exp, "model_kind": kind,
-            "seed": seed, "model": model, "train": {**run_train(p["train"]), **train, "epochs": e["epochs"],
-                                                    "batch_size": e["batch_size"],
-                                                    **{k: e[k] for k in ("checkpoint_every",) if k in e}},
-            "tokenizer": p["tokenizer"]["name"]}
+    model = own_keys(
+        kind,
+        {
+            **p["model"],
+            **(p.get("model_overrides") or {}).get(kind, {}),
+            **switches,
+            "n_layers": e["n_layers"],
+            "context_len": e["context_len"],
+        },
+    )
+    return {
+        "run_id": sections.run_id(run_group(exp, kind), seed),
+        "preset": name,
+        "task": "lm",
+        "experiment": exp,
+        "model_kind": kind,
+        "seed": seed,
+        "model": model,
+        "train": {
+            **run_train(p["train"]),
+            **train,
+            "epochs": e["epochs"],
+            "batch_size": e["batch_size"],
+            **{k: e[k] for k in ("checkpoint_every",) if k in e},
+        },
+        "tokenizer": p["tokenizer"]["name"],
+    }
 
 
 def _content(spec: dict) -> str:
@@ -115,7 +155,12 @@ def _content(spec: dict) -> str:
 
 def main_run_ids(p: dict) -> list[str]:
     """The main tables' runs: experiment × model × seed."""
-    return [sections.run_id(f"{exp}-{kind}", seed) for exp in p.get("experiments") or {} for kind in p["models"] for seed in p["seeds"]]
+    return [
+        sections.run_id(f"{exp}-{kind}", seed)
+        for exp in p.get("experiments") or {}
+        for kind in p["models"]
+        for seed in p["seeds"]
+    ]
 
 
 def finished_runs(dirs, run_ids) -> dict[str, str]:
@@ -138,10 +183,19 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     (`finished`: run ids; a table finished in full constrains nothing), when two or more.
     Ablation runs of other seeds, and those finished seeds' runs, train one by one. Every group
     fuses the same seeds: rule train_fused's outputs are one pattern per seed."""
-    if p["train"]["fuse_seeds"] is not True:  # auto: not fused until a device measures it faster (the schema)
+    if (
+        p["train"]["fuse_seeds"] is not True
+    ):  # auto: not fused until a device measures it faster (the schema)
         return {}
     names = dict.fromkeys(sections.group_seed(r)[0] for r in run_specs)
-    open_ = {g for g in names if any(sections.run_id(g, s) in run_specs and sections.run_id(g, s) not in finished for s in p["seeds"])}
+    open_ = {
+        g
+        for g in names
+        if any(
+            sections.run_id(g, s) in run_specs and sections.run_id(g, s) not in finished
+            for s in p["seeds"]
+        )
+    }
     done = {seed for g, seed in map(sections.group_seed, finished) if g in open_}
     seeds = [s for s in p["seeds"] if s not in done]
     if len(seeds) < 2:
@@ -149,17 +203,31 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     groups = {}
     for g in names:
         members = [sections.run_id(g, seed) for seed in seeds]
-        if all(m in run_specs and m not in finished for m in members) and len({json.dumps(
-                {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")}, sort_keys=True)
-                for m in members}) == 1:
+        if (
+            all(m in run_specs and m not in finished for m in members)
+            and len(
+                {
+                    json.dumps(
+                        {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")},
+                        sort_keys=True,
+                    )
+                    for m in members
+                }
+            )
+            == 1
+        ):
             groups[g] = members
     return groups
 
 
 def _main_runs(name: str, p: dict) -> dict[str, dict]:
     """{run_id: spec} of the main tables: experiment × model × seed."""
-    specs = (_run_spec(name, p, exp, kind, seed, {}) for exp in p.get("experiments") or {} for kind in p["models"]
-             for seed in p["seeds"])
+    specs = (
+        _run_spec(name, p, exp, kind, seed, {})
+        for exp in p.get("experiments") or {}
+        for kind in p["models"]
+        for seed in p["seeds"]
+    )
     return {s["run_id"]: s for s in specs}
 
 
@@ -180,8 +248,10 @@ def runs(name: str, p: dict) -> dict[str, dict]:
 
 def ablation_grid(name: str, p: dict) -> dict[str, dict[str, list[str]]]:
     """{variant: {model: [run ids]}} of the preset's ablation grid (a build of its specs: 1-2 ms)."""
-    return {v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-            for v, models in ablation_runs(name, p, _main_runs(name, p)).items()}
+    return {
+        v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
+        for v, models in ablation_runs(name, p, _main_runs(name, p)).items()
+    }
 
 
 def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:
@@ -201,7 +271,9 @@ def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dic
             for seed in a["seeds"]:
                 spec = _run_spec(name, p, a["base"], kind, seed, switches or {})
                 key = _content(spec)
-                spec["run_id"] = by_content.setdefault(key, sections.run_id(f"{a['base']}_{variant}-{kind}", seed))
+                spec["run_id"] = by_content.setdefault(
+                    key, sections.run_id(f"{a['base']}_{variant}-{kind}", seed)
+                )
                 specs.append(spec)
             out[variant][kind] = specs
     return out
@@ -226,7 +298,9 @@ def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, 
             for seed in s["seeds"]:
                 spec = _run_spec(name, p, s["base"], kind, seed, switches)
                 spec["run_id"] = by_content.setdefault(
-                    _content(spec), sections.run_id(f"{s['base']}_{key}_{value_label(v)}-{kind}", seed))
+                    _content(spec),
+                    sections.run_id(f"{s['base']}_{key}_{value_label(v)}-{kind}", seed),
+                )
                 specs.append(spec)
             cell[kind] = specs
         out.append(cell)
@@ -239,13 +313,27 @@ def sweep_grid(name: str, p: dict) -> dict | None:
     if not p.get("sweep"):
         return None
     main = _main_runs(name, p)
-    known = {**main, **{s["run_id"]: s for v in ablation_runs(name, p, main).values() for specs in v.values()
-                        for s in specs}}
+    known = {
+        **main,
+        **{
+            s["run_id"]: s
+            for v in ablation_runs(name, p, main).values()
+            for specs in v.values()
+            for s in specs
+        },
+    }
     section, key = sweep_key(p)
     values = p["sweep"][section][key]
-    return {"base": p["sweep"]["base"], "key": f"{section}.{key}", "values": values, "labels": [value_label(v) for v in values],
-            "runs": [{m: [s["run_id"] for s in specs] for m, specs in cell.items()}
-                     for cell in sweep_runs(name, p, known)]}
+    return {
+        "base": p["sweep"]["base"],
+        "key": f"{section}.{key}",
+        "values": values,
+        "labels": [value_label(v) for v in values],
+        "runs": [
+            {m: [s["run_id"] for s in specs] for m, specs in cell.items()}
+            for cell in sweep_runs(name, p, known)
+        ],
+    }
 
 
 TOKENIZER_VOCAB = {"bert-base-uncased": 30522, "gpt2": 50257}

@@ -54,7 +54,11 @@ def lm_layout(name: str, p: dict, config: dict, runs: dict, results: str) -> Sim
     fused = fused_groups(p, runs, finished) if on else {}
     tokens = f"{results}/data/tokens/{p['tokenizer']['name'] if on else None}"
     exp_outputs = {e: table_files(report, e) + experiment_figures(report, e) for e in experiments}
-    ablation_files = [f"{report}/ablations_gap.png", *table_files(report, "ablations"), f"{report}/ablations.png"]
+    ablation_files = [
+        f"{report}/ablations_gap.png",
+        *table_files(report, "ablations"),
+        f"{report}/ablations.png",
+    ]
     sweep = sweep_grid(name, p) if on else None
     sweep_files = [*table_files(report, "sweep"), f"{report}/sweep.png"] if sweep else []
     return SimpleNamespace(
@@ -65,7 +69,9 @@ def lm_layout(name: str, p: dict, config: dict, runs: dict, results: str) -> Sim
         experiments=experiments,
         exp_runs={e: [r for r in main if runs[r]["experiment"] == e] for e in experiments},
         ablations=ablations,
-        ablation_runs=sorted({r for models in ablations.values() for rs in models.values() for r in rs}),
+        ablation_runs=sorted(
+            {r for models in ablations.values() for rs in models.values() for r in rs}
+        ),
         finished=finished,
         fused=fused,
         fused_runs={r for rs in fused.values() for r in rs},
@@ -76,17 +82,26 @@ def lm_layout(name: str, p: dict, config: dict, runs: dict, results: str) -> Sim
         files={s: f"{tokens}/{s}.parquet" for s in SPLITS} if on else None,
         # the token files a run's rules read, by their input names
         train_inputs={"train": f"{tokens}/train.parquet", "val": f"{tokens}/validation.parquet"},
-        eval_inputs={"val": f"{tokens}/validation.parquet", "test": f"{tokens}/test.parquet",
-                     **{f"{s}_docs": f"{tokens}/docs/{s}.parquet" for s in ("validation", "test")}},
+        eval_inputs={
+            "val": f"{tokens}/validation.parquet",
+            "test": f"{tokens}/test.parquet",
+            **{f"{s}_docs": f"{tokens}/docs/{s}.parquet" for s in ("validation", "test")},
+        },
         tokenizer=tokenizer_spec(p) if on else None,
         exp_outputs=exp_outputs,
         ablation_files=ablation_files,
         ablation_outputs=ablation_files if ablations else [],
         sweep=sweep,
-        sweep_runs=sorted({r for cell in sweep["runs"] for rs in cell.values() for r in rs}) if sweep else [],
+        sweep_runs=sorted({r for cell in sweep["runs"] for rs in cell.values() for r in rs})
+        if sweep
+        else [],
         sweep_files=sweep_files,
-        outputs=[f for fs in exp_outputs.values() for f in fs] + [f"{report}/scaling.png", f"{report}/summary.md"]
-        + (ablation_files if ablations else []) + sweep_files if on else [],
+        outputs=[f for fs in exp_outputs.values() for f in fs]
+        + [f"{report}/scaling.png", f"{report}/summary.md"]
+        + (ablation_files if ablations else [])
+        + sweep_files
+        if on
+        else [],
         table_preset=table_preset(p) if on else None,
         ablations_preset=table_preset(p, "ablations") if ablations else None,
         sweep_preset=table_preset(p, "sweep") if sweep else None,

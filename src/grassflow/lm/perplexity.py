@@ -28,13 +28,16 @@ def chunked_nll(model, ids: np.ndarray, L: int, batch_size: int, device) -> tupl
         x, y = x_all[i : i + batch_size], y_all[i : i + batch_size]
         with autocast(device):
             logits = model(x)
-        total += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                 reduction="sum").double()
+        total += F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"
+        ).double()
     return total.item(), n_blocks * L
 
 
 @torch.no_grad()
-def strided_nll(model, ids: np.ndarray, L: int, stride: int, batch_size: int, device) -> tuple[float, int]:
+def strided_nll(
+    model, ids: np.ndarray, L: int, stride: int, batch_size: int, device
+) -> tuple[float, int]:
     """(sum of NLL, tokens scored) with sliding windows; each target scored exactly once."""
     n = len(ids)
     data = torch.as_tensor(ids, dtype=torch.long)
@@ -64,7 +67,7 @@ def strided_nll(model, ids: np.ndarray, L: int, stride: int, batch_size: int, de
             logits = model(torch.stack([data[s:e] for s, e, _ in part]).to(device))
         for j, w in enumerate(part):
             score(logits[j], *w)
-    for start, end, skip in windows[len(full):]:
+    for start, end, skip in windows[len(full) :]:
         with autocast(device):
             score(model(data[start:end].unsqueeze(0).to(device))[0], start, end, skip)
     return total, count

@@ -37,7 +37,10 @@ import torch.nn.functional as F
 
 from grassflow.runtime import autocast
 
-PREFIX_TOKENS = ("[SEP]", "[PAD]")  # bert-base-uncased: [SEP]; the pipeline's trained tokenizers: [PAD]
+PREFIX_TOKENS = (
+    "[SEP]",
+    "[PAD]",
+)  # bert-base-uncased: [SEP]; the pipeline's trained tokenizers: [PAD]
 
 
 def prefix_id(tokenizer, name: str | None = None) -> int:
@@ -45,7 +48,9 @@ def prefix_id(tokenizer, name: str | None = None) -> int:
     for candidate in [name] if name else PREFIX_TOKENS:
         if tokenizer.token_to_id(candidate) is not None:
             return tokenizer.token_to_id(candidate)
-    raise ValueError(f"prefix_token: none of {[name] if name else list(PREFIX_TOKENS)} is in the model's tokenizer")
+    raise ValueError(
+        f"prefix_token: none of {[name] if name else list(PREFIX_TOKENS)} is in the model's tokenizer"
+    )
 
 
 def encode(tokenizer, text: str, unk_id: int | None = None) -> list[int]:
@@ -57,7 +62,9 @@ def encode(tokenizer, text: str, unk_id: int | None = None) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
     out = []
     for j, part in enumerate(text.split(UNK_LITERAL)):
-        out += ([unk_id] if j else []) + (tokenizer.encode(part, add_special_tokens=False).ids if part.strip() else [])
+        out += ([unk_id] if j else []) + (
+            tokenizer.encode(part, add_special_tokens=False).ids if part.strip() else []
+        )
     return out
 
 
@@ -89,8 +96,17 @@ def detokenize(page: str) -> str:
     text its wikitext task scores."""
     s = page.replace("s '", "s'")
     s = re.sub(r"/' [0-9]/", r"/'[0-9]/", s)
-    for a, b in ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" : ", ": "), (" ; ", "; "), (" . ", ". "),
-                 (" ! ", "! "), (" ? ", "? "), (" , ", ", ")):
+    for a, b in (
+        (" @-@ ", "-"),
+        (" @,@ ", ","),
+        (" @.@ ", "."),
+        (" : ", ": "),
+        (" ; ", "; "),
+        (" . ", ". "),
+        (" ! ", "! "),
+        (" ? ", "? "),
+        (" , ", ", "),
+    ):
         s = s.replace(a, b)
     # brackets and quotes: no spaces inside
     s = re.sub(r"\(\s*([^\)]*?)\s*\)", r"(\1)", s)
@@ -98,8 +114,16 @@ def detokenize(page: str) -> str:
     s = re.sub(r"{\s*([^}]*?)\s*}", r"{\1}", s)
     s = re.sub(r"\"\s*([^\"]*?)\s*\"", r'"\1"', s)
     s = re.sub(r"'\s*([^']*?)\s*'", r"'\1'", s)
-    for a, b in (("= = = =", "===="), ("= = =", "==="), ("= =", "=="), (" \u00b0 ", "\u00b0"), (" \n", "\n"),
-                 ("\n ", "\n"), (" N ", " 1 "), (" 's", "'s")):
+    for a, b in (
+        ("= = = =", "===="),
+        ("= = =", "==="),
+        ("= =", "=="),
+        (" \u00b0 ", "\u00b0"),
+        (" \n", "\n"),
+        ("\n ", "\n"),
+        (" N ", " 1 "),
+        (" 's", "'s"),
+    ):
         s = s.replace(a, b)
     return s
 
@@ -125,28 +149,45 @@ def score(model, pairs, batch_size: int, device) -> list[tuple[float, bool]]:
     the targets are the next tokens of the inputs' last len(targets) positions."""
     device = torch.device(device)
     out = [None] * len(pairs)
-    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))  # similar lengths batch together
+    order = sorted(
+        range(len(pairs)), key=lambda i: len(pairs[i][0])
+    )  # similar lengths batch together
     for b in range(0, len(order), batch_size):
         part = order[b : b + batch_size]
         width = max(len(pairs[i][0]) for i in part)
-        batch = torch.tensor([pairs[i][0] + [0] * (width - len(pairs[i][0])) for i in part], device=device)
+        batch = torch.tensor(
+            [pairs[i][0] + [0] * (width - len(pairs[i][0])) for i in part], device=device
+        )
         with autocast(device):
             logits = model(batch)  # causal: the right padding changes no earlier position
         for row, i in zip(F.log_softmax(logits.float(), dim=-1), part):
             inputs, targets = pairs[i]
-            scored, y = row[len(inputs) - len(targets) : len(inputs)], torch.tensor(targets, device=device)
-            out[i] = (scored.gather(1, y[:, None]).sum().item(), bool((scored.argmax(-1) == y).all()))
+            scored, y = (
+                row[len(inputs) - len(targets) : len(inputs)],
+                torch.tensor(targets, device=device),
+            )
+            out[i] = (
+                scored.gather(1, y[:, None]).sum().item(),
+                bool((scored.argmax(-1) == y).all()),
+            )
     return out
 
 
-def word_perplexity(model, docs: list[list[int]], words: list[int], L: int, prefix: int, batch_size=16,
-                    device="cpu") -> dict:
+def word_perplexity(
+    model, docs: list[list[int]], words: list[int], L: int, prefix: int, batch_size=16, device="cpu"
+) -> dict:
     """{word_ppl, loglikelihood, words, documents, tokens} of documents given as token ids."""
     model.eval()
     pairs = [(d, p) for d, ids in enumerate(docs) if ids for p in rolling_pairs(ids, prefix, L)]
     ll = sum(s for s, _ in score(model, [p for _, p in pairs], batch_size, device))
-    return {"word_ppl": math.exp(-ll / sum(words)), "loglikelihood": ll, "words": sum(words),
-            "documents": len(docs), "tokens": sum(map(len, docs)), "prefix_token_id": prefix}
+    return {
+        "word_ppl": math.exp(-ll / sum(words)),
+        "loglikelihood": ll,
+        "words": sum(words),
+        "documents": len(docs),
+        "tokens": sum(map(len, docs)),
+        "prefix_token_id": prefix,
+    }
 
 
 def documents_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
@@ -164,11 +205,19 @@ def documents_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
     docs = pages(rows)
     unk_id = unk_id_of(tok, cfg["name"]) if cfg.get("map_unk") else None
     ids = [encode(tok, detokenize(p), unk_id) for p in docs]
-    meta = {"tokenizer": cfg["name"], "tokenizer_sha256": tokenizer_sha256(tok), "prefix_token_id": prefix_id(tok),
-            "unk_id": unk_id,
-            "source_content_sha256": content_sha256(rows), "documents": len(docs),
-            "n_words": sum(map(harness_words, docs)), "n_tokens": sum(map(len, ids))}
-    table = pa.table({"ids": pa.array(ids, type=pa.list_(pa.int32())), "words": [harness_words(p) for p in docs]})
+    meta = {
+        "tokenizer": cfg["name"],
+        "tokenizer_sha256": tokenizer_sha256(tok),
+        "prefix_token_id": prefix_id(tok),
+        "unk_id": unk_id,
+        "source_content_sha256": content_sha256(rows),
+        "documents": len(docs),
+        "n_words": sum(map(harness_words, docs)),
+        "n_tokens": sum(map(len, ids)),
+    }
+    table = pa.table(
+        {"ids": pa.array(ids, type=pa.list_(pa.int32())), "words": [harness_words(p) for p in docs]}
+    )
     with atomic_path(out_path) as tmp:
         pq.write_table(table.replace_schema_metadata({"grassflow": json.dumps(meta)}), tmp)
     return meta
@@ -184,5 +233,7 @@ def read_documents(path) -> tuple[list[list[int]], list[int], dict]:
         meta = json.loads((table.schema.metadata or {}).get(b"grassflow", b"{}"))
         return table.column("ids").to_pylist(), table.column("words").to_pylist(), meta
     except Exception as e:  # pyarrow's errors, a missing column, metadata that is not JSON
-        raise DataError(f"{path}: unreadable documents file ({type(e).__name__}: {e}); remove it and run "
-                        "snakemake again: the job that wrote it runs again") from None
+        raise DataError(
+            f"{path}: unreadable documents file ({type(e).__name__}: {e}); remove it and run "
+            "snakemake again: the job that wrote it runs again"
+        ) from None

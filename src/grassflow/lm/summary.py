@@ -19,7 +19,9 @@ def summary(preset_name: str, tables, bench, out_dir) -> None:
     lines = [f"# grassflow results — preset `{preset_name}`", "", texts[0][0], ""]
     for _, md in texts:
         lines += [md.rstrip("\n") + "\n", ""]
-    pngs = [f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("gap", "curves", "best_ppl")] + ["scaling.png"]
+    pngs = [
+        f"{kind}_{Path(t).stem}.png" for t in tables for kind in ("gap", "curves", "best_ppl")
+    ] + ["scaling.png"]
     lines += ["Figures: " + ", ".join(f"`{p}`" for p in sorted(pngs))]
     write_text(out / "summary.md", "\n".join(lines) + "\n")
 

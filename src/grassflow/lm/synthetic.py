@@ -11,10 +11,44 @@ from __future__ import annotations
 
 import random
 
-NAMES = ["Ada", "Boris", "Clara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas",
-         "Kira", "Lucas", "Mara", "Nils", "Olga", "Pavel", "Rosa", "Sami", "Tomas", "Vera"]
-PLACES = ["Ardmore", "Bellhaven", "Corrin", "Dunmore", "Eastwick", "Fairlow", "Glenrock",
-          "Highmoor", "Ivybridge", "Kestrel", "Longford", "Marlow", "Northam", "Oakridge"]
+NAMES = [
+    "Ada",
+    "Boris",
+    "Clara",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kira",
+    "Lucas",
+    "Mara",
+    "Nils",
+    "Olga",
+    "Pavel",
+    "Rosa",
+    "Sami",
+    "Tomas",
+    "Vera",
+]
+PLACES = [
+    "Ardmore",
+    "Bellhaven",
+    "Corrin",
+    "Dunmore",
+    "Eastwick",
+    "Fairlow",
+    "Glenrock",
+    "Highmoor",
+    "Ivybridge",
+    "Kestrel",
+    "Longford",
+    "Marlow",
+    "Northam",
+    "Oakridge",
+]
 TOPICS = {
     "music": ["album", "song", "band", "concert", "record", "tour", "singer", "guitar"],
     "war": ["battle", "army", "siege", "fleet", "officer", "regiment", "fort", "treaty"],
@@ -23,9 +57,18 @@ TOPICS = {
     "building": ["church", "tower", "bridge", "station", "hall", "castle", "museum", "road"],
     "nature": ["river", "forest", "species", "island", "valley", "storm", "coast", "lake"],
 }
-VERBS = [("builds", "built"), ("leads", "led"), ("writes", "wrote"), ("finds", "found"),
-         ("joins", "joined"), ("visits", "visited"), ("describes", "described"),
-         ("opens", "opened"), ("defends", "defended"), ("studies", "studied")]
+VERBS = [
+    ("builds", "built"),
+    ("leads", "led"),
+    ("writes", "wrote"),
+    ("finds", "found"),
+    ("joins", "joined"),
+    ("visits", "visited"),
+    ("describes", "described"),
+    ("opens", "opened"),
+    ("defends", "defended"),
+    ("studies", "studied"),
+]
 ADJ = ["large", "small", "famous", "early", "new", "old", "major", "local", "final", "second"]
 CONNECT = ["Later", "In addition", "However", "After this", "During that time", "Meanwhile"]
 SECTIONS = ["Early life", "Career", "History", "Reception", "Legacy", "Background", "Aftermath"]
@@ -56,14 +99,22 @@ def _sentence(rng: random.Random, art: dict) -> str:
 
 def _article(rng: random.Random) -> list[str]:
     topic = rng.choice(sorted(TOPICS))
-    art = {"name": rng.choice(NAMES), "male": rng.random() < 0.5, "place": rng.choice(PLACES),
-           "year": rng.randrange(1600, 2000), "topic_words": TOPICS[topic]}
+    art = {
+        "name": rng.choice(NAMES),
+        "male": rng.random() < 0.5,
+        "place": rng.choice(PLACES),
+        "year": rng.randrange(1600, 2000),
+        "topic_words": TOPICS[topic],
+    }
     title = f"{art['name']} of {art['place']}"
     rows = ["", f" = {title} = \n", ""]
     for section in rng.sample(SECTIONS, rng.randrange(2, 4)):
         rows += [f" = = {section} = = \n", ""]
         for _ in range(rng.randrange(1, 3)):
-            rows += [" " + " ".join(_sentence(rng, art) for _ in range(rng.randrange(3, 7))) + " \n", ""]
+            rows += [
+                " " + " ".join(_sentence(rng, art) for _ in range(rng.randrange(3, 7))) + " \n",
+                "",
+            ]
     return rows
 
 

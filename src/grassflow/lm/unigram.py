@@ -27,12 +27,20 @@ def unigram_ppl(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: int) ->
 def unigram_baseline(train_tokens, val_tokens, test_tokens, out) -> dict:
     """{split: {unigram_ppl, tokens, tokens_sha256}} for each evaluation split, into `out`."""
     train, meta = read_tokens(train_tokens)
-    result = {"train_tokens": str(train_tokens), "train_tokens_sha256": sha256_file(train_tokens),
-              "vocab_size": meta["vocab_size"], "smoothing": "add-one"}
+    result = {
+        "train_tokens": str(train_tokens),
+        "train_tokens_sha256": sha256_file(train_tokens),
+        "vocab_size": meta["vocab_size"],
+        "smoothing": "add-one",
+    }
     for split, path in (("validation", val_tokens), ("test", test_tokens)):
         ids, _ = read_tokens(path, vocab_size=meta["vocab_size"])
-        result[split] = {"unigram_ppl": unigram_ppl(train, ids, meta["vocab_size"]), "tokens": int(ids.size) - 1,
-                         "tokens_sha256": sha256_file(path), "tokens_file": str(Path(path))}
+        result[split] = {
+            "unigram_ppl": unigram_ppl(train, ids, meta["vocab_size"]),
+            "tokens": int(ids.size) - 1,
+            "tokens_sha256": sha256_file(path),
+            "tokens_file": str(Path(path)),
+        }
     write_json(out, result)
     return result
 

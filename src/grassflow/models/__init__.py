@@ -23,11 +23,14 @@ def __getattr__(name: str):
         return next(c for c in _classes().values() if c.__name__ == name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # The code each kind owns (modules and packages): a job runs its own kind's, never another's,
 # although building a model loads both. grassflow.planning.staleness reads this literal without
 # importing it, so that editing one model's code reruns only that model's jobs.
-KIND_CODE = {"transformer": ("grassflow.models.transformer",),
-             "grassmann": ("grassflow.models.grassmann", "grassflow.ops.plucker")}
+KIND_CODE = {
+    "transformer": ("grassflow.models.transformer",),
+    "grassmann": ("grassflow.models.grassmann", "grassflow.ops.plucker"),
+}
 
 
 # config.json of a model directory (a run's, an export's): the Hugging Face layout (grassflow.pretrained)
@@ -36,12 +39,28 @@ FORMAT = "grassflow-lm/1"
 
 def config_json(kind: str, cfg: ModelConfig) -> dict:
     """What config.json says of a model: its format, kind, class and every ModelConfig field."""
-    return {"format": FORMAT, "model_kind": kind, "architectures": [_classes()[kind].__name__], **cfg.to_dict()}
+    return {
+        "format": FORMAT,
+        "model_kind": kind,
+        "architectures": [_classes()[kind].__name__],
+        **cfg.to_dict(),
+    }
 
 
 # config.json's keys beside the model's fields: what it is, what the weights are, where they came from
-CONFIG_KEYS = {"format", "model_kind", "architectures", "weights_sha256", "tokenizer", "spec", "epoch", "val_loss",
-               "val_metrics", "run", "model_type"}
+CONFIG_KEYS = {
+    "format",
+    "model_kind",
+    "architectures",
+    "weights_sha256",
+    "tokenizer",
+    "spec",
+    "epoch",
+    "val_loss",
+    "val_metrics",
+    "run",
+    "model_type",
+}
 
 
 def config_from_json(config: dict, source="config.json") -> ModelConfig:
@@ -53,15 +72,21 @@ def config_from_json(config: dict, source="config.json") -> ModelConfig:
     fields = ModelConfig.__dataclass_fields__
     missing = sorted(set(fields) - set(config))
     if missing:
-        raise ModelFileError(f"{source}: missing model field(s) {missing}: it does not say which model its weights are")
+        raise ModelFileError(
+            f"{source}: missing model field(s) {missing}: it does not say which model its weights are"
+        )
     unknown = sorted(set(config) - set(fields) - CONFIG_KEYS)
     if unknown:
-        raise ModelFileError(f"{source}: unknown key(s) {unknown}; a model's config.json has {sorted(fields)} "
-                             f"and {sorted(CONFIG_KEYS)}")
+        raise ModelFileError(
+            f"{source}: unknown key(s) {unknown}; a model's config.json has {sorted(fields)} "
+            f"and {sorted(CONFIG_KEYS)}"
+        )
     hints = typing.get_type_hints(ModelConfig)
     for name in fields:
         if not _of_type(config[name], hints[name]):
-            raise ModelFileError(f"{source}: {name}: {config[name]!r} is not {_type_name(hints[name])}")
+            raise ModelFileError(
+                f"{source}: {name}: {config[name]!r} is not {_type_name(hints[name])}"
+            )
     try:
         return ModelConfig(**{k: config[k] for k in fields})
     except ValueError as e:  # a range or a choice: ModelConfig's message names model.<field>
@@ -85,7 +110,13 @@ def _type_name(hint) -> str:
         return " or ".join(_type_name(h) for h in typing.get_args(hint))
     if typing.get_origin(hint) is tuple:
         return "a list of integers"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}[hint]
+    return {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        str: "a string",
+        type(None): "null",
+    }[hint]
 
 
 def build_model(kind: str, cfg: ModelConfig):
@@ -95,5 +126,14 @@ def build_model(kind: str, cfg: ModelConfig):
     return models[kind](cfg)
 
 
-__all__ = ["FORMAT", "KIND_CODE", "MODELS", "GrassmannLM", "ModelConfig", "TransformerLM", "build_model",
-           "config_from_json", "config_json"]
+__all__ = [
+    "FORMAT",
+    "KIND_CODE",
+    "MODELS",
+    "GrassmannLM",
+    "ModelConfig",
+    "TransformerLM",
+    "build_model",
+    "config_from_json",
+    "config_json",
+]

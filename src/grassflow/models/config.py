@@ -39,11 +39,31 @@ class ModelConfig:
 
     # the enums and ranges of the fields: checked here, and the JSON schema's `model` section is
     # generated from them (grassflow.planning.schema)
-    CHOICES = {"norm": NORMS, "init": INITS, "lag_schedule": LAG_SCHEDULES, "empty_offsets": EMPTY_OFFSETS,
-               "plucker_backend": PLUCKER_BACKENDS}
-    BOUNDS = {**{k: {"minimum": 1} for k in ("vocab_size", "context_len", "n_layers", "d_model", "d_ff", "n_heads",
-                                             "lags", "attention_window")},
-              "r": {"minimum": 2}, "dropout": {"minimum": 0, "exclusiveMaximum": 1}, "eps": {"exclusiveMinimum": 0}}
+    CHOICES = {
+        "norm": NORMS,
+        "init": INITS,
+        "lag_schedule": LAG_SCHEDULES,
+        "empty_offsets": EMPTY_OFFSETS,
+        "plucker_backend": PLUCKER_BACKENDS,
+    }
+    BOUNDS = {
+        **{
+            k: {"minimum": 1}
+            for k in (
+                "vocab_size",
+                "context_len",
+                "n_layers",
+                "d_model",
+                "d_ff",
+                "n_heads",
+                "lags",
+                "attention_window",
+            )
+        },
+        "r": {"minimum": 2},
+        "dropout": {"minimum": 0, "exclusiveMaximum": 1},
+        "eps": {"exclusiveMinimum": 0},
+    }
 
     def __post_init__(self):
         object.__setattr__(self, "lags", tuple(int(d) for d in self.lags))
@@ -51,10 +71,14 @@ class ModelConfig:
             raise ValueError("model.lags must not be empty")
         check_fields(self, "model")
         if self.d_model % self.n_heads:
-            raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
+            raise ValueError(
+                f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})"
+            )
         for d in self.lags:
             if not 0 < d < self.context_len:
-                raise ValueError(f"model.lags: offset {d} must be in 1..context_len-1 ({self.context_len - 1})")
+                raise ValueError(
+                    f"model.lags: offset {d} must be in 1..context_len-1 ({self.context_len - 1})"
+                )
 
     def layer_lags(self, i: int) -> tuple[int, ...]:
         if self.lag_schedule == "all":
@@ -77,7 +101,9 @@ def from_known_keys(cls, d: dict, key: str, **given):
     known = {f.name for f in fields(cls)} - set(given)
     if unknown := sorted(set(d) - known):
         raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(known)}")
-    required = (f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+    required = (
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    )
     if missing := sorted(k for k in required if k in known and k not in d):
         raise ValueError(f"{key}: missing key(s) {missing}")
     return cls(**d, **given)
@@ -87,14 +113,19 @@ def check_fields(obj, prefix: str) -> None:
     """ValueError naming `<prefix>.<field>` for a value outside the class's CHOICES or BOUNDS."""
     for key, allowed in obj.CHOICES.items():
         if getattr(obj, key) not in allowed:
-            raise ValueError(f"{prefix}.{key}: {getattr(obj, key)!r} is not one of {tuple(allowed)}")
+            raise ValueError(
+                f"{prefix}.{key}: {getattr(obj, key)!r} is not one of {tuple(allowed)}"
+            )
     for key, b in obj.BOUNDS.items():
         value = getattr(obj, key)
         for v in value if isinstance(value, (tuple, list)) else [value]:
             if v is None:
                 continue
-            if ("minimum" in b and v < b["minimum"]) or ("exclusiveMinimum" in b and v <= b["exclusiveMinimum"]) \
-                    or ("exclusiveMaximum" in b and v >= b["exclusiveMaximum"]):
+            if (
+                ("minimum" in b and v < b["minimum"])
+                or ("exclusiveMinimum" in b and v <= b["exclusiveMinimum"])
+                or ("exclusiveMaximum" in b and v >= b["exclusiveMaximum"])
+            ):
                 raise ValueError(f"{prefix}.{key} must be {_bounds_text(b)}, got {value}")
 
 

@@ -32,8 +32,10 @@ def stack(models: list[nn.Module]) -> nn.Module:
     ens = copy.deepcopy(models[0])
     params = [dict(m.named_parameters(remove_duplicate=False)) for m in models]
     for names in _tied_names(models[0]):
-        stacked = nn.Parameter(torch.stack([p[names[0]].detach() for p in params]),
-                               requires_grad=params[0][names[0]].requires_grad)
+        stacked = nn.Parameter(
+            torch.stack([p[names[0]].detach() for p in params]),
+            requires_grad=params[0][names[0]].requires_grad,
+        )
         for name in names:
             _set(ens, name, stacked)
     if any(True for _ in ens.buffers()):

@@ -34,8 +34,15 @@ class GrassmannMixer(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
-        g = plucker_mix(self.reduce(h), self.lags, self.plucker.weight, self.plucker.bias,
-                        eps=cfg.eps, empty=cfg.empty_offsets, backend=cfg.plucker_backend)
+        g = plucker_mix(
+            self.reduce(h),
+            self.lags,
+            self.plucker.weight,
+            self.plucker.bias,
+            eps=cfg.eps,
+            empty=cfg.empty_offsets,
+            backend=cfg.plucker_backend,
+        )
         return gated_mix(self.gate, h, g)
 
 
@@ -73,5 +80,10 @@ class GrassmannBlock(nn.Module):
 
 class GrassmannLM(LanguageModel):
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg, [GrassmannBlock(cfg, GrassmannMixer(cfg, cfg.layer_lags(i)))
-                               for i in range(cfg.n_layers)])
+        super().__init__(
+            cfg,
+            [
+                GrassmannBlock(cfg, GrassmannMixer(cfg, cfg.layer_lags(i)))
+                for i in range(cfg.n_layers)
+            ],
+        )

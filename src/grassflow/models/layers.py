@@ -26,10 +26,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
     E, out = weight.shape[:2]
-    if x.device.type in GEMM_PER_MEMBER:  # unbind, not [e]: its backward stacks the members' gradients once
+    if (
+        x.device.type in GEMM_PER_MEMBER
+    ):  # unbind, not [e]: its backward stacks the members' gradients once
         biases = [None] * E if bias is None else bias.unbind(0)
-        return torch.cat([F.linear(r, w, b) for r, w, b in zip(x.reshape(E, -1, x.shape[-1]).unbind(0),
-                                                                weight.unbind(0), biases)]).reshape(*x.shape[:-1], out)
+        return torch.cat(
+            [
+                F.linear(r, w, b)
+                for r, w, b in zip(
+                    x.reshape(E, -1, x.shape[-1]).unbind(0), weight.unbind(0), biases
+                )
+            ]
+        ).reshape(*x.shape[:-1], out)
     xs = x.reshape(E, -1, x.shape[-1])
     w = weight.transpose(1, 2)
     y = torch.bmm(xs, w) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, w)
@@ -63,8 +71,12 @@ class Embedding(nn.Embedding):
         if self.weight.dim() == 2:
             return super().forward(idx)
         E, V = self.weight.shape[:2]
-        first = torch.arange(E, device=idx.device).repeat_interleave(idx.shape[0] // E) * V  # member e's rows
-        return F.embedding(idx + first.view(-1, *[1] * (idx.dim() - 1)), self.weight.reshape(E * V, -1))
+        first = (
+            torch.arange(E, device=idx.device).repeat_interleave(idx.shape[0] // E) * V
+        )  # member e's rows
+        return F.embedding(
+            idx + first.view(-1, *[1] * (idx.dim() - 1)), self.weight.reshape(E * V, -1)
+        )
 
 
 def members(module: nn.Module) -> int:

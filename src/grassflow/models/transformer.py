@@ -43,8 +43,9 @@ class SelfAttention(nn.Module):
         if self.window is not None and self.window < T - 1:  # else the window is the causal mask
             win = window_mask(T, self.window, x.device)
             allowed, causal = win if allowed is None else allowed & win, False
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=causal,
-                                           dropout_p=self.p if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, is_causal=causal, dropout_p=self.p if self.training else 0.0
+        )
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 

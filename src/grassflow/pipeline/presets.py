@@ -28,7 +28,9 @@ def load_schema(path) -> dict:
     train section's defaults TrainConfig's."""
     schema = read_yaml(path)
     preset = schema["$defs"]["preset"]
-    for t in TASKS.values():  # each task's part: the schema its declaration names, with its own $defs
+    for (
+        t
+    ) in TASKS.values():  # each task's part: the schema its declaration names, with its own $defs
         part = t.part_schema()
         if part is not None:
             schema["$defs"].update(part.pop("$defs", {}))
@@ -37,22 +39,44 @@ def load_schema(path) -> dict:
     for f in fields(TrainConfig):  # the train section's defaults, each stated once: by TrainConfig
         if f.default is not MISSING:
             schema["$defs"]["train"]["properties"][f.name]["default"] = (
-                list(f.default) if isinstance(f.default, tuple) else f.default)
+                list(f.default) if isinstance(f.default, tuple) else f.default
+            )
     # an ablation variant's training keys: the train section's, none defaulted (a variant sets what it switches)
     train = schema["$defs"]["train"]
-    schema["$defs"]["variant_train"] = {**{k: v for k, v in train.items() if k != "default"}, "properties": {
-        k: {kk: vv for kk, vv in v.items() if kk != "default"} for k, v in train["properties"].items()}}
+    schema["$defs"]["variant_train"] = {
+        **{k: v for k, v in train.items() if k != "default"},
+        "properties": {
+            k: {kk: vv for kk, vv in v.items() if kk != "default"}
+            for k, v in train["properties"].items()
+        },
+    }
     for name, node in schema["$defs"].items():
         if isinstance(node, dict) and "generated" in node:
-            schema["$defs"][name] = dataclass_schema(GENERATED[node["generated"]], exclude=node.get("exclude", ()),
-                                                     extra=node.get("extra"))
+            schema["$defs"][name] = dataclass_schema(
+                GENERATED[node["generated"]],
+                exclude=node.get("exclude", ()),
+                extra=node.get("extra"),
+            )
     # a sweep's keys: the numbers a variant may set, each with a list of at least 3 of its values
     variant = schema["$defs"]["variant"]["properties"]
-    for section, props in (("train", schema["$defs"]["variant_train"]["properties"]),
-                           ("model", {k: v for k, v in variant.items() if k != "train"})):
-        schema["$defs"][f"sweep_{section}"] = {"type": "object", "additionalProperties": False, "properties": {
-            k: {"type": "array", "minItems": 3, "uniqueItems": True, "items": {**node, "type": numeric}}
-            for k, v in props.items() if (numeric := _numeric(node := _resolved(v, schema)))}}
+    for section, props in (
+        ("train", schema["$defs"]["variant_train"]["properties"]),
+        ("model", {k: v for k, v in variant.items() if k != "train"}),
+    ):
+        schema["$defs"][f"sweep_{section}"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                k: {
+                    "type": "array",
+                    "minItems": 3,
+                    "uniqueItems": True,
+                    "items": {**node, "type": numeric},
+                }
+                for k, v in props.items()
+                if (numeric := _numeric(node := _resolved(v, schema)))
+            },
+        }
     return schema
 
 
@@ -61,7 +85,10 @@ def _resolved(node: dict, schema: dict) -> dict:
     ref = node.get("$ref", "")
     if not ref.startswith("#/$defs/"):
         return node
-    return {**schema["$defs"][ref.rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    return {
+        **schema["$defs"][ref.rsplit("/", 1)[1]],
+        **{k: v for k, v in node.items() if k != "$ref"},
+    }
 
 
 def _numeric(node: dict) -> list[str]:
@@ -85,7 +112,9 @@ def fill_defaults(config: dict, schema: dict) -> None:
                     instance[key] = copy.deepcopy(sub["default"])
         yield from base.VALIDATORS["properties"](validator, props, instance, node)
 
-    for _ in jsonschema.validators.extend(base, {"properties": properties})(schema).iter_errors(config):
+    for _ in jsonschema.validators.extend(base, {"properties": properties})(schema).iter_errors(
+        config
+    ):
         pass
 
 
@@ -94,7 +123,9 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
     import jsonschema
 
     lines = []
-    for err in sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.path)):
+    for err in sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.path)
+    ):
         msg = err.message
         if err.validator == "additionalProperties" and "properties" in err.schema:
             msg += f"; allowed keys: {sorted(err.schema['properties'])}"
@@ -114,9 +145,13 @@ def resolve_bases(config: dict) -> None:
             return p
         base = p["base"]
         if base not in presets:
-            raise ConfigError(f"presets.{name}.base: {base!r} is not a preset; choose one of {sorted(presets)}")
+            raise ConfigError(
+                f"presets.{name}.base: {base!r} is not a preset; choose one of {sorted(presets)}"
+            )
         if base in seen or base == name:
-            raise ConfigError(f"presets.{name}.base: presets {' → '.join((*seen, name, base))} form a cycle")
+            raise ConfigError(
+                f"presets.{name}.base: presets {' → '.join((*seen, name, base))} form a cycle"
+            )
         own = {k: v for k, v in p.items() if k != "base"}
         return deep_merge(copy.deepcopy(resolved(base, (*seen, name))), own)
 
@@ -176,11 +211,15 @@ def check_preset(name: str, p: dict) -> None:
     where = f"presets.{name}"
     parts = [t.part_key or "experiments" for t in TASKS.values()]
     if not any(t.part(p) for t in TASKS.values()):
-        raise ConfigError(f"{where}: nothing to run (no {', '.join(parts[:-1])} or {parts[-1]} part)")
+        raise ConfigError(
+            f"{where}: nothing to run (no {', '.join(parts[:-1])} or {parts[-1]} part)"
+        )
     for grid in ("ablations", "sweep"):
         if p.get(grid) and not p.get("experiments"):
             raise ConfigError(f"{where}.{grid}: needs the language-model experiments it varies")
-    for t in TASKS.values():  # each task's own checks (its declaration's `check`), then its runs' models
+    for t in (
+        TASKS.values()
+    ):  # each task's own checks (its declaration's `check`), then its runs' models
         at = where + (f".{t.part_key}" if t.part_key else "")  # its part's key path, for its errors
         if t.part(p) and t.check:
             t.check(at, name, p)

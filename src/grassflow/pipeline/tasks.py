@@ -28,11 +28,19 @@ class Task:
     grassflow.<task>.<stage>`), which its rule file names."""
 
     name: str  # its package's name; "lm" | "snli" | "recall" | a new one
-    part_key: str | None  # the preset key holding this task's part (None: the preset itself, the LM)
+    part_key: (
+        str | None
+    )  # the preset key holding this task's part (None: the preset itself, the LM)
     runs: Callable  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
-    estimate: Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
-    check: Callable | None = None  # (key path, preset name, preset) → raises ConfigError naming the key
-    check_model: Callable | None = None  # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
+    estimate: (
+        Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
+    )
+    check: Callable | None = (
+        None  # (key path, preset name, preset) → raises ConfigError naming the key
+    )
+    check_model: Callable | None = (
+        None  # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
+    )
     # the JSON schema of its part: a dict, or a YAML file of its package (snli/schema.yaml); its
     # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
     schema: dict | str | None = None
@@ -59,12 +67,30 @@ class Task:
 
 
 # the tasks, in this order (the first part a preset has sets its execution keys)
-TASKS = {t.name: t for t in (
-    Task("lm", None, lm.runs, lm.estimate, lm.check_lm, lm.check_model),
-    Task("snli", "snli", snli.snli_runs, snli.estimate, snli.check_snli, snli.check_model, "schema.yaml"),
-    Task("recall", "recall", recall.recall_runs, recall.estimate, recall.check_recall, recall.check_model,
-         "schema.yaml"),
-)}
+TASKS = {
+    t.name: t
+    for t in (
+        Task("lm", None, lm.runs, lm.estimate, lm.check_lm, lm.check_model),
+        Task(
+            "snli",
+            "snli",
+            snli.snli_runs,
+            snli.estimate,
+            snli.check_snli,
+            snli.check_model,
+            "schema.yaml",
+        ),
+        Task(
+            "recall",
+            "recall",
+            recall.recall_runs,
+            recall.estimate,
+            recall.check_recall,
+            recall.check_model,
+            "schema.yaml",
+        ),
+    )
+}
 
 
 def pipeline_train(preset: dict) -> dict:
@@ -73,23 +99,43 @@ def pipeline_train(preset: dict) -> dict:
     part the preset has, the LM's, else SNLI's, else recall's, else a new task's."""
     part = next((t.part(preset) for t in TASKS.values() if t.part(preset)), None)
     if part is None:
-        raise ValueError(f"the preset has no part to run: none of {[t.part_key or 'experiments' for t in TASKS.values()]}")
+        raise ValueError(
+            f"the preset has no part to run: none of {[t.part_key or 'experiments' for t in TASKS.values()]}"
+        )
     return part["train"]
 
 
-def job_estimate(task: str, stage: str, spec: dict, preset: dict, settings: dict | None = None,
-                 files: dict | None = None) -> Estimate:
+def job_estimate(
+    task: str,
+    stage: str,
+    spec: dict,
+    preset: dict,
+    settings: dict | None = None,
+    files: dict | None = None,
+) -> Estimate:
     """The estimate of one job (`stage`: train or evaluate) of a run of `task` for its spec, by the
     task's hook (its grid's `estimate`); `settings`: the config's `estimate` section; `files`: the
     job's token files by split (their counts are exact once they exist)."""
     t = TASKS[task]
-    k = pipeline_train(preset).get("runs_per_gpu", 1)  # one K for the whole pipeline run, every task's jobs
+    k = pipeline_train(preset).get(
+        "runs_per_gpu", 1
+    )  # one K for the whole pipeline run, every task's jobs
     # execution keys are not in the spec (changing them reruns nothing): the preset's threads
-    est, source = t.estimate(stage, {**spec, "train": {**spec["train"], "threads": t.threads(preset)}}, preset,
-                             settings, files)
+    est, source = t.estimate(
+        stage,
+        {**spec, "train": {**spec["train"], "threads": t.threads(preset)}},
+        preset,
+        settings,
+        files,
+    )
     # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
     # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
     # the time of the latter and the bound of the former (sharing gains nothing).
     shared = f"; {k} runs per GPU: ×{k}"
-    return Estimate((est.seconds + STARTUP_S) * k, est.items, est.mem_mb,
-                    f"{est.basis}; data: {source}" + (shared if k > 1 else ""), k)
+    return Estimate(
+        (est.seconds + STARTUP_S) * k,
+        est.items,
+        est.mem_mb,
+        f"{est.basis}; data: {source}" + (shared if k > 1 else ""),
+        k,
+    )

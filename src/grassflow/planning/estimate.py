@@ -32,7 +32,9 @@ from grassflow.models.config import ModelConfig
 ROOT = Path(__file__).resolve().parents[3]
 THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
 DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
-UNKNOWN_DEVICE_SLOWDOWN = 3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
+UNKNOWN_DEVICE_SLOWDOWN = (
+    3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
+)
 # Every job: process start, imports (torch, CUDA), reading its data, building the model. The demo's
 # tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (`grassflow plan --measured`).
 STARTUP_S = 20.0
@@ -65,8 +67,9 @@ def layer_params(kind: str, d: int, d_ff: int, r: int, ffn: bool = True) -> int:
     return 4 * d * d + ff
 
 
-def train_flops_per_token(kind: str, n_layers: int, d: int, d_ff: int, L: int, vocab: int, r: int = 32,
-                          ffn: bool = True) -> float:
+def train_flops_per_token(
+    kind: str, n_layers: int, d: int, d_ff: int, L: int, vocab: int, r: int = 32, ffn: bool = True
+) -> float:
     """FLOPs of one training token (forward + backward) of an LM with its head."""
     attention = 6 * n_layers * L * d if kind == "transformer" else 0
     return 6 * (n_layers * layer_params(kind, d, d_ff, r, ffn) + d * vocab) + attention
@@ -78,7 +81,9 @@ def _rows(path=THROUGHPUT) -> tuple[dict, ...]:
         return tuple(dict(r) for r in csv.DictReader(f))
 
 
-def rate(device: str, kind: str, flops: float, L: int, n_layers: int, threads: int = 1) -> tuple[float, float, str]:
+def rate(
+    device: str, kind: str, flops: float, L: int, n_layers: int, threads: int = 1
+) -> tuple[float, float, str]:
     """(FLOP/s, seconds per step at least, the row's source) for a model of `flops` per token."""
     rows = [r for r in _rows() if r["device"] == device and r["model"] == kind]
     slow = 1.0
@@ -89,20 +94,35 @@ def rate(device: str, kind: str, flops: float, L: int, n_layers: int, threads: i
         raise ValueError(f"{THROUGHPUT}: no throughput row for model {kind!r}")
 
     def flops_of(r):
-        return train_flops_per_token(kind, int(r["n_layers"]), int(r["d_model"]), 4 * int(r["d_model"]),
-                                     int(r["context_len"]), int(r["vocab"]))
+        return train_flops_per_token(
+            kind,
+            int(r["n_layers"]),
+            int(r["d_model"]),
+            4 * int(r["d_model"]),
+            int(r["context_len"]),
+            int(r["vocab"]),
+        )
 
-    row = min(rows, key=lambda r: abs(math.log(flops_of(r) / flops)) + abs(math.log(int(r["context_len"]) / L)))
+    row = min(
+        rows,
+        key=lambda r: abs(math.log(flops_of(r) / flops)) + abs(math.log(int(r["context_len"]) / L)),
+    )
     tok_s = float(row["tokens_per_s"]) / slow
     if row["threads"]:  # CPU rows: the rate scales with the job's threads
         tok_s *= threads / int(row["threads"])
-    step_floor = int(row["tokens_per_step"]) / tok_s * n_layers / int(row["n_layers"]) if device != "cpu" else 0.0
+    step_floor = (
+        int(row["tokens_per_step"]) / tok_s * n_layers / int(row["n_layers"])
+        if device != "cpu"
+        else 0.0
+    )
     basis = f"{device if slow == 1 else device + ' (unlisted: ' + DEFAULTS['device'] + ' ÷ ' + str(slow) + ')'}: {row['source']}"
     return tok_s * flops_of(row), step_floor, basis
 
 
 # --- data sizes ------------------------------------------------------------------------------------
-def split_sizes(task: str, dataset: str, tokenizer: str, files: dict | None = None) -> tuple[dict, str]:
+def split_sizes(
+    task: str, dataset: str, tokenizer: str, files: dict | None = None
+) -> tuple[dict, str]:
     """({split: tokens or pairs}, where from): the token files' metadata where they exist and can
     be read, else the datasets table (its `*` rows for data it does not list). A damaged token file
     is the job's to refuse, by name, when it reads it: planning only sizes a time limit."""
@@ -110,28 +130,45 @@ def split_sizes(task: str, dataset: str, tokenizer: str, files: dict | None = No
         from grassflow.data.sources import token_meta
 
         try:
-            return {split: (m := token_meta(p)).get("n_tokens", m.get("n_pairs")) for split, p in files.items()}, \
-                "token files"
+            return {
+                split: (m := token_meta(p)).get("n_tokens", m.get("n_pairs"))
+                for split, p in files.items()
+            }, "token files"
         except Exception:  # pyarrow's errors, metadata that is not ours
             pass
     with open(DATASETS, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["task"] == task]
     for r in rows:
         if r["dataset"] in (dataset, "*") and r["tokenizer"] in (tokenizer, "*"):
-            return {s: int(r[s]) for s in ("train", "validation", "test")}, f"datasets.csv ({r['source']})"
+            return {
+                s: int(r[s]) for s in ("train", "validation", "test")
+            }, f"datasets.csv ({r['source']})"
     raise ValueError(f"{DATASETS}: no row for task {task!r}")
 
 
 def device_kind(spec: dict, settings: dict) -> tuple[str, int]:
     """(device kind, threads): a CPU run's rows are `cpu`; a GPU run's `estimate.device`."""
     s = {**DEFAULTS, **(settings or {})}
-    return ("cpu", spec["train"].get("threads", 1)) if spec["train"]["device"] == "cpu" else (s["device"], 1)
+    return (
+        ("cpu", spec["train"].get("threads", 1))
+        if spec["train"]["device"] == "cpu"
+        else (s["device"], 1)
+    )
 
 
 # --- jobs ---------------------------------------------------------------------------------------
 def _lm_model(spec: dict, vocab: int, L: int | None = None) -> tuple:
     m = ModelConfig.from_dict(spec["model"])  # the defaults the model will run with
-    return (spec["model_kind"], m.n_layers, m.d_model, m.d_ff, L or m.context_len, vocab, m.r, m.ffn)
+    return (
+        spec["model_kind"],
+        m.n_layers,
+        m.d_model,
+        m.d_ff,
+        L or m.context_len,
+        vocab,
+        m.r,
+        m.ffn,
+    )
 
 
 def memory(settings, params: int, items_host: int, activations: float) -> int:
@@ -164,7 +201,9 @@ def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
     tokens = steps * B * L * t["epochs"]
     seconds = max(tokens * flops / fps, steps * t["epochs"] * floor)
     seconds += t["epochs"] * sizes["validation"] * flops / 3 / fps  # validation, every epoch
-    act = 70 * B * L * n_layers * d * 4 if dev == "cpu" else 0  # bytes saved for backward (bench-cpu.md)
+    act = (
+        70 * B * L * n_layers * d * 4 if dev == "cpu" else 0
+    )  # bytes saved for backward (bench-cpu.md)
     return Estimate(seconds, tokens, memory(settings, _params(*model), sizes["train"], act), basis)
 
 
@@ -174,5 +213,9 @@ def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int
     _, model, flops, fps, floor, basis = _lm_rate(spec, vocab, settings)
     L = model[4]
     tokens = passes * (sizes["validation"] + sizes["test"])
-    seconds = max(tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3)
-    return Estimate(seconds, 0, memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis)
+    seconds = max(
+        tokens * flops / 3 / fps, tokens / (spec["train"]["eval_batch_size"] * L) * floor / 3
+    )
+    return Estimate(
+        seconds, 0, memory(settings, _params(*model), sizes["validation"] + sizes["test"], 0), basis
+    )

@@ -51,7 +51,7 @@ def _comments(cls) -> dict[str, str]:
             line = lines[node.lineno - 1]
             if "#" in line:
                 out[current] = line.split("#", 1)[1].strip()
-                for more in lines[node.end_lineno:]:
+                for more in lines[node.end_lineno :]:
                     if not more.strip().startswith("#") or more.strip().startswith("# ---"):
                         break
                     out[current] += " " + more.strip().lstrip("#").strip()
@@ -81,4 +81,8 @@ def dataclass_schema(cls, exclude=(), extra=None) -> dict:
         if f.default is not MISSING:
             node["x-default"] = list(f.default) if isinstance(f.default, tuple) else f.default
         props[f.name] = node
-    return {"type": "object", "additionalProperties": False, "properties": {**props, **(extra or {})}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {**props, **(extra or {})},
+    }

@@ -37,7 +37,9 @@ def check_inputs(where: str, part: dict, data_key: str) -> None:
     """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a trained one)."""
     tok = part["tokenizer"]
     if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
-        raise ConfigError(f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'")
+        raise ConfigError(
+            f"{where}.tokenizer.vocab_size: required for, and only for, tokenizer.name 'trained'"
+        )
     data = part["data"]
     if data["source"] == "local" and not data.get("local_dir"):
         raise ConfigError(f"{where}.data.local_dir: required when {data_key}.source is 'local'")
@@ -47,8 +49,10 @@ def check_inputs(where: str, part: dict, data_key: str) -> None:
 
 # The model section's keys each kind owns (the others are shared): a new kind declares its own here
 # (grassflow.models.KIND_CODE has every kind: tested).
-KIND_KEYS = {"transformer": ("attention_window",),
-             "grassmann": ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend")}
+KIND_KEYS = {
+    "transformer": ("attention_window",),
+    "grassmann": ("r", "lags", "lag_schedule", "empty_offsets", "eps", "plucker_backend"),
+}
 
 
 def own_keys(kind: str, model: dict) -> dict:
@@ -59,12 +63,25 @@ def own_keys(kind: str, model: dict) -> dict:
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
 # (the rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources: exec_resources).
-EXECUTION_KEYS = ("threads", "compile", "compile_mode", "trackers", "runs_per_gpu", "fuse_seeds", "head_loss")
+EXECUTION_KEYS = (
+    "threads",
+    "compile",
+    "compile_mode",
+    "trackers",
+    "runs_per_gpu",
+    "fuse_seeds",
+    "head_loss",
+)
+
 
 def exec_resources(train: dict) -> dict:
     """A train section's execution keys as the training rules' resources (strings)."""
-    return {"compile": str(train["compile"]).lower(), "compile_mode": train["compile_mode"],
-            "trackers": ",".join(train["trackers"]) or "none", "head_loss": train["head_loss"]}
+    return {
+        "compile": str(train["compile"]).lower(),
+        "compile_mode": train["compile_mode"],
+        "trackers": ",".join(train["trackers"]) or "none",
+        "head_loss": train["head_loss"],
+    }
 
 
 def run_train(train: dict) -> dict:

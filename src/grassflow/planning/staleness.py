@@ -53,8 +53,12 @@ def _tree(path: Path) -> ast.Module:
 
 
 @cache
-def _parse(text: str, name: str) -> ast.Module:  # by content: a file edited in this process is read anew
+def _parse(
+    text: str, name: str
+) -> ast.Module:  # by content: a file edited in this process is read anew
     return ast.parse(text, name)
+
+
 # What is derived from a tree is cached by the tree (one per content, _parse): the Snakefile asks
 # for the code of every (job, model kinds), and those closures share most of their files.
 
@@ -76,7 +80,11 @@ def _statements(nodes):
         yield node
         for field in node._fields:
             value = getattr(node, field, None)
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt | ast.excepthandler | ast.match_case):
+            if (
+                isinstance(value, list)
+                and value
+                and isinstance(value[0], ast.stmt | ast.excepthandler | ast.match_case)
+            ):
                 todo += value
 
 
@@ -96,7 +104,9 @@ def imported(nodes, here: str, is_pkg: bool) -> set[str]:
 @cache
 def _assigned(tree: ast.Module, name: str):
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     return None
 
@@ -147,14 +157,24 @@ def job_files(module: str, kinds=()) -> list[Path]:
     __main__, which is what runs)."""
     path = module_path(module)
     if path is None:
-        raise ValueError(f"no grassflow module {module!r} (a job is `python -m grassflow.<task>.<stage>`)")
-    runs = f"{module}.__main__" if path.name == "__init__.py" and module_path(f"{module}.__main__") else module
+        raise ValueError(
+            f"no grassflow module {module!r} (a job is `python -m grassflow.<task>.<stage>`)"
+        )
+    runs = (
+        f"{module}.__main__"
+        if path.name == "__init__.py" and module_path(f"{module}.__main__")
+        else module
+    )
     return sorted(closure([runs], kinds))
 
 
 # --- what a file's fingerprint covers ------------------------------------------------------------
 def _is_docstring(node) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
 
 
 def _unworded(node: ast.Raise) -> ast.Raise:
@@ -182,8 +202,15 @@ def _canonical(node) -> str:
             node = _unworded(node)
         fields = []
         for name, value in ast.iter_fields(node):
-            if name == "body" and isinstance(value, list) and value and _is_docstring(value[0]) and isinstance(
-                    node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            if (
+                name == "body"
+                and isinstance(value, list)
+                and value
+                and _is_docstring(value[0])
+                and isinstance(
+                    node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+                )
+            ):
                 value = value[1:]
             if name == "type_comment" or value is None or value == []:
                 continue
@@ -226,7 +253,9 @@ def fingerprint(code: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(code, sort_keys=True).encode()).hexdigest()[:16]
 
 
-CODE_INDEX = ".snakemake/grassflow/code"  # under the working directory: {fingerprint}.json per fingerprint
+CODE_INDEX = (
+    ".snakemake/grassflow/code"  # under the working directory: {fingerprint}.json per fingerprint
+)
 
 
 def remember(codes: dict[str, dict[str, str]], index: Path) -> None:
@@ -249,9 +278,13 @@ def recalled(fp: str, index: Path) -> dict[str, str] | None:
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m grassflow.planning.staleness", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m grassflow.planning.staleness", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("module", help="a job's stage module, e.g. grassflow.lm.train")
-    ap.add_argument("--kinds", nargs="*", default=[], help="model kinds the job runs (transformer, grassmann)")
+    ap.add_argument(
+        "--kinds", nargs="*", default=[], help="model kinds the job runs (transformer, grassmann)"
+    )
     a = ap.parse_args(argv)
     base = PKG.parents[1]
     for f in job_files(a.module, a.kinds):

@@ -35,15 +35,25 @@ def load_recall_runs(run_dirs) -> pd.DataFrame:
     def columns(rec, ev, ok, val, test):
         spec = rec["spec"]
         return {
-            "run_id": rec["run_id"], "cell": f"L{spec['cell']['seq_len']}-kv{spec['cell']['kv']}",
-            "seq_len": spec["cell"]["seq_len"], "kv": spec["cell"]["kv"], "d_model": spec["model"]["d_model"],
-            "model": spec["model_name"], "kind": spec["model_kind"], "lr": spec["train"]["lr"], "seed": spec["seed"],
-            "status": rec["status"]["state"], "reach": ev.get("reach"),
+            "run_id": rec["run_id"],
+            "cell": f"L{spec['cell']['seq_len']}-kv{spec['cell']['kv']}",
+            "seq_len": spec["cell"]["seq_len"],
+            "kv": spec["cell"]["kv"],
+            "d_model": spec["model"]["d_model"],
+            "model": spec["model_name"],
+            "kind": spec["model_kind"],
+            "lr": spec["train"]["lr"],
+            "seed": spec["seed"],
+            "status": rec["status"]["state"],
+            "reach": ev.get("reach"),
             "val_acc": val.get("accuracy", math.nan) if ok else math.nan,
             "test_acc": test.get("accuracy", math.nan) if ok else math.nan,
-            "test_answers": test.get("n"), "n_params": rec["n_params"],
+            "test_answers": test.get("n"),
+            "n_params": rec["n_params"],
             "test_by_distance": test.get("by_distance") if ok else None,
-            "test_content_sha256": test.get("content_sha256")}
+            "test_content_sha256": test.get("content_sha256"),
+        }
+
     return read_runs(run_dirs, columns)
 
 
@@ -61,21 +71,60 @@ def summarise(chosen: pd.DataFrame) -> list[dict]:
     out = []
     for (cell, d, model), g in chosen.groupby(["cell", "d_model", "model"], sort=False):
         good = g[g.status == "completed"].dropna(subset=["test_acc"])
-        out.append({"cell": cell, "seq_len": int(g.seq_len.iloc[0]), "kv": int(g.kv.iloc[0]), "d_model": int(d),
-                    "model": model, "lr": float(g.lr.iloc[0]), "reach": g.reach.iloc[0], "n": len(g), "n_ok": len(good),
-                    "test": mean_std(good.test_acc), "val": mean_std(good.val_acc), "records": list(g.record)})
+        out.append(
+            {
+                "cell": cell,
+                "seq_len": int(g.seq_len.iloc[0]),
+                "kv": int(g.kv.iloc[0]),
+                "d_model": int(d),
+                "model": model,
+                "lr": float(g.lr.iloc[0]),
+                "reach": g.reach.iloc[0],
+                "n": len(g),
+                "n_ok": len(good),
+                "test": mean_std(good.test_acc),
+                "val": mean_std(good.val_acc),
+                "records": list(g.record),
+            }
+        )
     return out
 
 
 def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
     lines = markdown.table(
-        ["cell", "d_model", "model", "reach (tokens)", "best lr", "runs ok", "val acc %", "test acc %", "provenance"],
-        [[r["cell"], r["d_model"], r["model"], r["reach"], f"{r['lr']:g}", f"{r['n_ok']}/{r['n']}", fmt(*r["val"]),
-          fmt(*r["test"]), record_links(r["records"], out_dir)] for r in rows])
-    lines += ["", f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) with "
-              "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how many "
-              "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; a "
-              "windowed Transformer: layers × window; full attention: the whole context)."]
+        [
+            "cell",
+            "d_model",
+            "model",
+            "reach (tokens)",
+            "best lr",
+            "runs ok",
+            "val acc %",
+            "test acc %",
+            "provenance",
+        ],
+        [
+            [
+                r["cell"],
+                r["d_model"],
+                r["model"],
+                r["reach"],
+                f"{r['lr']:g}",
+                f"{r['n_ok']}/{r['n']}",
+                fmt(*r["val"]),
+                fmt(*r["test"]),
+                record_links(r["records"], out_dir),
+            ]
+            for r in rows
+        ],
+    )
+    lines += [
+        "",
+        f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) with "
+        "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how many "
+        "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; a "
+        "windowed Transformer: layers × window; full attention: the whole context).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -92,9 +141,15 @@ def figure_vs_dmodel(rows: list[dict], preset: str, path) -> None:
     fig, axes = plt.subplots(1, len(cells), figsize=(4 * len(cells), 3.5), squeeze=False)
     for ax, (L, kv) in zip(axes[0], cells):
         for model in dict.fromkeys(r["model"] for r in rows):
-            pts = sorted((r["d_model"], r["test"][0]) for r in rows if (r["seq_len"], r["kv"], r["model"]) == (L, kv, model))
+            pts = sorted(
+                (r["d_model"], r["test"][0])
+                for r in rows
+                if (r["seq_len"], r["kv"], r["model"]) == (L, kv, model)
+            )
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
-        ax.set(title=f"L={L}, kv={kv}", xlabel="d_model", ylabel="test accuracy (%)", ylim=(-2, 102))
+        ax.set(
+            title=f"L={L}, kv={kv}", xlabel="d_model", ylabel="test accuracy (%)", ylim=(-2, 102)
+        )
         _log2_axis(ax, sorted({r["d_model"] for r in rows}))
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"MQAR accuracy vs model width — preset {preset}")
@@ -117,13 +172,22 @@ def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
                     if b["accuracy"] is not None:
                         buckets.setdefault(math.sqrt(b["lo"] * b["hi"]), []).append(b["accuracy"])
             xs = sorted(buckets)
-            ax.plot(xs, [sum(buckets[x]) / len(buckets[x]) for x in xs], marker="o", color=color, label=model)
+            ax.plot(
+                xs,
+                [sum(buckets[x]) / len(buckets[x]) for x in xs],
+                marker="o",
+                color=color,
+                label=model,
+            )
             if g.reach.notna().any():
                 ax.axvline(float(g.reach.iloc[0]), color=color, ls="--", lw=1)
-        ax.set(title=f"L={L}, kv={kv}, d_model={int(sub.d_model.max()) if len(sub) else '?'}",
-               xlabel="key–query distance (tokens; points at bucket centres)", ylabel="test accuracy (%)",
-               ylim=(-2, 102))
-        _log2_axis(ax, [2 ** k for k in range(int(L).bit_length())])   # the distance buckets' edges
+        ax.set(
+            title=f"L={L}, kv={kv}, d_model={int(sub.d_model.max()) if len(sub) else '?'}",
+            xlabel="key–query distance (tokens; points at bucket centres)",
+            ylabel="test accuracy (%)",
+            ylim=(-2, 102),
+        )
+        _log2_axis(ax, [2**k for k in range(int(L).bit_length())])  # the distance buckets' edges
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"MQAR accuracy by distance (dashed: each model's reach) — preset {preset}")
     save(fig, path)
@@ -135,18 +199,36 @@ def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
     # the rows in the order of their keys: cell, width, the preset's models, learning rate, seed
     order = {m: i for i, m in enumerate(r["models"])}
     df = load_recall_runs(runs)
-    df = df.assign(_model=df.model.map(order)).sort_values(["seq_len", "kv", "d_model", "_model", "lr", "seed"],
-                                                          kind="stable").drop(columns="_model").reset_index(drop=True)
+    df = (
+        df.assign(_model=df.model.map(order))
+        .sort_values(["seq_len", "kv", "d_model", "_model", "lr", "seed"], kind="stable")
+        .drop(columns="_model")
+        .reset_index(drop=True)
+    )
     chosen = best_lr(df)
     rows = summarise(chosen)
-    head = (f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "
-            f"{r['data']['vocab']}, {r['data']['examples']['train']:,} training examples per cell, "
-            f"{r['n_layers']} layers, {len(r['seeds'])} seed(s).")
+    head = (
+        f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "
+        f"{r['data']['vocab']}, {r['data']['examples']['train']:,} training examples per cell, "
+        f"{r['n_layers']} layers, {len(r['seeds'])} seed(s)."
+    )
     md = markdown_table(rows, len(r["lrs"]), out)
-    tex = latex(["Cell", "d", "Model", "Reach", "lr", "Test acc"],
-                [[x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", fmt(*x["test"])] for x in rows],
-                "MQAR test accuracy (%), best learning rate by validation accuracy, mean ± std over seeds.")
-    write_tables(out, "recall", head, md, df.drop(columns=["test_by_distance"]).assign(preset=preset_name), tex)
+    tex = latex(
+        ["Cell", "d", "Model", "Reach", "lr", "Test acc"],
+        [
+            [x["cell"], x["d_model"], x["model"], x["reach"], f"{x['lr']:g}", fmt(*x["test"])]
+            for x in rows
+        ],
+        "MQAR test accuracy (%), best learning rate by validation accuracy, mean ± std over seeds.",
+    )
+    write_tables(
+        out,
+        "recall",
+        head,
+        md,
+        df.drop(columns=["test_by_distance"]).assign(preset=preset_name),
+        tex,
+    )
     figure_vs_dmodel(rows, preset_name, out / "recall_vs_dmodel.png")
     figure_by_distance(chosen, preset_name, out / "recall_by_distance.png")
 

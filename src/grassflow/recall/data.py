@@ -39,14 +39,18 @@ def check_params(vocab: int, L: int, kv: int, key: str = "recall") -> None:
     if L % 2:
         raise DataError(f"{key}: seq_len must be even, got {L}")
     if 4 * kv > L:
-        raise DataError(f"{key}: needs 4·kv ≤ seq_len (pairs, then room for every query), got kv={kv}, seq_len={L}")
+        raise DataError(
+            f"{key}: needs 4·kv ≤ seq_len (pairs, then room for every query), got kv={kv}, seq_len={L}"
+        )
     if vocab <= L:
         raise DataError(f"{key}: needs vocab > seq_len, got vocab={vocab}, seq_len={L}")
     if kv < 1 or kv > vocab // 2 - 1:
         raise DataError(f"{key}: kv={kv} keys and values do not fit a vocabulary of {vocab}")
 
 
-def generate(vocab: int, L: int, kv: int, n: int, seed: int, power_a: float = POWER_A) -> dict[str, np.ndarray]:
+def generate(
+    vocab: int, L: int, kv: int, n: int, seed: int, power_a: float = POWER_A
+) -> dict[str, np.ndarray]:
     """n examples: {"inputs", "labels", "distance"}, each (n, L) int64; deterministic in seed."""
     check_params(vocab, L, kv)
     rng = np.random.default_rng(seed)
@@ -55,7 +59,9 @@ def generate(vocab: int, L: int, kv: int, n: int, seed: int, power_a: float = PO
     p = np.arange(1, space + 1, dtype=np.float64) ** (power_a - 1)
     p /= p.sum()
     keys = np.stack([rng.choice(np.arange(1, half), size=kv, replace=False) for _ in range(n)])
-    values = np.stack([rng.choice(np.arange(half, vocab), size=kv, replace=False) for _ in range(n)])
+    values = np.stack(
+        [rng.choice(np.arange(half, vocab), size=kv, replace=False) for _ in range(n)]
+    )
     gaps = np.stack([rng.choice(space, size=kv, replace=False, p=p) for _ in range(n)])
 
     seq = np.zeros((n, L + 1), dtype=np.int64)  # one extra: the target of the last input
@@ -88,10 +94,17 @@ def write_split(arrays: dict[str, np.ndarray], params: dict, out_path) -> dict:
     """One split as parquet; its metadata: the generator's params and the content hash."""
     n, L = arrays["inputs"].shape
     dtype = pa.int16() if params["vocab"] <= 32767 else pa.int32()
-    cols = {name: pa.FixedSizeListArray.from_arrays(pa.array(arrays[name].reshape(-1), type=t), L)
-            for name, t in (("inputs", dtype), ("labels", dtype), ("distance", pa.int32()))}
-    meta = {**params, "n_examples": n, "seq_len": L, "content_sha256": content_sha256(arrays),
-            "answers": int((arrays["labels"] != IGNORE).sum())}
+    cols = {
+        name: pa.FixedSizeListArray.from_arrays(pa.array(arrays[name].reshape(-1), type=t), L)
+        for name, t in (("inputs", dtype), ("labels", dtype), ("distance", pa.int32()))
+    }
+    meta = {
+        **params,
+        "n_examples": n,
+        "seq_len": L,
+        "content_sha256": content_sha256(arrays),
+        "answers": int((arrays["labels"] != IGNORE).sum()),
+    }
     table = pa.table(cols).replace_schema_metadata({"grassflow": json.dumps(meta)})
     with atomic_path(out_path) as tmp:
         pq.write_table(table, tmp)
@@ -101,34 +114,58 @@ def write_split(arrays: dict[str, np.ndarray], params: dict, out_path) -> dict:
 def read_split(path) -> tuple[dict[str, np.ndarray], dict]:
     table, meta = read_token_file(path, "recall file", lambda t: t)
     n, L = meta["n_examples"], meta["seq_len"]
-    arrays = {name: table.column(name).combine_chunks().flatten().to_numpy().astype(np.int64).reshape(n, L)
-              for name in ("inputs", "labels", "distance")}
+    arrays = {
+        name: table.column(name)
+        .combine_chunks()
+        .flatten()
+        .to_numpy()
+        .astype(np.int64)
+        .reshape(n, L)
+        for name in ("inputs", "labels", "distance")
+    }
     if content_sha256(arrays) != meta["content_sha256"]:
-        raise DataError(f"{path}: content does not match its recorded sha256 (a corrupt or edited file)")
+        raise DataError(
+            f"{path}: content does not match its recorded sha256 (a corrupt or edited file)"
+        )
     return arrays, meta
 
 
 def make_cell(data: dict, out_dir) -> dict[str, dict]:
     """The data job of one cell: `data` is recall.data (vocab, seed, examples) with the cell's seq_len and kv."""
-    return make_splits(data["vocab"], data["seq_len"], data["kv"], data["examples"], data["seed"], out_dir)
+    return make_splits(
+        data["vocab"], data["seq_len"], data["kv"], data["examples"], data["seed"], out_dir
+    )
 
 
-def make_splits(vocab: int, L: int, kv: int, sizes: dict[str, int], seed: int, out_dir) -> dict[str, dict]:
+def make_splits(
+    vocab: int, L: int, kv: int, sizes: dict[str, int], seed: int, out_dir
+) -> dict[str, dict]:
     """Train/validation/test of one (L, kv) cell, each from its own seed (seed, split index)."""
     from pathlib import Path
 
     out = {}
     for i, (split, n) in enumerate(sizes.items()):
         split_seed = int(np.random.SeedSequence([seed, L, kv, i]).generate_state(1)[0])
-        params = {"task": "mqar", "vocab": vocab, "kv": kv, "power_a": POWER_A, "seed": seed,
-                  "split": split, "split_seed": split_seed}
-        out[split] = write_split(generate(vocab, L, kv, n, split_seed), params, Path(out_dir) / f"{split}.parquet")
+        params = {
+            "task": "mqar",
+            "vocab": vocab,
+            "kv": kv,
+            "power_a": POWER_A,
+            "seed": seed,
+            "split": split,
+            "split_seed": split_seed,
+        }
+        out[split] = write_split(
+            generate(vocab, L, kv, n, split_seed), params, Path(out_dir) / f"{split}.parquet"
+        )
     return out
 
 
 def main(argv=None) -> int:
     p = job.parser(__spec__.name, __doc__)
-    p.add_argument("--data", required=True, type=job.json_arg, help="the cell's data section: " + job.JSON)
+    p.add_argument(
+        "--data", required=True, type=job.json_arg, help="the cell's data section: " + job.JSON
+    )
     p.add_argument("--out-dir", required=True)
     a = p.parse_args(argv)
     return job.run(make_cell, a.data, a.out_dir)

@@ -44,14 +44,22 @@ def accuracy_report(hits: torch.Tensor, distance: np.ndarray, L: int) -> dict:
     by = []
     for lo, hi in distance_buckets(L):
         sel = (distance >= lo) & (distance < hi)
-        by.append({"lo": lo, "hi": hi, "n": int(sel.sum()),
-                   "accuracy": 100.0 * hits[sel].mean() if sel.any() else None})
+        by.append(
+            {
+                "lo": lo,
+                "hi": hi,
+                "n": int(sel.sum()),
+                "accuracy": 100.0 * hits[sel].mean() if sel.any() else None,
+            }
+        )
     return {"accuracy": 100.0 * hits.mean(), "n": int(hits.size), "by_distance": by}
 
 
 def evaluate_recall_run(weights, run_json, val_tokens, test_tokens, out, batch_size=None) -> dict:
     ckpt, result, evaluable, device = open_for_evaluation(weights, run_json, out)
-    cfg = config_from_json({k: v for k, v in ckpt.items() if k != "model"}, Path(weights).parent / "config.json")
+    cfg = config_from_json(
+        {k: v for k, v in ckpt.items() if k != "model"}, Path(weights).parent / "config.json"
+    )
     spec = RunSpec.from_dict(ckpt["spec"])
     result["reach"] = reach(spec.model_kind, cfg)
     if not evaluable:
@@ -65,9 +73,13 @@ def evaluate_recall_run(weights, run_json, val_tokens, test_tokens, out, batch_s
         data, meta = read_split(path)
         hits, nll = predict(model, data, bs, device)
         answers = data["distance"][data["labels"] != IGNORE]  # row-major, as predict's mask
-        result[split] = {**accuracy_report(hits, answers, meta["seq_len"]), "nll": nll,
-                         "tokens_file": str(path), "tokens_sha256": sha256_file(path),
-                         "content_sha256": meta["content_sha256"]}
+        result[split] = {
+            **accuracy_report(hits, answers, meta["seq_len"]),
+            "nll": nll,
+            "tokens_file": str(path),
+            "tokens_sha256": sha256_file(path),
+            "content_sha256": meta["content_sha256"],
+        }
     write_json(out, result)
     return result
 

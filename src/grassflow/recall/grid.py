@@ -39,17 +39,39 @@ def recall_runs(name: str, p: dict) -> dict[str, dict]:
             for mname, m in r["models"].items():
                 kind = m["kind"]
                 lags = {"lags": geometric_lags(cell["seq_len"])} if m.get("geometric_lags") else {}
-                model = own_keys(kind, {**r["model"], **(m.get("switches") or {}), "d_model": d, "d_ff": r["ffn_mult"] * d,
-                                        "n_layers": r["n_layers"], "context_len": cell["seq_len"], **lags})
+                model = own_keys(
+                    kind,
+                    {
+                        **r["model"],
+                        **(m.get("switches") or {}),
+                        "d_model": d,
+                        "d_ff": r["ffn_mult"] * d,
+                        "n_layers": r["n_layers"],
+                        "context_len": cell["seq_len"],
+                        **lags,
+                    },
+                )
                 for lr in r["lrs"]:
-                    train = {**run_train(r.get("train") or {}), "lr": lr, "epochs": r["epochs"],
-                             "batch_size": r["batch_size"]}
+                    train = {
+                        **run_train(r.get("train") or {}),
+                        "lr": lr,
+                        "epochs": r["epochs"],
+                        "batch_size": r["batch_size"],
+                    }
                     for seed in r["seeds"]:
                         run_id = sections.run_id(f"{recall_cell(cell)}-d{d}-{mname}-lr{lr:g}", seed)
-                        out[run_id] = {"run_id": run_id, "preset": name, "task": "recall", "cell": dict(cell),
-                                       "data_cell": recall_cell(cell),
-                                       "model_name": mname, "model_kind": kind, "seed": seed, "model": model,
-                                       "train": train}
+                        out[run_id] = {
+                            "run_id": run_id,
+                            "preset": name,
+                            "task": "recall",
+                            "cell": dict(cell),
+                            "data_cell": recall_cell(cell),
+                            "model_name": mname,
+                            "model_kind": kind,
+                            "seed": seed,
+                            "model": model,
+                            "train": train,
+                        }
     return out
 
 
@@ -75,8 +97,15 @@ def check_model(spec: dict, p: dict) -> None:
 def estimate(stage, spec, preset, settings, files):
     """An LM's estimate over the cell's examples × seq_len tokens; trained on examples, evaluated once."""
     data, L = preset["recall"]["data"], spec["cell"]["seq_len"]
-    lm, sizes = {**spec, "model": {**spec["model"], "context_len": L}}, {s: n * L for s, n in data["examples"].items()}
+    lm, sizes = (
+        {**spec, "model": {**spec["model"], "context_len": L}},
+        {s: n * L for s, n in data["examples"].items()},
+    )
     if stage != "train":
-        return lm_evaluate(lm, sizes, data["vocab"], settings, passes=1), "config (recall.data.examples)"
+        return lm_evaluate(
+            lm, sizes, data["vocab"], settings, passes=1
+        ), "config (recall.data.examples)"
     est = lm_train(lm, sizes, data["vocab"], settings)
-    return Estimate(est.seconds, est.items // L, est.mem_mb, est.basis), "config (recall.data.examples)"
+    return Estimate(
+        est.seconds, est.items // L, est.mem_mb, est.basis
+    ), "config (recall.data.examples)"

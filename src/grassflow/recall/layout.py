@@ -17,7 +17,11 @@ def recall_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
         runs=runs,
         res=res,
         cells=recall_cells(r) if r else {},  # {cell: its data section}
-        data={run: f"{res}/data/{spec['data_cell']}" for run, spec in runs.items()},  # its cell's token files
+        data={
+            run: f"{res}/data/{spec['data_cell']}" for run, spec in runs.items()
+        },  # its cell's token files
         outputs=[f"{report}/recall.{x}" for x in ("md", "csv", "tex")]
-        + [f"{report}/recall_vs_dmodel.png", f"{report}/recall_by_distance.png"] if r else [],
+        + [f"{report}/recall_vs_dmodel.png", f"{report}/recall_by_distance.png"]
+        if r
+        else [],
     )

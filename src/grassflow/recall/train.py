@@ -26,7 +26,9 @@ from grassflow.runtime import autocast
 
 
 def model_config(spec: RunSpec, meta: dict) -> ModelConfig:
-    return ModelConfig.from_dict({**spec.model, "vocab_size": meta["vocab"], "context_len": meta["seq_len"]})
+    return ModelConfig.from_dict(
+        {**spec.model, "vocab_size": meta["vocab"], "context_len": meta["seq_len"]}
+    )
 
 
 @torch.no_grad()
@@ -66,7 +68,9 @@ class RecallObjective:
     def loss(self, model, batch):
         x, y = batch
         logits = model(x)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE)
+        return F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE
+        )
 
     def validate(self, model):
         hits, nll = predict(model, self.val, self.eval_batch_size, self.device)
@@ -76,31 +80,67 @@ class RecallObjective:
         return -row["val_acc"]
 
 
-def train_recall(spec: RunSpec | dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None) -> dict:
+def train_recall(
+    spec: RunSpec | dict, train_tokens, val_tokens, out_dir, preflight=None, execution=None
+) -> dict:
     spec = RunSpec.of(spec)
     t_start, out, device = start_run(spec, out_dir)
     tcfg = spec.train
     train, train_meta = read_split(train_tokens)
     val, val_meta = read_split(val_tokens)
-    if (val_meta["vocab"], val_meta["seq_len"], val_meta["kv"]) != (train_meta["vocab"], train_meta["seq_len"], train_meta["kv"]):
+    if (val_meta["vocab"], val_meta["seq_len"], val_meta["kv"]) != (
+        train_meta["vocab"],
+        train_meta["seq_len"],
+        train_meta["kv"],
+    ):
         raise DataError(f"{train_tokens} and {val_tokens} are different MQAR settings")
     mcfg = model_config(spec, train_meta)
-    objective = RecallObjective(train, val, tcfg.batch_size, spec.seed, tcfg.eval_batch_size, device, train_tokens)
+    objective = RecallObjective(
+        train, val, tcfg.batch_size, spec.seed, tcfg.eval_batch_size, device, train_tokens
+    )
     seed_everything(spec.seed)
     model = build_model(spec.model_kind, mcfg).to(device)
-    status, metrics, ran = fit(model, objective, spec, out, device, execution=execution,
-                               header={**config_json(spec.model_kind, mcfg), "spec": spec.source})
+    status, metrics, ran = fit(
+        model,
+        objective,
+        spec,
+        out,
+        device,
+        execution=execution,
+        header={**config_json(spec.model_kind, mcfg), "spec": spec.source},
+    )
     best = min(metrics, key=objective.score) if metrics else None
     files = {"train": (train_tokens, train_meta), "validation": (val_tokens, val_meta)}
-    return run_record(spec, out, model, status, metrics, best, device, files, t_start, preflight=preflight,
-                      model_config=mcfg.to_dict(), **ran, best_val_acc=best["val_acc"] if best else None)
+    return run_record(
+        spec,
+        out,
+        model,
+        status,
+        metrics,
+        best,
+        device,
+        files,
+        t_start,
+        preflight=preflight,
+        model_config=mcfg.to_dict(),
+        **ran,
+        best_val_acc=best["val_acc"] if best else None,
+    )
 
 
 def main(argv=None) -> int:
     p = job.parser(__spec__.name, __doc__)
     runs.train_args(p)
     a = p.parse_args(argv)
-    return job.run(train_recall, a.spec, a.train_tokens, a.val_tokens, a.out_dir, a.preflight, runs.execution(a))
+    return job.run(
+        train_recall,
+        a.spec,
+        a.train_tokens,
+        a.val_tokens,
+        a.out_dir,
+        a.preflight,
+        runs.execution(a),
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,16 @@ def plain_log_ticks(fig) -> None:
 
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
-            for minor, f in ((False, axis.get_major_formatter()), (True, axis.get_minor_formatter())):
+            for minor, f in (
+                (False, axis.get_major_formatter()),
+                (True, axis.get_minor_formatter()),
+            ):
                 if type(f) is LogFormatterSciNotation:
-                    plain = LogFormatter(base=f._base, labelOnlyBase=f.labelOnlyBase, minor_thresholds=f.minor_thresholds)
+                    plain = LogFormatter(
+                        base=f._base,
+                        labelOnlyBase=f.labelOnlyBase,
+                        minor_thresholds=f.minor_thresholds,
+                    )
                     (axis.set_minor_formatter if minor else axis.set_major_formatter)(plain)
 
 
@@ -38,14 +45,27 @@ def save(fig, path):
     plt.close(fig)
 
 
-def curves(df, exp_name, preset, path, key="val_ppl", ylabel="validation perplexity (chunked)", log=True):
+def curves(
+    df, exp_name, preset, path, key="val_ppl", ylabel="validation perplexity (chunked)", log=True
+):
     fig, ax = plt.subplots(figsize=(6, 4))
     for _, run in df.iterrows():
         rows = read_metrics(run.metrics, ("epoch", key))
         if rows:
-            ax.plot([r["epoch"] for r in rows], [r[key] for r in rows], marker="o", ms=3,
-                    color=COLORS.get(run.model), alpha=0.8, label=f"{run.model} s{run.seed}")
-    ax.set(xlabel="epoch", ylabel=ylabel, yscale="log" if log else "linear",
-           title=f"{exp_name} — preset {preset}")
+            ax.plot(
+                [r["epoch"] for r in rows],
+                [r[key] for r in rows],
+                marker="o",
+                ms=3,
+                color=COLORS.get(run.model),
+                alpha=0.8,
+                label=f"{run.model} s{run.seed}",
+            )
+    ax.set(
+        xlabel="epoch",
+        ylabel=ylabel,
+        yscale="log" if log else "linear",
+        title=f"{exp_name} — preset {preset}",
+    )
     ax.legend(fontsize=7)
     save(fig, path)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from grassflow.errors import DataError
 
-REDO = ("remove it and run snakemake again: the job that wrote it runs again (for run.json, config.json or "
-        "metrics.jsonl, the training)")
+REDO = (
+    "remove it and run snakemake again: the job that wrote it runs again (for run.json, config.json or "
+    "metrics.jsonl, the training)"
+)
 
 
 def read_record(path) -> dict:
@@ -28,6 +30,7 @@ def read_record(path) -> dict:
 def require(obj: dict, path, keys) -> dict:
     """`obj` (a record read from `path`), or a DataError naming the file and the keys (dotted: within
     a section) it lacks: a record that parses but is not the record a job needs."""
+
     def has(key):
         node = obj
         for part in key.split("."):
@@ -38,7 +41,9 @@ def require(obj: dict, path, keys) -> dict:
 
     missing = [k for k in keys if not has(k)]
     if missing:
-        raise DataError(f"{path}: lacks {', '.join(missing)} (damaged, or another program's record): {REDO}")
+        raise DataError(
+            f"{path}: lacks {', '.join(missing)} (damaged, or another program's record): {REDO}"
+        )
     return obj
 
 
@@ -55,7 +60,9 @@ def read_metrics(path, keys=("epoch",)) -> list[dict]:
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{n}: not a JSON line ({e}): damaged? {REDO}") from None
         if not isinstance(row, dict) or any(k not in row for k in keys):
-            raise DataError(f"{path}:{n}: not an epoch's record (needs {list(keys)}): damaged? {REDO}")
+            raise DataError(
+                f"{path}:{n}: not an epoch's record (needs {list(keys)}): damaged? {REDO}"
+            )
         rows.append(row)
     return rows
 
@@ -65,6 +72,8 @@ def fields(run_dir, read):
     try:
         return read()
     except (KeyError, TypeError, AttributeError) as e:
-        raise DataError(f"{run_dir}: its run.json or eval.json lacks {e} (damaged, or another program's "
-                        f"record): remove the damaged one and run snakemake again: the job that wrote it runs "
-                        f"again (for run.json, the training)") from None
+        raise DataError(
+            f"{run_dir}: its run.json or eval.json lacks {e} (damaged, or another program's "
+            f"record): remove the damaged one and run snakemake again: the job that wrote it runs "
+            f"again (for run.json, the training)"
+        ) from None

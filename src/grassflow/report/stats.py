@@ -28,7 +28,9 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
     xs = list(xs)
     if any(math.isnan(x) for x in xs):
         return math.nan, math.nan
-    return (statistics.fmean(xs) if xs else math.nan), (statistics.stdev(xs) if len(xs) > 1 else math.nan)
+    return (statistics.fmean(xs) if xs else math.nan), (
+        statistics.stdev(xs) if len(xs) > 1 else math.nan
+    )
 
 
 def satterthwaite(terms: list[tuple[float, int]]) -> float:
@@ -68,7 +70,12 @@ def diff_ci(a: list[float], b: list[float]) -> dict:
         return {"diff": ma - mb, "ci_low": math.nan, "ci_high": math.nan, "df": math.nan}
     terms = [(sa**2 / len(a), len(a) - 1), (sb**2 / len(b), len(b) - 1)]
     h = _half_width(terms)
-    return {"diff": ma - mb, "ci_low": ma - mb - h, "ci_high": ma - mb + h, "df": satterthwaite(terms)}
+    return {
+        "diff": ma - mb,
+        "ci_low": ma - mb - h,
+        "ci_high": ma - mb + h,
+        "df": satterthwaite(terms),
+    }
 
 
 def verdict(ci_low: float, ci_high: float, gap: float, limit: float = 15.0) -> str:

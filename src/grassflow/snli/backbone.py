@@ -49,11 +49,15 @@ def _pretrained(src: str, revision=None) -> nn.Module:
 
         # safetensors only: a pytorch_model.bin is a pickle, and the backbone directory sits in
         # a shared results tree (see checkpoint.load_data)
-        return AutoModel.from_pretrained(os.path.expanduser(src), revision=revision, use_safetensors=True)
+        return AutoModel.from_pretrained(
+            os.path.expanduser(src), revision=revision, use_safetensors=True
+        )
     except Exception as e:
-        raise DataError(f"snli.backbone: could not load {src!r} ({type(e).__name__}: {e})\nFix: set "
-                        "snli.backbone.path to a local copy of its files, or run where the hub is "
-                        "reachable; offline, snli.backbone.random builds a random stand-in.") from None
+        raise DataError(
+            f"snli.backbone: could not load {src!r} ({type(e).__name__}: {e})\nFix: set "
+            "snli.backbone.path to a local copy of its files, or run where the hub is "
+            "reachable; offline, snli.backbone.random builds a random stand-in."
+        ) from None
 
 
 def load_backbone(cfg: dict, vocab_size: int, pad_id: int, fetched=None) -> nn.Module:
@@ -62,8 +66,14 @@ def load_backbone(cfg: dict, vocab_size: int, pad_id: int, fetched=None) -> nn.M
     if rand:
         from transformers import DistilBertConfig, DistilBertModel
 
-        conf = DistilBertConfig(vocab_size=vocab_size, n_layers=rand["n_layers"], dim=rand["dim"],
-                                n_heads=rand["n_heads"], hidden_dim=rand["hidden_dim"], pad_token_id=pad_id)
+        conf = DistilBertConfig(
+            vocab_size=vocab_size,
+            n_layers=rand["n_layers"],
+            dim=rand["dim"],
+            n_heads=rand["n_heads"],
+            hidden_dim=rand["hidden_dim"],
+            pad_token_id=pad_id,
+        )
         with torch.random.fork_rng():
             torch.manual_seed(rand["seed"])
             model = DistilBertModel(conf)
@@ -71,9 +81,11 @@ def load_backbone(cfg: dict, vocab_size: int, pad_id: int, fetched=None) -> nn.M
         src = str(fetched) if fetched else (cfg.get("path") or cfg["name"])
         model = _pretrained(src, None if fetched else cfg.get("revision"))
         if model.config.vocab_size != vocab_size:
-            raise DataError(f"snli.backbone: {src!r} has a vocabulary of {model.config.vocab_size} tokens, "
-                            f"but the token files were made by a tokenizer of {vocab_size}; use the "
-                            "backbone's own tokenizer (snli.tokenizer)")
+            raise DataError(
+                f"snli.backbone: {src!r} has a vocabulary of {model.config.vocab_size} tokens, "
+                f"but the token files were made by a tokenizer of {vocab_size}; use the "
+                "backbone's own tokenizer (snli.tokenizer)"
+            )
     model.requires_grad_(False)
     return model.eval()
 

@@ -45,20 +45,33 @@ class HeadConfig:
     # the enums and ranges of the fields: checked here, and the JSON schema's `snli_head`
     # section is generated from them (grassflow.planning.schema)
     CHOICES = CHOICES
-    BOUNDS = {**{k: {"minimum": 1} for k in ("d_model", "d_ff", "n_layers", "n_heads", "mix_heads", "stride")},
-              "d_proj": {"minimum": 2}, "window": {"minimum": 2}, "dropout": {"minimum": 0, "exclusiveMaximum": 1},
-              "eps": {"exclusiveMinimum": 0}}
+    BOUNDS = {
+        **{
+            k: {"minimum": 1}
+            for k in ("d_model", "d_ff", "n_layers", "n_heads", "mix_heads", "stride")
+        },
+        "d_proj": {"minimum": 2},
+        "window": {"minimum": 2},
+        "dropout": {"minimum": 0, "exclusiveMaximum": 1},
+        "eps": {"exclusiveMinimum": 0},
+    }
 
     def __post_init__(self):
         check_fields(self, "head")
         for key in ("n_heads", "mix_heads"):
             if self.d_model % getattr(self, key):
-                raise ValueError(f"head.{key} ({getattr(self, key)}) must divide head.d_model ({self.d_model})")
+                raise ValueError(
+                    f"head.{key} ({getattr(self, key)}) must divide head.d_model ({self.d_model})"
+                )
         if self.d_proj % self.mix_heads or self.d_proj // self.mix_heads < 2:
-            raise ValueError(f"head.d_proj ({self.d_proj}) must be a multiple of head.mix_heads "
-                             f"({self.mix_heads}) with at least 2 dimensions per head")
+            raise ValueError(
+                f"head.d_proj ({self.d_proj}) must be a multiple of head.mix_heads "
+                f"({self.mix_heads}) with at least 2 dimensions per head"
+            )
         if self.stride > self.window:
-            raise ValueError(f"head.stride must be ≤ head.window; got window {self.window}, stride {self.stride}")
+            raise ValueError(
+                f"head.stride must be ≤ head.window; got window {self.window}, stride {self.stride}"
+            )
 
     @property
     def r(self) -> int:

@@ -31,7 +31,9 @@ SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
 
 def pairs_sha256(cols: dict) -> str:
-    return content_sha256([f"{p}\t{h}\t{y}" for p, h, y in zip(cols["premise"], cols["hypothesis"], cols["label"])])
+    return content_sha256(
+        [f"{p}\t{h}\t{y}" for p, h, y in zip(cols["premise"], cols["hypothesis"], cols["label"])]
+    )
 
 
 def read_pairs(path) -> dict:
@@ -57,14 +59,29 @@ def load_pairs(cfg: dict, split: str) -> dict:
 def download(cfg: dict, split: str, out_path) -> dict:
     cols = load_pairs(cfg, split)
     if not cols["label"]:
-        raise DataError(f"snli.data: split {split!r} from source {cfg['source']!r} has no labelled pairs")
+        raise DataError(
+            f"snli.data: split {split!r} from source {cfg['source']!r} has no labelled pairs"
+        )
     digest = pairs_sha256(cols)
     check_content(cfg, split, digest, key="snli.data")
     with atomic_path(out_path) as tmp:
-        pq.write_table(pa.table({"premise": cols["premise"], "hypothesis": cols["hypothesis"],
-                                 "label": pa.array(cols["label"], pa.int8())}), tmp)
-    return {"split": split, "pairs": len(cols["label"]), "content_sha256": digest,
-            "file_sha256": sha256_file(out_path), "source": cfg["source"]}
+        pq.write_table(
+            pa.table(
+                {
+                    "premise": cols["premise"],
+                    "hypothesis": cols["hypothesis"],
+                    "label": pa.array(cols["label"], pa.int8()),
+                }
+            ),
+            tmp,
+        )
+    return {
+        "split": split,
+        "pairs": len(cols["label"]),
+        "content_sha256": digest,
+        "file_sha256": sha256_file(out_path),
+        "source": cfg["source"],
+    }
 
 
 def train_tokenizer(train, vocab_size: int, out) -> None:
@@ -73,10 +90,15 @@ def train_tokenizer(train, vocab_size: int, out) -> None:
 
 
 def _special_ids(tok, name) -> dict:
-    ids = {k: tok.token_to_id(t) for k, t in (("cls_id", "[CLS]"), ("sep_id", "[SEP]"), ("pad_id", "[PAD]"))}
+    ids = {
+        k: tok.token_to_id(t)
+        for k, t in (("cls_id", "[CLS]"), ("sep_id", "[SEP]"), ("pad_id", "[PAD]"))
+    }
     missing = [k for k, v in ids.items() if v is None]
     if missing:
-        raise DataError(f"snli.tokenizer: {name!r} has no {missing} token; the heads need [CLS], [SEP] and [PAD]")
+        raise DataError(
+            f"snli.tokenizer: {name!r} has no {missing} token; the heads need [CLS], [SEP] and [PAD]"
+        )
     return ids
 
 
@@ -94,13 +116,24 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
         out[c] = [e.ids[:keep] for e in encs]
     if not out["premise"]:
         raise DataError(f"{raw_parquet}: no pairs (empty split)")
-    meta = {"tokenizer": cfg["name"], "vocab_size": tok.get_vocab_size(), "tokenizer_sha256": tokenizer_sha256(tok),
-            **_special_ids(tok, cfg["name"]), "max_tokens": max_tokens, "n_pairs": len(out["premise"]),
-            "truncated_sentences": truncated, "source_content_sha256": pairs_sha256(cols),
-            "label_counts": np.bincount(cols["label"], minlength=3).tolist()}
-    table = pa.table({"premise": pa.array(out["premise"], pa.list_(pa.int32())),
-                      "hypothesis": pa.array(out["hypothesis"], pa.list_(pa.int32())),
-                      "label": pa.array(cols["label"], pa.int8())})
+    meta = {
+        "tokenizer": cfg["name"],
+        "vocab_size": tok.get_vocab_size(),
+        "tokenizer_sha256": tokenizer_sha256(tok),
+        **_special_ids(tok, cfg["name"]),
+        "max_tokens": max_tokens,
+        "n_pairs": len(out["premise"]),
+        "truncated_sentences": truncated,
+        "source_content_sha256": pairs_sha256(cols),
+        "label_counts": np.bincount(cols["label"], minlength=3).tolist(),
+    }
+    table = pa.table(
+        {
+            "premise": pa.array(out["premise"], pa.list_(pa.int32())),
+            "hypothesis": pa.array(out["hypothesis"], pa.list_(pa.int32())),
+            "label": pa.array(cols["label"], pa.int8()),
+        }
+    )
     with atomic_path(out_path) as tmp:
         pq.write_table(table.replace_schema_metadata({"grassflow": json.dumps(meta)}), tmp)
     meta["seconds"] = time.perf_counter() - t0
@@ -109,16 +142,26 @@ def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
 
 def read_token_pairs(path, vocab_size: int | None = None) -> tuple[dict, dict]:
     """({"premise": [ids...], "hypothesis": [...], "label": np.ndarray}, metadata), checked."""
-    data, meta = sources.read_token_file(path, "SNLI token file", lambda t: {
-        "premise": t.column("premise").to_pylist(), "hypothesis": t.column("hypothesis").to_pylist(),
-        "label": t.column("label").to_numpy().astype(np.int64)})
+    data, meta = sources.read_token_file(
+        path,
+        "SNLI token file",
+        lambda t: {
+            "premise": t.column("premise").to_pylist(),
+            "hypothesis": t.column("hypothesis").to_pylist(),
+            "label": t.column("label").to_numpy().astype(np.int64),
+        },
+    )
     if len(data["label"]) != meta["n_pairs"]:
-        raise DataError(f"{path}: holds {len(data['label'])} pairs, its metadata says {meta['n_pairs']}")
+        raise DataError(
+            f"{path}: holds {len(data['label'])} pairs, its metadata says {meta['n_pairs']}"
+        )
     if vocab_size is not None:
         top = max((max(s) for col in ("premise", "hypothesis") for s in data[col] if s), default=-1)
         if top >= vocab_size:
-            raise DataError(f"{path}: token id {top} ≥ vocab_size {vocab_size}; the token file does not "
-                            "belong to this tokenizer/model")
+            raise DataError(
+                f"{path}: token id {top} ≥ vocab_size {vocab_size}; the token file does not "
+                "belong to this tokenizer/model"
+            )
     if len(data["label"]) and not set(np.unique(data["label"])) <= {0, 1, 2}:
         raise DataError(f"{path}: labels outside 0, 1, 2")
     return data, meta

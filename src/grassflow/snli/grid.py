@@ -23,7 +23,16 @@ BACKBONE_FLOPS_PER_TOKEN = 2 * 42.5e6  # DistilBERT-base forward, non-embedding 
 SNLI_TOKENS_PER_PAIR = 28  # joint pairs: ~27 tokens of SNLI's (reports/bench/snli_backbone.md)
 
 
-GRASSMANN_HEAD_KEYS = ("d_proj", "mix_heads", "window", "stride", "pairs", "empty_offsets", "eps", "plucker_backend")
+GRASSMANN_HEAD_KEYS = (
+    "d_proj",
+    "mix_heads",
+    "window",
+    "stride",
+    "pairs",
+    "empty_offsets",
+    "eps",
+    "plucker_backend",
+)
 
 
 def snli_runs(name: str, p: dict) -> dict[str, dict]:
@@ -45,9 +54,19 @@ def snli_runs(name: str, p: dict) -> dict[str, dict]:
             train = {**run_train(s["train"]), "epochs": e["epochs"], "batch_size": e["batch_size"]}
             for seed in s["seeds"]:
                 run_id = sections.run_id(f"{exp}-{kind}", seed)
-                spec = {"run_id": run_id, "preset": name, "task": "snli", "experiment": exp, "model_kind": kind,
-                        "seed": seed, "head": dict(head), "features": features, "train": train,
-                        "tokenizer": s["tokenizer"]["name"], "max_tokens": s["max_tokens"]}
+                spec = {
+                    "run_id": run_id,
+                    "preset": name,
+                    "task": "snli",
+                    "experiment": exp,
+                    "model_kind": kind,
+                    "seed": seed,
+                    "head": dict(head),
+                    "features": features,
+                    "train": train,
+                    "tokenizer": s["tokenizer"]["name"],
+                    "max_tokens": s["max_tokens"],
+                }
                 if e["features"] == "backbone":
                     spec["backbone"] = copy.deepcopy(s["backbone"])
                 out[run_id] = spec
@@ -63,15 +82,23 @@ def check_snli(where: str, name: str, p: dict) -> None:
         raise ConfigError(f"{where}.backbone: required by an experiment with features: backbone")
     rand = (s.get("backbone") or {}).get("random")
     if uses_backbone and rand and rand["dim"] % rand["n_heads"]:
-        raise ConfigError(f"{where}.backbone.random.n_heads ({rand['n_heads']}) must divide its dim ({rand['dim']})")
+        raise ConfigError(
+            f"{where}.backbone.random.n_heads ({rand['n_heads']}) must divide its dim ({rand['dim']})"
+        )
     if uses_backbone and not rand and tok["name"] == "trained":
-        raise ConfigError(f"{where}.tokenizer.name: a pretrained backbone needs its own tokenizer, not 'trained'")
+        raise ConfigError(
+            f"{where}.tokenizer.name: a pretrained backbone needs its own tokenizer, not 'trained'"
+        )
     if 2 * s["max_tokens"] - 1 > 512:
-        raise ConfigError(f"{where}.max_tokens: {s['max_tokens']} makes joint pairs of up to "
-                          f"{2 * s['max_tokens'] - 1} tokens, more than DistilBERT's 512 positions")
+        raise ConfigError(
+            f"{where}.max_tokens: {s['max_tokens']} makes joint pairs of up to "
+            f"{2 * s['max_tokens'] - 1} tokens, more than DistilBERT's 512 positions"
+        )
     for exp, e in s["experiments"].items():
         if e["features"] == "scratch" and not e.get("embed_dim"):
-            raise ConfigError(f"{where}.experiments.{exp}.embed_dim: required when features is 'scratch'")
+            raise ConfigError(
+                f"{where}.experiments.{exp}.embed_dim: required when features is 'scratch'"
+            )
 
 
 def check_model(spec: dict, p: dict) -> None:
@@ -94,7 +121,9 @@ def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) 
     backbone = 0
     if spec["features"]["kind"] == "backbone":
         rand = spec["backbone"].get("random")
-        backbone = 2 * rand["n_layers"] * 12 * rand["dim"] ** 2 if rand else BACKBONE_FLOPS_PER_TOKEN
+        backbone = (
+            2 * rand["n_layers"] * 12 * rand["dim"] ** 2 if rand else BACKBONE_FLOPS_PER_TOKEN
+        )
     fps, _, basis = rate(dev, "transformer", head + 3 * backbone, 64, 6, threads)
     t = spec["train"]
     if evaluate:
@@ -104,11 +133,19 @@ def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) 
     else:
         items = pairs["train"] // t["batch_size"] * t["batch_size"] * t["epochs"]
         tokens = items * SNLI_TOKENS_PER_PAIR
-        seconds = tokens * (head + backbone) / fps + t["epochs"] * pairs["validation"] * SNLI_TOKENS_PER_PAIR * (
-            head / 3 + backbone) / fps
-    backbone_mb = 4 * backbone / 2 * 1.5 if backbone else 0  # its weights, embeddings included (~1.5×)
-    return Estimate(seconds, items, memory(settings, int(backbone_mb / 4) + 2_000_000, 100 * pairs["train"], 0),
-                    basis + " (SNLI: the LM Transformer's rate at equal FLOPs)")
+        seconds = (
+            tokens * (head + backbone) / fps
+            + t["epochs"] * pairs["validation"] * SNLI_TOKENS_PER_PAIR * (head / 3 + backbone) / fps
+        )
+    backbone_mb = (
+        4 * backbone / 2 * 1.5 if backbone else 0
+    )  # its weights, embeddings included (~1.5×)
+    return Estimate(
+        seconds,
+        items,
+        memory(settings, int(backbone_mb / 4) + 2_000_000, 100 * pairs["train"], 0),
+        basis + " (SNLI: the LM Transformer's rate at equal FLOPs)",
+    )
 
 
 def snli_sizes(part: dict, files: dict | None) -> tuple[dict, str]:
@@ -127,4 +164,8 @@ def run_dirs(part: dict, spec: dict) -> dict[str, str]:
     for a run on its frozen features; none for a backbone given by `path`, or a random one."""
     b = part.get("backbone") or {}
     fetched = b and not b.get("random") and not b.get("path")
-    return {"backbone": f"backbone/{b['name']}"} if fetched and spec["features"]["kind"] == "backbone" else {}
+    return (
+        {"backbone": f"backbone/{b['name']}"}
+        if fetched and spec["features"]["kind"] == "backbone"
+        else {}
+    )

@@ -24,18 +24,34 @@ class WindowedGrassmannMixer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.reduce = nn.Linear(cfg.d_model, cfg.d_proj)
-        self.plucker = nn.ModuleList(nn.Linear(cfg.r * (cfg.r - 1) // 2, cfg.d_model // cfg.mix_heads)
-                                     for _ in range(cfg.mix_heads))
+        self.plucker = nn.ModuleList(
+            nn.Linear(cfg.r * (cfg.r - 1) // 2, cfg.d_model // cfg.mix_heads)
+            for _ in range(cfg.mix_heads)
+        )
         self.gate = nn.Linear(2 * cfg.d_model, cfg.d_model)
 
     def features(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """g (B, T, d_model): the Plücker mixing features, before the gate."""
         cfg = self.cfg
         z = self.reduce(h).view(*h.shape[:2], cfg.mix_heads, cfg.r)
-        return torch.cat([windowed_plucker_mix(z[:, :, k], mask, p.weight, p.bias, window=cfg.window,
-                                               stride=cfg.stride, pairs=cfg.pairs, eps=cfg.eps,
-                                               empty=cfg.empty_offsets, backend=cfg.plucker_backend)
-                          for k, p in enumerate(self.plucker)], -1)
+        return torch.cat(
+            [
+                windowed_plucker_mix(
+                    z[:, :, k],
+                    mask,
+                    p.weight,
+                    p.bias,
+                    window=cfg.window,
+                    stride=cfg.stride,
+                    pairs=cfg.pairs,
+                    eps=cfg.eps,
+                    empty=cfg.empty_offsets,
+                    backend=cfg.plucker_backend,
+                )
+                for k, p in enumerate(self.plucker)
+            ],
+            -1,
+        )
 
     def forward(self, h, mask):
         return gated_mix(self.gate, h, self.features(h, mask))

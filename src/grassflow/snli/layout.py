@@ -16,7 +16,10 @@ def snli_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
     tokens = f"{res}/data/tokens/{s['tokenizer']['name'] if s else None}"
     exps = list(s.get("experiments") or {})
     # {run: the fetched backbone it reads (snli_fetch_backbone), or none (a `path`, random, scratch)}
-    backbones = {r: [f"{res}/{d['backbone']}"] if "backbone" in (d := run_dirs(s, spec)) else [] for r, spec in runs.items()}
+    backbones = {
+        r: [f"{res}/{d['backbone']}"] if "backbone" in (d := run_dirs(s, spec)) else []
+        for r, spec in runs.items()
+    }
     return SimpleNamespace(
         part=s or None,
         runs=runs,
@@ -25,7 +28,10 @@ def snli_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
         files={x: f"{tokens}/{x}.parquet" for x in SPLITS} if s else None,
         tokenizer=snli_tokenizer_spec(p) if s else None,
         backbones=backbones,
-        backbone_args={r: " ".join(f"--backbone-dir {d}" for d in ds) for r, ds in backbones.items()},
+        backbone_args={
+            r: " ".join(f"--backbone-dir {d}" for d in ds) for r, ds in backbones.items()
+        },
         outputs=[f"{report}/snli_{e}.{x}" for e in exps for x in ("md", "csv", "tex")]
-        + [f"{report}/snli_curves_{e}.png" for e in exps] + ([f"{report}/snli_summary.md"] if s else []),
+        + [f"{report}/snli_curves_{e}.png" for e in exps]
+        + ([f"{report}/snli_summary.md"] if s else []),
     )

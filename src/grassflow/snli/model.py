@@ -30,17 +30,28 @@ class ScratchEmbedding(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, ids, mask):
-        return self.drop(self.ln(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))))
+        return self.drop(
+            self.ln(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
+        )
 
 
 class SNLIClassifier(nn.Module):
     not_checkpointed = ("backbone.",)  # frozen; rebuilt from the spec (its weights hash is checked)
 
-    def __init__(self, kind: str, cfg: HeadConfig, *, backbone: nn.Module | None = None,
-                 embedding: ScratchEmbedding | None = None, feat_dim: int):
+    def __init__(
+        self,
+        kind: str,
+        cfg: HeadConfig,
+        *,
+        backbone: nn.Module | None = None,
+        embedding: ScratchEmbedding | None = None,
+        feat_dim: int,
+    ):
         super().__init__()
         if (backbone is None) == (embedding is None):
-            raise ValueError("give exactly one of backbone (frozen features) and embedding (scratch)")
+            raise ValueError(
+                "give exactly one of backbone (frozen features) and embedding (scratch)"
+            )
         if kind not in HEADS:
             raise ValueError(f"unknown head {kind!r}; choose one of {sorted(HEADS)}")
         self.kind, self.cfg = kind, cfg
@@ -48,8 +59,12 @@ class SNLIClassifier(nn.Module):
         self.in_proj = nn.Linear(feat_dim, cfg.d_model)
         self.blocks = nn.ModuleList(HEADS[kind](cfg))
         k = 1 if cfg.pair_input == "joint" else 4
-        self.classifier = nn.Sequential(nn.Linear(k * cfg.d_model, cfg.d_model), nn.GELU(),
-                                        nn.Dropout(cfg.dropout), nn.Linear(cfg.d_model, N_CLASSES))
+        self.classifier = nn.Sequential(
+            nn.Linear(k * cfg.d_model, cfg.d_model),
+            nn.GELU(),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.d_model, N_CLASSES),
+        )
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -92,7 +107,11 @@ def padded_len(meta: dict, pair_input: str) -> int:
 
 def _to(x: torch.Tensor, device) -> torch.Tensor:
     # from pinned memory without blocking: a plain copy to a GPU waits for it, every step
-    return x.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else x.to(device)
+    return (
+        x.pin_memory().to(device, non_blocking=True)
+        if torch.device(device).type == "cuda"
+        else x.to(device)
+    )
 
 
 def make_batch(data: dict, idx, meta: dict, pair_input: str, device, static: bool = False) -> dict:
@@ -117,5 +136,8 @@ def make_batch(data: dict, idx, meta: dict, pair_input: str, device, static: boo
     if pair_input == "joint":
         out["ids"], out["mask"] = padded([a + b[1:] for a, b in zip(p, h)])
     else:
-        (out["premise_ids"], out["premise_mask"]), (out["hypothesis_ids"], out["hypothesis_mask"]) = padded(p), padded(h)
+        (
+            (out["premise_ids"], out["premise_mask"]),
+            (out["hypothesis_ids"], out["hypothesis_mask"]),
+        ) = padded(p), padded(h)
     return out

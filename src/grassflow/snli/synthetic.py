@@ -20,11 +20,28 @@ import random
 
 LABELS = ("entailment", "neutral", "contradiction")  # SNLI's label ids 0, 1, 2
 
-AGENTS = {"man": "person", "woman": "person", "boy": "child", "girl": "child", "dog": "animal",
-          "cat": "animal", "chef": "person", "teacher": "person", "horse": "animal", "player": "person"}
+AGENTS = {
+    "man": "person",
+    "woman": "person",
+    "boy": "child",
+    "girl": "child",
+    "dog": "animal",
+    "cat": "animal",
+    "chef": "person",
+    "teacher": "person",
+    "horse": "animal",
+    "player": "person",
+}
 ADJ = ["tall", "small", "young", "old", "happy", "tired", "red", "quiet"]
 VERBS = ["chasing", "watching", "following", "pushing", "helping", "photographing", "greeting"]
-PLACES = ["in the park", "on the beach", "in a kitchen", "on a street", "near a river", "in a field"]
+PLACES = [
+    "in the park",
+    "on the beach",
+    "in a kitchen",
+    "on a street",
+    "near a river",
+    "in a field",
+]
 
 
 def _pair(rng: random.Random) -> tuple[str, str, int]:
@@ -39,9 +56,17 @@ def _pair(rng: random.Random) -> tuple[str, str, int]:
         where, first, second = place, p, a
     else:  # another place
         where, first, second = rng.choice([x for x in PLACES if x != place]), a, p
-    premise = " ".join(w for w in ("a", rng.choice(ADJ), first, "is", verb, "a", rng.choice(ADJ), second, where, ".") if w)
-    hyp_a, hyp_p = (x if rng.randrange(2) else AGENTS[x] for x in (a, p))  # the hypothesis's nouns: (a, p)
-    if hyp_a == hyp_p:  # "a animal is chasing a animal" would hold both ways: a swap would not contradict it
+    premise = " ".join(
+        w
+        for w in ("a", rng.choice(ADJ), first, "is", verb, "a", rng.choice(ADJ), second, where, ".")
+        if w
+    )
+    hyp_a, hyp_p = (
+        x if rng.randrange(2) else AGENTS[x] for x in (a, p)
+    )  # the hypothesis's nouns: (a, p)
+    if (
+        hyp_a == hyp_p
+    ):  # "a animal is chasing a animal" would hold both ways: a swap would not contradict it
         hyp_a, hyp_p = a, p
     return premise, f"a {hyp_a} is {verb} a {hyp_p} {place} .", label
 
@@ -50,4 +75,8 @@ def generate_pairs(n: int, seed: int) -> dict[str, list]:
     """{"premise": [...], "hypothesis": [...], "label": [...]}, SNLI's columns."""
     rng = random.Random(seed)
     rows = [_pair(rng) for _ in range(n)]
-    return {"premise": [r[0] for r in rows], "hypothesis": [r[1] for r in rows], "label": [r[2] for r in rows]}
+    return {
+        "premise": [r[0] for r in rows],
+        "hypothesis": [r[1] for r in rows],
+        "label": [r[2] for r in rows],
+    }

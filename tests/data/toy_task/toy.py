@@ -14,12 +14,21 @@ SCHEMA = {
     "required": ["data", "models", "seeds", "epochs", "batch_size"],
     "properties": {
         "data": {
-            "type": "object", "additionalProperties": False, "required": ["seq_len", "kv", "examples"],
-            "properties": {"vocab": {"type": "integer", "minimum": 8, "default": 64},
-                           "seq_len": {"type": "integer", "minimum": 4}, "kv": {"type": "integer", "minimum": 1},
-                           "examples": {"type": "object", "required": ["train", "validation", "test"],
-                                        "additionalProperties": {"type": "integer", "minimum": 1}},
-                           "seed": {"type": "integer", "minimum": 0, "default": 0}}},
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["seq_len", "kv", "examples"],
+            "properties": {
+                "vocab": {"type": "integer", "minimum": 8, "default": 64},
+                "seq_len": {"type": "integer", "minimum": 4},
+                "kv": {"type": "integer", "minimum": 1},
+                "examples": {
+                    "type": "object",
+                    "required": ["train", "validation", "test"],
+                    "additionalProperties": {"type": "integer", "minimum": 1},
+                },
+                "seed": {"type": "integer", "minimum": 0, "default": 0},
+            },
+        },
         "models": {"type": "array", "minItems": 1, "items": {"enum": ["transformer", "grassmann"]}},
         "d_model": {"type": "integer", "minimum": 4, "default": 16},
         "seeds": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
@@ -36,14 +45,29 @@ def runs(name, p):
     t = p["toy"]
     out = {}
     for kind in t["models"]:
-        model = {"d_model": t["d_model"], "d_ff": 2 * t["d_model"], "n_layers": 1, "dropout": 0.0,
-                 "context_len": t["data"]["seq_len"]}
+        model = {
+            "d_model": t["d_model"],
+            "d_ff": 2 * t["d_model"],
+            "n_layers": 1,
+            "dropout": 0.0,
+            "context_len": t["data"]["seq_len"],
+        }
         model.update({"r": 4, "lags": [1, 2]} if kind == "grassmann" else {"n_heads": 1})
         for seed in t["seeds"]:
             run_id = f"{kind}-s{seed}"
-            out[run_id] = {"run_id": run_id, "preset": name, "task": "toy", "model_kind": kind, "seed": seed,
-                           "model": model, "train": {**run_train(t["train"]), "epochs": t["epochs"],
-                                                     "batch_size": t["batch_size"]}}
+            out[run_id] = {
+                "run_id": run_id,
+                "preset": name,
+                "task": "toy",
+                "model_kind": kind,
+                "seed": seed,
+                "model": model,
+                "train": {
+                    **run_train(t["train"]),
+                    "epochs": t["epochs"],
+                    "batch_size": t["batch_size"],
+                },
+            }
     return out
 
 
@@ -64,7 +88,9 @@ def estimate(stage, spec, preset, settings, files):
 
     d = preset["toy"]["data"]
     as_recall = {"recall": {"data": {"vocab": d["vocab"], "examples": d["examples"]}}}
-    est, _ = recall_job(stage, {**spec, "cell": {"seq_len": d["seq_len"]}}, as_recall, settings, files)
+    est, _ = recall_job(
+        stage, {**spec, "cell": {"seq_len": d["seq_len"]}}, as_recall, settings, files
+    )
     return est, "config (toy.data.examples)"
 
 
@@ -77,7 +103,9 @@ def aggregate(preset, preset_name, runs, out_dir):
         rows.append(f"{spec['model_kind']},{spec['seed']},{acc}")
     out = Path(out_dir)
     (out / "toy.csv").write_text("model,seed,test_accuracy\n" + "\n".join(sorted(rows)) + "\n")
-    (out / "toy.md").write_text(f"# Toy ({preset_name})\n\n" + "\n".join(f"- {r}" for r in sorted(rows)) + "\n")
+    (out / "toy.md").write_text(
+        f"# Toy ({preset_name})\n\n" + "\n".join(f"- {r}" for r in sorted(rows)) + "\n"
+    )
 
 
 def main(argv=None) -> int:

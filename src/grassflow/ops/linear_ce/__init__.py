@@ -59,8 +59,10 @@ def require(backend: str, device) -> str:
     device = torch.device(device)
     if backend == "fused":
         if not fused.cupy_backend.CUDA.is_cuda(device):
-            raise ConfigError(f"train.head_loss 'fused' runs CUDA kernels, and this job trains on {device}: "
-                               "set train.head_loss to auto or chunked")
+            raise ConfigError(
+                f"train.head_loss 'fused' runs CUDA kernels, and this job trains on {device}: "
+                "set train.head_loss to auto or chunked"
+            )
         why = fused.why_not(device)
         if why is not None:
             raise ConfigError(f"train.head_loss 'fused': {why}")
@@ -68,8 +70,9 @@ def require(backend: str, device) -> str:
 
 
 @torch.library.custom_op("grassflow::linear_cross_entropy", mutates_args=())
-def _chunked(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-             chunk: int, bf16: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _chunked(
+    h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, chunk: int, bf16: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(mean loss, d loss/dh, d loss/dW); the GEMMs in bf16 where `bf16`, else in fp32."""
     gemm = torch.bfloat16 if bf16 else torch.float32
     hg, wg = h.to(gemm), weight.to(gemm)
@@ -78,7 +81,9 @@ def _chunked(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
     dw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device)
     logits = torch.empty(min(chunk, N), V, dtype=torch.float32, device=h.device)
     logp = torch.empty_like(logits)
-    low = torch.empty(logits.shape, dtype=gemm, device=h.device) if bf16 else None  # a chunk's bf16 GEMM in/output
+    low = (
+        torch.empty(logits.shape, dtype=gemm, device=h.device) if bf16 else None
+    )  # a chunk's bf16 GEMM in/output
     total = torch.zeros((), dtype=torch.float64, device=h.device)
     # ATen's (log_)softmax kernels, not exp_: the elementwise exp takes a slow path for every
     # argument whose result is subnormal (measured 10× slower on logits of an untrained model)
@@ -124,7 +129,9 @@ _chunked.register_autograd(_backward, setup_context=_setup_context)
 
 
 @torch.library.custom_op("grassflow::linear_cross_entropy_fused", mutates_args=())
-def _fused(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fused(
+    h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(mean loss, d loss/dh, d loss/dW): bf16 GEMMs, the loss and gradient by the fused kernels."""
     hg, wg = h.to(torch.bfloat16), weight.to(torch.bfloat16)
     g = torch.mm(hg, wg.t())  # (N, V) bf16: the only logits tensor, overwritten by the gradient
@@ -137,18 +144,29 @@ def _(h, weight, target):
     return h.new_empty((), dtype=torch.float32), torch.empty_like(h), torch.empty_like(weight)
 
 
-_fused.register_autograd(lambda ctx, g, dh, dw: _backward(ctx, g, dh, dw)[:3], setup_context=_setup_context)
+_fused.register_autograd(
+    lambda ctx, g, dh, dw: _backward(ctx, g, dh, dw)[:3], setup_context=_setup_context
+)
 
 
 def linear_cross_entropy(h, weight, target, backend="auto"):
     """Mean cross-entropy of h Wᵀ against target; h (N, d), weight (V, d). The logits are fp32,
     but for chunked-bf16's (and the reference's under autocast: bf16, then fp32)."""
-    if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1] or target.shape != h.shape[:1]:
-        raise ValueError(f"need h (N, d), weight (V, d), target (N,); got {tuple(h.shape)}, "
-                         f"{tuple(weight.shape)}, {tuple(target.shape)}")
+    if (
+        h.dim() != 2
+        or weight.dim() != 2
+        or h.shape[1] != weight.shape[1]
+        or target.shape != h.shape[:1]
+    ):
+        raise ValueError(
+            f"need h (N, d), weight (V, d), target (N,); got {tuple(h.shape)}, "
+            f"{tuple(weight.shape)}, {tuple(target.shape)}"
+        )
     backend = resolve(backend, h.device)
     if backend == "reference":
         return F.cross_entropy((h @ weight.t()).float(), target)
     if backend == "fused":
         return _fused(h, weight, target)[0]
-    return _chunked(h, weight, target, max(1, BUFFER_FLOATS // weight.shape[0]), backend == "chunked-bf16")[0]
+    return _chunked(
+        h, weight, target, max(1, BUFFER_FLOATS // weight.shape[0]), backend == "chunked-bf16"
+    )[0]

@@ -30,7 +30,18 @@ TYPES = {torch.float32: ("float", "f32"), torch.bfloat16: ("bf16_t", "bf16")}
 # launch, where no C++ compiler is assumed to read them; tests/ops/test_linear_ce.py holds them to the source.
 PARAMS = {
     "ce_partial": ("T*", "long", "int", "int", "float*", "float*"),
-    "ce_finish": ("T*", "int*", "float*", "float*", "long", "int", "int", "float*", "float*", "float*"),
+    "ce_finish": (
+        "T*",
+        "int*",
+        "float*",
+        "float*",
+        "long",
+        "int",
+        "int",
+        "float*",
+        "float*",
+        "float*",
+    ),
     "ce_grad": ("T*", "int*", "float*", "float*", "long", "int", "float"),
 }
 LANES = 256  # threads per row in ce_partial: 4,096 rows make 4,096 blocks, and each thread reads V/256 logits
@@ -55,13 +66,17 @@ def launch_packed_on_cpu(name: str, grid: int, block: int, kernel_params: int) -
     fn(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_void_p(kernel_params))
 
 
-def softmax_cross_entropy_(logits: torch.Tensor, target: torch.Tensor, scale: float) -> torch.Tensor:
+def softmax_cross_entropy_(
+    logits: torch.Tensor, target: torch.Tensor, scale: float
+) -> torch.Tensor:
     """Each row's cross-entropy (fp32, (N,)) of `logits` (N, V), float32 or bfloat16, contiguous,
     against `target` (N,); `logits` is overwritten by scale · (softmax − onehot), the gradient of
     scale · Σ loss. A target outside [0, V) gives its row a NaN loss (no host sync to check it)."""
     if logits.dtype not in TYPES or logits.dim() != 2 or not logits.is_contiguous():
-        raise ValueError(f"softmax_cross_entropy_ takes contiguous (N, V) float32 or bfloat16 logits, "
-                         f"got {tuple(logits.shape)} {logits.dtype}")
+        raise ValueError(
+            f"softmax_cross_entropy_ takes contiguous (N, V) float32 or bfloat16 logits, "
+            f"got {tuple(logits.shape)} {logits.dtype}"
+        )
     N, V = logits.shape
     y = target.to(torch.int32).contiguous()
     f32 = dict(dtype=torch.float32, device=logits.device)
@@ -69,8 +84,24 @@ def softmax_cross_entropy_(logits: torch.Tensor, target: torch.Tensor, scale: fl
     row_max, row_log_sum, loss = (torch.empty(N, **f32) for _ in range(3))
     n, v, lanes = np.int64(N), np.int32(V), np.int32(LANES)
     _launch("ce_partial", logits.dtype, N * LANES, logits, n, v, lanes, part_max, part_sum)
-    _launch("ce_finish", logits.dtype, N, logits, y, part_max, part_sum, n, v, lanes, row_max, row_log_sum, loss)
-    _launch("ce_grad", logits.dtype, N * V, logits, y, row_max, row_log_sum, n, v, np.float32(scale))
+    _launch(
+        "ce_finish",
+        logits.dtype,
+        N,
+        logits,
+        y,
+        part_max,
+        part_sum,
+        n,
+        v,
+        lanes,
+        row_max,
+        row_log_sum,
+        loss,
+    )
+    _launch(
+        "ce_grad", logits.dtype, N * V, logits, y, row_max, row_log_sum, n, v, np.float32(scale)
+    )
     return loss
 
 
@@ -78,7 +109,11 @@ def why_not(device: torch.device) -> str | None:
     """None if the kernels can run on `device`, else why not (CUDA: what the Plücker op's CuPy
     backend needs, then this source's own compile)."""
     if not cupy_backend.CUDA.is_cuda(device):
-        return None if device.type == "cpu" else f"runs on CUDA (CuPy) or the CPU (the shim), not {device}"
+        return (
+            None
+            if device.type == "cpu"
+            else f"runs on CUDA (CuPy) or the CPU (the shim), not {device}"
+        )
     why = cupy_backend.why_not(device)
     if why is not None:
         return why
@@ -101,7 +136,9 @@ def _module(device_index: int):
     import cupy
 
     with cupy.cuda.Device(device_index):
-        mod = cupy.RawModule(code=(kernels_dir() / KERNEL_SOURCES[0]).read_text(), options=("-std=c++17",))
+        mod = cupy.RawModule(
+            code=(kernels_dir() / KERNEL_SOURCES[0]).read_text(), options=("-std=c++17",)
+        )
         mod.compile()
     return mod
 
@@ -120,8 +157,19 @@ def _launch_cuda(name: str, device: torch.device, n_threads: int, packed) -> Non
     cuda = cupy_backend.CUDA
     idx = cuda.index(device)
     with cuda.current(idx):
-        cupy.cuda.driver.launchKernel(_function(idx, name), grid_for(n_threads), 1, 1, BLOCK, 1, 1, 0,
-                                      cuda.stream(device), ctypes.addressof(packed), 0)
+        cupy.cuda.driver.launchKernel(
+            _function(idx, name),
+            grid_for(n_threads),
+            1,
+            1,
+            BLOCK,
+            1,
+            1,
+            0,
+            cuda.stream(device),
+            ctypes.addressof(packed),
+            0,
+        )
 
 
 def _tensor_info(x):

@@ -11,9 +11,15 @@ from grassflow.ops.plucker.cupy_backend import CupyStages
 from grassflow.ops.plucker.fast import TorchStages
 from grassflow.ops.plucker.fused_cpu import FusedCpuStages
 
-BACKENDS = PLUCKER_BACKENDS  # the one list (models.config): the config's checks and the schema read it
-_STAGES = {"fast": TorchStages(), "cupy": CupyStages(), "kernel-cpu": CpuKernelStages(),
-           "fused-cpu": FusedCpuStages()}
+BACKENDS = (
+    PLUCKER_BACKENDS  # the one list (models.config): the config's checks and the schema read it
+)
+_STAGES = {
+    "fast": TorchStages(),
+    "cupy": CupyStages(),
+    "kernel-cpu": CpuKernelStages(),
+    "fused-cpu": FusedCpuStages(),
+}
 
 
 def check_backend(backend: str) -> None:

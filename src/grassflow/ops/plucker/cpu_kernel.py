@@ -41,13 +41,17 @@ def check_private(path: Path, *, ancestors: bool = True) -> None:
     for i, p in enumerate([real, *real.parents] if ancestors else [real]):
         st = os.stat(p)
         if st.st_uid not in (uid, 0):
-            raise UnsafeKernelCache(f"{p} belongs to uid {st.st_uid}, not to this user ({uid}): the kernel cache "
-                                    f"{path} is not private; set GRASSFLOW_CACHE to a directory of your own")
+            raise UnsafeKernelCache(
+                f"{p} belongs to uid {st.st_uid}, not to this user ({uid}): the kernel cache "
+                f"{path} is not private; set GRASSFLOW_CACHE to a directory of your own"
+            )
         writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         if writable and not (i > 0 and st.st_mode & stat.S_ISVTX):
-            raise UnsafeKernelCache(f"{p} is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} "
-                                    f"(mode {stat.filemode(st.st_mode)}): the kernel cache {path} is not private; "
-                                    f"chmod go-w {p}, or set GRASSFLOW_CACHE to a directory of your own")
+            raise UnsafeKernelCache(
+                f"{p} is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} "
+                f"(mode {stat.filemode(st.st_mode)}): the kernel cache {path} is not private; "
+                f"chmod go-w {p}, or set GRASSFLOW_CACHE to a directory of your own"
+            )
 
 
 def _sha256(path: Path) -> str:
@@ -65,7 +69,9 @@ def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDL
     if shutil.which(cxx) is None:
         raise RuntimeError(f"{main.name}: needs a C++ compiler ({cxx!r} not on PATH)")
     sources = [main, *extra]
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + " ".join([cxx, *flags]).encode()).hexdigest()
+    key = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sources) + " ".join([cxx, *flags]).encode()
+    ).hexdigest()
     cache = _cache_dir()
     entry = cache / f"{main.stem}_{key[:16]}"
     lib, digest = entry / "lib.so", entry / "lib.so.sha256"
@@ -74,7 +80,18 @@ def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDL
     if not entry.exists():
         tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".{entry.name}."))  # mode 0700
         try:
-            cmd = [cxx, *flags, "-std=c++17", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(tmp / "lib.so"), str(main)]
+            cmd = [
+                cxx,
+                *flags,
+                "-std=c++17",
+                "-shared",
+                "-fPIC",
+                "-Wall",
+                "-Werror",
+                "-o",
+                str(tmp / "lib.so"),
+                str(main),
+            ]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
                 raise RuntimeError(f"compiling {main} failed:\n{res.stderr}")
@@ -88,8 +105,10 @@ def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDL
     for p in (entry, lib, digest):
         check_private(p, ancestors=False)
     if not digest.is_file() or digest.read_text().strip() != _sha256(lib):
-        raise UnsafeKernelCache(f"{lib}: its bytes do not match the sha256 recorded when it was built; not "
-                                f"loading it. Delete {entry} to rebuild it")
+        raise UnsafeKernelCache(
+            f"{lib}: its bytes do not match the sha256 recorded when it was built; not "
+            f"loading it. Delete {entry} to rebuild it"
+        )
     return ctypes.CDLL(str(lib))
 
 

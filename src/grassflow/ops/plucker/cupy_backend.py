@@ -70,8 +70,11 @@ CUDA = TorchCuda()
 
 def extra(major: int | None) -> str:
     """The install that gives CuPy for torch's CUDA major (pyproject.toml's gpu-cuda<major> extras)."""
-    return f"pip install 'grassflow[gpu-cuda{major}]'" if major in (12, 13) else \
-        f"no grassflow extra for CUDA {major}: install torch built for CUDA 12 or 13"
+    return (
+        f"pip install 'grassflow[gpu-cuda{major}]'"
+        if major in (12, 13)
+        else f"no grassflow extra for CUDA {major}: install torch built for CUDA 12 or 13"
+    )
 
 
 MISMATCH = "CuPy and torch are built for different CUDA majors"
@@ -80,7 +83,9 @@ MISMATCH = "CuPy and torch are built for different CUDA majors"
 def _cupy_major() -> int:
     import cupy
 
-    return cupy.cuda.runtime.runtimeGetVersion() // 1000  # CUDA 12.4 → 12040 (the CUDA CuPy was built for)
+    return (
+        cupy.cuda.runtime.runtimeGetVersion() // 1000
+    )  # CUDA 12.4 → 12040 (the CUDA CuPy was built for)
 
 
 def cupy_installed() -> bool:
@@ -91,7 +96,9 @@ def cupy_installed() -> bool:
     return True
 
 
-KERNEL_SOURCES = ("plucker.cu",)  # what NVRTC compiles, under kernels/ (read by grassflow.planning.staleness)
+KERNEL_SOURCES = (
+    "plucker.cu",
+)  # what NVRTC compiles, under kernels/ (read by grassflow.planning.staleness)
 
 
 @cache
@@ -128,14 +135,18 @@ def why_not(device: torch.device) -> str | None:
     if not cupy_installed():
         return f"needs CuPy: {extra(CUDA.major())}"
     if _cupy_major() != CUDA.major():  # its kernels would not load beside torch's CUDA libraries
-        return (f"{MISMATCH}: CuPy for CUDA {_cupy_major()}, torch for CUDA {CUDA.major()}: "
-                f"pip uninstall cupy-cuda{_cupy_major()}x; {extra(CUDA.major())}")
+        return (
+            f"{MISMATCH}: CuPy for CUDA {_cupy_major()}, torch for CUDA {CUDA.major()}: "
+            f"pip uninstall cupy-cuda{_cupy_major()}x; {extra(CUDA.major())}"
+        )
     return _compile_error(CUDA.index(device))
 
 
 @cache
 def _warn_fallback(why: str) -> None:
-    print(f"[grassflow] warning: {why}; plucker_backend 'auto' uses 'fast' instead", file=sys.stderr)
+    print(
+        f"[grassflow] warning: {why}; plucker_backend 'auto' uses 'fast' instead", file=sys.stderr
+    )
 
 
 def usable(device: torch.device, *, warn: bool = True) -> bool:
@@ -185,8 +196,19 @@ class CupyStages(KernelStages):
         kernel_abi.check_once(name, params, args, _tensor_info)
         packed, _keep = kernel_abi.pack(params, args, lambda t: t.data_ptr())
         with CUDA.current(idx):
-            cupy.cuda.driver.launchKernel(_function(idx, name), grid_for(n_threads), 1, 1, BLOCK, 1, 1, 0,
-                                          CUDA.stream(dev), ctypes.addressof(packed), 0)
+            cupy.cuda.driver.launchKernel(
+                _function(idx, name),
+                grid_for(n_threads),
+                1,
+                1,
+                BLOCK,
+                1,
+                1,
+                0,
+                CUDA.stream(dev),
+                ctypes.addressof(packed),
+                0,
+            )
 
 
 def _tensor_info(x):

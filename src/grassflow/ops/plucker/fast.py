@@ -68,8 +68,10 @@ class TorchStages:
         # Row blocks of the upper triangle, (a_i c_j − c_i a_j)_{j>i} for each i: the same
         # row-major order as pair_indices, ~4× faster on CPU than gathering with index lists.
         a, r = z.to(c.dtype), z.shape[-1]
-        rows = [a[..., i : i + 1] * c[..., i + 1 :] - c[..., i : i + 1] * a[..., i + 1 :]
-                for i in range(r - 1)]
+        rows = [
+            a[..., i : i + 1] * c[..., i + 1 :] - c[..., i : i + 1] * a[..., i + 1 :]
+            for i in range(r - 1)
+        ]
         return torch.cat(rows, -1).to(z.dtype)
 
     def wedge_bwd(self, dq, z, c):

@@ -69,12 +69,18 @@ def forward(z, weight, bias, lags, eps, empty, stages) -> tuple[torch.Tensor, to
     c = stages.coeff(z, lags, eps)
     q = stages.wedge(z, c)
     if E:
-        g = torch.bmm(q.reshape(E, -1, q.shape[-1]), weight.to(z.dtype).transpose(1, 2)).reshape(*z.shape[:2], -1)
+        g = torch.bmm(q.reshape(E, -1, q.shape[-1]), weight.to(z.dtype).transpose(1, 2)).reshape(
+            *z.shape[:2], -1
+        )
     else:
         g = torch.matmul(q, weight.to(z.dtype).t())
     if bias is not None:
         term = _bias_term(bias, lags, T, empty, z.device, g.dtype)
-        g = g + term if not E else (g.reshape(E, -1, T, g.shape[-1]) + term.unsqueeze(1)).reshape(g.shape)
+        g = (
+            g + term
+            if not E
+            else (g.reshape(E, -1, T, g.shape[-1]) + term.unsqueeze(1)).reshape(g.shape)
+        )
     return g, c
 
 
@@ -88,7 +94,9 @@ def backward(dg, z, c, weight, has_bias, lags, eps, empty, stages, needs):
     if needs[1]:
         q = stages.wedge(z, c)
         if E:
-            dweight = torch.bmm(dg.reshape(E, -1, d).transpose(1, 2), q.reshape(E, -1, q.shape[-1])).to(weight.dtype)
+            dweight = torch.bmm(
+                dg.reshape(E, -1, d).transpose(1, 2), q.reshape(E, -1, q.shape[-1])
+            ).to(weight.dtype)
         else:
             dweight = (dg.reshape(-1, d).t() @ q.reshape(B * T, -1)).to(weight.dtype)
     if has_bias and needs[2]:
@@ -119,8 +127,18 @@ class PluckerMixFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dg):
         z, c, weight = ctx.saved_tensors
-        dz, dweight, dbias = backward(dg, z, c, weight, ctx.has_bias, ctx.lags, ctx.eps, ctx.empty,
-                                      ctx.stages, ctx.needs_input_grad[:3])
+        dz, dweight, dbias = backward(
+            dg,
+            z,
+            c,
+            weight,
+            ctx.has_bias,
+            ctx.lags,
+            ctx.eps,
+            ctx.empty,
+            ctx.stages,
+            ctx.needs_input_grad[:3],
+        )
         return dz, dweight, dbias, None, None, None, None
 
 
@@ -128,10 +146,20 @@ class PluckerMixFunction(torch.autograd.Function):
 # `backend` is resolved inside the ops (auto -> cupy | fast by the tensors' device), so that
 # nothing Dynamo would have to trace (an import of CuPy, a compile probe) runs in the graph.
 
+
 @torch.library.custom_op("grassflow::plucker_mix", mutates_args=())
-def plucker_mix_op(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lags: list[int],
-                   eps: float, empty: str, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return forward(z, weight, bias, tuple(lags), eps, empty, stages_for(resolve_backend(backend, z)))
+def plucker_mix_op(
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    lags: list[int],
+    eps: float,
+    empty: str,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return forward(
+        z, weight, bias, tuple(lags), eps, empty, stages_for(resolve_backend(backend, z))
+    )
 
 
 @plucker_mix_op.register_fake
@@ -141,20 +169,37 @@ def _(z, weight, bias, lags, eps, empty, backend):
 
 
 @torch.library.custom_op("grassflow::plucker_mix_backward", mutates_args=())
-def plucker_mix_backward_op(dg: torch.Tensor, z: torch.Tensor, c: torch.Tensor, weight: torch.Tensor,
-                            has_bias: bool, lags: list[int], eps: float, empty: str, backend: str,
-                            needs: list[bool]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def plucker_mix_backward_op(
+    dg: torch.Tensor,
+    z: torch.Tensor,
+    c: torch.Tensor,
+    weight: torch.Tensor,
+    has_bias: bool,
+    lags: list[int],
+    eps: float,
+    empty: str,
+    backend: str,
+    needs: list[bool],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     stages = stages_for(resolve_backend(backend, z))
-    dz, dweight, dbias = backward(dg, z, c, weight, has_bias, tuple(lags), eps, empty, stages, needs)
+    dz, dweight, dbias = backward(
+        dg, z, c, weight, has_bias, tuple(lags), eps, empty, stages, needs
+    )
     # a custom op returns tensors, never None (nor its inputs): empty stand-ins for "not needed"
-    return (z.new_empty(0) if dz is None else dz, weight.new_empty(0) if dweight is None else dweight,
-            weight.new_empty(0) if dbias is None else dbias)
+    return (
+        z.new_empty(0) if dz is None else dz,
+        weight.new_empty(0) if dweight is None else dweight,
+        weight.new_empty(0) if dbias is None else dbias,
+    )
 
 
 @plucker_mix_backward_op.register_fake
 def _(dg, z, c, weight, has_bias, lags, eps, empty, backend, needs):
-    return (z.new_empty(z.shape if needs[0] else (0,)), weight.new_empty(weight.shape if needs[1] else (0,)),
-            weight.new_empty(weight.shape[:-1] if has_bias and needs[2] else (0,)))
+    return (
+        z.new_empty(z.shape if needs[0] else (0,)),
+        weight.new_empty(weight.shape if needs[1] else (0,)),
+        weight.new_empty(weight.shape[:-1] if has_bias and needs[2] else (0,)),
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -170,8 +215,15 @@ def _backward(ctx, dg, _dc):
     needs = [bool(n) for n in ctx.needs_input_grad[:3]]
     needs[2] = needs[2] and has_bias
     dz, dweight, dbias = plucker_mix_backward_op(dg, z, c, weight, *ctx.args, needs)
-    return (dz if needs[0] else None, dweight if needs[1] else None, dbias if needs[2] else None,
-            None, None, None, None)
+    return (
+        dz if needs[0] else None,
+        dweight if needs[1] else None,
+        dbias if needs[2] else None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 plucker_mix_op.register_autograd(_backward, setup_context=_setup_context)

@@ -21,8 +21,12 @@ import numpy as np
 
 # C scalar parameter type -> the NumPy scalar type a caller must pass (LP64: long is 8 bytes)
 SCALARS = {"int": np.int32, "long": np.int64, "float": np.float32, "double": np.float64}
-_CTYPES = {"int": ctypes.c_int32, "long": ctypes.c_int64, "float": ctypes.c_float,
-           "double": ctypes.c_double}
+_CTYPES = {
+    "int": ctypes.c_int32,
+    "long": ctypes.c_int64,
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+}
 # C pointee type -> (element kind, element size) of the arrays it accepts; bf16_t is raw bits
 POINTEES = {"float": ("f", 4), "double": ("f", 8), "int": ("i", 4), "bf16_t": ("bits", 2)}
 
@@ -43,20 +47,24 @@ def _param_type(decl: str) -> str:
 
 def parse_signatures(preprocessed: str) -> dict[str, tuple[str, ...]]:
     """{kernel name: parameter types} of every extern "C" __global__ in a preprocessed source."""
-    return {m.group(1): tuple(_param_type(p) for p in m.group(2).split(","))
-            for m in _KERNEL.finditer(preprocessed)}
+    return {
+        m.group(1): tuple(_param_type(p) for p in m.group(2).split(","))
+        for m in _KERNEL.finditer(preprocessed)
+    }
 
 
 @cache
 def signatures(source: Path) -> dict[str, tuple[str, ...]]:
     """The kernels' signatures, preprocessed once per process (as the library is built once)."""
     cxx = os.environ.get("CXX", "g++")
-    res = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", str(source)], capture_output=True, text=True)
+    res = subprocess.run(
+        [cxx, "-E", "-P", "-x", "c++", "-std=c++17", str(source)], capture_output=True, text=True
+    )
     if res.returncode != 0:
         raise RuntimeError(f"preprocessing {source} failed:\n{res.stderr}")
     sigs = parse_signatures(res.stdout)
     if not sigs:
-        raise RuntimeError(f"{source}: no extern \"C\" __global__ kernels found")
+        raise RuntimeError(f'{source}: no extern "C" __global__ kernels found')
     return sigs
 
 
@@ -75,13 +83,17 @@ def check(name: str, params: tuple[str, ...], args: tuple, array_info) -> None:
     """Raise KernelArgumentError unless `args` fit `params`. array_info(arg) gives
     (element dtype, contiguous) for an array argument, or None for anything else."""
     if len(args) != len(params):
-        raise KernelArgumentError(f"{name}: {len(args)} arguments for {len(params)} parameters {params}")
+        raise KernelArgumentError(
+            f"{name}: {len(args)} arguments for {len(params)} parameters {params}"
+        )
     for i, (param, arg) in enumerate(zip(params, args)):
         info = array_info(arg)
         if param.endswith("*"):
             want = POINTEES[param[:-1]]
             if info is None:
-                raise KernelArgumentError(f"{name}: argument {i} ({param}) must be an array, got {type(arg).__name__}")
+                raise KernelArgumentError(
+                    f"{name}: argument {i} ({param}) must be an array, got {type(arg).__name__}"
+                )
             dtype, contiguous = info
             if element_kind(dtype) != want:
                 raise KernelArgumentError(f"{name}: argument {i} ({param}) got an array of {dtype}")
@@ -90,9 +102,14 @@ def check(name: str, params: tuple[str, ...], args: tuple, array_info) -> None:
         else:
             want = SCALARS[param]
             if info is not None or type(arg) is not want:
-                got = type(arg).__name__ + (" (CuPy passes a Python int as 64 bits, a float as a double)"
-                                            if isinstance(arg, (int, float)) else "")
-                raise KernelArgumentError(f"{name}: argument {i} ({param}) must be numpy.{want.__name__}, got {got}")
+                got = type(arg).__name__ + (
+                    " (CuPy passes a Python int as 64 bits, a float as a double)"
+                    if isinstance(arg, (int, float))
+                    else ""
+                )
+                raise KernelArgumentError(
+                    f"{name}: argument {i} ({param}) must be numpy.{want.__name__}, got {got}"
+                )
 
 
 _CHECKED: set = set()
@@ -109,7 +126,11 @@ def check_once(name: str, params: tuple[str, ...], args: tuple, array_info) -> N
 
 def pack(params: tuple[str, ...], args: tuple, pointer_of) -> tuple[ctypes.Array, list]:
     """CUDA's kernel-argument array for checked args: (void*[n], values to keep alive)."""
-    values = [ctypes.c_void_p(pointer_of(a)) if p.endswith("*") else _CTYPES[p](a.item())
-              for p, a in zip(params, args)]
-    array = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+    values = [
+        ctypes.c_void_p(pointer_of(a)) if p.endswith("*") else _CTYPES[p](a.item())
+        for p, a in zip(params, args)
+    ]
+    array = (ctypes.c_void_p * len(values))(
+        *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values)
+    )
     return array, values

@@ -59,8 +59,12 @@ def kernel_name(kernel: str, dtype: torch.dtype, r: int) -> str:
 def kernel_names() -> set[str]:
     """Every extern "C" kernel plucker.cu defines."""
     variants = [f"r{r}_" for r in EXACT_R] + [f"upto{b}_" for b in R_BOUNDS]
-    return {f"{k}_{v if k in PER_R else ''}{suffix}" for k in KERNELS for v in variants
-            for _, suffix in KERNEL_TYPES.values()}
+    return {
+        f"{k}_{v if k in PER_R else ''}{suffix}"
+        for k in KERNELS
+        for v in variants
+        for _, suffix in KERNEL_TYPES.values()
+    }
 
 
 def grid_for(n_threads: int) -> int:
@@ -88,11 +92,15 @@ class KernelStages:
         if z.dtype not in KERNEL_TYPES:
             raise TypeError(f"plucker kernels take float32, float64 or bfloat16, got {z.dtype}")
         if z.shape[-1] > R_MAX:
-            raise ValueError(f"plucker kernels take r ≤ {R_MAX}, got r={z.shape[-1]}: "
-                             "set model.plucker_backend to fast for a larger r")
+            raise ValueError(
+                f"plucker kernels take r ≤ {R_MAX}, got r={z.shape[-1]}: "
+                "set model.plucker_backend to fast for a larger r"
+            )
         for t in (z, *others):
             if t.dtype != z.dtype:
-                raise TypeError(f"plucker kernels: input of dtype {t.dtype} beside z of dtype {z.dtype}")
+                raise TypeError(
+                    f"plucker kernels: input of dtype {t.dtype} beside z of dtype {z.dtype}"
+                )
             if not t.is_contiguous():
                 raise ValueError("plucker kernels need contiguous inputs")
 
@@ -118,9 +126,20 @@ class KernelStages:
         B, T, r = z.shape
         c = torch.empty(z.shape, dtype=acc_dtype(z.dtype), device=z.device)
         n = B * T
-        self._launch("plucker_coeff", z.dtype, r, n * r, z, self._lags(lags, z.device),
-                     np.int32(len(lags)), np.int64(n), np.int32(T), np.int32(r),
-                     self._eps(z.dtype, eps), c)
+        self._launch(
+            "plucker_coeff",
+            z.dtype,
+            r,
+            n * r,
+            z,
+            self._lags(lags, z.device),
+            np.int32(len(lags)),
+            np.int64(n),
+            np.int32(T),
+            np.int32(r),
+            self._eps(z.dtype, eps),
+            c,
+        )
         return c
 
     def wedge(self, z, c):
@@ -128,22 +147,57 @@ class KernelStages:
         n_pairs = r * (r - 1) // 2
         pi, pj = self._pairs(r, str(z.device))
         q = torch.empty(B, T, n_pairs, dtype=z.dtype, device=z.device)
-        self._launch("plucker_wedge", z.dtype, r, B * T * n_pairs, z, c, pi, pj,
-                     np.int64(B * T), np.int32(r), q)
+        self._launch(
+            "plucker_wedge",
+            z.dtype,
+            r,
+            B * T * n_pairs,
+            z,
+            c,
+            pi,
+            pj,
+            np.int64(B * T),
+            np.int32(r),
+            q,
+        )
         return q
 
     def wedge_bwd(self, dq, z, c):
         self._check(z, dq)
         B, T, r = z.shape
         da, dc = torch.empty_like(c), torch.empty_like(c)
-        self._launch("plucker_wedge_bwd", z.dtype, r, B * T * r, dq, z, c, np.int64(B * T),
-                     np.int32(r), da, dc)
+        self._launch(
+            "plucker_wedge_bwd",
+            z.dtype,
+            r,
+            B * T * r,
+            dq,
+            z,
+            c,
+            np.int64(B * T),
+            np.int32(r),
+            da,
+            dc,
+        )
         return da, dc
 
     def lag_bwd(self, z, dc, da, lags, eps):
         B, T, r = z.shape
         dz = torch.empty_like(dc)
-        self._launch("plucker_lag_bwd", z.dtype, r, B * T * r, z, dc, da, self._lags(lags, z.device),
-                     np.int32(len(lags)), np.int64(B * T), np.int32(T), np.int32(r),
-                     self._eps(z.dtype, eps), dz)
+        self._launch(
+            "plucker_lag_bwd",
+            z.dtype,
+            r,
+            B * T * r,
+            z,
+            dc,
+            da,
+            self._lags(lags, z.device),
+            np.int32(len(lags)),
+            np.int64(B * T),
+            np.int32(T),
+            np.int32(r),
+            self._eps(z.dtype, eps),
+            dz,
+        )
         return dz

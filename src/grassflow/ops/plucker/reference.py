@@ -19,8 +19,12 @@ from grassflow.ops.plucker.common import pair_indices, valid_counts
 def plucker_mix_reference(z, lags, weight, bias=None, *, eps=1e-6, empty="zero"):
     if weight.dim() == 3:  # an ensemble: each member on its rows, one after another
         biases = [None] * len(weight) if bias is None else list(bias)
-        return torch.cat([plucker_mix_reference(zm, lags, w, b, eps=eps, empty=empty)
-                          for zm, w, b in zip(z.chunk(len(weight)), weight, biases)])
+        return torch.cat(
+            [
+                plucker_mix_reference(zm, lags, w, b, eps=eps, empty=empty)
+                for zm, w, b in zip(z.chunk(len(weight)), weight, biases)
+            ]
+        )
     B, T, r = z.shape
     I, J = pair_indices(r, z.device)
     g = z.new_zeros(B, T, weight.shape[0])

@@ -36,9 +36,13 @@ def window_starts(T: int, window: int, stride: int) -> list[int]:
 
 def _check(z, mask, window, stride, pairs, empty):
     if z.dim() != 3 or mask.shape != z.shape[:2]:
-        raise ValueError(f"z must be (B, T, r) and mask (B, T); got {tuple(z.shape)} and {tuple(mask.shape)}")
+        raise ValueError(
+            f"z must be (B, T, r) and mask (B, T); got {tuple(z.shape)} and {tuple(mask.shape)}"
+        )
     if window < 2 or not 1 <= stride <= window:
-        raise ValueError(f"need window ≥ 2 and 1 ≤ stride ≤ window, got window={window}, stride={stride}")
+        raise ValueError(
+            f"need window ≥ 2 and 1 ≤ stride ≤ window, got window={window}, stride={stride}"
+        )
     if pairs not in PAIRS:
         raise ValueError(f"pairs must be one of {PAIRS}, got {pairs!r}")
     if empty not in ("zero", "bias"):
@@ -53,8 +57,19 @@ def _finish(sums, counts, bias, empty):
     return g
 
 
-def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pairs="bidirectional",
-                         eps=1e-6, empty="zero", backend="auto"):
+def windowed_plucker_mix(
+    z,
+    mask,
+    weight,
+    bias=None,
+    *,
+    window=8,
+    stride=8,
+    pairs="bidirectional",
+    eps=1e-6,
+    empty="zero",
+    backend="auto",
+):
     """z (B, T, r), mask (B, T) bool, weight (d, r(r−1)/2) → g (B, T, d), in fp32 for
     bf16/fp16 inputs (the sums over pairs and windows are accumulated there)."""
     _check(z, mask, window, stride, pairs, empty)
@@ -80,17 +95,24 @@ def windowed_plucker_mix(z, mask, weight, bias=None, *, window=8, stride=8, pair
     if pairs == "causal":
         sums, counts = earlier, before * mw
     else:
-        later = mix(zw.flip(1)).flip(1).to(acc) * n.flip(0)  # Σ over later partners of W p̂(z_t ∧ z_s)
+        later = mix(zw.flip(1)).flip(1).to(acc) * n.flip(
+            0
+        )  # Σ over later partners of W p̂(z_t ∧ z_s)
         sums, counts = later - earlier, (mw.sum(1, keepdim=True) - 1) * mw
-    pos = (torch.tensor(starts, device=z.device)[:, None] + torch.arange(window, device=z.device)).reshape(-1)
+    pos = (
+        torch.tensor(starts, device=z.device)[:, None] + torch.arange(window, device=z.device)
+    ).reshape(-1)
     d = weight.shape[0]
-    total = torch.zeros(B, Tp, d, dtype=acc, device=z.device).index_add_(1, pos, sums.reshape(B, -1, d))
+    total = torch.zeros(B, Tp, d, dtype=acc, device=z.device).index_add_(
+        1, pos, sums.reshape(B, -1, d)
+    )
     count = torch.zeros(B, Tp, dtype=acc, device=z.device).index_add_(1, pos, counts.reshape(B, -1))
     return _finish(total, count, bias, empty)[:, :T]
 
 
-def windowed_plucker_mix_reference(z, mask, weight, bias=None, *, window=8, stride=8,
-                                   pairs="bidirectional", eps=1e-6, empty="zero"):
+def windowed_plucker_mix_reference(
+    z, mask, weight, bias=None, *, window=8, stride=8, pairs="bidirectional", eps=1e-6, empty="zero"
+):
     """The definition, literally: a loop over windows, tokens and partners."""
     _check(z, mask, window, stride, pairs, empty)
     B, T, r = z.shape
@@ -103,7 +125,11 @@ def windowed_plucker_mix_reference(z, mask, weight, bias=None, *, window=8, stri
                 for s in range(start, min(start + window, T)):
                     if s == t or not (mask[b, t] and mask[b, s]) or (pairs == "causal" and s > t):
                         continue
-                    x, y = (z[b, t], z[b, s]) if pairs == "causal" else (z[b, min(s, t)], z[b, max(s, t)])
+                    x, y = (
+                        (z[b, t], z[b, s])
+                        if pairs == "causal"
+                        else (z[b, min(s, t)], z[b, max(s, t)])
+                    )
                     p = x[I] * y[J] - x[J] * y[I]
                     sums[b, t] = sums[b, t] + weight @ (p / p.norm().clamp_min(eps))
                     counts[b, t] += 1
