@@ -95,7 +95,8 @@ def main(argv=None) -> int:
             n = loc(rev)
             if n != prev:
                 print(
-                    f"{n:6d} {n - prev:+5d}  {rev[:7]} {git('log', '-1', '--format=%s', rev).strip()[:100]}"
+                    f"{n:6d} {n - prev:+5d}  {rev[:7]} "
+                    f"{git('log', '-1', '--format=%s', rev).strip()[:100]}"
                 )
             prev = n
         return 0

@@ -89,7 +89,8 @@ def main():
     lines = [
         f"# SNLI: frozen backbone on the fly vs a feature cache — {device_name(device)}",
         "",
-        f"Batch {a.batch} joint pairs of {a.tokens} tokens; median of {a.reps}; DistilBERT-base size "
+        f"Batch {a.batch} joint pairs of {a.tokens} tokens; median of {a.reps}; DistilBERT-base "
+        "size "
         f"({sum(p.numel() for p in backbone.parameters()) / 1e6:.1f}M parameters).",
         "",
         "| step part | ms | backbone share of the step |",
@@ -108,7 +109,8 @@ def main():
         "(premise and hypothesis padded to 48 each), read once per epoch.",
         "",
         f"Estimate for a GPU (arithmetic, not measured): one epoch of backbone forwards is "
-        f"2 × {body / 1e6:.1f}M non-embedding parameters × {SNLI_TRAIN_PAIRS * MEAN_JOINT_TOKENS / 1e6:.1f}M "
+        f"2 × {body / 1e6:.1f}M non-embedding parameters × "
+        f"{SNLI_TRAIN_PAIRS * MEAN_JOINT_TOKENS / 1e6:.1f}M "
         f"tokens = {pflop:.2f} PFLOP, {pflop * 1e3 / 200:.0f} s at 200 TFLOP/s (bf16); reading the "
         f"fp16 cache once is {gb_fp16 / 2:.0f} s at 2 GB/s.",
     ]

@@ -1,4 +1,5 @@
-"""Tokenization throughput on a real split: `python bench/tokenize_throughput.py PARQUET [--tokenizer NAME
+"""Tokenization throughput on a real split: `python bench/tokenize_throughput.py PARQUET
+[--tokenizer NAME
 --path DIR]` (target: Wikitext-2 test in ≤ 3 s on 2 cores). Writes reports/bench/tokenize.md."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def main():
     lines = [
         f"# Tokenization throughput — {device_name(__import__('torch').device('cpu'))}",
         "",
-        f"Split: `{Path(args.parquet).name}` ({len(rows)} rows, {sum(len(r.split()) for r in rows)} words), "
+        f"Split: `{Path(args.parquet).name}` ({len(rows)} rows, "
+        f"{sum(len(r.split()) for r in rows)} words), "
         f"RAYON threads: {os.environ.get('RAYON_NUM_THREADS', 'default')}. Median of 3.",
         "",
         "| tokenizer | files from | vocab | tokens | seconds | tokens/s |",
@@ -42,7 +44,8 @@ def main():
             times.append(time.perf_counter() - t0)
         t = sorted(times)[1]
         lines.append(
-            f"| {name} | `{path}` | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | {len(ids) / t:,.0f} |"
+            f"| {name} | `{path}` | {tok.get_vocab_size()} | {len(ids)} | {t:.2f} | "
+            f"{len(ids) / t:,.0f} |"
         )
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

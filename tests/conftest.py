@@ -89,14 +89,18 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    # The finished demo costs 3-4 minutes of 2 cores to build, more than half of the default tier's 5:
-    # every test that reads it (the `demo` fixture, directly or through another) is in the slow tier,
+    # The finished demo costs 3-4 minutes of 2 cores to build, more than half of the default tier's
+    # 5:
+    # every test that reads it (the `demo` fixture, directly or through another) is in the slow
+    # tier,
     # which CI runs; the default tier keeps the planning's dry runs and every unit test.
     for item in items:
         if "demo" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at once,
-    # then the files with slow tests: the run ends on short tests, which keep both workers busy to the
+    # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at
+    # once,
+    # then the files with slow tests: the run ends on short tests, which keep both workers busy to
+    # the
     # end (a CI run that ended on the docs' dry runs left a core idle for a minute)
     items.sort(
         key=lambda i: (
@@ -126,7 +130,8 @@ def test_seed(request, seed_override):
     random.seed(seed)
     margins.begin(request.node.nodeid, seed)
     print(
-        f"[{request.node.name}] seed={seed}  (replay: GRASSFLOW_TEST_SEED={seed} pytest '{margins.running()}')"
+        f"[{request.node.name}] seed={seed}  (replay: GRASSFLOW_TEST_SEED={seed} pytest "
+        f"'{margins.running()}')"
     )
     return seed
 
@@ -143,7 +148,8 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def _every_test_but_the_gpus(config) -> bool:
-    """This session is CI's: every test but the GPU tier's (`make test TIERS="not gpu"`), none left out."""
+    """This session is CI's: every test but the GPU tier's (`make test TIERS="not gpu"`), none left
+    out."""
     return (
         config.option.markexpr == "not gpu"
         and config.args_source == pytest.Config.ArgsSource.TESTPATHS
@@ -165,7 +171,8 @@ def pytest_sessionfinish(session, exitstatus):
     report = session.config.pluginmanager.get_plugin("terminalreporter")
     report.write_line(
         f"full Snakemake executions: {sum(made.values())} in {len(made)} tests "
-        f"(declared: {sum(n for n, _ in executions.EXECUTIONS.values())}; tests/helpers/executions.py)"
+        f"(declared: {sum(n for n, _ in executions.EXECUTIONS.values())}; "
+        "tests/helpers/executions.py)"
     )
     for line in wrong:
         report.write_line(f"error: {line}", red=True)
@@ -175,7 +182,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session", autouse=True)
 def private_gpu_slots(tmp_path_factory):
-    """Each pytest process its own GPU-slot directory: two xdist workers never share a stand-in pool."""
+    """Each pytest process its own GPU-slot directory: two xdist workers never share a stand-in
+    pool."""
     os.environ.setdefault("GRASSFLOW_SLOTS_DIR", str(tmp_path_factory.getbasetemp() / "slots"))
 
 
@@ -198,7 +206,8 @@ def demo(tmp_path_factory):
     It runs as a user with a multi-GPU workstation would: on a stand-in pool of two GPUs
     (GRASSFLOW_GPUS=0,1) with train.runs_per_gpu: 2 and `grassflow gpus`'s flag, more cores
     than slots; the jobs still compute on the CPU (the slots' test reads their records). The LM's
-    runs write TensorBoard event files and an MLflow store (train.trackers, an execution key: the tables are the same). Every
+    runs write TensorBoard event files and an MLflow store (train.trackers, an execution key: the
+    tables are the same). Every
     test that redoes part of it without the pool (the SIGKILL, crafted-checkpoint and SLURM
     tests) compares its tables with it: packing changes where and when, never what.
     Tests that edit it restore what they edit. Under pytest-xdist the workers share one demo, built

@@ -51,7 +51,8 @@ def state_sha256(state: dict | None) -> str | None:
 
 def check_disk(out: Path, n_params: int) -> None:
     """best_state.pt and model.safetensors (weights) and last.pt (weights + two AdamW moments),
-    each written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""
+    each written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter,
+    +10 %."""
     need = int(2 * (1 + 1 + 3) * 4 * n_params * 1.1)
     free = shutil.disk_usage(out).free
     if free < need:
@@ -87,7 +88,8 @@ def save_weights(path: Path, state: dict | None) -> None:
 
 
 def load_weights(path) -> dict:
-    """The weights save_weights wrote, ties restored; a file that is not such is a CheckpointError."""
+    """The weights save_weights wrote, ties restored; a file that is not such is a
+    CheckpointError."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -220,13 +222,21 @@ def resume_state(path: Path, spec_hash: str, code: str | None = None) -> dict | 
     state = load_checkpoint(path)
     if state is not None and state["spec_hash"] != spec_hash:
         print(
-            f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); starting fresh",
+            (
+                f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); "
+                "starting "
+                "fresh"
+            ),
             file=sys.stderr,
         )
         return None
     if state is not None and state.get("code") != code:
         print(
-            f"[train] {path} was written by other code (fingerprint {state.get('code')} ≠ {code}); starting fresh",
+            (
+                f"[train] {path} was written by other code (fingerprint {state.get('code')} ≠ "
+                f"{code}); "
+                "starting fresh"
+            ),
             file=sys.stderr,
         )
         return None

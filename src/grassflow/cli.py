@@ -1,6 +1,8 @@
-"""`grassflow <verb>`: the user's verbs (plan, gpus, runs, diff, check, export, generate, lm-eval, bench, preflight).
+"""`grassflow <verb>`: the user's verbs (plan, gpus, runs, diff, check, export, generate, lm-eval,
+bench, preflight).
 
-The pipeline's jobs are not here: each stage is its own command line, `python -m grassflow.<task>.<stage>` (grassflow.job), which its
+The pipeline's jobs are not here: each stage is its own command line, `python -m
+grassflow.<task>.<stage>` (grassflow.job), which its
 rule's shell runs. Expected failures (bad data, bad config, missing files) print one `error:`
 line naming the file or key, and exit 1.
 """
@@ -125,7 +127,8 @@ def _diff(a):
 
 
 def _check(a):
-    """Every run of a results tree, its records checked against each other (grassflow.report.agreement):
+    """Every run of a results tree, its records checked against each other
+    (grassflow.report.agreement):
     one line per run that disagrees; exit 1 if any does."""
     from grassflow.errors import CommandError
     from grassflow.report.agreement import check_tree
@@ -211,7 +214,8 @@ COMMANDS = [
     # comparing runs, from their records (grassflow.compare)
     (
         "runs",
-        "every run under a results tree, a row each: its settings that differ, status, epochs, parts, "
+        "every run under a results tree, a row each: its settings that differ, status, epochs, "
+        "parts, "
         "figures, commit",
         _runs,
         [
@@ -240,7 +244,8 @@ COMMANDS = [
     ),
     (
         "diff",
-        "runs side by side: spec keys that differ, the figures with their differences from the first run, "
+        "runs side by side: spec keys that differ, the figures with their differences from the "
+        "first run, "
         "records, the environment each ran in, the curves",
         _diff,
         [
@@ -268,7 +273,8 @@ COMMANDS = [
     # a trained model outside the pipeline (docs/use/using-models.md); no rule runs these
     (
         "export",
-        "a language-model run as a model directory: safetensors, config.json, tokenizer, model card",
+        "a language-model run as a model directory: safetensors, config.json, tokenizer, model "
+        "card",
         lambda a: _export(a),
         [
             lambda p: [
@@ -294,7 +300,8 @@ COMMANDS = [
                     required=True,
                     action="append",
                     type=_checked(str, "a non-empty text", lambda v: v.strip()),
-                    help="a text to continue; several --prompt: each continued, one batch per token length",
+                    help="a text to continue; several --prompt: each continued, one batch per "
+                    "token length",
                 ),
                 p.add_argument(
                     "--max-new-tokens", type=_checked(int, "≥ 1", lambda v: v >= 1), default=50

@@ -1,16 +1,20 @@
 """Which run was what, and why runs differ: `grassflow runs` and `grassflow diff`, from the records.
 
 `grassflow runs [DIR]` (default `results/`): every run with a record under a results tree (any
-preset, any task: each `run.json` under it; a run still training has none yet), a row each: preset, table, model, seed, the spec's settings that differ
+preset, any task: each `run.json` under it; a run still training has none yet), a row each: preset,
+table, model, seed, the spec's settings that differ
 across the runs listed (dotted keys), status, epochs, parts, wall time, the best validation and the
 test figure (perplexity for language modelling, accuracy % for SNLI and recall), commit and where it
 was adopted from. `--preset` and `--where key=value` (a column or a dotted spec key) filter, `--sort
-KEY` orders; `--group` pools the runs that differ only in their seed (n, mean ± std). On a terminal a
+KEY` orders; `--group` pools the runs that differ only in their seed (n, mean ± std). On a terminal
+a
 table that fits it (grassflow.terminal); `--md` Markdown (the default where the output is piped),
-`--csv` CSV, `--json` every field of every record at full precision. It reads records only (run.json,
+`--csv` CSV, `--json` every field of every record at full precision. It reads records only
+(run.json,
 eval.json, adopted.json), never weights.
 
-`grassflow diff RUN RUN [RUN ...]`: the runs side by side: the spec keys that differ (dotted), the best
+`grassflow diff RUN RUN [RUN ...]`: the runs side by side: the spec keys that differ (dotted), the
+best
 validation and test figures with their differences from the first run (absolute and %), the records
 (status, epochs, hashes, parts), the environment each ran in (Python, torch, CUDA, CuPy, device,
 commit, dirty) and the validation curves; the same modes.
@@ -53,7 +57,8 @@ def flat(d, at="") -> dict:
 
 
 def _figures(task: str, ev: dict) -> tuple[float | None, float | None]:
-    """(best validation, test) as the run's table reads them: perplexity for the LM, accuracy % else."""
+    """(best validation, test) as the run's table reads them: perplexity for the LM, accuracy %
+    else."""
     key = "chunked_ppl" if task == "lm" else "accuracy"
     return (ev.get("validation") or {}).get(key), (ev.get("test") or {}).get(key)
 
@@ -150,7 +155,8 @@ def sort_rows(rows: list[dict], key: str) -> list[dict]:
 
 
 def group_rows(rows: list[dict]) -> list[dict]:
-    """The runs that differ only in their seed pooled (their preset and run group: the run's id less its
+    """The runs that differ only in their seed pooled (their preset and run group: the run's id less
+    its
     seed, grassflow.planning.sections.run_id): n, runs ok (completed with a figure), and the best
     validation and test figures' mean and sample std over them."""
     groups: dict[tuple, list[dict]] = {}
@@ -179,7 +185,8 @@ def group_rows(rows: list[dict]) -> list[dict]:
 
 
 def runs_json(rows: list[dict]) -> str:
-    """Each row with its run's records whole (run.json, eval.json, adopted.json: every field, at full
+    """Each row with its run's records whole (run.json, eval.json, adopted.json: every field, at
+    full
     precision)."""
     out = []
     for r in rows:
@@ -276,7 +283,8 @@ ENVIRONMENT = [
 def diff_data(dirs) -> dict:
     """What differs between runs (the first the reference): their names, the spec keys that differ
     ([key, values]), the best validation and test figures with each run's difference from the first
-    (absolute, %), the records' facts and the environment ([name, values]), and the validation curves."""
+    (absolute, %), the records' facts and the environment ([name, values]), and the validation
+    curves."""
     runs = []
     for d in map(Path, dirs):
         if not (d / "run.json").is_file():

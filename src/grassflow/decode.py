@@ -112,7 +112,8 @@ class Decoder:
 
     @torch.no_grad()
     def feed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, V) of the T new tokens `idx` (B, T), at the positions after those fed so far."""
+        """Logits (B, T, V) of the T new tokens `idx` (B, T), at the positions after those fed so
+        far."""
         m, T = self.model, idx.shape[1]
         if self.pos + T > m.cfg.context_len:
             raise ValueError(
@@ -234,7 +235,8 @@ def open_model(path, device="cpu", tokenizer=None):
         map_unk, name = tok_cfg.get("map_unk"), tok_cfg.get("name", "")
         if not isinstance(map_unk, bool):  # guessing would change what a v1 model's numbers mean
             raise CommandError(
-                f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 v1's "
+                f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 "
+                "v1's "
                 "`<unk>` as one unknown token); export the run again with `grassflow export`"
             )
         model = load_model(path, device)
@@ -291,7 +293,11 @@ def generate_text(
             raise CommandError(f"--prompt {prompt!r}: no tokens to start from")
         if len(ids) > L:
             print(
-                f"note: the prompt {prompt[:40]!r} is {len(ids)} tokens; the model reads its last {L} (context_len)",
+                (
+                    f"note: the prompt {prompt[:40]!r} is {len(ids)} tokens; the model reads its "
+                    f"last {L} "
+                    "(context_len)"
+                ),
                 file=sys.stderr,
             )
         rows.append(ids[-L:])

@@ -1,5 +1,6 @@
 """Errors the CLI reports as one `error:` line, in a module that imports nothing but errno: the
-command line catches them without loading (and so without depending on) the stages that raise them."""
+command line catches them without loading (and so without depending on) the stages that raise
+them."""
 
 import errno
 

@@ -8,7 +8,8 @@
 
 The export is made from the run's model.safetensors and config.json, and its run.json, eval.json and
 table (results/<preset>/report/<experiment>.md/.csv); written to a temporary directory and renamed,
-so an OUT_DIR that exists is complete. Upload: `huggingface_hub.upload_folder` (docs/use/using-models.md).
+so an OUT_DIR that exists is complete. Upload: `huggingface_hub.upload_folder`
+(docs/use/using-models.md).
 """
 
 from __future__ import annotations
@@ -115,11 +116,15 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
         f"# {markdown.text(record['run_id'])}: {config['architectures'][0]} from grassflow",
         "",
         f"A {kind} language model trained by grassflow, the "
-        "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an Attention-Free "
+        "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an "
+        "Attention-Free "
         "Alternative for Sequence Modeling* (arXiv 2512.19428): preset "
-        f"{markdown.code(spec['preset'])}, experiment {markdown.code(spec['experiment'])}, seed {spec['seed']}, "
-        f"{config['n_layers']} layers, d_model {config['d_model']}, context {config['context_len']} tokens, "
-        f"{record['n_params']:,} parameters; status {markdown.code(record['status']['state'])}, best epoch {record['best_epoch']}.",
+        f"{markdown.code(spec['preset'])}, experiment {markdown.code(spec['experiment'])}, seed "
+        f"{spec['seed']}, "
+        f"{config['n_layers']} layers, d_model {config['d_model']}, context "
+        f"{config['context_len']} tokens, "
+        f"{record['n_params']:,} parameters; status {markdown.code(record['status']['state'])}, "
+        f"best epoch {record['best_epoch']}.",
         "",
         "## Its numbers",
         "",
@@ -160,9 +165,11 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
             f"{s} `{d['file_sha256'][:16]}…` ({d['n_tokens']:,} tokens)"
             for s, d in record["data"].items()
         ),
-        f"- tokenizer `{config['tokenizer']['name']}`, sha256 `{config['tokenizer']['sha256'][:16]}…`",
+        f"- tokenizer `{config['tokenizer']['name']}`, sha256 "
+        f"`{config['tokenizer']['sha256'][:16]}…`",
         f"- weights sha256 `{config['weights_sha256']}` (as in the run's run.json)",
-        f"- trained on {markdown.text(record['device'])} ({markdown.text(record['device_type'])}), Plücker backend "
+        f"- trained on {markdown.text(record['device'])} ({markdown.text(record['device_type'])}), "
+        "Plücker backend "
         f"{markdown.text(record.get('plucker_backend'))}",
         "",
         "## Use",
@@ -174,7 +181,8 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
         'tok = Tokenizer.from_file("path/to/this/directory/tokenizer.json")',
         "```",
         "",
-        '`grassflow generate path/to/this/directory --prompt "..."` samples from it (docs/use/using-models.md).',
+        '`grassflow generate path/to/this/directory --prompt "..."` samples from it '
+        "(docs/use/using-models.md).",
         "",
     ]
     return "\n".join(out)
@@ -191,7 +199,8 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
         evaluation.get("weights_sha256") != record["weights_sha256"]
     ):  # the card's numbers must be these weights'
         raise CommandError(
-            f"{run_dir / 'eval.json'}: it evaluated weights {str(evaluation.get('weights_sha256'))[:12]}…, "
+            f"{run_dir / 'eval.json'}: it evaluated weights "
+            f"{str(evaluation.get('weights_sha256'))[:12]}…, "
             f"not the run's {record['weights_sha256'][:12]}…: rerun its evaluation (snakemake)"
         )
     tok = find_tokenizer(run_dir, record, tokenizer)

@@ -13,7 +13,8 @@ from grassflow.report.records import read_record
 
 
 def read_json(path: Path) -> dict:
-    """A record of the run (run.json, eval.json) as report.records reads every record: a damaged one is
+    """A record of the run (run.json, eval.json) as report.records reads every record: a damaged one
+    is
     one line naming it, not a traceback."""
     if not path.is_file():
         raise CommandError(f"{path}: missing: not a finished language-model run directory")

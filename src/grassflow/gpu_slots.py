@@ -1,14 +1,16 @@
 """GPU slots: K runs share one GPU, and no more than K.
 
 A GPU job takes a slot before it touches CUDA: slot s of a GPU is the file
-`<runtime dir>/gpu-<its UUID>-slot<s>.lock` (a stand-in GPU's: `gpu<index>-slot<s>.lock`), held with an exclusive flock for the life of the process,
+`<runtime dir>/gpu-<its UUID>-slot<s>.lock` (a stand-in GPU's: `gpu<index>-slot<s>.lock`), held with
+an exclusive flock for the life of the process,
 so the kernel frees it when the process ends however it ends (SIGKILL included): no stale slot
 after a crash. A job that finds every slot taken waits for one. A job that times the device
 (`bench`) takes every slot of its GPU, so no training run shares the GPU it is timing.
 A slot is named by the GPU's UUID, not its index: on a SLURM node, each allocation sees its own
 GPU as index 0 (CUDA_VISIBLE_DEVICES), and jobs of two allocations share the runtime directory.
 
-  K            train.runs_per_gpu (an execution setting, handed to the job as GRASSFLOW_RUNS_PER_GPU;
+  K            train.runs_per_gpu (an execution setting, handed to the job as
+  GRASSFLOW_RUNS_PER_GPU;
                changing it reruns nothing)
   the GPUs     the CUDA devices torch sees, or GRASSFLOW_GPUS="0,1" (a stand-in list: jobs take
                slots on those indices but compute where train.device says, on a CPU machine the
@@ -137,7 +139,8 @@ def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
                 os.close(fd)
         if not tries:  # once, in the job's log: why it has not started
             print(
-                f"[grassflow] waiting for a GPU slot: {'no GPU is free of runs' if exclusive else 'all taken'} "
+                "[grassflow] waiting for a GPU slot: "
+                f"{'no GPU is free of runs' if exclusive else 'all taken'} "
                 f"({len(pool)} GPU(s), {k} slot(s) each)",
                 flush=True,
             )

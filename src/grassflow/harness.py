@@ -17,7 +17,8 @@ What the harness asks of a model, as its own Hugging Face model (HFLM) answers i
   generate_until         greedy decoding (grassflow.decode) until a stop string or max_gen_toks.
 Texts are encoded by the model's tokenizer without special tokens, as the pipeline encodes its
 corpus (a literal `<unk>` as one unknown token where the model was trained on Wikitext-2 v1 so
-read: tokenizer.map_unk). The prefix token (what the first token of a document is conditioned on; HFLM uses the
+read: tokenizer.map_unk). The prefix token (what the first token of a document is conditioned on;
+HFLM uses the
 tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, by default [SEP]
 (bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
 training, so it is a convention, stated, not a learnt start.

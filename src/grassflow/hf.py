@@ -174,7 +174,8 @@ class GrassflowCache(Cache):
         L = self.model.cfg.context_len
         if length > L:
             raise ValueError(
-                f"a text of {length} tokens is longer than the model's context ({L} learned positions): "
+                f"a text of {length} tokens is longer than the model's context ({L} learned "
+                "positions): "
                 f"generate at most max_length={L} (grassflow generate slides its window instead)"
             )
 
@@ -232,7 +233,8 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
         unused = {k: v for k, v in kwargs.items() if v and k not in harmless}
         if args or unused:
             raise TypeError(
-                f"{cls.__name__}.from_pretrained takes a local directory; not {list(unused) or args}"
+                f"{cls.__name__}.from_pretrained takes a local directory; not "
+                f"{list(unused) or args}"
             )
         device = (
             device_map if isinstance(device_map, str) and device_map not in ("auto",) else "cpu"
@@ -275,7 +277,9 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
 
         if push_to_hub:
             raise TypeError(
-                "save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which saves the same folder"
+                "save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which "
+                "saves the same "
+                "folder"
             )
         if not safe_serialization:
             raise TypeError(

@@ -74,5 +74,6 @@ def sha256_file(path, chunk=1 << 20) -> str:
 
 
 def spec_hash(spec: dict) -> str:
-    """A spec's content hash (16 hex digits): equal specs, equal hashes, whatever their key order."""
+    """A spec's content hash (16 hex digits): equal specs, equal hashes, whatever their key
+    order."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,7 +1,8 @@
 """What every command line shares. A rule's shell runs one stage of one task as
 `python -m grassflow.<task>.<stage> --...` (grassflow/lm/train.py, grassflow/snli/tokenize.py, ...):
 each stage module's `main()` names its options with argparse and calls its function with
-ordinary arguments, through `run`. Every job imports this module (grassflow.planning.staleness): it holds
+ordinary arguments, through `run`. Every job imports this module (grassflow.planning.staleness): it
+holds
 nothing a job's result could depend on; the argument groups stages share live beside the code
 they feed (grassflow.runs: a run's jobs; grassflow.data.stages: the tokenize stages).
 """
@@ -29,7 +30,8 @@ JSON = "a JSON file, or JSON"
 RECORD_IMPORTS = (
     "GRASSFLOW_RECORD_IMPORTS"  # a directory: each job writes the grassflow files it loaded
 )
-# the failures a command expects (bad input, missing files): one `error:` line each, never a traceback
+# the failures a command expects (bad input, missing files): one `error:` line each, never a
+# traceback
 EXPECTED = (
     CommandError,
     DataError,
@@ -51,7 +53,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def json_arg(value: str):
-    """A JSON argument: the JSON itself (`{...}`, `[...]`, `null`: what the rules pass, a job's params,
+    """A JSON argument: the JSON itself (`{...}`, `[...]`, `null`: what the rules pass, a job's
+    params,
     so that its command line can be pasted to rerun it), or the path of a JSON file."""
     text = value.strip()
     if text[:1] in ("{", "[") or text == "null":
@@ -104,15 +107,18 @@ class _Log:
         return getattr(self.stream, name)
 
 
-# The descriptor a rule's shell hands its job for the one error line: a copy of the shell's own stderr,
+# The descriptor a rule's shell hands its job for the one error line: a copy of the shell's own
+# stderr,
 # made before the job's stderr goes to its log (the Snakefile's shell.prefix: `exec 3>&2`)
 ERROR_FD = "GRASSFLOW_ERROR_FD"
 
 
 def say_error(line: str) -> None:
     """A job's one error line: to stderr (its log), and to the descriptor the rule's shell handed it
-    (ERROR_FD) where that is another file: Snakemake's output, where the user looks, beside its `Error
-    in rule` — a terminal, a pipe, or the file it was redirected to, the line written at that file's own
+    (ERROR_FD) where that is another file: Snakemake's output, where the user looks, beside its
+    `Error
+    in rule` — a terminal, a pipe, or the file it was redirected to, the line written at that file's
+    own
     offset, in one write, whole. The line reaches it also where the log cannot take it (the log's
     file system full too, as a scratch quota's is)."""
     err = sys.stderr if isinstance(sys.stderr, _Log) else _Log(sys.stderr)

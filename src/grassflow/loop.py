@@ -17,7 +17,8 @@ device, at which commit and whether the tree was clean, and why it ended: finish
 signal that stopped it, killed: a part whose last checkpoint is all that is known of its end, or
 preempted: a part stopped in a SLURM job that SLURM then requeued, so that the next part runs in the
 same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum). A job
-that reruns a run that had ended (a retried or requeued group job whose other run had not) writes its
+that reruns a run that had ended (a retried or requeued group job whose other run had not) writes
+its
 outputs again and adds no part. Only a last.pt of the same spec and code (the job's code
 fingerprint, from the pipeline) is resumed: a job rerun because its code changed trains anew.
 """
@@ -195,7 +196,8 @@ def load_trained(model, state: dict) -> None:
 
 
 ENDS = ("finished", "diverged")  # a part that ended so ended its run
-# a part before last.pt kept its parts (a checkpoint of an earlier format): known to have been, no more
+# a part before last.pt kept its parts (a checkpoint of an earlier format): known to have been, no
+# more
 UNRECORDED = {
     "ended": "unrecorded",
     "note": "a part before run records kept their parts: not recorded",
@@ -221,7 +223,8 @@ def fit(
     execution: dict | None = None,
 ) -> tuple[dict, list[dict], dict]:
     """Train `model` on `objective` per spec.train; return (status, metrics per epoch, how it
-    ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the model
+    ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the
+    model
     is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
     to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
     spec): a checkpoint resumes under any of them; and `code`, the job's code fingerprint: a
@@ -323,7 +326,8 @@ class Member:
         if self.running:
             self.status = {"state": "completed"}
         self.write_metrics()
-        # diverged before a first validation: no weights, and a record that still evaluates (as diverged)
+        # diverged before a first validation: no weights, and a record that still evaluates (as
+        # diverged)
         best = (
             load_data(self.best_state)
             if self.best_state.exists()
@@ -419,7 +423,8 @@ class Fit:
         else:
             if state is not None:
                 print(
-                    f"[train] resuming {ids} at epoch {self.pos['epoch'] + 1}, step {self.pos['step']}",
+                    f"[train] resuming {ids} at epoch {self.pos['epoch'] + 1}, step "
+                    f"{self.pos['step']}",
                     file=sys.stderr,
                 )
             if (
@@ -664,7 +669,8 @@ class Fit:
         ):  # ended within an epoch (every member diverged): its end into last.pt
             self.end_part(self.end())  # too, so that a rerun of the job adds no part
             self.checkpoint()
-        self.writer.wait()  # the best weights the outputs are made from, and the last checkpoint, on disk
+        # the best weights the outputs are made from, and the last checkpoint, on disk
+        self.writer.wait()
         for m in self.members:
             m.write_outputs()
         for m in self.members:  # closed before the record: a tracker that fails to close is in it

@@ -98,7 +98,8 @@ def check_backend(backend: str, device: torch.device) -> dict:
                     f"plucker_backend {resolved!r} on {device_name(device)}: {name} in {dtype} "
                     f"differs from the reference by {err:.3g} (tolerance {TOLERANCE[dtype]})"
                 )
-    # why `auto` did not become cupy on a CUDA device (another CUDA major, no NVRTC): the record says it
+    # why `auto` did not become cupy on a CUDA device (another CUDA major, no NVRTC): the record
+    # says it
     fallback = (
         cupy_backend.why_not(device)
         if backend == "auto" and cupy_backend.CUDA.is_cuda(device)
@@ -229,7 +230,8 @@ def check(devices, backends, snli, out) -> dict:
     for d in record["devices"]:
         used = ", ".join(f"{b['requested']} -> {b['resolved']}" for b in d["backends"])
         print(
-            f"[preflight] train.device={d['requested']} -> {d['type']} ({d['name']}); plucker backends: {used}; "
+            f"[preflight] train.device={d['requested']} -> {d['type']} ({d['name']}); plucker "
+            f"backends: {used}; "
             f"{len(d['steps'])} training steps finite" + (f"; {d['note']}" if "note" in d else "")
         )
     return record

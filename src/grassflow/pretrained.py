@@ -9,7 +9,8 @@
     model = load_model("exports/table1-grassmann-s0")          # a GrassmannLM or a TransformerLM
 
 Why not huggingface_hub's PyTorchModelHubMixin on the model classes: it would put the hub's code
-into every training job's code fingerprint (grassflow.planning.staleness), so adding it would rerun every
+into every training job's code fingerprint (grassflow.planning.staleness), so adding it would rerun
+every
 trained model, and it rebuilds a model from its __init__ keyword arguments while ours take one
 ModelConfig. The files it writes are these; pushing a directory is
 `huggingface_hub.upload_folder(repo_id=..., folder_path=...)` (docs/use/using-models.md).
@@ -48,7 +49,8 @@ def save_pretrained(model, kind: str, out_dir, **extra) -> dict:
 
 
 def read_config(path) -> dict:
-    """config.json of a model directory, checked to be ours: JSON, of our format, of a kind we have."""
+    """config.json of a model directory, checked to be ours: JSON, of our format, of a kind we
+    have."""
     f = Path(path) / CONFIG
     if not f.is_file():
         raise FileNotFoundError(
@@ -84,7 +86,8 @@ def load_model(path, device="cpu"):
     mode on `device`. config.json must describe the model whole (config_from_json: every field,
     no unknown key); the weights are read by safetensors (no pickle), must fit that model tensor
     for tensor, and their sha256 must be the one config.json records. Every refusal is a
-    ModelFileError (a ValueError) naming the file and the key or tensor, before any weight is loaded."""
+    ModelFileError (a ValueError) naming the file and the key or tensor, before any weight is
+    loaded."""
     import torch
 
     from grassflow.ops.plucker import cupy_backend

@@ -30,7 +30,8 @@ PACKAGES = (
     "pandas",
     "snakemake",
 )
-# import names whose distribution depends on the build installed (CuPy: cupy-cuda12x, cupy-cuda13x, cupy)
+# import names whose distribution depends on the build installed (CuPy: cupy-cuda12x, cupy-cuda13x,
+# cupy)
 BY_IMPORT = ("cupy",)
 TREE_ENV = (
     "GRASSFLOW_TREE"  # a manifest (`manifest` below): records name its commit, checked by content
@@ -74,7 +75,8 @@ def blob_id(path: Path) -> str:
 
 def manifest(root: Path) -> dict:
     """{"commit": HEAD, "files": {path: blob id}} of the checkout at `root`, which must be clean:
-    no change to a tracked file and no file git would track but does not (what would travel with it)."""
+    no change to a tracked file and no file git would track but does not (what would travel with
+    it)."""
     status = _git(root, "status", "--porcelain")
     if status.returncode != 0:
         raise RuntimeError(f"{root}: not a git checkout ({status.stderr.strip()})")
@@ -118,7 +120,8 @@ def differences(root: Path, tree: dict) -> list[str]:
 
 
 def tree_state(path: Path) -> dict:
-    """git_state of a copy checked against its manifest at `path` (its directory the copy's root)."""
+    """git_state of a copy checked against its manifest at `path` (its directory the copy's
+    root)."""
     tree = json.loads(Path(path).read_text())
     try:
         dirty = bool(differences(Path(path).parent, tree))
@@ -128,7 +131,8 @@ def tree_state(path: Path) -> dict:
 
 
 def package_versions() -> dict:
-    """The versions of the packages a number depends on, each under its installed distribution's name."""
+    """The versions of the packages a number depends on, each under its installed distribution's
+    name."""
     provided = metadata.packages_distributions()
     out = {"python": sys.version.split()[0]}
     for name in (*PACKAGES, *(d for m in BY_IMPORT for d in provided.get(m, []))):
@@ -144,7 +148,8 @@ def machine() -> dict:
 
 
 def main(argv=None) -> int:
-    """`manifest OUT` (at the checkout's root: its clean HEAD's commit and files) or `check MANIFEST`
+    """`manifest OUT` (at the checkout's root: its clean HEAD's commit and files) or `check
+    MANIFEST`
     (this copy against it: exit 1 naming what differs)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("manifest", "check"):

@@ -1,6 +1,8 @@
 """A run's spec as a dataclass, free of torch: what one training job computes from, as its task's
-grid (grassflow.<task>.grid) builds it and its rule passes it (a param: `--spec`, JSON). The jobs read
-a spec through RunSpec (typed, an unknown or missing key refused by name); its dict stays the record:
+grid (grassflow.<task>.grid) builds it and its rule passes it (a param: `--spec`, JSON). The jobs
+read
+a spec through RunSpec (typed, an unknown or missing key refused by name); its dict stays the
+record:
 run.json and config.json keep it, and its hash (grassflow.io.spec_hash) names the run's content."""
 
 from __future__ import annotations
@@ -49,5 +51,6 @@ class RunSpec:
 
     @classmethod
     def of(cls, spec: RunSpec | dict) -> RunSpec:
-        """The jobs' entry functions take a spec's dict too (called from Python: tests, notebooks)."""
+        """The jobs' entry functions take a spec's dict too (called from Python: tests,
+        notebooks)."""
         return spec if isinstance(spec, RunSpec) else cls.from_dict(spec)

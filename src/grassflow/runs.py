@@ -120,7 +120,8 @@ def open_for_evaluation(
     ckpt["model"] = load_weights(weights) if ckpt["weights_sha256"] else None
     if state_sha256(ckpt["model"]) != ckpt["weights_sha256"]:
         raise CheckpointError(
-            f"{weights}: its weights' sha256 is not {Path(weights).parent / CONFIG}'s weights_sha256"
+            f"{weights}: its weights' sha256 is not {Path(weights).parent / CONFIG}'s "
+            "weights_sha256"
         )
     result = {
         "run_id": ckpt["spec"]["run_id"],

@@ -38,7 +38,8 @@ def autocast(device: torch.device, cache: bool = True):
 
 def claim_device(name: str, log: bool = False, exclusive: bool = False) -> torch.device:
     """The device a job runs on: `auto` | `cpu` | `cuda` (config key train.device). On a GPU it
-    claims a GPU slot held until the process exits (grassflow.gpu_slots). With log=True, one line says
+    claims a GPU slot held until the process exits (grassflow.gpu_slots). With log=True, one line
+    says
     what was picked (stdout: a job's log holds it first, and stderr keeps to the one `error:`
     line of a failure), so that an `auto` run that fell to the CPU is visible in its log.
     A job on a GPU (or under the GRASSFLOW_GPUS stand-in) first takes a GPU slot

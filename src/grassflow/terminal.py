@@ -1,6 +1,7 @@
 """`grassflow runs` and `grassflow diff` on a terminal: tables that fit its width (rich), plain text
 (no Markdown escapes, no HTML entities), figures rounded as the tables round them. The run and its
-figures always; its other key columns (status, epochs, seed, model, table), the settings that differ,
+figures always; its other key columns (status, epochs, seed, model, table), the settings that
+differ,
 then wall time and commit, each while the table still fits, the rest named under it (`--md`, `--csv`
 and `--json` show them all)."""
 
@@ -33,7 +34,8 @@ def value(v) -> str:
 
 
 def varying(rows: list[dict], keys: list[str]) -> list[str]:
-    """The settings among `keys` that take two values among the rows that have them (a key of another
+    """The settings among `keys` that take two values among the rows that have them (a key of
+    another
     task's runs, absent from these, is not one)."""
     return [
         k
@@ -72,8 +74,10 @@ def _fitted(
     label=lambda c: c,
     order: list[str] | None = None,
 ) -> tuple[Table, list[str]]:
-    """A table of `rows` with the `key` columns and as many of the `extra` ones, taken in turn, as fit
-    the terminal at their natural widths, laid out in `order` (default: key, then extra); (the table,
+    """A table of `rows` with the `key` columns and as many of the `extra` ones, taken in turn, as
+    fit
+    the terminal at their natural widths, laid out in `order` (default: key, then extra); (the
+    table,
     the extra columns left out)."""
     order = order or [*key, *extra]
 
@@ -101,7 +105,8 @@ def _fitted(
 
 def _left(left: list[str]) -> str:
     return (
-        f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or --json show every column."
+        f" Not shown (too wide for this terminal): {', '.join(left)}; --md, --csv or --json show "
+        "every column."
         if left
         else ""
     )
@@ -110,8 +115,10 @@ def _left(left: list[str]) -> str:
 def runs_table(
     rows: list[dict], settings: list[str], tasks: dict[str, str], console: Console | None = None
 ) -> None:
-    """The rows of `grassflow runs` (compare.list_runs) as a terminal table: the key columns, then the
-    settings that vary among the rows, then wall time and commit, each while the table still fits the
+    """The rows of `grassflow runs` (compare.list_runs) as a terminal table: the key columns, then
+    the
+    settings that vary among the rows, then wall time and commit, each while the table still fits
+    the
     terminal at its natural widths; those left out are named under it."""
     console = console or Console(highlight=False)
     if not rows:
@@ -129,7 +136,8 @@ def runs_table(
         return value(r.get(c))
 
     shown = varying(rows, settings)
-    # the run and its figures always; the other key columns while they fit (the run's id holds its table,
+    # the run and its figures always; the other key columns while they fit (the run's id holds its
+    # table,
     # model and seed), then the settings, then wall time and commit
     table, left = _fitted(
         console,
@@ -149,7 +157,8 @@ def _mean_std(g: dict, key: str, task: str | None) -> str:
 
 
 def group_table(groups: list[dict], tasks: dict[str, str], console: Console | None = None) -> None:
-    """`grassflow runs --group` (compare.group_rows): a group's runs and figures first, then its table,
+    """`grassflow runs --group` (compare.group_rows): a group's runs and figures first, then its
+    table,
     seeds and preset while they fit."""
     console = console or Console(highlight=False)
 
@@ -169,7 +178,8 @@ def group_table(groups: list[dict], tasks: dict[str, str], console: Console | No
     _print(
         console,
         table,
-        f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over those "
+        f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over "
+        "those "
         "ok)." + _left(left),
     )
 
@@ -179,7 +189,8 @@ def _short(v) -> str:
 
 
 def diff_table(data: dict, console: Console | None = None) -> None:
-    """compare.diff_data as terminal tables: spec, figures with their differences, records, environment,
+    """compare.diff_data as terminal tables: spec, figures with their differences, records,
+    environment,
     curves."""
     console = console or Console(highlight=False)
     names = data["runs"]

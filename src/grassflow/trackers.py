@@ -1,4 +1,5 @@
-"""Live training curves (`train.trackers`): TensorBoard event files, Weights & Biases runs, MLflow runs.
+"""Live training curves (`train.trackers`): TensorBoard event files, Weights & Biases runs, MLflow
+runs.
 
 The loop hands every tracker Python floats it already has at its periodic host sync (every
 `train.log_every` steps: the window's mean loss and gradient norm, the learning rate, the
@@ -101,8 +102,10 @@ class MLflow:
         from mlflow.tracking import MlflowClient
 
         self.out_dir, tree = out_dir, _tree(spec, out_dir)
-        # a server (or any store) the user names, else the tree's SQLite store, which waits a minute for
-        # another run's write (its default, 5 s, is short for a busy disk): one machine's (tracking.md)
+        # a server (or any store) the user names, else the tree's SQLite store, which waits a minute
+        # for
+        # another run's write (its default, 5 s, is short for a busy disk): one machine's
+        # (tracking.md)
         given = os.environ.get("MLFLOW_TRACKING_URI")
         uri = given or f"sqlite:///{tree / 'mlflow.db'}?timeout=60"
         name = (
@@ -225,7 +228,9 @@ class Trackers:
                     }
                 )
                 print(
-                    f"[train] warning: tracker {name} failed at step {step} ({said}); the run trains on without "
+                    f"[train] warning: tracker {name} failed at step {step} ({said}); the run "
+                    "trains on "
+                    "without "
                     "it (run.json: trackers_failed)",
                     file=sys.stderr,
                 )

@@ -119,13 +119,15 @@ class TrainStep:
             self._warm_up()
         elif self._capture():
             self.graph.replay()
-        else:  # the capture failed: this step (none of the capture's kernels ran) and all later ones eager
+        # the capture failed: this step (none of the capture's kernels ran) and all later ones eager
+        else:
             with self.region_context():
                 self.region()
 
     def stage(self, batch) -> None:
         """The batch on the static buffers: its tensors copied into them (the first batch makes
-        them), anything else as it is (a captured region would keep the value it was captured with)."""
+        them), anything else as it is (a captured region would keep the value it was captured
+        with)."""
         if self.buffers is None:
             self.buffers = _map(lambda t: t.clone(), batch)
         self.batch = _restage(self.buffers, batch)
@@ -162,10 +164,12 @@ class TrainStep:
         try:
             with torch.cuda.graph(graph):
                 self.region()
-        except Exception as err:  # noqa: BLE001 - any capture error: the eager step is the same step
+        # any capture error: the eager step is the same step
+        except Exception as err:
             self.capture, self.capture_error = False, f"{type(err).__name__}: {err}"
             print(
-                f"[train] warning: the CUDA graph capture failed, training on eagerly: {self.capture_error}",
+                "[train] warning: the CUDA graph capture failed, training on eagerly: "
+                f"{self.capture_error}",
                 file=sys.stderr,
             )
             torch.cuda.synchronize(self.device)
@@ -181,7 +185,8 @@ def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
     in one foreach op, as clip_grad_norm_ takes its run's (a norm per parameter was ~90 kernels a
     step), and each member's slices multiplied by its coefficient in one foreach op (a 0-d tensor:
     CUDA's multi-tensor kernel; one list of (E, ...) gradients times (E, 1, ...) coefficients takes
-    its per-tensor path, a kernel per gradient: tests/helpers/step_ops.py counts as CUDA launches)."""
+    its per-tensor path, a kernel per gradient: tests/helpers/step_ops.py counts as CUDA
+    launches)."""
     grads = [p.grad for p in params if p.grad is not None]
     norms = torch.stack(torch._foreach_norm([g[e] for e in range(members) for g in grads]))
     total = torch.linalg.vector_norm(norms.view(members, len(grads)), dim=1)
@@ -223,7 +228,8 @@ class GraphedForward:
             except Exception as err:  # noqa: BLE001 - the eager forward computes the same
                 self.capture_error = f"{type(err).__name__}: {err}"
                 print(
-                    f"[train] warning: the validation forward's CUDA graph capture failed, validating "
+                    "[train] warning: the validation forward's CUDA graph capture failed, "
+                    "validating "
                     f"eagerly: {self.capture_error}",
                     file=sys.stderr,
                 )
@@ -252,7 +258,8 @@ def _restage(buffers, batch):
     if isinstance(buffers, torch.Tensor):
         if buffers.shape != batch.shape:
             raise ValueError(
-                f"a captured step's batch changed shape: {tuple(batch.shape)}, was {tuple(buffers.shape)}"
+                f"a captured step's batch changed shape: {tuple(batch.shape)}, was "
+                f"{tuple(buffers.shape)}"
             )
         return buffers.copy_(batch)
     if isinstance(buffers, (tuple, list)):

@@ -46,7 +46,8 @@ def test_bench_quick_reports_every_part(tmp_path):
 
 def test_head_bytes_report_is_the_arithmetic():
     """reports/bench/head-bytes.md is what bench/head_bytes.py computes (regenerate it with its
-    command), and the fused head's loss and gradient stay under 1 GB per member-step at Table 1's shape."""
+    command), and the fused head's loss and gradient stay under 1 GB per member-step at Table 1's
+    shape."""
     from grassflow.bench import head_bytes
 
     assert (ROOT / "reports" / "bench" / "head-bytes.md").read_text() == head_bytes.report()
@@ -163,7 +164,8 @@ def test_bench_peer_through_the_cli(tmp_path):
     )
     assert res.returncode == 1 and not (out / "q.json").exists()
     assert res.stderr.strip().splitlines()[-1] == (
-        f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install einops_is_not_installed_here)"
+        f"error: --peer {peer}: its model.py needs 'einops_is_not_installed_here' (pip install "
+        "einops_is_not_installed_here)"
     )
 
 
@@ -249,7 +251,8 @@ def test_bench_generate_measures_both_ways_and_grassmanns_state_is_constant(tmp_
 # --- bench/loc.py: the lines-of-code measure of reports/loc.md ------------------------------------
 def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypatch):
     """Counted: code lines of src/**/*.py, workflow/**/*.{py,smk} and the Snakefile, read from git
-    objects; not counted: blank lines, comments, docstrings, other directories, uncommitted edits."""
+    objects; not counted: blank lines, comments, docstrings, other directories, uncommitted
+    edits."""
     import importlib.util
     import subprocess
     from pathlib import Path
@@ -260,7 +263,8 @@ def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypat
     loc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loc)
     files = {
-        "src/pkg/a.py": '"""Module docstring,\non two lines."""\n\nimport os  # why\n\n\ndef f(x):\n'
+        "src/pkg/a.py": '"""Module docstring,\non two lines."""\n\nimport os  # why\n\n\ndef '
+        "f(x):\n"
         '    """Docstring."""\n    # a comment\n    return (x +\n            1)\n',  # 4 lines
         "workflow/rules/r.smk": "# a comment\nrule r:\n    shell:\n        'true'\n",  # 3 lines
         "Snakefile": 'include: "workflow/rules/r.smk"\n',  # 1 line

@@ -95,7 +95,8 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
             save(fig, target)
         elif writer == "weights":
             save_weights(target, {"w": torch.rand(100_000)})
-        else:  # the loop's best weights so far (torch's own file writer would say only `iostream error`)
+        # the loop's best weights so far (torch's own file writer would say only `iostream error`)
+        else:
             save_data(target, {"model": {"w": torch.rand(100_000)}, "epoch": 1})
     assert [p.name for p in small_fs.iterdir()] == [
         "filler"

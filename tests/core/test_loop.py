@@ -124,7 +124,8 @@ def test_a_rerun_of_an_ended_run_keeps_its_record_and_other_code_trains_anew(
     paths = (tokens / "train.parquet", tokens / "validation.parquet")
     import grassflow.loop
 
-    writes = []  # last.pt written once for one epoch: the run's end goes into its epoch's checkpoint
+    # last.pt written once for one epoch: the run's end goes into its epoch's checkpoint
+    writes = []
     monkeypatch.setattr(
         grassflow.loop,
         "save_checkpoint",
@@ -496,7 +497,8 @@ def test_the_fault_hook_would_catch_a_non_atomic_write(tmp_path, monkeypatch):
 
     code = (
         "import grassflow.io as io, pathlib, sys\n"
-        "io.write_text = lambda p, t: io._write_bytes(pathlib.Path(p), t.encode(), pathlib.Path(p).name)\n"
+        "io.write_text = lambda p, t: io._write_bytes(pathlib.Path(p), t.encode(), "
+        "pathlib.Path(p).name)\n"
         "io.write_json(sys.argv[1], {'k': list(range(100))})\n"
     )
     out = tmp_path / "eval.json"

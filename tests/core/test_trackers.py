@@ -344,9 +344,12 @@ def test_a_fresh_start_clears_the_trackers_directories_and_a_resume_appends(tmp_
 def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(
     tmp_path, monkeypatch, capfd
 ):
-    """The MLflow store named by MLFLOW_TRACKING_URI (honoured: the runs log there) damaged after the first
-    epoch: the run completes its three epochs, TensorBoard keeps every curve, one warning in the log, and
-    the record says which tracker failed, at which step (mutation: the failure propagated, as before,
+    """The MLflow store named by MLFLOW_TRACKING_URI (honoured: the runs log there) damaged after
+    the first
+    epoch: the run completes its three epochs, TensorBoard keeps every curve, one warning in the
+    log, and
+    the record says which tracker failed, at which step (mutation: the failure propagated, as
+    before,
     kills the run)."""
     db = tmp_path / "store" / "mlflow.db"
     db.parent.mkdir()

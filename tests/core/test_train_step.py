@@ -198,7 +198,7 @@ def test_fused_adamw_lr_is_a_tensor_set_in_place_and_survives_a_checkpoint():
     )
 
 
-# --- the LM head op ------------------------------------------------------------------------------------
+# --- the LM head op -------------------------------------------------------------------------------
 @pytest.mark.parametrize("N, V, chunk_floats", [(37, 53, 200), (5, 11, 10**6), (64, 30, 30)])
 def test_linear_cross_entropy_chunked_matches_reference(N, V, chunk_floats, gen, monkeypatch):
     import grassflow.ops.linear_ce as lce
@@ -228,7 +228,8 @@ def test_linear_cross_entropy_bf16_chunks_equal_the_reference_within_bf16(
     got = with_grads(linear_cross_entropy(hf, Wf, y, backend="chunked-bf16"), (hf, Wf))
     for what, a, b, r in zip(("loss", "dh", "dW"), got, want, ref):
         assert a.dtype == torch.float32
-        # bf16's rounding, or twice the autocast reference's own error where a draw makes that larger
+        # bf16's rounding, or twice the autocast reference's own error where a draw makes that
+        # larger
         close(a.double(), b, max(3e-2, 2 * rel_err(r, b)), what)
 
 
@@ -241,7 +242,7 @@ def test_linear_cross_entropy_is_finite_on_untrained_logits(gen):
     assert torch.isfinite(got) and torch.allclose(got, F.cross_entropy(h @ W.t(), y), rtol=1e-5)
 
 
-# --- torch.compile -----------------------------------------------------------------------------------
+# --- torch.compile --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kind, switches",
     [
@@ -404,7 +405,8 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
 
 
 def _stop_at_call(n: int, real):
-    """lr_at that sends this process SIGTERM at its n-th call (one call per step, one per epoch's row)."""
+    """lr_at that sends this process SIGTERM at its n-th call (one call per step, one per epoch's
+    row)."""
     calls = [0]
 
     def lr_at(step, total, cfg):
@@ -423,7 +425,7 @@ def _steps_per_epoch(tokens, spec) -> int:
     return ((len(ids) - 1) // spec["model"]["context_len"]) // spec["train"]["batch_size"]
 
 
-# --- CUDA graphs and kernel launches, through the CuPy stand-in -----------------------------------------
+# --- CUDA graphs and kernel launches, through the CuPy stand-in -----------------------------------
 def test_a_captured_step_launches_only_on_the_capture_stream_and_compiles_nothing(monkeypatch, gen):
     """torch.cuda.graph captures on a side stream: every launch must be on it (one on another
     stream would be missing from the graph), and nothing may be compiled or allocated by CuPy,

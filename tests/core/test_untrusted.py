@@ -104,7 +104,8 @@ def test_rng_states_round_trip_as_data(tmp_path):
 # --- the compiled-kernel cache ----------------------------------------------------------------
 PLANT = r"""
 #include <stdio.h>
-__attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "w"); if (f) fclose(f); }
 """
 
 

@@ -146,7 +146,8 @@ def test_lm_trains_and_evaluates_under_autocast(kind, norm, policy, gen):
 )
 def test_recall_switches_train_and_recall_under_autocast(kind, switches, policy, gen):
     """The recall task's model switches (the windowed attention's boolean mask beside bf16 q/k/v;
-    blocks without an FFN) and its loss and accuracy at the answer positions, under both policies."""
+    blocks without an FFN) and its loss and accuracy at the answer positions, under both
+    policies."""
     from grassflow.recall.data import IGNORE
     from grassflow.recall.train import predict
 
@@ -293,7 +294,7 @@ def test_training_loop_under_autocast_snli(policy, snli_tokens, tmp_path):
     )
 
 
-# --- the cupy backend through the CuPy stand-in ------------------------------------------------------
+# --- the cupy backend through the CuPy stand-in ---------------------------------------------------
 # r exact (4, 8, 16, 32) and bounded (5, 6, 17); T=1, T < max Δ, duplicate offsets
 CASES = [
     (2, 37, 8, 5, (1, 2, 4, 8, 12, 16)),
@@ -517,7 +518,8 @@ def test_a_cupy_for_another_cuda_major_is_refused_naming_the_extra(
     from grassflow.ops.plucker import resolve_backend
 
     why = (
-        rf"CuPy for CUDA {cupy_cuda}, torch for CUDA {torch_cuda}: pip uninstall cupy-cuda{cupy_cuda}x; "
+        rf"CuPy for CUDA {cupy_cuda}, torch for CUDA {torch_cuda}: pip uninstall "
+        rf"cupy-cuda{cupy_cuda}x; "
         rf"pip install 'grassflow\[gpu-cuda{torch_cuda}\]'"
     )
     with fake_cupy.installed(monkeypatch, cupy_cuda=cupy_cuda, torch_cuda=torch_cuda):
@@ -602,7 +604,8 @@ def test_preflight_command_on_a_cpu_node(tmp_path):
 @pytest.mark.parametrize("backend", ["reference", "chunked", "chunked-bf16", "fused"])
 def test_lm_head_loss_under_autocast(backend, policy, gen):
     """The LM task's loss (the head and its loss as one op): `reference` is what CUDA runs
-    (auto), `chunked` the CPU's, `chunked-bf16` and `fused` CUDA's candidates; under either autocast the loss
+    (auto), `chunked` the CPU's, `chunked-bf16` and `fused` CUDA's candidates; under either autocast
+    the loss
     is fp32 and finite and the gradients reach the final LayerNorm's input and the (tied) head
     weight in their dtypes."""
     from grassflow.ops.linear_ce import linear_cross_entropy

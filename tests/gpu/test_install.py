@@ -144,7 +144,8 @@ def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
 
 @pytest.mark.parametrize("major", ["12", "13", ""])
 def test_make_gpu_check_installs_the_extra_of_torchs_cuda_major(tmp_path, major):
-    """`make gpu-check` reads torch.version.cuda's major and installs gpu-cuda<major>; a CPU build of
+    """`make gpu-check` reads torch.version.cuda's major and installs gpu-cuda<major>; a CPU build
+    of
     torch stops it with one error line. A stand-in python answers for torch and logs every call."""
     import os
     import stat
@@ -153,7 +154,8 @@ def test_make_gpu_check_installs_the_extra_of_torchs_cuda_major(tmp_path, major)
     fake = tmp_path / "python"
     fake.write_text(
         f'#!/bin/bash\necho "$*" >> {log}\n'
-        f'case "$*" in *"torch.version.cuda"*) echo "{major}";; *"torch.__version__"*) echo 2.13.0+cpu;; esac\n'
+        f'case "$*" in *"torch.version.cuda"*) echo "{major}";; *"torch.__version__"*) echo '
+        "2.13.0+cpu;; esac\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     (venv / "bin").mkdir(parents=True)

@@ -1,8 +1,10 @@
-"""A lease's first minute (grassflow.lease: trials, budget, first_minute) on the CPU: each candidate setting runs the loop's
+"""A lease's first minute (grassflow.lease: trials, budget, first_minute) on the CPU: each candidate
+setting runs the loop's
 own step on a fused group of a table's config, is checked against the reference's losses and
 gradients, and timed; the fastest that computes the reference's loss for every model is chosen. A
 candidate whose loss differs (planted: a head scaled by 1.05) or that fails is dropped, said in one
-line, and not tried for the models left; none passing is no choice at all. A capture that fails drops
+line, and not tried for the models left; none passing is no choice at all. A capture that fails
+drops
 its candidate with the capture's error; the box's alarm, held while a capture runs, stops its
 candidate once the capture is done. The seeds that fit are those whose groups finish within the
 lease, counting the progress a last.pt holds, the epochs' checkpoints and, past this command's
@@ -93,14 +95,15 @@ def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(plan
     assert result["choice"] == ("false", "reference")
     said = "\n".join(result["lines"])
     assert (
-        "table1 transformer: dropped compile=false head_loss=chunked: it differs from the reference (loss 5.0e-02"
+        "table1 transformer: dropped compile=false head_loss=chunked: it differs from the "
+        "reference (loss 5.0e-02"
         in said
         and "(not tried for the models left)" in said
     )
     assert "table1 grassmann: dropped compile=false head_loss=chunked" not in said
     assert (
-        "chosen: compile=false head_loss=reference (the fastest of 1 that compute the reference's loss, of 3 tried)"
-        in said
+        "chosen: compile=false head_loss=reference (the fastest of 1 that compute the reference's "
+        "loss, of 3 tried)" in said
     )
     md = trials.to_markdown(result, "cpu")
     assert (
@@ -114,8 +117,10 @@ def test_nothing_passing_is_one_line_and_no_choice(planted):
     result = trials.choose(tables, IDS, 40, CPU, [("false", "chunked")], box_s=600, timed_steps=2)
     assert result["choice"] is None
     assert [line for line in result["lines"] if line.startswith("chosen")] == [
-        "chosen: none: no candidate (false:chunked) computes the reference's loss for every model (each dropped "
-        "above); nothing trains on a setting nobody asked for (CANDIDATES=false:reference would train the reference)"
+        "chosen: none: no candidate (false:chunked) computes the reference's loss for every model "
+        "(each dropped "
+        "above); nothing trains on a setting nobody asked for (CANDIDATES=false:reference would "
+        "train the reference)"
     ]
 
 
@@ -131,7 +136,8 @@ def test_a_candidate_past_its_share_of_the_box_is_dropped():
 
 @contextmanager
 def _capture_on_cpu(monkeypatch, graph):
-    """train.compile graph on the CPU: its warm-up eager, torch.cuda's graph API the stand-in `graph`."""
+    """train.compile graph on the CPU: its warm-up eager, torch.cuda's graph API the stand-in
+    `graph`."""
     real = compiled_mod.resolve
     monkeypatch.setattr(
         compiled_mod, "resolve", lambda s, d: "graph" if s == "graph" else real(s, d)
@@ -264,15 +270,16 @@ def test_the_smaller_groups_trials_count_against_the_lease_inside_the_box():
         return step[len(seeds)]
 
     three = {k: v for k, v in STEP_S.items() if k[2] == 3}
-    # without the two-seed trials' 20 s, two seeds would fit; with them, one (its trials' 20 s counted too)
+    # without the two-seed trials' 20 s, two seeds would fit; with them, one (its trials' 20 s
+    # counted too)
     fit, lines = budget.seeds_that_fit(
         _tables(), measure, len(IDS), need[2] + 15, dict(three), clock=lambda: now[0]
     )
     assert fit == {"table1": [0]}, lines
     assert timed == [("transformer", 2), ("grassmann", 2), ("transformer", 1), ("grassmann", 1)]
     assert (
-        f"about {need[1]:.0f} s of training for 1 seed(s) of 3 to train; {need[2] + 15 - 40:.0f} s of the lease's"
-        in lines[0]
+        f"about {need[1]:.0f} s of training for 1 seed(s) of 3 to train; {need[2] + 15 - 40:.0f} s "
+        "of the lease's" in lines[0]
     )
 
     # a trial that fails (the box's alarm, a capture) fits nowhere, said
@@ -286,7 +293,8 @@ def test_the_smaller_groups_trials_count_against_the_lease_inside_the_box():
     )
     assert fit == {"table1": []}, lines
     assert (
-        "table1 transformer with 2 seed(s): not timed (BoxTimeout: still running after 3 s, its share of the "
+        "table1 transformer with 2 seed(s): not timed (BoxTimeout: still running after 3 s, its "
+        "share of the "
         "time box): it does not fit"
     ) in lines
 
@@ -308,8 +316,10 @@ def test_a_smaller_groups_trial_runs_inside_the_box(monkeypatch):
 
 
 def test_tables_fitting_different_seeds_train_those_every_one_fits():
-    """The preset's seeds are one list: a table that fits three seeds beside one that fits one trains
-    one (mutation: the union trains three in the table that fits one); one that fits none is left out."""
+    """The preset's seeds are one list: a table that fits three seeds beside one that fits one
+    trains
+    one (mutation: the union trains three in the table that fits one); one that fits none is left
+    out."""
     fit, lines = budget.common_seeds({"table1": [0, 1, 2], "table2": [0]})
     assert fit == {"table1": [0], "table2": [0]}
     assert (
@@ -324,7 +334,8 @@ def test_tables_fitting_different_seeds_train_those_every_one_fits():
 
 def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_counted():
     """A lease of two commands: seeds whose runs need more than this command's deadline fit when the
-    lease covers them, with one resumed command (RESUME_S and the setting's setup again) on top; each
+    lease covers them, with one resumed command (RESUME_S and the setting's setup again) on top;
+    each
     epoch's checkpoint counts; the first command's jobs start once (JOB_START_S and the setup); the
     progress in a last.pt is not trained again."""
     per_epoch, epochs = budget.steps_of(_spec("transformer"), len(IDS))
@@ -341,7 +352,8 @@ def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_co
             _tables(), _untimed, len(IDS), seconds, dict(STEP_S), costs=ckpt, clock=_still, **kw
         )
 
-    # this command's deadline alone would fit one seed at most; the lease covers three, and the restart
+    # this command's deadline alone would fit one seed at most; the lease covers three, and the
+    # restart
     fit, lines = fit_of(need3 + restart + 1, deadline=need3 / 4)
     assert fit == {"table1": [0, 1, 2]}, lines
     assert f"about {need3 + restart:.0f} s of training for 3 seed(s)" in lines[0]
@@ -352,7 +364,8 @@ def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_co
     # within this command: no restart counted
     fit, lines = fit_of(need3 + 1, deadline=need3 + 1)
     assert fit == {"table1": [0, 1, 2]} and "within this command" in lines[0], lines
-    # half the steps already in last.pt: only the rest is needed (its steps, its epochs' checkpoints)
+    # half the steps already in last.pt: only the rest is needed (its steps, its epochs'
+    # checkpoints)
     left = per_epoch * epochs - (per_epoch * epochs) // 2
     need_rest = (
         2 * left * 1.0 * (1 + budget.VALIDATION_SHARE)
@@ -401,7 +414,8 @@ def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys
     monkeypatch.chdir(ROOT)
     record, overlay = tmp_path / "choice.json", tmp_path / "window.yaml"
     overlay.write_text(
-        "presets: {demo: {train: {fuse_seeds: true, compile: false, head_loss: auto}}}\nfinished_runs: []\n"
+        "presets: {demo: {train: {fuse_seeds: true, compile: false, head_loss: "
+        "auto}}}\nfinished_runs: []\n"
     )
     record.write_text(
         json.dumps(

@@ -18,7 +18,8 @@ deadline and the lease; every started run's epochs so far come back (--keep-inco
 next command (CARRY=/none) reuses the choice, times nothing, resumes the runs and makes the table
 from the fused groups (a completed row per run, with two parts: stopped at the deadline, finished).
 What comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as
-the second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A fourth, given every
+the second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A fourth,
+given every
 run's records, stops at its dry run (nothing to train). A tree with
 uncommitted changes, where no prepared tree came, is refused before anything runs."""
 
@@ -46,8 +47,10 @@ from helpers.latex import compile_tex, need_pdflatex
 from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
-# nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's rounding)
-# and a table whose seeds two windows split equals the one window's; 30 epochs, the paper's (of 12 steps,
+# nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's
+# rounding)
+# and a table whose seeds two windows split equals the one window's; 30 epochs, the paper's (of 12
+# steps,
 # a quarter of the demo's), several times what the first command's deadline leaves them
 DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml nodrop.yaml"}
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
@@ -71,7 +74,8 @@ def _copy(dst):
 
 def _prepared(tmp_path):
     """A checkout whose last commit (a new file, a changed one) the device copies' .git will lack,
-    prepared (make gpu-paper-prepare: the token files, Snakemake's records, the commit's tree in the tar)."""
+    prepared (make gpu-paper-prepare: the token files, Snakemake's records, the commit's tree in
+    the tar)."""
     prep = _copy(tmp_path / "prep")
     (prep / "NOTES.md").write_text("A file of the commit a lagging copy's .git lacks.\n")
     with open(prep / "nodrop.yaml", "a") as f:
@@ -97,7 +101,8 @@ def _prepared(tmp_path):
 
 
 def _device_copy(prep, dst):
-    """The working tree as a lease's machine gets it: the prepared commit's files and the carried tar
+    """The working tree as a lease's machine gets it: the prepared commit's files and the carried
+    tar
     (not the ignored results, records or tree), a .git one commit behind the files, the scripts
     without their run bit, every file's time disturbed."""
     shutil.copytree(
@@ -142,7 +147,8 @@ def _window(work, out, deadline=3000, **env):
 
 
 def _committed(pack, runs, dst):
-    """`runs`' records from a window's pack, as a lease's are committed under reports/ (FINISHED)."""
+    """`runs`' records from a window's pack, as a lease's are committed under reports/
+    (FINISHED)."""
     with tarfile.open(pack) as tar:
         for r in runs:
             (dst / r).mkdir(parents=True)
@@ -206,7 +212,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 2, out[-3000:]
     assert (
-        f"error: src/grassflow/added.py, src/grassflow/loop.py differ from the prepared commit {commit[:7]} "
+        "error: src/grassflow/added.py, src/grassflow/loop.py differ from the prepared commit "
+        f"{commit[:7]} "
         "(.gpu-tree.json, by content): commit them and run make gpu-paper-prepare again"
     ) in out, out[-3000:]
     assert not (
@@ -228,7 +235,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1\n" in out, out[
         -3000:
     ]
-    # a pinned setting trains only after the first minute has it computing the reference's loss on the
+    # a pinned setting trains only after the first minute has it computing the reference's loss on
+    # the
     # device: the fused head's kernels are not on this machine, so no training
     proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")
     out, _ = proc.communicate(timeout=HANG)
@@ -250,7 +258,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
 
     # the lease's first command: its deadline a few epochs past the first minute (the runs need
     # several times that), the lease ample. The window is held once its Snakemake has started, until
-    # every group has checkpointed its first epoch: each run is then past its start when the deadline
+    # every group has checkpointed its first epoch: each run is then past its start when the
+    # deadline
     # (passed meanwhile) stops it, however slowly this machine started them
     decoy = subprocess.Popen(
         [
@@ -282,8 +291,10 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     log = (tmp_path / "first/window.log").read_text()
     # every seed this lease: the lease covers what this command's deadline cannot
     fm = re.search(
-        r"first minute: table1: seeds 0, 1 this lease \(about (\d+) s of training for 2 seed\(s\) of 2 to "
-        r"train; (\d+) s of the lease's training left, (\d+) s to this command's deadline: they finish "
+        r"first minute: table1: seeds 0, 1 this lease \(about (\d+) s of training for 2 seed\(s\) "
+        r"of 2 to "
+        r"train; (\d+) s of the lease's training left, (\d+) s to this command's deadline: they "
+        r"finish "
         r"in the lease's next command\)",
         log,
     )
@@ -293,7 +304,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     for g in groups:  # the budget: epoch time, projected finish, against the deadline and the lease
         assert re.search(
             rf"{g} budget: epoch \d+ took \d+ s; all 30 epochs done at about \d+ s of the window, "
-            r"deadline \d+ s, lease 2940 s: fits in the lease: about \d+ of 30 epochs by the deadline, "
+            r"deadline \d+ s, lease 2940 s: fits in the lease: about \d+ of 30 epochs by the "
+            r"deadline, "
             "the rest in its next command",
             log,
         ), log
@@ -302,7 +314,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert not list((res / "runs").glob("*/run.json"))  # an interrupted run never looks complete
     assert decoy.poll() is None, "the deadline signalled a training job that was not the window's"
     decoy.kill()
-    # the curves came back: in the pack, and each run's epochs and best PPL so far in the closing lines
+    # the curves came back: in the pack, and each run's epochs and best PPL so far in the closing
+    # lines
     with tarfile.open(tmp_path / "first/records.tar.gz") as tar:
         packed = {
             n: tar.extractfile(n).read().decode()
@@ -363,9 +376,12 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert "| table1 | grassmann | 2 | false | chunked | ok |" in choice
     assert "chosen: compile=false head_loss=chunked" in choice
 
-    # seeds across leases: seed 0's records as the second window packed them (committed, as under reports/),
-    # and a third window on another machine adopts them and trains seed 1 alone: the one window's table.
-    # Their directory's name holds every character finished_runs allows that Markdown or LaTeX would read
+    # seeds across leases: seed 0's records as the second window packed them (committed, as under
+    # reports/),
+    # and a third window on another machine adopts them and trains seed 1 alone: the one window's
+    # table.
+    # Their directory's name holds every character finished_runs allows that Markdown or LaTeX would
+    # read
     records = _committed(
         tmp_path / "second/records.tar.gz",
         [f"{g}-s0" for g in groups],
@@ -392,17 +408,20 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     ).all()
     md = (third / "results/demo/report/table1.md").read_text()
     assert (
-        f"From records made elsewhere (finished_runs: {markdown.text(records)}): table1-grassmann-s0, "
+        f"From records made elsewhere (finished_runs: {markdown.text(records)}): "
+        "table1-grassmann-s0, "
         "table1-transformer-s0; the others trained in this tree."
     ) in md, md
-    # and rendered (CommonMark, as a Markdown viewer or the report shows it) the path is that text, no markup;
+    # and rendered (CommonMark, as a Markdown viewer or the report shows it) the path is that text,
+    # no markup;
     # the LaTeX table, whose comment names it, compiles
     html = MarkdownIt("commonmark").enable("table").render(md)
     assert f"(finished_runs: {escape(str(records), quote=False)}): table1-grassmann-s0" in html, (
         html
     )
     compile_tex(third / "results/demo/report/table1.tex", tmp_path / "tex")
-    for g in groups:  # seed 0 adopted, not evaluated again (the record's evaluation as it was); seed 1 trained here
+    # seed 0 adopted, not evaluated again (the record's evaluation as it was); seed 1 trained here
+    for g in groups:
         adopted = third / f"results/demo/runs/{g}-s0"
         assert json.loads((adopted / "adopted.json").read_text())["source"] == str(
             records / f"{g}-s0"
@@ -412,7 +431,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
             split.loc[f"{g}-s1", "adopted_from"]
         )
 
-    # a lease whose target's runs are all finished in earlier leases trains nothing: it stops at the dry
+    # a lease whose target's runs are all finished in earlier leases trains nothing: it stops at the
+    # dry
     # run, in seconds, before the preflight and the first minute, and says what to do
     done = _committed(tmp_path / "second/records.tar.gz", runs, tmp_path / "all-seeds")
     fourth = _device_copy(prep, tmp_path / "fourth-work")
@@ -420,7 +440,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 3, out[-3000:]
     assert (
-        f"error: the dry run of table1 plans no training or evaluation: its runs are all finished ({done}); "
+        "error: the dry run of table1 plans no training or evaluation: its runs are all finished "
+        f"({done}); "
         "name the next target (TARGETS="
     ) in out, out[-3000:]
     assert (

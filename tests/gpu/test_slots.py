@@ -159,7 +159,8 @@ def test_a_cuda_slot_makes_its_gpu_torchs_current_device(tmp_path, monkeypatch):
 def test_two_allocations_gpu_0_are_two_gpus(tmp_path, monkeypatch):
     """On a SLURM node each allocation sees its own GPU as index 0; jobs of both share the runtime
     directory. With K=1, a job of the second allocation takes its GPU's slot at once, while the
-    first allocation's job holds the slot of its own GPU 0 (a slot named by index would make it wait)."""
+    first allocation's job holds the slot of its own GPU 0 (a slot named by index would make it
+    wait)."""
     monkeypatch.setenv(gpu_slots.SLOTS_DIR, str(tmp_path / "slots"))
     monkeypatch.setenv(gpu_slots.RUNS_PER_GPU, "1")
     monkeypatch.delenv(gpu_slots.OVERRIDE, raising=False)

@@ -120,8 +120,10 @@ def snakemake(cwd, *args, check=True, preset="demo", env=None):
 
 
 def plan_jobs(cwd, overlay: dict | None = None, targets=()) -> list[dict]:
-    """The jobs of a dry run, from Snakemake's own plan in process (grassflow.pipeline.preview.dry_run,
-    what `grassflow plan` reads) with each one's reasons read (`why`: grassflow.pipeline.preview.explain);
+    """The jobs of a dry run, from Snakemake's own plan in process
+    (grassflow.pipeline.preview.dry_run,
+    what `grassflow plan` reads) with each one's reasons read (`why`:
+    grassflow.pipeline.preview.explain);
     `overlay`: preset keys for the demo, given as a --configfile (as a user changes a setting)."""
     from grassflow.pipeline.preview import explain
     from grassflow.planning.staleness import CODE_INDEX
@@ -160,7 +162,8 @@ def settings_changed(jobs: list[dict]) -> set[tuple]:
     return {job_key(j) for j in jobs if any(w.startswith("settings changed") for w in j["why"])}
 
 
-# the demo's Grassmann runs: its tables', its `pre_norm` ablation's (`paper` is the table's) and its sweep's
+# the demo's Grassmann runs: its tables', its `pre_norm` ablation's (`paper` is the table's) and its
+# sweep's
 # other learning rates (3e-3 is the table's)
 DEMO_GRASSMANN_RUNS = {
     f"{t}-grassmann-s{s}"
@@ -183,7 +186,8 @@ def replaced(path: Path, old: str, new: str):
 
 
 # An edit that changes a module's code (a new module-level name), and edits that cannot change
-# what runs (a comment, a docstring, reformatting): fingerprints cover code (grassflow.planning.staleness)
+# what runs (a comment, a docstring, reformatting): fingerprints cover code
+# (grassflow.planning.staleness)
 CODE_EDIT = "\n_EDITED = 1\n"
 COMMENT_EDIT = "\n# edited\n"
 

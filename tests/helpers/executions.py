@@ -2,9 +2,11 @@
 declared here with what it is for: a test that runs the DAG again where the one demo, or a state
 derived from it, would do costs minutes of CI.
 
-Snakemake writes one log file per invocation but a dry run (`.snakemake/log/<start time>.snakemake.log`);
+Snakemake writes one log file per invocation but a dry run (`.snakemake/log/<start
+time>.snakemake.log`);
 an execution is one whose log records a job started. At the end of a CI run (`make test TIERS="not
-gpu"`, every test but the GPU's), `tests/conftest.py` counts them under the session's temporary directory, each by the test directory
+gpu"`, every test but the GPU's), `tests/conftest.py` counts them under the session's temporary
+directory, each by the test directory
 that made it (a copy of the demo carries the demo's logs: a log is its first writer's, the copy of
 the earliest change time), and fails the run where a test made more or fewer than declared
 (`audit`). tests/pipeline/test_executions.py tests the audit itself."""
@@ -19,11 +21,13 @@ from pathlib import Path
 EXECUTIONS: dict[str, tuple[int, str]] = {
     "demo": (
         1,
-        "the demo every DAG assertion reads (tests/conftest.py::demo), on a stand-in pool of 2 GPUs",
+        "the demo every DAG assertion reads (tests/conftest.py::demo), on a stand-in pool of 2 "
+        "GPUs",
     ),
     "test_demo_through_slurm_profil": (
         1,
-        "every rule as a SLURM job on its partition, Table 1's two runs in one allocation, preempted "
+        "every rule as a SLURM job on its partition, Table 1's two runs in one allocation, "
+        "preempted "
         "and then retried after its time limit (a fresh tree: the data jobs too)",
     ),
     "test_full_v1_splits_through_th": (
@@ -48,41 +52,51 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     ),
     "test_the_demo_runs_from_a_user": (
         2,
-        "a part of the demo run from a user's directory, once with --directory and once as a catalog "
+        "a part of the demo run from a user's directory, once with --directory and once as a "
+        "catalog "
         "module: each its own results there, equal to the demo's rows",
     ),
     "test_a_lease_in_two_commands_t": (
         6,
-        "the GPU window at a lease's proportions: its preparation, a preflight refused, the first command "
-        "stopped at its deadline, the second resuming to Table 1 from fused seed groups (a row and record "
-        "each); a third window elsewhere adopting the second's seed-0 records beside seed 1 trained (its "
+        "the GPU window at a lease's proportions: its preparation, a preflight refused, the first "
+        "command "
+        "stopped at its deadline, the second resuming to Table 1 from fused seed groups (a row and "
+        "record "
+        "each); a third window elsewhere adopting the second's seed-0 records beside seed 1 "
+        "trained (its "
         "preflight and its tables: two; the one DAG run of finished_runs)",
     ),
     "test_a_run_rerun_because_its_c": (
         1,
-        "a run's training rerun after an edit of its model's code trains anew (one job, a copy of the demo)",
+        "a run's training rerun after an edit of its model's code trains anew (one job, a copy of "
+        "the demo)",
     ),
     "test_a_full_disk_fails_each_jo": (
         7,
-        "a full disk under each kind of job that writes, each freed and rerun (data, training, evaluation, "
+        "a full disk under each kind of job that writes, each freed and rerun (data, training, "
+        "evaluation, "
         "tables) to the demo's table: Table 1's Grassmann seed 0 only",
     ),
     "test_a_hub_fetch_holds_its_own": (
         1,
-        "a hub tokenizer fetched and the demo tokenized with it (its data jobs only, in a scratch repository)",
+        "a hub tokenizer fetched and the demo tokenized with it (its data jobs only, in a scratch "
+        "repository)",
     ),
     "test_a_failing_stage_says_its_": (
         2,
-        "a failing adoption's error line in Snakemake's output, once redirected to a file and once through a "
+        "a failing adoption's error line in Snakemake's output, once redirected to a file and once "
+        "through a "
         "pipe (one job each, a copy of the demo)",
     ),
     "test_under_slurm_the_line_land": (
         1,
-        "a failing table job on SLURM: where its error line lands (a copy of the demo, its retries)",
+        "a failing table job on SLURM: where its error line lands (a copy of the demo, its "
+        "retries)",
     ),
     "test_a_tracker_store_damaged_m": (
         1,
-        "a run whose tracker's store fails mid-run trains on and its table is written (one run of its own)",
+        "a run whose tracker's store fails mid-run trains on and its table is written (one run of "
+        "its own)",
     ),
 }
 
@@ -101,7 +115,8 @@ TOUCH = re.compile(
 
 
 def made(root: Path) -> Counter:
-    """{test: executions} of the logs under `root` that record a job (not --unlock, --touch, --report
+    """{test: executions} of the logs under `root` that record a job (not --unlock, --touch,
+    --report
     or a run refused before any job), each log counted once, for its first writer."""
     first: dict[str, tuple[float, Path]] = {}
     for log in root.rglob(".snakemake/log/*.snakemake.log"):
@@ -115,7 +130,8 @@ def made(root: Path) -> Counter:
 
 
 def audit(root: Path) -> list[str]:
-    """The lines saying where the executions under `root` differ from EXECUTIONS (none: they agree)."""
+    """The lines saying where the executions under `root` differ from EXECUTIONS (none: they
+    agree)."""
     got, declared = made(root), {test: n for test, (n, _) in EXECUTIONS.items()}
     return [
         f"{test}: {got[test]} full Snakemake executions, declared {declared.get(test, 0)}"

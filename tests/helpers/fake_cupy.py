@@ -163,7 +163,8 @@ class RawModule:
         if self._compiled is None:
             if STATE.capturing:
                 raise RuntimeError(
-                    "cudaErrorStreamCaptureUnsupported: a module compiled and loaded during a capture"
+                    "cudaErrorStreamCaptureUnsupported: a module compiled and loaded during a "
+                    "capture"
                 )
             if STATE.nvrtc_missing:
                 raise RuntimeError(

@@ -1,5 +1,6 @@
 """A .tex table through a real pdflatex (Debian's texlive-latex-base and texlive-latex-recommended;
-.ci/run installs them, and under CI=true a missing pdflatex fails the test instead of skipping it)."""
+.ci/run installs them, and under CI=true a missing pdflatex fails the test instead of skipping
+it)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from pathlib import Path
 
 from helpers.procs import skip_or_fail_in_ci
 
-DOCUMENT = "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n\\input{%s}\n\\end{document}\n"
+DOCUMENT = (
+    "\\documentclass{article}\n\\usepackage{booktabs}\n"
+    "\\begin{document}\n\\input{%s}\n\\end{document}\n"
+)
 
 
 def need_pdflatex() -> None:
-    """Skip (fail under CI) where there is no pdflatex: called before anything runs by a test whose end
+    """Skip (fail under CI) where there is no pdflatex: called before anything runs by a test whose
+    end
     compiles a table, so that a skip never takes the checks before it along."""
     if shutil.which("pdflatex") is None:
         skip_or_fail_in_ci(

@@ -27,7 +27,10 @@ def wikitext_task(tmp_path: Path, docs: list[str]):
     )
     yaml = yaml.replace("task: wikitext\n", "task: wikitext_local\n").replace(
         "dataset_path: EleutherAI/wikitext_document_level\ndataset_name: wikitext-2-raw-v1\n",
-        f"dataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'docs.parquet'}\n",
+        (
+            "dataset_path: parquet\ndataset_kwargs:\n  data_files:\n    test: "
+            f"{tmp_path / 'docs.parquet'}\n"
+        ),
     )
     yaml = yaml.replace("training_split: train\nvalidation_split: validation\n", "")
     (d / "wikitext_local.yaml").write_text(yaml)

@@ -37,7 +37,10 @@ def summary() -> str:
             worst[fn] = (*worst[fn][:3], n)
     lines = [
         "",
-        "worst margin (error / tolerance; < 1 passes) per randomized test, over its cases and seeds:",
+        (
+            "worst margin (error / tolerance; < 1 passes) per randomized test, over its cases and "
+            "seeds:"
+        ),
         f"{'margin':>8}  {'checks':>6}  {'worst seed':>10}  test [worst case]",
     ]
     for fn, (ratio, seed, case, n) in sorted(worst.items(), key=lambda kv: -kv[1][0]):

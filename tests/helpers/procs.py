@@ -65,7 +65,8 @@ def needs(present: bool, reason: str):
 
 
 def import_or_skip(name: str, module_level: bool = False):
-    """pytest.importorskip for an optional extra that CI installs: a skip elsewhere, a failure in CI."""
+    """pytest.importorskip for an optional extra that CI installs: a skip elsewhere, a failure in
+    CI."""
     import importlib
 
     import pytest

@@ -10,7 +10,8 @@ import shutil
 from helpers import ROOT
 
 TEMPLATE = ROOT / "reports/wikitext2-v1-laptop"  # real records of a finished run: their shape
-# a distinct value per (split, metric): validation's and test's chunked, strided, strided word-level (strided
+# a distinct value per (split, metric): validation's and test's chunked, strided, strided word-level
+# (strided
 # NLL per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
 OFFSETS = {
     ("validation", "chunked_ppl"): 1,
@@ -70,9 +71,11 @@ def crafted_run(
     state: str = "completed",
     epochs: int = 1,
 ):
-    """A finished run's records (the template's shape) with these figures: eval.json's validation and
+    """A finished run's records (the template's shape) with these figures: eval.json's validation
+    and
     test chunked PPL, and metrics.jsonl's epochs, the last of which is the best (its validation PPL
-    eval.json's, as run.json's best_val_ppl); `train`, `model_keys`: its spec's, over the template's.
+    eval.json's, as run.json's best_val_ppl); `train`, `model_keys`: its spec's, over the
+    template's.
     A diverged run records no evaluation."""
     d = runs_dir / run_id
     d.mkdir(parents=True)

@@ -1,5 +1,7 @@
-"""The rules as Snakemake parses them (through its API, in this process, as `grassflow plan` does; no
-text of the rule files is read): each rule's shell, conda environment and container, the stage module
+"""The rules as Snakemake parses them (through its API, in this process, as `grassflow plan` does;
+no
+text of the rule files is read): each rule's shell, conda environment and container, the stage
+module
 its shell runs, and what its `code` param is, checked against that module's fingerprints
 (grassflow.planning.staleness): for each of its jobs in the demo's plan (demo, and demo with
 train.fuse_seeds for train_fused), the model kinds whose code it holds, or None where it matches
@@ -21,7 +23,8 @@ KIND_SETS = ((), ("transformer",), ("grassmann",), ("transformer", "grassmann"))
 
 def _parse():
     """Snakemake's own parse of the Snakefile (preset demo). No public API lists a rule's settings:
-    they are read from the workflow it parsed, as grassflow.pipeline.preview reads its local rules."""
+    they are read from the workflow it parsed, as grassflow.pipeline.preview reads its local
+    rules."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings import types as st
 
@@ -36,7 +39,8 @@ def _parse():
 
 
 def _jobs(tmp) -> dict[str, list[dict]]:
-    """{rule: each planned job's wildcards} of the demo's full plan, with and without fused seeds."""
+    """{rule: each planned job's wildcards} of the demo's full plan, with and without fused
+    seeds."""
     from grassflow.pipeline.preview import dry_run
 
     fused = tmp / "fused.yaml"
@@ -52,7 +56,8 @@ def _jobs(tmp) -> dict[str, list[dict]]:
 def rules() -> dict[str, SimpleNamespace]:
     """{rule: shell (its template, `{params.stage}` filled in), conda, container, runs (a job is a
     command: shell, run or script), module (what `python -m` runs, or None), code (None: no code
-    param; else [(a job's wildcards, or None for a single value; the kinds it fingerprints, or None)])}."""
+    param; else [(a job's wildcards, or None for a single value; the kinds it fingerprints, or
+    None)])}."""
     import tempfile
     from pathlib import Path
 
@@ -66,7 +71,8 @@ def rules() -> dict[str, SimpleNamespace]:
         params = dict(rule.params.items())
         shell = (rule.shellcmd or "").replace("{params.stage}", str(params.get("stage")))
         module = m.group(1) if (m := re.search(r"python -m (grassflow[\w.]*)", shell)) else None
-        prints = {}  # fingerprint: the fewest kinds that give it (a module that runs no model: none)
+        # fingerprint: the fewest kinds that give it (a module that runs no model: none)
+        prints = {}
         for kinds in KIND_SETS if module else ():
             prints.setdefault(fingerprint(job_code(module, kinds, ROOT)), kinds)
         code = params.get("code")
@@ -90,7 +96,8 @@ def rules() -> dict[str, SimpleNamespace]:
 
 
 def rule_codes() -> dict[str, tuple[str, str]]:
-    """{rule: (the module its code param fingerprints, which kinds: "" none, "run" its run's own, "*" all)}."""
+    """{rule: (the module its code param fingerprints, which kinds: "" none, "run" its run's own,
+    "*" all)}."""
     out = {}
     for name, r in rules().items():
         kinds = {k for _, k in r.code or []}

@@ -1,6 +1,7 @@
 """The README's DAG picture (docs/dag.svg): the `paper` preset's rule graph, drawn by graphviz.
 
-Regenerate it (needs graphviz's `dot`): `python tests/helpers/rule_graph.py`. tests/user/test_docs.py reads the
+Regenerate it (needs graphviz's `dot`): `python tests/helpers/rule_graph.py`.
+tests/user/test_docs.py reads the
 picture's rules and edges back and compares them with today's `snakemake --rulegraph`.
 """
 

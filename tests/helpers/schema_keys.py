@@ -20,7 +20,8 @@ def _resolve(node: dict, schema: dict) -> dict:
 
 
 def keys(schema=None) -> dict[str, dict]:
-    """{dotted key: its schema node}, under a preset; a map's keys read `<name>` (experiments.<name>)."""
+    """{dotted key: its schema node}, under a preset; a map's keys read `<name>`
+    (experiments.<name>)."""
     schema = schema or load_schema(SCHEMA)
     out, walked = {}, {}  # walked: $defs name -> the first path that spelled its keys out
 
@@ -84,12 +85,14 @@ def _allowed(node: dict) -> str:
 
 
 def table() -> str:
-    """The key table of docs/use/configuration.md (regenerate: python tests/helpers/schema_keys.py)."""
+    """The key table of docs/use/configuration.md (regenerate: python
+    tests/helpers/schema_keys.py)."""
     rows = ["| key | allowed | default | meaning |", "|---|---|---|---|"]
     for key, node in keys().items():
         same = f"the keys of `{node['same_keys_as']}`" if node.get("same_keys_as") else ""
         desc = " ".join(str(node.get("description", "")).split()).replace("|", "\\|")
-        # a schema default, or a dataclass's (x-default: what from_dict fills in for a section it reads)
+        # a schema default, or a dataclass's (x-default: what from_dict fills in for a section it
+        # reads)
         value = node.get("default", node.get("x-default", ...))
         default = "" if value is ... else f"`{json.dumps(value, ensure_ascii=False)}`"
         rows.append(f"| `{key}` | {_allowed(node) if not same else same} | {default} | {desc} |")

@@ -5,14 +5,17 @@ The step is the loop's own (grassflow.train_step.TrainStep.region on the LM task
 under autocast, backward, per-member clipping, fused AdamW, the loss bookkeeping) of a fused group
 (a config's seeds as one ensemble, train.fuse_seeds), run the way CUDA runs it: CUDA's bf16 autocast
 lists (helpers.cuda_autocast: its casts are kernels), the CuPy kernels through the stand-in
-(helpers.fake_cupy: each launch counted), the ensemble's batched GEMMs (models.layers.GEMM_PER_MEMBER
+(helpers.fake_cupy: each launch counted), the ensemble's batched GEMMs
+(models.layers.GEMM_PER_MEMBER
 empty), the optimizer made for a capture. Counted after one warm-up step (AdamW's state exists then,
 as in the graph a capture makes):
   ops     ATen ops that run a kernel, as CUDA launches them: every op but views (an op whose outputs
           alias an input without writing it) and bare allocations counts one, but a foreach op off
           CUDA's fast route (cuda_launches: lists whose i-th tensors differ in size, a broadcast
-          operand) counts a kernel per tensor of its list, as CUDA's per-tensor path runs it; most are
-          one CUDA kernel, a few several (a reduction; a multi-tensor launch splits a list longer than
+          operand) counts a kernel per tensor of its list, as CUDA's per-tensor path runs it; most
+          are
+          one CUDA kernel, a few several (a reduction; a multi-tensor launch splits a list longer
+          than
           its kernel's argument limit: ~100 tensors)
   cupy    the CuPy kernel launches (the Plücker op's, the fused head's)
 The counts depend on the layers, the members, the model's kind and the head, not on the widths or
@@ -59,7 +62,8 @@ def _is_view(func) -> bool:
 
 
 def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: its elements fill its storage span exactly, in some order of its dims."""
+    """Non-overlapping and dense: its elements fill its storage span exactly, in some order of its
+    dims."""
     dims = sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1)
     expected = 1
     for st, n in dims:

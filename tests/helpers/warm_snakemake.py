@@ -3,10 +3,13 @@ once (about half of a dry run's CPU time on the demo), then runs each dry run in
 through the `snakemake` command's own entry point (snakemake.cli.main) with the run's argv, working
 directory and environment. The workflow's own code (the Snakefile, grassflow) is imported in the
 fork, as in a fresh process: the server never imports it. Runs that execute jobs stay processes of
-their own (helpers.dag.snakemake), so that signals, locks and exits are Snakemake's as users meet them.
+their own (helpers.dag.snakemake), so that signals, locks and exits are Snakemake's as users meet
+them.
 
-A request may instead ask for grassflow's own in-process plan (grassflow.pipeline.preview.dry_run, what
-`grassflow plan` reads): its jobs come back as JSON, read from Snakemake's log records, not its text.
+A request may instead ask for grassflow's own in-process plan (grassflow.pipeline.preview.dry_run,
+what
+`grassflow plan` reads): its jobs come back as JSON, read from Snakemake's log records, not its
+text.
 
 Run as a script, this module is the server: one request per stdin line (JSON), one exit code per
 stdout line; the fork writes its stdout and stderr to the request's files."""

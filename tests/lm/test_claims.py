@@ -235,7 +235,10 @@ def test_a_diverged_seed_is_named_where_the_verdict_is(dropped):
     judge(s, [], 15.0)
     line = markdown_table("table1", TABLE1, s, ".").splitlines()[-1]
     if dropped:
-        basis = "3 of 3 transformer seeds, 2 of 3 grassmann seeds; left out: table1-grassmann-s2 (diverged)"
+        basis = (
+            "3 of 3 transformer seeds, 2 of 3 grassmann seeds; left out: table1-grassmann-s2 "
+            "(diverged)"
+        )
         assert f"over {basis}." in line
         assert s["gap"]["verdict"].endswith(f" — on fewer seeds than asked ({basis})")
     else:
@@ -268,9 +271,9 @@ def test_a_table_without_a_gap_says_why_and_still_why_it_is_not_the_papers(grass
         if grassmann == "completed"
         else "a model has no completed run"
     )
-    assert (
-        line
-        == f"Gap not computed: {said}. **These numbers cannot be compared with the paper's:** 2 layers, not 6."
+    assert line == (
+        f"Gap not computed: {said}. **These numbers cannot be compared with the paper's:** 2 "
+        "layers, not 6."
     )
     assert "Not comparable with the paper's numbers: 2 layers, not 6." in latex_table(
         "table1", TABLE1, s

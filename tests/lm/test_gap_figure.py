@@ -1,7 +1,8 @@
 """The gap figure (grassflow.lm.figures.gap), the first of each LM table's: what it plots is the
 table's gap after each epoch, each run's best validation perplexity so far against the other
 model's, with the table's 95 % interval, recomputed here independently from the runs' records
-(metrics.jsonl): the H200's Table 1, three seeds a model, whose last epoch is the table's +20.4 %."""
+(metrics.jsonl): the H200's Table 1, three seeds a model, whose last epoch is the table's +20.4
+%."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def _runs():
 
 
 def _by_hand(epoch):
-    """(gap %, low, high) after `epoch`: the means of each model's best-so-far validation PPL, the ratio's
+    """(gap %, low, high) after `epoch`: the means of each model's best-so-far validation PPL, the
+    ratio's
     variance by the delta method, Welch–Satterthwaite's degrees of freedom, Student's t."""
     best = {}
     for path in sorted((GPU / "runs").glob("table1-*/metrics.jsonl")):
@@ -71,12 +73,15 @@ def test_the_gap_figure_plots_the_tables_gap_after_every_epoch(tmp_path):
 
 
 def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
-    """reports/wikitext2-v1-gpu/README.md's figures, with one definition: its epoch table's rows are the
-    figure's (each run's best so far; the gap of the means, its interval), its per-seed gaps best against best."""
+    """reports/wikitext2-v1-gpu/README.md's figures, with one definition: its epoch table's rows are
+    the
+    figure's (each run's best so far; the gap of the means, its interval), its per-seed gaps best
+    against best."""
     text = (GPU / "README.md").read_text().replace("−", "-")
     data = figures.gap_by_epoch(_runs())
     rows = re.findall(
-        r"^  \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\) \|$",
+        r"^  \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) % \(([+-][\d.]+) … ([+-][\d.]+)\) "
+        r"\|$",
         text,
         re.M,
     )
@@ -108,7 +113,8 @@ def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
 
 
 def test_the_ablation_tables_gap_over_training_ends_at_each_variants_gap(tmp_path):
-    """The ablation table's figure over training (figures.ablation_gaps_over_training): each variant's
+    """The ablation table's figure over training (figures.ablation_gaps_over_training): each
+    variant's
     gap after its last epoch is the table's (the laptop grid: one epoch, three seeds each)."""
     laptop = ROOT / "reports/wikitext2-v1-laptop-ablations/laptop_v1_ablations"
     df = pd.read_csv(laptop / "report/ablations.csv")

@@ -2,7 +2,8 @@
 pipeline reports (grassflow.lm.rolling, the LM's evaluation) is the number lm-eval itself reports:
 lm-eval's own simple_evaluate, on its own wikitext task definition (its YAML and detokenizer,
 copied from the installed package) reading local documents instead of the hub, to 1e-4 relative.
-Generated articles in the default tier; the real Wikitext-2 test split (../shared) in the slow tier."""
+Generated articles in the default tier; the real Wikitext-2 test split (../shared) in the slow
+tier."""
 
 from __future__ import annotations
 
@@ -93,7 +94,8 @@ def lm_eval_word_perplexity(
 
 
 def ours(model_dir: Path, docs: list[str]) -> dict:
-    """The pipeline's number: each page's detokenized text encoded, its words counted on the page."""
+    """The pipeline's number: each page's detokenized text encoded, its words counted on the
+    page."""
     from grassflow.decode import open_model
 
     model, tok, _ = open_model(model_dir)
@@ -115,7 +117,8 @@ def test_our_windows_are_the_harnesss():
             make_disjoint_window(w)
             for w in get_rolling_token_windows(list(range(1, n + 1)), 0, L, 1)
         ]
-        # the harness's model reads (context + continuation)[-(L+1):][:-1] and scores the continuation
+        # the harness's model reads (context + continuation)[-(L+1):][:-1] and scores the
+        # continuation
         assert [((c + x)[-(L + 1) :][:-1], x) for c, x in theirs] == rolling_pairs(
             list(range(1, n + 1)), 0, L
         ), n
@@ -235,7 +238,10 @@ def test_loglikelihood_and_generation_through_the_harness(model_dir):
 
     lm = GrassflowLM(str(model_dir), batch_size=2)
     text = " the history of the place"
-    req = lambda args, kind: Instance(request_type=kind, doc={}, arguments=args, idx=0)  # noqa: E731
+
+    def req(args, kind):
+        return Instance(request_type=kind, doc={}, arguments=args, idx=0)
+
     ((ll, _),) = lm.loglikelihood([req(("", text), "loglikelihood")])
     (rolling,) = lm.loglikelihood_rolling([req((text,), "loglikelihood_rolling")])
     assert ll == pytest.approx(rolling, rel=1e-6)
@@ -274,7 +280,10 @@ def test_loglikelihood_splits_truncates_and_says_greedy_as_hflm(model_dir):
     from grassflow.harness import GrassflowLM
 
     lm = GrassflowLM(str(model_dir), batch_size=2)
-    req = lambda c, x: Instance(request_type="loglikelihood", doc={}, arguments=(c, x), idx=0)  # noqa: E731
+
+    def req(c, x):
+        return Instance(request_type="loglikelihood", doc={}, arguments=(c, x), idx=0)
+
     enc = lm.tok_encode
     short = lm.loglikelihood([req("the history ", "of the place")])[0]
     assert short == pytest.approx(

@@ -4,8 +4,10 @@ the batched evaluation differ only by the evaluation's fp32 loss: ≤ 1e-6 relat
 
   chunked   target t (1 ≤ t ≤ n_blocks·L) sees ids[s:t], s = L·⌊(t−1)/L⌋
   strided   target t (1 ≤ t < n) sees ids[s:t], s = 0 for t ≤ L, else stride·⌈(t−L)/stride⌉
-  word      the strided NLL over lm-evaluation-harness's word count, len(re.split(r"\\s+", doc)) (its
-            aggregation, not its windows: grassflow.lm.evaluate says how the harness's number differs)
+  word      the strided NLL over lm-evaluation-harness's word count, len(re.split(r"\\s+", doc))
+  (its
+            aggregation, not its windows: grassflow.lm.evaluate says how the harness's number
+            differs)
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def test_chunked_and_strided_equal_brute_force(kind, L, n, batch, gen):
 
 
 def test_strided_context_differs_from_chunked():
-    """The oracles are not one definition twice: from L+1 on, strided targets keep ≥ L/2 of context."""
+    """The oracles are not one definition twice: from L+1 on, strided targets keep ≥ L/2 of
+    context."""
     L, stride = 8, 4
     chunk = [t - L * ((t - 1) // L) for t in range(1, 33)]
     strided = [t - (0 if t <= L else stride * math.ceil((t - L) / stride)) for t in range(1, 33)]

@@ -1,4 +1,5 @@
-"""The sweep (grassflow.lm.grid's sweep runs, grassflow.lm.sweep's table): each model's value chosen on
+"""The sweep (grassflow.lm.grid's sweep runs, grassflow.lm.sweep's table): each model's value chosen
+on
 validation, the tuned gap on test, a best at an edge not bracketed; the runs it shares trained once;
 what each row ran read from the runs' records, never the preset. The real DAG's sweep on the demo:
 tests/pipeline/test_demo_outputs.py."""
@@ -24,9 +25,12 @@ from helpers.specs import PUBLISHED
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
 VALUES = [1e-3, 3e-3, 1e-2, 3e-2]
 LABELS = ["1e-3", "3e-3", "1e-2", "3e-2"]
-# {model: [(validation PPL, test PPL) of seeds 0, 1, 2] per value}: the Transformer is best on validation
-# at 3e-3 but on test at 1e-2, the Grassmann model best on validation at 1e-2 but on test at 3e-3 (so a
-# choice on test, or a report on validation, reads other numbers); one Transformer run at 3e-2 diverged
+# {model: [(validation PPL, test PPL) of seeds 0, 1, 2] per value}: the Transformer is best on
+# validation
+# at 3e-3 but on test at 1e-2, the Grassmann model best on validation at 1e-2 but on test at 3e-3
+# (so a
+# choice on test, or a report on validation, reads other numbers); one Transformer run at 3e-2
+# diverged
 FIGURES = {
     "transformer": [
         [(300, 295), (302, 297), (304, 299)],
@@ -112,7 +116,8 @@ def _sweep(tmp_path, figures=FIGURES):
 
 
 def _welch_gap(g: list[float], t: list[float]) -> tuple[float, float, float]:
-    """The gap (G − T)/T in % and its 95 % interval, by hand: the delta method's variance of the ratio of
+    """The gap (G − T)/T in % and its 95 % interval, by hand: the delta method's variance of the
+    ratio of
     the means, Welch–Satterthwaite's degrees of freedom, Student's t."""
     mg, mt, vg, vt, n = (
         statistics.mean(g),
@@ -174,7 +179,8 @@ def test_each_model_is_chosen_on_validation_and_the_tuned_gap_is_reported_on_tes
 
 
 def test_a_best_at_an_edge_is_not_bracketed_and_no_tuned_gap_is_stated(tmp_path):
-    """The Grassmann model best at the last value, the Transformer at the first: each said, with the end
+    """The Grassmann model best at the last value, the Transformer at the first: each said, with the
+    end
     to extend, and no tuned gap (mutation: every choice taken as bracketed)."""
     figures = {
         "transformer": [[(200, 199)] * 3, *FIGURES["transformer"][1:]],
@@ -186,8 +192,10 @@ def test_a_best_at_an_edge_is_not_bracketed_and_no_tuned_gap_is_stated(tmp_path)
         and "| grassmann | 3e-2 | no (the last value) |" in md
     )
     assert (
-        "**No tuned gap:** the transformer's best is at the first value tried (1e-3): not bracketed, extend the "
-        "sweep below 1e-3; the grassmann's best is at the last value tried (3e-2): not bracketed, extend the sweep "
+        "**No tuned gap:** the transformer's best is at the first value tried (1e-3): not "
+        "bracketed, extend the "
+        "sweep below 1e-3; the grassmann's best is at the last value tried (3e-2): not bracketed, "
+        "extend the sweep "
         "above 3e-2."
     ) in md
     assert "Tuned gap" not in md and "Paper's claim" not in md
@@ -217,7 +225,8 @@ def _checked(preset, cfg):
 
 
 def test_the_papers_sweep_shares_table1s_runs_and_the_lr_ablations():
-    """paper's sweep at {1e-4, 3e-4, 1e-3}: 3e-4 is Table 1's runs, 1e-3 the ablation's lr_1e-3; only 1e-4
+    """paper's sweep at {1e-4, 3e-4, 1e-3}: 3e-4 is Table 1's runs, 1e-3 the ablation's lr_1e-3;
+    only 1e-4
     is new, trained once (the preset's runs hold each spec once)."""
     errors, (name, p) = _checked("paper", _config())
     assert not errors
@@ -261,7 +270,8 @@ def test_the_papers_sweep_shares_table1s_runs_and_the_lr_ablations():
         ),
         (
             {"base": "table1", "seeds": [0]},
-            "sweep: one key to sweep, under train or model (e.g. train: {lr: [1.0e-3, 3.0e-3, 1.0e-2]}); got none",
+            "sweep: one key to sweep, under train or model (e.g. train: {lr: [1.0e-3, 3.0e-3, "
+            "1.0e-2]}); got none",
         ),
         (
             {"base": "table1", "seeds": [0], "train": {"threads": [1, 2, 4]}},
@@ -318,7 +328,8 @@ def test_a_model_key_is_swept_and_a_value_labels_its_runs():
 
 def test_a_table_says_what_each_model_ran_from_its_records_not_the_preset(tmp_path):
     """Table 1's job handed a preset slice with no model or training section, and records whose
-    Transformer trained at lr 1e-3, its Grassmann model at 3e-4 with r 16: the table says what each ran
+    Transformer trained at lr 1e-3, its Grassmann model at 3e-4 with r 16: the table says what each
+    ran
     (mutation: comparability from the preset slice again: it has no model or train to read)."""
     from grassflow.lm.aggregate import aggregate
 
@@ -384,7 +395,8 @@ def test_runs_of_one_model_that_ran_other_settings_are_said_not_compared():
 
 @pytest.mark.parametrize("preset", ["paper", "demo", "laptop_v1_ablations"])
 def test_no_table_job_is_handed_a_model_or_training_section(preset):
-    """What each run ran reaches a table by its record only: the preset slices of the LM's table jobs
+    """What each run ran reaches a table by its record only: the preset slices of the LM's table
+    jobs
     hold the data, tokenizer, models, seeds and their grid, nothing a run's spec holds."""
     errors, (name, p) = _checked(preset, _config())
     assert not errors

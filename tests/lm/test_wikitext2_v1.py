@@ -120,7 +120,8 @@ def test_v1_presets_are_paper_and_laptop_on_v1():
         lap_v1["experiments"]["table1"]["epochs"] == 1
         and lap_v1["train"]["max_steps_per_epoch"] is None
     )
-    # the paper's model settings at laptop_v1's size: it differs from laptop_v1 in those four keys only
+    # the paper's model settings at laptop_v1's size: it differs from laptop_v1 in those four keys
+    # only
     pap = cfg["presets"]["laptop_v1_paper_settings"]
     assert {k: v for k, v in pap.items() if k != "description"} == {
         **{k: v for k, v in lap_v1.items() if k != "description"},
@@ -164,7 +165,8 @@ def test_a_v1_table_says_what_its_data_is_and_scopes_its_verdict():
     setup = load_published(PUBLISHED)["paper_setup"]
     p = _v1_preset()
     learned = {m: {"n_learned": 3, "not_learned": []} for m in ("transformer", "grassmann")}
-    # `<unk>` read as one token: what the runs' token files record (data.train.unk_mapped), the table says
+    # `<unk>` read as one token: what the runs' token files record (data.train.unk_mapped), the
+    # table says
     label = data_label(p, V1_SHA256, setup, unk=True)
     assert (
         "Wikitext-2 v1" in label

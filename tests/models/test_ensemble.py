@@ -135,7 +135,8 @@ def test_stacking_keeps_each_member_and_its_tied_head():
 
 
 class _OnCuda(torch.Tensor):
-    """CPU values that say they are on CUDA: the device check of layers.linear takes the GPU's branch."""
+    """CPU values that say they are on CUDA: the device check of layers.linear takes the GPU's
+    branch."""
 
     @property
     def device(self):

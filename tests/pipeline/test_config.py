@@ -40,7 +40,11 @@ CASES = [
     (
         "foo",
         1,
-        "config <top level>: Additional properties are not allowed ('foo' was unexpected); allowed keys: ['estimate', 'finished_runs', 'preset', 'presets']",
+        (
+            "config <top level>: Additional properties are not allowed ('foo' was unexpected); "
+            "allowed "
+            "keys: ['estimate', 'finished_runs', 'preset', 'presets']"
+        ),
     ),
     ("epochz", 3, "config presets.demo: Additional properties are not allowed ('epochz'"),
     ("model.heads", 4, "config presets.demo.model: Additional properties are not allowed ('heads'"),
@@ -62,7 +66,10 @@ CASES = [
     (
         "preset",
         "nope",
-        "config preset: 'nope' is not defined; choose one of ['demo', 'laptop', 'laptop_v1', 'laptop_v1_ablations', 'laptop_v1_paper_settings', 'paper', 'paper_v1', 'recall']",
+        (
+            "config preset: 'nope' is not defined; choose one of ['demo', 'laptop', 'laptop_v1', "
+            "'laptop_v1_ablations', 'laptop_v1_paper_settings', 'paper', 'paper_v1', 'recall']"
+        ),
     ),
     ("experiments", {}, "config presets.demo.experiments: {} should be non-empty"),
     ("seeds", [], "config presets.demo.seeds: [] should be non-empty"),
@@ -161,7 +168,10 @@ CASES = [
     (
         "snli.experiments.table3_scratch",
         {"features": "scratch", "epochs": 1, "batch_size": 8},
-        "presets.demo.snli.experiments.table3_scratch.embed_dim: required when features is 'scratch'",
+        (
+            "presets.demo.snli.experiments.table3_scratch.embed_dim: required when features is "
+            "'scratch'"
+        ),
     ),
     (
         "snli.experiments.table3.features",
@@ -209,7 +219,8 @@ def test_shipped_config_is_valid_for_every_preset():
     assert len(main) == 2 * 2 * 3  # tables × models × seeds
     # ablations: 10 variants × 2 models × 3 seeds, less the `paper` variant (the main runs) and the
     # Transformer under the five Grassmann-only switches (the paper variant's Transformer); lr_1e-3
-    # switches both models. The sweep's lr 1e-4, both models (its 3e-4 is the main runs, its 1e-3 lr_1e-3's)
+    # switches both models. The sweep's lr 1e-4, both models (its 3e-4 is the main runs, its 1e-3
+    # lr_1e-3's)
     assert len(grid) - len(main) == 10 * 2 * 3 - 2 * 3 - 5 * 3 + 2 * 3
 
 
@@ -295,7 +306,8 @@ def test_paper_preset_holds_the_full_snli_grid():
 
 def test_plucker_backends_are_one_list():
     """models.config.PLUCKER_BACKENDS is the list; the op's own, the SNLI head's and the schema's
-    enums (model, an ablation variant's, snli.head) must equal it, and ModelConfig refuses the rest."""
+    enums (model, an ablation variant's, snli.head) must equal it, and ModelConfig refuses the
+    rest."""
     from grassflow.models.config import PLUCKER_BACKENDS, ModelConfig
     from grassflow.ops.plucker.backends import BACKENDS
     from grassflow.snli.config import CHOICES
@@ -532,7 +544,8 @@ def test_a_finished_runs_path_a_shell_would_read_is_refused_by_name():
 
 def test_a_variant_switches_training_keys_of_its_runs_not_the_experiments_or_executions():
     """paper's and paper_v1's `lr_1e-3` variant: both models' runs at lr 1e-3, the others at the
-    preset's; a variant's train.epochs (the experiment's) or train.compile (how a job runs) refused."""
+    preset's; a variant's train.epochs (the experiment's) or train.compile (how a job runs)
+    refused."""
     from grassflow.lm.grid import ablation_grid, runs
     from grassflow.pipeline.preview import load_config
 

@@ -37,7 +37,8 @@ def test_demo_produces_tables_figures_and_provenance(demo):
         df = pd.read_csv(rep / f"{exp}.csv")
         assert set(df.model) == {"transformer", "grassmann"} and set(df.seed) == {0, 1}
         assert (df.status == "completed").all() and (df.val_ppl > 1).all()
-        # both models learned beyond token frequencies: well below the unigram baseline of their data
+        # both models learned beyond token frequencies: well below the unigram baseline of their
+        # data
         # (measured: ~0.4x; a model that learned nothing sits far above it)
         baseline = json.loads((demo / "results/demo/data/tokens/trained/unigram.json").read_text())
         assert (
@@ -95,8 +96,10 @@ def test_demo_runs_the_snli_chain_end_to_end(demo):
         df = pd.read_csv(rep / f"snli_{exp}.csv")
         assert set(df.model) == {"transformer", "grassmann"} and (df.status == "completed").all()
         assert set(df.features) == {features} and (df.test_pairs == raw["test"]["pairs"]).all()
-        # above chance (33.3 %): the synthetic labels need the premise (snli/synthetic.py), so a head
-        # given the hypothesis alone stays at chance (measured: ~67 %, the neutral class learned first)
+        # above chance (33.3 %): the synthetic labels need the premise (snli/synthetic.py), so a
+        # head
+        # given the hypothesis alone stays at chance (measured: ~67 %, the neutral class learned
+        # first)
         assert ((df.test_acc >= 50) & (df.test_acc <= 100)).all(), df.test_acc
         for rec_path in df.record:
             rec = json.loads((demo / rec_path).read_text())
@@ -194,9 +197,11 @@ def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
 
 
 def test_demo_with_mlflow_on_leaves_one_store_mlflows_client_reads_back(demo):
-    """The demo fixture ran with train.trackers: [tensorboard, mlflow], its training jobs side by side:
+    """The demo fixture ran with train.trackers: [tensorboard, mlflow], its training jobs side by
+    side:
     one store for the tree (results/mlflow.db), an experiment per table, and in it, read through
-    MLflow's own client, one finished run for each LM run, named after it, whose per-epoch validation
+    MLflow's own client, one finished run for each LM run, named after it, whose per-epoch
+    validation
     perplexity is its metrics.jsonl's."""
     import_or_skip("mlflow")
     from mlflow.tracking import MlflowClient
@@ -277,9 +282,11 @@ def test_demo_ablation_table_and_figure(demo):
 
 
 def test_demo_sweep_table_and_figure_share_table1s_runs(demo):
-    """The demo's sweep (lr 1e-3, 3e-3, 1e-2, both models, 2 seeds) through the real DAG: its table and
+    """The demo's sweep (lr 1e-3, 3e-3, 1e-2, both models, 2 seeds) through the real DAG: its table
+    and
     figure; its 3e-3 runs are Table 1's, trained once (one training job each in Snakemake's log, no
-    run directory of their own); each model's choice said, and no tuned gap where one is not bracketed."""
+    run directory of their own); each model's choice said, and no tuned gap where one is not
+    bracketed."""
     rep = demo / "results/demo/report"
     md = (rep / "sweep.md").read_text()
     assert (
@@ -312,8 +319,10 @@ def test_demo_sweep_table_and_figure_share_table1s_runs(demo):
 
 def test_a_table_job_handed_its_runs_in_another_order_writes_the_same_files(demo, tmp_path):
     """Every task's table job that is handed its runs (`--runs`: the LM's tables, SNLI's, recall's),
-    pasted from `snakemake -p` with those runs reversed, writes the demo's tables byte for byte: its rows
-    in the order of their keys, whatever order Snakemake hands the inputs (mutation: recall's rows in
+    pasted from `snakemake -p` with those runs reversed, writes the demo's tables byte for byte: its
+    rows
+    in the order of their keys, whatever order Snakemake hands the inputs (mutation: recall's rows
+    in
     the order of its inputs, as before)."""
     out = snakemake(demo, "-n", "-p", "--forceall").stdout
     commands = [c for c in re.findall(r"^Shell command: (.+)$", out, re.M) if " --runs " in c]

@@ -4,7 +4,8 @@ Run as `snakemake -s <checkout>/Snakefile --directory <scratch>` (config.yaml co
 the Snakemake workflow catalog deploys a published workflow (snakedeploy's `module` with `use rule *
 from`, the user's own `config/config.yaml` beside it), a part of the demo (one model, one seed,
 Table 1) runs from a user's directory: its results under that directory, its tables equal to the
-demo's rows of the same runs, and nothing written into the checkout (Python's bytecode cache aside)."""
+demo's rows of the same runs, and nothing written into the checkout (Python's bytecode cache
+aside)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ OVERLAY = {
         }
     }
 }
-# snakedeploy deploy-workflow's workflow/Snakefile, with the module read from a local clone (the jobs
+# snakedeploy deploy-workflow's workflow/Snakefile, with the module read from a local clone (the
+# jobs
 # run the grassflow installed from it)
 MODULE = """configfile: "config/config.yaml"
 
@@ -48,7 +50,8 @@ use rule * from grassflow
 
 
 def _files(root):
-    """Every file under `root` with its size and modification time, Python's bytecode cache aside."""
+    """Every file under `root` with its size and modification time, Python's bytecode cache
+    aside."""
     return {
         str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
         for p in root.rglob("*")
@@ -67,7 +70,8 @@ def test_the_demo_runs_from_a_users_directory(how, demo, tmp_path):
         user.mkdir()
         shutil.copy(checkout / "config.yaml", user / "config.yaml")
         (user / "elsewhere.yaml").write_text(yaml.safe_dump(OVERLAY))
-        # from another directory: the command line's config files as the shell gives them (here: absolute)
+        # from another directory: the command line's config files as the shell gives them (here:
+        # absolute)
         args = [
             "-s",
             str(checkout / "Snakefile"),

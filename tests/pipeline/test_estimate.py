@@ -1,4 +1,5 @@
-"""Job estimates (grassflow.planning.estimate): time limits and memory from a run's spec, the size of its
+"""Job estimates (grassflow.planning.estimate): time limits and memory from a run's spec, the size
+of its
 data and the throughput table. Through SLURM (requested limits equal the estimates, one
 allocation per run, a retry at a longer limit) in tests/pipeline/test_slurm.py."""
 

@@ -116,13 +116,16 @@ def test_the_slurm_tests_get_a_worker_of_their_own_where_the_workers_outnumber_t
         "test_s.py::test_b": "slurm",
     }
     (tmp_path / "conftest.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom helpers.workers import scheduler\n\n\n"
-        f"def pytest_xdist_make_scheduler(config, log):\n    return scheduler(config, log, {groups!r}, cores=2)\n"
+        f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom helpers.workers import "
+        "scheduler\n\n\n"
+        "def pytest_xdist_make_scheduler(config, log):\n    return scheduler(config, log, "
+        f"{groups!r}, cores=2)\n"
     )
     for name in ("d", "s", "x", "y", "z"):  # each test writes down its worker
         (tmp_path / f"test_{name}.py").write_text(
             "".join(
-                f"def test_{t}():\n    import os, pathlib\n    pathlib.Path({str(tmp_path)!r}, 'ran', "
+                f"def test_{t}():\n    import os, pathlib\n    pathlib.Path({str(tmp_path)!r}, "
+                "'ran', "
                 f"'test_{name}.py::test_{t}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
                 for t in "ab"
             )

@@ -1,4 +1,5 @@
-"""Staleness from imports (grassflow.planning.staleness): each rule fingerprints the code of the very
+"""Staleness from imports (grassflow.planning.staleness): each rule fingerprints the code of the
+very
 stage module its shell runs; that code is the module's import closure, which holds everything a
 real run of the job loads (recorded by grassflow.job's GRASSFLOW_RECORD_IMPORTS hook), less only
 the other model kinds' code; the kernels the ops load are declared where they are loaded."""
@@ -23,8 +24,10 @@ SRC = ROOT / "src" / "grassflow"
 
 
 def test_every_rule_fingerprints_the_job_its_shell_runs():
-    """Each rule's `code` param, as Snakemake parsed it, is a fingerprint of the stage module its shell
-    runs (`python -m grassflow.<...>`): a run's jobs each with its own run's model kind (every run job
+    """Each rule's `code` param, as Snakemake parsed it, is a fingerprint of the stage module its
+    shell
+    runs (`python -m grassflow.<...>`): a run's jobs each with its own run's model kind (every run
+    job
     of the demo's plan), bench with every kind, the others with none; the module is a command line
     (its main() parses -h)."""
     import importlib
@@ -77,8 +80,10 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
 
 
 def test_no_jobs_code_holds_the_planning():
-    """No job's fingerprint holds a module of grassflow.pipeline or grassflow.planning, for every rule and model kind:
-    no job runs the planning (its estimates beside the measured times: `grassflow plan --measured`)."""
+    """No job's fingerprint holds a module of grassflow.pipeline or grassflow.planning, for every
+    rule and model kind:
+    no job runs the planning (its estimates beside the measured times: `grassflow plan
+    --measured`)."""
     jobs = {r.module for r in rules().values() if r.module}
     assert len(jobs) > 20 and not {
         j for j in jobs if j.startswith(("grassflow.pipeline", "grassflow.planning"))
@@ -325,7 +330,7 @@ def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_pat
         assert_closure_holds(record, "grassflow.lm.unigram")
 
 
-# --- what a file's fingerprint covers: code, not text ------------------------------------------------
+# --- what a file's fingerprint covers: code, not text ---------------------------------------------
 def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
     f = tmp_path / "m.py"
 
@@ -335,7 +340,9 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
 
     base = code('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1\n')
     assert base == code(
-        '"""Another doc."""\n# a comment\n\ndef f( x ):  # why\n    """Other."""\n\n    return (x + 1)\n'
+        '"""Another doc."""\n# a comment\n\ndef f( x ):  # why\n    """Other."""\n\n    '
+        "return (x "
+        "+ 1)\n"
     )
     assert base == code("def f(x):\n    return x + 1\n")
     assert base != code("def f(x):\n    return x + 2\n")
@@ -350,7 +357,8 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
 def test_a_files_code_hash_ignores_the_wording_of_a_raised_message(tmp_path):
     """A reworded error reruns nothing (#70 reworded two messages in data/sources.py, which every
     job's closure holds: a results tree from before it replanned all 15 runs of #69's grid from
-    the download). What the message formats, the exception's type and any other string still count."""
+    the download). What the message formats, the exception's type and any other string still
+    count."""
     f = tmp_path / "m.py"
 
     def code(body):
@@ -387,7 +395,8 @@ def test_the_task_table_holds_every_tasks_planning_by_its_imports():
 
 
 def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
-    """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules are
+    """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules
+    are
     (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
     planning = {

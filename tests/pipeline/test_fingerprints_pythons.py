@@ -1,4 +1,5 @@
-"""A Python upgrade reruns nothing: every rule's code fingerprint (grassflow.planning.staleness) is the same
+"""A Python upgrade reruns nothing: every rule's code fingerprint (grassflow.planning.staleness) is
+the same
 under each CPython that pyproject.toml allows, 3.10 to 3.14. The fingerprints hash syntax trees,
 whose shape Python changes between versions (3.12 gave every function `type_params`); the other
 versions run here as Pyodide (CPython compiled to WebAssembly, from the npm registry, run by node),
@@ -25,7 +26,8 @@ PYODIDES = {"0.22.1": "3.10", "0.27.7": "3.12", "0.29.5": "3.13", "314.0.7": "3.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grassflow" / "pyodide"
 
 # Run by this interpreter and by each Pyodide: {what: hash} of every fingerprint a rule can carry
-# (each job's stage module, as the rules' shells name them, with no model kind, each one, both) and of each file's code, tests/data's sampler
+# (each job's stage module, as the rules' shells name them, with no model kind, each one, both) and
+# of each file's code, tests/data's sampler
 # of syntax included (constructs src/ may come to use).
 FINGERPRINTS = r"""
 import json, re, sys
@@ -36,7 +38,11 @@ from grassflow.planning import staleness as s
 kinds = [(), *((k,) for k in s.kind_code()), tuple(s.kind_code())]
 rules = "".join(f.read_text() for f in sorted((Path(ROOT) / "workflow/rules").glob("*.smk")))
 jobs = sorted(set(re.findall(r"python -m (grassflow[\w.]*) ", rules)))
-out = {f"{m} {' '.join(k)}".strip(): s.fingerprint(s.job_code(m, k, Path(ROOT))) for m in jobs for k in kinds}
+out = {
+    f"{m} {' '.join(k)}".strip(): s.fingerprint(s.job_code(m, k, Path(ROOT)))
+    for m in jobs
+    for k in kinds
+}
 files = [*sorted((Path(ROOT) / "src").rglob("*.py")), Path(ROOT) / "tests/data/syntax_sampler.py"]
 out.update({str(f.relative_to(ROOT)): s.code_hash(f) for f in files})
 RESULT = json.dumps({"python": sys.version.split()[0], "hashes": out})

@@ -157,7 +157,8 @@ CRAFTED = [
         lambda e: e["test"]["harness"].update(word_ppl="inf"),
         "eval.json: test.harness.word_ppl 'inf' is not a perplexity",
     ),
-    # records that disagree with each other (mutations: each of report.agreement's cross-checks removed)
+    # records that disagree with each other (mutations: each of report.agreement's cross-checks
+    # removed)
     (
         "eval.json",
         lambda e: e["validation"].update(chunked_ppl=e["validation"]["chunked_ppl"] * 1.05),
@@ -196,8 +197,10 @@ def _agreeing_on_another_best(good: dict, best: int) -> dict:
 
 
 def test_records_that_claim_what_they_are_not_are_refused_by_file_and_key(demo, tmp_path, capfd):
-    """What a table prints or reads from an adopted record is checked for what it claims, through the
-    adoption's command: each crafted record refused in one line naming its file and key, nothing written."""
+    """What a table prints or reads from an adopted record is checked for what it claims, through
+    the
+    adoption's command: each crafted record refused in one line naming its file and key, nothing
+    written."""
     records = tmp_path / "records" / RUN
     records.mkdir(parents=True)
     for f in adopt.RECORDS:

@@ -4,7 +4,8 @@ to write (the data stages, a training job between two checkpoints, the evaluatio
 Each job fails with one `error:` line naming its file and the lack of space, in Snakemake's output,
 where the user looks (the log that would hold it is on the full disk); nothing that looks complete
 is left; the last good checkpoint stays and loads; once space is freed the same command goes on (the
-training resumes) and the table equals the uninterrupted demo's. Needs root to mount (CI runs as root)."""
+training resumes) and the table equals the uninterrupted demo's. Needs root to mount (CI runs as
+root)."""
 
 from __future__ import annotations
 

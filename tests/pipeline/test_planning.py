@@ -93,7 +93,8 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
         for r in trained
     )
     assert not any(r.startswith("table2") for r in trained)  # just the grid
-    # planning writes nothing of ours: the code index is kept when jobs run (onstart), not while parsing
+    # planning writes nothing of ours: the code index is kept when jobs run (onstart), not while
+    # parsing
     assert not (work / ".snakemake" / "grassflow").exists()
     assert res.stdout.count("rule ablation_aggregate:") == 1 and "rule aggregate:" not in res.stdout
     res = run_snakemake(
@@ -188,7 +189,8 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     )  # bert from tokenizer.path
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
-    # the sections the data jobs read: their params, on their command lines as `snakemake -p` prints them
+    # the sections the data jobs read: their params, on their command lines as `snakemake -p` prints
+    # them
     data, tokenize = (
         json.loads(
             shlex.split(re.search(rf"grassflow\.lm\.{stage} {flag} ('.*?')", v1).group(1))[0]
@@ -235,7 +237,8 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
             and rows["download"][2] == "login node (local)"
         )
         assert f"Total: {sum(stats.values())} jobs" in res.stdout
-    # a dry run does not say where a job runs: plan asks the workflow Snakemake parsed for its local rules
+    # a dry run does not say where a job runs: plan asks the workflow Snakemake parsed for its local
+    # rules
     local = {rule for rule, cells in rows.items() if cells[2] == "login node (local)"}
     assert local == {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone"}, local
     assert (
@@ -384,12 +387,14 @@ def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
 
 
 def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation_per_run():
-    """The profile is YAML: it is checked against the tasks' declaration (grassflow.pipeline.tasks)."""
+    """The profile is YAML: it is checked against the tasks' declaration
+    (grassflow.pipeline.tasks)."""
     from grassflow.pipeline.tasks import TASKS
 
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     groups = dict(g.split("=") for g in prof["groups"])
-    # each task's run jobs (the LM's rules unprefixed), and a fused group's job (train.fuse_seeds) with its
+    # each task's run jobs (the LM's rules unprefixed), and a fused group's job (train.fuse_seeds)
+    # with its
     # runs' evaluations: one allocation per run or group
     rules = {
         f"{t}_{stage}" if TASKS[t].part_key else stage: t
@@ -412,7 +417,8 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
 
 def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
     """train.fuse_seeds on the demo: each table's and each sweep value's config of each model (its 2
-    seeds) one train_fused job; the ablation's one-seed runs train alone; every run evaluated as before;
+    seeds) one train_fused job; the ablation's one-seed runs train alone; every run evaluated as
+    before;
     `grassflow plan` sums a group's runs' estimates. Off (auto on a CPU): the demo unchanged."""
     from helpers.dag import by_rule, planned
 
@@ -471,7 +477,8 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
 
 def test_an_overlay_is_merged_as_snakemake_merges_it(tmp_path):
     """A --configfile is merged into config.yaml as Snakemake merges it, a null kept as a null:
-    what `grassflow plan` reads (load_config) refuses what the Snakefile refuses, in the same words."""
+    what `grassflow plan` reads (load_config) refuses what the Snakefile refuses, in the same
+    words."""
     from grassflow.pipeline.preview import load_config
 
     work = copy_repo(tmp_path)
@@ -498,7 +505,8 @@ def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):
 
 def test_every_rule_is_a_named_block_you_can_grep():
     """`grep '^rule \\|^use rule'` over the Snakefile and workflow/rules/ finds every rule Snakemake
-    lists for the paper preset (which has every task's part), and no rule is made unnamed, in a loop,
+    lists for the paper preset (which has every task's part), and no rule is made unnamed, in a
+    loop,
     a function or under an `if`."""
     texts = [(ROOT / "Snakefile").read_text()] + [
         f.read_text() for f in sorted((ROOT / "workflow/rules").glob("*.smk"))
@@ -525,7 +533,8 @@ def test_every_rule_is_a_named_block_you_can_grep():
 
 
 def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
-    """Every rule file reads only common.smk's names at parse time, and the rules it reuses (`use rule
+    """Every rule file reads only common.smk's names at parse time, and the rules it reuses (`use
+    rule
     ... with:`, whose file must come first): with the rule files included in the reverse order, but
     for those, the demo plans the same jobs with the same commands."""
     work = copy_repo(tmp_path)
@@ -589,7 +598,8 @@ def test_the_laptop_seeds_presets_plan_their_runs_and_nothing_else(tmp_path):
 
 
 def test_runs_finished_elsewhere_leave_the_others_fused():
-    """train.fuse_seeds with finished_runs (grassflow.lm.grid.fused_groups): Table 1 finished in full
+    """train.fuse_seeds with finished_runs (grassflow.lm.grid.fused_groups): Table 1 finished in
+    full
     (the H200's committed records) leaves Table 2's groups fused over every seed; Table 2's seed 0
     finished for both models leaves its groups fused over seeds 1 and 2, and no group holds a
     finished run (adopt_run makes those)."""
@@ -614,8 +624,10 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
 
 @pytest.mark.parametrize("preset", ["demo", "paper"])
 def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
-    """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.preview.dry_run, through its
-    API, in this process): one evaluation per run of the LM's specs, an ablation cell or a sweep value
+    """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.preview.dry_run, through
+    its
+    API, in this process): one evaluation per run of the LM's specs, an ablation cell or a sweep
+    value
     whose spec equals a main table's run (or an ablation's) being that run, and every cell of the
     ablation grid and the sweep among them."""
     from grassflow.lm.grid import ablation_grid, main_run_ids, sweep_grid
@@ -641,14 +653,18 @@ def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
 
 def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):
     """Snakemake's reason for a params change (the exclusive params before and now, as their reprs)
-    read by `grassflow plan --why`: a spec's changed keys with their values before and after, a fused
-    group's specs (shell words) alike, a code fingerprint as its own line, another param as it is."""
+    read by `grassflow plan --why`: a spec's changed keys with their values before and after, a
+    fused
+    group's specs (shell words) alike, a code fingerprint as its own line, another param as it
+    is."""
     from grassflow.pipeline.preview import explain
 
     def reason(before, now):
         fmt = lambda vs: ",".join(map(repr, vs))  # noqa: E731  (Snakemake's ParamsChange.__str__)
         return (
-            "Params have changed since last execution: Union of exclusive params before and now across all "
+            "Params have changed since last execution: Union of exclusive params before and now "
+            "across "
+            "all "
             f"output: before: {fmt(before)} now: {fmt(now)} "
         )
 

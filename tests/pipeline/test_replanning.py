@@ -77,7 +77,8 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 
 @pytest.mark.parametrize("module", ["lm/aggregate.py", "lm/comparable.py"])
 def test_editing_the_lm_table_code_plans_its_tables_and_no_other_tasks(demo, module):
-    """The LM's table code (its tables' rows and verdicts, what a table can carry) is the LM's tables'
+    """The LM's table code (its tables' rows and verdicts, what a table can carry) is the LM's
+    tables'
     alone: a code edit plans Tables 1-2, the ablation table and the sweep's (and the summary, which
     reads Tables 1-2), no SNLI or recall job."""
     with edited(demo / "src/grassflow" / module):
@@ -142,7 +143,8 @@ def test_editing_one_variant_plans_only_its_runs_and_the_ablation_table(demo):
 
 
 def test_a_variants_training_key_plans_only_its_runs_and_the_ablation_table(demo):
-    """An ablation variant may switch a training key (its runs' spec): the learning rate, for both models."""
+    """An ablation variant may switch a training key (its runs' spec): the learning rate, for both
+    models."""
     jobs, changed = _changes(
         demo, {"ablations": {"variants": {"pre_norm": {"norm": "pre", "train": {"lr": 0.01}}}}}
     )
@@ -179,7 +181,8 @@ GRASSMANN_SETTING_JOBS = {("train", r) for r in DEMO_GRASSMANN_RUNS}
 
 
 def _changes(demo, overlay) -> tuple[Counter, set]:
-    """(the jobs planned after a preset edit, those planned for their own settings: their params)."""
+    """(the jobs planned after a preset edit, those planned for their own settings: their
+    params)."""
     jobs = plan_jobs(demo, overlay)
     return Counter(job_key(j) for j in jobs), settings_changed(jobs)
 
@@ -203,7 +206,8 @@ def test_grassmann_backend_switch_plans_its_runs_and_one_preflight(demo):
 
 
 def test_execution_keys_rerun_nothing(demo):
-    """train.threads, compile, compile_mode, trackers and head_loss say how to run, not what to compute:
+    """train.threads, compile, compile_mode, trackers and head_loss say how to run, not what to
+    compute:
     changing them on a finished demo (run with trackers: [tensorboard]) plans nothing."""
     assert (
         planned(
@@ -321,14 +325,15 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     assert "download" not in rules
 
 
-# --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only ------------
+# --- edits that cannot change a result plan nothing; a task's edits plan its own jobs only --------
 UNUSED_FUNCTION = "\n\ndef _never_called():\n    return 1\n"
 REFORMATTED = ('"""`grassflow <verb>`', '"""  `grassflow <verb>`')  # a docstring edit
 
 
 def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     """A comment in the files every job imports, a docstring, a reworded error, any edit to the
-    user's command line (no job imports cli.py): code fingerprints cover code (syntax trees); planning
+    user's command line (no job imports cli.py): code fingerprints cover code (syntax trees);
+    planning
     code, which reaches the jobs only through their params."""
     from helpers.dag import COMMENT_EDIT, replaced
 
@@ -457,7 +462,8 @@ def fake_hub_cache(home, repo: str, files: dict[str, str]) -> None:
 
 @pytest.mark.slow  # default tier under 5 min: a scratch repository's own demo data stages
 def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
-    """The hub fetches feed every run of the LM and SNLI (fetch_tokenizer → tokenize → train): a code
+    """The hub fetches feed every run of the LM and SNLI (fetch_tokenizer → tokenize → train): a
+    code
     edit to the planning of the tasks or to another stage's handler plans no fetch and none of what
     it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
     tokenizer taken from the hub (here an offline cache): the paper preset's case."""
@@ -513,7 +519,8 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
         )  # its stage's job, and what it feeds
     with edited(work / "src/grassflow/data/tokenizers.py"):
         assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
-        # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says: recorded, not run
+        # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says:
+        # recorded, not run
         run("--touch")
         assert plan() == Counter()
 
@@ -522,7 +529,8 @@ def test_a_release_that_replans_everything_needs_one_touch(demo):
     """docs/use/pipeline.md's step after a release that changes every job's fingerprint or params
     (here a code line in a module every job runs, as the switch from spec files to params did):
     one `snakemake --touch` records every finished job as current, and nothing is planned; then one
-    `batch_size` edit replans only the runs it reaches (their train jobs' settings, before and after,
+    `batch_size` edit replans only the runs it reaches (their train jobs' settings, before and
+    after,
     as `grassflow plan --why` says), their evaluations and their table."""
     from helpers.dag import snakemake
 

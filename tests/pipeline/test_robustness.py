@@ -1,4 +1,5 @@
-"""The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, a run rerun for a code
+"""The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, a run rerun for a
+code
 edit beside its old checkpoint, crafted checkpoints in a shared results tree, a stand-in pool of GPU
 slots."""
 
@@ -107,7 +108,8 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
 ):
     """A results tree is shared: whoever can write one file in it must not run code as the
     next user. Crafted pickles (they would create a marker file) as the weights
-    (model.safetensors) of an LM, an SNLI and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed: each
+    (model.safetensors) of an LM, an SNLI and a recall run, and as last.pt (with a valid checksum)
+    of an LM run to be resumed: each
     job fails with one `error:` line naming its file, the marker is never created, and the
     other jobs still run (--keep-going). With the real files back, the same tree (a copy of the
     demo's: a results tree copied from another user) completes those jobs, without the demo's GPU
@@ -193,11 +195,16 @@ def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
 @pytest.mark.slow
 def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(demo, tmp_path):
     """Files of a finished demo damaged as a full disk, an interrupted copy or an editor leave them.
-    First a run's config.json emptied, another's holding no fields ({}), another's model.safetensors cut short, a third's last.pt cut
-    short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test token file cut
-    short; then the documents file lm-eval's perplexity reads zeroed; then the records the tables read (a
-    run.json, a metrics.jsonl, an SNLI and a recall eval.json); last, a raw split. `snakemake --keep-going`
-    fails each job that reads one with one `error:` line naming the file (and how to rebuild it), and no
+    First a run's config.json emptied, another's holding no fields ({}), another's model.safetensors
+    cut short, a third's last.pt cut
+    short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test
+    token file cut
+    short; then the documents file lm-eval's perplexity reads zeroed; then the records the tables
+    read (a
+    run.json, a metrics.jsonl, an SNLI and a recall eval.json); last, a raw split. `snakemake
+    --keep-going`
+    fails each job that reads one with one `error:` line naming the file (and how to rebuild it),
+    and no
     table is rewritten from them."""
     work = tmp_path / "work"
     shutil.copytree(demo, work, symlinks=True)
@@ -304,14 +311,16 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
         assert (
             len(found[log]) == 1 and why in found[log][0] and "run snakemake again" in found[log][0]
         ), (log, found[log])
-    # a failed job's tables are gone (Snakemake removes the outputs of a job it runs), none rewritten
+    # a failed job's tables are gone (Snakemake removes the outputs of a job it runs), none
+    # rewritten
     assert {p: p.read_bytes() for p in (res / "report").glob("*.csv")} == {
         p: b
         for p, b in every_table.items()
         if p.name not in ("table2.csv", "snli_table3.csv", "snli_table3_scratch.csv", "recall.csv")
     }
 
-    # last, the raw text every token file is made from, cut short: each job that reads it fails naming it
+    # last, the raw text every token file is made from, cut short: each job that reads it fails
+    # naming it
     for path in (record, metrics, snli_eval, recall_eval):
         shutil.copy2(demo / path.relative_to(work), path)
     raw = res / "data/raw/test.parquet"

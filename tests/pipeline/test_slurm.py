@@ -204,7 +204,8 @@ def _alive(pid: str) -> bool:
 def _stopped_after_next_checkpoint(
     pids, last: Path, before: int, timeout: float = 120
 ) -> list[str]:
-    """SIGSTOP `pids` (a resumed run's training processes) as soon as its checkpoint `last` differs from
+    """SIGSTOP `pids` (a resumed run's training processes) as soon as its checkpoint `last` differs
+    from
     the one the preemption left (mtime `before`): at once if it already does; returns those stopped
     ([] if they ended first, or it took over `timeout` s). Watched every 2 ms, not at the watcher's
     0.3 s: a demo epoch takes 0.6 s on an idle machine, and a later look found the last epoch's
@@ -218,7 +219,8 @@ def _stopped_after_next_checkpoint(
 
 
 def _signalled(pid: str) -> bool:
-    """SIGTERM is pending for the frozen `pid`, or it runs again (SLURM sends SIGCONT before SIGTERM), or
+    """SIGTERM is pending for the frozen `pid`, or it runs again (SLURM sends SIGCONT before
+    SIGTERM), or
     it ended."""
     try:
         status = dict(
@@ -233,7 +235,8 @@ def _signalled(pid: str) -> bool:
 
 
 def _preempted_frozen(pids, timeout: float = 120) -> None:
-    """The frozen `pids`, once SLURM's preemption signalled them: continued (they checkpoint at their next
+    """The frozen `pids`, once SLURM's preemption signalled them: continued (they checkpoint at
+    their next
     step and exit), and awaited."""
     end = time.time() + timeout
     while time.time() < end and not all(_signalled(pid) for pid in pids):
@@ -261,15 +264,20 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 
 @pytest.mark.slurm
 def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
-    """4 of the demo's runs (SMALL) through profiles/slurm, with train.runs_per_gpu: 2 and `grassflow
-    gpus --slurm`'s flag: every job on its partition; Table 1's two runs packed in one allocation with
+    """4 of the demo's runs (SMALL) through profiles/slurm, with train.runs_per_gpu: 2 and
+    `grassflow
+    gpus --slurm`'s flag: every job on its partition; Table 1's two runs packed in one allocation
+    with
     one GPU (gres, not two), SNLI's and recall's runs one each, each allocation running its runs'
-    training and evaluation, its time limit the sum over the train and evaluate layers of its longest
+    training and evaluation, its time limit the sum over the train and evaluate layers of its
+    longest
     job estimate (the executor plugin runs a group's jobs one after another:
     snakemake-executor-plugin-slurm#469). The packed allocation is preempted by a job of a higher
     partition tier while its second run trains: SLURM requeues it (the same job), the run resumes
-    from its checkpoint, its record saying the part preempted, and the first run, finished, keeps its
-    one-part record. Once the run has checkpointed again, the allocation is killed at its time limit:
+    from its checkpoint, its record saying the part preempted, and the first run, finished, keeps
+    its
+    one-part record. Once the run has checkpointed again, the allocation is killed at its time
+    limit:
     retried (another job) with a longer limit, the run resumes again. Every run's row of every table
     equals the local demo's. From a fresh tree: every rule a SLURM job. It takes the demo at
     its set-up although it compares with it only at the end: the demo's build (--cores 5) fills both
@@ -348,16 +356,20 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 fields.get("JobState"),
                 fields.get("Reason"),
             ) == ("PENDING", "BeginTime"):
-                # SLURM holds a requeued job (each job the urgent one preempted) about two minutes (its
+                # SLURM holds a requeued job (each job the urgent one preempted) about two minutes
+                # (its
                 # BeginTime): released now, as an admin can
                 subprocess.run(
                     ["scontrol", "update", f"JobId={jid}", "StartTime=now"], capture_output=True
                 )
             run = training_pack(jid, fields)
             if run and not preempted and not missed:  # mid-training, both runs checkpointed
-                # frozen where it is, so that the preemption cannot land after its next epoch's end (the
-                # resumed part must checkpoint before its last: a demo epoch can take 1.5 s, the preemption
-                # longer under load); then a colleague's job on the higher tier wants both GPUs: SLURM
+                # frozen where it is, so that the preemption cannot land after its next epoch's end
+                # (the
+                # resumed part must checkpoint before its last: a demo epoch can take 1.5 s, the
+                # preemption
+                # longer under load); then a colleague's job on the higher tier wants both GPUs:
+                # SLURM
                 # preempts the GPU jobs (this one, and any other running) and requeues them
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
                 done = (runs_dir / run / "metrics.jsonl").read_text().count("\n")  # epochs done
@@ -401,8 +413,10 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
             if (
                 run and run == preempted.get(jid) and not timed and jid in requeued
             ):  # resumed in the requeued job
-                # hold the training process right after its next checkpoint (which keeps this part), so that
-                # it is still training when SLURM's limit (one minute, set now) ends the allocation: SIGCONT,
+                # hold the training process right after its next checkpoint (which keeps this part),
+                # so that
+                # it is still training when SLURM's limit (one minute, set now) ends the allocation:
+                # SIGCONT,
                 # SIGTERM and soon SIGKILL, before or after it checkpoints again
                 pids = _stopped_after_next_checkpoint(
                     training_pids(work, run), runs_dir / run / "last.pt", left[run]
@@ -486,7 +500,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         "download" not in by_rule and "snli_download" not in by_rule
     )  # localrules: runs where Snakemake runs (login node)
 
-    # one allocation per pack of runs, asking for the sum over its layers of the longest estimate (longer on a retry)
+    # one allocation per pack of runs, asking for the sum over its layers of the longest estimate
+    # (longer on a retry)
     tokens = {
         "lm_run": work / "results/demo_small/data/tokens/trained",
         "snli_run": work / "results/demo_small/snli/data/tokens/trained",
@@ -516,8 +531,10 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
             if jid not in timed:
                 assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pack, f["TimeLimit"], want)
 
-    # preempted: SLURM requeued the pack's job, which ran again (the same job id) from the runs' checkpoints,
-    # the run it stopped saying so in its record; then killed at its time limit while that run trained
+    # preempted: SLURM requeued the pack's job, which ran again (the same job id) from the runs'
+    # checkpoints,
+    # the run it stopped saying so in its record; then killed at its time limit while that run
+    # trained
     # again: retried (another job) with a longer limit, both runs resumed
     assert len(preempted) == len(urgent) == len(timed) == 1, (preempted, urgent, timed, missed)
     ((jid, run),) = preempted.items()
@@ -536,7 +553,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     assert (
         "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text()
     )
-    # the pack's other run had finished before the preemption: the requeued job and the retry ran its
+    # the pack's other run had finished before the preemption: the requeued job and the retry ran
+    # its
     # job again, which wrote its outputs again and left its record as it was
     (done,) = lm_pack - {run}
     parts = json.loads((runs_dir / done / "run.json").read_text())["parts"]
@@ -554,7 +572,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
 def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     slurm_cluster, demo, tmp_path
 ):
-    """A table job on SLURM failing on a damaged record: its one line in the rule's log and in the SLURM
+    """A table job on SLURM failing on a damaged record: its one line in the rule's log and in the
+    SLURM
     job's output (.snakemake/slurm_logs/), both named by the login node's `Error in rule` and shown
     under it (docs/scale/cluster.md says so)."""
     import shutil
@@ -577,7 +596,8 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     assert res.returncode != 0 and "Error in rule aggregate:" in out, out[-3000:]
     line = f"error: results/demo/runs/{run}/metrics.jsonl:4: not a JSON line"
     assert line in (work / "results/demo/logs/aggregate/table1.log").read_text()
-    # the login node's `Error in rule` names the rule's log and the SLURM job's output, and shows both
+    # the login node's `Error in rule` names the rule's log and the SLURM job's output, and shows
+    # both
     # (show-failed-logs, profiles/default)
     named = re.search(
         r"Error in rule aggregate:\n(?:.*\n)*?\s+log: (\S+), (\S+/slurm_logs/\S+\.log) \(check log",
@@ -585,7 +605,8 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     )
     assert named and named.group(1) == "results/demo/logs/aggregate/table1.log", out[-3000:]
     slurm = Path(named.group(2)).read_text()
-    # in the SLURM job's output, from the job itself (the job step's Snakemake shows no log): before its
+    # in the SLURM job's output, from the job itself (the job step's Snakemake shows no log): before
+    # its
     # `Error in rule` (mutation: the job writes its line to its log only: the SLURM output lacks it)
     assert line in slurm and slurm.index(line) < slurm.index("Error in rule aggregate:"), slurm[
         -3000:

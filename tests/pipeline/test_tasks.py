@@ -1,6 +1,7 @@
 """A task is its package and its rule file: a toy fourth task, copied into a scratch repository's
 src/grassflow/toy/ and workflow/rules/toy.smk, one include line added to the Snakefile, is
-validated (its part's schema and checks), planned, estimated, run and tabled by the DAG; and the shared contracts of the tasks' declarations hold."""
+validated (its part's schema and checks), planned, estimated, run and tabled by the DAG; and the
+shared contracts of the tasks' declarations hold."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def _overlay(work, name, preset) -> str:
 @pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
-    # the only changes to the repository: its package, its row in the tasks' table (and its import), its
+    # the only changes to the repository: its package, its row in the tasks' table (and its import),
+    # its
     # rule file, the line that includes it, its target in `all`
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     tasks = work / "src/grassflow/pipeline/tasks.py"
@@ -221,11 +223,15 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
     ), planted
 
 
-# The house, from the ground up, by folder: the shared library (models, ops, data, io, loop, report, ...),
+# The house, from the ground up, by folder: the shared library (models, ops, data, io, loop, report,
+# ...),
 # then the tasks' stages (grassflow/<task>/), then the planning every task's planning reads
-# (grassflow/planning/: sections, estimate, schema, staleness), then each task's planning (its grid.py,
-# layout.py), then what reads every task (grassflow/pipeline/: the tasks' table, the config's checks, the
-# plan verb) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module imports
+# (grassflow/planning/: sections, estimate, schema, staleness), then each task's planning (its
+# grid.py,
+# layout.py), then what reads every task (grassflow/pipeline/: the tasks' table, the config's
+# checks, the
+# plan verb) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module
+# imports
 # its own floor or the floors below it, never one above.
 TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "lease", "preflight")
 PLANNING = ("grid", "layout")
@@ -243,7 +249,8 @@ def floor(module: str) -> int:
 
 
 def test_no_import_runs_back_up_the_house():
-    """docs/develop/development.md's value path has no backward hop: no module imports one on a floor
+    """docs/develop/development.md's value path has no backward hop: no module imports one on a
+    floor
     above its own (a table's settings reach it through its runs' records, not the task's code)."""
     graph = _import_graph()
     up = [
@@ -257,16 +264,19 @@ def test_no_import_runs_back_up_the_house():
     # a planted import up, by folder: the shared planning reading the tasks' table
     planted_up = _import_graph(
         {
-            "grassflow.planning.estimate": "def f():\n    from grassflow.pipeline.tasks import TASKS\n"
+            "grassflow.planning.estimate": "def f():\n    from grassflow.pipeline.tasks import "
+            "TASKS\n"
         }
     )
     assert "grassflow.planning.estimate -> grassflow.pipeline.tasks" in [
         f"{m} -> {n}" for m, ns in planted_up.items() for n in ns if floor(n) > floor(m)
     ]
-    # an import inside a function runs too: a task's grid reading the config's checks is one floor up
+    # an import inside a function runs too: a task's grid reading the config's checks is one floor
+    # up
     planted = _import_graph(
         {
-            "grassflow.snli.grid": "def f():\n    from grassflow.pipeline.presets import check_preset\n"
+            "grassflow.snli.grid": "def f():\n    from grassflow.pipeline.presets import "
+            "check_preset\n"
         }
     )
     assert "grassflow.snli.grid -> grassflow.pipeline.presets" in [

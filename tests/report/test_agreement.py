@@ -1,7 +1,8 @@
 """`grassflow check`: every run of a results tree, its records checked against each other
 (grassflow.report.agreement), through the command line, on crafted records; a run that stopped short
 with its reason recorded passes, and its table says so. The adoption's own refusals, on the demo's
-records: tests/pipeline/test_finished_runs.py; through the DAG: tests/pipeline/test_error_line.py."""
+records: tests/pipeline/test_finished_runs.py; through the DAG:
+tests/pipeline/test_error_line.py."""
 
 from __future__ import annotations
 
@@ -44,9 +45,12 @@ def test_check_passes_a_tree_that_agrees_and_names_each_disagreement(tmp_path, c
     lines = capsys.readouterr().out.splitlines()
     errors = [line for line in lines if line.startswith("error: ")]
     assert errors == [
-        f"error: {runs}/table1-grassmann-s0/eval.json: validation.chunked_ppl 262.5 is not the best epoch's val_ppl "
-        "in metrics.jsonl (epoch 3: 250.0): the evaluation is not of the weights that trained to it",
-        f"error: {runs}/table1-transformer-s1/run.json: epochs_completed 3 of its spec's 30 epochs, and status.state "
+        f"error: {runs}/table1-grassmann-s0/eval.json: validation.chunked_ppl 262.5 is not the "
+        "best epoch's val_ppl "
+        "in metrics.jsonl (epoch 3: 250.0): the evaluation is not of the weights that trained to "
+        "it",
+        f"error: {runs}/table1-transformer-s1/run.json: epochs_completed 3 of its spec's 30 "
+        "epochs, and status.state "
         "'completed' with no status.reason saying why it stopped",
     ]
     assert lines[-1].endswith("2 agree, 2 do not; 1 not evaluated yet.")
@@ -86,6 +90,7 @@ def test_a_run_that_says_why_it_stopped_short_passes_and_its_table_says_so(tmp_p
     )
     md = (out / "table1.md").read_text()
     assert (
-        "Stopped before their spec's epochs, as their records say: table1-grassmann-s0 after 3 (time limit), "
+        "Stopped before their spec's epochs, as their records say: table1-grassmann-s0 after 3 "
+        "(time limit), "
         "table1-grassmann-s1 after 3 (time limit), table1-transformer-s0 after 3"
     ) in md

@@ -98,7 +98,7 @@ def test_identical_seeds_give_a_point_interval_not_nan():
     assert math.isnan(gap_ci([260.0], [250.0, 251.0])["ci_low"])
 
 
-# --- every verdict through the real aggregate ------------------------------------------------------
+# --- every verdict through the real aggregate -----------------------------------------------------
 PRESET = {
     "data": {
         "source": "hub",

@@ -317,7 +317,8 @@ def test_hub_source_fails_at_once_offline_naming_the_fix(tmp_path, monkeypatch):
     cfg = {"source": "hub", "dataset": "stanfordnlp/snli", "name": "plain_text", "revision": None}
     with pytest.raises(
         DataError,
-        match=r"stanfordnlp/snli/plain_text split 'test'.*HF_HUB_OFFLINE(.|\n)*snli.data.source: local",
+        match=r"stanfordnlp/snli/plain_text split 'test'.*HF_HUB_OFFLINE(.|\n)*snli.data.source: "
+        r"local",
     ):
         download(cfg, "test", tmp_path / "test.parquet")
     assert not (tmp_path / "test.parquet").exists()
@@ -604,7 +605,8 @@ def test_snli_table_statistics_and_diverged_runs(tmp_path):
     ] == pytest.approx(0.27)
     md = markdown_table("table3", exp, s, tmp_path)
     assert "3/4 (1 diverged)" in md and "Grassmann head better at 95 %" in md and "85.50" in md
-    # a preset of one head (tests/slurm/demo-small.yaml's), or a head whose every run diverged: no difference, and why
+    # a preset of one head (tests/slurm/demo-small.yaml's), or a head whose every run diverged: no
+    # difference, and why
     for keep, said in (
         ("grassmann", "no transformer runs in this table"),
         (None, "a head has no completed run"),
@@ -660,7 +662,8 @@ def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
 @pytest.mark.parametrize("pair_input", ["joint", "separate"])
 @pytest.mark.parametrize("static", [False, True])
 def test_a_batch_holds_each_pairs_premise_and_hypothesis_in_order(pair_input, static):
-    """make_batch, the one way a pair reaches a model: "[CLS] premise [SEP] hypothesis [SEP]" (joint)
+    """make_batch, the one way a pair reaches a model: "[CLS] premise [SEP] hypothesis [SEP]"
+    (joint)
     or "[CLS] premise [SEP]" beside "[CLS] hypothesis [SEP]" (separate), padding masked out."""
     import numpy as np
 

@@ -1,5 +1,6 @@
 """The Snakemake workflow catalog's usage file (.snakemake-workflow-catalog.yml): it parses into the
-catalog's keys and says only what is true of this workflow: every flag it names is one of Snakemake's,
+catalog's keys and says only what is true of this workflow: every flag it names is one of
+Snakemake's,
 every target a rule, every file one of the repository's; every rule that runs a job has a conda env
 (its `conda: true`); no rule a container (its `singularity: false`)."""
 

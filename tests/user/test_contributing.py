@@ -40,18 +40,34 @@ def runs(*kinds):
 # the table's rows: {To change: its Reruns cell}, and the edits that check the cell: (a file or
 # directory, relative to the repository; the jobs its edit must reach)
 RERUNS = {
-    "one model (Grassmann, Transformer)": "that kind's training and evaluation in every task, and the benchmark",
+    "one model (Grassmann, Transformer)": "that kind's training and evaluation in every task, "
+    "and the benchmark",
     "what the two models share": "every run's training and evaluation, and the benchmark",
     "the Plücker op": "Grassmann's training and evaluation in every task, and the benchmark",
     "the training loop or step": "every run's training and evaluation, and the benchmark",
-    "a task's stage: data, training, evaluation, table": "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and recall's evaluation their training, the LM's evaluation and documents its tokenizing, the benchmark the LM's training; the LM's table modules (`lm/aggregate.py`, `comparable.py`, `figures.py`, `sweep.py`): its tables, no other task's",
-    "the LM's rows and token files": "the LM's download, training, evaluation and unigram baseline, and the benchmark; no table job imports it (a table reads its runs' records)",
+    "a task's stage: data, training, evaluation, table": (
+        "that stage's jobs, then what reads their outputs; and a stage that imports it: SNLI's and "
+        "recall's evaluation their training, the LM's evaluation and documents its tokenizing, the "
+        "benchmark the LM's training; the LM's table modules (`lm/aggregate.py`, `comparable.py`, "
+        "`figures.py`, `sweep.py`): its tables, no other task's"
+    ),
+    "the LM's rows and token files": (
+        "the LM's download, training, evaluation and unigram baseline, and the benchmark; no table "
+        "job imports it (a table reads its runs' records)"
+    ),
     "the tables' and figures' shared code": "every task's tables, no run",
-    "how records are read back": "every run's training and evaluation (an evaluation reads them, in the module training shares), every table, the benchmark, the adoption of runs finished elsewhere",
-    "a preset, a run grid": "the runs whose spec changed; an edit of the planning code itself: nothing",
+    "how records are read back": (
+        "every run's training and evaluation (an evaluation reads them, in the module training "
+        "shares), every table, the benchmark, the adoption of runs finished elsewhere"
+    ),
+    "a preset, a run grid": "the runs whose spec changed; an edit of the planning code itself: "
+    "nothing",
     "a rule": "what its params or command change",
     "the cluster": "nothing",
-    "a new model kind": "every job that builds or reads a model, once (`models/__init__.py` is their code): every run, the LM's tables (their comparability reads the model's defaults), the benchmark",
+    "a new model kind": (
+        "every job that builds or reads a model, once (`models/__init__.py` is their code): every "
+        "run, the LM's tables (their comparability reads the model's defaults), the benchmark"
+    ),
     "a new task": "no other task's job",
 }
 ROWS = {
@@ -128,7 +144,8 @@ ROWS = {
             "recall/grid.py",
         )
     ],
-    "a rule": [],  # the rule's own params and command: Snakemake's to compare (tests/pipeline/test_replanning.py)
+    # the rule's own params and command: Snakemake's to compare (tests/pipeline/test_replanning.py)
+    "a rule": [],
     "the cluster": [("profiles/slurm/", set())],
     "a new model kind": [("src/grassflow/models/__init__.py", runs(*KINDS) | LM_JUDGED | {BENCH})],
     "a new task": [],  # test_a_new_tasks_package_reaches_no_other_tasks_job, below

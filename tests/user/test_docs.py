@@ -86,7 +86,8 @@ def dry_run_problems(command: str, cwd: Path) -> list[str]:
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(cwd / "src"),
     }
-    # its words as bash makes them from the pasted line (`$(grassflow gpus)` expands), then dry: -n first
+    # its words as bash makes them from the pasted line (`$(grassflow gpus)` expands), then dry: -n
+    # first
     rest = command[len("snakemake") :]
     words = (
         subprocess.run(
@@ -186,7 +187,8 @@ def _pattern(key: str, below: bool = False) -> re.Pattern:
 
 
 def key_problems(page: Path, text: str, known: set[str]) -> list[str]:
-    """Backticked config keys (`train.threads`, `model.*`, `snli.head_overrides.{grassmann,transformer}`,
+    """Backticked config keys (`train.threads`, `model.*`,
+    `snli.head_overrides.{grassmann,transformer}`,
     `data.expected_sha256.<split>`) that the schema does not have. File names are not keys."""
     problems = []
     for token in re.findall(r"`([a-z_]+(?:\.(?:[a-z_0-9]+|\*|<[a-z_]+>|\{[\w,]+\}))+)`", text):
@@ -275,7 +277,8 @@ def test_the_checks_catch_a_broken_page(tmp_path):
     page = (
         "# Broken\n\n[gone](nowhere.md) [bad anchor](configuration.md#no-such-heading) "
         "[ok](configuration.md#every-key)\n\nRun `make no-such-target`, set `train.no_such_key` "
-        "and `model_overrides.grassmann.norm`.\n\n```bash\nsnakemake --config preset=no-such-preset\n```\n"
+        "and `model_overrides.grassmann.norm`.\n\n```bash\nsnakemake --config "
+        "preset=no-such-preset\n```\n"
     )
     assert link_problems(BROKEN, page) == [
         "broken.md: link to nowhere.md: no such file",
@@ -356,7 +359,8 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
 
 
 def test_the_suite_is_laid_out_like_the_package():
-    """tests/ mirrors src/grassflow/ (docs/develop/development.md): every test file in a directory named
+    """tests/ mirrors src/grassflow/ (docs/develop/development.md): every test file in a directory
+    named
     for a part of the package, none at the root, and no test module imports another (what they
     share is in tests/helpers/)."""
     tests = ROOT / "tests"

@@ -89,7 +89,8 @@ GENERATE_BAD_MODELS = [
         "foreign safetensors",
         None,
         {"model.safetensors": _foreign_safetensors()},
-        r"model\.safetensors does not fit the grassmann of \S+config\.json: missing tensors \['tok_emb\.weight'.*"
+        r"model\.safetensors does not fit the grassmann of \S+config\.json: missing tensors "
+        r"\['tok_emb\.weight'.*"
         r"unexpected \['encoder\.layer\.0\.weight'\]",
     ),
     (
@@ -128,7 +129,8 @@ GENERATE_BAD_MODELS = [
         "cupy on a CPU",
         _set("plucker_backend", "cupy"),
         None,
-        r"config\.json: plucker_backend 'cupy' does not run on cpu: load it on cuda, or set plucker_backend to \"auto\"",
+        r"config\.json: plucker_backend 'cupy' does not run on cpu: load it on cuda, or set "
+        r"plucker_backend to \"auto\"",
     ),
     (
         "bad tokenizer.json",
@@ -247,7 +249,7 @@ def test_export_refuses_an_evaluation_of_other_weights(model_dirs, tmp_path, cap
     assert "rerun its evaluation" in err[0] and not (tmp_path / "out").exists()
 
 
-# --- load_model from Python: strict, per field -------------------------------------------------------
+# --- load_model from Python: strict, per field ----------------------------------------------------
 @pytest.mark.parametrize("field", sorted(ModelConfig.__dataclass_fields__))
 def test_a_config_missing_any_model_field_is_refused(field, model_dirs, tmp_path):
     bad = _copy(model_dirs[1], tmp_path / "bad", _drop(field))
@@ -276,7 +278,8 @@ def test_a_config_with_a_value_out_of_range_names_it(model_dirs, tmp_path):
 
 
 def test_the_prompt_is_encoded_as_the_model_was_trained(model_dirs, tmp_path, monkeypatch, capfd):
-    """A model trained with tokenizer.map_unk reads a literal `<unk>` as the unknown token, one id."""
+    """A model trained with tokenizer.map_unk reads a literal `<unk>` as the unknown token, one
+    id."""
     import grassflow.decode as decode
 
     seen = {}
@@ -408,7 +411,8 @@ def test_every_other_verb_refuses_bad_input_in_one_line(
 
 @pytest.mark.parametrize("verb", ["generate", "export"])
 def test_a_run_directory_with_a_damaged_record_is_one_line(verb, model_dirs, tmp_path, capfd):
-    """A run directory (not an export) whose run.json is damaged: one line naming it, as every record
+    """A run directory (not an export) whose run.json is damaged: one line naming it, as every
+    record
     reader's (finished_run reads records as report.records does; before, a traceback)."""
     run = tmp_path / "run"
     shutil.copytree(model_dirs[0], run)

@@ -1,7 +1,8 @@
 """Our models as transformers models (grassflow.hf): an export loads with AutoModelForCausalLM and
 AutoTokenizer in a fresh process and gives the evaluation's logits; transformers' generate()
 decodes incrementally through our cache and gives `grassflow generate`'s greedy text; lm-eval's own
-`hf` model gives the `grassflow` model's word perplexity; the classes live outside every job's code."""
+`hf` model gives the `grassflow` model's word perplexity; the classes live outside every job's
+code."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ ids = torch.as_tensor(np.load(sys.argv[2])[: model.config.context_len][None])
 with torch.no_grad():
     torch.save(model(ids).logits, sys.argv[3])
 enc = tok("the history of", add_special_tokens=False)["input_ids"]
-print(json.dumps({"class": type(model).__name__, "tokens": enc, "unk": tok.unk_token, "eos": tok.eos_token,
-                  "max": tok.model_max_length}))
+print(json.dumps({"class": type(model).__name__, "tokens": enc, "unk": tok.unk_token,
+                  "eos": tok.eos_token, "max": tok.model_max_length}))
 """
 
 
@@ -236,7 +237,8 @@ def test_push_to_hub_uploads_the_save_pretrained_folder(exports, tmp_path, monke
     assert (pushed / "config.json").read_bytes() == (
         tmp_path / "saved" / "config.json"
     ).read_bytes()
-    # the same tensors (safetensors writes its metadata's keys in no fixed order: the bytes may differ)
+    # the same tensors (safetensors writes its metadata's keys in no fixed order: the bytes may
+    # differ)
     a, b = (load_weights(d / "model.safetensors") for d in (pushed, tmp_path / "saved"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ids = torch.tensor([[5, 6, 7]])
@@ -364,7 +366,8 @@ def test_lm_evals_own_hf_model_reports_the_grassflow_models_word_perplexity(expo
 
 
 def test_an_edit_to_the_transformers_classes_reruns_no_job(demo):
-    """grassflow.hf is outside every job's code: on the finished demo, a code edit to it plans nothing."""
+    """grassflow.hf is outside every job's code: on the finished demo, a code edit to it plans
+    nothing."""
     from collections import Counter
 
     with edited(demo / "src/grassflow/hf.py"):
@@ -373,7 +376,8 @@ def test_an_edit_to_the_transformers_classes_reruns_no_job(demo):
 
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_the_labels_loss_is_the_shifted_cross_entropy_over_the_unpadded_labels(kind, exports):
-    """`model(ids, labels=labels).loss`, what Trainer and most fine-tuning scripts call: each position's
+    """`model(ids, labels=labels).loss`, what Trainer and most fine-tuning scripts call: each
+    position's
     logits score the next label, positions labelled -100 (padding) left out, the mean over the rest;
     computed here by hand from the model's own logits."""
     from transformers import AutoModelForCausalLM

@@ -9,8 +9,10 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
   launches  per layer and training step: the Plücker op's kernel launches, ATen ops per block
   kernels   old (441a7fd) vs new Plücker kernels through the same interface (bench/kernels.py)
   graph     the training step eager vs captured as one CUDA graph, and bitwise? (bench/graph.py)
-  head      the LM head and its loss: reference, chunked, and on CUDA chunked-bf16, fused (bench/graph.py)
-  fused     a config's 3 seeds as one ensemble vs one seed: tokens/s per member and in all (bench/fused.py)
+  head      the LM head and its loss: reference, chunked, and on CUDA chunked-bf16, fused
+  (bench/graph.py)
+  fused     a config's 3 seeds as one ensemble vs one seed: tokens/s per member and in all
+  (bench/fused.py)
   --profile   instead of the parts: one step of each model under torch.profiler (bench/profile.py)
   peer      (--peer) kanenorman/grassmann's Grassmann step beside ours (bench/peer.py)
   --generate  instead of the parts: decoding, incremental vs recompute (bench/generate.py)
@@ -79,12 +81,14 @@ def main(argv=None):
     ap.add_argument(
         "--parts",
         default=",".join(PARTS),
-        help="comma-separated parts to run (op, step, settings, launches, kernels, graph, head, fused)",
+        help="comma-separated parts to run (op, step, settings, launches, kernels, graph, head, "
+        "fused)",
     )
     ap.add_argument(
         "--kernel-tokens",
         default="4096,12288,32768",
-        help="kernels: tokens per step (B·128) of old vs new kernels (the CPU shim: the first only)",
+        help="kernels: tokens per step (B·128) of old vs new kernels (the CPU shim: the first "
+        "only)",
     )
     ap.add_argument(
         "--profile",
@@ -215,7 +219,8 @@ def main(argv=None):
                         bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend)
                     )
                     print(
-                        f"step {kind:11s} {backend:9s} L={L:5d} head={with_head}: {rows[-1]['seconds']:.3f}s",
+                        f"step {kind:11s} {backend:9s} L={L:5d} head={with_head}: "
+                        f"{rows[-1]['seconds']:.3f}s",
                         flush=True,
                     )
         res["step_rows"] = rows

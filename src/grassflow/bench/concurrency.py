@@ -35,7 +35,8 @@ QUICK = {k: shapes.QUICK[k] for k in ("L", "n_layers", "vocab")} | {"tokens": 12
 
 
 def worker(argv=None) -> None:
-    """One run: build, warm up, print `ready`, wait for a line on stdin, time the steps, print JSON."""
+    """One run: build, warm up, print `ready`, wait for a line on stdin, time the steps, print
+    JSON."""
     import argparse
 
     import torch
@@ -145,7 +146,9 @@ def run(device, ks: list[int], steps: int, quick: bool, mps: bool, out: Path, st
 
     if 1 not in ks:
         raise SystemExit(
-            f"error: --concurrency {','.join(map(str, ks))}: list 1, the baseline of the gains (e.g. 1,2,4,8)"
+            f"error: --concurrency {','.join(map(str, ks))}: list 1, the baseline of the gains "
+            "(e.g. "
+            "1,2,4,8)"
         )
     if mps and device.type != "cuda":
         raise SystemExit(f"error: --mps: MPS is CUDA's; the device here is {device.type}")
@@ -159,7 +162,8 @@ def run(device, ks: list[int], steps: int, quick: bool, mps: bool, out: Path, st
                     m = measure(device, kind, k, steps, quick, env)
                 rows.append({**m, "mps": use_mps})
                 print(
-                    f"concurrency {kind:11s} K={k} mps={use_mps}: {m['aggregate_tokens_per_s']:.0f} tokens/s",
+                    f"concurrency {kind:11s} K={k} mps={use_mps}: "
+                    f"{m['aggregate_tokens_per_s']:.0f} tokens/s",
                     flush=True,
                 )
     for r in rows:  # against K=1 of the same model
@@ -185,9 +189,12 @@ def to_markdown(res: dict) -> str:
         f"# K training runs side by side on one device: {res['device']}",
         "",
         f"{res['date']}; each run the Table 1 step (N={size['n_layers']}, L={size['L']}, "
-        f"{size['tokens']} tokens per step, vocab {size['vocab']}){' — smoke sizes, not a measurement' if res['quick'] else ''}; "
-        f"{res['steps']} timed steps per run after 3 warm-up steps, all K started at once. Aggregate: all "
-        "runs' tokens over the span from the first start to the last end; gain: over K=1 of the same model; "
+        f"{size['tokens']} tokens per step, vocab "
+        f"{size['vocab']}){' — smoke sizes, not a measurement' if res['quick'] else ''}; "
+        f"{res['steps']} timed steps per run after 3 warm-up steps, all K started at once. "
+        "Aggregate: all "
+        "runs' tokens over the span from the first start to the last end; gain: over K=1 of the "
+        "same model; "
         "slowdown: a run's time at K over its time alone.",
         "",
         *markdown.table(

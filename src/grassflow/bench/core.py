@@ -209,10 +209,12 @@ def to_markdown(res) -> str:
         rows = res["settings"]
         r0 = rows[0]
         lines += [
-            f"## The training step's settings, side by side (L={r0['L']}, B={r0['B']}, N={res['n_layers']}, "
+            f"## The training step's settings, side by side (L={r0['L']}, B={r0['B']}, "
+            f"N={res['n_layers']}, "
             f"vocab {res['vocab']}, with the LM head, dropout 0.1)",
             "",
-            "Each row changes one thing from the row above. Head op: the LM head and its loss as one "
+            "Each row changes one thing from the row above. Head op: the LM head and its loss as "
+            "one "
             "op (`ops/linear_ce`); `auto` is what training uses on this device.",
             "",
         ]
@@ -238,14 +240,16 @@ def to_markdown(res) -> str:
                 ],
                 [
                     [
-                        f"{g['setting']} ({g['optimizer']}, head {g['head_loss']}, {'compiled' if g['compile'] else 'eager'}, "
+                        f"{g['setting']} ({g['optimizer']}, head {g['head_loss']}, "
+                        f"{'compiled' if g['compile'] else 'eager'}, "
                         f"op {g['backend']})",
                         f"{t['seconds']:.3f}",
                         f"{g['seconds']:.3f}",
                         f"**{g['seconds'] / t['seconds']:.2f}**",
                         f"{t['tokens_per_s']:.0f}",
                         f"{g['tokens_per_s']:.0f}",
-                        f"{first['transformer'] / t['seconds']:.2f}× / {first['grassmann'] / g['seconds']:.2f}×",
+                        f"{first['transformer'] / t['seconds']:.2f}× / "
+                        f"{first['grassmann'] / g['seconds']:.2f}×",
                         f"{g['peak_mem_mb']:.1f}",
                     ]
                     for t, g in pairs
@@ -258,7 +262,8 @@ def to_markdown(res) -> str:
         lines += [
             "## Against a public reimplementation (same machine, same run)",
             "",
-            "kanenorman/grassmann's GrassmannLM step as its train.py takes it, beside ours as our training "
+            "kanenorman/grassmann's GrassmannLM step as its train.py takes it, beside ours as our "
+            "training "
             "loop takes it (N=6, L=128, B=32, vocab 30,522, dropout 0.1).",
             "",
             *markdown.table(
@@ -283,21 +288,28 @@ def to_markdown(res) -> str:
         lines += [
             "## Launches per layer and training step (forward + backward)",
             "",
-            f"The Plücker op's own kernels ({la['plucker_backend']}, the `cupy` backend's launch plan): "
-            f"{sum(g['plucker_kernels'].values())} ({kernels}). ATen ops of one block (each at least one "
+            f"The Plücker op's own kernels ({la['plucker_backend']}, the `cupy` backend's launch "
+            "plan): "
+            f"{sum(g['plucker_kernels'].values())} ({kernels}). ATen ops of one block (each at "
+            "least "
+            "one "
             f"kernel on a GPU; views excluded): Grassmann {g['aten_ops']}, Transformer "
             f"{la['transformer']['aten_ops']}.",
             "",
         ]
     if res.get("kernels"):
         lines += [
-            "## Plücker kernels, old (441a7fd) vs new, forward + backward through the same interface",
+            "## Plücker kernels, old (441a7fd) vs new, forward + backward through the same "
+            "interface",
             "",
-            "The op with its stages run by each set of kernels (the projections by W are torch GEMMs in "
+            "The op with its stages run by each set of kernels (the projections by W are torch "
+            "GEMMs "
+            "in "
             "both). "
             + (
                 "On a CPU the kernels run through the serial CUDA-on-CPU shim: this times their "
-                "total work, not their parallelism (the new ones recompute each pair's scalars per component)."
+                "total work, not their parallelism (the new ones recompute each pair's scalars per "
+                "component)."
                 if res["device_type"] == "cpu"
                 else ""
             ),
@@ -323,8 +335,12 @@ def to_markdown(res) -> str:
         lines += [
             "## The training step: eager vs one CUDA graph",
             "",
-            "The loop's own step (TrainStep, fused AdamW, the head op as training resolves it), mean over "
-            "the timed steps after the warm-up and the capture; bitwise: the parameters after them, eager "
+            "The loop's own step (TrainStep, fused AdamW, the head op as training resolves it), "
+            "mean "
+            "over "
+            "the timed steps after the warm-up and the capture; bitwise: the parameters after "
+            "them, "
+            "eager "
             "vs replayed, at dropout 0.",
             "",
             *markdown.table(
@@ -356,7 +372,9 @@ def to_markdown(res) -> str:
         lines += [
             "## A config's seeds as one ensemble (train.fuse_seeds) vs one seed",
             "",
-            "The loop's own step at a table's size, dropout 0.1; per member: the ensemble's step time / its "
+            "The loop's own step at a table's size, dropout 0.1; per member: the ensemble's step "
+            "time "
+            "/ its "
             "members; speed-up per member = members × (one seed's step) / (the ensemble's step).",
             "",
             *markdown.table(

@@ -114,8 +114,10 @@ def run(device, quick: bool, out: Path, name: str) -> dict:
             row = {"model": kind, **measure(model, device, p, n, repeats)}
             res["rows"].append(row)
             print(
-                f"generate {kind:11s} prompt {p:4d} +{n}: incremental {row['incremental_tokens_per_s']:.1f} tok/s, "
-                f"recompute {row['recompute_tokens_per_s']:.1f} tok/s, state {row['state_at_end']:,}",
+                f"generate {kind:11s} prompt {p:4d} +{n}: incremental "
+                f"{row['incremental_tokens_per_s']:.1f} tok/s, "
+                f"recompute {row['recompute_tokens_per_s']:.1f} tok/s, state "
+                f"{row['state_at_end']:,}",
                 flush=True,
             )
     out.mkdir(parents=True, exist_ok=True)
@@ -129,9 +131,11 @@ def to_markdown(res: dict) -> str:
         f"# Decoding: incremental vs recompute — {res['device']}",
         "",
         f"torch {res['torch']}, {res['threads']} threads, {res['date']}; N={res['n_layers']}, "
-        f"d={res['d_model']}, context {res['context_len']}, vocab {res['vocab']:,}, batch 1, greedy, untrained "
+        f"d={res['d_model']}, context {res['context_len']}, vocab {res['vocab']:,}, batch 1, "
+        "greedy, untrained "
         "weights" + (" (--quick: smoke sizes, not a measurement)" if res["quick"] else "") + ". "
-        "State: the numbers the incremental decoder holds across steps, over all layers (keys and values; "
+        "State: the numbers the incremental decoder holds across steps, over all layers (keys and "
+        "values; "
         "Grassmann: the last max(offsets) reduced states). Past the context the window slides "
         "(grassflow.decode).",
         "",

@@ -61,9 +61,11 @@ def report() -> str:
     lead = [
         "# The LM head's memory traffic, by arithmetic",
         "",
-        f"One member's training step at Table 1's shape ({N:,} rows × {V:,} logits, bf16 autocast), "
+        f"One member's training step at Table 1's shape ({N:,} rows × {V:,} logits, bf16 "
+        "autocast), "
         "forward and backward: bytes through the (N, V) tensors, from the passes below "
-        "(`python -m grassflow.bench.head_bytes`; src/grassflow/bench/head_bytes.py says how they are counted). "
+        "(`python -m grassflow.bench.head_bytes`; src/grassflow/bench/head_bytes.py says how they "
+        "are counted). "
         "The per-row statistics of `fused` (N × 256 partials, 8 MB each way) are left out. "
         "Arithmetic, not a measurement: the head's time on a GPU is the benchmark's `head` rows.",
         "",
@@ -86,7 +88,8 @@ def report() -> str:
             *table,
             "",
             f"The loss and gradient move {ratio:.1f}× fewer bytes fused "
-            f"({per_logit('reference') / per_logit('fused'):.1f}× with the GEMMs' reads and writes).",
+            f"({per_logit('reference') / per_logit('fused'):.1f}× with the GEMMs' reads and "
+            "writes).",
             "",
             "## The passes (bytes read + written per logit)",
             "",

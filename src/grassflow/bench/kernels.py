@@ -26,7 +26,8 @@ from grassflow.ops.plucker.kernel_stages import (
 )
 from grassflow.runtime import autocast
 
-# What the baseline builds, under kernels/ (read by grassflow.planning.staleness, as the backends' lists)
+# What the baseline builds, under kernels/ (read by grassflow.planning.staleness, as the backends'
+# lists)
 KERNEL_SOURCES = (
     "baseline/plucker_441a7fd_cpu.cpp",
     "baseline/plucker_441a7fd.cu",
@@ -75,7 +76,8 @@ class BaselineStages(KernelStages):
 
 
 def launch_packed_on_cpu(name: str, grid: int, block: int, kernel_params: int) -> None:
-    """Run the baseline's kernel `name` through the shim with CUDA's argument array at `kernel_params`."""
+    """Run the baseline's kernel `name` through the shim with CUDA's argument array at
+    `kernel_params`."""
     fn = getattr(_cpu_library(), f"launch_{name}")
     fn.restype = None
     fn(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_void_p(kernel_params))
@@ -149,7 +151,10 @@ def bench_kernels(device, token_counts, T=TABLE1["L"], r=TABLE1["r"], d=TABLE1["
             }
         )
         print(
-            f"kernels {B * T:6d} tokens: old {times['441a7fd'] * 1e3:.2f} ms, new {times['new'] * 1e3:.2f} ms",
+            (
+                f"kernels {B * T:6d} tokens: old {times['441a7fd'] * 1e3:.2f} ms, new "
+                f"{times['new'] * 1e3:.2f} ms"
+            ),
             flush=True,
         )
     return rows

@@ -22,7 +22,8 @@ from grassflow import markdown
 from grassflow.job import ArgumentParser
 from grassflow.kernel_sources import kernels_dir
 
-# What NVRTC compiles on a GPU: the cupy backend's and the fused head's sources (tests/gpu/test_nvrtc.py holds them equal)
+# What NVRTC compiles on a GPU: the cupy backend's and the fused head's sources
+# (tests/gpu/test_nvrtc.py holds them equal)
 KERNEL_SOURCES = ("plucker.cu", "cross_entropy.cu")
 
 
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
     lib = library()
     if lib is None:
         ap.error(
-            "needs NVRTC: pip install nvidia-cuda-nvrtc-cu12, or set GRASSFLOW_NVRTC to libnvrtc.so.12"
+            "needs NVRTC: pip install nvidia-cuda-nvrtc-cu12, or set GRASSFLOW_NVRTC to "
+            "libnvrtc.so.12"
         )
     version = (ctypes.c_int(), ctypes.c_int())
     lib.nvrtcVersion(ctypes.byref(version[0]), ctypes.byref(version[1]))
@@ -103,8 +105,11 @@ def main(argv=None) -> int:
         [
             f"# Cold NVRTC compile of the CUDA kernels ({a.arch})",
             "",
-            f"NVRTC {version[0].value}.{version[1].value} on {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores, no GPU: one cold compile per source, as CuPy's first use on a fresh "
+            f"NVRTC {version[0].value}.{version[1].value} on "
+            f"{platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores, no GPU: one cold compile per source, as CuPy's first use "
+            "on a "
+            "fresh "
             "machine pays it (`python -m grassflow.bench.nvrtc`).",
             "",
             *markdown.table(["source", "seconds"], rows),

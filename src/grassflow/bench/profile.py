@@ -97,21 +97,27 @@ def to_markdown(res) -> str:
     lines = [
         f"# One training step under torch.profiler — {res['device']}",
         "",
-        f"torch {res['torch']}, {res['date']}; `python -m grassflow.bench --profile` (train.compile "
-        f"{res['compile']}). Table 1 size: N={res['rows'][0]['n_layers']}, L={res['rows'][0]['L']}, "
-        f"B={res['rows'][0]['B']}, vocab {res['rows'][0]['vocab']}; the mean over the profiled steps.",
+        f"torch {res['torch']}, {res['date']}; `python -m grassflow.bench --profile` "
+        "(train.compile "
+        f"{res['compile']}). Table 1 size: N={res['rows'][0]['n_layers']}, "
+        f"L={res['rows'][0]['L']}, "
+        f"B={res['rows'][0]['B']}, vocab {res['rows'][0]['vocab']}; the mean over the profiled "
+        "steps.",
         "",
     ]
     for row in res["rows"]:
         head = (
-            f"## {row['model']}{' (captured)' if row['capture'] else ''}: {row['wall_s'] * 1e3:.2f} ms per step, "
+            f"## {row['model']}{' (captured)' if row['capture'] else ''}: "
+            f"{row['wall_s'] * 1e3:.2f} ms "
+            "per step, "
             f"{row['tokens_per_s']:,.0f} tokens/s"
         )
         lines += [head, ""]
         if row["launches_per_step"] is not None:
             lines += [
                 f"{row['launches_per_step']:.0f} kernels per step; the device busy "
-                f"{row['device_busy_s'] * 1e3:.2f} ms of it, the host's share {100 * row['host_share']:.0f} %.",
+                f"{row['device_busy_s'] * 1e3:.2f} ms of it, the host's share "
+                f"{100 * row['host_share']:.0f} %.",
                 "",
             ]
         lines += [

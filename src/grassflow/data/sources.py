@@ -50,7 +50,8 @@ def local_file(cfg: dict, split: str, key: str = "data") -> Path:
                 return d / name
     raise DataError(
         f"{key}.local_dir: no parquet file for split {split!r} in {root} "
-        f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)"
+        f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under "
+        f"{cfg['name']}/)"
     )
 
 

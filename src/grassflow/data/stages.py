@@ -12,7 +12,10 @@ def tokenize_args(p) -> None:
         "--tokenizer",
         required=True,
         type=json_arg,
-        help="its tokenizer section, with the cut of its splits (LM: eval_max_tokens, SNLI: max_tokens): "
+        help=(
+            "its tokenizer section, with the cut of its splits (LM: eval_max_tokens, SNLI: "
+            "max_tokens): "
+        )
         + JSON,
     )
     p.add_argument("--artifact", help="trained tokenizer.json (tokenizer.name: trained)")

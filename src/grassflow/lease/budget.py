@@ -25,7 +25,8 @@ RESUME_S = 60.0
 
 
 class TrialFailed(Exception):
-    """A group that could not be timed (its trial failed, or ran past the time box): it fits nowhere."""
+    """A group that could not be timed (its trial failed, or ran past the time box): it fits
+    nowhere."""
 
 
 def steps_of(spec, n_tokens: int) -> tuple[int, int]:
@@ -49,8 +50,10 @@ def seeds_that_fit(
     side, finish within `seconds` (the lease's training time, across its commands, from this call):
     ({table: seeds}, a line per table and per group that could not be timed).
 
-    `step_s`: {(table, kind, members): seconds per step} measured so far; a group of fewer members is
-    measured where needed (`measure(spec, seeds)`, raising TrialFailed), and the time its trial takes
+    `step_s`: {(table, kind, members): seconds per step} measured so far; a group of fewer members
+    is
+    measured where needed (`measure(spec, seeds)`, raising TrialFailed), and the time its trial
+    takes
     counts against `seconds`, as everything since this call does. A group's need: its steps left
     (`done(table, kind, seeds, steps an epoch)`: those its last.pt holds) × its step × (1 +
     VALIDATION_SHARE), plus its epochs left × `costs`' checkpoint_s[(table, kind)]. The window's
@@ -114,7 +117,8 @@ def seeds_that_fit(
             )
         )
         lines.append(
-            f"{table}: seeds {', '.join(map(str, chosen)) or 'none'} this lease (about {need:.0f} s of "
+            f"{table}: seeds {', '.join(map(str, chosen)) or 'none'} this lease (about "
+            f"{need:.0f} s of "
             f"training for {len(chosen) or 1} seed(s) of {len(todo)} to train; {left:.0f} s of the "
             f"lease's training left{when})"
         )
@@ -133,7 +137,8 @@ def common_seeds(fit: dict) -> tuple[dict, list[str]]:
         f"{t}: left out of this lease's targets (no seed fits)" for t, s in fit.items() if not s
     ]
     lines += [
-        f"{t}: seeds {', '.join(map(str, shared))} this lease, as every target's (the preset's seeds are one list)"
+        f"{t}: seeds {', '.join(map(str, shared))} this lease, as every target's (the preset's "
+        "seeds are one list)"
         for t, s in kept.items()
         if s != shared
     ]
@@ -164,15 +169,20 @@ def projections(
         verdict = (
             "fits in this command"
             if finish <= deadline
-            else f"fits in the lease: about {by_deadline} of {epochs} epochs by the deadline, the rest in its next command"
+            else f"fits in the lease: about {by_deadline} of {epochs} epochs by the deadline, "
+            "the rest in "
+            "its next command"
             if finish + RESUME_S <= lease
             else f"does NOT fit: about {by_deadline} of {epochs} epochs by the deadline"
         )
         out.append(
             (
                 group,
-                f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs done at "
-                f"about {finish:.0f} s of the window, deadline {deadline:.0f} s, lease {lease:.0f} s: {verdict}",
+                f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs "
+                "done at "
+                f"about {finish:.0f} s of the window, deadline {deadline:.0f} s, lease "
+                f"{lease:.0f} s: "
+                f"{verdict}",
             )
         )
     return out

@@ -45,7 +45,8 @@ def tables_to_train(
 ) -> tuple[str, dict, dict, list[int], dict]:
     """(preset name, preset, {table: {kind: (spec of its first run to train, its seeds to train)}},
     the seeds of which every run of the targets is finished elsewhere, every run's spec) for the
-    window's `targets` (tables): a seed with a run left to train is trained (its finished runs adopted)."""
+    window's `targets` (tables): a seed with a run left to train is trained (its finished runs
+    adopted)."""
     name, p = select_preset(config)
     specs = runs(name, p)
     done = finished_runs(finished_dirs, specs)
@@ -77,7 +78,8 @@ def progress(
     results: Path | None, specs: dict, table: str, kind: str, seeds, per_epoch: int
 ) -> int:
     """The steps of the group of `seeds` (one run alone) that its last.pt holds, where it is that
-    group's (the loop's resume hash; rule train_fused's work dir, a lone run's directory), else 0."""
+    group's (the loop's resume hash; rule train_fused's work dir, a lone run's directory), else
+    0."""
     if results is None:
         return 0
     ids = [run_id(run_group(table, kind), s) for s in seeds]
@@ -96,7 +98,8 @@ def progress(
 
 
 def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
-    """budget.seeds_that_fit's `measure`: a smaller group's trial of `setting`, inside the time box's
+    """budget.seeds_that_fit's `measure`: a smaller group's trial of `setting`, inside the time
+    box's
     alarm (whatever is left of it, at least MIN_SHARE), its failure a TrialFailed."""
 
     def measure(spec, seeds) -> float:
@@ -105,7 +108,8 @@ def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
                 return trial(
                     spec, seeds, ids, vocab, device, setting, CHECK_STEPS, timed_steps
                 ).step_s
-        except (Exception, BoxTimeout) as err:  # noqa: BLE001 - any failure: the group does not fit, said
+        # any failure: the group does not fit, said
+        except (Exception, BoxTimeout) as err:
             raise TrialFailed(
                 f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
             ) from None
@@ -142,7 +146,8 @@ def reuse(a) -> None:
         f"{t} seeds {', '.join(map(str, s)) or 'none'}" for t, s in rec["seeds"].items()
     )
     print(
-        f"reusing {setting_name(rec['choice'])} chosen at {rec['chosen_at']} ({seeds}; the lease ends at "
+        f"reusing {setting_name(rec['choice'])} chosen at {rec['chosen_at']} ({seeds}; the lease "
+        "ends at "
         f"{datetime.fromtimestamp(rec['lease_end'], timezone.utc).isoformat(timespec='seconds')})",
         flush=True,
     )
@@ -232,19 +237,22 @@ def decide(a) -> None:
         print(line, flush=True)
     if a.pinned and result["choice"] is None:
         raise Stop(
-            f"compile={a.candidates[0].replace(':', ' head_loss=', 1)} does not compute the reference's "
+            f"compile={a.candidates[0].replace(':', ' head_loss=', 1)} does not compute the "
+            "reference's "
             "loss here, or failed: not training with it",
             code=1,
         )
     if result["choice"] is None:
         raise Stop(
-            "no setting computes the reference's loss for every model: not training (the step's figures "
+            "no setting computes the reference's loss for every model: not training (the step's "
+            "figures "
             f"are in {out})",
             code=3,
         )
     if not fit:
         raise Stop(
-            f"no seed of a table finishes within the lease: not training (the step's figures are in {out})",
+            "no seed of a table finishes within the lease: not training (the step's figures are in "
+            f"{out})",
             code=3,
         )
     decision = {

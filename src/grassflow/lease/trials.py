@@ -43,8 +43,10 @@ REFERENCE = ("false", "reference")  # eager, the reference head: what the others
 # CUDA's candidates, the cheapest to try first and the compiler last (docs/scale/gpu.md says what
 # each is expected to give): the captured step with the fused head (≈ 14 GB less traffic a
 # three-member step than the reference head: reports/bench/head-bytes.md), the captured step with
-# the reference head (what trained Table 1 on the H200), and the compiled loss captured (the compiler
-# fuses the casts and elementwise ops that are most of the step's launches: reports/bench/step-ops.md).
+# the reference head (what trained Table 1 on the H200), and the compiled loss captured (the
+# compiler
+# fuses the casts and elementwise ops that are most of the step's launches:
+# reports/bench/step-ops.md).
 # Not by default: chunked-bf16 (more bytes than fused) and `true` (the compiled loss uncaptured:
 # launch-bound at 4,096 tokens a member-step, as the eager step is).
 CANDIDATES = {
@@ -172,7 +174,8 @@ class Trial:
 
     def checkpoint_seconds(self, where: Path) -> tuple[float, float]:
         """(the training thread's share of an epoch's checkpoint: the state's snapshot to host
-        memory; the write the checkpoint writer then does beside training), timed once in `where`."""
+        memory; the write the checkpoint writer then does beside training), timed once in
+        `where`."""
         sync(self.device)
         t0 = time.perf_counter()
         state = to_host(
@@ -197,7 +200,8 @@ class CaptureFailed(RuntimeError):
 
 
 class _Checked:
-    """What a reference trial leaves to compare against: its losses and its last checked gradients."""
+    """What a reference trial leaves to compare against: its losses and its last checked
+    gradients."""
 
     def __init__(self, t: Trial):
         self.seen, self.checked_grads = t.seen, t.checked_grads
@@ -267,7 +271,8 @@ def choose(
     {"rows": a row per table, kind and setting (the reference's first), "choice": (compile, head
     loss), or None where none passed, "lines"}. The references run outside the box; each candidate
     then shares the box's time left, less MIN_SHARE for each trial of a later candidate, evenly
-    over its models left. With `checkpoint_dir`, each reference also times its group's checkpoint."""
+    over its models left. With `checkpoint_dir`, each reference also times its group's
+    checkpoint."""
     rows, lines = [], []
     groups = [
         (table, kind, spec, seeds)
@@ -326,10 +331,12 @@ def choose(
                 row["status"] = "ok" if good else "differs"
                 if not good:
                     row["error"] = (
-                        f"it differs from the reference (loss {row['loss_rel_diff']:.1e}, gradients "
+                        f"it differs from the reference (loss {row['loss_rel_diff']:.1e}, "
+                        "gradients "
                         f"{row['grad_rel_diff']:.1e}; allowed {LOSS_TOL:.0e}, {GRAD_TOL:.0e})"
                     )
-            except (Exception, BoxTimeout) as err:  # noqa: BLE001 - any failure drops the candidate, said in one line
+            # any failure drops the candidate, said in one line
+            except (Exception, BoxTimeout) as err:
                 row["status"] = "failed"
                 row["error"] = (
                     f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
@@ -356,13 +363,16 @@ def choose(
     )
     if choice:
         lines.append(
-            f"chosen: {setting_name(choice)} (the fastest of {len(passed)} that compute the reference's loss, "
+            f"chosen: {setting_name(choice)} (the fastest of {len(passed)} that compute the "
+            "reference's loss, "
             f"of {len(candidates)} tried)"
         )
     else:
         lines.append(
-            f"chosen: none: no candidate ({', '.join(':'.join(c) for c in candidates) or 'none given'}) "
-            "computes the reference's loss for every model (each dropped above); nothing trains on a "
+            "chosen: none: no candidate "
+            f"({', '.join(':'.join(c) for c in candidates) or 'none given'}) "
+            "computes the reference's loss for every model (each dropped above); nothing trains "
+            "on a "
             "setting nobody asked for (CANDIDATES=false:reference would train the reference)"
         )
     return {"rows": rows, "choice": choice, "lines": lines}

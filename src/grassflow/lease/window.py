@@ -36,15 +36,19 @@ def check_tree(a) -> None:
         if diff:
             more = f" and {len(diff) - 8} more" if len(diff) > 8 else ""
             raise Stop(
-                f"{', '.join(diff[:8])}{more} differ from the prepared commit {tree['commit'][:7]} ({manifest}, "
-                "by content): commit them and run make gpu-paper-prepare again (a lease's runs must trace to a commit)"
+                f"{', '.join(diff[:8])}{more} differ from the prepared commit {tree['commit'][:7]} "
+                f"({manifest}, "
+                "by content): commit them and run make gpu-paper-prepare again (a lease's runs "
+                "must trace "
+                "to a commit)"
             )
         print(f"tree: the prepared commit {tree['commit'][:12]}, every file its own (by content)")
         return
     state = git_state("src/grassflow")
     if state["commit"] is None:
         raise Stop(
-            "this tree is not a git checkout (or git is missing): a lease's runs must trace to a commit"
+            "this tree is not a git checkout (or git is missing): a lease's runs must trace to a "
+            "commit"
         )
     if state["dirty"]:
         changed = subprocess.run(
@@ -52,8 +56,11 @@ def check_tree(a) -> None:
         ).stdout.split("\n")
         names = [line[3:] for line in changed if line.strip()]
         raise Stop(
-            f"uncommitted changes to {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}: commit them "
-            f"first (a lease's runs must trace to a commit, and {state['commit'][:7]} is not what would run)"
+            f"uncommitted changes to {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}: "
+            "commit "
+            "them "
+            f"first (a lease's runs must trace to a commit, and {state['commit'][:7]} is not what "
+            "would run)"
         )
 
 
@@ -79,7 +86,8 @@ def write_overlay(a) -> None:
 def gate(a) -> None:
     """Snakemake's own dry run of the targets (pipeline.preview.dry_run): refused (2) where it plans
     a job besides the window's (WINDOW_RULES and the targets' tables), stopped (3) where it trains
-    and evaluates nothing (the targets' runs are all finished: spend the lease on the next target)."""
+    and evaluates nothing (the targets' runs are all finished: spend the lease on the next
+    target)."""
     try:
         jobs, _ = dry_run(Path.cwd(), a.targets, [*a.configfile, a.overlay], a.preset)
     except SystemExit as e:  # its one line
@@ -88,13 +96,18 @@ def gate(a) -> None:
     extra = sorted(set(counts) - {*WINDOW_RULES, *a.targets})
     if extra:
         raise Stop(
-            f"the dry run plans {' '.join(extra)} besides the preflight, training, evaluation and tables; "
+            f"the dry run plans {' '.join(extra)} besides the preflight, training, evaluation and "
+            "tables; "
             f"carry {a.carry} from make gpu-paper-prepare"
         )
     if not counts.keys() & {"train", "train_fused", "evaluate"}:
         raise Stop(
-            f"the dry run of {' '.join(a.targets)} plans no training or evaluation: its runs are all finished "
-            f"({a.finished or 'in this tree'}); name the next target (TARGETS=…, docs/scale/gpu.md) before "
+            f"the dry run of {' '.join(a.targets)} plans no training or evaluation: its runs are "
+            "all "
+            "finished "
+            f"({a.finished or 'in this tree'}); name the next target (TARGETS=…, "
+            "docs/scale/gpu.md) "
+            "before "
             "spending the lease",
             code=3,
         )
@@ -104,12 +117,14 @@ def gate(a) -> None:
 
 def check_device(a) -> None:
     """What the jobs will run on, as the preflight resolved it: a lease is for CUDA and the CuPy
-    kernels, never for a silent fallback (a CPU device, the slower `fast` op after a failed compile)."""
+    kernels, never for a silent fallback (a CPU device, the slower `fast` op after a failed
+    compile)."""
     d = json.loads(Path(a.preflight).read_text())["devices"][0]
     resolved = " ".join([d.get("type", "cpu"), *sorted({b["resolved"] for b in d["backends"]})])
     if resolved != a.expect:
         raise Stop(
-            f"the preflight resolved '{resolved}' (device, op backends), not '{a.expect}': not spending the "
+            f"the preflight resolved '{resolved}' (device, op backends), not '{a.expect}': not "
+            "spending the "
             "lease on it"
         )
     print(f"preflight done: {resolved}")

@@ -134,7 +134,8 @@ def markdown(
     out: Path,
     scope: str | None = None,
 ) -> str:
-    """The table; `e`: the base experiment's settings as the runs' records hold them (run_settings)."""
+    """The table; `e`: the base experiment's settings as the runs' records hold them
+    (run_settings)."""
     a = preset["ablations"]
     table = []
     base = next(
@@ -156,7 +157,8 @@ def markdown(
             ]
         )
     lines = [
-        f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, B={e['batch_size']}, "
+        f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, "
+        f"B={e['batch_size']}, "
         f"{e['epochs']} epochs, "
         f"seeds {a['seeds']}",
         "",
@@ -183,7 +185,9 @@ def markdown(
         cannot_compare(why)
         if why
         else (
-            f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with the paper's, "
+            f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with "
+            "the "
+            "paper's, "
             "the perplexities do not."
             if scope
             else "Same data, tokenizer and scale as the paper's Table; every run learned."
@@ -227,7 +231,8 @@ def tex(rows: list[dict], preset: dict) -> str:
     return latex(
         ["Variant", "Transformer val PPL", "Grassmann val PPL", "Gap (95 % CI)", "Receptive field"],
         body,
-        f"Ablations of {a['base']}: best validation perplexity, mean ± std over seeds {a['seeds']}.",
+        f"Ablations of {a['base']}: best validation perplexity, mean ± std over seeds "
+        f"{a['seeds']}.",
     )
 
 

@@ -8,9 +8,11 @@ The checks, each refused in one line naming the file and what differs:
   the data      the token files it trained and validated on (run.json) and those it was evaluated
                 on, documents included (eval.json), have this tree's files' sha256
   the records   eval.json evaluates run.json's best weights (their sha256), of the same run
-  their agreement  what a table prints of them is what training recorded (grassflow.report.agreement:
+  their agreement  what a table prints of them is what training recorded
+  (grassflow.report.agreement:
                 eval.json's validation PPL the best epoch's in metrics.jsonl and run.json's, a
-                completed run its spec's epochs or a reason, the parts ending at its last epoch, ...)
+                completed run its spec's epochs or a reason, the parts ending at its last epoch,
+                ...)
 What may differ, and is said in the table (its `commit` column and the line under it): the code
 it ran, by its commit. adopted.json beside the copies says where they came from and their sha256.
 """
@@ -44,7 +46,8 @@ def _differences(mine, theirs, at="") -> list[str]:
 
 def check(spec: dict, source: Path, files: dict[str, Path]) -> dict:
     """The records in `source` checked against `spec` and this tree's `files` ({train, validation,
-    test, validation_docs, test_docs}), and against each other (report.agreement); returns what adopted.json
+    test, validation_docs, test_docs}), and against each other (report.agreement); returns what
+    adopted.json
     says of them."""
     rec, ev = read_record(source / "run.json"), read_record(source / "eval.json")
     metrics = read_metrics(source / "metrics.jsonl")

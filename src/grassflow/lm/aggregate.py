@@ -78,14 +78,16 @@ def made_line(df: pd.DataFrame) -> str:
     if not adopted.empty:
         where = sorted({str(Path(a).parent) for a in adopted.adopted_from})
         line += (
-            f" From records made elsewhere (finished_runs: {', '.join(map(markdown.text, where))}): "
+            " From records made elsewhere (finished_runs: "
+            f"{', '.join(map(markdown.text, where))}): "
             f"{', '.join(map(markdown.text, adopted.run_id))}; the others trained in this tree."
         )
     return line
 
 
 def cannot_compare(why: list[str]) -> str:
-    """The line under a table whose numbers the paper's cannot be compared with (lm.comparable.not_comparable)."""
+    """The line under a table whose numbers the paper's cannot be compared with
+    (lm.comparable.not_comparable)."""
     return "**These numbers cannot be compared with the paper's:** " + "; ".join(why) + "."
 
 
@@ -102,7 +104,8 @@ def left_out(sub: pd.DataFrame, good: pd.DataFrame) -> list[str]:
 
 
 def seed_basis(models: dict, asked: int) -> str:
-    """What a gap rests on: each model's runs of the seeds the preset asked for, and the runs left out."""
+    """What a gap rests on: each model's runs of the seeds the preset asked for, and the runs left
+    out."""
     dropped = [r for m in models.values() for r in m["left_out"]]
     return ", ".join(f"{m['n_ok']} of {asked} {model} seeds" for model, m in models.items()) + (
         f"; left out: {', '.join(dropped)}" if dropped else ""
@@ -138,7 +141,8 @@ def load_runs(run_dirs, unigram: dict | None = None) -> pd.DataFrame:
     )
 
 
-# an experiment's settings a table prints: {its name: (the spec's section, key)}; the records hold them
+# an experiment's settings a table prints: {its name: (the spec's section, key)}; the records hold
+# them
 RUN_SETTINGS = {
     "n_layers": ("model", "n_layers"),
     "context_len": ("model", "context_len"),
@@ -228,7 +232,8 @@ def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> No
 def baseline_line(unigram: dict) -> str:
     return (
         f"Unigram baseline (training-split token frequencies, add-one): validation PPL "
-        f"**{unigram['validation']['unigram_ppl']:.1f}**, test {unigram['test']['unigram_ppl']:.1f}. "
+        f"**{unigram['validation']['unigram_ppl']:.1f}**, test "
+        f"{unigram['test']['unigram_ppl']:.1f}. "
         "A run not below it did not learn."
     )
 
@@ -285,8 +290,10 @@ def markdown_table(exp_name, exp, s, out_dir) -> str:
         )
         paper_gap = f"; paper: {s['paper_gap_pct']:+.1f} %" if "paper_gap_pct" in s else ""
         lines.append(
-            f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} %**{ci}{paper_gap}, "
-            f'over {seed_basis(s["models"], s["asked"])}. Paper\'s claim "within 10–15 %": **{g["verdict"]}**.'
+            f"Grassmann vs Transformer, best validation PPL: **{g['gap_pct']:+.1f} "
+            f"%**{ci}{paper_gap}, "
+            f'over {seed_basis(s["models"], s["asked"])}. Paper\'s claim "within 10–15 %": '
+            f"**{g['verdict']}**."
         )
     else:
         # and the reasons a verdict would give: the paper's numbers stand in the table all the same
@@ -309,7 +316,10 @@ def latex_table(exp_name, exp, s) -> str:
         ]
         for model, m in s["models"].items()
     ]
-    cap = f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, mean ± std over seeds."
+    cap = (
+        f"{exp_name}: N={exp['n_layers']}, L={exp['context_len']}. Best validation perplexity, "
+        "mean ± std over seeds."
+    )
     if "gap" in s:
         cap += f" Gap {s['gap']['gap_pct']:+.1f}\u2009%: {s['gap']['verdict']}."
     elif s.get("not_comparable"):
@@ -329,7 +339,9 @@ def aggregate(
     df = load_runs(runs, unigram)
     if set(df.experiment) != {experiment}:
         raise ValueError(
-            f"aggregate --experiment {experiment}: runs of {sorted(set(df.experiment) - {experiment})} given"
+            f"aggregate --experiment {experiment}: runs of "
+            f"{sorted(set(df.experiment) - {experiment})} "
+            "given"
         )
     exp = run_settings(df)  # N, L, B, epochs: as the runs ran them
     unk = exp.pop("unk_mapped")

@@ -59,7 +59,8 @@ def same_articles(checksums: dict, setup: dict) -> dict | None:
 
 
 def unk_note(unk: bool | None) -> str:
-    """How the runs' token files read Wikitext-2 v1's `<unk>` (their records: unk_mapped; None: not recorded)."""
+    """How the runs' token files read Wikitext-2 v1's `<unk>` (their records: unk_mapped; None: not
+    recorded)."""
     return {True: "`<unk>` → `[UNK]`, one token", False: "`<unk>` split by the tokenizer"}.get(
         unk, "`<unk>`'s reading not in the runs' records"
     )
@@ -73,7 +74,8 @@ def data_label(preset: dict, checksums: dict, setup: dict, unk: bool | None = No
     release = same_articles(checksums, setup)
     if release:
         match = (
-            f"{release['label']}; {unk_note(unk)}: its content hashes match that release's, every split — "
+            f"{release['label']}; {unk_note(unk)}: its content hashes match that release's, every "
+            "split — "
             "the paper's articles, NOT the paper's raw text"
         )
     else:
@@ -107,8 +109,10 @@ class Varies(list):
 
 
 def ran_settings(specs: list[dict], varied=()) -> dict[str, dict]:
-    """{model kind: {key: value}}: the model and training settings (spec.model, spec.train) its runs'
-    records hold; the `varied` keys (a table's own subject: the ablation switches, a sweep's key) left
+    """{model kind: {key: value}}: the model and training settings (spec.model, spec.train) its
+    runs'
+    records hold; the `varied` keys (a table's own subject: the ablation switches, a sweep's key)
+    left
     out. A key its runs hold at several values is a Varies of them (runs_differ says it)."""
     out = {}
     for kind in sorted({s["model_kind"] for s in specs}):
@@ -138,7 +142,8 @@ def runs_differ(ran: dict[str, dict]) -> list[str]:
 
 
 def models_differ(ran: dict[str, dict]) -> str | None:
-    """What the models ran differently of the settings both have (ran_settings), in one line; None."""
+    """What the models ran differently of the settings both have (ran_settings), in one line;
+    None."""
     kinds = sorted(ran, key=lambda k: (k not in MODELS, MODELS.index(k) if k in MODELS else 0, k))
     shared = sorted(set.intersection(*(set(ran[k]) for k in kinds))) if len(kinds) > 1 else []
     differ = [
@@ -155,7 +160,8 @@ def models_differ(ran: dict[str, dict]) -> str | None:
 
 
 def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[str]:
-    """The settings the runs ran (ran_settings: their records') that differ from the paper's (what it
+    """The settings the runs ran (ran_settings: their records') that differ from the paper's (what
+    it
     states) and from our `paper` preset's (what it leaves unstated and we assume: setup["assumed"]).
     A key is compared for the models that have it; one no record holds, at the model's default."""
     paper_exp = setup["experiments"].get(exp_name)

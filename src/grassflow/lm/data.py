@@ -22,7 +22,8 @@ Rows are encoded in batches without special tokens and concatenated in order, as
 treats Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its
 vocabulary size and hash, the source's content hash and the whitespace word count (for
 word-level perplexity), and how many literal `<unk>` (Wikitext-2 v1's rare words) became the
-tokenizer's unknown token (`tokenizer.map_unk`; None: not mapped). `data.eval_max_tokens` cuts validation and test to their leading rows
+tokenizer's unknown token (`tokenizer.map_unk`; None: not mapped). `data.eval_max_tokens` cuts
+validation and test to their leading rows
 (whole rows, at most that many tokens), for CPU-sized presets; the metadata's `cut` says so.
 """
 
@@ -89,6 +90,7 @@ V1_NAMES = ("wikitext-2-v1",)  # releases whose rare words read `<unk>` (the tok
 
 
 def map_unk(p: dict) -> bool:
-    """A preset's tokenizer.map_unk resolved: auto maps `<unk>` for the tokenized releases (data.name)."""
+    """A preset's tokenizer.map_unk resolved: auto maps `<unk>` for the tokenized releases
+    (data.name)."""
     setting = p["tokenizer"]["map_unk"]
     return p["data"].get("name") in V1_NAMES if setting == "auto" else bool(setting)

@@ -17,7 +17,8 @@ from grassflow.planning.sections import EXECUTION_KEYS, check_inputs, own_keys, 
 
 
 def check_lm(where: str, name: str, p: dict) -> None:
-    # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds unique
+    # the schema requires data, tokenizer, models, seeds and model with the experiments, seeds
+    # unique
     check_inputs(where, p, "data")
     if map_unk(p) and p["tokenizer"]["name"] == "gpt2":
         raise ConfigError(
@@ -47,13 +48,15 @@ def check_ablations(where: str, p: dict) -> None:
     for variant, switches in ((a or {}).get("variants") or {}).items():
         for key in sorted(set((switches or {}).get("train") or {}) & set(NOT_VARIANT_TRAIN)):
             raise ConfigError(
-                f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the base "
+                f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the "
+                "base "
                 "experiment's scale, or how a job runs, which changes no run)"
             )
 
 
 def check_sweep(where: str, p: dict) -> None:
-    """One key (under train or model), its values (numbers: the schema) in increasing order: the first
+    """One key (under train or model), its values (numbers: the schema) in increasing order: the
+    first
     and the last are a sweep's edges, which a model's best must lie between (bracketed)."""
     s = p.get("sweep")
     if not s:
@@ -72,7 +75,8 @@ def check_sweep(where: str, p: dict) -> None:
     section, key = keys[0].split(".")
     if section == "train" and key in NOT_VARIANT_TRAIN:
         raise ConfigError(
-            f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or how a "
+            f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or "
+            "how a "
             "job runs, which changes no run)"
         )
     values = s[section][
@@ -247,7 +251,8 @@ def runs(name: str, p: dict) -> dict[str, dict]:
 
 
 def ablation_grid(name: str, p: dict) -> dict[str, dict[str, list[str]]]:
-    """{variant: {model: [run ids]}} of the preset's ablation grid (a build of its specs: 1-2 ms)."""
+    """{variant: {model: [run ids]}} of the preset's ablation grid (a build of its specs: 1-2
+    ms)."""
     return {
         v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
         for v, models in ablation_runs(name, p, _main_runs(name, p)).items()
@@ -280,7 +285,8 @@ def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dic
 
 
 def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, list[dict]]]:
-    """[{model: [spec per seed]} per value] of the preset's `sweep`: the swept key at each value on the
+    """[{model: [spec per seed]} per value] of the preset's `sweep`: the swept key at each value on
+    the
     base experiment, both models. A run whose spec equals one of `known` ({run_id: spec}: the main
     tables' and the ablation grid's) or another value's is that run, trained once: the base's own
     value is the table's runs."""
@@ -308,7 +314,8 @@ def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, 
 
 
 def sweep_grid(name: str, p: dict) -> dict | None:
-    """What the sweep's table is handed: its base experiment, its key (dotted), its values with their
+    """What the sweep's table is handed: its base experiment, its key (dotted), its values with
+    their
     labels, and each value's run ids by model; None without a sweep."""
     if not p.get("sweep"):
         return None
@@ -356,6 +363,7 @@ def lm_sizes(preset: dict, files: dict | None) -> tuple[dict, int, str]:
 
 
 def estimate(stage, spec, preset, settings, files):
-    """The LM's estimate hook: (Estimate, where the data sizes came from) of one train or evaluate job."""
+    """The LM's estimate hook: (Estimate, where the data sizes came from) of one train or evaluate
+    job."""
     sizes, vocab, source = lm_sizes(preset, files)
     return (lm_train if stage == "train" else lm_evaluate)(spec, sizes, vocab, settings), source

@@ -31,7 +31,8 @@ def experiment_figures(report: str, exp: str) -> list[str]:
     return [f"{report}/{kind}_{exp}.png" for kind in ("gap", "curves", "best_ppl")]
 
 
-# What a table job reads of the preset: where its data came from, the tokenizer, the models and seeds it
+# What a table job reads of the preset: where its data came from, the tokenizer, the models and
+# seeds it
 # asked for. What each run ran (its model, its training) the table reads from the run's record.
 TABLE_KEYS = ("data", "tokenizer", "models", "seeds")
 

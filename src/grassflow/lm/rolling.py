@@ -49,7 +49,8 @@ def prefix_id(tokenizer, name: str | None = None) -> int:
         if tokenizer.token_to_id(candidate) is not None:
             return tokenizer.token_to_id(candidate)
     raise ValueError(
-        f"prefix_token: none of {[name] if name else list(PREFIX_TOKENS)} is in the model's tokenizer"
+        f"prefix_token: none of {[name] if name else list(PREFIX_TOKENS)} is in the model's "
+        "tokenizer"
     )
 
 

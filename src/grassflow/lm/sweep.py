@@ -46,7 +46,8 @@ from grassflow.report.tables import MODELS, fmt, latex, record_links, write_tabl
 
 
 def cell(sub: pd.DataFrame) -> dict:
-    """One model at one value: its runs, those that completed with a validation figure, their figures."""
+    """One model at one value: its runs, those that completed with a validation figure, their
+    figures."""
     good = sub[sub.status == "completed"].dropna(subset=["val_ppl"])
     return {
         "n": len(sub),
@@ -77,8 +78,10 @@ def _mean(xs: list[float]) -> float:
 
 
 def summarise(df: pd.DataFrame, grid: dict) -> dict:
-    """{"cells": [{model: cell} per value], "chosen": {model: choose(...)}, "shared_gaps": [gap on test
-    per value, or None], "tuned": the tuned gap on test and on validation, or None, "why_not": why none}."""
+    """{"cells": [{model: cell} per value], "chosen": {model: choose(...)}, "shared_gaps": [gap on
+    test
+    per value, or None], "tuned": the tuned gap on test and on validation, or None, "why_not":
+    why none}."""
     cells = [{m: cell(df[df.run_id.isin(ids)]) for m, ids in runs.items()} for runs in grid["runs"]]
     models = [m for m in MODELS if all(m in c for c in cells)]
     chosen = {m: choose([c[m] for c in cells]) for m in models}
@@ -115,11 +118,14 @@ def not_bracketed(model: str, choice: dict, grid: dict) -> str:
     labels = grid["labels"]
     if choice["edge"] == "first":
         return (
-            f"the {model}'s best is at the first value tried ({labels[0]}): not bracketed, extend the sweep "
+            f"the {model}'s best is at the first value tried ({labels[0]}): not bracketed, "
+            "extend the "
+            "sweep "
             f"below {labels[0]}"
         )
     return (
-        f"the {model}'s best is at the last value tried ({labels[-1]}): not bracketed, extend the sweep "
+        f"the {model}'s best is at the last value tried ({labels[-1]}): not bracketed, extend the "
+        "sweep "
         f"above {labels[-1]}"
     )
 
@@ -170,10 +176,12 @@ def markdown_table(
             ]
         )
     lines = [
-        f"### Sweep of {key} on {grid['base']}: N={e['n_layers']}, L={e['context_len']}, B={e['batch_size']}, "
+        f"### Sweep of {key} on {grid['base']}: N={e['n_layers']}, L={e['context_len']}, "
+        f"B={e['batch_size']}, "
         f"{e['epochs']} epochs, seeds {seeds}",
         "",
-        "Each model's value is chosen on validation (the lowest mean best validation PPL over its seeds, a "
+        "Each model's value is chosen on validation (the lowest mean best validation PPL over its "
+        "seeds, a "
         "value where a run diverged excluded) and reported on test.",
         "",
         *markdown.table(
@@ -226,7 +234,9 @@ def markdown_table(
         )
         lines.append(
             f"**Tuned gap G−T on test PPL: {t['gap_pct']:+.1f} %**{ci}: {at}; on validation PPL "
-            f"{_gap(s['tuned']['validation'])}. The interval is at the chosen values: the uncertainty of "
+            f"{_gap(s['tuned']['validation'])}. The interval is at the chosen values: the "
+            "uncertainty "
+            "of "
             "the choice itself is not in it."
         )
         if why:
@@ -257,9 +267,15 @@ def tex(s: dict, grid: dict) -> str:
         ]
         for i, c in enumerate(s["cells"])
     ]
-    cap = f"Sweep of {grid['key']} on {grid['base']}: best validation perplexity, mean ± std over seeds; the gap on test."
+    cap = (
+        f"Sweep of {grid['key']} on {grid['base']}: best validation perplexity, mean ± std over "
+        "seeds; the gap on test."
+    )
     if s["tuned"]:
-        cap += f" Each model at its own best (chosen on validation): tuned gap on test {_gap(s['tuned']['test'])}."
+        cap += (
+            " Each model at its own best (chosen on validation): tuned gap on test "
+            f"{_gap(s['tuned']['test'])}."
+        )
     else:
         cap += f" No tuned gap: {s['why_not']}."
     return latex(
@@ -331,7 +347,8 @@ def aggregate_sweep(
     ran = ran_settings(
         run_specs(df), varied=[grid["key"].split(".", 1)[1]]
     )  # the swept key: the table's subject
-    # what the tuned gap rests on: each model's runs at its chosen value (a run elsewhere that did not
+    # what the tuned gap rests on: each model's runs at its chosen value (a run elsewhere that did
+    # not
     # learn or diverged is the sweep's finding, in its row)
     at = {
         m: s["cells"][ch["index"]][m] if ch["index"] is not None else None

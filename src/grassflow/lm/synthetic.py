@@ -81,7 +81,11 @@ def _sentence(rng: random.Random, art: dict) -> str:
     subj = rng.choice([art["name"], "he" if art["male"] else "she", f"the {noun}"])
     form = rng.randrange(6)
     if form == 0:
-        s = f"In {art['year'] + rng.randrange(0, 30)} , {subj} {past} the {rng.choice(ADJ)} {noun2} of {art['place']}"
+        s = (
+            f"In {art['year'] + rng.randrange(0, 30)} , {subj} {past} the {rng.choice(ADJ)} "
+            f"{noun2} of "
+            f"{art['place']}"
+        )
     elif form == 1:
         s = f"{rng.choice(CONNECT)} , {subj} {past} a {rng.choice(ADJ)} {noun2}"
     elif form == 2:

@@ -109,7 +109,8 @@ def kept_rows(cfg: dict, tok, rows: list[str], raw_parquet, row_ids=None) -> int
 
 def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
     """Encode one split (`cfg`: the tokenizer section, and data.eval_max_tokens as eval_max_tokens).
-    With eval_max_tokens, keep of the validation and test splits (by file name) only the leading rows
+    With eval_max_tokens, keep of the validation and test splits (by file name) only the leading
+    rows
     holding at most that many tokens, and say so in the metadata."""
     t0 = time.perf_counter()
     tok = load_tokenizer(cfg, artifact)

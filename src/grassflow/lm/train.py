@@ -97,7 +97,8 @@ class LanguageModelObjective:
 
 
 def build_group(kind: str, mcfg: ModelConfig, seeds, device):
-    """(the model a fit trains, the members): each seed's model built as its own run builds it, then,
+    """(the model a fit trains, the members): each seed's model built as its own run builds it,
+    then,
     for more than one, stacked into an ensemble (models/ensemble.py)."""
     members = []
     for seed in seeds:

@@ -33,7 +33,8 @@ KIND_CODE = {
 }
 
 
-# config.json of a model directory (a run's, an export's): the Hugging Face layout (grassflow.pretrained)
+# config.json of a model directory (a run's, an export's): the Hugging Face layout
+# (grassflow.pretrained)
 FORMAT = "grassflow-lm/1"
 
 
@@ -47,7 +48,8 @@ def config_json(kind: str, cfg: ModelConfig) -> dict:
     }
 
 
-# config.json's keys beside the model's fields: what it is, what the weights are, where they came from
+# config.json's keys beside the model's fields: what it is, what the weights are, where they came
+# from
 CONFIG_KEYS = {
     "format",
     "model_kind",
@@ -73,7 +75,8 @@ def config_from_json(config: dict, source="config.json") -> ModelConfig:
     missing = sorted(set(fields) - set(config))
     if missing:
         raise ModelFileError(
-            f"{source}: missing model field(s) {missing}: it does not say which model its weights are"
+            f"{source}: missing model field(s) {missing}: it does not say which model its "
+            "weights are"
         )
     unknown = sorted(set(config) - set(fields) - CONFIG_KEYS)
     if unknown:

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 # Device types on which an ensemble's linear layers run a GEMM per member: the CPU, where bmm
 # measured slower than as many GEMMs (reports/bench/bench-cpu.md, fused rows). Elsewhere one
-# batched GEMM (one launch for all members). The tests count a GPU step's ops on the CPU with it empty.
+# batched GEMM (one launch for all members). The tests count a GPU step's ops on the CPU with it
+# empty.
 GEMM_PER_MEMBER = {"cpu"}
 
 

@@ -41,7 +41,8 @@ def load_schema(path) -> dict:
             schema["$defs"]["train"]["properties"][f.name]["default"] = (
                 list(f.default) if isinstance(f.default, tuple) else f.default
             )
-    # an ablation variant's training keys: the train section's, none defaulted (a variant sets what it switches)
+    # an ablation variant's training keys: the train section's, none defaulted (a variant sets what
+    # it switches)
     train = schema["$defs"]["train"]
     schema["$defs"]["variant_train"] = {
         **{k: v for k, v in train.items() if k != "default"},
@@ -81,7 +82,8 @@ def load_schema(path) -> dict:
 
 
 def _resolved(node: dict, schema: dict) -> dict:
-    """A schema node with its local `$ref` (#/$defs/...) replaced by what it names, its own keys kept."""
+    """A schema node with its local `$ref` (#/$defs/...) replaced by what it names, its own keys
+    kept."""
     ref = node.get("$ref", "")
     if not ref.startswith("#/$defs/"):
         return node
@@ -173,7 +175,8 @@ def deep_merge(into: dict, over: dict) -> dict:
 
 
 def config_errors(config: dict, schema_path) -> list[str]:
-    """Schema errors, then (the schema's defaults filled in) the semantic checks of the selected preset."""
+    """Schema errors, then (the schema's defaults filled in) the semantic checks of the selected
+    preset."""
     try:
         resolve_bases(config)
     except ConfigError as e:

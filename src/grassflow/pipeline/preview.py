@@ -1,10 +1,12 @@
 """`grassflow plan`: what a preset will do and cost, before anything runs.
 
 Jobs come from Snakemake's own plan (its dry run, made in this process with the same --config /
---configfile and targets: the jobs as its log records carry them), so the table never disagrees with what `snakemake` will schedule:
+--configfile and targets: the jobs as its log records carry them), so the table never disagrees with
+what `snakemake` will schedule:
 per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours,
 the time limits requested, the largest memory request, and the tokens (or examples) trained on:
-the resources the rules computed (common.smk's `run_resources`: the estimate their limits come from).
+the resources the rules computed (common.smk's `run_resources`: the estimate their limits come
+from).
 With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
 estimate, and their ratio: far from 1, workflow/resources/throughput.csv needs a row for this
 device or size.
@@ -49,7 +51,8 @@ def load_config(project: Path, configfiles=(), preset: str | None = None) -> dic
 def dry_run(
     project: Path, targets=(), configfiles=(), preset=None, forceall=False
 ) -> tuple[list[dict], set[str]]:
-    """Snakemake's own dry run, made in this process with the same --configfile / --config / targets:
+    """Snakemake's own dry run, made in this process with the same --configfile / --config /
+    targets:
     each job it plans as its job-info log record carries it (rule, wildcards, resources, reason,
     benchmark file), and the rules it runs where it runs (`localrule: True`, `localrules:`) from the
     workflow it parsed (a dry run does not say which)."""
@@ -87,7 +90,8 @@ def dry_run(
                 ),
             )
             log.addHandler(handler)
-            # as `snakemake` plans here: with profiles/default's rerun-incomplete (Snakemake reads that
+            # as `snakemake` plans here: with profiles/default's rerun-incomplete (Snakemake reads
+            # that
             # profile for every command in the project; its API does not)
             default = project / "profiles" / "default" / "profile.yaml"
             incomplete = (
@@ -102,20 +106,23 @@ def dry_run(
             sys.exit(f"error: snakemake's dry run failed: {type(e).__name__}: {e}")
         finally:
             log.removeHandler(handler)  # a caller's next dry run reads its own jobs only
-        # Snakemake's parse of the rule files: its own set of local rules. No public API says which rules
-        # are local (a dry run's job records leave `local` False by design), nor gives a job's reasons
+        # Snakemake's parse of the rule files: its own set of local rules. No public API says which
+        # rules
+        # are local (a dry run's job records leave `local` False by design), nor gives a job's
+        # reasons
         # but as their text (explain reads it)
         workflow = wf._workflow
         return jobs, {r.name for r in workflow.rules if r.name in workflow._localrules}
 
 
-# --- why a job is planned (grassflow plan --why) ---------------------------------------------------
+# --- why a job is planned (grassflow plan --why) --------------------------------------------------
 FINGERPRINT = re.compile(r"\b[0-9a-f]{16}\b")
 
 
 def code_changes(before: str, index: Path, base: Path) -> list[str] | None:
     """The files whose code differs now from when the job last ran, from the fingerprint found in
-    a params change (its per-file hashes kept when the job ran: grassflow.planning.staleness.remember);
+    a params change (its per-file hashes kept when the job ran:
+    grassflow.planning.staleness.remember);
     None where they were not kept. An empty list: the job's import closure gained or lost a file."""
     from grassflow.planning.staleness import code_hash, recalled
 
@@ -146,7 +153,8 @@ def _settings(value) -> list[dict] | None:
 
 
 def settings_changes(before: list, now: list) -> list[str]:
-    """Each settings key whose value differs, `key: old → new`, of the settings params that changed."""
+    """Each settings key whose value differs, `key: old → new`, of the settings params that
+    changed."""
     old = [d for v in before if (ds := _settings(v)) for d in ds]
     new = [d for v in now if (ds := _settings(v)) for d in ds]
     a = {k: v for d in old for k, v in flat(d).items()}
@@ -159,7 +167,8 @@ def settings_changes(before: list, now: list) -> list[str]:
 
 
 def explain(reason: str, index: Path, base: Path) -> list[str]:
-    """Snakemake's reason for a job, read: a code change names its files, a settings change its keys."""
+    """Snakemake's reason for a job, read: a code change names its files, a settings change its
+    keys."""
     out = []
     for part in reason.split("; "):
         m = re.match(r"Params have changed since last execution: .*?before: (.*) now: (.*)$", part)
@@ -173,7 +182,8 @@ def explain(reason: str, index: Path, base: Path) -> list[str]:
                     if changed
                     else "code changed: its import closure gained or lost a file"
                     if changed == []
-                    else f"code changed (which files: not known, {index} lacks the previous fingerprint's)"
+                    else f"code changed (which files: not known, {index} lacks the previous "
+                    "fingerprint's)"
                 )
             keys = settings_changes(before, now)
             out += [f"settings changed: {'; '.join(keys)}"] * bool(keys)
@@ -183,7 +193,8 @@ def explain(reason: str, index: Path, base: Path) -> list[str]:
             ]
             if any(plain) or not (fingerprints or keys):
                 out.append(
-                    f"params changed: before {', '.join(map(str, plain[0])) or m.group(1).strip()}; "
+                    "params changed: before "
+                    f"{', '.join(map(str, plain[0])) or m.group(1).strip()}; "
                     f"now {', '.join(map(str, plain[1])) or m.group(2).strip()}"
                 )
             continue

@@ -31,7 +31,8 @@ class Task:
     part_key: (
         str | None
     )  # the preset key holding this task's part (None: the preset itself, the LM)
-    runs: Callable  # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
+    # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
+    runs: Callable
     estimate: (
         Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
     )
@@ -100,7 +101,8 @@ def pipeline_train(preset: dict) -> dict:
     part = next((t.part(preset) for t in TASKS.values() if t.part(preset)), None)
     if part is None:
         raise ValueError(
-            f"the preset has no part to run: none of {[t.part_key or 'experiments' for t in TASKS.values()]}"
+            "the preset has no part to run: none of "
+            f"{[t.part_key or 'experiments' for t in TASKS.values()]}"
         )
     return part["train"]
 

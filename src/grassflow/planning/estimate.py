@@ -11,7 +11,8 @@ measured model (tokens/s × its FLOPs per token), and a run's time is its FLOPs 
 the nearest row (in FLOPs per token and context), never faster than the row's step time scaled
 by depth (GPUs are launch-bound at these sizes: per-step overhead, not arithmetic). Validation
 (every epoch) and evaluation are forward passes: a third of a training token each; evaluation
-reads validation and test chunked and strided (three passes). Each job adds STARTUP_S. A device kind missing from the
+reads validation and test chunked and strided (three passes). Each job adds STARTUP_S. A device kind
+missing from the
 table takes the H100's rows slowed by UNKNOWN_DEVICE_SLOWDOWN. The request pads the estimate
 by `estimate.safety`, with a floor, and grows with Snakemake's attempt, so a job stopped at its
 limit (it checkpoints on SIGTERM) is retried with a longer one and resumes. With K runs per GPU
@@ -36,7 +37,8 @@ UNKNOWN_DEVICE_SLOWDOWN = (
     3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
 )
 # Every job: process start, imports (torch, CUDA), reading its data, building the model. The demo's
-# tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (`grassflow plan --measured`).
+# tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (`grassflow plan
+# --measured`).
 STARTUP_S = 20.0
 DEFAULTS = {"device": "h100", "safety": 2.0, "min_minutes": 5, "base_mem_mb": 3000}
 
@@ -115,11 +117,12 @@ def rate(
         if device != "cpu"
         else 0.0
     )
-    basis = f"{device if slow == 1 else device + ' (unlisted: ' + DEFAULTS['device'] + ' ÷ ' + str(slow) + ')'}: {row['source']}"
+    where = device if slow == 1 else f"{device} (unlisted: {DEFAULTS['device']} ÷ {slow})"
+    basis = f"{where}: {row['source']}"
     return tok_s * flops_of(row), step_floor, basis
 
 
-# --- data sizes ------------------------------------------------------------------------------------
+# --- data sizes -----------------------------------------------------------------------------------
 def split_sizes(
     task: str, dataset: str, tokenizer: str, files: dict | None = None
 ) -> tuple[dict, str]:

@@ -25,7 +25,8 @@ def group_seed(run: str) -> tuple[str, int]:
 
 
 def check_specs(where: str, specs: dict, build) -> None:
-    """Each run's model (or head) as its dataclass checks it: `build(spec)`; a ValueError names the run."""
+    """Each run's model (or head) as its dataclass checks it: `build(spec)`; a ValueError names the
+    run."""
     for run_id, spec in specs.items():
         try:
             build(spec)
@@ -34,7 +35,8 @@ def check_specs(where: str, specs: dict, build) -> None:
 
 
 def check_inputs(where: str, part: dict, data_key: str) -> None:
-    """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a trained one)."""
+    """Its data's source settings, and its tokenizer's vocab_size (given for, and only for, a
+    trained one)."""
     tok = part["tokenizer"]
     if (tok["name"] == "trained") != bool(tok.get("vocab_size")):
         raise ConfigError(
@@ -62,7 +64,8 @@ def own_keys(kind: str, model: dict) -> dict:
 
 
 # How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
-# (the rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources: exec_resources).
+# (the rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources:
+# exec_resources).
 EXECUTION_KEYS = (
     "threads",
     "compile",

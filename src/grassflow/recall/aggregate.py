@@ -120,9 +120,12 @@ def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
     )
     lines += [
         "",
-        f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) with "
-        "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how many "
-        "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; a "
+        f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) "
+        "with "
+        "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how "
+        "many "
+        "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; "
+        "a "
         "windowed Transformer: layers × window; full attention: the whole context).",
     ]
     return "\n".join(lines) + "\n"
@@ -208,7 +211,8 @@ def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
     chosen = best_lr(df)
     rows = summarise(chosen)
     head = (
-        f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), vocabulary "
+        f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), "
+        "vocabulary "
         f"{r['data']['vocab']}, {r['data']['examples']['train']:,} training examples per cell, "
         f"{r['n_layers']} layers, {len(r['seeds'])} seed(s)."
     )

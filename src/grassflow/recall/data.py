@@ -40,7 +40,8 @@ def check_params(vocab: int, L: int, kv: int, key: str = "recall") -> None:
         raise DataError(f"{key}: seq_len must be even, got {L}")
     if 4 * kv > L:
         raise DataError(
-            f"{key}: needs 4·kv ≤ seq_len (pairs, then room for every query), got kv={kv}, seq_len={L}"
+            f"{key}: needs 4·kv ≤ seq_len (pairs, then room for every query), got kv={kv}, "
+            f"seq_len={L}"
         )
     if vocab <= L:
         raise DataError(f"{key}: needs vocab > seq_len, got vocab={vocab}, seq_len={L}")
@@ -131,7 +132,8 @@ def read_split(path) -> tuple[dict[str, np.ndarray], dict]:
 
 
 def make_cell(data: dict, out_dir) -> dict[str, dict]:
-    """The data job of one cell: `data` is recall.data (vocab, seed, examples) with the cell's seq_len and kv."""
+    """The data job of one cell: `data` is recall.data (vocab, seed, examples) with the cell's
+    seq_len and kv."""
     return make_splits(
         data["vocab"], data["seq_len"], data["kv"], data["examples"], data["seed"], out_dir
     )

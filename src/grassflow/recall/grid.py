@@ -1,5 +1,6 @@
 """The recall part's planning: its (seq_len, kv) cells, its run grid, its checks and its jobs'
-estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches a
+estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches
+a
 job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def check_model(spec: dict, p: dict) -> None:
 
 
 def estimate(stage, spec, preset, settings, files):
-    """An LM's estimate over the cell's examples × seq_len tokens; trained on examples, evaluated once."""
+    """An LM's estimate over the cell's examples × seq_len tokens; trained on examples, evaluated
+    once."""
     data, L = preset["recall"]["data"], spec["cell"]["seq_len"]
     lm, sizes = (
         {**spec, "model": {**spec["model"], "context_len": L}},

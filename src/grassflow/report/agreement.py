@@ -225,7 +225,8 @@ def _evaluation(
                 f"validation.{figure}",
                 val[figure],
                 f"is not the best epoch's {key} in metrics.jsonl "
-                f"(epoch {best}: {trained}): the evaluation is not of the weights that trained to it",
+                f"(epoch {best}: {trained}): the evaluation is not of the weights that trained "
+                "to it",
             )
 
 

@@ -1,4 +1,5 @@
-"""What every task's figures share: the models' colours, a figure written atomically, the curves of a
+"""What every task's figures share: the models' colours, a figure written atomically, the curves of
+a
 record per run (the LM's own figures: grassflow.lm.figures)."""
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ COLORS = {"transformer": "tab:blue", "grassmann": "tab:orange"}
 
 
 def plain_log_ticks(fig) -> None:
-    """Every log axis of `fig` labelled as matplotlib would, in plain numbers: its default log labels
+    """Every log axis of `fig` labelled as matplotlib would, in plain numbers: its default log
+    labels
     are mathtext (`$\\mathdefault{10^{2}}$`), which these figures draw as the text it is
     (text.parse_math off, above). Labels a figure set itself are kept."""
     from matplotlib.ticker import LogFormatter, LogFormatterSciNotation

@@ -1,7 +1,8 @@
 """What every task's tables share: the run rows with their provenance columns, the Markdown cells
 and lines (a mean ± std, the runs left out, what a gap rests on, where the runs were made), LaTeX
 (booktabs, every cell escaped) and the atomic writing of a table's .md/.csv/.tex; a table job's
-command line. Each task's table job is its own (grassflow.lm.aggregate, snli.aggregate, recall.aggregate)."""
+command line. Each task's table job is its own (grassflow.lm.aggregate, snli.aggregate,
+recall.aggregate)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ MODELS = ("transformer", "grassmann")
 
 def read_runs(run_dirs, columns) -> pd.DataFrame:
     """One row per run directory: its task's `columns(run.json, eval.json, completed and evaluated,
-    validation results, test results)`, then the provenance columns; in the order of the directories'
+    validation results, test results)`, then the provenance columns; in the order of the
+    directories'
     paths, whatever order they were handed in (a table's rows never depend on how it was run)."""
     rows = []
     for d in sorted(map(Path, run_dirs)):
@@ -78,7 +80,8 @@ def fmt(mean, std, digits=1):
 
 
 def by_model(df: pd.DataFrame, key: str) -> dict:
-    """{model: (its runs, those completed with a `key` value)}, in MODELS' order, for the models with runs."""
+    """{model: (its runs, those completed with a `key` value)}, in MODELS' order, for the models
+    with runs."""
     return {
         m: (sub, sub[sub.status == "completed"].dropna(subset=[key]))
         for m in MODELS
@@ -181,7 +184,8 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
 
 
 def aggregate_args(p) -> None:
-    """A task's table job: the preset (its params' JSON), its name, the runs it reads, where it writes."""
+    """A task's table job: the preset (its params' JSON), its name, the runs it reads, where it
+    writes."""
     p.add_argument("--preset", required=True, type=job.json_arg, help="the preset: " + job.JSON)
     p.add_argument("--preset-name", required=True)
     p.add_argument("--runs", required=True, nargs="+", help="run directories")

@@ -97,13 +97,15 @@ def _special_ids(tok, name) -> dict:
     missing = [k for k, v in ids.items() if v is None]
     if missing:
         raise DataError(
-            f"snli.tokenizer: {name!r} has no {missing} token; the heads need [CLS], [SEP] and [PAD]"
+            f"snli.tokenizer: {name!r} has no {missing} token; the heads need [CLS], [SEP] and "
+            "[PAD]"
         )
     return ids
 
 
 def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
-    """Encode one split's pairs (`cfg`: the tokenizer section, and snli.max_tokens as max_tokens)."""
+    """Encode one split's pairs (`cfg`: the tokenizer section, and snli.max_tokens as
+    max_tokens)."""
     t0 = time.perf_counter()
     max_tokens = cfg["max_tokens"]
     tok = load_tokenizer(cfg, artifact)

@@ -1,5 +1,6 @@
 """The SNLI part's planning: its run grid, its checks, its tokenize section and its jobs'
-estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches a
+estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches
+a
 job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def check_snli(where: str, name: str, p: dict) -> None:
     rand = (s.get("backbone") or {}).get("random")
     if uses_backbone and rand and rand["dim"] % rand["n_heads"]:
         raise ConfigError(
-            f"{where}.backbone.random.n_heads ({rand['n_heads']}) must divide its dim ({rand['dim']})"
+            f"{where}.backbone.random.n_heads ({rand['n_heads']}) must divide its dim "
+            f"({rand['dim']})"
         )
     if uses_backbone and not rand and tok["name"] == "trained":
         raise ConfigError(
@@ -160,7 +162,8 @@ def estimate(stage, spec, preset, settings, files):
 
 
 def run_dirs(part: dict, spec: dict) -> dict[str, str]:
-    """The directories a run's jobs get: the backbone fetched from the hub (workflow/rules/fetch.smk),
+    """The directories a run's jobs get: the backbone fetched from the hub
+    (workflow/rules/fetch.smk),
     for a run on its frozen features; none for a backbone given by `path`, or a random one."""
     b = part.get("backbone") or {}
     fetched = b and not b.get("random") and not b.get("path")

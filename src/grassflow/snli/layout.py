@@ -15,7 +15,8 @@ def snli_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
     res, report = f"{results}/snli", f"{results}/report"
     tokens = f"{res}/data/tokens/{s['tokenizer']['name'] if s else None}"
     exps = list(s.get("experiments") or {})
-    # {run: the fetched backbone it reads (snli_fetch_backbone), or none (a `path`, random, scratch)}
+    # {run: the fetched backbone it reads (snli_fetch_backbone), or none (a `path`, random,
+    # scratch)}
     backbones = {
         r: [f"{res}/{d['backbone']}"] if "backbone" in (d := run_dirs(s, spec)) else []
         for r, spec in runs.items()

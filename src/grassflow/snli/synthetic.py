@@ -9,7 +9,8 @@ small dog in the park", "a tall man is chasing a small dog"). Every hypothesis h
   neutral        a place where the premise names none (unverifiable)
 Hypotheses alone are alike across the labels (the same words drawn the same way whatever the
 label), so the label needs the premise (a head given the hypothesis alone stays at chance:
-tests/snli/test_snli.py); and because a role swap contradicts while the same bag of words entails, it
+tests/snli/test_snli.py); and because a role swap contradicts while the same bag of words entails,
+it
 needs word order too. The premise alone is not at chance: one without a place is never an
 entailment (a head that reads it alone can reach ~2/3). Same seed, same pairs.
 """

@@ -3,7 +3,8 @@
 Batches: the pairs in a (seed, epoch)-shuffled order, padded to the longest in the batch; the
 last partial batch is dropped so every step is full. After each epoch: validation loss and
 accuracy; model.safetensors keeps the best-validation-accuracy weights (the frozen backbone is
-rebuilt from the spec, never saved). Outputs: model.safetensors, config.json, metrics.jsonl, run.json.
+rebuilt from the spec, never saved). Outputs: model.safetensors, config.json, metrics.jsonl,
+run.json.
 """
 
 from __future__ import annotations

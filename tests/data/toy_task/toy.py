@@ -1,4 +1,5 @@
-"""The toy task's part schema, runs, checks, estimate and table (its data: recall's make_cell): its row
+"""The toy task's part schema, runs, checks, estimate and table (its data: recall's make_cell): its
+row
 of grassflow.pipeline.tasks names these."""
 
 import json

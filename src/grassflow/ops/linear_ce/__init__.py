@@ -54,7 +54,8 @@ def resolve(backend: str, device) -> str:
 
 def require(backend: str, device) -> str:
     """resolve(), and for `fused` raise naming the cause unless its kernels run on `device`: a
-    CUDA device with CuPy (on the CPU they run only through the tests' shim, far too slowly to train)."""
+    CUDA device with CuPy (on the CPU they run only through the tests' shim, far too slowly to
+    train)."""
     backend = resolve(backend, device)
     device = torch.device(device)
     if backend == "fused":

@@ -27,7 +27,8 @@ from grassflow.ops.plucker.kernel_stages import BLOCK, grid_for
 KERNEL_SOURCES = ("cross_entropy.cu", "cpu_shim/cross_entropy_cpu.cpp", "cpu_shim/cuda_cpu_shim.h")
 TYPES = {torch.float32: ("float", "f32"), torch.bfloat16: ("bf16_t", "bf16")}
 # The kernels' parameters as cross_entropy.cu declares them (T: the logits' type), for the GPU
-# launch, where no C++ compiler is assumed to read them; tests/ops/test_linear_ce.py holds them to the source.
+# launch, where no C++ compiler is assumed to read them; tests/ops/test_linear_ce.py holds them to
+# the source.
 PARAMS = {
     "ce_partial": ("T*", "long", "int", "int", "float*", "float*"),
     "ce_finish": (
@@ -44,7 +45,8 @@ PARAMS = {
     ),
     "ce_grad": ("T*", "int*", "float*", "float*", "long", "int", "float"),
 }
-LANES = 256  # threads per row in ce_partial: 4,096 rows make 4,096 blocks, and each thread reads V/256 logits
+# threads per row in ce_partial: 4,096 rows make 4,096 blocks, and each thread reads V/256 logits
+LANES = 256
 
 
 def _launch(kernel: str, dtype: torch.dtype, n_threads: int, *args) -> None:
@@ -120,7 +122,10 @@ def why_not(device: torch.device) -> str | None:
     try:
         _module(cupy_backend.CUDA.index(device))
     except Exception as e:  # NVRTC's CompileException, driver errors
-        return f"CuPy cannot compile kernels/{KERNEL_SOURCES[0]} ({type(e).__name__}: {str(e).strip()[:200]})"
+        return (
+            f"CuPy cannot compile kernels/{KERNEL_SOURCES[0]} ({type(e).__name__}: "
+            f"{str(e).strip()[:200]})"
+        )
     return None
 
 

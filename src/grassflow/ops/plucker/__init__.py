@@ -33,12 +33,14 @@ def plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="
         raise ValueError(f"r must be ≥ 2, got {r}")
     if weight.dim() not in (2, 3) or weight.shape[-1] != r * (r - 1) // 2:
         raise ValueError(
-            f"weight must be (d, {r * (r - 1) // 2}) for r={r} (or (E, d, ...) for an ensemble of E), "
+            f"weight must be (d, {r * (r - 1) // 2}) for r={r} (or (E, d, ...) for an ensemble "
+            "of E), "
             f"got {tuple(weight.shape)}"
         )
     if weight.dim() == 3 and z.shape[0] % weight.shape[0]:
         raise ValueError(
-            f"an ensemble of {weight.shape[0]} needs z's batch in as many blocks, got {z.shape[0]} rows"
+            f"an ensemble of {weight.shape[0]} needs z's batch in as many blocks, got "
+            f"{z.shape[0]} rows"
         )
     if bias is not None and bias.shape != weight.shape[:-1]:
         raise ValueError(f"bias must be {tuple(weight.shape[:-1])}, got {tuple(bias.shape)}")

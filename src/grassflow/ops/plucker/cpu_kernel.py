@@ -113,7 +113,8 @@ def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDL
 
 
 # What this backend builds, under kernels/: the source compiled first, then what it includes.
-# Read (without importing) by grassflow.planning.staleness: an edit to any of them reruns what runs this.
+# Read (without importing) by grassflow.planning.staleness: an edit to any of them reruns what runs
+# this.
 KERNEL_SOURCES = ("cpu_shim/plucker_cpu.cpp", "plucker.cu", "cpu_shim/cuda_cpu_shim.h")
 
 

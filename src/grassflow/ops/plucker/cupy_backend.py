@@ -69,7 +69,8 @@ CUDA = TorchCuda()
 
 
 def extra(major: int | None) -> str:
-    """The install that gives CuPy for torch's CUDA major (pyproject.toml's gpu-cuda<major> extras)."""
+    """The install that gives CuPy for torch's CUDA major (pyproject.toml's gpu-cuda<major>
+    extras)."""
     return (
         f"pip install 'grassflow[gpu-cuda{major}]'"
         if major in (12, 13)

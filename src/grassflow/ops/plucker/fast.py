@@ -2,7 +2,8 @@
 
 Because W_plü is shared by all offsets and the mean is linear, and the wedge is bilinear,
 
-    mean_Δ W p̂_Δ = W (z_t ∧ c_t),   c_t = (1/n_t) Σ_Δ z_{t−Δ} / N_Δ,   N_Δ = max(‖z_t ∧ z_{t−Δ}‖, eps)
+    mean_Δ W p̂_Δ = W (z_t ∧ c_t),   c_t = (1/n_t) Σ_Δ z_{t−Δ} / N_Δ,   N_Δ = max(‖z_t ∧ z_{t−Δ}‖,
+    eps)
 
 and ‖a ∧ b‖² = ‖a‖²‖b‖² − (a·b)² (Lagrange), so each offset costs O(r) instead of
 O(r²) + a projection: one wedge and one projection per token, ~6× fewer FLOPs for 6 offsets.

@@ -56,7 +56,8 @@ def _members(weight) -> int:
 
 
 def _bias_term(bias, lags, T, empty, device, dtype):
-    """What the bias adds: (T, d) or (d,) for a plain bias, (E, T, d) or (E, 1, d) for an ensemble's."""
+    """What the bias adds: (T, d) or (d,) for a plain bias, (E, T, d) or (E, 1, d) for an
+    ensemble's."""
     b = bias.to(dtype) if bias.dim() == 1 else bias.to(dtype).unsqueeze(1)
     mask = _bias_mask(lags, T, empty, device, dtype)
     return b if mask is None else b * mask
