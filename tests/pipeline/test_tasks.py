@@ -53,22 +53,23 @@ def _overlay(work, name, preset) -> str:
 @pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
-    # the only changes to the repository: its package, its row in the tasks' table (and its import),
-    # its
-    # rule file, the line that includes it, its target in `all`
+    # the only changes to the repository: its package, its row in the tasks' table (and its
+    # import), its rule file, the line that includes it, its target in `all`
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     tasks = work / "src/grassflow/pipeline/tasks.py"
     table = tasks.read_text()
     assert (
-        table.count("\n)}\n") == 1 and table.count("from grassflow.snli import grid as snli\n") == 1
+        table.count("\n    )\n}\n") == 1
+        and table.count("from grassflow.snli import grid as snli\n") == 1
     )
     tasks.write_text(
         table.replace(
             "from grassflow.snli import grid as snli\n",
             "from grassflow.snli import grid as snli\nfrom grassflow.toy import toy\n",
         ).replace(
-            "\n)}\n",
-            '\n    Task("toy", "toy", toy.runs, toy.estimate, toy.check, schema=toy.SCHEMA),\n)}\n',
+            "\n    )\n}\n",
+            '\n        Task("toy", "toy", toy.runs, toy.estimate, toy.check, schema=toy.SCHEMA),'
+            "\n    )\n}\n",
         )
     )
     shutil.copy(TOY / "toy.smk", work / "workflow" / "rules" / "toy.smk")
