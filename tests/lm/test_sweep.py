@@ -18,6 +18,7 @@ from grassflow.lm import sweep
 from grassflow.lm.grid import runs, sweep_grid, value_label
 from grassflow.lm.layout import lm_layout
 from grassflow.pipeline.presets import config_errors, select_preset
+from grassflow.report.figures import plain_log_ticks
 from helpers import ROOT
 from helpers.records import TEMPLATE, crafted_run
 from helpers.specs import PUBLISHED
@@ -405,3 +406,25 @@ def test_no_table_job_is_handed_a_model_or_training_section(preset):
     for s in filter(None, slices):
         assert not {"model", "train", "model_overrides", "experiments"} & set(s), sorted(s)
     assert {"ablations", "sweep"} <= {k for s in filter(None, slices) for k in s}
+
+
+def test_the_figures_axes_say_their_values_in_plain_numbers(tmp_path, monkeypatch):
+    """Validation PPL within one decade (250–410 here, 237–314 at laptop size) has no major tick
+    on a log axis: its minor ticks carry the numbers (mutation: every minor tick off, as the figure
+    once did, leaves the y axis unlabelled), the x axis the table's value labels."""
+    drawn = []
+    monkeypatch.setattr(sweep, "save", lambda fig, path: drawn.append(fig))
+    _sweep(tmp_path)
+    (fig,) = drawn
+    plain_log_ticks(fig)  # as save() labels them
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    lo, hi = ax.get_ylim()
+    shown = [
+        t.get_text()
+        for minor in (False, True)
+        for t, v in zip(ax.get_yticklabels(minor=minor), ax.get_yticks(minor=minor))
+        if lo <= v <= hi and t.get_text()
+    ]
+    assert len(shown) >= 2 and all(re.fullmatch(r"\d+", s) for s in shown), shown
+    assert [t.get_text() for t in ax.get_xticklabels()] == LABELS

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import NullLocator
 
 from grassflow import job, markdown
 from grassflow.lm.aggregate import (
@@ -323,10 +324,10 @@ def figure(s: dict, grid: dict, preset_name: str, path: Path) -> dict:
         title=f"sweep of {grid['key']} on {grid['base']} — preset {preset_name}\n"
         "(dots: seeds; line: mean; ring: chosen)",
     )
-    ax.set_xticks(
-        values, grid["labels"]
-    )  # the values as the table names them (no mathtext: report.figures)
-    ax.minorticks_off()
+    # the values as the table names them, and no other x tick; the y axis keeps its minor ticks:
+    # within one decade of PPL they are the only labelled ones (plain numbers: report.figures)
+    ax.set_xticks(values, grid["labels"])
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.legend(fontsize=7)
     save(fig, path)
     return plotted
