@@ -512,7 +512,7 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
     from torch._dynamo.utils import counters
 
     from grassflow import compiled as compiled_mod
-    from grassflow.lease.trials import setting_value
+    from grassflow.lease import setting_value
 
     monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
     real = (

@@ -24,3 +24,8 @@ class Stop(Exception):
     def __init__(self, message: str, code: int = 2):
         super().__init__(message)
         self.code = code
+
+
+def setting_value(compile_: str):
+    """train.compile as the config holds it, from its command-line word (true, false, graph)."""
+    return {"true": True, "false": False}.get(compile_, compile_)

@@ -15,7 +15,7 @@ import yaml
 
 from grassflow.checkpoint import CheckpointError, load_checkpoint, resume_hash
 from grassflow.errors import CommandError
-from grassflow.lease import Stop
+from grassflow.lease import Stop, setting_value
 from grassflow.lease.budget import TrialFailed, common_seeds, seeds_that_fit
 from grassflow.lease.trials import (
     CANDIDATES,
@@ -26,7 +26,6 @@ from grassflow.lease.trials import (
     choose,
     free,
     setting_name,
-    setting_value,
     to_markdown,
     trial,
 )

@@ -34,6 +34,7 @@ from grassflow import markdown
 from grassflow.bench.common import sync
 from grassflow.checkpoint import rng_state, save_checkpoint, to_host
 from grassflow.compiled import Compiled
+from grassflow.lease import setting_value
 from grassflow.lm.train import LanguageModelObjective, build_group
 from grassflow.loop import lr_at, make_optimizer, set_lr, trained_state
 from grassflow.models import ModelConfig
@@ -56,10 +57,6 @@ CANDIDATES = {
 LOSS_TOL, GRAD_TOL = 1e-2, 3e-2  # a few of bf16's roundings (2^-8): a loss's, the gradients' norm
 CHECK_STEPS = WARMUP + 2  # a captured step is replayed twice among them
 MIN_SHARE = 3.0  # seconds the time box keeps for each trial of a later candidate
-
-
-def setting_value(compile_: str):
-    return {"true": True, "false": False}.get(compile_, compile_)
 
 
 def setting_name(setting) -> str:

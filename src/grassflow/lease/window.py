@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from grassflow.lease import Stop
+from grassflow.lease import Stop, setting_value
 from grassflow.lease.budget import projections
 from grassflow.lm.grid import runs
 from grassflow.pipeline.presets import select_preset
@@ -71,9 +71,7 @@ def write_overlay(a) -> None:
         "fuse_seeds": True,
         "runs_per_gpu": a.runs_per_gpu,
         "threads": a.threads,
-        "compile": False
-        if a.compile == "choose"
-        else {"true": True, "false": False}.get(a.compile, a.compile),
+        "compile": False if a.compile == "choose" else setting_value(a.compile),
         "head_loss": "auto" if a.head_loss == "choose" else a.head_loss,
     }
     overlay = {
