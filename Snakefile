@@ -12,9 +12,9 @@ from snakemake.utils import min_version
 import grassflow
 from grassflow.pipeline.presets import validate_or_exit
 
-# This checkout: every file the workflow reads of its own (schema, resources, captions, the code
-# its fingerprints hash) is found from here, never from the working directory, which holds the
-# user's config and results (`--directory`, or a `module` deployment: the user's Snakefile there).
+# This checkout: every file the workflow reads of its own (schema, resources, captions, the code its
+# fingerprints hash) is found from here, never from the working directory, which holds the user's
+# config and results (`--directory`, or a `module` deployment: the user's Snakefile there).
 CHECKOUT = Path(str(workflow.current_basedir))
 if not CHECKOUT.is_dir():
     sys.exit(
@@ -23,8 +23,8 @@ if not CHECKOUT.is_dir():
         "`snakefile:` at the clone's Snakefile (docs/use/pipeline.md, deployment)"
     )
 
-# The jobs run the installed package (`pip install -e .`, as make does), and their code
-# fingerprints hash this checkout's src/ (common.smk): the two must be the same files.
+# The jobs run the installed package (`pip install -e .`, as make does), and their code fingerprints
+# hash this checkout's src/ (common.smk): the two must be the same files.
 PACKAGE = Path(grassflow.__file__).parent
 if PACKAGE.resolve() != (CHECKOUT / "src" / "grassflow").resolve():
     sys.exit(

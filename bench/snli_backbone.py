@@ -1,11 +1,11 @@
-"""On the fly or cached? The frozen-backbone cost of one SNLI training step, measured side by
-side with the heads: `python bench/snli_backbone.py [--device cpu|cuda]`. Writes
+"""On the fly or cached? The frozen-backbone cost of one SNLI training step, measured side by side
+with the heads: `python bench/snli_backbone.py [--device cpu|cuda]`. Writes
 reports/bench/snli_backbone.md.
 
-A DistilBERT-base-sized model (DistilBertConfig() defaults, random weights: the cost does not
-depend on the values) runs the joint pairs of one batch under no_grad; each head (paper size)
-runs forward + backward + AdamW on its features. A feature cache would instead read
-tokens × 768 values per pair from disk each epoch; its size is computed for SNLI's train split.
+A DistilBERT-base-sized model (DistilBertConfig() defaults, random weights: the cost does not depend
+on the values) runs the joint pairs of one batch under no_grad; each head (paper size) runs forward
++ backward + AdamW on its features. A feature cache would instead read tokens × 768 values per pair
+from disk each epoch; its size is computed for SNLI's train split.
 """
 
 from __future__ import annotations
@@ -90,8 +90,7 @@ def main():
         f"# SNLI: frozen backbone on the fly vs a feature cache — {device_name(device)}",
         "",
         f"Batch {a.batch} joint pairs of {a.tokens} tokens; median of {a.reps}; DistilBERT-base "
-        "size "
-        f"({sum(p.numel() for p in backbone.parameters()) / 1e6:.1f}M parameters).",
+        f"size ({sum(p.numel() for p in backbone.parameters()) / 1e6:.1f}M parameters).",
         "",
         "| step part | ms | backbone share of the step |",
         "|---|---|---|",

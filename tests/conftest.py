@@ -1,11 +1,11 @@
 """Seeds, replay and margins.
 
 Every test runs under one seed: GRASSFLOW_TEST_SEED when set (to replay a printed seed), else a
-fresh one. It seeds the global RNGs (torch, numpy, random) and the `gen` fixture's generator,
-and is printed with the command that replays it. `pytest --seeds N` runs each randomized test
-(one that takes `gen`) under N fresh seeds plus the regression seeds in
-tests/regression_seeds.txt, and prints each test's worst margin (error / tolerance, as
-recorded by margins.within): `make test-seeds N=200`."""
+fresh one. It seeds the global RNGs (torch, numpy, random) and the `gen` fixture's generator, and is
+printed with the command that replays it. `pytest --seeds N` runs each randomized test (one that
+takes `gen`) under N fresh seeds plus the regression seeds in tests/regression_seeds.txt, and prints
+each test's worst margin (error / tolerance, as recorded by margins.within): `make test-seeds
+N=200`."""
 
 import os
 import random
@@ -92,16 +92,13 @@ def pytest_collection_modifyitems(config, items):
     # The finished demo costs 3-4 minutes of 2 cores to build, more than half of the default tier's
     # 5:
     # every test that reads it (the `demo` fixture, directly or through another) is in the slow
-    # tier,
-    # which CI runs; the default tier keeps the planning's dry runs and every unit test.
+    # tier, which CI runs; the default tier keeps the planning's dry runs and every unit test.
     for item in items:
         if "demo" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
     # the two longest groups first (the SLURM tests, the demo's), so that two workers start them at
-    # once,
-    # then the files with slow tests: the run ends on short tests, which keep both workers busy to
-    # the
-    # end (a CI run that ended on the docs' dry runs left a core idle for a minute)
+    # once, then the files with slow tests: the run ends on short tests, which keep both workers
+    # busy to the end (a CI run that ended on the docs' dry runs left a core idle for a minute)
     items.sort(
         key=lambda i: (
             "demo" not in getattr(i, "fixturenames", ()),
@@ -170,9 +167,8 @@ def pytest_sessionfinish(session, exitstatus):
     made, wrong = executions.made(root), executions.audit(root)
     report = session.config.pluginmanager.get_plugin("terminalreporter")
     report.write_line(
-        f"full Snakemake executions: {sum(made.values())} in {len(made)} tests "
-        f"(declared: {sum(n for n, _ in executions.EXECUTIONS.values())}; "
-        "tests/helpers/executions.py)"
+        f"full Snakemake executions: {sum(made.values())} in {len(made)} tests (declared: "
+        f"{sum(n for n, _ in executions.EXECUTIONS.values())}; tests/helpers/executions.py)"
     )
     for line in wrong:
         report.write_line(f"error: {line}", red=True)
@@ -202,17 +198,16 @@ def snli_tokens(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     """The demo preset run once through Snakemake in a scratch copy of the repository, for every
-    tests/pipeline/ file; every job records the grassflow files it imported (imports/).
-    It runs as a user with a multi-GPU workstation would: on a stand-in pool of two GPUs
-    (GRASSFLOW_GPUS=0,1) with train.runs_per_gpu: 2 and `grassflow gpus`'s flag, more cores
-    than slots; the jobs still compute on the CPU (the slots' test reads their records). The LM's
-    runs write TensorBoard event files and an MLflow store (train.trackers, an execution key: the
-    tables are the same). Every
-    test that redoes part of it without the pool (the SIGKILL, crafted-checkpoint and SLURM
-    tests) compares its tables with it: packing changes where and when, never what.
-    Tests that edit it restore what they edit. Under pytest-xdist the workers share one demo, built
-    by the first that asks (a lock in the session's shared temporary directory); the tests that
-    edit it are one group, run by one worker (pytest_collection_modifyitems)."""
+    tests/pipeline/ file; every job records the grassflow files it imported (imports/). It runs as a
+    user with a multi-GPU workstation would: on a stand-in pool of two GPUs (GRASSFLOW_GPUS=0,1)
+    with train.runs_per_gpu: 2 and `grassflow gpus`'s flag, more cores than slots; the jobs still
+    compute on the CPU (the slots' test reads their records). The LM's runs write TensorBoard event
+    files and an MLflow store (train.trackers, an execution key: the tables are the same). Every
+    test that redoes part of it without the pool (the SIGKILL, crafted-checkpoint and SLURM tests)
+    compares its tables with it: packing changes where and when, never what. Tests that edit it
+    restore what they edit. Under pytest-xdist the workers share one demo, built by the first that
+    asks (a lock in the session's shared temporary directory); the tests that edit it are one group,
+    run by one worker (pytest_collection_modifyitems)."""
     import fcntl
     import shutil
 

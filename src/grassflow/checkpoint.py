@@ -3,9 +3,9 @@ checkpoints, RNG states and the disk-space guard.
 
 Every checkpoint is read as data only (`load_data`: torch.load with weights_only=True):
 tensors, dicts, lists, tuples, numbers, strings. A results tree is shared between users, and
-unpickling anything else runs code chosen by whoever wrote the file; such a file is refused
-with an error naming it, and nothing in it runs. So everything we save is of those types
-(the RNG states included: NumPy's as a tensor and numbers, see rng_state)."""
+unpickling anything else runs code chosen by whoever wrote the file; such a file is refused with an
+error naming it, and nothing in it runs. So everything we save is of those types (the RNG states
+included: NumPy's as a tensor and numbers, see rng_state)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ __all__ = [
 
 
 def state_sha256(state: dict | None) -> str | None:
-    """sha256 of weights themselves: every tensor's name and bytes, in key order. Equal weights
-    give equal hashes wherever and under whatever file name they were saved (a checkpoint file's
-    own hash also covers the archive name torch.save takes from the file it writes)."""
+    """sha256 of weights themselves: every tensor's name and bytes, in key order. Equal weights give
+    equal hashes wherever and under whatever file name they were saved (a checkpoint file's own hash
+    also covers the archive name torch.save takes from the file it writes)."""
     if state is None:
         return None
     h = hashlib.sha256()
@@ -50,9 +50,8 @@ def state_sha256(state: dict | None) -> str | None:
 
 
 def check_disk(out: Path, n_params: int) -> None:
-    """best_state.pt and model.safetensors (weights) and last.pt (weights + two AdamW moments),
-    each written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter,
-    +10 %."""
+    """best_state.pt and model.safetensors (weights) and last.pt (weights + two AdamW moments), each
+    written beside the file it replaces, in fp32: 2 · (1 + 1 + 3) · 4 bytes per parameter, +10 %."""
     need = int(2 * (1 + 1 + 3) * 4 * n_params * 1.1)
     free = shutil.disk_usage(out).free
     if free < need:
@@ -71,9 +70,9 @@ WEIGHTS, CONFIG = (
 
 def save_weights(path: Path, state: dict | None) -> None:
     """Weights as safetensors (tensors only: reading them runs nothing). A tensor that is another
-    one (a head tied to the token embedding) is stored once, under the first name, and its own
-    name kept in the metadata (`tied`), for load_weights to tie again. None (a run that diverged
-    before its first validation has no weights): a file with no tensors."""
+    one (a head tied to the token embedding) is stored once, under the first name, and its own name
+    kept in the metadata (`tied`), for load_weights to tie again. None (a run that diverged before
+    its first validation has no weights): a file with no tensors."""
     from safetensors.torch import save_file
 
     kept, tied, by_storage = {}, {}, {}
@@ -123,8 +122,8 @@ def save_data(path: Path, obj) -> None:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """One file: magic, sha256 of the payload, payload. Written to a temp file, fsynced and
-    renamed, so a kill at any moment leaves either the previous checkpoint or the new one."""
+    """One file: magic, sha256 of the payload, payload. Written to a temp file, fsynced and renamed,
+    so a kill at any moment leaves either the previous checkpoint or the new one."""
     payload = data_bytes(state)
     with atomic_path(path) as tmp:
         tmp.write_bytes(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
@@ -132,10 +131,10 @@ def save_checkpoint(path: Path, state: dict) -> None:
 
 def to_host(obj):
     """`obj` with every tensor copied to host memory and every dict, list and tuple rebuilt: a
-    snapshot that the next training step (which updates the weights, moments and counters in
-    place) leaves as it was. A tensor that is another (a head tied to the embedding) stays one copy.
-    One call for every device (`.to("cpu", copy=True)`: on CUDA a copy after the step's kernels, on
-    its stream), so the CPU's tests run the GPU's code."""
+    snapshot that the next training step (which updates the weights, moments and counters in place)
+    leaves as it was. A tensor that is another (a head tied to the embedding) stays one copy. One
+    call for every device (`.to("cpu", copy=True)`: on CUDA a copy after the step's kernels, on its
+    stream), so the CPU's tests run the GPU's code."""
     copies = {}
 
     def copy(x):
@@ -158,10 +157,10 @@ class CheckpointWriter:
     """Checkpoints written beside training: `save(write, path, state)` snapshots the state to host
     memory (to_host: the one part the training thread waits for) and one worker thread serializes,
     checksums, writes, fsyncs and renames it (`write`: save_checkpoint, save_data), in the order
-    saved, so each file is still whole or absent and a later save never lands before an earlier
-    one. `wait()` returns once everything saved is on disk and raises the first write's failure (a
-    full disk: the DiskSpaceError naming its file); a save raises one that happened before it. At
-    most `ahead` saves wait at a time (each holds a snapshot in memory)."""
+    saved, so each file is still whole or absent and a later save never lands before an earlier one.
+    `wait()` returns once everything saved is on disk and raises the first write's failure (a full
+    disk: the DiskSpaceError naming its file); a save raises one that happened before it. At most
+    `ahead` saves wait at a time (each holds a snapshot in memory)."""
 
     def __init__(self, ahead: int = 2):
         self.pool, self.pending, self.ahead = None, [], ahead
@@ -216,16 +215,15 @@ def resume_hash(specs: list[dict]) -> str:
 def resume_state(path: Path, spec_hash: str, code: str | None = None) -> dict | None:
     """A fit's resume state (grassflow.loop: model, optimizer, rng, pos, members) from `path`, or
     None: absent, another spec's, or written by other code (its job's code fingerprint, `code`: a
-    job Snakemake reruns because its code changed must compute anew, not finish the old
-    computation) (said, and started afresh). One written before fused runs (one run's metrics,
-    best_val and status at the top) is read as a fit of one member."""
+    job Snakemake reruns because its code changed must compute anew, not finish the old computation)
+    (said, and started afresh). One written before fused runs (one run's metrics, best_val and
+    status at the top) is read as a fit of one member."""
     state = load_checkpoint(path)
     if state is not None and state["spec_hash"] != spec_hash:
         print(
             (
                 f"[train] {path} belongs to another spec ({state['spec_hash']} ≠ {spec_hash}); "
-                "starting "
-                "fresh"
+                "starting fresh"
             ),
             file=sys.stderr,
         )
@@ -234,8 +232,7 @@ def resume_state(path: Path, spec_hash: str, code: str | None = None) -> dict | 
         print(
             (
                 f"[train] {path} was written by other code (fingerprint {state.get('code')} ≠ "
-                f"{code}); "
-                "starting fresh"
+                f"{code}); starting fresh"
             ),
             file=sys.stderr,
         )
@@ -260,9 +257,9 @@ def _torch_version(v: str) -> tuple[int, int]:
 
 
 def load_data(source, path=None):
-    """torch.load as data only (weights_only=True). What it refuses — a pickle that would build
-    an object by running code, or a checkpoint of another format — is a CheckpointError naming
-    the file, raised before anything in it has run; on a torch older than SAFE_TORCH it opens
+    """torch.load as data only (weights_only=True). What it refuses — a pickle that would build an
+    object by running code, or a checkpoint of another format — is a CheckpointError naming the
+    file, raised before anything in it has run; on a torch older than SAFE_TORCH it opens
     nothing."""
     path = path or source
     if _torch_version(torch.__version__) < SAFE_TORCH:
@@ -275,8 +272,8 @@ def load_data(source, path=None):
         return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-        # torch's own advice (load with weights_only=False) is the one thing not to do: keep
-        # only the line that says what the file holds
+        # torch's own advice (load with weights_only=False) is the one thing not to do: keep only
+        # the line that says what the file holds
         why = next(
             (x for x in lines if "nsupported" in x),
             "it holds objects other than tensors and plain data",
@@ -294,8 +291,8 @@ def load_data(source, path=None):
 
 
 def rng_state() -> dict:
-    """Every RNG's state as data: torch's (a uint8 tensor), Python's (a tuple of ints),
-    NumPy's (its MT19937 key as a tensor, and numbers), CUDA's (uint8 tensors)."""
+    """Every RNG's state as data: torch's (a uint8 tensor), Python's (a tuple of ints), NumPy's (its
+    MT19937 key as a tensor, and numbers), CUDA's (uint8 tensors)."""
     kind, key, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),

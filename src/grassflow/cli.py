@@ -2,9 +2,8 @@
 bench, preflight).
 
 The pipeline's jobs are not here: each stage is its own command line, `python -m
-grassflow.<task>.<stage>` (grassflow.job), which its
-rule's shell runs. Expected failures (bad data, bad config, missing files) print one `error:`
-line naming the file or key, and exit 1.
+grassflow.<task>.<stage>` (grassflow.job), which its rule's shell runs. Expected failures (bad data,
+bad config, missing files) print one `error:` line naming the file or key, and exit 1.
 """
 
 from __future__ import annotations
@@ -215,8 +214,7 @@ COMMANDS = [
     (
         "runs",
         "every run under a results tree, a row each: its settings that differ, status, epochs, "
-        "parts, "
-        "figures, commit",
+        "parts, figures, commit",
         _runs,
         [
             lambda p: [
@@ -245,8 +243,7 @@ COMMANDS = [
     (
         "diff",
         "runs side by side: spec keys that differ, the figures with their differences from the "
-        "first run, "
-        "records, the environment each ran in, the curves",
+        "first run, records, the environment each ran in, the curves",
         _diff,
         [
             lambda p: [

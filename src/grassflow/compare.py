@@ -2,22 +2,19 @@
 
 `grassflow runs [DIR]` (default `results/`): every run with a record under a results tree (any
 preset, any task: each `run.json` under it; a run still training has none yet), a row each: preset,
-table, model, seed, the spec's settings that differ
-across the runs listed (dotted keys), status, epochs, parts, wall time, the best validation and the
-test figure (perplexity for language modelling, accuracy % for SNLI and recall), commit and where it
-was adopted from. `--preset` and `--where key=value` (a column or a dotted spec key) filter, `--sort
-KEY` orders; `--group` pools the runs that differ only in their seed (n, mean ± std). On a terminal
-a
-table that fits it (grassflow.terminal); `--md` Markdown (the default where the output is piped),
-`--csv` CSV, `--json` every field of every record at full precision. It reads records only
-(run.json,
-eval.json, adopted.json), never weights.
+table, model, seed, the spec's settings that differ across the runs listed (dotted keys), status,
+epochs, parts, wall time, the best validation and the test figure (perplexity for language
+modelling, accuracy % for SNLI and recall), commit and where it was adopted from. `--preset` and
+`--where key=value` (a column or a dotted spec key) filter, `--sort KEY` orders; `--group` pools the
+runs that differ only in their seed (n, mean ± std). On a terminal a table that fits it
+(grassflow.terminal); `--md` Markdown (the default where the output is piped), `--csv` CSV, `--json`
+every field of every record at full precision. It reads records only (run.json, eval.json,
+adopted.json), never weights.
 
 `grassflow diff RUN RUN [RUN ...]`: the runs side by side: the spec keys that differ (dotted), the
-best
-validation and test figures with their differences from the first run (absolute and %), the records
-(status, epochs, hashes, parts), the environment each ran in (Python, torch, CUDA, CuPy, device,
-commit, dirty) and the validation curves; the same modes.
+best validation and test figures with their differences from the first run (absolute and %), the
+records (status, epochs, hashes, parts), the environment each ran in (Python, torch, CUDA, CuPy,
+device, commit, dirty) and the validation curves; the same modes.
 
 A missing or damaged record is one line naming it (grassflow.report.records).
 """
@@ -95,8 +92,8 @@ def record_row(run_json: Path) -> tuple[dict, dict]:
 
 
 def list_runs(root: Path, preset: str | None = None, where=()) -> tuple[list[dict], list[str]]:
-    """(the rows of every run under `root` that `preset` and `where` (key=value) keep, sorted;
-    the settings that differ across them, dotted)."""
+    """(the rows of every run under `root` that `preset` and `where` (key=value) keep, sorted; the
+    settings that differ across them, dotted)."""
     root = Path(root)
     if not root.is_dir():
         raise CommandError(f"{root}: no such directory (a results tree: results/)")
@@ -156,9 +153,8 @@ def sort_rows(rows: list[dict], key: str) -> list[dict]:
 
 def group_rows(rows: list[dict]) -> list[dict]:
     """The runs that differ only in their seed pooled (their preset and run group: the run's id less
-    its
-    seed, grassflow.planning.sections.run_id): n, runs ok (completed with a figure), and the best
-    validation and test figures' mean and sample std over them."""
+    its seed, grassflow.planning.sections.run_id): n, runs ok (completed with a figure), and the
+    best validation and test figures' mean and sample std over them."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         name = Path(r["run"]).name
@@ -186,8 +182,7 @@ def group_rows(rows: list[dict]) -> list[dict]:
 
 def runs_json(rows: list[dict]) -> str:
     """Each row with its run's records whole (run.json, eval.json, adopted.json: every field, at
-    full
-    precision)."""
+    full precision)."""
     out = []
     for r in rows:
         d = Path(r["run"])

@@ -12,20 +12,19 @@
            the capture), then the whole step captured as `graph` captures it, the compiled kernels
            in it; the validation forward compiled, then captured. CUDA only.
 
-The loss (forward + loss; backward through AOTAutograd) and the evaluation forward are
-compiled separately: each has its own shapes and training mode, so neither recompiles the
-other. `train.compile_mode` is torch.compile's mode for the training loss ("default", or
-"reduce-overhead": torch.compile's own CUDA graphs, of the loss only); evaluation always
-compiles in the default mode.
+The loss (forward + loss; backward through AOTAutograd) and the evaluation forward are compiled
+separately: each has its own shapes and training mode, so neither recompiles the other.
+`train.compile_mode` is torch.compile's mode for the training loss ("default", or "reduce-overhead":
+torch.compile's own CUDA graphs, of the loss only); evaluation always compiles in the default mode.
 """
 
 from __future__ import annotations
 
 import torch
 
-# Device type -> what `auto` runs there ("eager", "compiled" or "graph"), from
-# `python -m grassflow.bench` (compile and graph rows). CUDA: eager until a GPU measurement says
-# otherwise (a GPU default is only what ran on one).
+# Device type -> what `auto` runs there ("eager", "compiled" or "graph"), from `python -m
+# grassflow.bench` (compile and graph rows). CUDA: eager until a GPU measurement says otherwise (a
+# GPU default is only what ran on one).
 AUTO = {"cpu": "eager", "cuda": "eager"}
 SETTINGS = ("auto", True, False, "graph", "compiled-graph")
 

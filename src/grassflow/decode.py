@@ -4,16 +4,16 @@ Each step feeds the new tokens only, and each layer keeps what later positions r
   Transformer  a key/value cache: every position's keys and values (grows with the text);
   Grassmann    the last max(offsets) reduced states z (r numbers each): the only earlier values
                its mixing reads (z_{t−Δ}, Δ ≤ max offset), so its state does not grow.
-The layers run as they are: the attention and the mixer of each block are swapped, for the
-duration of a step, for wrappers that read and extend the cache (the blocks' norms, FFNs and
-residuals are the model's own code). Within the trained context each step's logits equal those
-of recomputing the whole prefix (tests/core/test_decode.py).
+The layers run as they are: the attention and the mixer of each block are swapped, for the duration
+of a step, for wrappers that read and extend the cache (the blocks' norms, FFNs and residuals are
+the model's own code). Within the trained context each step's logits equal those of recomputing the
+whole prefix (tests/core/test_decode.py).
 
-Past the trained context (positions are learned absolute embeddings, context_len of them) the
-window slides as nanoGPT's sampler does, by cropping: with `recompute` every step reads the last
-context_len tokens anew; incrementally, when the cache is full, the last context_len/2 tokens
-are read anew at positions 0… (one prefill) and decoding goes on from there, so each token is
-predicted from between context_len/2 and context_len tokens.
+Past the trained context (positions are learned absolute embeddings, context_len of them) the window
+slides as nanoGPT's sampler does, by cropping: with `recompute` every step reads the last
+context_len tokens anew; incrementally, when the cache is full, the last context_len/2 tokens are
+read anew at positions 0… (one prefill) and decoding goes on from there, so each token is predicted
+from between context_len/2 and context_len tokens.
 
 This module is read by `grassflow generate` and the decoding benchmark, never by a training or
 evaluation job.
@@ -68,8 +68,8 @@ class CachedMixer(nn.Module):
         m, cfg = self.mixer, self.mixer.cfg
         z = m.reduce(h)
         T = z.shape[1]
-        # the window starts at most max(offsets) before the first new position: an offset Δ is
-        # valid at window index i iff Δ ≤ i, as it is at position t iff Δ ≤ t
+        # the window starts at most max(offsets) before the first new position: an offset Δ is valid
+        # at window index i iff Δ ≤ i, as it is at position t iff Δ ≤ t
         window = z if self.z is None else torch.cat([self.z, z], dim=1)
         g = plucker_mix(
             window,
@@ -176,9 +176,9 @@ def generate(
     on_state=None,
 ) -> torch.Tensor:
     """idx (B, T) followed by max_new_tokens generated tokens, each row as it would be alone (its
-    own generator, seeded `seed`). Incremental by default;
-    `recompute`: every step runs the whole (cropped) prefix, as a model without a cache must.
-    `on_state(decoder)` is called after each step (the benchmark reads the state's size)."""
+    own generator, seeded `seed`). Incremental by default; `recompute`: every step runs the whole
+    (cropped) prefix, as a model without a cache must. `on_state(decoder)` is called after each step
+    (the benchmark reads the state's size)."""
     if (
         temperature < 0
         or (top_p is not None and not 0 < top_p <= 1)
@@ -236,8 +236,7 @@ def open_model(path, device="cpu", tokenizer=None):
         if not isinstance(map_unk, bool):  # guessing would change what a v1 model's numbers mean
             raise CommandError(
                 f"{path / 'config.json'}: no tokenizer.map_unk (true: the model read Wikitext-2 "
-                "v1's "
-                "`<unk>` as one unknown token); export the run again with `grassflow export`"
+                "v1's `<unk>` as one unknown token); export the run again with `grassflow export`"
             )
         model = load_model(path, device)
     else:
@@ -270,8 +269,8 @@ def generate_text(
     """`grassflow generate`: each prompt's continuation, printed (one paragraph each, in order) and
     returned. The prompts run as batches of those of one token length, each row what its prompt
     gives alone. A prompt is encoded as the model's training text was (a literal `<unk>` is the
-    unknown token where its tokens mapped it); one longer than the model's context is cropped to
-    its last context_len tokens, said on stderr."""
+    unknown token where its tokens mapped it); one longer than the model's context is cropped to its
+    last context_len tokens, said on stderr."""
     import sys
 
     import torch
@@ -295,8 +294,7 @@ def generate_text(
             print(
                 (
                     f"note: the prompt {prompt[:40]!r} is {len(ids)} tokens; the model reads its "
-                    f"last {L} "
-                    "(context_len)"
+                    f"last {L} (context_len)"
                 ),
                 file=sys.stderr,
             )

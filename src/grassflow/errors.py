@@ -38,8 +38,8 @@ class CommandError(ValueError):
 
 
 class ModelFileError(ValueError):
-    """A model directory (an export, a run's) whose files do not make the model they describe;
-    the message names the file and the key or tensor."""
+    """A model directory (an export, a run's) whose files do not make the model they describe; the
+    message names the file and the key or tensor."""
 
 
 class MissingExtra(ImportError):

@@ -61,8 +61,8 @@ def table_of(run_dir: Path, record: dict) -> dict:
 
 def tokenizer_config(tokenizer_json: Path, context_len: int) -> dict:
     """tokenizer_config.json: the export's tokenizer.json as transformers' PreTrainedTokenizerFast
-    (AutoTokenizer), with its special tokens; its end-of-text token is what a document's first
-    token is conditioned on, the harness's prefix token (grassflow.lm.rolling.prefix_id)."""
+    (AutoTokenizer), with its special tokens; its end-of-text token is what a document's first token
+    is conditioned on, the harness's prefix token (grassflow.lm.rolling.prefix_id)."""
     from tokenizers import Tokenizer
 
     from grassflow.lm.rolling import prefix_id
@@ -115,14 +115,11 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
         "",
         f"# {markdown.text(record['run_id'])}: {config['architectures'][0]} from grassflow",
         "",
-        f"A {kind} language model trained by grassflow, the "
-        "reproduction pipeline of *Attention Is Not What You Need: Grassmann Flows as an "
-        "Attention-Free "
-        "Alternative for Sequence Modeling* (arXiv 2512.19428): preset "
-        f"{markdown.code(spec['preset'])}, experiment {markdown.code(spec['experiment'])}, seed "
-        f"{spec['seed']}, "
-        f"{config['n_layers']} layers, d_model {config['d_model']}, context "
-        f"{config['context_len']} tokens, "
+        f"A {kind} language model trained by grassflow, the reproduction pipeline of *Attention Is "
+        "Not What You Need: Grassmann Flows as an Attention-Free Alternative for Sequence "
+        f"Modeling* (arXiv 2512.19428): preset {markdown.code(spec['preset'])}, experiment "
+        f"{markdown.code(spec['experiment'])}, seed {spec['seed']}, {config['n_layers']} layers, "
+        f"d_model {config['d_model']}, context {config['context_len']} tokens, "
         f"{record['n_params']:,} parameters; status {markdown.code(record['status']['state'])}, "
         f"best epoch {record['best_epoch']}.",
         "",
@@ -169,8 +166,7 @@ def model_card(record: dict, evaluation: dict, config: dict, table: dict) -> str
         f"`{config['tokenizer']['sha256'][:16]}…`",
         f"- weights sha256 `{config['weights_sha256']}` (as in the run's run.json)",
         f"- trained on {markdown.text(record['device'])} ({markdown.text(record['device_type'])}), "
-        "Plücker backend "
-        f"{markdown.text(record.get('plucker_backend'))}",
+        f"Plücker backend {markdown.text(record.get('plucker_backend'))}",
         "",
         "## Use",
         "",

@@ -14,8 +14,7 @@ from grassflow.report.records import read_record
 
 def read_json(path: Path) -> dict:
     """A record of the run (run.json, eval.json) as report.records reads every record: a damaged one
-    is
-    one line naming it, not a traceback."""
+    is one line naming it, not a traceback."""
     if not path.is_file():
         raise CommandError(f"{path}: missing: not a finished language-model run directory")
     return read_record(path)
@@ -54,8 +53,8 @@ def find_tokenizer(run_dir: Path, record: dict, given=None) -> Path:
 
 
 def unk_mapped(record: dict) -> bool:
-    """Whether the run's token files read Wikitext-2 v1's literal `<unk>` as the tokenizer's
-    unknown token (tokenizer.map_unk): how a text given to the model must be encoded."""
+    """Whether the run's token files read Wikitext-2 v1's literal `<unk>` as the tokenizer's unknown
+    token (tokenizer.map_unk): how a text given to the model must be encoded."""
     return record["data"]["train"].get("unk_mapped") is not None
 
 

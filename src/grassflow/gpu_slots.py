@@ -1,13 +1,12 @@
 """GPU slots: K runs share one GPU, and no more than K.
 
-A GPU job takes a slot before it touches CUDA: slot s of a GPU is the file
-`<runtime dir>/gpu-<its UUID>-slot<s>.lock` (a stand-in GPU's: `gpu<index>-slot<s>.lock`), held with
-an exclusive flock for the life of the process,
-so the kernel frees it when the process ends however it ends (SIGKILL included): no stale slot
-after a crash. A job that finds every slot taken waits for one. A job that times the device
-(`bench`) takes every slot of its GPU, so no training run shares the GPU it is timing.
-A slot is named by the GPU's UUID, not its index: on a SLURM node, each allocation sees its own
-GPU as index 0 (CUDA_VISIBLE_DEVICES), and jobs of two allocations share the runtime directory.
+A GPU job takes a slot before it touches CUDA: slot s of a GPU is the file `<runtime dir>/gpu-<its
+UUID>-slot<s>.lock` (a stand-in GPU's: `gpu<index>-slot<s>.lock`), held with an exclusive flock for
+the life of the process, so the kernel frees it when the process ends however it ends (SIGKILL
+included): no stale slot after a crash. A job that finds every slot taken waits for one. A job that
+times the device (`bench`) takes every slot of its GPU, so no training run shares the GPU it is
+timing. A slot is named by the GPU's UUID, not its index: on a SLURM node, each allocation sees its
+own GPU as index 0 (CUDA_VISIBLE_DEVICES), and jobs of two allocations share the runtime directory.
 
   K            train.runs_per_gpu (an execution setting, handed to the job as
   GRASSFLOW_RUNS_PER_GPU;
@@ -18,8 +17,8 @@ GPU as index 0 (CUDA_VISIBLE_DEVICES), and jobs of two allocations share the run
   runtime dir  GRASSFLOW_SLOTS_DIR, else $XDG_RUNTIME_DIR/grassflow-slots, else
                /tmp/grassflow-slots-<uid>; created 0700 and refused if another user can write it
 
-The job's record (run.json `gpu_slot`) says which GPU (index, name, UUID) and slot it ran on,
-and when it took it.
+The job's record (run.json `gpu_slot`) says which GPU (index, name, UUID) and slot it ran on, and
+when it took it.
 """
 
 from __future__ import annotations
@@ -111,8 +110,8 @@ def _try_lock(path: Path):
 
 
 def claim(exclusive: bool = False, poll_s: float = 0.2) -> dict | None:
-    """Take a slot (exclusive: every slot of one GPU) and make its GPU torch's current device;
-    wait while none is free. None if there is no GPU to take a slot on. Held until exit."""
+    """Take a slot (exclusive: every slot of one GPU) and make its GPU torch's current device; wait
+    while none is free. None if there is no GPU to take a slot on. Held until exit."""
     if _held:
         return current()
     pool = gpus()

@@ -5,8 +5,8 @@
 DIR: an export (`grassflow export`) or a finished run directory. `grassflow lm-eval` is lm-eval's
 own command line (every option is lm-eval's) with the model "grassflow" registered first:
 lm-eval 0.4.13 finds models in a fixed table (lm_eval/models/__init__.py), with no plugin entry
-point, so a bare `lm_eval --model grassflow` cannot know us. From Python, `import
-grassflow.harness` registers it for `lm_eval.simple_evaluate(model="grassflow", ...)`.
+point, so a bare `lm_eval --model grassflow` cannot know us. From Python, `import grassflow.harness`
+registers it for `lm_eval.simple_evaluate(model="grassflow", ...)`.
 
 What the harness asks of a model, as its own Hugging Face model (HFLM) answers it:
   loglikelihood          (context, continuation): the continuation's log-probability given the
@@ -16,14 +16,13 @@ What the harness asks of a model, as its own Hugging Face model (HFLM) answers i
                          prefix token;
   generate_until         greedy decoding (grassflow.decode) until a stop string or max_gen_toks.
 Texts are encoded by the model's tokenizer without special tokens, as the pipeline encodes its
-corpus (a literal `<unk>` as one unknown token where the model was trained on Wikitext-2 v1 so
-read: tokenizer.map_unk). The prefix token (what the first token of a document is conditioned on;
-HFLM uses the
-tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, by default [SEP]
-(bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
-training, so it is a convention, stated, not a learnt start.
-grassflow.lm.rolling computes the wikitext task's number without lm-eval, and the pipeline's
-evaluation reports it (tests/lm/test_harness.py checks they agree).
+corpus (a literal `<unk>` as one unknown token where the model was trained on Wikitext-2 v1 so read:
+tokenizer.map_unk). The prefix token (what the first token of a document is conditioned on; HFLM
+uses the tokenizer's end-of-text token, which a BERT tokenizer lacks) is `prefix_token`, by default
+[SEP] (bert-base-uncased) or [PAD] (the pipeline's trained tokenizers): our models never saw it in
+training, so it is a convention, stated, not a learnt start. grassflow.lm.rolling computes the
+wikitext task's number without lm-eval, and the pipeline's evaluation reports it
+(tests/lm/test_harness.py checks they agree).
 """
 
 from __future__ import annotations
@@ -73,9 +72,9 @@ class GrassflowLM(LM):
         return encode(self.tokenizer, text, self.unk_id)
 
     def _score(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
-        """(log-probability of the continuation, whether greedy decoding gives it) of each
-        (context, continuation): the model reads the last L+1 tokens of both, less the last. A
-        continuation must have a token and fit the context (HFLM asserts the same)."""
+        """(log-probability of the continuation, whether greedy decoding gives it) of each (context,
+        continuation): the model reads the last L+1 tokens of both, less the last. A continuation
+        must have a token and fit the context (HFLM asserts the same)."""
         for c, x in pairs:
             if not x:
                 raise ValueError(

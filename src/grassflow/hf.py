@@ -4,23 +4,23 @@
     tok = AutoTokenizer.from_pretrained("exports/table1-grassmann-s0")
     model.generate(**tok("the history of", return_tensors="pt"), max_new_tokens=20, do_sample=False)
 
-An export (`grassflow export`) is a transformers model directory: its config.json names
-`model_type` (grassflow_grassmann, grassflow_transformer), and it holds tokenizer_config.json.
-The classes wrap, not copy, our modules: `GrassmannForCausalLM.model` is a GrassmannLM built from
-config.json as grassflow.pretrained.load_model builds it, with its weights read and checked by it
-(strict config, every tensor fitting, the weights' sha256). Decoding goes through transformers'
-cache API: `GrassflowCache` holds, per layer, what grassflow.decode keeps — a Transformer's keys
-and values, a Grassmann layer's last max(offsets) reduced states (its state does not grow) — so
-`generate()` feeds only the new tokens; positions are learned absolute embeddings, so a text can
-be at most context_len tokens long (grassflow generate slides its window; transformers' generate
-is refused past it, naming the limit). A padded batch (an attention_mask with zeros, left or right)
-runs row by row, each row its prompt alone: exact for both kinds.
+An export (`grassflow export`) is a transformers model directory: its config.json names `model_type`
+(grassflow_grassmann, grassflow_transformer), and it holds tokenizer_config.json. The classes wrap,
+not copy, our modules: `GrassmannForCausalLM.model` is a GrassmannLM built from config.json as
+grassflow.pretrained.load_model builds it, with its weights read and checked by it (strict config,
+every tensor fitting, the weights' sha256). Decoding goes through transformers' cache API:
+`GrassflowCache` holds, per layer, what grassflow.decode keeps — a Transformer's keys and values, a
+Grassmann layer's last max(offsets) reduced states (its state does not grow) — so `generate()` feeds
+only the new tokens; positions are learned absolute embeddings, so a text can be at most context_len
+tokens long (grassflow generate slides its window; transformers' generate is refused past it, naming
+the limit). A padded batch (an attention_mask with zeros, left or right) runs row by row, each row
+its prompt alone: exact for both kinds.
 
-Registration is `import grassflow.hf`, not `import grassflow`: a training or evaluation job
-imports grassflow, and registering on its import would make this module part of every job's code
+Registration is `import grassflow.hf`, not `import grassflow`: a training or evaluation job imports
+grassflow, and registering on its import would make this module part of every job's code
 (grassflow.planning.staleness: editing it would rerun them) and cost every job transformers' import.
-No trust_remote_code export: the export would carry a second copy of the models' code, or code
-that imports grassflow anyway.
+No trust_remote_code export: the export would carry a second copy of the models' code, or code that
+imports grassflow anyway.
 """
 
 from __future__ import annotations
@@ -134,9 +134,9 @@ class _DecoderLayer(CacheLayerMixin):
 
 class GrassflowCache(Cache):
     """transformers' cache of one of our models: a grassflow.decode.Decoder (per layer, a
-    Transformer's keys and values or a Grassmann layer's last max(offsets) reduced states), one
-    for the batch, or, once a batch came padded, one per row (`rows`): each row then decodes
-    exactly as its prompt alone, its own positions from 0."""
+    Transformer's keys and values or a Grassmann layer's last max(offsets) reduced states), one for
+    the batch, or, once a batch came padded, one per row (`rows`): each row then decodes exactly as
+    its prompt alone, its own positions from 0."""
 
     def __init__(self, model):
         self.model = model
@@ -277,9 +277,8 @@ class GrassflowForCausalLM(PreTrainedModel, GenerationMixin):
 
         if push_to_hub:
             raise TypeError(
-                "save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which "
-                "saves the same "
-                "folder"
+                "save_pretrained(push_to_hub=True): call model.push_to_hub(repo_id), which saves "
+                "the same folder"
             )
         if not safe_serialization:
             raise TypeError(

@@ -1,10 +1,9 @@
-"""What every command line shares. A rule's shell runs one stage of one task as
-`python -m grassflow.<task>.<stage> --...` (grassflow/lm/train.py, grassflow/snli/tokenize.py, ...):
-each stage module's `main()` names its options with argparse and calls its function with
-ordinary arguments, through `run`. Every job imports this module (grassflow.planning.staleness): it
-holds
-nothing a job's result could depend on; the argument groups stages share live beside the code
-they feed (grassflow.runs: a run's jobs; grassflow.data.stages: the tokenize stages).
+"""What every command line shares. A rule's shell runs one stage of one task as `python -m
+grassflow.<task>.<stage> --...` (grassflow/lm/train.py, grassflow/snli/tokenize.py, ...):
+each stage module's `main()` names its options with argparse and calls its function with ordinary
+arguments, through `run`. Every job imports this module (grassflow.planning.staleness): it holds
+nothing a job's result could depend on; the argument groups stages share live beside the code they
+feed (grassflow.runs: a run's jobs; grassflow.data.stages: the tokenize stages).
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def json_arg(value: str):
     """A JSON argument: the JSON itself (`{...}`, `[...]`, `null`: what the rules pass, a job's
-    params,
-    so that its command line can be pasted to rerun it), or the path of a JSON file."""
+    params, so that its command line can be pasted to rerun it), or the path of a JSON file."""
     text = value.strip()
     if text[:1] in ("{", "[") or text == "null":
         source = "the argument"
@@ -108,19 +106,16 @@ class _Log:
 
 
 # The descriptor a rule's shell hands its job for the one error line: a copy of the shell's own
-# stderr,
-# made before the job's stderr goes to its log (the Snakefile's shell.prefix: `exec 3>&2`)
+# stderr, made before the job's stderr goes to its log (the Snakefile's shell.prefix: `exec 3>&2`)
 ERROR_FD = "GRASSFLOW_ERROR_FD"
 
 
 def say_error(line: str) -> None:
     """A job's one error line: to stderr (its log), and to the descriptor the rule's shell handed it
     (ERROR_FD) where that is another file: Snakemake's output, where the user looks, beside its
-    `Error
-    in rule` — a terminal, a pipe, or the file it was redirected to, the line written at that file's
-    own
-    offset, in one write, whole. The line reaches it also where the log cannot take it (the log's
-    file system full too, as a scratch quota's is)."""
+    `Error in rule` — a terminal, a pipe, or the file it was redirected to, the line written at that
+    file's own offset, in one write, whole. The line reaches it also where the log cannot take it
+    (the log's file system full too, as a scratch quota's is)."""
     err = sys.stderr if isinstance(sys.stderr, _Log) else _Log(sys.stderr)
     err.write(line + "\n")
     err.flush()
@@ -156,8 +151,8 @@ def run(fn, *args, **kwargs) -> int:
 
 
 def _record_imports(directory: str) -> None:
-    """For the staleness tests: the module this process ran (`python -m <module>`), its argv and
-    the grassflow files it loaded."""
+    """For the staleness tests: the module this process ran (`python -m <module>`), its argv and the
+    grassflow files it loaded."""
     files = sorted(
         {
             m.__file__

@@ -1,12 +1,11 @@
 """The training loop shared by every task (language modelling, SNLI).
 
-AdamW, linear warmup then cosine decay (a pure function of the step, so nothing but the step
-needs restoring), gradient clipping, bf16 autocast on CUDA, validation after every epoch, the
-best-validation weights kept. Every epoch (and every `checkpoint_every` steps) the full
-state — model, optimizer, epoch, position in the epoch, RNG states, metrics so far — goes
-atomically to last.pt, and a restarted job resumes from it. A task's batches are a function
-of (seed, epoch, step), so resuming mid-epoch replays exactly the batches an uninterrupted
-run would have seen.
+AdamW, linear warmup then cosine decay (a pure function of the step, so nothing but the step needs
+restoring), gradient clipping, bf16 autocast on CUDA, validation after every epoch, the
+best-validation weights kept. Every epoch (and every `checkpoint_every` steps) the full state —
+model, optimizer, epoch, position in the epoch, RNG states, metrics so far — goes atomically to
+last.pt, and a restarted job resumes from it. A task's batches are a function of (seed, epoch,
+step), so resuming mid-epoch replays exactly the batches an uninterrupted run would have seen.
 
 Run directory: the best weights (model.safetensors, with config.json: what the weights are, the
 Hugging Face layout) and metrics.jsonl are written when the run ends (the caller adds run.json);
@@ -18,8 +17,7 @@ signal that stopped it, killed: a part whose last checkpoint is all that is know
 preempted: a part stopped in a SLURM job that SLURM then requeued, so that the next part runs in the
 same job) go into last.pt and, once it ends, run.json (`parts`; `wall_seconds` their sum). A job
 that reruns a run that had ended (a retried or requeued group job whose other run had not) writes
-its
-outputs again and adds no part. Only a last.pt of the same spec and code (the job's code
+its outputs again and adds no part. Only a last.pt of the same spec and code (the job's code
 fingerprint, from the pipeline) is resumed: a job rerun because its code changed trains anew.
 """
 
@@ -94,11 +92,11 @@ def batch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 class ShuffledBatches:
-    """The item indices of (epoch, step): n items in a (seed, epoch)-shuffled order, in batches
-    of B, the last partial batch dropped so every step is full. A task's batches are a function
-    of (seed, epoch, step), which is what makes resuming mid-epoch exact. The order lives on
-    `device`, where the tasks keep their training data: a step's batch is gathered there,
-    without a host-to-device copy (which waits for the GPU) per step."""
+    """The item indices of (epoch, step): n items in a (seed, epoch)-shuffled order, in batches of
+    B, the last partial batch dropped so every step is full. A task's batches are a function of
+    (seed, epoch, step), which is what makes resuming mid-epoch exact. The order lives on `device`,
+    where the tasks keep their training data: a step's batch is gathered there, without a
+    host-to-device copy (which waits for the GPU) per step."""
 
     def __init__(self, n: int, B: int, seed: int, device="cpu"):
         self.n, self.B, self.seed, self.device = n, B, seed, device
@@ -112,8 +110,8 @@ class ShuffledBatches:
 
 
 class StopRequest:
-    """SIGTERM/SIGUSR1 (preemption, time limit) set a flag; the loop checkpoints at the next
-    step boundary and exits with 75 (EX_TEMPFAIL), so a retry resumes exactly there."""
+    """SIGTERM/SIGUSR1 (preemption, time limit) set a flag; the loop checkpoints at the next step
+    boundary and exits with 75 (EX_TEMPFAIL), so a retry resumes exactly there."""
 
     def __init__(self):
         self.signal = None
@@ -125,16 +123,16 @@ class StopRequest:
 def make_optimizer(
     model, tcfg: TrainConfig, device, capture: bool = False
 ) -> tuple[torch.optim.AdamW, str]:
-    """AdamW over the trainable parameters (no decay on biases and norms) and its
-    implementation: `fused` (one kernel per step; its LR a device tensor updated in place, so
-    a compiled or captured step never sees a new Python float) where fused_adamw() says so,
-    else PyTorch's default (`foreach` on CUDA, a loop on the CPU) with a Python-float LR.
-    `capture`: the step is to be captured as a CUDA graph, so the optimizer is `capturable`
-    (its step counters on the device): torch refuses to capture a step() whose param groups are
-    not (Optimizer._accelerator_graph_capture_health_check, which runs only under a CUDA
-    capture; tests/gpu/test_capture.py runs it), and an uncaptured capturable step only costs more.
-    An ensemble's parameters have a member dimension more (AdamW is elementwise: each member
-    steps as its own run's optimizer would)."""
+    """AdamW over the trainable parameters (no decay on biases and norms) and its implementation:
+    `fused` (one kernel per step; its LR a device tensor updated in place, so a compiled or captured
+    step never sees a new Python float) where fused_adamw() says so, else PyTorch's default
+    (`foreach` on CUDA, a loop on the CPU) with a Python-float LR. `capture`: the step is to be
+    captured as a CUDA graph, so the optimizer is `capturable` (its step counters on the device):
+    torch refuses to capture a step() whose param groups are not
+    (Optimizer._accelerator_graph_capture_health_check, which runs only under a CUDA capture;
+    tests/gpu/test_capture.py runs it), and an uncaptured capturable step only costs more. An
+    ensemble's parameters have a member dimension more (AdamW is elementwise: each member steps as
+    its own run's optimizer would)."""
     extra = 1 if layers.members(model) else 0
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() - extra < 2]
@@ -151,8 +149,8 @@ def make_optimizer(
 
 
 def fused_adamw(device) -> bool:
-    """Fused AdamW on CUDA (PyTorch's own measurements: 2.7–3× foreach) and on the CPU, where
-    ours measured it faster than the default loop (reports/bench/bench-cpu.md, settings rows:
+    """Fused AdamW on CUDA (PyTorch's own measurements: 2.7–3× foreach) and on the CPU, where ours
+    measured it faster than the default loop (reports/bench/bench-cpu.md, settings rows:
     a whole step 1.10× (Transformer) and 1.03× (Grassmann) faster)."""
     return device.type in ("cuda", "cpu")
 
@@ -166,10 +164,10 @@ def set_lr(opt, value: float) -> None:
 
 
 def tensor_lr(opt, device, capture: bool = False) -> None:
-    """After load_state_dict: a fused optimizer's LR back to one tensor on `device` (a
-    checkpoint holds it on the CPU, or as a float if written by the default optimizer), and its
-    `capturable` flag this run's (load_state_dict restores the checkpoint's groups, whose flag is
-    the writing run's: an eager run's False would make CUDA refuse this run's capture)."""
+    """After load_state_dict: a fused optimizer's LR back to one tensor on `device` (a checkpoint
+    holds it on the CPU, or as a float if written by the default optimizer), and its `capturable`
+    flag this run's (load_state_dict restores the checkpoint's groups, whose flag is the writing
+    run's: an eager run's False would make CUDA refuse this run's capture)."""
     if opt.defaults.get("fused"):
         lr = torch.tensor(float(opt.param_groups[0]["lr"]), dtype=torch.float32, device=device)
         for g in opt.param_groups:
@@ -222,11 +220,10 @@ def fit(
     header: dict,
     execution: dict | None = None,
 ) -> tuple[dict, list[dict], dict]:
-    """Train `model` on `objective` per spec.train; return (status, metrics per epoch, how it
-    ran: optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the
-    model
-    is) goes into config.json beside the weights, with the best epoch's numbers. `execution`: how
-    to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
+    """Train `model` on `objective` per spec.train; return (status, metrics per epoch, how it ran:
+    optimizer, compile settings and trackers, for run.json). `header` (JSON: the spec, what the
+    model is) goes into config.json beside the weights, with the best epoch's numbers. `execution`:
+    how to run, not what to compute (compile, compile_mode, trackers; train.* keys kept out of the
     spec): a checkpoint resumes under any of them; and `code`, the job's code fingerprint: a
     checkpoint resumes only under its own."""
     run = Run(RunSpec.of(spec), Path(out_dir), header)
@@ -246,12 +243,12 @@ def fit_runs(
     execution: dict | None = None,
 ) -> tuple[list[dict], list[list[dict]], dict]:
     """fit() of one run, or of E runs that differ only in their seeds as one ensemble
-    (models/ensemble.py: `model` stacked, `viewer` a plain model of the same shape, in which
-    each member is validated; the objective's loss one per member). Each member is what its own run
-    would be: its batches, its clipping, its validation, its best weights, its divergence (it
-    stops alone: its record freezes, the others go on), its outputs in its own directory. The
-    resume state (last.pt) is the ensemble's, in `work_dir`. Returns (status per run, metrics
-    per run, how it ran)."""
+    (models/ensemble.py: `model` stacked, `viewer` a plain model of the same shape, in which each
+    member is validated; the objective's loss one per member). Each member is what its own run would
+    be: its batches, its clipping, its validation, its best weights, its divergence (it stops alone:
+    its record freezes, the others go on), its outputs in its own directory. The resume state
+    (last.pt) is the ensemble's, in `work_dir`. Returns (status per run, metrics per run, how it
+    ran)."""
     fit = Fit(
         model,
         objective,
@@ -498,8 +495,8 @@ class Fit:
         )
 
     def sync(self) -> None:
-        """The periodic host sync: the loss sums into pos, divergence into each member's status,
-        the gradient norms' sums into `grad_norm_sum`."""
+        """The periodic host sync: the loss sums into pos, divergence into each member's status, the
+        gradient norms' sums into `grad_norm_sum`."""
         sums, bads, self.grad_norm_sum = self.losses.read()
         for e in self.running():
             self.pos["loss_sum"][e] = sums[e]
@@ -601,8 +598,8 @@ class Fit:
         return t0
 
     def validate_epoch(self, t0: float) -> None:
-        """Each running member validated in the plain model, its row and best weights kept; the
-        next epoch's position checkpointed."""
+        """Each running member validated in the plain model, its row and best weights kept; the next
+        epoch's position checkpointed."""
         pos, steps, objective = self.pos, self.steps, self.objective
         for e in self.running():
             m = self.members[e]

@@ -1,8 +1,8 @@
 """Preflight: check the software stack of the machine the training jobs will run on, in seconds,
 before two dozen of them fail one by one.
 
-`python -m grassflow.preflight --device auto --backend auto --out preflight.json` checks, per
-device asked for (the preset's train.device values):
+`python -m grassflow.preflight --device auto --backend auto --out preflight.json` checks, per device
+asked for (the preset's train.device values):
   device    it is visible (train.device: cuda without a CUDA device fails; auto on a CPU-only
             node passes and says the jobs will train on the CPU)
   backend   each Plücker op backend the preset uses resolves there (what `auto` becomes),
@@ -10,10 +10,10 @@ device asked for (the preset's train.device values):
             (where the backend takes it) bf16
   step      one AdamW step of each model (both LMs; both SNLI heads when the preset has SNLI)
             under the autocast the jobs use (bf16 on CUDA) gives a finite loss and gradients
-and writes what it found (device, torch/CUDA/cuDNN/CuPy/NVRTC versions, backends) to a small
-JSON that the training jobs keep in their run.json. On failure: one `error:` line, exit 1, no
-JSON. It checks the software, not every node: a job on a node of another kind still says in
-its own log line which device it got.
+and writes what it found (device, torch/CUDA/cuDNN/CuPy/NVRTC versions, backends) to a small JSON
+that the training jobs keep in their run.json. On failure: one `error:` line, exit 1, no JSON. It
+checks the software, not every node: a job on a node of another kind still says in its own log line
+which device it got.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@
 
 Why not huggingface_hub's PyTorchModelHubMixin on the model classes: it would put the hub's code
 into every training job's code fingerprint (grassflow.planning.staleness), so adding it would rerun
-every
-trained model, and it rebuilds a model from its __init__ keyword arguments while ours take one
+every trained model, and it rebuilds a model from its __init__ keyword arguments while ours take one
 ModelConfig. The files it writes are these; pushing a directory is
 `huggingface_hub.upload_folder(repo_id=..., folder_path=...)` (docs/use/using-models.md).
 
@@ -82,12 +81,11 @@ def _fields_sizing(cfg, size: int) -> list[str]:
 
 
 def load_model(path, device="cpu"):
-    """The model of a model directory (an export, or a language-model run's directory), in eval
-    mode on `device`. config.json must describe the model whole (config_from_json: every field,
-    no unknown key); the weights are read by safetensors (no pickle), must fit that model tensor
-    for tensor, and their sha256 must be the one config.json records. Every refusal is a
-    ModelFileError (a ValueError) naming the file and the key or tensor, before any weight is
-    loaded."""
+    """The model of a model directory (an export, or a language-model run's directory), in eval mode
+    on `device`. config.json must describe the model whole (config_from_json: every field, no
+    unknown key); the weights are read by safetensors (no pickle), must fit that model tensor for
+    tensor, and their sha256 must be the one config.json records. Every refusal is a ModelFileError
+    (a ValueError) naming the file and the key or tensor, before any weight is loaded."""
     import torch
 
     from grassflow.ops.plucker import cupy_backend

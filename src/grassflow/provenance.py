@@ -1,11 +1,11 @@
 """Provenance: where a number came from (code commit, data hashes, software, machine).
 
 A copy of a checkout (a GPU lease's machine gets one) may carry a `.git` that lags its files, and
-lose the files' modes: `git status` then calls the files that ran dirty, at the wrong commit. Such
-a copy is trusted by its content instead: `make gpu-paper-prepare` writes the prepared commit and
-its tree (each file's git blob id: `python -m grassflow.provenance manifest`), the window checks the
-copy's files against it (`check`), and with GRASSFLOW_TREE naming that manifest every record made
-in the copy says that commit, clean where every file is the commit's (`"checked": "content"`).
+lose the files' modes: `git status` then calls the files that ran dirty, at the wrong commit. Such a
+copy is trusted by its content instead: `make gpu-paper-prepare` writes the prepared commit and its
+tree (each file's git blob id: `python -m grassflow.provenance manifest`), the window checks the
+copy's files against it (`check`), and with GRASSFLOW_TREE naming that manifest every record made in
+the copy says that commit, clean where every file is the commit's (`"checked": "content"`).
 """
 
 from __future__ import annotations
@@ -149,8 +149,7 @@ def machine() -> dict:
 
 def main(argv=None) -> int:
     """`manifest OUT` (at the checkout's root: its clean HEAD's commit and files) or `check
-    MANIFEST`
-    (this copy against it: exit 1 naming what differs)."""
+    MANIFEST` (this copy against it: exit 1 naming what differs)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("manifest", "check"):
         print(

@@ -1,7 +1,6 @@
 """A run's spec as a dataclass, free of torch: what one training job computes from, as its task's
 grid (grassflow.<task>.grid) builds it and its rule passes it (a param: `--spec`, JSON). The jobs
-read
-a spec through RunSpec (typed, an unknown or missing key refused by name); its dict stays the
+read a spec through RunSpec (typed, an unknown or missing key refused by name); its dict stays the
 record:
 run.json and config.json keep it, and its hash (grassflow.io.spec_hash) names the run's content."""
 

@@ -1,6 +1,6 @@
-"""What every task's training and evaluation jobs share around grassflow.loop: setting up a
-run (directory, torch, device), reading its train/validation files, the op backend that runs,
-the provenance record (run.json), and opening a run's best weights for evaluation."""
+"""What every task's training and evaluation jobs share around grassflow.loop: setting up a run
+(directory, torch, device), reading its train/validation files, the op backend that runs, the
+provenance record (run.json), and opening a run's best weights for evaluation."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def run_record(
     **extra,
 ) -> dict:
     """run.json: what this run is, how it ended, and where every input came from (`files`:
-    {split: (token file, its metadata)}); also the device asked for and the one used, the Plücker
-    op backend that ran (what `auto` became) and the preflight record of the job's environment,
-    if the pipeline made one."""
+    {split: (token file, its metadata)}); also the device asked for and the one used, the Plücker op
+    backend that ran (what `auto` became) and the preflight record of the job's environment, if the
+    pipeline made one."""
     grassmann = spec.model_kind == "grassmann"
     record = {
         "run_id": spec.run_id,
@@ -106,10 +106,10 @@ def read_train_val(read, train_tokens, val_tokens):
 def open_for_evaluation(
     weights, run_json, out_path
 ) -> tuple[dict, dict, bool, torch.device | None]:
-    """(the run's config.json, beside `weights` (model.safetensors), with the weights under
-    "model"; the start of eval.json; whether there is a model to evaluate; the device it runs
-    on: its GPU slot taken and recorded). A run that diverged before its first validation has
-    none: its eval.json is written here. The weights' sha256 is checked against config.json's."""
+    """(the run's config.json, beside `weights` (model.safetensors), with the weights under "model";
+    the start of eval.json; whether there is a model to evaluate; the device it runs on: its GPU
+    slot taken and recorded). A run that diverged before its first validation has none: its
+    eval.json is written here. The weights' sha256 is checked against config.json's."""
     configure_torch()
     # a damaged record refused naming its file
     from grassflow.report.records import read_record, require

@@ -12,24 +12,23 @@ from grassflow import gpu_slots
 
 
 def configure_torch(deterministic: bool = False) -> None:
-    # Denormal floats appear in the 30,522-way softmax gradient and make CPU GEMMs up to
-    # ~5× slower (measured: 27 s vs 2.9 s for one N=6 step); flushing them changes values
-    # only below 1.2e-38.
+    # Denormal floats appear in the 30,522-way softmax gradient and make CPU GEMMs up to ~5× slower
+    # (measured: 27 s vs 2.9 s for one N=6 step); flushing them changes values only below 1.2e-38.
     torch.set_flush_denormal(True)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-# Device type -> the autocast its training, evaluation and benchmark steps run under: bf16 on
-# CUDA, none on the CPU (fp32 throughout). One table, so that the tests can put under "cpu"
-# a rehearsal of CUDA's bf16 policy (tests/helpers/cuda_autocast.py) or the real CPU bf16 autocast
-# and run the very code a GPU runs.
+# Device type -> the autocast its training, evaluation and benchmark steps run under: bf16 on CUDA,
+# none on the CPU (fp32 throughout). One table, so that the tests can put under "cpu" a rehearsal of
+# CUDA's bf16 policy (tests/helpers/cuda_autocast.py) or the real CPU bf16 autocast and run the very
+# code a GPU runs.
 AUTOCAST = {"cuda": lambda **kw: torch.autocast("cuda", dtype=torch.bfloat16, **kw)}
 
 
 def autocast(device: torch.device, cache: bool = True):
-    """The device's autocast; cache=False in a CUDA graph capture (its cast cache must not
-    outlive the capture, torch.cuda.graphs says)."""
+    """The device's autocast; cache=False in a CUDA graph capture (its cast cache must not outlive
+    the capture, torch.cuda.graphs says)."""
     factory = AUTOCAST.get(device.type)
     if factory is None:
         return nullcontext()
@@ -39,11 +38,10 @@ def autocast(device: torch.device, cache: bool = True):
 def claim_device(name: str, log: bool = False, exclusive: bool = False) -> torch.device:
     """The device a job runs on: `auto` | `cpu` | `cuda` (config key train.device). On a GPU it
     claims a GPU slot held until the process exits (grassflow.gpu_slots). With log=True, one line
-    says
-    what was picked (stdout: a job's log holds it first, and stderr keeps to the one `error:`
-    line of a failure), so that an `auto` run that fell to the CPU is visible in its log.
-    A job on a GPU (or under the GRASSFLOW_GPUS stand-in) first takes a GPU slot
-    (grassflow.gpu_slots; exclusive: every slot of its GPU, for a job that times the device)."""
+    says what was picked (stdout: a job's log holds it first, and stderr keeps to the one `error:`
+    line of a failure), so that an `auto` run that fell to the CPU is visible in its log. A job on a
+    GPU (or under the GRASSFLOW_GPUS stand-in) first takes a GPU slot (grassflow.gpu_slots;
+    exclusive: every slot of its GPU, for a job that times the device)."""
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train.device must be auto, cpu or cuda, got {name!r}")
     if name == "cuda" and not torch.cuda.is_available():

@@ -1,9 +1,8 @@
 """`grassflow runs` and `grassflow diff` on a terminal: tables that fit its width (rich), plain text
 (no Markdown escapes, no HTML entities), figures rounded as the tables round them. The run and its
 figures always; its other key columns (status, epochs, seed, model, table), the settings that
-differ,
-then wall time and commit, each while the table still fits, the rest named under it (`--md`, `--csv`
-and `--json` show them all)."""
+differ, then wall time and commit, each while the table still fits, the rest named under it (`--md`,
+`--csv` and `--json` show them all)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ def value(v) -> str:
 
 def varying(rows: list[dict], keys: list[str]) -> list[str]:
     """The settings among `keys` that take two values among the rows that have them (a key of
-    another
-    task's runs, absent from these, is not one)."""
+    another task's runs, absent from these, is not one)."""
     return [
         k
         for k in keys
@@ -75,10 +73,8 @@ def _fitted(
     order: list[str] | None = None,
 ) -> tuple[Table, list[str]]:
     """A table of `rows` with the `key` columns and as many of the `extra` ones, taken in turn, as
-    fit
-    the terminal at their natural widths, laid out in `order` (default: key, then extra); (the
-    table,
-    the extra columns left out)."""
+    fit the terminal at their natural widths, laid out in `order` (default: key, then extra); (the
+    table, the extra columns left out)."""
     order = order or [*key, *extra]
 
     def build(columns: list[str]) -> Table:
@@ -116,10 +112,8 @@ def runs_table(
     rows: list[dict], settings: list[str], tasks: dict[str, str], console: Console | None = None
 ) -> None:
     """The rows of `grassflow runs` (compare.list_runs) as a terminal table: the key columns, then
-    the
-    settings that vary among the rows, then wall time and commit, each while the table still fits
-    the
-    terminal at its natural widths; those left out are named under it."""
+    the settings that vary among the rows, then wall time and commit, each while the table still
+    fits the terminal at its natural widths; those left out are named under it."""
     console = console or Console(highlight=False)
     if not rows:
         console.print("No runs found.")
@@ -137,8 +131,7 @@ def runs_table(
 
     shown = varying(rows, settings)
     # the run and its figures always; the other key columns while they fit (the run's id holds its
-    # table,
-    # model and seed), then the settings, then wall time and commit
+    # table, model and seed), then the settings, then wall time and commit
     table, left = _fitted(
         console,
         rows,
@@ -158,8 +151,7 @@ def _mean_std(g: dict, key: str, task: str | None) -> str:
 
 def group_table(groups: list[dict], tasks: dict[str, str], console: Console | None = None) -> None:
     """`grassflow runs --group` (compare.group_rows): a group's runs and figures first, then its
-    table,
-    seeds and preset while they fit."""
+    table, seeds and preset while they fit."""
     console = console or Console(highlight=False)
 
     def cell(g, c) -> str:
@@ -179,8 +171,7 @@ def group_table(groups: list[dict], tasks: dict[str, str], console: Console | No
         console,
         table,
         f"{len(groups)} group(s): runs that differ only in their seed, pooled (mean ± std over "
-        "those "
-        "ok)." + _left(left),
+        "those ok)." + _left(left),
     )
 
 
@@ -190,8 +181,7 @@ def _short(v) -> str:
 
 def diff_table(data: dict, console: Console | None = None) -> None:
     """compare.diff_data as terminal tables: spec, figures with their differences, records,
-    environment,
-    curves."""
+    environment, curves."""
     console = console or Console(highlight=False)
     names = data["runs"]
 

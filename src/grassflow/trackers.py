@@ -3,10 +3,10 @@ runs.
 
 The loop hands every tracker Python floats it already has at its periodic host sync (every
 `train.log_every` steps: the window's mean loss and gradient norm, the learning rate, the
-throughput) and each epoch's validation metrics, at the run's global step; a tracker never
-reads a tensor, so it adds no host sync. Each tracker is an optional extra, imported only when
-chosen (`pip install 'grassflow[tensorboard]'`, `'grassflow[wandb]'`); one that cannot start
-is an error before the first step, naming the setting.
+throughput) and each epoch's validation metrics, at the run's global step; a tracker never reads a
+tensor, so it adds no host sync. Each tracker is an optional extra, imported only when chosen (`pip
+install 'grassflow[tensorboard]'`, `'grassflow[wandb]'`); one that cannot start is an error before
+the first step, naming the setting.
 
 - tensorboard: event files in `<run dir>/tensorboard/` (`tensorboard --logdir results/`), the
   spec as the run's hyperparameters and as text.
@@ -103,8 +103,7 @@ class MLflow:
 
         self.out_dir, tree = out_dir, _tree(spec, out_dir)
         # a server (or any store) the user names, else the tree's SQLite store, which waits a minute
-        # for
-        # another run's write (its default, 5 s, is short for a busy disk): one machine's
+        # for another run's write (its default, 5 s, is short for a busy disk): one machine's
         # (tracking.md)
         given = os.environ.get("MLFLOW_TRACKING_URI")
         uri = given or f"sqlite:///{tree / 'mlflow.db'}?timeout=60"
@@ -175,9 +174,9 @@ DIRS = {
 
 class Trackers:
     """The chosen trackers as one: log(values, step) to each, close() all. A run started afresh
-    (`fresh`) starts its trackers' directories afresh: an abandoned attempt's curves are not
-    this run's; a resumed run appends to them. A tracker that cannot start stops the run before its
-    first step; one that fails later (its store locked, read-only, unreachable) is dropped with one
+    (`fresh`) starts its trackers' directories afresh: an abandoned attempt's curves are not this
+    run's; a resumed run appends to them. A tracker that cannot start stops the run before its first
+    step; one that fails later (its store locked, read-only, unreachable) is dropped with one
     warning in the job's log, the run trains on, and `failed` says which and when (run.json's
     trackers_failed): a run of hours does not die for its curves."""
 
@@ -229,9 +228,7 @@ class Trackers:
                 )
                 print(
                     f"[train] warning: tracker {name} failed at step {step} ({said}); the run "
-                    "trains on "
-                    "without "
-                    "it (run.json: trackers_failed)",
+                    "trains on without it (run.json: trackers_failed)",
                     file=sys.stderr,
                 )
                 with contextlib.suppress(Exception):

@@ -1,5 +1,5 @@
-"""A run's train section as a dataclass, free of torch: the training loop reads it, and the
-planning states the config schema's train defaults from it (pipeline.presets.load_schema)."""
+"""A run's train section as a dataclass, free of torch: the training loop reads it, and the planning
+states the config schema's train defaults from it (pipeline.presets.load_schema)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """One training step, written so that CUDA can capture it whole as one graph.
 
-The region (`TrainStep.region`): forward and loss under autocast, backward, gradient clipping,
-the AdamW step and the epoch's loss bookkeeping (EpochLoss). A CUDA graph replays the region's
-kernels with the arguments and addresses they had when it was captured, so the region is
-written such that every op gets the same non-tensor arguments at every step and reads only
-tensors that stay where they are:
+The region (`TrainStep.region`): forward and loss under autocast, backward, gradient clipping, the
+AdamW step and the epoch's loss bookkeeping (EpochLoss). A CUDA graph replays the region's kernels
+with the arguments and addresses they had when it was captured, so the region is written such that
+every op gets the same non-tensor arguments at every step and reads only tensors that stay where
+they are:
   - the batch is copied into static buffers before the region (`stage`);
   - the learning rate is the fused optimizer's device tensor, filled before the region;
   - the step within the epoch is a device counter that the region advances (EpochLoss);
@@ -12,10 +12,10 @@ tensors that stay where they are:
     Plücker backend launches on torch's stream with torch's memory).
 tests/gpu/test_capture.py rehearses all of this on the CPU, op by op.
 
-With train.compile `graph` on CUDA the region runs eagerly for WARMUP steps on a side stream
-(lazy initialisations: AdamW's state, cuBLAS workspaces, the op's cached tensors), is then
-captured, and every later step replays it; the replay of the capture step is that step. Everywhere
-else the region runs eagerly: the very same code.
+With train.compile `graph` on CUDA the region runs eagerly for WARMUP steps on a side stream (lazy
+initialisations: AdamW's state, cuBLAS workspaces, the op's cached tensors), is then captured, and
+every later step replays it; the replay of the capture step is that step. Everywhere else the region
+runs eagerly: the very same code.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ WARMUP = 3  # eager steps before the capture (torch.cuda.graphs' own examples ta
 
 
 class EpochLoss:
-    """The epoch's training loss of each of E runs (one, or an ensemble's members), summed on
-    the device in float64 so that no step waits for the GPU: a run's sum stops at its first
-    non-finite loss, whose step (within the epoch) it records; beside it the gradient norms' sum
-    (for the trackers). read() is the one host sync, taken every `train.log_every` steps, at
-    checkpoints and at the end of the epoch. float64 holds the fp32 losses' sum exactly as the
-    Python float it is checkpointed as, so a resumed sum is bitwise the uninterrupted one. Its
-    tensors never move (reset() writes them in place), so a captured step keeps adding to them."""
+    """The epoch's training loss of each of E runs (one, or an ensemble's members), summed on the
+    device in float64 so that no step waits for the GPU: a run's sum stops at its first non-finite
+    loss, whose step (within the epoch) it records; beside it the gradient norms' sum (for the
+    trackers). read() is the one host sync, taken every `train.log_every` steps, at checkpoints and
+    at the end of the epoch. float64 holds the fp32 losses' sum exactly as the Python float it is
+    checkpointed as, so a resumed sum is bitwise the uninterrupted one. Its tensors never move
+    (reset() writes them in place), so a captured step keeps adding to them."""
 
     def __init__(self, device, runs: int = 1):
         self.sum = torch.zeros(runs, dtype=torch.float64, device=device)
@@ -54,8 +54,8 @@ class EpochLoss:
         self.step.fill_(step)
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """The losses (a scalar or one per run) of the step the counter points at; then the
-        counter moves on."""
+        """The losses (a scalar or one per run) of the step the counter points at; then the counter
+        moves on."""
         loss = loss.detach().to(torch.float64).reshape(-1)
         bad = ~torch.isfinite(loss) & (self.first_bad < 0)
         self.first_bad.copy_(torch.where(bad, self.step, self.first_bad))
@@ -64,8 +64,8 @@ class EpochLoss:
         self.step.add_(1)
 
     def read(self) -> tuple[list[float], list[int | None], list[float]]:
-        """Per run: (sum of the finite losses so far, step of the first non-finite one or None,
-        sum of the gradient norms since the last reset)."""
+        """Per run: (sum of the finite losses so far, step of the first non-finite one or None, sum
+        of the gradient norms since the last reset)."""
         sums, first_bad, grad_norm_sums = torch.stack(
             [self.sum, self.first_bad.to(torch.float64), self.grad_norm_sum]
         ).tolist()
@@ -73,9 +73,9 @@ class EpochLoss:
 
 
 class TrainStep:
-    """`step(batch)`: one optimizer step of `loss_fn` (the task's loss of the model) on batch,
-    the learning rate already set (loop.set_lr). `capture`: replay it as a CUDA graph; `static`
-    (implied by capture): run the region on static buffers, as a capture does, without one."""
+    """`step(batch)`: one optimizer step of `loss_fn` (the task's loss of the model) on batch, the
+    learning rate already set (loop.set_lr). `capture`: replay it as a CUDA graph; `static` (implied
+    by capture): run the region on static buffers, as a capture does, without one."""
 
     def __init__(
         self,
@@ -157,8 +157,8 @@ class TrainStep:
         self.eager_steps += 1
 
     def _capture(self) -> bool:
-        """Capture the region; on failure (a library's check, an op that cannot be captured) say
-        why once, drop the graph and run eagerly from here on (run.json: cuda_graph false, and the
+        """Capture the region; on failure (a library's check, an op that cannot be captured) say why
+        once, drop the graph and run eagerly from here on (run.json: cuda_graph false, and the
         error). A captured op only records its kernel, so the failed capture changed no tensor."""
         graph = torch.cuda.CUDAGraph()
         try:
@@ -179,11 +179,11 @@ class TrainStep:
 
 
 def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
-    """clip_grad_norm_ for each member of an ensemble on its slices [e] of the stacked
-    gradients, as its own run clips (the norm of the per-parameter norms, the coefficient
-    max_norm / (norm + 1e-6) clamped at 1); returns the members' norms (E,). The slices' norms
-    in one foreach op, as clip_grad_norm_ takes its run's (a norm per parameter was ~90 kernels a
-    step), and each member's slices multiplied by its coefficient in one foreach op (a 0-d tensor:
+    """clip_grad_norm_ for each member of an ensemble on its slices [e] of the stacked gradients, as
+    its own run clips (the norm of the per-parameter norms, the coefficient max_norm / (norm + 1e-6)
+    clamped at 1); returns the members' norms (E,). The slices' norms in one foreach op, as
+    clip_grad_norm_ takes its run's (a norm per parameter was ~90 kernels a step), and each member's
+    slices multiplied by its coefficient in one foreach op (a 0-d tensor:
     CUDA's multi-tensor kernel; one list of (E, ...) gradients times (E, 1, ...) coefficients takes
     its per-tensor path, a kernel per gradient: tests/helpers/step_ops.py counts as CUDA
     launches)."""
@@ -198,9 +198,9 @@ def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
 
 class GraphedForward:
     """A model's forward for validation (no grad), captured once per input shape and replayed:
-    train.compile `graph`'s evaluation. Its output lives in the graph's memory until the next
-    call, which the validation loops read before they call again. Anything else (eval(),
-    train(), attributes) is the model's."""
+    train.compile `graph`'s evaluation. Its output lives in the graph's memory until the next call,
+    which the validation loops read before they call again. Anything else (eval(), train(),
+    attributes) is the model's."""
 
     def __init__(self, model, device):
         self.model, self.device, self.graphs = model, device, {}
@@ -229,8 +229,7 @@ class GraphedForward:
                 self.capture_error = f"{type(err).__name__}: {err}"
                 print(
                     "[train] warning: the validation forward's CUDA graph capture failed, "
-                    "validating "
-                    f"eagerly: {self.capture_error}",
+                    f"validating eagerly: {self.capture_error}",
                     file=sys.stderr,
                 )
                 torch.cuda.synchronize(self.device)

@@ -69,10 +69,10 @@ def test_bench_profile_names_each_models_top_ops(tmp_path):
     assert md.count("| `aten::mm` |") == 2
 
 
-# A stand-in for a checkout of kanenorman/grassmann: its model.py's interface (LMConfig with
-# their field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours:
-# loading their file, building their config from the paper's setting, their training step, and
-# the table beside ours. The real checkout is what a user passes (see bench/peer.py).
+# A stand-in for a checkout of kanenorman/grassmann: its model.py's interface (LMConfig with their
+# field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours:
+# loading their file, building their config from the paper's setting, their training step, and the
+# table beside ours. The real checkout is what a user passes (see bench/peer.py).
 PEER_MODEL = """
 from dataclasses import dataclass
 import torch
@@ -172,8 +172,8 @@ def test_bench_peer_through_the_cli(tmp_path):
 @pytest.mark.slow
 def test_bench_concurrency_runs_k_workers_together(tmp_path):
     """`bench --concurrency 1,2` (smoke sizes, CPU): per model and K a row from K worker processes,
-    every one of which was ready before any started timing; MPS off CUDA and a list without K=1
-    (the gains' baseline) are refused, each with one error line."""
+    every one of which was ready before any started timing; MPS off CUDA and a list without K=1 (the
+    gains' baseline) are refused, each with one error line."""
     import subprocess
     import sys
 
@@ -297,10 +297,9 @@ def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypat
 
 
 def test_the_kernels_part_runs_its_cuda_path(monkeypatch):
-    """bench/kernels.py on a GPU, through the CuPy stand-in: the baseline's module compiled from
-    its own source and kept while its functions launch (one collected after the lookup made the
-    first launch fail with CUDA_ERROR_INVALID_CONTEXT on an H200), both kernel sets on torch's
-    stream."""
+    """bench/kernels.py on a GPU, through the CuPy stand-in: the baseline's module compiled from its
+    own source and kept while its functions launch (one collected after the lookup made the first
+    launch fail with CUDA_ERROR_INVALID_CONTEXT on an H200), both kernel sets on torch's stream."""
     from grassflow.bench import kernels
     from helpers import fake_cupy
 

@@ -1,6 +1,6 @@
-"""Incremental decoding (grassflow.decode): each step's logits equal those of recomputing the
-whole prefix, for both models and their switches, at odd lengths; the Grassmann state does not
-grow with the text; sampling is deterministic under a seed; past the context the window slides."""
+"""Incremental decoding (grassflow.decode): each step's logits equal those of recomputing the whole
+prefix, for both models and their switches, at odd lengths; the Grassmann state does not grow with
+the text; sampling is deterministic under a seed; past the context the window slides."""
 
 import pytest
 import torch

@@ -199,8 +199,8 @@ def test_corrupt_checkpoint_is_reported(tokens, tmp_path):
 
 def test_a_same_shape_foreign_spec_is_not_resumed(tokens, tmp_path, capfd):
     """last.pt of another spec whose tensors have the same shapes (another lr): loading it would
-    work, silently, and continue the other run. It is refused with its message and the run
-    starts fresh: its metrics equal a fresh run's in an empty directory."""
+    work, silently, and continue the other run. It is refused with its message and the run starts
+    fresh: its metrics equal a fresh run's in an empty directory."""
     spec = {**SPEC, "train": {**SPEC["train"], "epochs": 1}}
     paths = (tokens / "train.parquet", tokens / "validation.parquet")
     train(spec, *paths, tmp_path / "run")
@@ -389,14 +389,14 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     ],
 )
 def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, tmp_path):
-    """SIGKILL gives the process no chance to checkpoint: the rerun resumes from the last
-    complete checkpoint and replays the same batches with the same RNG states. A kill during
-    a checkpoint write leaves the previous last.pt (rename is atomic) and a stray temp file;
-    'during-write' reproduces exactly that state, 'random-3x' kills three times, each right
-    after a checkpoint drawn from the test's seed (1st to 4th new one: replayable). The part that
-    stopped without a word is recorded as killed at its last checkpoint ('mid-epoch'); and a last.pt
-    written before checkpoints kept their parts (the killed run's, its parts removed) resumes, its
-    earlier part said unrecorded."""
+    """SIGKILL gives the process no chance to checkpoint: the rerun resumes from the last complete
+    checkpoint and replays the same batches with the same RNG states. A kill during a checkpoint
+    write leaves the previous last.pt (rename is atomic) and a stray temp file; 'during-write'
+    reproduces exactly that state, 'random-3x' kills three times, each right after a checkpoint
+    drawn from the test's seed (1st to 4th new one: replayable). The part that stopped without a
+    word is recorded as killed at its last checkpoint ('mid-epoch'); and a last.pt written before
+    checkpoints kept their parts (the killed run's, its parts removed) resumes, its earlier part
+    said unrecorded."""
     import random
 
     from grassflow.checkpoint import load_checkpoint, save_checkpoint
@@ -412,8 +412,8 @@ def test_sigkill_then_rerun_ends_bitwise_identical(how, tokens, uninterrupted, t
         )
         proc.kill()
         proc.wait()
-        # run.json is the run's last write: absent, the run is incomplete whatever happened; a
-        # kill that lands after it (returncode −9 all the same) found a finished run
+        # run.json is the run's last write: absent, the run is incomplete whatever happened; a kill
+        # that lands after it (returncode −9 all the same) found a finished run
         if not (out / "run.json").exists():
             landed += 1
     assert landed >= 1, "every kill came after the run had finished"
@@ -496,10 +496,9 @@ def test_the_fault_hook_would_catch_a_non_atomic_write(tmp_path, monkeypatch):
     import grassflow.io as gio
 
     code = (
-        "import grassflow.io as io, pathlib, sys\n"
-        "io.write_text = lambda p, t: io._write_bytes(pathlib.Path(p), t.encode(), "
-        "pathlib.Path(p).name)\n"
-        "io.write_json(sys.argv[1], {'k': list(range(100))})\n"
+        "import grassflow.io as io, pathlib, sys\nio.write_text = lambda p, t: "
+        "io._write_bytes(pathlib.Path(p), t.encode(), "
+        "pathlib.Path(p).name)\nio.write_json(sys.argv[1], {'k': list(range(100))})\n"
     )
     out = tmp_path / "eval.json"
     res = subprocess.run(
@@ -512,9 +511,8 @@ def test_the_fault_hook_would_catch_a_non_atomic_write(tmp_path, monkeypatch):
 
 def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path):
     """Snakemake deletes a failed attempt's declared outputs (model.safetensors, config.json,
-    metrics.jsonl) before
-    the retry; the resumed run must write them again, with the best epoch's weights even when
-    that epoch came before the interruption."""
+    metrics.jsonl) before the retry; the resumed run must write them again, with the best epoch's
+    weights even when that epoch came before the interruption."""
     proc = subprocess.Popen(
         _cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -1,8 +1,8 @@
-"""train.trackers: what the loop sends to TensorBoard and to an offline W&B run, read back from
-the files each tracker wrote (the event file; the offline run's record log), against the
-loop's own numbers: the windows' losses make up each epoch's train_loss, the gradient norms
-are clip_grad_norm_'s, the learning rate lr_at's, the validation metrics metrics.jsonl's. The
-host-sync count with trackers on: tests/core/test_train_step.py; the demo's event files:
+"""train.trackers: what the loop sends to TensorBoard and to an offline W&B run, read back from the
+files each tracker wrote (the event file; the offline run's record log), against the loop's own
+numbers: the windows' losses make up each epoch's train_loss, the gradient norms are
+clip_grad_norm_'s, the learning rate lr_at's, the validation metrics metrics.jsonl's. The host-sync
+count with trackers on: tests/core/test_train_step.py; the demo's event files:
 tests/pipeline/test_demo_outputs.py."""
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def tensorboard_hparams(log_dir) -> dict:
 
 
 def wandb_records(path):
-    """The records of an offline W&B run (run-*.wandb): a LevelDB-style log of 32 KiB blocks
-    after a 7-byte header, each chunk (crc32c, length, type) and protobuf Records inside."""
+    """The records of an offline W&B run (run-*.wandb): a LevelDB-style log of 32 KiB blocks after a
+    7-byte header, each chunk (crc32c, length, type) and protobuf Records inside."""
     from wandb.proto.wandb_internal_pb2 import Record
 
     data, pos, pending = path.read_bytes(), 7, b""
@@ -345,12 +345,9 @@ def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(
     tmp_path, monkeypatch, capfd
 ):
     """The MLflow store named by MLFLOW_TRACKING_URI (honoured: the runs log there) damaged after
-    the first
-    epoch: the run completes its three epochs, TensorBoard keeps every curve, one warning in the
-    log, and
-    the record says which tracker failed, at which step (mutation: the failure propagated, as
-    before,
-    kills the run)."""
+    the first epoch: the run completes its three epochs, TensorBoard keeps every curve, one warning
+    in the log, and the record says which tracker failed, at which step (mutation: the failure
+    propagated, as before, kills the run)."""
     db = tmp_path / "store" / "mlflow.db"
     db.parent.mkdir()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")

@@ -1,8 +1,8 @@
-"""The training step's speed work, held on the CPU: no host sync per step, divergence still
-found at its exact step, fused AdamW's tensor LR, the LM head op, torch.compile without graph
-breaks or recompiles (the Plücker op as custom ops, every backend, the CuPy stand-in's
-included), checkpoints across compile settings, and what a CUDA graph capture demands of the
-cupy backend (rehearsed by the stand-in). Compiled tests are few and tiny: compiling costs."""
+"""The training step's speed work, held on the CPU: no host sync per step, divergence still found at
+its exact step, fused AdamW's tensor LR, the LM head op, torch.compile without graph breaks or
+recompiles (the Plücker op as custom ops, every backend, the CuPy stand-in's included), checkpoints
+across compile settings, and what a CUDA graph capture demands of the cupy backend (rehearsed by the
+stand-in). Compiled tests are few and tiny: compiling costs."""
 
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def test_training_steps_take_no_host_sync(tokens, tmp_path):
 
 
 def test_trackers_add_no_host_sync(tokens, tmp_path, monkeypatch):
-    """train.trackers log what the periodic read has already read: with TensorBoard and W&B on,
-    a run logging every 2 steps takes exactly the syncs it takes without them."""
+    """train.trackers log what the periodic read has already read: with TensorBoard and W&B on, a
+    run logging every 2 steps takes exactly the syncs it takes without them."""
     import_or_skip("tensorboard")
     import_or_skip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: the default
@@ -347,9 +347,9 @@ def _compiled_frames() -> int:
 def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
     tokens, tmp_path, monkeypatch
 ):
-    """A compiled run compiles once (training loss, validation forward), never again across
-    steps and epochs; a run stopped under compile resumes eagerly, and the other way round, to
-    the metrics of an uninterrupted run (fp32 tolerance: compiled kernels sum in another order)."""
+    """A compiled run compiles once (training loss, validation forward), never again across steps
+    and epochs; a run stopped under compile resumes eagerly, and the other way round, to the metrics
+    of an uninterrupted run (fp32 tolerance: compiled kernels sum in another order)."""
     # no dropout: compiled code draws its dropout masks from another random stream than eager
     spec = {
         **LM_SPEC,
@@ -361,8 +361,8 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
     torch._dynamo.utils.counters.clear()
     full = train(spec, *paths, tmp_path / "full", execution={"compile": True})
     graphs = _compiled_frames()
-    # the scale of a legitimate difference: the same run eager, uninterrupted; a resumed run
-    # may differ from the compiled one by no more than (twice) that
+    # the scale of a legitimate difference: the same run eager, uninterrupted; a resumed run may
+    # differ from the compiled one by no more than (twice) that
     train(spec, *paths, tmp_path / "eager", execution={"compile": False})
     assert full["compile"] == {
         "setting": True,
@@ -427,9 +427,9 @@ def _steps_per_epoch(tokens, spec) -> int:
 
 # --- CUDA graphs and kernel launches, through the CuPy stand-in -----------------------------------
 def test_a_captured_step_launches_only_on_the_capture_stream_and_compiles_nothing(monkeypatch, gen):
-    """torch.cuda.graph captures on a side stream: every launch must be on it (one on another
-    stream would be missing from the graph), and nothing may be compiled or allocated by CuPy,
-    nor any of the op's cached device tensors be made (a host-to-device copy) during capture."""
+    """torch.cuda.graph captures on a side stream: every launch must be on it (one on another stream
+    would be missing from the graph), and nothing may be compiled or allocated by CuPy, nor any of
+    the op's cached device tensors be made (a host-to-device copy) during capture."""
     model = tiny_lm("grassmann", plucker_backend="cupy")
     x = torch.randint(0, 40, (2, 12), generator=gen)
     caches = (KernelStages._int_tensor, KernelStages._pairs, _has_offsets)
@@ -447,8 +447,8 @@ def test_a_captured_step_launches_only_on_the_capture_stream_and_compiles_nothin
 
 
 def test_kernel_launches_per_layer_and_step(monkeypatch, gen):
-    """Two launches forward (coeff, wedge), three backward (wedge again for dW, wedge_bwd,
-    lag_bwd) per Grassmann layer and step, counted at the stand-in and by the benchmark."""
+    """Two launches forward (coeff, wedge), three backward (wedge again for dW, wedge_bwd, lag_bwd)
+    per Grassmann layer and step, counted at the stand-in and by the benchmark."""
     model = tiny_lm("grassmann", plucker_backend="cupy", n_layers=3)
     x = torch.randint(0, 40, (2, 12), generator=gen)
     with fake_cupy.installed(monkeypatch) as state:

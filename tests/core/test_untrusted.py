@@ -1,7 +1,7 @@
 """What is read from a results tree or a cache is data, never code: checkpoints load with
-weights_only=True (a crafted pickle is refused, its code never runs), and compiled CPU kernels
-are loaded only from a private cache whose bytes match what was built. The pipeline-level
-checks (snakemake evaluate/aggregate and a resumed train over crafted files) are in
+weights_only=True (a crafted pickle is refused, its code never runs), and compiled CPU kernels are
+loaded only from a private cache whose bytes match what was built. The pipeline-level checks
+(snakemake evaluate/aggregate and a resumed train over crafted files) are in
 tests/pipeline/test_robustness.py."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from helpers.payload import crafted_last, crafted_weights
 
 
 def test_crafted_weights_are_refused_before_anything_runs(tmp_path):
-    """A run's weights are read by safetensors, which never unpickles: a pickle in their place is
-    an error naming the file, its code never runs."""
+    """A run's weights are read by safetensors, which never unpickles: a pickle in their place is an
+    error naming the file, its code never runs."""
     marker = tmp_path / "marker"
     crafted_weights(tmp_path / "model.safetensors", marker, header={"spec": {"run_id": "x"}})
     (tmp_path / "run.json").write_text('{"status": {"state": "completed"}}')
@@ -119,8 +119,8 @@ def _planted_library(tmp_path, marker):
 
 
 def _swap(src, dst):
-    """Put src at dst as a new file: the library this process loaded from dst is mapped from
-    its old inode, which an in-place overwrite would truncate under it (SIGBUS)."""
+    """Put src at dst as a new file: the library this process loaded from dst is mapped from its old
+    inode, which an in-place overwrite would truncate under it (SIGBUS)."""
     tmp = dst.with_name(dst.name + ".new")
     shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
@@ -145,8 +145,8 @@ def built(tmp_path_factory):
 
 @pytest.fixture
 def cache(built, tmp_path, monkeypatch):
-    """A private cache of each test's own holding that build (copied: modes kept), which
-    _library() loads rather than builds."""
+    """A private cache of each test's own holding that build (copied: modes kept), which _library()
+    loads rather than builds."""
     root = shutil.copytree(built, tmp_path / "cache")
     monkeypatch.setenv("GRASSFLOW_CACHE", str(root))
     cpu_kernel._library.cache_clear()

@@ -1,14 +1,14 @@
 """The training step as CUDA captures it, rehearsed on the CPU (grassflow.train_step).
 
-A CUDA graph replays the kernels of the step it captured, with the arguments and addresses they
-had then. So the region a graph captures must, at every step, issue the same ops with the same
-non-tensor arguments, read tensors made outside it at the same places, never read a value back
-to the host, and allocate only through torch. The rehearsal records every op of the region
-(a TorchDispatchMode) through the CuPy stand-in in capture mode (a launch off the capture
-stream, a CuPy allocation or compile fails) and the host-sync detector, and compares two
-consecutive steps. It catches what the loop did before the region existed: the learning rate
-set with a Python float inside the step, the step number as a Python int in the loss
-bookkeeping, and a batch sliced from the epoch's order at a moving offset.
+A CUDA graph replays the kernels of the step it captured, with the arguments and addresses they had
+then. So the region a graph captures must, at every step, issue the same ops with the same
+non-tensor arguments, read tensors made outside it at the same places, never read a value back to
+the host, and allocate only through torch. The rehearsal records every op of the region (a
+TorchDispatchMode) through the CuPy stand-in in capture mode (a launch off the capture stream, a
+CuPy allocation or compile fails) and the host-sync detector, and compares two consecutive steps. It
+catches what the loop did before the region existed: the learning rate set with a Python float
+inside the step, the step number as a Python int in the loss bookkeeping, and a batch sliced from
+the epoch's order at a moving offset.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ TCFG = TrainConfig.from_dict(TCFG_DICT)
 
 
 class Recorder(TorchDispatchMode):
-    """Each op of a region: its name, its non-tensor arguments, and for each tensor argument
-    either that the region made it (in a capture: memory of the graph's own pool, wherever it
-    is) or, for a tensor from outside, where it lives (storage, offset, shape, strides, dtype):
+    """Each op of a region: its name, its non-tensor arguments, and for each tensor argument either
+    that the region made it (in a capture: memory of the graph's own pool, wherever it is) or, for a
+    tensor from outside, where it lives (storage, offset, shape, strides, dtype):
     what a replay would read."""
 
     def __init__(self):
@@ -162,9 +162,9 @@ def _task(model, head_loss="auto", members=1):
 
 
 def _rehearse(kind, region=None, steps=3, opt=None, head_loss="auto", members=1):
-    """Steps 0..steps-1 of a tiny LM (or a fused group of `members` of it) through TrainStep,
-    each region recorded; the optimizer the loop makes for a captured step unless `opt` (a
-    function of the model) makes it."""
+    """Steps 0..steps-1 of a tiny LM (or a fused group of `members` of it) through TrainStep, each
+    region recorded; the optimizer the loop makes for a captured step unless `opt` (a function of
+    the model) makes it."""
     model = _model(kind) if members == 1 else stack([_model(kind) for _ in range(members)])
     task = _task(model, head_loss, members)
     opt, impl = opt(model) if opt else make_optimizer(model, TCFG, CPU, capture=True)
@@ -198,9 +198,9 @@ def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outsi
     kind, head_loss, members, monkeypatch
 ):
     """After the first step (AdamW's state is made lazily: the warm-up's work), two consecutive
-    regions issue the same ops with the same arguments on the same outside tensors; with the
-    fused head too (its kernels compiled by the warm-up, launched on the capture's stream), and for
-    a fused group of seeds (train.fuse_seeds: the GPU's batched GEMMs, the members' clipping)."""
+    regions issue the same ops with the same arguments on the same outside tensors; with the fused
+    head too (its kernels compiled by the warm-up, launched on the capture's stream), and for a
+    fused group of seeds (train.fuse_seeds: the GPU's batched GEMMs, the members' clipping)."""
     monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
     with fake_cupy.installed(monkeypatch) as state:
         rehearsal, _ = _rehearse(kind, head_loss=head_loss, members=members)
@@ -303,8 +303,8 @@ def test_the_rehearsal_catches_a_host_read_and_a_cupy_allocation(monkeypatch):
 
 
 def _plain_steps(kind, n):
-    """The eager step as the loop took it before the region existed: the batch as sliced, the
-    loss summed on the host."""
+    """The eager step as the loop took it before the region existed: the batch as sliced, the loss
+    summed on the host."""
     model = _model(kind, plucker_backend="fast") if kind == "grassmann" else _model(kind)
     task = _task(model)
     opt, _ = make_optimizer(model, TCFG, CPU)
@@ -384,8 +384,8 @@ def test_graph_is_refused_off_cuda(tmp_path):
 
 
 class _FakeCudaGraphs:
-    """torch.cuda's stream and graph API on the CPU: the region runs as it would be captured,
-    under torch's probes saying CUDA is capturing (so torch's own capture checks run)."""
+    """torch.cuda's stream and graph API on the CPU: the region runs as it would be captured, under
+    torch's probes saying CUDA is capturing (so torch's own capture checks run)."""
 
     class Stream:
         made = 0
@@ -420,9 +420,9 @@ _CURRENT = object.__new__(_FakeCudaGraphs.Stream)  # torch's current stream: not
 
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
-    """A capture that raises (here torch's own check, given an optimizer that is not
-    capturable) is not fatal: the step it failed on and every later one run eagerly, the
-    parameters after n steps are bitwise the eager loop's, and the step says why."""
+    """A capture that raises (here torch's own check, given an optimizer that is not capturable) is
+    not fatal: the step it failed on and every later one run eagerly, the parameters after n steps
+    are bitwise the eager loop's, and the step says why."""
     n = 6
     want, total = _plain_steps(kind, n)
     _FakeCudaGraphs.install(monkeypatch)
@@ -472,8 +472,8 @@ def test_a_failed_validation_capture_validates_eagerly(monkeypatch, capsys):
 class _KnownOutside(Recorder):
     """A Recorder for a region whose compiled code allocates past the dispatcher (inductor's
     buffers): a tensor is `outside` where it lives in one of `outside`'s storages (the parameters,
-    their optimizer state and LR, the loss bookkeeping, the batch buffers: what a replay reads
-    from outside its graph), else made by the region, as a capture's own pool makes it."""
+    their optimizer state and LR, the loss bookkeeping, the batch buffers: what a replay reads from
+    outside its graph), else made by the region, as a capture's own pool makes it."""
 
     def __init__(self, outside):
         super().__init__()

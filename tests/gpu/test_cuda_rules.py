@@ -2,10 +2,10 @@
 (tests/helpers/cuda_autocast.py) and the real CPU bf16 autocast, and the `cupy` backend end to end
 through a CuPy stand-in that enforces CuPy's and torch's contracts (tests/helpers/fake_cupy.py).
 
-Each of these would have failed the first GPU run: a bf16 gate beside fp32 activations in
-torch.lerp (gated_mix), fp32 counts index-added into a bf16 tensor (windowed op), tensors that
-require grad handed to cupy.asarray (cupy backend). What is left only to a GPU (pytest -m gpu,
-make gpu-check): the real CUDA kernels' compile and speed, cuBLAS/cuDNN, and memory.
+Each of these would have failed the first GPU run: a bf16 gate beside fp32 activations in torch.lerp
+(gated_mix), fp32 counts index-added into a bf16 tensor (windowed op), tensors that require grad
+handed to cupy.asarray (cupy backend). What is left only to a GPU (pytest -m gpu, make gpu-check):
+the real CUDA kernels' compile and speed, cuBLAS/cuDNN, and memory.
 """
 
 from __future__ import annotations
@@ -362,9 +362,9 @@ def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, st
 
 def test_cupy_backend_in_an_lm_training_step_under_cuda_rules(standin, cuda_rules, gen):
     """GrassmannLM with backend cupy: same loss and gradients as fast on the same weights, under
-    CUDA's bf16 rules. Gradients, not weights after an optimizer step: AdamW's first step moves
-    each weight by ±lr·sign(g), so two backends' weights differ by 0 or by ≥ 2·lr wherever a
-    gradient is near zero, whatever their agreement (seed 970887284 once failed that way)."""
+    CUDA's bf16 rules. Gradients, not weights after an optimizer step: AdamW's first step moves each
+    weight by ±lr·sign(g), so two backends' weights differ by 0 or by ≥ 2·lr wherever a gradient is
+    near zero, whatever their agreement (seed 970887284 once failed that way)."""
     x = torch.randint(0, 80, (4, 25), generator=gen)
     out = {}
     for backend in ("fast", "cupy"):
@@ -430,9 +430,9 @@ def test_auto_falls_back_to_fast_once_when_nvrtc_is_missing(monkeypatch, capfd, 
 
 
 def test_the_standin_holds_cupys_contracts(standin, gen):
-    """What the backend relies on: a kernel looked up by its extern "C" name (no template names,
-    no name_expressions), its CUfunction launched through the driver on torch's stream with
-    CUDA's argument array; a CuPy allocation or a launch on another stream fails in a capture."""
+    """What the backend relies on: a kernel looked up by its extern "C" name (no template names, no
+    name_expressions), its CUfunction launched through the driver on torch's stream with CUDA's
+    argument array; a CuPy allocation or a launch on another stream fails in a capture."""
     import cupy
 
     mod_code = (fake_cupy.kernels_dir() / "plucker.cu").read_text()
@@ -603,10 +603,9 @@ def test_preflight_command_on_a_cpu_node(tmp_path):
 
 @pytest.mark.parametrize("backend", ["reference", "chunked", "chunked-bf16", "fused"])
 def test_lm_head_loss_under_autocast(backend, policy, gen):
-    """The LM task's loss (the head and its loss as one op): `reference` is what CUDA runs
-    (auto), `chunked` the CPU's, `chunked-bf16` and `fused` CUDA's candidates; under either autocast
-    the loss
-    is fp32 and finite and the gradients reach the final LayerNorm's input and the (tied) head
+    """The LM task's loss (the head and its loss as one op): `reference` is what CUDA runs (auto),
+    `chunked` the CPU's, `chunked-bf16` and `fused` CUDA's candidates; under either autocast the
+    loss is fp32 and finite and the gradients reach the final LayerNorm's input and the (tied) head
     weight in their dtypes."""
     from grassflow.ops.linear_ce import linear_cross_entropy
 
@@ -649,10 +648,10 @@ def test_fused_head_under_cuda_rules_through_cupys_contracts(standin, policy, ge
 
 
 def test_compiled_cupy_op_under_bf16_autocast(standin):
-    """The compiled path of the GPU: the Plücker custom op (its `cupy` backend through the
-    stand-in, bf16 handed to CuPy as int16) inside a torch.compile'd LM loss under bf16 autocast
-    (the real CPU one: Dynamo does not trace the CUDA-rules TorchFunctionMode). Same loss as
-    eager under the same autocast, finite gradients, every launch on torch's stream."""
+    """The compiled path of the GPU: the Plücker custom op (its `cupy` backend through the stand-in,
+    bf16 handed to CuPy as int16) inside a torch.compile'd LM loss under bf16 autocast (the real CPU
+    one: Dynamo does not trace the CUDA-rules TorchFunctionMode). Same loss as eager under the same
+    autocast, finite gradients, every launch on torch's stream."""
     import torch._dynamo
 
     from helpers.steps import lm_task, tiny_lm

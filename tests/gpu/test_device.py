@@ -1,6 +1,6 @@
-"""On a GPU (pytest -m gpu; `make gpu-check` runs these first): the models and heads under the
-real bf16 autocast, and the CUDA kernels against `fast` inside a model. The CPU rehearsal of
-the same code is tests/gpu/test_cuda_rules.py."""
+"""On a GPU (pytest -m gpu; `make gpu-check` runs these first): the models and heads under the real
+bf16 autocast, and the CUDA kernels against `fast` inside a model. The CPU rehearsal of the same
+code is tests/gpu/test_cuda_rules.py."""
 
 from __future__ import annotations
 
@@ -121,9 +121,9 @@ def test_preflight_passes_on_this_gpu():
     "kind, backend", [("transformer", "auto")] + [("grassmann", b) for b in BACKENDS]
 )
 def test_a_captured_step_replays_bitwise_as_the_eager_one(kind, backend):
-    """train.compile graph: the whole step (bf16 autocast, backward, clipping, fused AdamW, the
-    loss bookkeeping) captured once and replayed gives, at dropout 0, bitwise the parameters and
-    the loss sum of the same steps run eagerly (grassflow.train_step; CPU rehearsal:
+    """train.compile graph: the whole step (bf16 autocast, backward, clipping, fused AdamW, the loss
+    bookkeeping) captured once and replayed gives, at dropout 0, bitwise the parameters and the loss
+    sum of the same steps run eagerly (grassflow.train_step; CPU rehearsal:
     tests/gpu/test_capture.py)."""
     import numpy as np
 

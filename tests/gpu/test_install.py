@@ -1,8 +1,8 @@
-"""The GPU install path, checked without a GPU: the `gpu` extra's CuPy wheel and the CUDA
-toolkit wheels torch's CUDA build pins load side by side, agree on the CUDA major, and NVRTC
-compiles kernels/plucker.cu — none of which needs a driver (measured: `import cupy`,
-nvrtc.getVersion() and nvrtc.compileProgram work on a machine without one; only device
-queries and module loads fail). Builds a throwaway venv from PyPI: slow, and needs the index."""
+"""The GPU install path, checked without a GPU: the `gpu` extra's CuPy wheel and the CUDA toolkit
+wheels torch's CUDA build pins load side by side, agree on the CUDA major, and NVRTC compiles
+kernels/plucker.cu — none of which needs a driver (measured: `import cupy`, nvrtc.getVersion() and
+nvrtc.compileProgram work on a machine without one; only device queries and module loads fail).
+Builds a throwaway venv from PyPI: slow, and needs the index."""
 
 from __future__ import annotations
 
@@ -145,8 +145,8 @@ def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():
 @pytest.mark.parametrize("major", ["12", "13", ""])
 def test_make_gpu_check_installs_the_extra_of_torchs_cuda_major(tmp_path, major):
     """`make gpu-check` reads torch.version.cuda's major and installs gpu-cuda<major>; a CPU build
-    of
-    torch stops it with one error line. A stand-in python answers for torch and logs every call."""
+    of torch stops it with one error line. A stand-in python answers for torch and logs every
+    call."""
     import os
     import stat
 

@@ -1,14 +1,13 @@
 """A lease's first minute (grassflow.lease: trials, budget, first_minute) on the CPU: each candidate
-setting runs the loop's
-own step on a fused group of a table's config, is checked against the reference's losses and
-gradients, and timed; the fastest that computes the reference's loss for every model is chosen. A
-candidate whose loss differs (planted: a head scaled by 1.05) or that fails is dropped, said in one
-line, and not tried for the models left; none passing is no choice at all. A capture that fails
-drops
-its candidate with the capture's error; the box's alarm, held while a capture runs, stops its
-candidate once the capture is done. The seeds that fit are those whose groups finish within the
-lease, counting the progress a last.pt holds, the epochs' checkpoints and, past this command's
-deadline, a resumed command; the lease's next command reuses the decision and times nothing."""
+setting runs the loop's own step on a fused group of a table's config, is checked against the
+reference's losses and gradients, and timed; the fastest that computes the reference's loss for
+every model is chosen. A candidate whose loss differs (planted: a head scaled by 1.05) or that fails
+is dropped, said in one line, and not tried for the models left; none passing is no choice at all. A
+capture that fails drops its candidate with the capture's error; the box's alarm, held while a
+capture runs, stops its candidate once the capture is done. The seeds that fit are those whose
+groups finish within the lease, counting the progress a last.pt holds, the epochs' checkpoints and,
+past this command's deadline, a resumed command; the lease's next command reuses the decision and
+times nothing."""
 
 from __future__ import annotations
 
@@ -118,9 +117,8 @@ def test_nothing_passing_is_one_line_and_no_choice(planted):
     assert result["choice"] is None
     assert [line for line in result["lines"] if line.startswith("chosen")] == [
         "chosen: none: no candidate (false:chunked) computes the reference's loss for every model "
-        "(each dropped "
-        "above); nothing trains on a setting nobody asked for (CANDIDATES=false:reference would "
-        "train the reference)"
+        "(each dropped above); nothing trains on a setting nobody asked for "
+        "(CANDIDATES=false:reference would train the reference)"
     ]
 
 
@@ -294,8 +292,7 @@ def test_the_smaller_groups_trials_count_against_the_lease_inside_the_box():
     assert fit == {"table1": []}, lines
     assert (
         "table1 transformer with 2 seed(s): not timed (BoxTimeout: still running after 3 s, its "
-        "share of the "
-        "time box): it does not fit"
+        "share of the time box): it does not fit"
     ) in lines
 
 
@@ -317,9 +314,8 @@ def test_a_smaller_groups_trial_runs_inside_the_box(monkeypatch):
 
 def test_tables_fitting_different_seeds_train_those_every_one_fits():
     """The preset's seeds are one list: a table that fits three seeds beside one that fits one
-    trains
-    one (mutation: the union trains three in the table that fits one); one that fits none is left
-    out."""
+    trains one (mutation: the union trains three in the table that fits one); one that fits none is
+    left out."""
     fit, lines = budget.common_seeds({"table1": [0, 1, 2], "table2": [0]})
     assert fit == {"table1": [0], "table2": [0]}
     assert (
@@ -335,9 +331,8 @@ def test_tables_fitting_different_seeds_train_those_every_one_fits():
 def test_the_lease_not_this_command_bounds_the_seeds_and_a_resumed_command_is_counted():
     """A lease of two commands: seeds whose runs need more than this command's deadline fit when the
     lease covers them, with one resumed command (RESUME_S and the setting's setup again) on top;
-    each
-    epoch's checkpoint counts; the first command's jobs start once (JOB_START_S and the setup); the
-    progress in a last.pt is not trained again."""
+    each epoch's checkpoint counts; the first command's jobs start once (JOB_START_S and the setup);
+    the progress in a last.pt is not trained again."""
     per_epoch, epochs = budget.steps_of(_spec("transformer"), len(IDS))
     train3 = 2 * per_epoch * epochs * 1.0 * (1 + budget.VALIDATION_SHARE)
     ckpt = {

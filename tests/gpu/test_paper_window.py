@@ -19,9 +19,8 @@ next command (CARRY=/none) reuses the choice, times nothing, resumes the runs an
 from the fused groups (a completed row per run, with two parts: stopped at the deadline, finished).
 What comes back holds no weights or checkpoints. A third window elsewhere, given seed 0's records as
 the second packed them (FINISHED), adopts them and trains seed 1 alone: the same table. A fourth,
-given every
-run's records, stops at its dry run (nothing to train). A tree with
-uncommitted changes, where no prepared tree came, is refused before anything runs."""
+given every run's records, stops at its dry run (nothing to train). A tree with uncommitted changes,
+where no prepared tree came, is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -48,10 +47,9 @@ from helpers.procs import HANG
 
 pytestmark = pytest.mark.slow
 # nodrop.yaml: dropout 0, so that a fused group's member trains as its own run does (within fp32's
-# rounding)
-# and a table whose seeds two windows split equals the one window's; 30 epochs, the paper's (of 12
-# steps,
-# a quarter of the demo's), several times what the first command's deadline leaves them
+# rounding) and a table whose seeds two windows split equals the one window's; 30 epochs, the
+# paper's (of 12 steps, a quarter of the demo's), several times what the first command's deadline
+# leaves them
 DEMO = {"PRESET": "demo", "TARGETS": "table1", "CONFIGFILES": "config.yaml nodrop.yaml"}
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
@@ -74,8 +72,8 @@ def _copy(dst):
 
 def _prepared(tmp_path):
     """A checkout whose last commit (a new file, a changed one) the device copies' .git will lack,
-    prepared (make gpu-paper-prepare: the token files, Snakemake's records, the commit's tree in
-    the tar)."""
+    prepared (make gpu-paper-prepare: the token files, Snakemake's records, the commit's tree in the
+    tar)."""
     prep = _copy(tmp_path / "prep")
     (prep / "NOTES.md").write_text("A file of the commit a lagging copy's .git lacks.\n")
     with open(prep / "nodrop.yaml", "a") as f:
@@ -102,8 +100,7 @@ def _prepared(tmp_path):
 
 def _device_copy(prep, dst):
     """The working tree as a lease's machine gets it: the prepared commit's files and the carried
-    tar
-    (not the ignored results, records or tree), a .git one commit behind the files, the scripts
+    tar (not the ignored results, records or tree), a .git one commit behind the files, the scripts
     without their run bit, every file's time disturbed."""
     shutil.copytree(
         prep,
@@ -236,8 +233,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
         -3000:
     ]
     # a pinned setting trains only after the first minute has it computing the reference's loss on
-    # the
-    # device: the fused head's kernels are not on this machine, so no training
+    # the device: the fused head's kernels are not on this machine, so no training
     proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")
     out, _ = proc.communicate(timeout=HANG)
     assert proc.returncode == 1, out[-3000:]
@@ -259,8 +255,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     # the lease's first command: its deadline a few epochs past the first minute (the runs need
     # several times that), the lease ample. The window is held once its Snakemake has started, until
     # every group has checkpointed its first epoch: each run is then past its start when the
-    # deadline
-    # (passed meanwhile) stops it, however slowly this machine started them
+    # deadline (passed meanwhile) stops it, however slowly this machine started them
     decoy = subprocess.Popen(
         [
             sys.executable,
@@ -377,11 +372,9 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert "chosen: compile=false head_loss=chunked" in choice
 
     # seeds across leases: seed 0's records as the second window packed them (committed, as under
-    # reports/),
-    # and a third window on another machine adopts them and trains seed 1 alone: the one window's
-    # table.
-    # Their directory's name holds every character finished_runs allows that Markdown or LaTeX would
-    # read
+    # reports/), and a third window on another machine adopts them and trains seed 1 alone: the one
+    # window's table. Their directory's name holds every character finished_runs allows that
+    # Markdown or LaTeX would read
     records = _committed(
         tmp_path / "second/records.tar.gz",
         [f"{g}-s0" for g in groups],
@@ -409,12 +402,10 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     md = (third / "results/demo/report/table1.md").read_text()
     assert (
         f"From records made elsewhere (finished_runs: {markdown.text(records)}): "
-        "table1-grassmann-s0, "
-        "table1-transformer-s0; the others trained in this tree."
+        "table1-grassmann-s0, table1-transformer-s0; the others trained in this tree."
     ) in md, md
     # and rendered (CommonMark, as a Markdown viewer or the report shows it) the path is that text,
-    # no markup;
-    # the LaTeX table, whose comment names it, compiles
+    # no markup; the LaTeX table, whose comment names it, compiles
     html = MarkdownIt("commonmark").enable("table").render(md)
     assert f"(finished_runs: {escape(str(records), quote=False)}): table1-grassmann-s0" in html, (
         html
@@ -432,8 +423,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
         )
 
     # a lease whose target's runs are all finished in earlier leases trains nothing: it stops at the
-    # dry
-    # run, in seconds, before the preflight and the first minute, and says what to do
+    # dry run, in seconds, before the preflight and the first minute, and says what to do
     done = _committed(tmp_path / "second/records.tar.gz", runs, tmp_path / "all-seeds")
     fourth = _device_copy(prep, tmp_path / "fourth-work")
     proc = _window(fourth, tmp_path / "fourth", FINISHED=str(done))
@@ -441,8 +431,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert proc.returncode == 3, out[-3000:]
     assert (
         "error: the dry run of table1 plans no training or evaluation: its runs are all finished "
-        f"({done}); "
-        "name the next target (TARGETS="
+        f"({done}); name the next target (TARGETS="
     ) in out, out[-3000:]
     assert (
         not (fourth / "results/demo/preflight").exists()

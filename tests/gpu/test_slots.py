@@ -1,6 +1,6 @@
-"""GPU slots through the GRASSFLOW_GPUS stand-in: real processes hold real flocks. K runs per
-GPU and never more, a distinct (GPU, slot) each; a killed holder's slot is free at once; a job
-that times the device takes its GPU alone; a CPU job without the stand-in takes none."""
+"""GPU slots through the GRASSFLOW_GPUS stand-in: real processes hold real flocks. K runs per GPU
+and never more, a distinct (GPU, slot) each; a killed holder's slot is free at once; a job that
+times the device takes its GPU alone; a CPU job without the stand-in takes none."""
 
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ def test_a_slot_directory_others_can_write_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_cuda_slot_makes_its_gpu_torchs_current_device(tmp_path, monkeypatch):
-    """The CUDA branch, rehearsed: with every slot of GPU 0 held elsewhere, the job takes GPU 1
-    and calls torch.cuda.set_device(1) before anything else touches CUDA; its record says so."""
+    """The CUDA branch, rehearsed: with every slot of GPU 0 held elsewhere, the job takes GPU 1 and
+    calls torch.cuda.set_device(1) before anything else touches CUDA; its record says so."""
     import torch
 
     monkeypatch.setenv(gpu_slots.SLOTS_DIR, str(tmp_path / "slots"))

@@ -1,7 +1,7 @@
 """The kernels one captured training step launches, counted on the CPU (tests/helpers/step_ops.py):
 the number the step's speed work tracks without a GPU. reports/bench/step-ops.md's counts are the
-code's; they do not depend on the widths they are counted at; and the members' clipping, done in
-one foreach op, is each member's own run's clip_grad_norm_."""
+code's; they do not depend on the widths they are counted at; and the members' clipping, done in one
+foreach op, is each member's own run's clip_grad_norm_."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """CUDA's bf16 autocast policy, applied to CPU tensors: a rehearsal of what a GPU run's dtypes do.
 
-`torch.autocast("cuda")` disables itself without CUDA, and CPU autocast follows other op lists
-(its layer_norm, cumsum and sum keep bf16, CUDA's give fp32), so neither shows on a CPU what
-the first GPU run will meet. `CudaAutocast` is a TorchFunctionMode that casts per the op lists
-of ATen's autocast_mode.cpp for CUDA:
+`torch.autocast("cuda")` disables itself without CUDA, and CPU autocast follows other op lists (its
+layer_norm, cumsum and sum keep bf16, CUDA's give fp32), so neither shows on a CPU what the first
+GPU run will meet. `CudaAutocast` is a TorchFunctionMode that casts per the op lists of ATen's
+autocast_mode.cpp for CUDA:
 
   lower_precision_fp   matmul family, linear, convolutions, sdpa      -> inputs cast to bf16
   fp32                 pointwise transcendental ops, norms, losses    -> inputs cast to fp32
@@ -13,12 +13,12 @@ of ATen's autocast_mode.cpp for CUDA:
   banned               binary_cross_entropy                           -> error, as on CUDA
   everything else                                                     -> its inputs' dtypes
 
-Eligible inputs are floating-point tensors other than float64, as in ATen. Ops are matched by
-their Python-level name (torch.sum and Tensor.sum alike); a composite such as cross_entropy is
-given the policy of its first autocast-listed ATen op. What it cannot see: code that turns
-autocast off with torch.autocast(enabled=False) (only export's pre-dispatch mode is told), so
-our code never relies on that; and the backward of an autograd.Function under custom_bwd (ours
-have none: their backward pins its own dtypes).
+Eligible inputs are floating-point tensors other than float64, as in ATen. Ops are matched by their
+Python-level name (torch.sum and Tensor.sum alike); a composite such as cross_entropy is given the
+policy of its first autocast-listed ATen op. What it cannot see: code that turns autocast off with
+torch.autocast(enabled=False) (only export's pre-dispatch mode is told), so our code never relies on
+that; and the backward of an autograd.Function under custom_bwd (ours have none: their backward pins
+its own dtypes).
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ class _LowerProbe(TorchFunctionMode):
 
 
 class cpu_bf16_autocast:
-    """The real CPU autocast, for the same tests under PyTorch's own (CPU) op lists, with a
-    probe of what its lower-precision ops produced."""
+    """The real CPU autocast, for the same tests under PyTorch's own (CPU) op lists, with a probe of
+    what its lower-precision ops produced."""
 
     def __init__(self):
         self.lowered = []
@@ -231,9 +231,9 @@ class cpu_bf16_autocast:
 
 
 class Recorded:
-    """A factory for runtime.AUTOCAST that keeps every context it made, so that a test can
-    assert afterwards that the policy ran: it was entered, lower-precision ops ran under it on
-    eligible inputs, and each of them produced the policy's dtype."""
+    """A factory for runtime.AUTOCAST that keeps every context it made, so that a test can assert
+    afterwards that the policy ran: it was entered, lower-precision ops ran under it on eligible
+    inputs, and each of them produced the policy's dtype."""
 
     def __init__(self, factory, dtype=torch.bfloat16):
         self.factory, self.dtype, self.made = factory, dtype, []

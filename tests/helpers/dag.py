@@ -1,5 +1,5 @@
-"""The DAG end to end, shared by the tests/pipeline/ files: a scratch copy of the
-repository, real Snakemake runs and dry runs in it, and what they compare."""
+"""The DAG end to end, shared by the tests/pipeline/ files: a scratch copy of the repository, real
+Snakemake runs and dry runs in it, and what they compare."""
 
 from __future__ import annotations
 
@@ -121,10 +121,10 @@ def snakemake(cwd, *args, check=True, preset="demo", env=None):
 
 def plan_jobs(cwd, overlay: dict | None = None, targets=()) -> list[dict]:
     """The jobs of a dry run, from Snakemake's own plan in process
-    (grassflow.pipeline.preview.dry_run,
-    what `grassflow plan` reads) with each one's reasons read (`why`:
-    grassflow.pipeline.preview.explain);
-    `overlay`: preset keys for the demo, given as a --configfile (as a user changes a setting)."""
+    (grassflow.pipeline.preview.dry_run, what `grassflow plan` reads) with each one's reasons read
+    (`why`:
+    grassflow.pipeline.preview.explain); `overlay`: preset keys for the demo, given as a
+    --configfile (as a user changes a setting)."""
     from grassflow.pipeline.preview import explain
     from grassflow.planning.staleness import CODE_INDEX
 
@@ -163,8 +163,7 @@ def settings_changed(jobs: list[dict]) -> set[tuple]:
 
 
 # the demo's Grassmann runs: its tables', its `pre_norm` ablation's (`paper` is the table's) and its
-# sweep's
-# other learning rates (3e-3 is the table's)
+# sweep's other learning rates (3e-3 is the table's)
 DEMO_GRASSMANN_RUNS = {
     f"{t}-grassmann-s{s}"
     for t in ("table1", "table2", "table1_lr_1e-3", "table1_lr_1e-2")
@@ -185,8 +184,8 @@ def replaced(path: Path, old: str, new: str):
         path.write_text(original)
 
 
-# An edit that changes a module's code (a new module-level name), and edits that cannot change
-# what runs (a comment, a docstring, reformatting): fingerprints cover code
+# An edit that changes a module's code (a new module-level name), and edits that cannot change what
+# runs (a comment, a docstring, reformatting): fingerprints cover code
 # (grassflow.planning.staleness)
 CODE_EDIT = "\n_EDITED = 1\n"
 COMMENT_EDIT = "\n# edited\n"
@@ -210,8 +209,8 @@ def job_stats(stdout: str) -> Counter:
 
 
 def assert_same_tables(a_dir, b_dir, names=None, subset=None):
-    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies
-    (of the tables `names`, default all), row by row (one row per run). `subset`: `b_dir` ran this
+    """The numbers of two demo runs agree exactly: LM perplexities, SNLI and recall accuracies (of
+    the tables `names`, default all), row by row (one row per run). `subset`: `b_dir` ran this
     preset, a part of the demo's runs (tests/slurm/demo-small.yaml): each of its rows equals the
     demo's row of the same run."""
     # equal weights, equal weights_sha256, wherever and however the checkpoints were written
@@ -272,8 +271,8 @@ def plan_rows(md: str) -> dict[str, list[str]]:
 
 
 def assert_closure_holds(record: dict, module: str, kinds=()) -> None:
-    """What the job loaded ⊆ its closure, less the other kinds' code and what only that code
-    imports (loaded with the models package, never run by this job)."""
+    """What the job loaded ⊆ its closure, less the other kinds' code and what only that code imports
+    (loaded with the models package, never run by this job)."""
     others = [k for k in staleness.kind_code() if k not in kinds]
     theirs = staleness.closure([m for k in others for m in staleness.kind_code()[k]], others)
     loaded = {Path(f).resolve() for f in record["files"]}

@@ -3,13 +3,12 @@ declared here with what it is for: a test that runs the DAG again where the one 
 derived from it, would do costs minutes of CI.
 
 Snakemake writes one log file per invocation but a dry run (`.snakemake/log/<start
-time>.snakemake.log`);
-an execution is one whose log records a job started. At the end of a CI run (`make test TIERS="not
-gpu"`, every test but the GPU's), `tests/conftest.py` counts them under the session's temporary
-directory, each by the test directory
-that made it (a copy of the demo carries the demo's logs: a log is its first writer's, the copy of
-the earliest change time), and fails the run where a test made more or fewer than declared
-(`audit`). tests/pipeline/test_executions.py tests the audit itself."""
+time>.snakemake.log`); an execution is one whose log records a job started. At the end of a CI run
+(`make test TIERS="not gpu"`, every test but the GPU's), `tests/conftest.py` counts them under the
+session's temporary directory, each by the test directory that made it (a copy of the demo carries
+the demo's logs: a log is its first writer's, the copy of the earliest change time), and fails the
+run where a test made more or fewer than declared (`audit`). tests/pipeline/test_executions.py tests
+the audit itself."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     "test_demo_through_slurm_profil": (
         1,
         "every rule as a SLURM job on its partition, Table 1's two runs in one allocation, "
-        "preempted "
-        "and then retried after its time limit (a fresh tree: the data jobs too)",
+        "preempted and then retried after its time limit (a fresh tree: the data jobs too)",
     ),
     "test_full_v1_splits_through_th": (
         1,
@@ -53,18 +51,15 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     "test_the_demo_runs_from_a_user": (
         2,
         "a part of the demo run from a user's directory, once with --directory and once as a "
-        "catalog "
-        "module: each its own results there, equal to the demo's rows",
+        "catalog module: each its own results there, equal to the demo's rows",
     ),
     "test_a_lease_in_two_commands_t": (
         6,
         "the GPU window at a lease's proportions: its preparation, a preflight refused, the first "
-        "command "
-        "stopped at its deadline, the second resuming to Table 1 from fused seed groups (a row and "
-        "record "
-        "each); a third window elsewhere adopting the second's seed-0 records beside seed 1 "
-        "trained (its "
-        "preflight and its tables: two; the one DAG run of finished_runs)",
+        "command stopped at its deadline, the second resuming to Table 1 from fused seed groups (a "
+        "row and record each); a third window elsewhere adopting the second's seed-0 records "
+        "beside seed 1 trained (its preflight and its tables: two; the one DAG run of "
+        "finished_runs)",
     ),
     "test_a_run_rerun_because_its_c": (
         1,
@@ -74,8 +69,7 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     "test_a_full_disk_fails_each_jo": (
         7,
         "a full disk under each kind of job that writes, each freed and rerun (data, training, "
-        "evaluation, "
-        "tables) to the demo's table: Table 1's Grassmann seed 0 only",
+        "evaluation, tables) to the demo's table: Table 1's Grassmann seed 0 only",
     ),
     "test_a_hub_fetch_holds_its_own": (
         1,
@@ -85,8 +79,7 @@ EXECUTIONS: dict[str, tuple[int, str]] = {
     "test_a_failing_stage_says_its_": (
         2,
         "a failing adoption's error line in Snakemake's output, once redirected to a file and once "
-        "through a "
-        "pipe (one job each, a copy of the demo)",
+        "through a pipe (one job each, a copy of the demo)",
     ),
     "test_under_slurm_the_line_land": (
         1,

@@ -259,8 +259,8 @@ def _clear_caches():
 
 @contextmanager
 def installed(monkeypatch, nvrtc_missing=False, cupy_cuda=12, torch_cuda=12):
-    """The stand-in as `cupy` (built for CUDA `cupy_cuda`), CPU tensors as CUDA tensors of a
-    torch built for CUDA `torch_cuda`; yields its state."""
+    """The stand-in as `cupy` (built for CUDA `cupy_cuda`), CPU tensors as CUDA tensors of a torch
+    built for CUDA `torch_cuda`; yields its state."""
     global STATE
     STATE = _State()
     STATE.nvrtc_missing = nvrtc_missing

@@ -1,13 +1,13 @@
-"""A detector of host syncs: every read of a tensor's value by the host, the way a CUDA run
-would have to wait for the device to make it.
+"""A detector of host syncs: every read of a tensor's value by the host, the way a CUDA run would
+have to wait for the device to make it.
 
-On the CPU such reads never reach the dispatcher as a sync (`.tolist()`, `.numpy()`, `.cpu()`
-of a CPU tensor dispatch nothing), so they are caught at the Python level, as Tensor methods
-through a TorchFunctionMode: `.item()`, `.tolist()`, `.numpy()`, `.cpu()`, `bool()` (a tensor
-in an `if`), `float()`, `int()`, use as an index, `np.asarray()`, formatting. ATen's own
-scalar reads (`_local_scalar_dense`, `is_nonzero`) are counted at the dispatcher too, for
-the ones that bypass Python. Not counted: `.to("cpu")`, which on a CPU run cannot be told
-apart from moving host data onto the device; our code reads back with `.cpu()` or `.tolist()`.
+On the CPU such reads never reach the dispatcher as a sync (`.tolist()`, `.numpy()`, `.cpu()` of a
+CPU tensor dispatch nothing), so they are caught at the Python level, as Tensor methods through a
+TorchFunctionMode: `.item()`, `.tolist()`, `.numpy()`, `.cpu()`, `bool()` (a tensor in an `if`),
+`float()`, `int()`, use as an index, `np.asarray()`, formatting. ATen's own scalar reads
+(`_local_scalar_dense`, `is_nonzero`) are counted at the dispatcher too, for the ones that bypass
+Python. Not counted: `.to("cpu")`, which on a CPU run cannot be told apart from moving host data
+onto the device; our code reads back with `.cpu()` or `.tolist()`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ DOCUMENT = (
 
 def need_pdflatex() -> None:
     """Skip (fail under CI) where there is no pdflatex: called before anything runs by a test whose
-    end
-    compiles a table, so that a skip never takes the checks before it along."""
+    end compiles a table, so that a skip never takes the checks before it along."""
     if shutil.which("pdflatex") is None:
         skip_or_fail_in_ci(
             "no pdflatex (apt-get install texlive-latex-base texlive-latex-recommended)"

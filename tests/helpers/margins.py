@@ -1,6 +1,6 @@
-"""Tolerance checks that remember how close they came: `within(err, tol, what)` asserts
-err ≤ tol and records err / tol under the running test (set by conftest's seed fixture), so
-that `pytest --seeds N` can print each randomized test's worst margin over N seeds."""
+"""Tolerance checks that remember how close they came: `within(err, tol, what)` asserts err ≤ tol
+and records err / tol under the running test (set by conftest's seed fixture), so that `pytest
+--seeds N` can print each randomized test's worst margin over N seeds."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ def _version(path):
 
 
 def _wait_for_checkpoints(path, proc, k: int, timeout=HANG) -> None:
-    """Until `path` has been replaced k times (each checkpoint is a new file renamed into
-    place), or the process ended."""
+    """Until `path` has been replaced k times (each checkpoint is a new file renamed into place), or
+    the process ended."""
     deadline, seen, last = time.time() + timeout, 0, None
     while seen < k and proc.poll() is None and time.time() < deadline:
         v = _version(path)
@@ -39,10 +39,10 @@ def _wait_for_checkpoints(path, proc, k: int, timeout=HANG) -> None:
 
 
 def stop_then_signal(proc, sig, still=None) -> None:
-    """Deliver `sig` to a frozen process: SIGSTOP, the signal, SIGCONT. Whatever it was doing
-    when frozen, it handles the signal from there, so a fast run cannot finish first. `still()`:
-    the state the signal is meant for, checked while it is frozen (it cannot change then): a
-    test whose process got past it fails, naming that, instead of testing something else."""
+    """Deliver `sig` to a frozen process: SIGSTOP, the signal, SIGCONT. Whatever it was doing when
+    frozen, it handles the signal from there, so a fast run cannot finish first. `still()`:
+    the state the signal is meant for, checked while it is frozen (it cannot change then): a test
+    whose process got past it fails, naming that, instead of testing something else."""
     proc.send_signal(signal.SIGSTOP)
     if still is not None and not still():
         proc.send_signal(signal.SIGCONT)
@@ -57,8 +57,8 @@ IN_CI = __import__("os").environ.get("CI") == "true"
 
 
 def needs(present: bool, reason: str):
-    """A skipif marker for a feature's prerequisite (../shared's data, which CI has): skipped on
-    a developer's machine without it, run in CI (CI=true), where the missing file then fails it."""
+    """A skipif marker for a feature's prerequisite (../shared's data, which CI has): skipped on a
+    developer's machine without it, run in CI (CI=true), where the missing file then fails it."""
     import pytest
 
     return pytest.mark.skipif(not present and not IN_CI, reason=reason)

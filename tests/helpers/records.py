@@ -1,5 +1,5 @@
-"""Run records to table, crafted from the committed records of a finished run, and records a
-tracker wrote, read back."""
+"""Run records to table, crafted from the committed records of a finished run, and records a tracker
+wrote, read back."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from helpers import ROOT
 
 TEMPLATE = ROOT / "reports/wikitext2-v1-laptop"  # real records of a finished run: their shape
 # a distinct value per (split, metric): validation's and test's chunked, strided, strided word-level
-# (strided
-# NLL per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
+# (strided NLL per harness word) and lm-eval's word-level ("harness": eval.json's harness.word_ppl)
 OFFSETS = {
     ("validation", "chunked_ppl"): 1,
     ("validation", "strided_ppl"): 2,
@@ -72,11 +71,9 @@ def crafted_run(
     epochs: int = 1,
 ):
     """A finished run's records (the template's shape) with these figures: eval.json's validation
-    and
-    test chunked PPL, and metrics.jsonl's epochs, the last of which is the best (its validation PPL
-    eval.json's, as run.json's best_val_ppl); `train`, `model_keys`: its spec's, over the
-    template's.
-    A diverged run records no evaluation."""
+    and test chunked PPL, and metrics.jsonl's epochs, the last of which is the best (its validation
+    PPL eval.json's, as run.json's best_val_ppl); `train`, `model_keys`: its spec's, over the
+    template's. A diverged run records no evaluation."""
     d = runs_dir / run_id
     d.mkdir(parents=True)
     src = TEMPLATE / "runs" / f"table1-{model}-s0"

@@ -1,8 +1,6 @@
 """The rules as Snakemake parses them (through its API, in this process, as `grassflow plan` does;
-no
-text of the rule files is read): each rule's shell, conda environment and container, the stage
-module
-its shell runs, and what its `code` param is, checked against that module's fingerprints
+no text of the rule files is read): each rule's shell, conda environment and container, the stage
+module its shell runs, and what its `code` param is, checked against that module's fingerprints
 (grassflow.planning.staleness): for each of its jobs in the demo's plan (demo, and demo with
 train.fuse_seeds for train_fused), the model kinds whose code it holds, or None where it matches
 none of the module's fingerprints. A rule whose `code` is one value (not a function of its

@@ -1,8 +1,8 @@
 """The README's DAG picture (docs/dag.svg): the `paper` preset's rule graph, drawn by graphviz.
 
 Regenerate it (needs graphviz's `dot`): `python tests/helpers/rule_graph.py`.
-tests/user/test_docs.py reads the
-picture's rules and edges back and compares them with today's `snakemake --rulegraph`.
+tests/user/test_docs.py reads the picture's rules and edges back and compares them with today's
+`snakemake --rulegraph`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def dot_graph(dot: str) -> tuple[frozenset, frozenset]:
 
 
 def svg_graph(svg: str) -> tuple[frozenset, frozenset]:
-    """(rule names, edges by name) of graphviz's SVG of a rule graph: each node's group holds its
-    id as its title and its rule as its text, each edge's its two ids as `a->b`."""
+    """(rule names, edges by name) of graphviz's SVG of a rule graph: each node's group holds its id
+    as its title and its rule as its text, each edge's its two ids as `a->b`."""
     groups = re.findall(
         r'<g id="\w+" class="(node|edge)">\s*<title>(.*?)</title>(.*?)</g>', svg, re.S
     )

@@ -6,9 +6,8 @@ under autocast, backward, per-member clipping, fused AdamW, the loss bookkeeping
 (a config's seeds as one ensemble, train.fuse_seeds), run the way CUDA runs it: CUDA's bf16 autocast
 lists (helpers.cuda_autocast: its casts are kernels), the CuPy kernels through the stand-in
 (helpers.fake_cupy: each launch counted), the ensemble's batched GEMMs
-(models.layers.GEMM_PER_MEMBER
-empty), the optimizer made for a capture. Counted after one warm-up step (AdamW's state exists then,
-as in the graph a capture makes):
+(models.layers.GEMM_PER_MEMBER empty), the optimizer made for a capture. Counted after one warm-up
+step (AdamW's state exists then, as in the graph a capture makes):
   ops     ATen ops that run a kernel, as CUDA launches them: every op but views (an op whose outputs
           alias an input without writing it) and bare allocations counts one, but a foreach op off
           CUDA's fast route (cuda_launches: lists whose i-th tensors differ in size, a broadcast

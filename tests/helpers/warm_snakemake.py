@@ -7,8 +7,7 @@ their own (helpers.dag.snakemake), so that signals, locks and exits are Snakemak
 them.
 
 A request may instead ask for grassflow's own in-process plan (grassflow.pipeline.preview.dry_run,
-what
-`grassflow plan` reads): its jobs come back as JSON, read from Snakemake's log records, not its
+what `grassflow plan` reads): its jobs come back as JSON, read from Snakemake's log records, not its
 text.
 
 Run as a script, this module is the server: one request per stdin line (JSON), one exit code per

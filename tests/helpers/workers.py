@@ -6,11 +6,10 @@ from __future__ import annotations
 
 def scheduler(config, log, groups: dict[str, str], cores: int):
     """Whole groups to a worker (`groups`: {tests/<file>::<test>: group}), each other file as one
-    unit
-    (its module fixtures), in the collection's order. With more workers than `cores` (CI: -n 3 on 2)
-    the last runs the "slurm" group and nothing else: those tests mostly wait on the cluster, and a
-    worker that shared them left a core idle meanwhile (the cores ~70 % busy for the ~6 minutes of
-    the SLURM test). Not `--dist loadgroup`: with pytest 9.2 it silently stops grouping
+    unit (its module fixtures), in the collection's order. With more workers than `cores` (CI: -n 3
+    on 2) the last runs the "slurm" group and nothing else: those tests mostly wait on the cluster,
+    and a worker that shared them left a core idle meanwhile (the cores ~70 % busy for the ~6
+    minutes of the SLURM test). Not `--dist loadgroup`: with pytest 9.2 it silently stops grouping
     (pytest-xdist#1386)."""
     from xdist.scheduler import LoadScopeScheduling
 

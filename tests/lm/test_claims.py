@@ -1,5 +1,5 @@
-"""What the tables may say: the unigram baseline, 'did not learn', the verdict gate, the data
-label, weights hashes, and the ablation grid's arithmetic."""
+"""What the tables may say: the unigram baseline, 'did not learn', the verdict gate, the data label,
+weights hashes, and the ablation grid's arithmetic."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def test_unigram_ppl():
     assert unigram_ppl(
         np.arange(vocab).repeat(50), np.arange(vocab).repeat(3), vocab
     ) == pytest.approx(vocab)
-    # vocab 3, token 0 seen 9 times, 1 once, 2 never: add-one gives 10/13, 2/13, 1/13; the
-    # stream's first token has no context and is not scored
+    # vocab 3, token 0 seen 9 times, 1 once, 2 never: add-one gives 10/13, 2/13, 1/13; the stream's
+    # first token has no context and is not scored
     train = np.array([0] * 9 + [1])
     assert unigram_ppl(train, np.array([2, 0, 0]), 3) == pytest.approx(13 / 10)
     assert unigram_ppl(train, np.array([0, 2]), 3) == pytest.approx(13.0)
@@ -251,9 +251,9 @@ def test_a_diverged_seed_is_named_where_the_verdict_is(dropped):
 )
 def test_a_table_without_a_gap_says_why_and_still_why_it_is_not_the_papers(grassmann):
     """A table of one model (a preset that asks only Grassmann, as the ablations' v1 preset does) or
-    one whose other model completed no run: no gap, and the line says which; the reasons its
-    numbers cannot be compared with the paper's, which a gap's verdict carries, are said there
-    too, and in the LaTeX caption."""
+    one whose other model completed no run: no gap, and the line says which; the reasons its numbers
+    cannot be compared with the paper's, which a gap's verdict carries, are said there too, and in
+    the LaTeX caption."""
     from grassflow.lm.aggregate import judge, latex_table, markdown_table, summarise
 
     statuses = {"table1-grassmann-s0": grassmann or "completed"}

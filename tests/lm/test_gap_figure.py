@@ -28,8 +28,7 @@ def _runs():
 
 def _by_hand(epoch):
     """(gap %, low, high) after `epoch`: the means of each model's best-so-far validation PPL, the
-    ratio's
-    variance by the delta method, Welch–Satterthwaite's degrees of freedom, Student's t."""
+    ratio's variance by the delta method, Welch–Satterthwaite's degrees of freedom, Student's t."""
     best = {}
     for path in sorted((GPU / "runs").glob("table1-*/metrics.jsonl")):
         ppl = [json.loads(line)["val_ppl"] for line in path.read_text().splitlines()]
@@ -74,9 +73,8 @@ def test_the_gap_figure_plots_the_tables_gap_after_every_epoch(tmp_path):
 
 def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
     """reports/wikitext2-v1-gpu/README.md's figures, with one definition: its epoch table's rows are
-    the
-    figure's (each run's best so far; the gap of the means, its interval), its per-seed gaps best
-    against best."""
+    the figure's (each run's best so far; the gap of the means, its interval), its per-seed gaps
+    best against best."""
     text = (GPU / "README.md").read_text().replace("−", "-")
     data = figures.gap_by_epoch(_runs())
     rows = re.findall(
@@ -114,8 +112,8 @@ def test_the_reports_readme_says_the_tables_gap_per_epoch_and_per_seed():
 
 def test_the_ablation_tables_gap_over_training_ends_at_each_variants_gap(tmp_path):
     """The ablation table's figure over training (figures.ablation_gaps_over_training): each
-    variant's
-    gap after its last epoch is the table's (the laptop grid: one epoch, three seeds each)."""
+    variant's gap after its last epoch is the table's (the laptop grid: one epoch, three seeds
+    each)."""
     laptop = ROOT / "reports/wikitext2-v1-laptop-ablations/laptop_v1_ablations"
     df = pd.read_csv(laptop / "report/ablations.csv")
     df["metrics"] = [str(laptop / "runs" / r / "metrics.jsonl") for r in df.run_id]

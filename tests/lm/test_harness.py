@@ -1,9 +1,8 @@
 """lm-evaluation-harness runs our models (grassflow.harness), and the word-level perplexity the
 pipeline reports (grassflow.lm.rolling, the LM's evaluation) is the number lm-eval itself reports:
-lm-eval's own simple_evaluate, on its own wikitext task definition (its YAML and detokenizer,
-copied from the installed package) reading local documents instead of the hub, to 1e-4 relative.
-Generated articles in the default tier; the real Wikitext-2 test split (../shared) in the slow
-tier."""
+lm-eval's own simple_evaluate, on its own wikitext task definition (its YAML and detokenizer, copied
+from the installed package) reading local documents instead of the hub, to 1e-4 relative. Generated
+articles in the default tier; the real Wikitext-2 test split (../shared) in the slow tier."""
 
 from __future__ import annotations
 
@@ -148,8 +147,8 @@ def test_lm_eval_reports_our_word_perplexity(model_dir, tmp_path):
 def test_wikitext2_v1s_unk_is_one_token_in_the_documents_and_in_the_harness(tmp_path):
     """Wikitext-2 v1 (tokenizer.map_unk): the documents stage encodes each literal `<unk>` as the
     token file does, one unknown token, not `<`, `unk`, `>` (a model trained on [UNK] would find
-    those improbable: ~13× the word perplexity on the laptop_v1 run), and the harness model of a
-    run so trained encodes it the same way: lm-eval reports the documents' number."""
+    those improbable: ~13× the word perplexity on the laptop_v1 run), and the harness model of a run
+    so trained encodes it the same way: lm-eval reports the documents' number."""
     from grassflow.lm.evaluate import harness_perplexity
     from grassflow.lm.rolling import documents_split, read_documents
     from grassflow.lm.tokenize import tokenize_split
@@ -185,8 +184,8 @@ def test_wikitext2_v1s_unk_is_one_token_in_the_documents_and_in_the_harness(tmp_
 
 
 def test_an_export_without_tokenizer_map_unk_is_refused_not_guessed(tmp_path):
-    """An export written before config.json carried tokenizer.map_unk: whether `<unk>` is one
-    token is not known, so the harness model refuses it, naming the key and the fix."""
+    """An export written before config.json carried tokenizer.map_unk: whether `<unk>` is one token
+    is not known, so the harness model refuses it, naming the key and the fix."""
     from grassflow.harness import GrassflowLM
 
     d = make_model_dir(tmp_path / "model", "transformer", generate_split(2, seed=1))
@@ -203,8 +202,8 @@ def test_an_export_without_tokenizer_map_unk_is_refused_not_guessed(tmp_path):
 @needs(SHARED_TEST.is_file(), "needs ../shared (the Wikitext-2 raw test split)")
 def test_lm_eval_reports_our_word_perplexity_on_the_wikitext2_test_split(tmp_path):
     """The real test split (its 62 articles: the document-level test split's count), cut as a
-    preset's eval_max_tokens cuts it, through the documents stage as the pipeline runs it: the
-    same rows as its token file; lm-eval's wikitext task on those pages reports our number."""
+    preset's eval_max_tokens cuts it, through the documents stage as the pipeline runs it: the same
+    rows as its token file; lm-eval's wikitext task on those pages reports our number."""
     from grassflow.data.sources import read_rows
     from grassflow.lm.evaluate import harness_perplexity
     from grassflow.lm.rolling import documents_split
@@ -319,8 +318,8 @@ def test_loglikelihood_splits_truncates_and_says_greedy_as_hflm(model_dir):
 
 @pytest.mark.slow  # default tier under 5 min: lm-eval's command line in a process of its own
 def test_grassflow_lm_eval_is_lm_evals_command_line(tmp_path):
-    """`grassflow lm-eval`: lm-eval's own options, our model registered; its results file holds
-    the word perplexity."""
+    """`grassflow lm-eval`: lm-eval's own options, our model registered; its results file holds the
+    word perplexity."""
     model_dir = make_model_dir(tmp_path, "transformer", generate_split(6, seed=5))
     _, task = wikitext_task(tmp_path, pages(generate_split(2, seed=1)))
     res = subprocess.run(

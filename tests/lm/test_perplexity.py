@@ -1,6 +1,6 @@
-"""Perplexities against brute force: every token scored, in a plain loop, with exactly the
-context its definition gives it, on tiny models of both kinds (float64, so that the oracle and
-the batched evaluation differ only by the evaluation's fp32 loss: ≤ 1e-6 relative).
+"""Perplexities against brute force: every token scored, in a plain loop, with exactly the context
+its definition gives it, on tiny models of both kinds (float64, so that the oracle and the batched
+evaluation differ only by the evaluation's fp32 loss: ≤ 1e-6 relative).
 
   chunked   target t (1 ≤ t ≤ n_blocks·L) sees ids[s:t], s = L·⌊(t−1)/L⌋
   strided   target t (1 ≤ t < n) sees ids[s:t], s = 0 for t ≤ L, else stride·⌈(t−L)/stride⌉
@@ -99,8 +99,8 @@ def test_strided_context_differs_from_chunked():
 
 
 def harness_word_perplexity(items: list[tuple[float, str]]) -> float:
-    """lm-evaluation-harness: each document gives (loglikelihood, its original text); word
-    count `len(re.split(r"\\s+", doc))`; aggregated by weighted_perplexity, exp(−Σ ll / Σ words)."""
+    """lm-evaluation-harness: each document gives (loglikelihood, its original text); word count
+    `len(re.split(r"\\s+", doc))`; aggregated by weighted_perplexity, exp(−Σ ll / Σ words)."""
     return math.exp(
         -sum(ll for ll, _ in items) / sum(len(re.split(r"\s+", doc)) for _, doc in items)
     )
@@ -136,9 +136,9 @@ def test_word_perplexity_is_the_strided_nll_over_the_harness_word_count(kind, to
 
 
 def test_harness_aggregates_documents_by_total_words():
-    """Σ over documents, not a mean of per-document perplexities: two documents of 2 and 6
-    words with log-likelihoods −4 and −12 give exp(16 / 8), not the mean of exp(2) and exp(2)…
-    nor of anything else."""
+    """Σ over documents, not a mean of per-document perplexities: two documents of 2 and 6 words
+    with log-likelihoods −4 and −12 give exp(16 / 8), not the mean of exp(2) and exp(2)… nor of
+    anything else."""
     assert harness_word_perplexity([(-4.0, "a b"), (-12.0, "c d e f g h")]) == pytest.approx(
         math.exp(2.0)
     )

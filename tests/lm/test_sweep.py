@@ -1,7 +1,7 @@
 """The sweep (grassflow.lm.grid's sweep runs, grassflow.lm.sweep's table): each model's value chosen
-on
-validation, the tuned gap on test, a best at an edge not bracketed; the runs it shares trained once;
-what each row ran read from the runs' records, never the preset. The real DAG's sweep on the demo:
+on validation, the tuned gap on test, a best at an edge not bracketed; the runs it shares trained
+once; what each row ran read from the runs' records, never the preset. The real DAG's sweep on the
+demo:
 tests/pipeline/test_demo_outputs.py."""
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
 VALUES = [1e-3, 3e-3, 1e-2, 3e-2]
 LABELS = ["1e-3", "3e-3", "1e-2", "3e-2"]
 # {model: [(validation PPL, test PPL) of seeds 0, 1, 2] per value}: the Transformer is best on
-# validation
-# at 3e-3 but on test at 1e-2, the Grassmann model best on validation at 1e-2 but on test at 3e-3
-# (so a
-# choice on test, or a report on validation, reads other numbers); one Transformer run at 3e-2
-# diverged
+# validation at 3e-3 but on test at 1e-2, the Grassmann model best on validation at 1e-2 but on test
+# at 3e-3 (so a choice on test, or a report on validation, reads other numbers); one Transformer run
+# at 3e-2 diverged
 FIGURES = {
     "transformer": [
         [(300, 295), (302, 297), (304, 299)],
@@ -118,8 +116,7 @@ def _sweep(tmp_path, figures=FIGURES):
 
 def _welch_gap(g: list[float], t: list[float]) -> tuple[float, float, float]:
     """The gap (G − T)/T in % and its 95 % interval, by hand: the delta method's variance of the
-    ratio of
-    the means, Welch–Satterthwaite's degrees of freedom, Student's t."""
+    ratio of the means, Welch–Satterthwaite's degrees of freedom, Student's t."""
     mg, mt, vg, vt, n = (
         statistics.mean(g),
         statistics.mean(t),
@@ -181,8 +178,7 @@ def test_each_model_is_chosen_on_validation_and_the_tuned_gap_is_reported_on_tes
 
 def test_a_best_at_an_edge_is_not_bracketed_and_no_tuned_gap_is_stated(tmp_path):
     """The Grassmann model best at the last value, the Transformer at the first: each said, with the
-    end
-    to extend, and no tuned gap (mutation: every choice taken as bracketed)."""
+    end to extend, and no tuned gap (mutation: every choice taken as bracketed)."""
     figures = {
         "transformer": [[(200, 199)] * 3, *FIGURES["transformer"][1:]],
         "grassmann": [*FIGURES["grassmann"][:3], [(250, 240), (251, 241), (252, 242)]],
@@ -194,10 +190,8 @@ def test_a_best_at_an_edge_is_not_bracketed_and_no_tuned_gap_is_stated(tmp_path)
     )
     assert (
         "**No tuned gap:** the transformer's best is at the first value tried (1e-3): not "
-        "bracketed, extend the "
-        "sweep below 1e-3; the grassmann's best is at the last value tried (3e-2): not bracketed, "
-        "extend the sweep "
-        "above 3e-2."
+        "bracketed, extend the sweep below 1e-3; the grassmann's best is at the last value tried "
+        "(3e-2): not bracketed, extend the sweep above 3e-2."
     ) in md
     assert "Tuned gap" not in md and "Paper's claim" not in md
 
@@ -227,8 +221,7 @@ def _checked(preset, cfg):
 
 def test_the_papers_sweep_shares_table1s_runs_and_the_lr_ablations():
     """paper's sweep at {1e-4, 3e-4, 1e-3}: 3e-4 is Table 1's runs, 1e-3 the ablation's lr_1e-3;
-    only 1e-4
-    is new, trained once (the preset's runs hold each spec once)."""
+    only 1e-4 is new, trained once (the preset's runs hold each spec once)."""
     errors, (name, p) = _checked("paper", _config())
     assert not errors
     grid = sweep_grid(name, p)
@@ -330,8 +323,7 @@ def test_a_model_key_is_swept_and_a_value_labels_its_runs():
 def test_a_table_says_what_each_model_ran_from_its_records_not_the_preset(tmp_path):
     """Table 1's job handed a preset slice with no model or training section, and records whose
     Transformer trained at lr 1e-3, its Grassmann model at 3e-4 with r 16: the table says what each
-    ran
-    (mutation: comparability from the preset slice again: it has no model or train to read)."""
+    ran (mutation: comparability from the preset slice again: it has no model or train to read)."""
     from grassflow.lm.aggregate import aggregate
 
     for model, lr in (("transformer", 1e-3), ("grassmann", 3e-4)):
@@ -397,8 +389,7 @@ def test_runs_of_one_model_that_ran_other_settings_are_said_not_compared():
 @pytest.mark.parametrize("preset", ["paper", "demo", "laptop_v1_ablations"])
 def test_no_table_job_is_handed_a_model_or_training_section(preset):
     """What each run ran reaches a table by its record only: the preset slices of the LM's table
-    jobs
-    hold the data, tokenizer, models, seeds and their grid, nothing a run's spec holds."""
+    jobs hold the data, tokenizer, models, seeds and their grid, nothing a run's spec holds."""
     errors, (name, p) = _checked(preset, _config())
     assert not errors
     plan = lm_layout(name, p, {}, runs(name, p), f"results/{name}")
@@ -409,8 +400,8 @@ def test_no_table_job_is_handed_a_model_or_training_section(preset):
 
 
 def test_the_figures_axes_say_their_values_in_plain_numbers(tmp_path, monkeypatch):
-    """Validation PPL within one decade (250–410 here, 237–314 at laptop size) has no major tick
-    on a log axis: its minor ticks carry the numbers (mutation: every minor tick off, as the figure
+    """Validation PPL within one decade (250–410 here, 237–314 at laptop size) has no major tick on
+    a log axis: its minor ticks carry the numbers (mutation: every minor tick off, as the figure
     once did, leaves the y axis unlabelled), the x axis the table's value labels."""
     drawn = []
     monkeypatch.setattr(sweep, "save", lambda fig, path: drawn.append(fig))

@@ -1,5 +1,5 @@
-"""Every branch of the LM tables' verdict, reached through the real aggregate on crafted run
-records (its statistics: tests/report/test_stats.py)."""
+"""Every branch of the LM tables' verdict, reached through the real aggregate on crafted run records
+(its statistics: tests/report/test_stats.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Wikitext-2 v1 (the tokenized release: rare words read `<unk>`) as a dataset of its own: the
-`<unk>` mapping, the content hashes of ../shared's files, the presets built on `paper` and
-`laptop`, and what the tables may say about it. The DAG on the full splits is in
+`<unk>` mapping, the content hashes of ../shared's files, the presets built on `paper` and `laptop`,
+and what the tables may say about it. The DAG on the full splits is in
 tests/pipeline/test_demo_outputs.py (slow)."""
 
 from __future__ import annotations
@@ -193,8 +193,8 @@ def test_a_v1_table_says_what_its_data_is_and_scopes_its_verdict():
 
 @needs(V1.is_dir(), "needs ../shared/data/wikitext-2-v1")
 def test_shared_v1_files_are_v1_by_content(tmp_path):
-    """The download stage over ../shared's files (data.source: local): every split's content
-    hash is the one the presets expect, and v1's `<unk>` counts are there."""
+    """The download stage over ../shared's files (data.source: local): every split's content hash is
+    the one the presets expect, and v1's `<unk>` counts are there."""
     cfg = {
         "source": "local",
         "name": "wikitext-2-v1",

@@ -1,6 +1,6 @@
-"""A config's seeds trained as one ensemble (train.fuse_seeds; lm.train.train_fused): each
-member is what its own run would be — initial weights bit for bit, its batches, its clipping, its
-divergence, its best weights, its own run directory that evaluates, loads and exports alone."""
+"""A config's seeds trained as one ensemble (train.fuse_seeds; lm.train.train_fused): each member is
+what its own run would be — initial weights bit for bit, its batches, its clipping, its divergence,
+its best weights, its own run directory that evaluates, loads and exports alone."""
 
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ def _metrics(d):
 @pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
-    """fp32, dropout 0, 14 steps: each member's losses, validation and best weights within 1e-6
-    of its own run's; each record names its group and index."""
+    """fp32, dropout 0, 14 steps: each member's losses, validation and best weights within 1e-6 of
+    its own run's; each record names its group and index."""
     specs = _specs(kind)
     fused, fdirs = _fused(tokens, tmp_path, specs)
     sep, sdirs = _separate(tokens, tmp_path, specs)
@@ -106,8 +106,8 @@ def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
 
 @pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 def test_initial_weights_are_each_runs_bit_for_bit(tokens, tmp_path):
-    """At lr 0 (AdamW then moves nothing) the best weights are the initial ones: each member's
-    equal its own run's bit for bit (built with its own seed, then stacked)."""
+    """At lr 0 (AdamW then moves nothing) the best weights are the initial ones: each member's equal
+    its own run's bit for bit (built with its own seed, then stacked)."""
     specs = _specs(lr=0.0, epochs=1, max_steps_per_epoch=1)
     _, fdirs = _fused(tokens, tmp_path, specs)
     _, sdirs = _separate(tokens, tmp_path, specs)
@@ -146,9 +146,9 @@ class _OnCuda(torch.Tensor):
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 5])
 def test_the_gpus_batched_gemm_equals_a_gemm_per_member(with_bias, rows):
-    """layers.linear on a GPU: one (b)addbmm over the members; on the CPU: a GEMM per member.
-    The GPU's branch, taken on CPU values, gives each member's rows its own x Wᵀ + b, in value and
-    in every gradient (x, weight, bias)."""
+    """layers.linear on a GPU: one (b)addbmm over the members; on the CPU: a GEMM per member. The
+    GPU's branch, taken on CPU values, gives each member's rows its own x Wᵀ + b, in value and in
+    every gradient (x, weight, bias)."""
     from grassflow.models.layers import linear
 
     torch.manual_seed(0)
@@ -198,9 +198,9 @@ def _poison(monkeypatch, seed, epoch, step):
 
 @pytest.mark.slow  # trains 3 runs twice: CI's slow tier
 def test_a_diverging_member_stops_alone_with_its_runs_record(tokens, tmp_path, monkeypatch):
-    """Member s1's loss turns NaN at epoch 2, step 4: it records the divergence its own run
-    records (found at the next periodic read, step 6) and keeps its epoch-1 weights; s0 and s2
-    train on, equal to their own runs."""
+    """Member s1's loss turns NaN at epoch 2, step 4: it records the divergence its own run records
+    (found at the next periodic read, step 6) and keeps its epoch-1 weights; s0 and s2 train on,
+    equal to their own runs."""
     _poison(monkeypatch, seed=1, epoch=1, step=4)
     specs = _specs()
     fused, fdirs = _fused(tokens, tmp_path, specs)

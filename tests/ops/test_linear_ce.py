@@ -1,6 +1,6 @@
-"""The LM head's `fused` backend: kernels/cross_entropy.cu through the CPU shim (its arithmetic
-and calling convention, as a GPU runs them) and through the CuPy stand-in (the CUDA path: the
-driver launch on torch's stream, inside a graph capture), against the exact cross-entropy."""
+"""The LM head's `fused` backend: kernels/cross_entropy.cu through the CPU shim (its arithmetic and
+calling convention, as a GPU runs them) and through the CuPy stand-in (the CUDA path: the driver
+launch on torch's stream, inside a graph capture), against the exact cross-entropy."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def exact(x, y, scale):
 
 
 def test_params_are_the_sources():
-    """The GPU launch packs by fused.PARAMS (no C++ compiler is assumed on a GPU node): they must
-    be what cross_entropy.cu declares, for every instantiation."""
+    """The GPU launch packs by fused.PARAMS (no C++ compiler is assumed on a GPU node): they must be
+    what cross_entropy.cu declares, for every instantiation."""
     sigs = kernel_abi.signatures(kernels_dir() / fused.KERNEL_SOURCES[0])
     want = {
         f"{k}_{suffix}": tuple(p.replace("T", t) for p in params)
@@ -79,8 +79,8 @@ def test_kernels_bf16_read_bf16_and_write_the_rounded_gradient(N, V, gen):
 def test_a_confident_row_keeps_its_digits(margin, gen):
     """The target's logit `margin` above the rest: the loss and the target's 1 − p are
     t/(1+t)-sized, t = Σ_{j≠y} exp(x_j − x_y) ~ V·e^−margin, which 1 + t and m + log(1 + t) round
-    away in fp32 (and fp64's log-softmax at margin 30): the kernels sum t, take log1p and expm1,
-    and match log1p(t) and −t/(1 + t) in fp64 within 1e-5."""
+    away in fp32 (and fp64's log-softmax at margin 30): the kernels sum t, take log1p and expm1, and
+    match log1p(t) and −t/(1 + t) in fp64 within 1e-5."""
     V = 50
     x = torch.randn(3, V, generator=gen) * 0.1
     y = torch.tensor([0, 17, V - 1])
@@ -137,9 +137,9 @@ def test_fused_is_chosen_by_name_only():
 
 
 def test_cuda_path_launches_on_torchs_stream_and_captures(monkeypatch, gen):
-    """The CUDA path through the CuPy stand-in: compiled once from cross_entropy.cu, every launch
-    on torch's current stream (a capture's while capturing) with nothing compiled or allocated by
-    CuPy there, and the same numbers as the shim's direct path."""
+    """The CUDA path through the CuPy stand-in: compiled once from cross_entropy.cu, every launch on
+    torch's current stream (a capture's while capturing) with nothing compiled or allocated by CuPy
+    there, and the same numbers as the shim's direct path."""
     N, V = 6, 300
     h = torch.randn(N, 16, generator=gen, requires_grad=True)
     W = torch.randn(V, 16, generator=gen, requires_grad=True)

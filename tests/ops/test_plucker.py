@@ -89,11 +89,11 @@ def test_gradcheck(backend, gen):
 
 @pytest.mark.parametrize("backend", ["fast", "kernel-cpu", "fused-cpu"])
 def test_parallel_inputs_are_finite_and_bounded(backend, gen):
-    """z_t all parallel: ‖p‖ is roundoff, below eps. Every formulation then amplifies that
-    roundoff by 1/eps; the fast path combines offsets before the wedge, so it amplifies it
-    differently. The documented bound: each normalised coordinate p̂ may differ by
-    δ = 64·u·max‖z‖²/eps (u = 2⁻⁵³), so |Δg| ≤ δ·Σ|W_row| and |ΔdW| ≤ δ·Σ_t|dg_t|.
-    dz and db carry no cancellation (dz = D c with c ~ z/eps) and must match closely."""
+    """z_t all parallel: ‖p‖ is roundoff, below eps. Every formulation then amplifies that roundoff
+    by 1/eps; the fast path combines offsets before the wedge, so it amplifies it differently. The
+    documented bound: each normalised coordinate p̂ may differ by δ = 64·u·max‖z‖²/eps (u = 2⁻⁵³),
+    so |Δg| ≤ δ·Σ|W_row| and |ΔdW| ≤ δ·Σ_t|dg_t|. dz and db carry no cancellation (dz = D c with c ~
+    z/eps) and must match closely."""
     B, T, r, d, eps = 2, 30, 8, 5, 1e-6
     v = rand(gen, r)
     z = rand(gen, B, T, 1) * v  # every z_t ∥ v
@@ -126,10 +126,10 @@ def test_kernel_cpu_float32_and_bf16(gen):
 
 
 def test_fused_cpu_float32_uses_every_thread_and_refuses_bf16(gen):
-    """The fused C++ loops split tokens over torch's threads: each stage's result is the same,
-    bit for bit, at 1 to 4 threads (a machine's cores, or a test worker's share of them). The op
-    around them projects by W with torch's matmul, whose sums round differently at 3 threads and
-    more (the reference's too): the op is held to the reference within float32's tolerance."""
+    """The fused C++ loops split tokens over torch's threads: each stage's result is the same, bit
+    for bit, at 1 to 4 threads (a machine's cores, or a test worker's share of them). The op around
+    them projects by W with torch's matmul, whose sums round differently at 3 threads and more (the
+    reference's too): the op is held to the reference within float32's tolerance."""
     from grassflow.ops.plucker.backends import stages_for
 
     B, T, r, d = 3, 70, 32, 24

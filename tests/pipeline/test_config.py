@@ -1,5 +1,5 @@
-"""Bad configurations fail before any job starts, with one line naming the key and what is
-allowed: through the package check (many cases) and through real Snakemake (a few)."""
+"""Bad configurations fail before any job starts, with one line naming the key and what is allowed:
+through the package check (many cases) and through real Snakemake (a few)."""
 
 import copy
 import os
@@ -42,8 +42,7 @@ CASES = [
         1,
         (
             "config <top level>: Additional properties are not allowed ('foo' was unexpected); "
-            "allowed "
-            "keys: ['estimate', 'finished_runs', 'preset', 'presets']"
+            "allowed keys: ['estimate', 'finished_runs', 'preset', 'presets']"
         ),
     ),
     ("epochz", 3, "config presets.demo: Additional properties are not allowed ('epochz'"),
@@ -251,9 +250,9 @@ def test_snakemake_rejects_before_any_job(args, expected, tmp_path):
 
 def test_a_checkout_whose_package_is_not_the_one_python_imports_is_refused(tmp_path):
     """The Snakefile injects nothing into sys.path or PYTHONPATH: the jobs run the package python
-    imports (installed with `pip install -e .`), and the code fingerprints hash the checkout's
-    src/. A copy of the project planned with the venv's package (this checkout's) is refused
-    before any job, naming both places and the fix; with its own src/ on PYTHONPATH it plans."""
+    imports (installed with `pip install -e .`), and the code fingerprints hash the checkout's src/.
+    A copy of the project planned with the venv's package (this checkout's) is refused before any
+    job, naming both places and the fix; with its own src/ on PYTHONPATH it plans."""
     from helpers.dag import copy_repo, pipeline_env, run_snakemake
 
     work = copy_repo(tmp_path)
@@ -371,8 +370,8 @@ def test_model_and_head_schemas_are_generated_from_their_dataclasses():
 
 def test_each_train_default_is_stated_once_by_train_config():
     """The train section's defaults are TrainConfig's, the one place they are written: the YAML
-    schema states none, the loaded schema has each (so the presets and run specs hold them), and
-    the loop reads a spec's section through TrainConfig (a key it lacks: the same default)."""
+    schema states none, the loaded schema has each (so the presets and run specs hold them), and the
+    loop reads a spec's section through TrainConfig (a key it lacks: the same default)."""
     from dataclasses import MISSING, fields
 
     from grassflow.train_config import TrainConfig
@@ -393,8 +392,8 @@ def test_each_train_default_is_stated_once_by_train_config():
 
 
 def test_defaults_are_filled_before_the_semantic_checks():
-    """The semantic checks and the run specs read every key: a preset that leaves the recall
-    model's sizes to the schema gets the schema's defaults in its specs."""
+    """The semantic checks and the run specs read every key: a preset that leaves the recall model's
+    sizes to the schema gets the schema's defaults in its specs."""
     from grassflow.recall.grid import recall_runs
 
     cfg = copy.deepcopy(BASE)

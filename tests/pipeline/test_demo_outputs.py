@@ -38,8 +38,7 @@ def test_demo_produces_tables_figures_and_provenance(demo):
         assert set(df.model) == {"transformer", "grassmann"} and set(df.seed) == {0, 1}
         assert (df.status == "completed").all() and (df.val_ppl > 1).all()
         # both models learned beyond token frequencies: well below the unigram baseline of their
-        # data
-        # (measured: ~0.4x; a model that learned nothing sits far above it)
+        # data (measured: ~0.4x; a model that learned nothing sits far above it)
         baseline = json.loads((demo / "results/demo/data/tokens/trained/unigram.json").read_text())
         assert (
             df.val_ppl < 0.7 * baseline["validation"]["unigram_ppl"]
@@ -74,8 +73,8 @@ def test_demo_produces_tables_figures_and_provenance(demo):
 
 
 def test_demo_runs_the_snli_chain_end_to_end(demo):
-    """Synthetic pairs → trained tokenizer → token parquet → a random tiny DistilBERT's
-    features → both heads, frozen and from scratch → accuracies → tables with provenance."""
+    """Synthetic pairs → trained tokenizer → token parquet → a random tiny DistilBERT's features →
+    both heads, frozen and from scratch → accuracies → tables with provenance."""
     import pyarrow.parquet as pq
 
     rep = demo / "results/demo/report"
@@ -97,9 +96,8 @@ def test_demo_runs_the_snli_chain_end_to_end(demo):
         assert set(df.model) == {"transformer", "grassmann"} and (df.status == "completed").all()
         assert set(df.features) == {features} and (df.test_pairs == raw["test"]["pairs"]).all()
         # above chance (33.3 %): the synthetic labels need the premise (snli/synthetic.py), so a
-        # head
-        # given the hypothesis alone stays at chance (measured: ~67 %, the neutral class learned
-        # first)
+        # head given the hypothesis alone stays at chance (measured: ~67 %, the neutral class
+        # learned first)
         assert ((df.test_acc >= 50) & (df.test_acc <= 100)).all(), df.test_acc
         for rec_path in df.record:
             rec = json.loads((demo / rec_path).read_text())
@@ -140,9 +138,9 @@ def test_demo_runs_the_recall_chain(demo):
 
 
 def test_every_tasks_eval_json_shares_one_contract(demo):
-    """LM, SNLI and recall evaluations write the same record around their task's metrics: the
-    run, its checkpoint's and weights' checksums, its slot, and per split the file it read and
-    that file's checksum (the names a reader of any eval.json can rely on)."""
+    """LM, SNLI and recall evaluations write the same record around their task's metrics: the run,
+    its checkpoint's and weights' checksums, its slot, and per split the file it read and that
+    file's checksum (the names a reader of any eval.json can rely on)."""
     common = {
         "run_id",
         "status",
@@ -170,8 +168,8 @@ def test_every_tasks_eval_json_shares_one_contract(demo):
 
 
 def test_demo_with_tensorboard_on_writes_each_lm_runs_curves(demo):
-    """The demo fixture ran with train.trackers: [tensorboard]: every LM run's event files hold
-    its training curve every log_every steps and, per epoch, the validation perplexity of its
+    """The demo fixture ran with train.trackers: [tensorboard]: every LM run's event files hold its
+    training curve every log_every steps and, per epoch, the validation perplexity of its
     metrics.jsonl."""
     import_or_skip("tensorboard")
     from helpers.records import tensorboard_scalars
@@ -201,8 +199,7 @@ def test_demo_with_mlflow_on_leaves_one_store_mlflows_client_reads_back(demo):
     side:
     one store for the tree (results/mlflow.db), an experiment per table, and in it, read through
     MLflow's own client, one finished run for each LM run, named after it, whose per-epoch
-    validation
-    perplexity is its metrics.jsonl's."""
+    validation perplexity is its metrics.jsonl's."""
     import_or_skip("mlflow")
     from mlflow.tracking import MlflowClient
 
@@ -283,9 +280,8 @@ def test_demo_ablation_table_and_figure(demo):
 
 def test_demo_sweep_table_and_figure_share_table1s_runs(demo):
     """The demo's sweep (lr 1e-3, 3e-3, 1e-2, both models, 2 seeds) through the real DAG: its table
-    and
-    figure; its 3e-3 runs are Table 1's, trained once (one training job each in Snakemake's log, no
-    run directory of their own); each model's choice said, and no tuned gap where one is not
+    and figure; its 3e-3 runs are Table 1's, trained once (one training job each in Snakemake's log,
+    no run directory of their own); each model's choice said, and no tuned gap where one is not
     bracketed."""
     rep = demo / "results/demo/report"
     md = (rep / "sweep.md").read_text()
@@ -320,10 +316,8 @@ def test_demo_sweep_table_and_figure_share_table1s_runs(demo):
 def test_a_table_job_handed_its_runs_in_another_order_writes_the_same_files(demo, tmp_path):
     """Every task's table job that is handed its runs (`--runs`: the LM's tables, SNLI's, recall's),
     pasted from `snakemake -p` with those runs reversed, writes the demo's tables byte for byte: its
-    rows
-    in the order of their keys, whatever order Snakemake hands the inputs (mutation: recall's rows
-    in
-    the order of its inputs, as before)."""
+    rows in the order of their keys, whatever order Snakemake hands the inputs (mutation: recall's
+    rows in the order of its inputs, as before)."""
     out = snakemake(demo, "-n", "-p", "--forceall").stdout
     commands = [c for c in re.findall(r"^Shell command: (.+)$", out, re.M) if " --runs " in c]
     stages = {re.search(r"python -m (grassflow\.\S+)", c).group(1) for c in commands}
@@ -388,12 +382,12 @@ def test_job_command_lines_hold_their_settings_and_can_be_pasted_to_rerun_a_job(
 # --- real text: the laptop preset on ../shared's Wikitext-2 v1 -----------------------------------
 SHARED_DATA = ROOT.parent / "shared" / "data"
 BERT_VOCAB = SHARED_DATA / "tokenizers" / "bert-base-uncased"
-# A model that learned only token frequencies sits near the unigram perplexity of the same
-# tokens (add-one counts of the training split); one that learned nothing sits far above it
-# (the paper's N(0, 1) init after 3 epochs: ~29,000; a post-norm Transformer at this budget:
+# A model that learned only token frequencies sits near the unigram perplexity of the same tokens
+# (add-one counts of the training split); one that learned nothing sits far above it (the paper's
+# N(0, 1) init after 3 epochs: ~29,000; a post-norm Transformer at this budget:
 # 1.1-1.4x). Measured with the laptop preset trimmed to 2 x 100 steps of 512 tokens, one thread
-# each: Transformer 0.83x, Grassmann 0.78x (reports/laptop/README.md). 0.9x asks for learning
-# beyond frequencies and leaves room for another CPU's arithmetic.
+# each: Transformer 0.83x, Grassmann 0.78x (reports/laptop/README.md). 0.9x asks for learning beyond
+# frequencies and leaves room for another CPU's arithmetic.
 LEARNED_MARGIN = 0.9
 
 
@@ -407,14 +401,14 @@ V1_SPLITS = SHARED_DATA / "wikitext-2-v1"
 )
 def test_full_v1_splits_through_the_dag(tmp_path):
     """All of Wikitext-2 v1 through the real DAG, the laptop preset learning real text: the
-    laptop_v1 preset (laptop size) trimmed to a minute or two (the Grassmann model alone, 1 seed,
-    2 × 100 steps, an evaluation cut, the laptop's base ablation variant: the same run, trained
-    once) on the full splits from ../shared: every training token tokenized with `<unk>` mapped,
-    the run completes (it does not diverge) well below the unigram baseline, and tables (the main
-    and the ablation table) that carry the data's hashes and say the data is v1, not the paper's raw
-    text, and why the numbers are not comparable with the paper. (The Transformer beside it, 75
-    core-seconds more, learned as well: 0.81× the unigram PPL against Grassmann's 0.74×; the
-    demo's tables hold both models' rows.)"""
+    laptop_v1 preset (laptop size) trimmed to a minute or two (the Grassmann model alone, 1 seed, 2
+    × 100 steps, an evaluation cut, the laptop's base ablation variant: the same run, trained once)
+    on the full splits from ../shared: every training token tokenized with `<unk>` mapped, the run
+    completes (it does not diverge) well below the unigram baseline, and tables (the main and the
+    ablation table) that carry the data's hashes and say the data is v1, not the paper's raw text,
+    and why the numbers are not comparable with the paper. (The Transformer beside it, 75
+    core-seconds more, learned as well: 0.81× the unigram PPL against Grassmann's 0.74×; the demo's
+    tables hold both models' rows.)"""
 
     work = copy_repo(tmp_path)
     cfg = yaml.safe_load((work / "config.yaml").read_text())

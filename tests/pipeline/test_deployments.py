@@ -33,8 +33,7 @@ OVERLAY = {
     }
 }
 # snakedeploy deploy-workflow's workflow/Snakefile, with the module read from a local clone (the
-# jobs
-# run the grassflow installed from it)
+# jobs run the grassflow installed from it)
 MODULE = """configfile: "config/config.yaml"
 
 

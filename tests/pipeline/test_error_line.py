@@ -1,12 +1,9 @@
 """A failing stage's one `error:` line where the user reads Snakemake's output: the rule's shell
-hands
-the job its own stderr on a descriptor (the Snakefile's shell.prefix; grassflow.job.say_error), so
-the
-line arrives whole and in order with Snakemake's output redirected to a file (`snakemake … > run.log
-2>&1`, a login node's or nohup's way), through a pipe, and, under the SLURM executor, in the SLURM
-job's
-output as well as the rule's log (tests/pipeline/test_slurm.py). The failing stage: the adoption of
-records that disagree with each
+hands the job its own stderr on a descriptor (the Snakefile's shell.prefix;
+grassflow.job.say_error), so the line arrives whole and in order with Snakemake's output redirected
+to a file (`snakemake … > run.log 2>&1`, a login node's or nohup's way), through a pipe, and, under
+the SLURM executor, in the SLURM job's output as well as the rule's log
+(tests/pipeline/test_slurm.py). The failing stage: the adoption of records that disagree with each
 other (grassflow.report.agreement), through the real DAG. The full disk:
 tests/pipeline/test_full_disk_dag.py."""
 
@@ -48,8 +45,8 @@ def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_
     demo, tmp_path
 ):
     """With Snakemake's output in a file: the job's line is there whole, before Snakemake's `Error
-    in
-    rule` (and again in the failed log Snakemake shows after it); through a pipe the same (mutation:
+    in rule` (and again in the failed log Snakemake shows after it); through a pipe the same
+    (mutation:
     the job writes its line to its log only: it is found only inside the log Snakemake shows)."""
     work = tmp_path / "copy"
     shutil.copytree(demo, work, symlinks=True)

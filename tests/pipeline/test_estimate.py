@@ -1,6 +1,5 @@
 """Job estimates (grassflow.planning.estimate): time limits and memory from a run's spec, the size
-of its
-data and the throughput table. Through SLURM (requested limits equal the estimates, one
+of its data and the throughput table. Through SLURM (requested limits equal the estimates, one
 allocation per run, a retry at a longer limit) in tests/pipeline/test_slurm.py."""
 
 from __future__ import annotations
@@ -130,9 +129,9 @@ def test_flops_per_token_counts_the_head_and_attention():
 
 
 def test_k_runs_per_gpu_each_take_k_times_as_long():
-    """K runs per GPU: one after another in a packed SLURM allocation, side by side locally (at
-    most K times slower): each job's time (and so its SLURM limit) ×K, its device-hours unchanged
-    (a job holds 1/K of the GPU); the basis says so."""
+    """K runs per GPU: one after another in a packed SLURM allocation, side by side locally (at most
+    K times slower): each job's time (and so its SLURM limit) ×K, its device-hours unchanged (a job
+    holds 1/K of the GPU); the basis says so."""
     name, p, settings = _paper()
     spec = runs(name, p)["table1-grassmann-s0"]
     solo = job_estimate("lm", "train", spec, p, settings)

@@ -42,8 +42,7 @@ def tree(tmp_path):
 def test_each_execution_counts_once_for_the_test_that_made_it(tree, monkeypatch):
     """A copy of the demo carries its log: still the demo's, not the copier's; a worker's directory
     is skipped, pytest's numbering dropped; a log without a job (--unlock), or whose jobs were only
-    touched (--touch), is no execution; too many,
-    too few and undeclared are each named."""
+    touched (--touch), is no execution; too many, too few and undeclared are each named."""
     demo = tree / "demo"
     _log(demo, "2026-01-01T000000.000001")
     time.sleep(0.05)
@@ -117,9 +116,8 @@ def test_the_slurm_tests_get_a_worker_of_their_own_where_the_workers_outnumber_t
     }
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom helpers.workers import "
-        "scheduler\n\n\n"
-        "def pytest_xdist_make_scheduler(config, log):\n    return scheduler(config, log, "
-        f"{groups!r}, cores=2)\n"
+        "scheduler\n\n\ndef pytest_xdist_make_scheduler(config, log):\n    return "
+        f"scheduler(config, log, {groups!r}, cores=2)\n"
     )
     for name in ("d", "s", "x", "y", "z"):  # each test writes down its worker
         (tmp_path / f"test_{name}.py").write_text(

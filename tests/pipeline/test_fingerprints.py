@@ -1,8 +1,7 @@
 """Staleness from imports (grassflow.planning.staleness): each rule fingerprints the code of the
-very
-stage module its shell runs; that code is the module's import closure, which holds everything a
-real run of the job loads (recorded by grassflow.job's GRASSFLOW_RECORD_IMPORTS hook), less only
-the other model kinds' code; the kernels the ops load are declared where they are loaded."""
+very stage module its shell runs; that code is the module's import closure, which holds everything a
+real run of the job loads (recorded by grassflow.job's GRASSFLOW_RECORD_IMPORTS hook), less only the
+other model kinds' code; the kernels the ops load are declared where they are loaded."""
 
 from __future__ import annotations
 
@@ -25,11 +24,9 @@ SRC = ROOT / "src" / "grassflow"
 
 def test_every_rule_fingerprints_the_job_its_shell_runs():
     """Each rule's `code` param, as Snakemake parsed it, is a fingerprint of the stage module its
-    shell
-    runs (`python -m grassflow.<...>`): a run's jobs each with its own run's model kind (every run
-    job
-    of the demo's plan), bench with every kind, the others with none; the module is a command line
-    (its main() parses -h)."""
+    shell runs (`python -m grassflow.<...>`): a run's jobs each with its own run's model kind (every
+    run job of the demo's plan), bench with every kind, the others with none; the module is a
+    command line (its main() parses -h)."""
     import importlib
 
     from grassflow.pipeline.presets import select_preset
@@ -103,8 +100,8 @@ def files(module, *kinds) -> set[str]:
 
 def test_closures_hold_what_the_hand_kept_lists_missed():
     """The drift that hand-kept lists had: every task's table imports report/records.py through
-    report/tables.py, and only the LM's tables hold the LM's comparability (lm/comparable.py);
-    bench imports loop.py, compiled.py and bench/peer.py."""
+    report/tables.py, and only the LM's tables hold the LM's comparability (lm/comparable.py); bench
+    imports loop.py, compiled.py and bench/peer.py."""
     for module in ("lm.aggregate", "snli.aggregate", "recall.aggregate", "lm.ablations"):
         held = files(f"grassflow.{module}")
         assert "src/grassflow/report/records.py" in held, module
@@ -309,8 +306,8 @@ def test_a_hub_fetch_loads_and_holds_its_own_code_only(tmp_path):
 
 
 def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_path, monkeypatch):
-    """The premise of the test above: with an import the static reading cannot see (a module
-    named at run time), the loaded module is reported as not fingerprinted."""
+    """The premise of the test above: with an import the static reading cannot see (a module named
+    at run time), the loaded module is reported as not fingerprinted."""
     argv = [
         "grassflow.lm.unigram",
         "--train-tokens",
@@ -356,9 +353,8 @@ def test_a_files_code_hash_ignores_comments_docstrings_and_formatting(tmp_path):
 
 def test_a_files_code_hash_ignores_the_wording_of_a_raised_message(tmp_path):
     """A reworded error reruns nothing (#70 reworded two messages in data/sources.py, which every
-    job's closure holds: a results tree from before it replanned all 15 runs of #69's grid from
-    the download). What the message formats, the exception's type and any other string still
-    count."""
+    job's closure holds: a results tree from before it replanned all 15 runs of #69's grid from the
+    download). What the message formats, the exception's type and any other string still count."""
     f = tmp_path / "m.py"
 
     def code(body):
@@ -396,8 +392,7 @@ def test_the_task_table_holds_every_tasks_planning_by_its_imports():
 
 def test_a_jobs_closure_holds_no_planning_code_and_no_other_tasks_code():
     """Config loading, the run grids, the checks, the estimates, where the tasks' files and rules
-    are
-    (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
+    are (grassflow.pipeline.tasks) and the CLI are planning: what they decide reaches a job through
     its spec file and its command line. A job holds its own task's code only."""
     planning = {
         "src/grassflow/pipeline/presets.py",

@@ -1,9 +1,9 @@
 """A Python upgrade reruns nothing: every rule's code fingerprint (grassflow.planning.staleness) is
-the same
-under each CPython that pyproject.toml allows, 3.10 to 3.14. The fingerprints hash syntax trees,
-whose shape Python changes between versions (3.12 gave every function `type_params`); the other
-versions run here as Pyodide (CPython compiled to WebAssembly, from the npm registry, run by node),
-reading this checkout through a mount, so each computes the fingerprints from the same files."""
+the same under each CPython that pyproject.toml allows, 3.10 to 3.14. The fingerprints hash syntax
+trees, whose shape Python changes between versions (3.12 gave every function `type_params`); the
+other versions run here as Pyodide (CPython compiled to WebAssembly, from the npm registry, run by
+node), reading this checkout through a mount, so each computes the fingerprints from the same
+files."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grassf
 
 # Run by this interpreter and by each Pyodide: {what: hash} of every fingerprint a rule can carry
 # (each job's stage module, as the rules' shells name them, with no model kind, each one, both) and
-# of each file's code, tests/data's sampler
-# of syntax included (constructs src/ may come to use).
+# of each file's code, tests/data's sampler of syntax included (constructs src/ may come to use).
 FINGERPRINTS = r"""
 import json, re, sys
 from pathlib import Path

@@ -198,8 +198,7 @@ def _agreeing_on_another_best(good: dict, best: int) -> dict:
 
 def test_records_that_claim_what_they_are_not_are_refused_by_file_and_key(demo, tmp_path, capfd):
     """What a table prints or reads from an adopted record is checked for what it claims, through
-    the
-    adoption's command: each crafted record refused in one line naming its file and key, nothing
+    the adoption's command: each crafted record refused in one line naming its file and key, nothing
     written."""
     records = tmp_path / "records" / RUN
     records.mkdir(parents=True)

@@ -31,8 +31,8 @@ from helpers.procs import needs
 
 
 def test_paper_preset_plans_zoologys_figure2_grid(tmp_path):
-    """`snakemake -n recall` on the paper preset: 3 (L, kv) cells × 3 widths × 5 models × 4
-    learning rates × 2 seeds, one data job per cell, one table."""
+    """`snakemake -n recall` on the paper preset: 3 (L, kv) cells × 3 widths × 5 models × 4 learning
+    rates × 2 seeds, one data job per cell, one table."""
     work = copy_repo(tmp_path)
     res = snakemake(work, "-n", "recall", preset="paper")
     jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", res.stdout, re.M))
@@ -67,9 +67,9 @@ def test_every_preset_is_lint_clean(tmp_path):
 
 
 def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
-    """`snakemake ablations` on the paper preset: 10 variants × 2 models × 3 seeds at Table 1
-    size, each distinct run once: the `paper` variant is the main table's runs, a Transformer
-    under a Grassmann-only switch (offsets, r, the schedule, empty offsets) is the paper variant's
+    """`snakemake ablations` on the paper preset: 10 variants × 2 models × 3 seeds at Table 1 size,
+    each distinct run once: the `paper` variant is the main table's runs, a Transformer under a
+    Grassmann-only switch (offsets, r, the schedule, empty offsets) is the paper variant's
     Transformer, and the learning rate's variant (`lr_1e-3`, a training key) trains both models.
     laptop_v1_ablations: laptop_v1's runs, the offsets and rank variants (Grassmann only) and the
     learning rate's (both models), on the v1 files (the overlay's laptop_v1 settings, inherited)."""
@@ -168,9 +168,8 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
 @pytest.mark.slow
 def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
     """`snakemake -n --configfile workflow/overlays/wikitext2-v1-local.yaml`: the paper preset's
-    jobs, rule for rule (Tables 1-2, the ablation grid, SNLI, recall), on Wikitext-2 v1 from a
-    local directory with `<unk>` mapped; bert-base-uncased read from its local copy instead of
-    fetched."""
+    jobs, rule for rule (Tables 1-2, the ablation grid, SNLI, recall), on Wikitext-2 v1 from a local
+    directory with `<unk>` mapped; bert-base-uncased read from its local copy instead of fetched."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
 
@@ -278,8 +277,8 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
 
 
 def test_a_preset_with_snli_alone_fetches_its_hub_tokenizer(tmp_path):
-    """The text tasks' data rules and the hub fetches are made for every task a preset has: with
-    the paper's SNLI part alone (its LM and recall parts removed), SNLI's hub tokenizer is fetched
+    """The text tasks' data rules and the hub fetches are made for every task a preset has: with the
+    paper's SNLI part alone (its LM and recall parts removed), SNLI's hub tokenizer is fetched
     (before, the fetch rule came with the LM's data rules, and such a preset failed to plan)."""
     work = copy_repo(tmp_path)
     (work / "snli_only.yaml").write_text(
@@ -313,8 +312,8 @@ def test_a_preset_with_snli_alone_fetches_its_hub_tokenizer(tmp_path):
 
 
 def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
-    """The paper preset's hub tokenizers and backbone are fetched by localrules (on a cluster
-    the login node has the internet); the jobs on compute nodes read the fetched files."""
+    """The paper preset's hub tokenizers and backbone are fetched by localrules (on a cluster the
+    login node has the internet); the jobs on compute nodes read the fetched files."""
     work = copy_repo(tmp_path)
     env = pipeline_env(work)
     res = run_snakemake(["-n", "-p", "--cores", "2"], work, env, timeout=1200)
@@ -335,10 +334,10 @@ def test_paper_preset_fetches_hub_files_on_the_login_node(tmp_path):
 
 
 def test_plan_measured_puts_each_rules_wall_time_beside_its_estimate(demo):
-    """After a finished run: every rule of the preset, with the measured hours of its jobs: the
-    sum of its jobs' Snakemake benchmark files (their `s` column), read here from the files each
-    rule's `benchmark:` names, to the rounding of the table; and of every task's run jobs (those
-    estimated) the ratio measured / estimated."""
+    """After a finished run: every rule of the preset, with the measured hours of its jobs: the sum
+    of its jobs' Snakemake benchmark files (their `s` column), read here from the files each rule's
+    `benchmark:` names, to the rounding of the table; and of every task's run jobs (those estimated)
+    the ratio measured / estimated."""
     import csv
 
     env = pipeline_env(demo)
@@ -394,8 +393,7 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     groups = dict(g.split("=") for g in prof["groups"])
     # each task's run jobs (the LM's rules unprefixed), and a fused group's job (train.fuse_seeds)
-    # with its
-    # runs' evaluations: one allocation per run or group
+    # with its runs' evaluations: one allocation per run or group
     rules = {
         f"{t}_{stage}" if TASKS[t].part_key else stage: t
         for t in TASKS
@@ -418,8 +416,8 @@ def test_the_slurm_profile_sends_every_tasks_run_jobs_to_a_gpu_as_one_allocation
 def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
     """train.fuse_seeds on the demo: each table's and each sweep value's config of each model (its 2
     seeds) one train_fused job; the ablation's one-seed runs train alone; every run evaluated as
-    before;
-    `grassflow plan` sums a group's runs' estimates. Off (auto on a CPU): the demo unchanged."""
+    before; `grassflow plan` sums a group's runs' estimates. Off (auto on a CPU): the demo
+    unchanged."""
     from helpers.dag import by_rule, planned
 
     work = copy_repo(tmp_path)
@@ -506,8 +504,7 @@ def test_a_packing_other_than_runs_per_gpu_is_refused_before_any_job(tmp_path):
 def test_every_rule_is_a_named_block_you_can_grep():
     """`grep '^rule \\|^use rule'` over the Snakefile and workflow/rules/ finds every rule Snakemake
     lists for the paper preset (which has every task's part), and no rule is made unnamed, in a
-    loop,
-    a function or under an `if`."""
+    loop, a function or under an `if`."""
     texts = [(ROOT / "Snakefile").read_text()] + [
         f.read_text() for f in sorted((ROOT / "workflow/rules").glob("*.smk"))
     ]
@@ -599,9 +596,8 @@ def test_the_laptop_seeds_presets_plan_their_runs_and_nothing_else(tmp_path):
 
 def test_runs_finished_elsewhere_leave_the_others_fused():
     """train.fuse_seeds with finished_runs (grassflow.lm.grid.fused_groups): Table 1 finished in
-    full
-    (the H200's committed records) leaves Table 2's groups fused over every seed; Table 2's seed 0
-    finished for both models leaves its groups fused over seeds 1 and 2, and no group holds a
+    full (the H200's committed records) leaves Table 2's groups fused over every seed; Table 2's
+    seed 0 finished for both models leaves its groups fused over seeds 1 and 2, and no group holds a
     finished run (adopt_run makes those)."""
     from grassflow.lm.grid import fused_groups, runs
     from grassflow.pipeline.presets import select_preset
@@ -625,11 +621,9 @@ def test_runs_finished_elsewhere_leave_the_others_fused():
 @pytest.mark.parametrize("preset", ["demo", "paper"])
 def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
     """Snakemake's own parse and plan of the Snakefile (grassflow.pipeline.preview.dry_run, through
-    its
-    API, in this process): one evaluation per run of the LM's specs, an ablation cell or a sweep
-    value
-    whose spec equals a main table's run (or an ablation's) being that run, and every cell of the
-    ablation grid and the sweep among them."""
+    its API, in this process): one evaluation per run of the LM's specs, an ablation cell or a sweep
+    value whose spec equals a main table's run (or an ablation's) being that run, and every cell of
+    the ablation grid and the sweep among them."""
     from grassflow.lm.grid import ablation_grid, main_run_ids, sweep_grid
     from grassflow.pipeline.preview import dry_run
     from grassflow.pipeline.tasks import TASKS
@@ -654,8 +648,7 @@ def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
 def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):
     """Snakemake's reason for a params change (the exclusive params before and now, as their reprs)
     read by `grassflow plan --why`: a spec's changed keys with their values before and after, a
-    fused
-    group's specs (shell words) alike, a code fingerprint as its own line, another param as it
+    fused group's specs (shell words) alike, a code fingerprint as its own line, another param as it
     is."""
     from grassflow.pipeline.preview import explain
 
@@ -663,9 +656,7 @@ def test_plan_why_reads_a_params_change_as_its_settings_keys_and_code(tmp_path):
         fmt = lambda vs: ",".join(map(repr, vs))  # noqa: E731  (Snakemake's ParamsChange.__str__)
         return (
             "Params have changed since last execution: Union of exclusive params before and now "
-            "across "
-            "all "
-            f"output: before: {fmt(before)} now: {fmt(now)} "
+            f"across all output: before: {fmt(before)} now: {fmt(now)} "
         )
 
     old = {"run_id": "r", "train": {"batch_size": 16, "lr": 0.1}, "model": {"lags": [1, 2]}}

@@ -78,9 +78,8 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
 @pytest.mark.parametrize("module", ["lm/aggregate.py", "lm/comparable.py"])
 def test_editing_the_lm_table_code_plans_its_tables_and_no_other_tasks(demo, module):
     """The LM's table code (its tables' rows and verdicts, what a table can carry) is the LM's
-    tables'
-    alone: a code edit plans Tables 1-2, the ablation table and the sweep's (and the summary, which
-    reads Tables 1-2), no SNLI or recall job."""
+    tables' alone: a code edit plans Tables 1-2, the ablation table and the sweep's (and the
+    summary, which reads Tables 1-2), no SNLI or recall job."""
     with edited(demo / "src/grassflow" / module):
         assert planned(demo) == Counter(
             {
@@ -333,8 +332,7 @@ REFORMATTED = ('"""`grassflow <verb>`', '"""  `grassflow <verb>`')  # a docstrin
 def test_edits_that_cannot_change_a_result_plan_nothing(demo):
     """A comment in the files every job imports, a docstring, a reworded error, any edit to the
     user's command line (no job imports cli.py): code fingerprints cover code (syntax trees);
-    planning
-    code, which reaches the jobs only through their params."""
+    planning code, which reaches the jobs only through their params."""
     from helpers.dag import COMMENT_EDIT, replaced
 
     for f in (
@@ -463,9 +461,8 @@ def fake_hub_cache(home, repo: str, files: dict[str, str]) -> None:
 @pytest.mark.slow  # default tier under 5 min: a scratch repository's own demo data stages
 def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     """The hub fetches feed every run of the LM and SNLI (fetch_tokenizer → tokenize → train): a
-    code
-    edit to the planning of the tasks or to another stage's handler plans no fetch and none of what
-    it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
+    code edit to the planning of the tasks or to another stage's handler plans no fetch and none of
+    what it feeds; an edit to the tokenizer code does (the positive control). On the demo with its
     tokenizer taken from the hub (here an offline cache): the paper preset's case."""
     from helpers.dag import copy_repo, snakemake
 
@@ -530,8 +527,7 @@ def test_a_release_that_replans_everything_needs_one_touch(demo):
     (here a code line in a module every job runs, as the switch from spec files to params did):
     one `snakemake --touch` records every finished job as current, and nothing is planned; then one
     `batch_size` edit replans only the runs it reaches (their train jobs' settings, before and
-    after,
-    as `grassflow plan --why` says), their evaluations and their table."""
+    after, as `grassflow plan --why` says), their evaluations and their table."""
     from helpers.dag import snakemake
 
     table2 = {f"table2-{m}-s{s}" for m in ("transformer", "grassmann") for s in (0, 1)}

@@ -1,7 +1,6 @@
 """The demo's DAG when things go wrong or run elsewhere: a SIGKILLed pipeline, a run rerun for a
-code
-edit beside its old checkpoint, crafted checkpoints in a shared results tree, a stand-in pool of GPU
-slots."""
+code edit beside its old checkpoint, crafted checkpoints in a shared results tree, a stand-in pool
+of GPU slots."""
 
 from __future__ import annotations
 
@@ -18,11 +17,11 @@ from helpers.dag import BIN, assert_same_tables, pipeline_env, planned, snakemak
 @pytest.mark.slow
 def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_path):
     """Kill the whole Snakemake process group mid-training: half-written run directories
-    (metrics.jsonl exists after an epoch, run.json not yet) are never taken as
-    done; the rerun resumes them and the tables equal the uninterrupted run's. It starts from a
-    copy of the finished demo elsewhere (outputs, mtimes, Snakemake metadata), which plans
-    nothing, with two runs deleted, so only those runs and what reads them are redone, without
-    the demo's stand-in GPU pool: the same weights as the packed runs'."""
+    (metrics.jsonl exists after an epoch, run.json not yet) are never taken as done; the rerun
+    resumes them and the tables equal the uninterrupted run's. It starts from a copy of the finished
+    demo elsewhere (outputs, mtimes, Snakemake metadata), which plans nothing, with two runs
+    deleted, so only those runs and what reads them are redone, without the demo's stand-in GPU
+    pool: the same weights as the packed runs'."""
     import signal
     import time
 
@@ -106,11 +105,10 @@ def test_a_run_rerun_because_its_code_changed_trains_anew(demo, tmp_path):
 def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_nothing(
     demo, tmp_path
 ):
-    """A results tree is shared: whoever can write one file in it must not run code as the
-    next user. Crafted pickles (they would create a marker file) as the weights
-    (model.safetensors) of an LM, an SNLI and a recall run, and as last.pt (with a valid checksum)
-    of an LM run to be resumed: each
-    job fails with one `error:` line naming its file, the marker is never created, and the
+    """A results tree is shared: whoever can write one file in it must not run code as the next
+    user. Crafted pickles (they would create a marker file) as the weights (model.safetensors) of an
+    LM, an SNLI and a recall run, and as last.pt (with a valid checksum) of an LM run to be resumed:
+    each job fails with one `error:` line naming its file, the marker is never created, and the
     other jobs still run (--keep-going). With the real files back, the same tree (a copy of the
     demo's: a results tree copied from another user) completes those jobs, without the demo's GPU
     pool, and its tables are the demo's."""
@@ -170,9 +168,9 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
 def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
     """The demo fixture ran with GRASSFLOW_GPUS=0,1, train.runs_per_gpu: 2 and `grassflow gpus`'s
     flag, with 5 cores for 4 slots: every GPU job took a slot; jobs that ran at the same time held
-    distinct (GPU, slot) pairs, never more than 4 at once; the benchmark had its GPU to itself.
-    (Its tables equal unpacked runs': the SIGKILL and crafted-checkpoint tests above redo
-    training and every evaluation without the pool, the SLURM test the whole demo.)"""
+    distinct (GPU, slot) pairs, never more than 4 at once; the benchmark had its GPU to itself. (Its
+    tables equal unpacked runs': the SIGKILL and crafted-checkpoint tests above redo training and
+    every evaluation without the pool, the SLURM test the whole demo.)"""
     res = demo / "results/demo"
     held = []  # (gpu, slot, start, end) of every run's training and evaluation
     for rec in res.glob("**/runs/*/run.json"):
@@ -196,16 +194,13 @@ def test_the_demo_ran_on_its_stand_in_pool_of_two_gpus_with_two_runs_each(demo):
 def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(demo, tmp_path):
     """Files of a finished demo damaged as a full disk, an interrupted copy or an editor leave them.
     First a run's config.json emptied, another's holding no fields ({}), another's model.safetensors
-    cut short, a third's last.pt cut
-    short (its run.json and eval.json gone, so it resumes); then, those restored, the LM's test
-    token file cut
-    short; then the documents file lm-eval's perplexity reads zeroed; then the records the tables
-    read (a
-    run.json, a metrics.jsonl, an SNLI and a recall eval.json); last, a raw split. `snakemake
+    cut short, a third's last.pt cut short (its run.json and eval.json gone, so it resumes); then,
+    those restored, the LM's test token file cut short; then the documents file lm-eval's perplexity
+    reads zeroed; then the records the tables read (a run.json, a metrics.jsonl, an SNLI and a
+    recall eval.json); last, a raw split. `snakemake
     --keep-going`
     fails each job that reads one with one `error:` line naming the file (and how to rebuild it),
-    and no
-    table is rewritten from them."""
+    and no table is rewritten from them."""
     work = tmp_path / "work"
     shutil.copytree(demo, work, symlinks=True)
     res = work / "results/demo"

@@ -47,8 +47,8 @@ def slurm_cluster():
 
 
 def site_profile(work: Path) -> str:
-    """profiles/slurm as shipped, with only what a 2-core test cluster without accounting
-    needs changed: smaller requests, no account, squeue for status, kept logs."""
+    """profiles/slurm as shipped, with only what a 2-core test cluster without accounting needs
+    changed: smaller requests, no account, squeue for status, kept logs."""
 
     prof = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
     for rule, res in [("default", prof["default-resources"]), *prof["set-resources"].items()]:
@@ -205,9 +205,9 @@ def _stopped_after_next_checkpoint(
     pids, last: Path, before: int, timeout: float = 120
 ) -> list[str]:
     """SIGSTOP `pids` (a resumed run's training processes) as soon as its checkpoint `last` differs
-    from
-    the one the preemption left (mtime `before`): at once if it already does; returns those stopped
-    ([] if they ended first, or it took over `timeout` s). Watched every 2 ms, not at the watcher's
+    from the one the preemption left (mtime `before`): at once if it already does; returns those
+    stopped ([] if they ended first, or it took over `timeout` s). Watched every 2 ms, not at the
+    watcher's
     0.3 s: a demo epoch takes 0.6 s on an idle machine, and a later look found the last epoch's
     checkpoint, written as the run ended (its parts then [preempted, finished])."""
     end = time.time() + timeout
@@ -220,8 +220,7 @@ def _stopped_after_next_checkpoint(
 
 def _signalled(pid: str) -> bool:
     """SIGTERM is pending for the frozen `pid`, or it runs again (SLURM sends SIGCONT before
-    SIGTERM), or
-    it ended."""
+    SIGTERM), or it ended."""
     try:
         status = dict(
             line.split(":", 1)
@@ -236,8 +235,7 @@ def _signalled(pid: str) -> bool:
 
 def _preempted_frozen(pids, timeout: float = 120) -> None:
     """The frozen `pids`, once SLURM's preemption signalled them: continued (they checkpoint at
-    their next
-    step and exit), and awaited."""
+    their next step and exit), and awaited."""
     end = time.time() + timeout
     while time.time() < end and not all(_signalled(pid) for pid in pids):
         time.sleep(0.01)
@@ -265,23 +263,19 @@ def _jobs_of_allocation(work: Path, jid: str) -> set[tuple[str, str]]:
 @pytest.mark.slurm
 def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     """4 of the demo's runs (SMALL) through profiles/slurm, with train.runs_per_gpu: 2 and
-    `grassflow
-    gpus --slurm`'s flag: every job on its partition; Table 1's two runs packed in one allocation
-    with
-    one GPU (gres, not two), SNLI's and recall's runs one each, each allocation running its runs'
-    training and evaluation, its time limit the sum over the train and evaluate layers of its
-    longest
-    job estimate (the executor plugin runs a group's jobs one after another:
+    `grassflow gpus --slurm`'s flag: every job on its partition; Table 1's two runs packed in one
+    allocation with one GPU (gres, not two), SNLI's and recall's runs one each, each allocation
+    running its runs' training and evaluation, its time limit the sum over the train and evaluate
+    layers of its longest job estimate (the executor plugin runs a group's jobs one after another:
     snakemake-executor-plugin-slurm#469). The packed allocation is preempted by a job of a higher
     partition tier while its second run trains: SLURM requeues it (the same job), the run resumes
     from its checkpoint, its record saying the part preempted, and the first run, finished, keeps
-    its
-    one-part record. Once the run has checkpointed again, the allocation is killed at its time
+    its one-part record. Once the run has checkpointed again, the allocation is killed at its time
     limit:
     retried (another job) with a longer limit, the run resumes again. Every run's row of every table
-    equals the local demo's. From a fresh tree: every rule a SLURM job. It takes the demo at
-    its set-up although it compares with it only at the end: the demo's build (--cores 5) fills both
-    of CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s; measured
+    equals the local demo's. From a fresh tree: every rule a SLURM job. It takes the demo at its
+    set-up although it compares with it only at the end: the demo's build (--cores 5) fills both of
+    CI's cores, and this DAG beside it slowed both (CI's pytest 1,605 s against 1,480 s; measured
     again: 1,279 s against 1,151 s, the demo's build 241 s against 145 s)."""
     from grassflow.lm.grid import runs
     from grassflow.pipeline.presets import select_preset
@@ -357,20 +351,17 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 fields.get("Reason"),
             ) == ("PENDING", "BeginTime"):
                 # SLURM holds a requeued job (each job the urgent one preempted) about two minutes
-                # (its
-                # BeginTime): released now, as an admin can
+                # (its BeginTime): released now, as an admin can
                 subprocess.run(
                     ["scontrol", "update", f"JobId={jid}", "StartTime=now"], capture_output=True
                 )
             run = training_pack(jid, fields)
             if run and not preempted and not missed:  # mid-training, both runs checkpointed
                 # frozen where it is, so that the preemption cannot land after its next epoch's end
-                # (the
-                # resumed part must checkpoint before its last: a demo epoch can take 1.5 s, the
-                # preemption
-                # longer under load); then a colleague's job on the higher tier wants both GPUs:
-                # SLURM
-                # preempts the GPU jobs (this one, and any other running) and requeues them
+                # (the resumed part must checkpoint before its last: a demo epoch can take 1.5 s,
+                # the preemption longer under load); then a colleague's job on the higher tier wants
+                # both GPUs:
+                # SLURM preempts the GPU jobs (this one, and any other running) and requeues them
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
                 done = (runs_dir / run / "metrics.jsonl").read_text().count("\n")  # epochs done
                 if (
@@ -414,10 +405,9 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 run and run == preempted.get(jid) and not timed and jid in requeued
             ):  # resumed in the requeued job
                 # hold the training process right after its next checkpoint (which keeps this part),
-                # so that
-                # it is still training when SLURM's limit (one minute, set now) ends the allocation:
-                # SIGCONT,
-                # SIGTERM and soon SIGKILL, before or after it checkpoints again
+                # so that it is still training when SLURM's limit (one minute, set now) ends the
+                # allocation:
+                # SIGCONT, SIGTERM and soon SIGKILL, before or after it checkpoints again
                 pids = _stopped_after_next_checkpoint(
                     training_pids(work, run), runs_dir / run / "last.pt", left[run]
                 )
@@ -532,10 +522,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 assert abs(_minutes(f["TimeLimit"]) - want) <= 1, (jid, pack, f["TimeLimit"], want)
 
     # preempted: SLURM requeued the pack's job, which ran again (the same job id) from the runs'
-    # checkpoints,
-    # the run it stopped saying so in its record; then killed at its time limit while that run
-    # trained
-    # again: retried (another job) with a longer limit, both runs resumed
+    # checkpoints, the run it stopped saying so in its record; then killed at its time limit while
+    # that run trained again: retried (another job) with a longer limit, both runs resumed
     assert len(preempted) == len(urgent) == len(timed) == 1, (preempted, urgent, timed, missed)
     ((jid, run),) = preempted.items()
     assert timed.keys() == {jid}, timed
@@ -554,8 +542,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         "[train] resuming " + run in (work / f"results/demo_small/logs/train/{run}.log").read_text()
     )
     # the pack's other run had finished before the preemption: the requeued job and the retry ran
-    # its
-    # job again, which wrote its outputs again and left its record as it was
+    # its job again, which wrote its outputs again and left its record as it was
     (done,) = lm_pack - {run}
     parts = json.loads((runs_dir / done / "run.json").read_text())["parts"]
     assert [(p["ended"], p["slurm_job"]) for p in parts] == [("finished", jid)], parts
@@ -573,9 +560,8 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     slurm_cluster, demo, tmp_path
 ):
     """A table job on SLURM failing on a damaged record: its one line in the rule's log and in the
-    SLURM
-    job's output (.snakemake/slurm_logs/), both named by the login node's `Error in rule` and shown
-    under it (docs/scale/cluster.md says so)."""
+    SLURM job's output (.snakemake/slurm_logs/), both named by the login node's `Error in rule` and
+    shown under it (docs/scale/cluster.md says so)."""
     import shutil
 
     run = "table1-grassmann-s0"
@@ -597,8 +583,7 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     line = f"error: results/demo/runs/{run}/metrics.jsonl:4: not a JSON line"
     assert line in (work / "results/demo/logs/aggregate/table1.log").read_text()
     # the login node's `Error in rule` names the rule's log and the SLURM job's output, and shows
-    # both
-    # (show-failed-logs, profiles/default)
+    # both (show-failed-logs, profiles/default)
     named = re.search(
         r"Error in rule aggregate:\n(?:.*\n)*?\s+log: (\S+), (\S+/slurm_logs/\S+\.log) \(check log",
         out,
@@ -606,8 +591,8 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     assert named and named.group(1) == "results/demo/logs/aggregate/table1.log", out[-3000:]
     slurm = Path(named.group(2)).read_text()
     # in the SLURM job's output, from the job itself (the job step's Snakemake shows no log): before
-    # its
-    # `Error in rule` (mutation: the job writes its line to its log only: the SLURM output lacks it)
+    # its `Error in rule` (mutation: the job writes its line to its log only: the SLURM output lacks
+    # it)
     assert line in slurm and slurm.index(line) < slurm.index("Error in rule aggregate:"), slurm[
         -3000:
     ]

@@ -1,7 +1,7 @@
 """A task is its package and its rule file: a toy fourth task, copied into a scratch repository's
-src/grassflow/toy/ and workflow/rules/toy.smk, one include line added to the Snakefile, is
-validated (its part's schema and checks), planned, estimated, run and tabled by the DAG; and the
-shared contracts of the tasks' declarations hold."""
+src/grassflow/toy/ and workflow/rules/toy.smk, one include line added to the Snakefile, is validated
+(its part's schema and checks), planned, estimated, run and tabled by the DAG; and the shared
+contracts of the tasks' declarations hold."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def _overlay(work, name, preset) -> str:
 @pytest.mark.slow
 def test_a_fourth_task_runs_through_the_dag_from_its_own_directory(tmp_path):
     work = copy_repo(tmp_path)
-    # the only changes to the repository: its package, its row in the tasks' table (and its
-    # import), its rule file, the line that includes it, its target in `all`
+    # the only changes to the repository: its package, its row in the tasks' table (and its import),
+    # its rule file, the line that includes it, its target in `all`
     shutil.copytree(TOY, work / "src" / "grassflow" / "toy", ignore=shutil.ignore_patterns("*.smk"))
     tasks = work / "src/grassflow/pipeline/tasks.py"
     table = tasks.read_text()
@@ -228,12 +228,9 @@ def test_no_planning_module_is_imported_back_by_what_it_imports():
 # ...),
 # then the tasks' stages (grassflow/<task>/), then the planning every task's planning reads
 # (grassflow/planning/: sections, estimate, schema, staleness), then each task's planning (its
-# grid.py,
-# layout.py), then what reads every task (grassflow/pipeline/: the tasks' table, the config's
-# checks, the
-# plan verb) and the user's tools (cli, decode, export, hf, harness, bench, preflight). A module
-# imports
-# its own floor or the floors below it, never one above.
+# grid.py, layout.py), then what reads every task (grassflow/pipeline/: the tasks' table, the
+# config's checks, the plan verb) and the user's tools (cli, decode, export, hf, harness, bench,
+# preflight). A module imports its own floor or the floors below it, never one above.
 TOOLS = ("__main__", "cli", "decode", "export", "hf", "harness", "bench", "lease", "preflight")
 PLANNING = ("grid", "layout")
 
@@ -251,8 +248,8 @@ def floor(module: str) -> int:
 
 def test_no_import_runs_back_up_the_house():
     """docs/develop/development.md's value path has no backward hop: no module imports one on a
-    floor
-    above its own (a table's settings reach it through its runs' records, not the task's code)."""
+    floor above its own (a table's settings reach it through its runs' records, not the task's
+    code)."""
     graph = _import_graph()
     up = [
         f"{m} -> {n}" for m, ns in sorted(graph.items()) for n in sorted(ns) if floor(n) > floor(m)

@@ -1,8 +1,7 @@
 """A tracker that fails mid-run never kills the run (grassflow.trackers.Trackers), through the real
 DAG:
 train.trackers: [mlflow] with its store (MLFLOW_TRACKING_URI, as a cluster would name a server's)
-made
-unusable once the run's first epoch is recorded. In process, with TensorBoard beside it:
+made unusable once the run's first epoch is recorded. In process, with TensorBoard beside it:
 tests/core/test_trackers.py."""
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ def test_a_tracker_store_damaged_mid_run_leaves_the_run_and_its_table_whole(tmp_
     """The store's file overwritten after the first epoch (a store on a disk gone bad; a read-only
     remount is refused while SQLite holds the file open): the run trains its epochs, its table is
     written, its log warns once, and run.json says which tracker failed and when (mutation: a
-    tracker's
-    failure propagated, as before: the training job fails and no table is written)."""
+    tracker's failure propagated, as before: the training job fails and no table is written)."""
     (tmp_path / "work").mkdir()
     work = copy_repo(tmp_path / "work")
     (work / "tracked.yaml").write_text(yaml.safe_dump(OVERLAY))

@@ -1,7 +1,6 @@
-"""Multi-query associative recall: the generator's contract (zoology's MQAR), the windowed
-attention and FFN switches, the reach of each model, the config checks, and the distance
-effect itself: a Transformer recalls keys far back that a Grassmann model with short offsets
-cannot reach."""
+"""Multi-query associative recall: the generator's contract (zoology's MQAR), the windowed attention
+and FFN switches, the reach of each model, the config checks, and the distance effect itself: a
+Transformer recalls keys far back that a Grassmann model with short offsets cannot reach."""
 
 from __future__ import annotations
 
@@ -216,10 +215,10 @@ def _run(tmp_path, data, name, kind, **model):
 
 
 def test_the_learning_rate_is_chosen_by_mean_validation_accuracy():
-    """Per cell × width × model, the learning rate with the best mean validation accuracy over
-    its seeds; a diverged run counts as 0 %, so the lr with the single best run (3e-3: 95 % and a
-    divergence, mean 47.5) loses to a steady one (1e-3: 60 and 70, mean 65); ties go to the
-    smaller lr. Only the chosen lr's runs are kept, every seed of them."""
+    """Per cell × width × model, the learning rate with the best mean validation accuracy over its
+    seeds; a diverged run counts as 0 %, so the lr with the single best run (3e-3: 95 % and a
+    divergence, mean 47.5) loses to a steady one (1e-3: 60 and 70, mean 65); ties go to the smaller
+    lr. Only the chosen lr's runs are kept, every seed of them."""
     import pandas as pd
 
     from grassflow.recall.aggregate import best_lr
@@ -267,9 +266,9 @@ def test_the_learning_rate_is_chosen_by_mean_validation_accuracy():
 
 @pytest.mark.slow
 def test_the_distance_effect(tmp_path):
-    """On tiny MQAR (L=32, 4 pairs): a 2-layer Transformer recalls keys at every distance; a
-    2-layer Grassmann model with offsets 1 and 2 (reach 4) is at chance (1 in 31 values) beyond
-    its reach. At this budget it is at chance within it too (1 of 29 queries at distances 2-3):
+    """On tiny MQAR (L=32, 4 pairs): a 2-layer Transformer recalls keys at every distance; a 2-layer
+    Grassmann model with offsets 1 and 2 (reach 4) is at chance (1 in 31 values) beyond its reach.
+    At this budget it is at chance within it too (1 of 29 queries at distances 2-3):
     the test bounds Grassmann from above only (docs/understand/recall.md). Deterministic: fixed
     seeds, CPU. (One head:
     with 4 heads of 16 dimensions the same budget reached 89 %, at lr 3e-3 29 %: measured.)"""

@@ -46,12 +46,10 @@ def test_check_passes_a_tree_that_agrees_and_names_each_disagreement(tmp_path, c
     errors = [line for line in lines if line.startswith("error: ")]
     assert errors == [
         f"error: {runs}/table1-grassmann-s0/eval.json: validation.chunked_ppl 262.5 is not the "
-        "best epoch's val_ppl "
-        "in metrics.jsonl (epoch 3: 250.0): the evaluation is not of the weights that trained to "
-        "it",
+        "best epoch's val_ppl in metrics.jsonl (epoch 3: 250.0): the evaluation is not of the "
+        "weights that trained to it",
         f"error: {runs}/table1-transformer-s1/run.json: epochs_completed 3 of its spec's 30 "
-        "epochs, and status.state "
-        "'completed' with no status.reason saying why it stopped",
+        "epochs, and status.state 'completed' with no status.reason saying why it stopped",
     ]
     assert lines[-1].endswith("2 agree, 2 do not; 1 not evaluated yet.")
     assert main(["check", str(tmp_path / "nosuch")]) == 1
@@ -91,6 +89,5 @@ def test_a_run_that_says_why_it_stopped_short_passes_and_its_table_says_so(tmp_p
     md = (out / "table1.md").read_text()
     assert (
         "Stopped before their spec's epochs, as their records say: table1-grassmann-s0 after 3 "
-        "(time limit), "
-        "table1-grassmann-s1 after 3 (time limit), table1-transformer-s0 after 3"
+        "(time limit), table1-grassmann-s1 after 3 (time limit), table1-transformer-s0 after 3"
     ) in md

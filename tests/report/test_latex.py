@@ -1,7 +1,7 @@
 """The .tex tables compile: every table the demo writes and every .tex committed under reports/,
 each \\input into an article with booktabs and run through a real pdflatex (Debian's
-texlive-latex-base and texlive-latex-recommended; .ci/run installs them, and under CI=true a
-missing pdflatex fails the test instead of skipping it)."""
+texlive-latex-base and texlive-latex-recommended; .ci/run installs them, and under CI=true a missing
+pdflatex fails the test instead of skipping it)."""
 
 from __future__ import annotations
 

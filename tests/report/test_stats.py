@@ -1,6 +1,6 @@
-"""The verdict's statistics against independent truth: Student t quantiles at fractional df
-(a pure-Python integration of the density, not scipy), Welch intervals (scipy's own Welch
-test for a difference; the delta method written out for the gap). The LM verdict that reads them:
+"""The verdict's statistics against independent truth: Student t quantiles at fractional df (a
+pure-Python integration of the density, not scipy), Welch intervals (scipy's own Welch test for a
+difference; the delta method written out for the gap). The LM verdict that reads them:
 tests/lm/test_verdict.py."""
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def test_diff_ci_is_welchs_interval(gen):
 
 
 def test_gap_ci_is_the_delta_method_with_satterthwaite_df():
-    """The issue's example (3 seeds each): the table lookup said 'supported' (CI high 14.81);
-    the exact quantile at the ratio's own df says 'inconclusive'."""
+    """The issue's example (3 seeds each): the table lookup said 'supported' (CI high 14.81); the
+    exact quantile at the ratio's own df says 'inconclusive'."""
     g, t = [275.0, 281.0, 270.0], [249.0, 247.5, 251.0]
     mg, mt = statistics.fmean(g), statistics.fmean(t)
     r = mg / mt

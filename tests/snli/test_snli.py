@@ -1,6 +1,6 @@
 """SNLI: the windowed Plücker op against its reference, the heads (mixing features real and
-order-sensitive, padding-invariant, sizes), the frozen backbone, data stages, training with
-resume, and evaluation — offline, with synthetic pairs and a random tiny DistilBERT."""
+order-sensitive, padding-invariant, sizes), the frozen backbone, data stages, training with resume,
+and evaluation — offline, with synthetic pairs and a random tiny DistilBERT."""
 
 import json
 import signal
@@ -97,8 +97,8 @@ def test_windowed_op_kernel_backends_match(backend, gen):
 
 # --- the heads --------------------------------------------------------------------------------
 def _mixing_features_are_real(features, h, mask):
-    """The check a collapsed head fails: mixing features not identically zero, and not a
-    per-token (or bag-of-tokens) function: reordering the tokens changes them beyond reordering."""
+    """The check a collapsed head fails: mixing features not identically zero, and not a per-token
+    (or bag-of-tokens) function: reordering the tokens changes them beyond reordering."""
     g = features(h, mask)
     assert g.abs().amax() > 1e-3, "mixing features are identically zero"
     perm = torch.randperm(h.shape[1], generator=torch.Generator().manual_seed(0))
@@ -173,9 +173,9 @@ def test_heads_ignore_padding(kind, pair_input, pool, gen):
 
 def test_paper_sized_heads_have_about_the_same_size():
     """Frozen 768-d features, d_model 256, 2 layers, d_ff 512, joint pairs. Per layer:
-    Transformer 4·(256² + 256) + FFN 262,912 + 2 LN 1,024 = 527,104; Grassmann W_red 16,448
-    + 4 heads · (120·64 + 64) + gate 131,328 + FFN + LN = 442,688. Shared: input projection
-    196,864 and classifier 66,563."""
+    Transformer 4·(256² + 256) + FFN 262,912 + 2 LN 1,024 = 527,104; Grassmann W_red 16,448 + 4
+    heads · (120·64 + 64) + gate 131,328 + FFN + LN = 442,688. Shared: input projection 196,864 and
+    classifier 66,563."""
     sizes = {
         kind: SNLIClassifier(
             kind, HeadConfig(), backbone=torch.nn.Identity(), feat_dim=768
@@ -266,8 +266,8 @@ def test_token_files_truncate_sentences_and_record_special_ids(snli_tokens):
 
 
 def test_backbone_tokenizer_from_a_local_directory(tmp_path):
-    """The real-data path (tokenizer.path: a copy of DistilBERT's files) through
-    BertTokenizerFast, with a small vocab.txt in BERT's format."""
+    """The real-data path (tokenizer.path: a copy of DistilBERT's files) through BertTokenizerFast,
+    with a small vocab.txt in BERT's format."""
     words = [
         "[PAD]",
         "[UNK]",
@@ -467,8 +467,8 @@ def test_pair_input_separate_end_to_end(snli_tokens, tmp_path):
 
 
 def test_accuracy_report_on_known_answers():
-    """Rows are gold, columns predicted; per-class accuracy is recall per gold class. Worked by
-    hand (and gold and predicted swapped would give 50 / 50 / 66.7, so the order is checked)."""
+    """Rows are gold, columns predicted; per-class accuracy is recall per gold class. Worked by hand
+    (and gold and predicted swapped would give 50 / 50 / 66.7, so the order is checked)."""
     from grassflow.snli.evaluate import accuracy_report
 
     gold = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
@@ -621,8 +621,8 @@ def test_snli_table_statistics_and_diverged_runs(tmp_path):
 
 
 def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
-    """What the login-node stages save (fetch-tokenizer, snli-fetch-backbone) loads back to
-    the same tokenizer and the same weights; here from local copies, on clusters from the hub."""
+    """What the login-node stages save (fetch-tokenizer, snli-fetch-backbone) loads back to the same
+    tokenizer and the same weights; here from local copies, on clusters from the hub."""
     from transformers import DistilBertConfig, DistilBertModel
 
     from grassflow.data.tokenizers import fetch_tokenizer, load_tokenizer, tokenizer_sha256
@@ -663,8 +663,8 @@ def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
 @pytest.mark.parametrize("static", [False, True])
 def test_a_batch_holds_each_pairs_premise_and_hypothesis_in_order(pair_input, static):
     """make_batch, the one way a pair reaches a model: "[CLS] premise [SEP] hypothesis [SEP]"
-    (joint)
-    or "[CLS] premise [SEP]" beside "[CLS] hypothesis [SEP]" (separate), padding masked out."""
+    (joint) or "[CLS] premise [SEP]" beside "[CLS] hypothesis [SEP]" (separate), padding masked
+    out."""
     import numpy as np
 
     from grassflow.snli.model import make_batch

@@ -1,8 +1,7 @@
 """The Snakemake workflow catalog's usage file (.snakemake-workflow-catalog.yml): it parses into the
 catalog's keys and says only what is true of this workflow: every flag it names is one of
-Snakemake's,
-every target a rule, every file one of the repository's; every rule that runs a job has a conda env
-(its `conda: true`); no rule a container (its `singularity: false`)."""
+Snakemake's, every target a rule, every file one of the repository's; every rule that runs a job has
+a conda env (its `conda: true`); no rule a container (its `singularity: false`)."""
 
 from __future__ import annotations
 

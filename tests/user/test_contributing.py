@@ -153,8 +153,8 @@ ROWS = {
 
 
 def _jobs(src: Path) -> dict[str, set[str]]:
-    """{job: the files of its code, relative to the repository} for every rule's code_of call, a
-    job per model kind where the rule runs one kind, `[*]` where it runs them all."""
+    """{job: the files of its code, relative to the repository} for every rule's code_of call, a job
+    per model kind where the rule runs one kind, `[*]` where it runs them all."""
     from grassflow.planning import staleness
 
     out = {}

@@ -188,8 +188,8 @@ def _pattern(key: str, below: bool = False) -> re.Pattern:
 
 def key_problems(page: Path, text: str, known: set[str]) -> list[str]:
     """Backticked config keys (`train.threads`, `model.*`,
-    `snli.head_overrides.{grassmann,transformer}`,
-    `data.expected_sha256.<split>`) that the schema does not have. File names are not keys."""
+    `snli.head_overrides.{grassmann,transformer}`, `data.expected_sha256.<split>`) that the schema
+    does not have. File names are not keys."""
     problems = []
     for token in re.findall(r"`([a-z_]+(?:\.(?:[a-z_0-9]+|\*|<[a-z_]+>|\{[\w,]+\}))+)`", text):
         if token.split(".")[0] not in PRESET_SECTIONS or FILE_SUFFIX.search(token):
@@ -310,9 +310,9 @@ def test_anchors_are_githubs(heading, anchor):
 
 
 def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
-    """Every ```python block of the docs and the README runs as written, in a directory holding
-    the paths they name (an export and a run directory of a tiny trained model); the hub's upload
-    is a stand-in that records its call (no network here)."""
+    """Every ```python block of the docs and the README runs as written, in a directory holding the
+    paths they name (an export and a run directory of a tiny trained model); the hub's upload is a
+    stand-in that records its call (no network here)."""
     import re
     import shutil
 
@@ -360,8 +360,7 @@ def test_the_docs_python_snippets_run(tokens, tmp_path, monkeypatch):
 
 def test_the_suite_is_laid_out_like_the_package():
     """tests/ mirrors src/grassflow/ (docs/develop/development.md): every test file in a directory
-    named
-    for a part of the package, none at the root, and no test module imports another (what they
+    named for a part of the package, none at the root, and no test module imports another (what they
     share is in tests/helpers/)."""
     tests = ROOT / "tests"
     parts = {

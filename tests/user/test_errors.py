@@ -1,6 +1,6 @@
-"""Every user verb fails well: a bad input is one `error:` line naming the key, file or value
-(and the fix where there is one), exit 1 (2 for a command line the parser refuses), no traceback,
-nothing written; `load_model` from Python raises a ModelFileError naming the file and the key."""
+"""Every user verb fails well: a bad input is one `error:` line naming the key, file or value (and
+the fix where there is one), exit 1 (2 for a command line the parser refuses), no traceback, nothing
+written; `load_model` from Python raises a ModelFileError naming the file and the key."""
 
 from __future__ import annotations
 
@@ -412,8 +412,7 @@ def test_every_other_verb_refuses_bad_input_in_one_line(
 @pytest.mark.parametrize("verb", ["generate", "export"])
 def test_a_run_directory_with_a_damaged_record_is_one_line(verb, model_dirs, tmp_path, capfd):
     """A run directory (not an export) whose run.json is damaged: one line naming it, as every
-    record
-    reader's (finished_run reads records as report.records does; before, a traceback)."""
+    record reader's (finished_run reads records as report.records does; before, a traceback)."""
     run = tmp_path / "run"
     shutil.copytree(model_dirs[0], run)
     (run / "run.json").write_text("{ damaged")

@@ -1,5 +1,5 @@
-"""constraints.txt (make lock) pins what `make test` and CI install: every dependency of the
-install (the package, the extras make installs) at a version its pyproject.toml floor allows."""
+"""constraints.txt (make lock) pins what `make test` and CI install: every dependency of the install
+(the package, the extras make installs) at a version its pyproject.toml floor allows."""
 
 import re
 from pathlib import Path
@@ -61,8 +61,8 @@ def test_the_gpu_extras_cupy_is_pinned_per_cuda_major_and_installed_with_the_pin
 
 
 def test_the_pins_hold_for_cpu_and_cuda_builds_alike():
-    """No local version label (torch==2.13.0+cpu would not install on a GPU machine), no editable
-    or URL line: a constraints file of plain pins."""
+    """No local version label (torch==2.13.0+cpu would not install on a GPU machine), no editable or
+    URL line: a constraints file of plain pins."""
     text = (ROOT / "constraints.txt").read_text()
     assert not [
         line

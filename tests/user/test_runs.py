@@ -1,10 +1,8 @@
 """`grassflow runs` and `grassflow diff` on the finished demo, through the CLI: a row per run with a
 record, equal to the records (status, epochs, parts, figures, commit); the settings that differ
-across
-the runs listed, as dotted spec keys; --preset and --where filter, --csv writes CSV; `diff` says a
-spec
-edit as its dotted key with both values, the hashes and the curves; a damaged record is refused in
-one line naming it."""
+across the runs listed, as dotted spec keys; --preset and --where filter, --csv writes CSV; `diff`
+says a spec edit as its dotted key with both values, the hashes and the curves; a damaged record is
+refused in one line naming it."""
 
 from __future__ import annotations
 
@@ -55,10 +53,8 @@ def test_runs_lists_every_run_as_its_records_say(demo):
     # tables' depths)
     assert {"model.norm", "model.n_layers"} <= set(rows[0]), sorted(rows[0])
     # by columns: Table 1's Grassmann runs, the demo's two seeds, the ablation's pre-norm run and
-    # the sweep's
-    # two other learning rates (their base is table1); and by a dotted spec key: Table 1's pre-norm
-    # runs, the
-    # variant's, both models
+    # the sweep's two other learning rates (their base is table1); and by a dotted spec key: Table
+    # 1's pre-norm runs, the variant's, both models
     md = _grassflow("runs", "--where", "table=table1", "--where", "model=grassmann", cwd=demo)
     assert md.returncode == 0, md.stderr
     lines = [
@@ -102,10 +98,8 @@ def test_diff_says_a_spec_edit_as_its_key_and_a_damaged_record_by_name(demo, tmp
 
 def test_runs_in_a_real_terminal_fits_it_and_prints_plain_rounded_text(demo, tmp_path):
     """`grassflow runs` in tmux at 100 columns (capture-pane): every run once, no line wider than
-    the
-    terminal, no Markdown escape or HTML entity, figures rounded as the tables round them; --md is
-    the
-    piped default's Markdown (mutation: the Markdown printed on a terminal too)."""
+    the terminal, no Markdown escape or HTML entity, figures rounded as the tables round them; --md
+    is the piped default's Markdown (mutation: the Markdown printed on a terminal too)."""
     import re
     import time
 

@@ -1,8 +1,7 @@
 """Our models as transformers models (grassflow.hf): an export loads with AutoModelForCausalLM and
-AutoTokenizer in a fresh process and gives the evaluation's logits; transformers' generate()
-decodes incrementally through our cache and gives `grassflow generate`'s greedy text; lm-eval's own
-`hf` model gives the `grassflow` model's word perplexity; the classes live outside every job's
-code."""
+AutoTokenizer in a fresh process and gives the evaluation's logits; transformers' generate() decodes
+incrementally through our cache and gives `grassflow generate`'s greedy text; lm-eval's own `hf`
+model gives the `grassflow` model's word perplexity; the classes live outside every job's code."""
 
 from __future__ import annotations
 
@@ -265,8 +264,8 @@ def _padded(side: str, pad: int = 0):
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_a_padded_batch_gives_each_prompt_its_own_logits(kind, side, exports):
     """Prompts of different lengths in one batch with an attention_mask: each row's logits are its
-    prompt's alone, cached or not; a Grassmann pair whose earlier token is padding is one with
-    t − Δ < 0, left out, and each row's positions start at its first real token."""
+    prompt's alone, cached or not; a Grassmann pair whose earlier token is padding is one with t − Δ
+    < 0, left out, and each row's positions start at its first real token."""
     from transformers import AutoModelForCausalLM
 
     import grassflow.hf  # noqa: F401
@@ -377,9 +376,8 @@ def test_an_edit_to_the_transformers_classes_reruns_no_job(demo):
 @pytest.mark.parametrize("kind", ["grassmann", "transformer"])
 def test_the_labels_loss_is_the_shifted_cross_entropy_over_the_unpadded_labels(kind, exports):
     """`model(ids, labels=labels).loss`, what Trainer and most fine-tuning scripts call: each
-    position's
-    logits score the next label, positions labelled -100 (padding) left out, the mean over the rest;
-    computed here by hand from the model's own logits."""
+    position's logits score the next label, positions labelled -100 (padding) left out, the mean
+    over the rest; computed here by hand from the model's own logits."""
     from transformers import AutoModelForCausalLM
 
     import grassflow.hf  # noqa: F401

@@ -23,8 +23,8 @@ REPORT = f"{RESULTS}/report"
 TASK_RUNS = {name: t.specs(PRESET, PRESET_CFG) for name, t in TASKS.items()}
 THREADS = {name: t.threads(PRESET_CFG) for name, t in TASKS.items()}  # each task's jobs' threads
 
-# Each training and evaluation job's time limit and memory (grassflow.planning.estimate): resources of
-# the job, computed from its spec and data; the token files' own counts once they exist
+# Each training and evaluation job's time limit and memory (grassflow.planning.estimate): resources
+# of the job, computed from its spec and data; the token files' own counts once they exist
 # (Snakemake evaluates resources again when a job's inputs are ready). Longer on every retry.
 ESTIMATE = config.get("estimate") or {}
 
@@ -74,8 +74,8 @@ wildcard_constraints:
 # --- settings ---------------------------------------------------------------------------------
 # What a job computes from (a run's spec, a data or tokenizer section, the slice of the preset a
 # table reads) reaches it as a param: canonical JSON, on its command line (`--spec '{...}'`, which
-# `snakemake -p` and its log show, and which reruns it by hand). Snakemake reruns a job whose
-# params changed, saying before and after (`grassflow plan --why` names the keys).
+# `snakemake -p` and its log show, and which reruns it by hand). Snakemake reruns a job whose params
+# changed, saying before and after (`grassflow plan --why` names the keys).
 def as_json(value):
     return json.dumps(value, sort_keys=True)
 
@@ -91,10 +91,10 @@ def table_part(part, key):
 
 
 # --- code fingerprints -------------------------------------------------------------------
-# Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of
-# the code its job runs: its stage module's import closure (grassflow.planning.staleness), with of the
-# models' code only the kind the job runs, each file by its syntax tree, not its text. Edit a
-# file and exactly the jobs that run its code rerun: `python -m grassflow.planning.staleness <module>
+# Snakemake cannot see code imported by a command, so each rule carries, as a param, a hash of the
+# code its job runs: its stage module's import closure (grassflow.planning.staleness), with of the
+# models' code only the kind the job runs, each file by its syntax tree, not its text. Edit a file
+# and exactly the jobs that run its code rerun: `python -m grassflow.planning.staleness <module>
 # --kinds <kind>` lists a job's files. When jobs run (onstart, below), each fingerprint's per-file
 # hashes are kept in .snakemake/grassflow/code/ (CODE_INDEX), so that `grassflow plan --why` can
 # name the files a later edit changed.
@@ -126,8 +126,8 @@ shell.prefix(
 onstart:
     remember(CODE, Path(CODE_INDEX))
     # the runs' time limits and GPU slots are sized from K: a packing other than K (of a run's
-    # group, profiles/slurm: the only groups) is refused before any job starts (Snakemake hands
-    # its --group-components to the workflow only here)
+    # group, profiles/slurm: the only groups) is refused before any job starts (Snakemake hands its
+    # --group-components to the workflow only here)
     for _group, _n in dict(workflow.group_settings.group_components).items():
         if _n != RUNS_PER_GPU:
             sys.exit(

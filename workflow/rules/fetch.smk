@@ -1,6 +1,6 @@
-# The tokenizers named without a local `path` (common.smk: tokenizer_artifact), fetched from the
-# hub where Snakemake runs (a local rule: on clusters only the login node has the internet), for
-# every LM and SNLI run. Its job is grassflow.data.fetch_tokenizer, as snli_fetch_backbone's is
+# The tokenizers named without a local `path` (common.smk: tokenizer_artifact), fetched from the hub
+# where Snakemake runs (a local rule: on clusters only the login node has the internet), for every
+# LM and SNLI run. Its job is grassflow.data.fetch_tokenizer, as snli_fetch_backbone's is
 # grassflow.snli.fetch_backbone (snli.smk).
 
 

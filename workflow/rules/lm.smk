@@ -3,11 +3,11 @@
 #   download → (train_tokenizer, for tokenizer.name: trained) → tokenize → train → evaluate
 #   → aggregate (a table per experiment), summary, ablation_aggregate
 # and documents: the evaluation splits as lm-evaluation-harness's documents, which evaluate reads;
-# unigram: the baseline a model must beat; bench: the scaling benchmark.
-# `snakemake lm`: its tables; `snakemake table1`, `table2`, `ablations`: one table, its runs, their data.
-# download is local (it runs where Snakemake runs): on clusters only the login node has the internet.
-# A run's spec is its `spec` param: all it computes from; its `code` param the hash of the code it
-# runs, of its own model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
+# unigram: the baseline a model must beat; bench: the scaling benchmark. `snakemake lm`: its tables;
+# `snakemake table1`, `table2`, `ablations`: one table, its runs, their data. download is local (it
+# runs where Snakemake runs): on clusters only the login node has the internet. A run's spec is its
+# `spec` param: all it computes from; its `code` param the hash of the code it runs, of its own
+# model kind only (common.smk): a Grassmann edit reruns Grassmann runs only.
 from grassflow.lm.layout import experiment_figures, fused_dir, lm_layout, table_files
 
 # its names (grassflow.lm.layout)
@@ -225,8 +225,8 @@ rule adopt_run:
 # the ablation table.
 
 
-# The unigram baseline of the evaluation tokens (training-split counts): the perplexity a model
-# must beat to have learned anything; the tables mark runs that do not.
+# The unigram baseline of the evaluation tokens (training-split counts): the perplexity a model must
+# beat to have learned anything; the tables mark runs that do not.
 rule unigram:
     input:
         **LM.train_inputs,

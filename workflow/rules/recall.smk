@@ -1,6 +1,6 @@
 # Multi-query associative recall (MQAR), the preset's `recall` part: one recall_data job per
-# (seq_len, kv) cell, then recall_train → recall_evaluate per run (each reading its cell's data)
-# → recall_aggregate. `snakemake recall`: its tables, their runs and data only.
+# (seq_len, kv) cell, then recall_train → recall_evaluate per run (each reading its cell's data) →
+# recall_aggregate. `snakemake recall`: its tables, their runs and data only.
 from grassflow.recall.layout import recall_layout
 
 # its names (grassflow.recall.layout)

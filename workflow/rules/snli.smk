@@ -2,8 +2,8 @@
 #   snli_download → (snli_train_tokenizer) → snli_tokenize → snli_train → snli_evaluate → snli_aggregate
 # its data chain the LM's rules (lm.smk) with its own stages and files; and snli_fetch_backbone:
 # the pretrained backbone a run on its frozen features reads (--backbone-dir), fetched where
-# Snakemake runs (on clusters only the login node has the internet), as download is.
-# `snakemake snli`: its tables, their runs and data only.
+# Snakemake runs (on clusters only the login node has the internet), as download is. `snakemake
+# snli`: its tables, their runs and data only.
 from grassflow.snli.layout import snli_layout
 
 SNLI = snli_layout(PRESET_CFG, TASK_RUNS["snli"], RESULTS)  # its names (grassflow.snli.layout)
@@ -122,8 +122,8 @@ use rule evaluate as snli_evaluate with:
         extra=lambda wc: SNLI.backbone_args[wc.snli_run],
 
 
-# a task's table job (recall_aggregate is this rule with recall's files): its own part only,
-# without execution keys, so other tasks' edits leave its tables alone
+# a task's table job (recall_aggregate is this rule with recall's files): its own part only, without
+# execution keys, so other tasks' edits leave its tables alone
 rule snli_aggregate:
     input:
         evals=run_files(SNLI.res, SNLI.runs, "eval.json"),

@@ -1,7 +1,7 @@
 """Benchmarks: `python -m grassflow.bench [--out DIR] [--quick]` (this package's main).
 
-All figures are measured side by side in one run and reported as ratios (never as timed
-tests). Parts, written to DIR/bench-<device>.json and .md:
+All figures are measured side by side in one run and reported as ratios (never as timed tests).
+Parts, written to DIR/bench-<device>.json and .md:
   sgemm     achieved fp32 GEMM rate on this machine: the roof the others are measured against
   op        Plücker op forward+backward, reference vs fast (vs fused-cpu on a CPU, cupy on a GPU)
   settings  the training step at the shortest L, both models: default vs fused AdamW, the
@@ -23,10 +23,10 @@ tests). Parts, written to DIR/bench-<device>.json and .md:
             of L: step time, tokens/s, peak memory; the same without the LM head ("trunk":
             loss on the final-LN states)
 
-Peak memory: on CUDA, torch.cuda.max_memory_allocated over the step. On the CPU, PyTorch
-keeps no allocator statistics, so we report the peak of the bytes held by tensors saved for
-backward (the activation memory: the only term that differs between the models, since
-parameters, gradients and AdamW states are the same size within 0.2 %).
+Peak memory: on CUDA, torch.cuda.max_memory_allocated over the step. On the CPU, PyTorch keeps no
+allocator statistics, so we report the peak of the bytes held by tensors saved for backward (the
+activation memory: the only term that differs between the models, since parameters, gradients and
+AdamW states are the same size within 0.2 %).
 """
 
 from __future__ import annotations

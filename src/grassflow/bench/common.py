@@ -1,5 +1,5 @@
-"""What every benchmark shares: timing, the training step as the loop takes it, the backends
-worth timing on a device."""
+"""What every benchmark shares: timing, the training step as the loop takes it, the backends worth
+timing on a device."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def timeit(fn, device, repeat=3, warmup=1, best=False) -> float:
 
 
 class SavedBytes:
-    """Bytes of the distinct storages saved for backward, parameters excluded: the CPU
-    activation memory, all of which is alive at the end of the forward pass."""
+    """Bytes of the distinct storages saved for backward, parameters excluded: the CPU activation
+    memory, all of which is alive at the end of the forward pass."""
 
     def __init__(self, params):
         self.params = {p.untyped_storage().data_ptr() for p in params}
@@ -86,10 +86,10 @@ def training_step(
     dropout=0.0,
 ):
     """One training step as the training loop takes it, as a function: make_optimizer's AdamW
-    (`train`: fused where the loop uses it; `default`: PyTorch's default form), the LM loss of
-    the LM task (its head and loss as one op, ops.linear_ce, `head_loss` backend) or, without the
-    head, a loss on the final-LN states; eager or compiled (grassflow.compiled). Returns
-    (step, facts about it, the saved-bytes meter)."""
+    (`train`: fused where the loop uses it; `default`: PyTorch's default form), the LM loss of the
+    LM task (its head and loss as one op, ops.linear_ce, `head_loss` backend) or, without the head,
+    a loss on the final-LN states; eager or compiled (grassflow.compiled). Returns (step, facts
+    about it, the saved-bytes meter)."""
     torch.manual_seed(0)
     B = max(1, tokens // L)
     model = build_model(
@@ -150,8 +150,8 @@ def bench_step(device, kind, L, tokens, n_layers, vocab, with_head, backend="aut
     step()  # the first step compiles (if it does) and allocates AdamW's state
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    # best of 5: the 30,522-way head's ~0.5 GB of logits and gradients makes single steps
-    # on a shared 2-core machine vary by ±20 %; the minimum is the stable estimate.
+    # best of 5: the 30,522-way head's ~0.5 GB of logits and gradients makes single steps on a
+    # shared 2-core machine vary by ±20 %; the minimum is the stable estimate.
     t = timeit(step, device, repeat=5, best=True, warmup=0)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else meter.peak
     return {

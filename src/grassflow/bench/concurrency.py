@@ -3,10 +3,10 @@
 Each of K worker processes builds the Table 1 step of one model (N=6, L=128, B=32, the 30,522-way
 head, dropout 0.1, the loop's optimizer; --quick: smoke sizes), warms up, and reports ready; when
 all K are ready they start at once on a word from the parent and time `steps` steps. Aggregate
-tokens/s is all K runs' tokens over the span from the first start to the last end. The parent
-holds every GPU slot (bench is exclusive), so no pipeline job shares the GPU being measured; the
-workers take none. With `mps`, each K > 1 is measured again under CUDA MPS (a daemon started for
-the measurement and stopped after it).
+tokens/s is all K runs' tokens over the span from the first start to the last end. The parent holds
+every GPU slot (bench is exclusive), so no pipeline job shares the GPU being measured; the workers
+take none. With `mps`, each K > 1 is measured again under CUDA MPS (a daemon started for the
+measurement and stopped after it).
 
 Results: concurrency-<device>.json/.md: per model, K and MPS, the aggregate and per-run tokens/s,
 the gain over K=1 and each run's slowdown: what `train.runs_per_gpu`'s default is to be set from.
@@ -147,8 +147,7 @@ def run(device, ks: list[int], steps: int, quick: bool, mps: bool, out: Path, st
     if 1 not in ks:
         raise SystemExit(
             f"error: --concurrency {','.join(map(str, ks))}: list 1, the baseline of the gains "
-            "(e.g. "
-            "1,2,4,8)"
+            "(e.g. 1,2,4,8)"
         )
     if mps and device.type != "cuda":
         raise SystemExit(f"error: --mps: MPS is CUDA's; the device here is {device.type}")
@@ -192,10 +191,8 @@ def to_markdown(res: dict) -> str:
         f"{size['tokens']} tokens per step, vocab "
         f"{size['vocab']}){' — smoke sizes, not a measurement' if res['quick'] else ''}; "
         f"{res['steps']} timed steps per run after 3 warm-up steps, all K started at once. "
-        "Aggregate: all "
-        "runs' tokens over the span from the first start to the last end; gain: over K=1 of the "
-        "same model; "
-        "slowdown: a run's time at K over its time alone.",
+        "Aggregate: all runs' tokens over the span from the first start to the last end; gain: "
+        "over K=1 of the same model; slowdown: a run's time at K over its time alone.",
         "",
         *markdown.table(
             [

@@ -1,5 +1,5 @@
-"""The core parts of the benchmark: the sgemm roof, the Plücker op, the training step's
-settings, launches per layer, and the step over sequence lengths (grassflow.bench)."""
+"""The core parts of the benchmark: the sgemm roof, the Plücker op, the training step's settings,
+launches per layer, and the step over sequence lengths (grassflow.bench)."""
 
 from __future__ import annotations
 
@@ -90,9 +90,9 @@ def bench_settings(device, L, tokens, n_layers, vocab, compile=True) -> list[dic
 
 
 def count_launches(device, r=TABLE1["r"], d=TABLE1["d"], T=TABLE1["L"], B=2) -> dict:
-    """Per layer and training step (forward + backward): the Plücker op's own kernel launches,
-    and every ATen op (each one kernel launch, or more, on a GPU) of one Grassmann block and
-    one Transformer block, views excluded."""
+    """Per layer and training step (forward + backward): the Plücker op's own kernel launches, and
+    every ATen op (each one kernel launch, or more, on a GPU) of one Grassmann block and one
+    Transformer block, views excluded."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Ops(TorchDispatchMode):
@@ -210,12 +210,10 @@ def to_markdown(res) -> str:
         r0 = rows[0]
         lines += [
             f"## The training step's settings, side by side (L={r0['L']}, B={r0['B']}, "
-            f"N={res['n_layers']}, "
-            f"vocab {res['vocab']}, with the LM head, dropout 0.1)",
+            f"N={res['n_layers']}, vocab {res['vocab']}, with the LM head, dropout 0.1)",
             "",
             "Each row changes one thing from the row above. Head op: the LM head and its loss as "
-            "one "
-            "op (`ops/linear_ce`); `auto` is what training uses on this device.",
+            "one op (`ops/linear_ce`); `auto` is what training uses on this device.",
             "",
         ]
         first = {r["model"]: r["seconds"] for r in rows if r["setting"] == r0["setting"]}
@@ -241,8 +239,7 @@ def to_markdown(res) -> str:
                 [
                     [
                         f"{g['setting']} ({g['optimizer']}, head {g['head_loss']}, "
-                        f"{'compiled' if g['compile'] else 'eager'}, "
-                        f"op {g['backend']})",
+                        f"{'compiled' if g['compile'] else 'eager'}, op {g['backend']})",
                         f"{t['seconds']:.3f}",
                         f"{g['seconds']:.3f}",
                         f"**{g['seconds'] / t['seconds']:.2f}**",
@@ -263,8 +260,7 @@ def to_markdown(res) -> str:
             "## Against a public reimplementation (same machine, same run)",
             "",
             "kanenorman/grassmann's GrassmannLM step as its train.py takes it, beside ours as our "
-            "training "
-            "loop takes it (N=6, L=128, B=32, vocab 30,522, dropout 0.1).",
+            "training loop takes it (N=6, L=128, B=32, vocab 30,522, dropout 0.1).",
             "",
             *markdown.table(
                 ["Grassmann step", "time (s)", "tokens/s", "speed-up vs kanenorman"],
@@ -289,12 +285,9 @@ def to_markdown(res) -> str:
             "## Launches per layer and training step (forward + backward)",
             "",
             f"The Plücker op's own kernels ({la['plucker_backend']}, the `cupy` backend's launch "
-            "plan): "
-            f"{sum(g['plucker_kernels'].values())} ({kernels}). ATen ops of one block (each at "
-            "least "
-            "one "
-            f"kernel on a GPU; views excluded): Grassmann {g['aten_ops']}, Transformer "
-            f"{la['transformer']['aten_ops']}.",
+            f"plan): {sum(g['plucker_kernels'].values())} ({kernels}). ATen ops of one block (each "
+            f"at least one kernel on a GPU; views excluded): Grassmann {g['aten_ops']}, "
+            f"Transformer {la['transformer']['aten_ops']}.",
             "",
         ]
     if res.get("kernels"):
@@ -303,9 +296,7 @@ def to_markdown(res) -> str:
             "interface",
             "",
             "The op with its stages run by each set of kernels (the projections by W are torch "
-            "GEMMs "
-            "in "
-            "both). "
+            "GEMMs in both). "
             + (
                 "On a CPU the kernels run through the serial CUDA-on-CPU shim: this times their "
                 "total work, not their parallelism (the new ones recompute each pair's scalars per "
@@ -336,12 +327,8 @@ def to_markdown(res) -> str:
             "## The training step: eager vs one CUDA graph",
             "",
             "The loop's own step (TrainStep, fused AdamW, the head op as training resolves it), "
-            "mean "
-            "over "
-            "the timed steps after the warm-up and the capture; bitwise: the parameters after "
-            "them, "
-            "eager "
-            "vs replayed, at dropout 0.",
+            "mean over the timed steps after the warm-up and the capture; bitwise: the parameters "
+            "after them, eager vs replayed, at dropout 0.",
             "",
             *markdown.table(
                 [
@@ -373,9 +360,8 @@ def to_markdown(res) -> str:
             "## A config's seeds as one ensemble (train.fuse_seeds) vs one seed",
             "",
             "The loop's own step at a table's size, dropout 0.1; per member: the ensemble's step "
-            "time "
-            "/ its "
-            "members; speed-up per member = members × (one seed's step) / (the ensemble's step).",
+            "time / its members; speed-up per member = members × (one seed's step) / (the "
+            "ensemble's step).",
             "",
             *markdown.table(
                 [

@@ -1,7 +1,7 @@
 """A config's seeds fused into one ensemble vs one seed alone (train.fuse_seeds): the loop's own
-step (TrainStep on the LM task, fused AdamW, the head op as training resolves it) at a table's
-size, S = 1 and S fused members, both models: time per step, tokens/s per member and in all, and
-the speed-up per member (S × t₁ / t_S). Measured side by side in one run."""
+step (TrainStep on the LM task, fused AdamW, the head op as training resolves it) at a table's size,
+S = 1 and S fused members, both models: time per step, tokens/s per member and in all, and the
+speed-up per member (S × t₁ / t_S). Measured side by side in one run."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ lengths run up to the trained context and one row goes past it (the window slide
 
 Reported per row: tokens/s of each way and their ratio; the state the incremental decoder holds
 after the prompt and at the end (numbers and bytes, over all layers: it is what grows with the
-text); on CUDA also the peak memory allocated (torch.cuda.max_memory_allocated). On the CPU
-PyTorch keeps no allocator statistics: the state's bytes stand for the memory that differs.
-Results: generate-<device>.json/.md.
+text); on CUDA also the peak memory allocated (torch.cuda.max_memory_allocated). On the CPU PyTorch
+keeps no allocator statistics: the state's bytes stand for the memory that differs. Results:
+generate-<device>.json/.md.
 """
 
 from __future__ import annotations
@@ -115,9 +115,8 @@ def run(device, quick: bool, out: Path, name: str) -> dict:
             res["rows"].append(row)
             print(
                 f"generate {kind:11s} prompt {p:4d} +{n}: incremental "
-                f"{row['incremental_tokens_per_s']:.1f} tok/s, "
-                f"recompute {row['recompute_tokens_per_s']:.1f} tok/s, state "
-                f"{row['state_at_end']:,}",
+                f"{row['incremental_tokens_per_s']:.1f} tok/s, recompute "
+                f"{row['recompute_tokens_per_s']:.1f} tok/s, state {row['state_at_end']:,}",
                 flush=True,
             )
     out.mkdir(parents=True, exist_ok=True)

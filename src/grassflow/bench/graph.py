@@ -92,8 +92,7 @@ def bench_graph(device, L, B, n_layers, vocab, steps=30, backend="auto") -> list
         print(
             (
                 f"graph {kind:11s}: eager {eager * 1e3:.2f} ms, graph {graph * 1e3:.2f} ms, "
-                "bitwise "
-                f"{bitwise}"
+                f"bitwise {bitwise}"
             ),
             flush=True,
         )

@@ -1,8 +1,8 @@
 """The LM head's memory traffic by arithmetic: the bytes each backend moves through the logits-sized
 tensors in one forward + backward under CUDA's bf16 autocast (reports/bench/head-bytes.md; a GPU
-measures the time: `python -m grassflow.bench`, head rows). Each pass counted as it reads and
-writes whole (N, V) tensors; ATen's log-softmax and its backward read their input twice (a max or
-sum pass, then the output pass) at a vocabulary of 30,522, too wide for one block's registers.
+measures the time: `python -m grassflow.bench`, head rows). Each pass counted as it reads and writes
+whole (N, V) tensors; ATen's log-softmax and its backward read their input twice (a max or sum pass,
+then the output pass) at a vocabulary of 30,522, too wide for one block's registers.
 
     python -m grassflow.bench.head_bytes > reports/bench/head-bytes.md
 """
@@ -62,12 +62,11 @@ def report() -> str:
         "# The LM head's memory traffic, by arithmetic",
         "",
         f"One member's training step at Table 1's shape ({N:,} rows × {V:,} logits, bf16 "
-        "autocast), "
-        "forward and backward: bytes through the (N, V) tensors, from the passes below "
+        "autocast), forward and backward: bytes through the (N, V) tensors, from the passes below "
         "(`python -m grassflow.bench.head_bytes`; src/grassflow/bench/head_bytes.py says how they "
-        "are counted). "
-        "The per-row statistics of `fused` (N × 256 partials, 8 MB each way) are left out. "
-        "Arithmetic, not a measurement: the head's time on a GPU is the benchmark's `head` rows.",
+        "are counted). The per-row statistics of `fused` (N × 256 partials, 8 MB each way) are "
+        "left out. Arithmetic, not a measurement: the head's time on a GPU is the benchmark's "
+        "`head` rows.",
         "",
     ]
     table = markdown.table(

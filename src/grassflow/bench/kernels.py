@@ -1,8 +1,8 @@
 """Old vs new Plücker kernels through the same interface: the op's forward + backward
 (PluckerMixFunction, the projections by W as torch GEMMs) with the stages run by the kernels of
-441a7fd (kernels/baseline/: a thread per token for coeff and lag_bwd, r at run time) and by
-today's kernels/plucker.cu, at the step sizes of the paper's tables. On a GPU through CuPy and the
-driver; on the CPU through the CUDA-on-CPU shim (serial: it times the kernels' work, not a GPU)."""
+441a7fd (kernels/baseline/: a thread per token for coeff and lag_bwd, r at run time) and by today's
+kernels/plucker.cu, at the step sizes of the paper's tables. On a GPU through CuPy and the driver;
+on the CPU through the CUDA-on-CPU shim (serial: it times the kernels' work, not a GPU)."""
 
 from __future__ import annotations
 
@@ -95,9 +95,9 @@ def _cpu_library():
 
 @cache
 def _cuda_module(index: int):
-    """The baseline's module, kept for the process: a CUfunction's pointer outlives nothing of
-    its module (a module collected after the lookup unloads it, and the first launch then failed
-    with CUDA_ERROR_INVALID_CONTEXT on an H200)."""
+    """The baseline's module, kept for the process: a CUfunction's pointer outlives nothing of its
+    module (a module collected after the lookup unloads it, and the first launch then failed with
+    CUDA_ERROR_INVALID_CONTEXT on an H200)."""
     import cupy
 
     with cupy.cuda.Device(index):
@@ -118,8 +118,8 @@ def new_stages(device):
 
 
 def bench_kernels(device, token_counts, T=TABLE1["L"], r=TABLE1["r"], d=TABLE1["d"]) -> list[dict]:
-    """Forward + backward of the op at each token count (B = tokens / T), old and new kernels,
-    same inputs; bf16 under autocast on a GPU (as training), fp32 on the CPU."""
+    """Forward + backward of the op at each token count (B = tokens / T), old and new kernels, same
+    inputs; bf16 under autocast on a GPU (as training), fp32 on the CPU."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
     for tokens in token_counts:

@@ -1,7 +1,7 @@
 """The CUDA kernels compiled by NVRTC on this machine, no GPU needed: does each source CuPy compiles
-on a GPU (ops/plucker/cupy_backend.py, ops/linear_ce/fused.py) compile, does it export every
-extern "C" kernel the launches look up, and how long does a cold compile take (what a fresh GPU
-machine pays before its first step; CuPy caches the binary on disk after it).
+on a GPU (ops/plucker/cupy_backend.py, ops/linear_ce/fused.py) compile, does it export every extern
+"C" kernel the launches look up, and how long does a cold compile take (what a fresh GPU machine
+pays before its first step; CuPy caches the binary on disk after it).
 
     python -m grassflow.bench.nvrtc [--arch sm_90] [--out reports/bench]
 
@@ -106,11 +106,9 @@ def main(argv=None) -> int:
             f"# Cold NVRTC compile of the CUDA kernels ({a.arch})",
             "",
             f"NVRTC {version[0].value}.{version[1].value} on "
-            f"{platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores, no GPU: one cold compile per source, as CuPy's first use "
-            "on a "
-            "fresh "
-            "machine pays it (`python -m grassflow.bench.nvrtc`).",
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, no GPU: one "
+            "cold compile per source, as CuPy's first use on a fresh machine pays it (`python -m "
+            "grassflow.bench.nvrtc`).",
             "",
             *markdown.table(["source", "seconds"], rows),
             "",

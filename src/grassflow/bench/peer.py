@@ -1,11 +1,11 @@
-"""A public reimplementation's training step beside ours, in one run: `python -m
-grassflow.bench --peer <checkout of kanenorman/grassmann>`.
+"""A public reimplementation's training step beside ours, in one run: `python -m grassflow.bench
+--peer <checkout of kanenorman/grassmann>`.
 
-Their GrassmannLM (model.py: the paper's N=6, L=128, d=256, r=32 setting, dropout 0.1, tied
-head) trained as their train.py does (AdamW(lr=1e-3) in PyTorch's default form, CrossEntropyLoss
-on the logits, `loss.item()` every step), against ours as our training loop takes the step
-(grassflow.bench.bench_step with dropout 0.1), at B=32. Their model.py imports einops, which
-is not a dependency of this project: install it to run this part.
+Their GrassmannLM (model.py: the paper's N=6, L=128, d=256, r=32 setting, dropout 0.1, tied head)
+trained as their train.py does (AdamW(lr=1e-3) in PyTorch's default form, CrossEntropyLoss on the
+logits, `loss.item()` every step), against ours as our training loop takes the step
+(grassflow.bench.bench_step with dropout 0.1), at B=32. Their model.py imports einops, which is not
+a dependency of this project: install it to run this part.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One training step of each model under torch.profiler (`python -m grassflow.bench --profile`):
-the top kernels by device time, the kernels launched per step, and the host's share of the step
-(the part of its wall time in which the device had no kernel running). The step is the loop's
-own (TrainStep on the LM task at the paper's Table 1 size), after the warm-up (and the capture,
-under train.compile graph); on a CPU the top ops by CPU time."""
+the top kernels by device time, the kernels launched per step, and the host's share of the step (the
+part of its wall time in which the device had no kernel running). The step is the loop's own
+(TrainStep on the LM task at the paper's Table 1 size), after the warm-up (and the capture, under
+train.compile graph); on a CPU the top ops by CPU time."""
 
 from __future__ import annotations
 
@@ -98,19 +98,15 @@ def to_markdown(res) -> str:
         f"# One training step under torch.profiler — {res['device']}",
         "",
         f"torch {res['torch']}, {res['date']}; `python -m grassflow.bench --profile` "
-        "(train.compile "
-        f"{res['compile']}). Table 1 size: N={res['rows'][0]['n_layers']}, "
-        f"L={res['rows'][0]['L']}, "
-        f"B={res['rows'][0]['B']}, vocab {res['rows'][0]['vocab']}; the mean over the profiled "
-        "steps.",
+        f"(train.compile {res['compile']}). Table 1 size: N={res['rows'][0]['n_layers']}, "
+        f"L={res['rows'][0]['L']}, B={res['rows'][0]['B']}, vocab {res['rows'][0]['vocab']}; the "
+        "mean over the profiled steps.",
         "",
     ]
     for row in res["rows"]:
         head = (
             f"## {row['model']}{' (captured)' if row['capture'] else ''}: "
-            f"{row['wall_s'] * 1e3:.2f} ms "
-            "per step, "
-            f"{row['tokens_per_s']:,.0f} tokens/s"
+            f"{row['wall_s'] * 1e3:.2f} ms per step, {row['tokens_per_s']:,.0f} tokens/s"
         )
         lines += [head, ""]
         if row["launches_per_step"] is not None:

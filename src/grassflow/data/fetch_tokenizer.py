@@ -1,5 +1,5 @@
-"""The fetch_tokenizer stage: save a hub tokenizer as one tokenizer.json where Snakemake runs (on
-a cluster, the login node: the only one with internet); every LM and SNLI run reads it."""
+"""The fetch_tokenizer stage: save a hub tokenizer as one tokenizer.json where Snakemake runs (on a
+cluster, the login node: the only one with internet); every LM and SNLI run reads it."""
 
 import sys
 

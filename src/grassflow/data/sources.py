@@ -1,6 +1,6 @@
 """Raw rows from where a dataset lives, shared by the tasks that read text from the hub:
-the Hugging Face hub (pinned revision), a local mirror of its parquet files, and the content
-hash that identifies a split independently of its file encoding."""
+the Hugging Face hub (pinned revision), a local mirror of its parquet files, and the content hash
+that identifies a split independently of its file encoding."""
 
 from __future__ import annotations
 
@@ -49,15 +49,14 @@ def local_file(cfg: dict, split: str, key: str = "data") -> Path:
             if (d / name).is_file():
                 return d / name
     raise DataError(
-        f"{key}.local_dir: no parquet file for split {split!r} in {root} "
-        f"(looked for {split}.parquet and {split}-00000-of-00001.parquet, also under "
-        f"{cfg['name']}/)"
+        f"{key}.local_dir: no parquet file for split {split!r} in {root} (looked for "
+        f"{split}.parquet and {split}-00000-of-00001.parquet, also under {cfg['name']}/)"
     )
 
 
 def read_columns(path, columns) -> dict[str, list]:
-    """{column: values} of a raw split's parquet file; a DataError naming the file if it has not
-    got them."""
+    """{column: values} of a raw split's parquet file; a DataError naming the file if it has not got
+    them."""
     try:
         table = pq.read_table(path)
     except Exception as e:
@@ -81,8 +80,8 @@ def token_meta(path) -> dict:
 
 
 def read_token_file(path, what: str, columns):
-    """(columns(its table), its metadata) of a token file grassflow wrote (`what`: its kind, for
-    the error); a DataError naming the file if it is not one or cannot be read."""
+    """(columns(its table), its metadata) of a token file grassflow wrote (`what`: its kind, for the
+    error); a DataError naming the file if it is not one or cannot be read."""
     try:
         meta = token_meta(path)
         return columns(pq.read_table(path)), meta

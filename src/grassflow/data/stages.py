@@ -1,5 +1,5 @@
-"""What the tokenize stages share (the LM's tokenize and documents, SNLI's tokenize): their
-options and their loop over the raw splits."""
+"""What the tokenize stages share (the LM's tokenize and documents, SNLI's tokenize): their options
+and their loop over the raw splits."""
 
 import sys
 from pathlib import Path

@@ -1,6 +1,6 @@
-"""Tokenizers shared by the tasks: the hub's (bert-base-uncased, gpt2, distilbert's), from the
-hub or a local directory, and deterministic WordPiece tokenizers built from rows (the offline
-choice). `fetch_tokenizer` saves a hub tokenizer as one file on the login node."""
+"""Tokenizers shared by the tasks: the hub's (bert-base-uncased, gpt2, distilbert's), from the hub
+or a local directory, and deterministic WordPiece tokenizers built from rows (the offline choice).
+`fetch_tokenizer` saves a hub tokenizer as one file on the login node."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ HUB_NAMES = {
 def build_wordpiece(
     rows, vocab_size: int, out_path, specials=("[PAD]", "[UNK]"), source=""
 ) -> None:
-    """A WordPiece tokenizer with BERT's normalisation and pre-tokenisation, whose vocabulary
-    is: the special tokens, every character seen (alone and as a ##continuation), then the most
-    frequent words, ties broken alphabetically, up to vocab_size. Deterministic: the
-    tokenizers library's WordPieceTrainer breaks frequency ties in hash order, which gave a
-    different vocabulary (49 of 400 tokens) in every process on the demo corpus."""
+    """A WordPiece tokenizer with BERT's normalisation and pre-tokenisation, whose vocabulary is:
+    the special tokens, every character seen (alone and as a ##continuation), then the most frequent
+    words, ties broken alphabetically, up to vocab_size. Deterministic: the tokenizers library's
+    WordPieceTrainer breaks frequency ties in hash order, which gave a different vocabulary (49 of
+    400 tokens) in every process on the demo corpus."""
     from collections import Counter
 
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -91,8 +91,8 @@ def load_tokenizer(cfg: dict, artifact=None):
 
 
 def fetch_tokenizer(tokenizer: dict, out) -> None:
-    """Save a hub (or local-path) tokenizer as one tokenizer.json, so the jobs that use it need
-    no internet: the pipeline runs this where Snakemake runs (a cluster's login node)."""
+    """Save a hub (or local-path) tokenizer as one tokenizer.json, so the jobs that use it need no
+    internet: the pipeline runs this where Snakemake runs (a cluster's login node)."""
     tok = load_tokenizer(tokenizer)
     with atomic_path(out) as tmp:
         tok.save(str(tmp))

@@ -1,5 +1,5 @@
-"""`python -m grassflow.lease <verb>`: the window's verbs (grassflow.lease's docstring says each
-one and its exit codes; bench/gpu_paper_window.sh passes every flag)."""
+"""`python -m grassflow.lease <verb>`: the window's verbs (grassflow.lease's docstring says each one
+and its exit codes; bench/gpu_paper_window.sh passes every flag)."""
 
 from __future__ import annotations
 

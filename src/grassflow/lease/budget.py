@@ -1,6 +1,6 @@
 """The lease's time: the seeds whose groups finish within it (before training), and each group's
-projected finish once its first epoch is in (while training). No torch here: the window asks for
-the projections every few seconds."""
+projected finish once its first epoch is in (while training). No torch here: the window asks for the
+projections every few seconds."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from grassflow.planning.sections import group_seed
 
 VALIDATION_SHARE = 0.05  # an epoch's validation, on top of its steps (Table 1 on the H200: ≈ 3 %)
-# A training job's own start before its first step: imports, CUDA's start, token files, model.
-# No lease has timed it alone; the preflight job, which starts the same way and then checks the
+# A training job's own start before its first step: imports, CUDA's start, token files, model. No
+# lease has timed it alone; the preflight job, which starts the same way and then checks the
 # kernels, took 31 s in the H200 lease (reports/wikitext2-v1-gpu/window-1.log: 13 → 44 s).
 JOB_START_S = 30.0
 # A resumed command's seconds before its jobs train again, on top of the setting's warm-up, compile
@@ -51,11 +51,9 @@ def seeds_that_fit(
     ({table: seeds}, a line per table and per group that could not be timed).
 
     `step_s`: {(table, kind, members): seconds per step} measured so far; a group of fewer members
-    is
-    measured where needed (`measure(spec, seeds)`, raising TrialFailed), and the time its trial
-    takes
-    counts against `seconds`, as everything since this call does. A group's need: its steps left
-    (`done(table, kind, seeds, steps an epoch)`: those its last.pt holds) × its step × (1 +
+    is measured where needed (`measure(spec, seeds)`, raising TrialFailed), and the time its trial
+    takes counts against `seconds`, as everything since this call does. A group's need: its steps
+    left (`done(table, kind, seeds, steps an epoch)`: those its last.pt holds) × its step × (1 +
     VALIDATION_SHARE), plus its epochs left × `costs`' checkpoint_s[(table, kind)]. The window's
     jobs start once (JOB_START_S and the setting's setup_s[(table, kind)]: warm-up, compile,
     capture); where the need runs past this command's `deadline`, a resumed command starts them
@@ -117,10 +115,9 @@ def seeds_that_fit(
             )
         )
         lines.append(
-            f"{table}: seeds {', '.join(map(str, chosen)) or 'none'} this lease (about "
-            f"{need:.0f} s of "
-            f"training for {len(chosen) or 1} seed(s) of {len(todo)} to train; {left:.0f} s of the "
-            f"lease's training left{when})"
+            f"{table}: seeds {', '.join(map(str, chosen)) or 'none'} this lease (about {need:.0f} "
+            f"s of training for {len(chosen) or 1} seed(s) of {len(todo)} to train; {left:.0f} s "
+            f"of the lease's training left{when})"
         )
     return fit, lines
 
@@ -179,10 +176,8 @@ def projections(
             (
                 group,
                 f"{group} budget: epoch {len(rows)} took {per_epoch:.0f} s; all {epochs} epochs "
-                "done at "
-                f"about {finish:.0f} s of the window, deadline {deadline:.0f} s, lease "
-                f"{lease:.0f} s: "
-                f"{verdict}",
+                f"done at about {finish:.0f} s of the window, deadline {deadline:.0f} s, lease "
+                f"{lease:.0f} s: {verdict}",
             )
         )
     return out

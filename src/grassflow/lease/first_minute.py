@@ -98,8 +98,7 @@ def progress(
 
 def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
     """budget.seeds_that_fit's `measure`: a smaller group's trial of `setting`, inside the time
-    box's
-    alarm (whatever is left of it, at least MIN_SHARE), its failure a TrialFailed."""
+    box's alarm (whatever is left of it, at least MIN_SHARE), its failure a TrialFailed."""
 
     def measure(spec, seeds) -> float:
         try:
@@ -237,15 +236,13 @@ def decide(a) -> None:
     if a.pinned and result["choice"] is None:
         raise Stop(
             f"compile={a.candidates[0].replace(':', ' head_loss=', 1)} does not compute the "
-            "reference's "
-            "loss here, or failed: not training with it",
+            "reference's loss here, or failed: not training with it",
             code=1,
         )
     if result["choice"] is None:
         raise Stop(
             "no setting computes the reference's loss for every model: not training (the step's "
-            "figures "
-            f"are in {out})",
+            f"figures are in {out})",
             code=3,
         )
     if not fit:

@@ -1,9 +1,9 @@
 """The lease's first minute, its trials: the execution setting its training runs with.
 
-For each table the window makes and each model, a fused group of the seeds to train is built as
-the training job builds it (lm.train.train_fused: each member with its own seed, stacked), and
-each candidate setting (train.compile × train.head_loss) runs the loop's own step on the table's
-token file (TrainStep, AdamW made for a capture where it captures, the head op), as the job runs it:
+For each table the window makes and each model, a fused group of the seeds to train is built as the
+training job builds it (lm.train.train_fused: each member with its own seed, stacked), and each
+candidate setting (train.compile × train.head_loss) runs the loop's own step on the table's token
+file (TrainStep, AdamW made for a capture where it captures, the head op), as the job runs it:
 
   check  at dropout 0, from the same initial weights and batches as the reference (eager, the
          reference head): every step's loss per member within LOSS_TOL, the last step's gradients
@@ -12,12 +12,12 @@ token file (TrainStep, AdamW made for a capture where it captures, the head op),
          would train eagerly) is dropped with the capture's error.
   time   the steps after those: seconds per step, and what its warm-up, compile and capture took
 The candidates are tried one after another, each on every model before the next (the compiler's
-last: a cold compile takes tens of seconds). One that differs, fails, or has not finished its
-steps by its share of the time box (an alarm held while a capture runs, then raised: no capture's
-or compiler's own fallback catches it) is dropped, said in one line, and not tried for the models
-left. The fastest that passed for every model wins (the sum of the models' step times: their
-groups share the GPU, time-sliced). None passing is one line, and no choice: the window trains on
-no setting nobody asked for. The figures: `to_markdown` (reports/bench/choose-<device>.md).
+last: a cold compile takes tens of seconds). One that differs, fails, or has not finished its steps
+by its share of the time box (an alarm held while a capture runs, then raised: no capture's or
+compiler's own fallback catches it) is dropped, said in one line, and not tried for the models left.
+The fastest that passed for every model wins (the sum of the models' step times: their groups share
+the GPU, time-sliced). None passing is one line, and no choice: the window trains on no setting
+nobody asked for. The figures: `to_markdown` (reports/bench/choose-<device>.md).
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ REFERENCE = ("false", "reference")  # eager, the reference head: what the others
 # each is expected to give): the captured step with the fused head (≈ 14 GB less traffic a
 # three-member step than the reference head: reports/bench/head-bytes.md), the captured step with
 # the reference head (what trained Table 1 on the H200), and the compiled loss captured (the
-# compiler
-# fuses the casts and elementwise ops that are most of the step's launches:
-# reports/bench/step-ops.md).
-# Not by default: chunked-bf16 (more bytes than fused) and `true` (the compiled loss uncaptured:
+# compiler fuses the casts and elementwise ops that are most of the step's launches:
+# reports/bench/step-ops.md). Not by default: chunked-bf16 (more bytes than fused) and `true` (the
+# compiled loss uncaptured:
 # launch-bound at 4,096 tokens a member-step, as the eager step is).
 CANDIDATES = {
     "cuda": [("graph", "fused"), ("graph", "reference"), ("compiled-graph", "fused")],
@@ -69,10 +68,10 @@ class BoxTimeout(BaseException):
 
 
 class Alarm:
-    """BoxTimeout raised in this (the main) thread after `seconds`: a candidate still compiling
-    or capturing at the end of its share is dropped. While a capture runs (`held`), the ring
-    waits, and is raised as the capture returns: a capture cut off midway leaves CUDA's stream
-    capturing, and every later trial would fail on it."""
+    """BoxTimeout raised in this (the main) thread after `seconds`: a candidate still compiling or
+    capturing at the end of its share is dropped. While a capture runs (`held`), the ring waits, and
+    is raised as the capture returns: a capture cut off midway leaves CUDA's stream capturing, and
+    every later trial would fail on it."""
 
     held, rang = 0, None
 
@@ -205,8 +204,8 @@ class _Checked:
 
 
 def _close(trial: Trial, ref) -> tuple[float, float]:
-    """(the largest relative loss difference over the steps checked, the relative norm of the
-    last gradients' difference) against the reference."""
+    """(the largest relative loss difference over the steps checked, the relative norm of the last
+    gradients' difference) against the reference."""
     loss = max(
         abs(a - b) / max(abs(b), 1e-12) for s, r in zip(trial.seen, ref.seen) for a, b in zip(s, r)
     )
@@ -264,12 +263,11 @@ def choose(
     timed_steps: int = 10,
     checkpoint_dir: Path | None = None,
 ) -> dict:
-    """`tables`: {table: {kind: (spec of its first run to train, seeds to train)}}. Returns
-    {"rows": a row per table, kind and setting (the reference's first), "choice": (compile, head
-    loss), or None where none passed, "lines"}. The references run outside the box; each candidate
-    then shares the box's time left, less MIN_SHARE for each trial of a later candidate, evenly
-    over its models left. With `checkpoint_dir`, each reference also times its group's
-    checkpoint."""
+    """`tables`: {table: {kind: (spec of its first run to train, seeds to train)}}. Returns {"rows":
+    a row per table, kind and setting (the reference's first), "choice": (compile, head loss), or
+    None where none passed, "lines"}. The references run outside the box; each candidate then shares
+    the box's time left, less MIN_SHARE for each trial of a later candidate, evenly over its models
+    left. With `checkpoint_dir`, each reference also times its group's checkpoint."""
     rows, lines = [], []
     groups = [
         (table, kind, spec, seeds)
@@ -361,16 +359,14 @@ def choose(
     if choice:
         lines.append(
             f"chosen: {setting_name(choice)} (the fastest of {len(passed)} that compute the "
-            "reference's loss, "
-            f"of {len(candidates)} tried)"
+            f"reference's loss, of {len(candidates)} tried)"
         )
     else:
         lines.append(
             "chosen: none: no candidate "
-            f"({', '.join(':'.join(c) for c in candidates) or 'none given'}) "
-            "computes the reference's loss for every model (each dropped above); nothing trains "
-            "on a "
-            "setting nobody asked for (CANDIDATES=false:reference would train the reference)"
+            f"({', '.join(':'.join(c) for c in candidates) or 'none given'}) computes the "
+            "reference's loss for every model (each dropped above); nothing trains on a setting "
+            "nobody asked for (CANDIDATES=false:reference would train the reference)"
         )
     return {"rows": rows, "choice": choice, "lines": lines}
 

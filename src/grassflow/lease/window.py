@@ -37,10 +37,8 @@ def check_tree(a) -> None:
             more = f" and {len(diff) - 8} more" if len(diff) > 8 else ""
             raise Stop(
                 f"{', '.join(diff[:8])}{more} differ from the prepared commit {tree['commit'][:7]} "
-                f"({manifest}, "
-                "by content): commit them and run make gpu-paper-prepare again (a lease's runs "
-                "must trace "
-                "to a commit)"
+                f"({manifest}, by content): commit them and run make gpu-paper-prepare again (a "
+                "lease's runs must trace to a commit)"
             )
         print(f"tree: the prepared commit {tree['commit'][:12]}, every file its own (by content)")
         return
@@ -57,10 +55,8 @@ def check_tree(a) -> None:
         names = [line[3:] for line in changed if line.strip()]
         raise Stop(
             f"uncommitted changes to {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}: "
-            "commit "
-            "them "
-            f"first (a lease's runs must trace to a commit, and {state['commit'][:7]} is not what "
-            "would run)"
+            f"commit them first (a lease's runs must trace to a commit, and {state['commit'][:7]} "
+            "is not what would run)"
         )
 
 
@@ -95,18 +91,13 @@ def gate(a) -> None:
     if extra:
         raise Stop(
             f"the dry run plans {' '.join(extra)} besides the preflight, training, evaluation and "
-            "tables; "
-            f"carry {a.carry} from make gpu-paper-prepare"
+            f"tables; carry {a.carry} from make gpu-paper-prepare"
         )
     if not counts.keys() & {"train", "train_fused", "evaluate"}:
         raise Stop(
             f"the dry run of {' '.join(a.targets)} plans no training or evaluation: its runs are "
-            "all "
-            "finished "
-            f"({a.finished or 'in this tree'}); name the next target (TARGETS=…, "
-            "docs/scale/gpu.md) "
-            "before "
-            "spending the lease",
+            f"all finished ({a.finished or 'in this tree'}); name the next target (TARGETS=…, "
+            "docs/scale/gpu.md) before spending the lease",
             code=3,
         )
     order = [*WINDOW_RULES, *a.targets]
@@ -122,8 +113,7 @@ def check_device(a) -> None:
     if resolved != a.expect:
         raise Stop(
             f"the preflight resolved '{resolved}' (device, op backends), not '{a.expect}': not "
-            "spending the "
-            "lease on it"
+            "spending the lease on it"
         )
     print(f"preflight done: {resolved}")
 

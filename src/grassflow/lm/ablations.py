@@ -1,14 +1,14 @@
 """The ablation table: which of the paper's ambiguities makes the Grassmann − Transformer gap.
 
-`ablations.md/.csv/.tex` and `ablations.png`: per variant (model switches on the base
-experiment), both models' best validation and test perplexity (mean ± std over seeds), the gap
-with its 95 % CI, diverged and did-not-learn runs counted, the Grassmann variant's parameter count
-(and its change from the unswitched variant's: r changes it), and its receptive
-field in tokens (Σ over layers of the layer's largest offset: N·max Δ when every layer has all
-offsets). N, L, B and epochs, and the model a receptive field is of, are the runs' records'. The
-CSV has one row per variant × run with the run's provenance (a run shared by two variants appears
-under each). Under the table: the published numbers (published.yaml), so ours
-are read beside everyone's, and what the table can carry (lm.comparable).
+`ablations.md/.csv/.tex` and `ablations.png`: per variant (model switches on the base experiment),
+both models' best validation and test perplexity (mean ± std over seeds), the gap with its 95 % CI,
+diverged and did-not-learn runs counted, the Grassmann variant's parameter count (and its change
+from the unswitched variant's: r changes it), and its receptive field in tokens (Σ over layers of
+the layer's largest offset: N·max Δ when every layer has all offsets). N, L, B and epochs, and the
+model a receptive field is of, are the runs' records'. The CSV has one row per variant × run with
+the run's provenance (a run shared by two variants appears under each). Under the table: the
+published numbers (published.yaml), so ours are read beside everyone's, and what the table can carry
+(lm.comparable).
 """
 
 from __future__ import annotations
@@ -158,9 +158,7 @@ def markdown(
         )
     lines = [
         f"### Ablations of {a['base']}: N={e['n_layers']}, L={e['context_len']}, "
-        f"B={e['batch_size']}, "
-        f"{e['epochs']} epochs, "
-        f"seeds {a['seeds']}",
+        f"B={e['batch_size']}, {e['epochs']} epochs, seeds {a['seeds']}",
         "",
         *md_table(
             [
@@ -186,9 +184,7 @@ def markdown(
         if why
         else (
             f"The paper's tokenizer and scale, {scope}; every run learned: the gaps compare with "
-            "the "
-            "paper's, "
-            "the perplexities do not."
+            "the paper's, the perplexities do not."
             if scope
             else "Same data, tokenizer and scale as the paper's Table; every run learned."
         ),

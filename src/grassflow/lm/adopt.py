@@ -1,7 +1,7 @@
 """A run finished elsewhere joins this tree's tables from its records (config `finished_runs`): a
 GPU lease's committed runs, another allocation's, a colleague's. Its run.json, eval.json and
-metrics.jsonl are checked to be the run this tree would make, then copied into the run's
-directory, where the tables read every run; it is neither trained nor evaluated here.
+metrics.jsonl are checked to be the run this tree would make, then copied into the run's directory,
+where the tables read every run; it is neither trained nor evaluated here.
 
 The checks, each refused in one line naming the file and what differs:
   the spec      run.json's spec equals the spec this preset gives the run (every key)
@@ -13,8 +13,8 @@ The checks, each refused in one line naming the file and what differs:
                 eval.json's validation PPL the best epoch's in metrics.jsonl and run.json's, a
                 completed run its spec's epochs or a reason, the parts ending at its last epoch,
                 ...)
-What may differ, and is said in the table (its `commit` column and the line under it): the code
-it ran, by its commit. adopted.json beside the copies says where they came from and their sha256.
+What may differ, and is said in the table (its `commit` column and the line under it): the code it
+ran, by its commit. adopted.json beside the copies says where they came from and their sha256.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ def _differences(mine, theirs, at="") -> list[str]:
 def check(spec: dict, source: Path, files: dict[str, Path]) -> dict:
     """The records in `source` checked against `spec` and this tree's `files` ({train, validation,
     test, validation_docs, test_docs}), and against each other (report.agreement); returns what
-    adopted.json
-    says of them."""
+    adopted.json says of them."""
     rec, ev = read_record(source / "run.json"), read_record(source / "eval.json")
     metrics = read_metrics(source / "metrics.jsonl")
     if rec.get("run_id") != spec["run_id"] or ev.get("run_id") != spec["run_id"]:

@@ -1,11 +1,11 @@
 """Tables (Markdown, CSV, LaTeX), figures and a summary for one preset.
 
-Per experiment: `<exp>.csv` holds one row per run with its provenance (record path, commit,
-data and weights hashes); `<exp>.md`/`.tex` hold ours (mean ± std over seeds) beside the
-paper, the unigram baseline of the same tokens, the Grassmann-vs-Transformer gap with a 95 % CI,
-and the verdict on the paper's claim, given only where the table can carry one (lm.comparable).
-Diverged runs are listed as such and left out of the means; a run whose validation perplexity
-is not below the unigram baseline is marked "did not learn".
+Per experiment: `<exp>.csv` holds one row per run with its provenance (record path, commit, data and
+weights hashes); `<exp>.md`/`.tex` hold ours (mean ± std over seeds) beside the paper, the unigram
+baseline of the same tokens, the Grassmann-vs-Transformer gap with a 95 % CI, and the verdict on the
+paper's claim, given only where the table can carry one (lm.comparable). Diverged runs are listed as
+such and left out of the means; a run whose validation perplexity is not below the unigram baseline
+is marked "did not learn".
 """
 
 from __future__ import annotations
@@ -212,9 +212,9 @@ def provenance_line(
 
 
 def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> None:
-    """The verdict on the paper's claim (a gap within `limit` %: published.yaml's
-    claim_limit_pct), or why the table cannot give one; `scope`: what a verdict must say it was
-    measured on (verdict_scope)."""
+    """The verdict on the paper's claim (a gap within `limit` %: published.yaml's claim_limit_pct),
+    or why the table cannot give one; `scope`: what a verdict must say it was measured on
+    (verdict_scope)."""
     s["not_comparable"] = why
     if "gap" in s:
         g = s["gap"]
@@ -231,10 +231,9 @@ def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> No
 
 def baseline_line(unigram: dict) -> str:
     return (
-        f"Unigram baseline (training-split token frequencies, add-one): validation PPL "
+        "Unigram baseline (training-split token frequencies, add-one): validation PPL "
         f"**{unigram['validation']['unigram_ppl']:.1f}**, test "
-        f"{unigram['test']['unigram_ppl']:.1f}. "
-        "A run not below it did not learn."
+        f"{unigram['test']['unigram_ppl']:.1f}. A run not below it did not learn."
     )
 
 
@@ -340,8 +339,7 @@ def aggregate(
     if set(df.experiment) != {experiment}:
         raise ValueError(
             f"aggregate --experiment {experiment}: runs of "
-            f"{sorted(set(df.experiment) - {experiment})} "
-            "given"
+            f"{sorted(set(df.experiment) - {experiment})} given"
         )
     exp = run_settings(df)  # N, L, B, epochs: as the runs ran them
     unk = exp.pop("unk_mapped")

@@ -1,10 +1,10 @@
-"""What a table's numbers can carry: where the data came from (said as what it is), and whether
-a table is comparable with the paper's, against the paper's setup in
-workflow/resources/published.yaml. A verdict on the paper's claim is given only when every
-condition holds: the paper's data and tokenizer, its scale, at least two seeds per model, and
-runs that learned (beat the unigram baseline); otherwise the table says why not. On the paper's
-articles in another release (Wikitext-2 v1: `same_articles` in published.yaml) the verdict is
-on the gap between the models only, and says so (verdict_scope)."""
+"""What a table's numbers can carry: where the data came from (said as what it is), and whether a
+table is comparable with the paper's, against the paper's setup in
+workflow/resources/published.yaml. A verdict on the paper's claim is given only when every condition
+holds: the paper's data and tokenizer, its scale, at least two seeds per model, and runs that
+learned (beat the unigram baseline); otherwise the table says why not. On the paper's articles in
+another release (Wikitext-2 v1: `same_articles` in published.yaml) the verdict is on the gap between
+the models only, and says so (verdict_scope)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def load_published(path) -> dict:
 
 
 def paper_ppl(published: dict, exp_name: str) -> dict:
-    """{model: best validation PPL} the paper reports for our experiment `exp_name` (the
-    `published` rows that name it: published.yaml is the only place they are written); {}."""
+    """{model: best validation PPL} the paper reports for our experiment `exp_name` (the `published`
+    rows that name it: published.yaml is the only place they are written); {}."""
     row = next((r for r in published["published"] if r.get("experiment") == exp_name), None)
     return {m: row[m] for m in ("transformer", "grassmann")} if row else {}
 
@@ -50,8 +50,8 @@ def data_is_papers(checksums: dict, setup: dict) -> bool:
 
 
 def same_articles(checksums: dict, setup: dict) -> dict | None:
-    """The entry of setup["same_articles"] (another release of the paper's articles: v1)
-    whose content hashes the data matches, every split; None if none."""
+    """The entry of setup["same_articles"] (another release of the paper's articles: v1) whose
+    content hashes the data matches, every split; None if none."""
     for name, rel in (setup.get("same_articles") or {}).items():
         if all(checksums.get(split) == digest for split, digest in rel["content_sha256"].items()):
             return {"name": name, **rel}
@@ -75,8 +75,7 @@ def data_label(preset: dict, checksums: dict, setup: dict, unk: bool | None = No
     if release:
         match = (
             f"{release['label']}; {unk_note(unk)}: its content hashes match that release's, every "
-            "split — "
-            "the paper's articles, NOT the paper's raw text"
+            "split — the paper's articles, NOT the paper's raw text"
         )
     else:
         match = (
@@ -98,8 +97,8 @@ def eval_cut(data: dict) -> str | None:
 
 
 def verdict_scope(checksums: dict, setup: dict) -> str | None:
-    """What a verdict on the paper's claim must say it is measured on, when the data is the
-    paper's articles in another release (v1); None for the paper's own data."""
+    """What a verdict on the paper's claim must say it is measured on, when the data is the paper's
+    articles in another release (v1); None for the paper's own data."""
     release = same_articles(checksums, setup)
     return release["scope"] if release else None
 
@@ -110,10 +109,9 @@ class Varies(list):
 
 def ran_settings(specs: list[dict], varied=()) -> dict[str, dict]:
     """{model kind: {key: value}}: the model and training settings (spec.model, spec.train) its
-    runs'
-    records hold; the `varied` keys (a table's own subject: the ablation switches, a sweep's key)
-    left
-    out. A key its runs hold at several values is a Varies of them (runs_differ says it)."""
+    runs' records hold; the `varied` keys (a table's own subject: the ablation switches, a sweep's
+    key) left out. A key its runs hold at several values is a Varies of them (runs_differ says
+    it)."""
     out = {}
     for kind in sorted({s["model_kind"] for s in specs}):
         settings = [{**s["model"], **s["train"]} for s in specs if s["model_kind"] == kind]
@@ -161,9 +159,9 @@ def models_differ(ran: dict[str, dict]) -> str | None:
 
 def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[str]:
     """The settings the runs ran (ran_settings: their records') that differ from the paper's (what
-    it
-    states) and from our `paper` preset's (what it leaves unstated and we assume: setup["assumed"]).
-    A key is compared for the models that have it; one no record holds, at the model's default."""
+    it states) and from our `paper` preset's (what it leaves unstated and we assume:
+    setup["assumed"]). A key is compared for the models that have it; one no record holds, at the
+    model's default."""
     paper_exp = setup["experiments"].get(exp_name)
     if paper_exp is None:
         return [f"the paper has no experiment {exp_name!r}"]

@@ -8,8 +8,8 @@ Sources:
              {split}-00000-of-00001.parquet, directly or under <name>/
   synthetic  grassflow.lm.synthetic, deterministic, offline
 
-Each split's content hash (sha256 over its rows) is recorded beside the file hash; when the
-config gives an expected content hash, a mismatch is an error.
+Each split's content hash (sha256 over its rows) is recorded beside the file hash; when the config
+gives an expected content hash, a mismatch is an error.
 
 Tokenizers (config `tokenizer.name`; grassflow.data.tokenizers):
   bert-base-uncased  the paper's; from the hub, or `tokenizer.path`: a directory with
@@ -18,13 +18,13 @@ Tokenizers (config `tokenizer.name`; grassflow.data.tokenizers):
   trained            a WordPiece tokenizer (BERT normalisation: lower-case, strip accents)
                      built from the train split with `tokenizer.vocab_size` (characters + the
                      most frequent words; deterministic, see train_tokenizer): the offline choice
-Rows are encoded in batches without special tokens and concatenated in order, as the paper
-treats Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its
-vocabulary size and hash, the source's content hash and the whitespace word count (for
-word-level perplexity), and how many literal `<unk>` (Wikitext-2 v1's rare words) became the
-tokenizer's unknown token (`tokenizer.map_unk`; None: not mapped). `data.eval_max_tokens` cuts
-validation and test to their leading rows
-(whole rows, at most that many tokens), for CPU-sized presets; the metadata's `cut` says so.
+Rows are encoded in batches without special tokens and concatenated in order, as the paper treats
+Wikitext-2 as one stream. The parquet schema metadata records the tokenizer, its vocabulary size and
+hash, the source's content hash and the whitespace word count (for word-level perplexity), and how
+many literal `<unk>` (Wikitext-2 v1's rare words) became the tokenizer's unknown token
+(`tokenizer.map_unk`; None: not mapped). `data.eval_max_tokens` cuts validation and test to their
+leading rows (whole rows, at most that many tokens), for CPU-sized presets; the metadata's `cut`
+says so.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@
   harness   lm-evaluation-harness's word-level perplexity itself (its wikitext task's, on our
             documents: grassflow.lm.rolling), where the documents stage gave the split's
             documents: what the tables' "word-level (lm-eval)" column shows.
-The stream's first token has no context and is never scored; token counts are recorded.
-Each definition is checked against a brute-force loop that scores every token with exactly the
-context its definition gives it (tests/lm/test_perplexity.py).
+The stream's first token has no context and is never scored; token counts are recorded. Each
+definition is checked against a brute-force loop that scores every token with exactly the context
+its definition gives it (tests/lm/test_perplexity.py).
 """
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ def gap_by_epoch(df) -> dict:
 
 
 def gap(df, paper_gap, exp_name, preset, path, skip=2) -> dict:
-    """Two panels: the gap after each epoch (best so far against best so far, as the table) with
-    its 95 % interval as a band, the paper's gap and zero as lines; each model's validation
-    perplexity per epoch, every seed thin and the mean thick, on a scale set by the epochs after
-    the first `skip` (an untrained model's first epochs are orders of magnitude above the rest).
-    Returns what it plots (gap_by_epoch)."""
+    """Two panels: the gap after each epoch (best so far against best so far, as the table) with its
+    95 % interval as a band, the paper's gap and zero as lines; each model's validation perplexity
+    per epoch, every seed thin and the mean thick, on a scale set by the epochs after the first
+    `skip` (an untrained model's first epochs are orders of magnitude above the rest). Returns what
+    it plots (gap_by_epoch)."""
     import math
 
     data = gap_by_epoch(df)

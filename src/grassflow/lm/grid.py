@@ -1,6 +1,6 @@
-"""The language-modelling runs (Tables 1-2 and the ablation grid), their checks and their
-estimate: planning code (its row of grassflow.pipeline.tasks names these). What it decides reaches a
-job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
+"""The language-modelling runs (Tables 1-2 and the ablation grid), their checks and their estimate:
+planning code (its row of grassflow.pipeline.tasks names these). What it decides reaches a job as
+its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations
 
@@ -49,15 +49,13 @@ def check_ablations(where: str, p: dict) -> None:
         for key in sorted(set((switches or {}).get("train") or {}) & set(NOT_VARIANT_TRAIN)):
             raise ConfigError(
                 f"{where}.ablations.variants.{variant}.train.{key}: not a variant's to set (the "
-                "base "
-                "experiment's scale, or how a job runs, which changes no run)"
+                "base experiment's scale, or how a job runs, which changes no run)"
             )
 
 
 def check_sweep(where: str, p: dict) -> None:
     """One key (under train or model), its values (numbers: the schema) in increasing order: the
-    first
-    and the last are a sweep's edges, which a model's best must lie between (bracketed)."""
+    first and the last are a sweep's edges, which a model's best must lie between (bracketed)."""
     s = p.get("sweep")
     if not s:
         return
@@ -75,9 +73,8 @@ def check_sweep(where: str, p: dict) -> None:
     section, key = keys[0].split(".")
     if section == "train" and key in NOT_VARIANT_TRAIN:
         raise ConfigError(
-            f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or "
-            "how a "
-            "job runs, which changes no run)"
+            f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or how "
+            "a job runs, which changes no run)"
         )
     values = s[section][
         key
@@ -119,8 +116,8 @@ def run_group(exp: str, kind: str) -> str:
 
 
 def _run_spec(name: str, p: dict, exp: str, kind: str, seed: int, switches: dict) -> dict:
-    """The spec of one language-model run: everything it depends on, and nothing else, so
-    that editing one model's settings (or one ablation variant) changes only those specs."""
+    """The spec of one language-model run: everything it depends on, and nothing else, so that
+    editing one model's settings (or one ablation variant) changes only those specs."""
     e = p["experiments"][exp]
     switches = dict(switches)
     train = switches.pop("train", None) or {}  # an ablation variant's training keys
@@ -184,9 +181,9 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     """{group: its run ids} of the runs train.fuse_seeds trains as one ensemble each: for every
     group id g, the runs g-s<seed> whose specs differ only in their seed and run id, one for each
     seed of the preset that no run of a group with a run left to train has finished elsewhere
-    (`finished`: run ids; a table finished in full constrains nothing), when two or more.
-    Ablation runs of other seeds, and those finished seeds' runs, train one by one. Every group
-    fuses the same seeds: rule train_fused's outputs are one pattern per seed."""
+    (`finished`: run ids; a table finished in full constrains nothing), when two or more. Ablation
+    runs of other seeds, and those finished seeds' runs, train one by one. Every group fuses the
+    same seeds: rule train_fused's outputs are one pattern per seed."""
     if (
         p["train"]["fuse_seeds"] is not True
     ):  # auto: not fused until a device measures it faster (the schema)
@@ -261,9 +258,9 @@ def ablation_grid(name: str, p: dict) -> dict[str, dict[str, list[str]]]:
 
 def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:
     """{variant: {model: [spec per seed]}} of the preset's `ablations` section: each variant's
-    switches applied to the base experiment, for both models where a switch applies. A run
-    whose spec equals another's is that run (the `paper` variant is the main table's runs; a
-    Transformer is the same under a Grassmann-only switch): it is trained once."""
+    switches applied to the base experiment, for both models where a switch applies. A run whose
+    spec equals another's is that run (the `paper` variant is the main table's runs; a Transformer
+    is the same under a Grassmann-only switch): it is trained once."""
     a = p.get("ablations")
     if not a:
         return {}
@@ -286,10 +283,9 @@ def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dic
 
 def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, list[dict]]]:
     """[{model: [spec per seed]} per value] of the preset's `sweep`: the swept key at each value on
-    the
-    base experiment, both models. A run whose spec equals one of `known` ({run_id: spec}: the main
-    tables' and the ablation grid's) or another value's is that run, trained once: the base's own
-    value is the table's runs."""
+    the base experiment, both models. A run whose spec equals one of `known` ({run_id: spec}: the
+    main tables' and the ablation grid's) or another value's is that run, trained once: the base's
+    own value is the table's runs."""
     s = p.get("sweep")
     if not s:
         return []
@@ -315,8 +311,7 @@ def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, 
 
 def sweep_grid(name: str, p: dict) -> dict | None:
     """What the sweep's table is handed: its base experiment, its key (dotted), its values with
-    their
-    labels, and each value's run ids by model; None without a sweep."""
+    their labels, and each value's run ids by model; None without a sweep."""
     if not p.get("sweep"):
         return None
     main = _main_runs(name, p)

@@ -1,6 +1,6 @@
 """What lm.smk's rules read, planned from the preset: the LM's runs by table, the ablation grid, the
-runs finished elsewhere and the fused groups, its files and what each table job is handed.
-Planning: no job imports it, so editing it reruns only the jobs whose params it changes."""
+runs finished elsewhere and the fused groups, its files and what each table job is handed. Planning:
+no job imports it, so editing it reruns only the jobs whose params it changes."""
 
 from __future__ import annotations
 
@@ -32,15 +32,15 @@ def experiment_figures(report: str, exp: str) -> list[str]:
 
 
 # What a table job reads of the preset: where its data came from, the tokenizer, the models and
-# seeds it
-# asked for. What each run ran (its model, its training) the table reads from the run's record.
+# seeds it asked for. What each run ran (its model, its training) the table reads from the run's
+# record.
 TABLE_KEYS = ("data", "tokenizer", "models", "seeds")
 
 
 def table_preset(p: dict, grid: str | None = None) -> dict:
     """The slice of the preset a table job reads (TABLE_KEYS, and the `grid` it tables: ablations,
-    sweep), so that another table's, another task's or an execution edit leaves the table alone,
-    and a run's settings reach it once: by its record."""
+    sweep), so that another table's, another task's or an execution edit leaves the table alone, and
+    a run's settings reach it once: by its record."""
     return {k: p[k] for k in (*TABLE_KEYS, *([grid] if grid else ())) if k in p}
 
 

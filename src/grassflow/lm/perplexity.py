@@ -1,6 +1,6 @@
-"""The token-level perplexities' windows (grassflow.lm.evaluate defines them): a module of their
-own because training's validation (lm/train.py) scores chunked windows too, and what a training
-job imports is its code (grassflow.planning.staleness): the evaluation's other code is not."""
+"""The token-level perplexities' windows (grassflow.lm.evaluate defines them): a module of their own
+because training's validation (lm/train.py) scores chunked windows too, and what a training job
+imports is its code (grassflow.planning.staleness): the evaluation's other code is not."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def chunked_nll(model, ids: np.ndarray, L: int, batch_size: int, device) -> tupl
     data = torch.as_tensor(ids[: n_blocks * L + 1], dtype=torch.long).to(device)
     x_all = data[:-1].view(n_blocks, L)
     y_all = data[1:].view(n_blocks, L)
-    # summed on the device in float64, read once: the same sum as the batches' fp32 sums added
-    # on the host, without a wait for the GPU per batch
+    # summed on the device in float64, read once: the same sum as the batches' fp32 sums added on
+    # the host, without a wait for the GPU per batch
     total = torch.zeros((), dtype=torch.float64, device=device)
     model.eval()
     for i in range(0, n_blocks, batch_size):

@@ -14,11 +14,11 @@ word_perplexity = exp(-Σ loglikelihood / Σ words) over its documents, where
               each later one scores the next ≤ L tokens t[p:e] reading the L tokens before e. So
               full windows are disjoint blocks of L whose first token sees one token of context;
               the last, shorter one sees a full window.
-The prefix token (the harness uses the tokenizer's end-of-text token, which BERT's lacks): the
-first of PREFIX_TOKENS the tokenizer has; our models never saw it in training.
+The prefix token (the harness uses the tokenizer's end-of-text token, which BERT's lacks): the first
+of PREFIX_TOKENS the tokenizer has; our models never saw it in training.
 
-The `documents` stage writes a split's documents ({split}.parquet under its token directory's
-docs/: each page's token ids and word count); the evaluation scores them (grassflow.lm.evaluate).
+The `documents` stage writes a split's documents ({split}.parquet under its token directory's docs/:
+each page's token ids and word count); the evaluation scores them (grassflow.lm.evaluate).
 grassflow.harness is our model in lm-eval; tests/lm/test_harness.py checks lm-eval itself reports
 this number, and that `detokenize` and `windows` are the harness's.
 """
@@ -93,8 +93,8 @@ def pages(rows: list[str]) -> list[str]:
 
 
 def detokenize(page: str) -> str:
-    """The harness's wikitext_detokenizer (lm_eval/tasks/wikitext/preprocess_wikitext.py), the
-    text its wikitext task scores."""
+    """The harness's wikitext_detokenizer (lm_eval/tasks/wikitext/preprocess_wikitext.py), the text
+    its wikitext task scores."""
     s = page.replace("s '", "s'")
     s = re.sub(r"/' [0-9]/", r"/'[0-9]/", s)
     for a, b in (

@@ -11,8 +11,8 @@ from grassflow.lm import figures
 
 def summary(preset_name: str, tables, bench, out_dir) -> None:
     """summary.md (every table of the preset, under their one provenance line, and their figures:
-    those `aggregate` wrote for them, not whatever else the directory holds when this runs) and
-    the scaling figure from the benchmark."""
+    those `aggregate` wrote for them, not whatever else the directory holds when this runs) and the
+    scaling figure from the benchmark."""
     out = Path(out_dir)
     figures.scaling(json.loads(Path(bench).read_text()), preset_name, out / "scaling.png")
     texts = [Path(t).read_text().split("\n\n", 1) for t in tables]  # (provenance line, table)

@@ -5,12 +5,12 @@ test perplexity (mean ± std over seeds, runs ok / all, diverged) and the gap on
 that shared value; each model's chosen value, the one of the lowest mean validation perplexity over
 its seeds (a value where a run diverged or has no validation figure cannot be chosen); and, where
 both choices are bracketed (neither the first nor the last value tried), the tuned gap: the
-Grassmann model at its chosen value against the Transformer at its own, on test perplexity, with
-its 95 % interval at the chosen values (the uncertainty of the choice itself is not in it). A
-model whose best is at an edge is said to be not bracketed, with the end to extend, and no tuned
-gap is stated. Chosen on validation, reported on test: the number that picked a value does not
-also score it. The CSV has one row per value × run with the run's provenance (a run shared by
-another table appears here too).
+Grassmann model at its chosen value against the Transformer at its own, on test perplexity, with its
+95 % interval at the chosen values (the uncertainty of the choice itself is not in it). A model
+whose best is at an edge is said to be not bracketed, with the end to extend, and no tuned gap is
+stated. Chosen on validation, reported on test: the number that picked a value does not also score
+it. The CSV has one row per value × run with the run's provenance (a run shared by another table
+appears here too).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def cell(sub: pd.DataFrame) -> dict:
 
 def choose(cells: list[dict]) -> dict:
     """A model's chosen value (an index into the values): the lowest mean validation perplexity
-    among the values where every run completed with one; bracketed when it is neither the first
-    nor the last value; {"index": None} where no value qualifies."""
+    among the values where every run completed with one; bracketed when it is neither the first nor
+    the last value; {"index": None} where no value qualifies."""
     scores = [_mean(c["val"]) if c["n"] and c["n_ok"] == c["n"] else math.inf for c in cells]
     if all(math.isinf(s) for s in scores):
         return {"index": None, "bracketed": False, "edge": None}
@@ -80,8 +80,7 @@ def _mean(xs: list[float]) -> float:
 
 def summarise(df: pd.DataFrame, grid: dict) -> dict:
     """{"cells": [{model: cell} per value], "chosen": {model: choose(...)}, "shared_gaps": [gap on
-    test
-    per value, or None], "tuned": the tuned gap on test and on validation, or None, "why_not":
+    test per value, or None], "tuned": the tuned gap on test and on validation, or None, "why_not":
     why none}."""
     cells = [{m: cell(df[df.run_id.isin(ids)]) for m, ids in runs.items()} for runs in grid["runs"]]
     models = [m for m in MODELS if all(m in c for c in cells)]
@@ -119,15 +118,12 @@ def not_bracketed(model: str, choice: dict, grid: dict) -> str:
     labels = grid["labels"]
     if choice["edge"] == "first":
         return (
-            f"the {model}'s best is at the first value tried ({labels[0]}): not bracketed, "
-            "extend the "
-            "sweep "
-            f"below {labels[0]}"
+            f"the {model}'s best is at the first value tried ({labels[0]}): not bracketed, extend "
+            f"the sweep below {labels[0]}"
         )
     return (
         f"the {model}'s best is at the last value tried ({labels[-1]}): not bracketed, extend the "
-        "sweep "
-        f"above {labels[-1]}"
+        f"sweep above {labels[-1]}"
     )
 
 
@@ -178,12 +174,10 @@ def markdown_table(
         )
     lines = [
         f"### Sweep of {key} on {grid['base']}: N={e['n_layers']}, L={e['context_len']}, "
-        f"B={e['batch_size']}, "
-        f"{e['epochs']} epochs, seeds {seeds}",
+        f"B={e['batch_size']}, {e['epochs']} epochs, seeds {seeds}",
         "",
         "Each model's value is chosen on validation (the lowest mean best validation PPL over its "
-        "seeds, a "
-        "value where a run diverged excluded) and reported on test.",
+        "seeds, a value where a run diverged excluded) and reported on test.",
         "",
         *markdown.table(
             [
@@ -236,9 +230,7 @@ def markdown_table(
         lines.append(
             f"**Tuned gap G−T on test PPL: {t['gap_pct']:+.1f} %**{ci}: {at}; on validation PPL "
             f"{_gap(s['tuned']['validation'])}. The interval is at the chosen values: the "
-            "uncertainty "
-            "of "
-            "the choice itself is not in it."
+            "uncertainty of the choice itself is not in it."
         )
         if why:
             lines += ["", cannot_compare(why)]
@@ -293,8 +285,8 @@ def tex(s: dict, grid: dict) -> str:
 
 
 def figure(s: dict, grid: dict, preset_name: str, path: Path) -> dict:
-    """Validation PPL against the value (a log axis where every value is positive), each seed a
-    dot, each model's mean a line, its chosen value ringed; returns what it plots."""
+    """Validation PPL against the value (a log axis where every value is positive), each seed a dot,
+    each model's mean a line, its chosen value ringed; returns what it plots."""
     values = grid["values"]
     fig, ax = plt.subplots(figsize=(6, 4))
     plotted = {}
@@ -349,8 +341,7 @@ def aggregate_sweep(
         run_specs(df), varied=[grid["key"].split(".", 1)[1]]
     )  # the swept key: the table's subject
     # what the tuned gap rests on: each model's runs at its chosen value (a run elsewhere that did
-    # not
-    # learn or diverged is the sweep's finding, in its row)
+    # not learn or diverged is the sweep's finding, in its row)
     at = {
         m: s["cells"][ch["index"]][m] if ch["index"] is not None else None
         for m, ch in s["chosen"].items()

@@ -1,10 +1,10 @@
 """A deterministic English-like corpus in Wikitext's raw format, for offline runs.
 
 Articles (" = Title = " headings, " = = Section = = " subsections, paragraphs) about one
-protagonist, a home place, a founding year and a topic vocabulary. Sentences come from a
-small grammar with subject–verb agreement; the protagonist, place, year and topic words
-recur throughout the article, so a model with a longer effective context predicts them
-better: the structure lags and attention can both exploit. Same seed, same corpus.
+protagonist, a home place, a founding year and a topic vocabulary. Sentences come from a small
+grammar with subject–verb agreement; the protagonist, place, year and topic words recur throughout
+the article, so a model with a longer effective context predicts them better: the structure lags and
+attention can both exploit. Same seed, same corpus.
 """
 
 from __future__ import annotations
@@ -83,8 +83,7 @@ def _sentence(rng: random.Random, art: dict) -> str:
     if form == 0:
         s = (
             f"In {art['year'] + rng.randrange(0, 30)} , {subj} {past} the {rng.choice(ADJ)} "
-            f"{noun2} of "
-            f"{art['place']}"
+            f"{noun2} of {art['place']}"
         )
     elif form == 1:
         s = f"{rng.choice(CONNECT)} , {subj} {past} a {rng.choice(ADJ)} {noun2}"

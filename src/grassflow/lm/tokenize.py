@@ -1,6 +1,6 @@
 """The LM's tokenize stage: raw rows to one flat token-id column in
-results/.../tokens/{tok}/{split}.parquet (see grassflow.lm.data for the sources and the token
-files' metadata)."""
+results/.../tokens/{tok}/{split}.parquet (see grassflow.lm.data for the sources and the token files'
+metadata)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def encode_rows(
 
 def harness_word_count(rows: list[str]) -> int:
     """Words as lm-evaluation-harness counts them for word perplexity (its wikitext task:
-    `len(re.split(r"\\s+", page))` on the text before detokenization), the split's rows taken as
-    one document: whitespace-separated words, plus one empty field for leading and one for
-    trailing whitespace (Wikitext rows start with a space and end in a newline)."""
+    `len(re.split(r"\\s+", page))` on the text before detokenization), the split's rows taken as one
+    document: whitespace-separated words, plus one empty field for leading and one for trailing
+    whitespace (Wikitext rows start with a space and end in a newline)."""
     return len(re.split(r"\s+", "\n".join(rows)))
 
 
@@ -110,8 +110,7 @@ def kept_rows(cfg: dict, tok, rows: list[str], raw_parquet, row_ids=None) -> int
 def tokenize_split(cfg: dict, raw_parquet, out_path, artifact=None) -> dict:
     """Encode one split (`cfg`: the tokenizer section, and data.eval_max_tokens as eval_max_tokens).
     With eval_max_tokens, keep of the validation and test splits (by file name) only the leading
-    rows
-    holding at most that many tokens, and say so in the metadata."""
+    rows holding at most that many tokens, and say so in the metadata."""
     t0 = time.perf_counter()
     tok = load_tokenizer(cfg, artifact)
     rows = read_rows(raw_parquet)

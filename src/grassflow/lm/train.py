@@ -1,10 +1,10 @@
 """Stage 3, train: one language-model run (model × experiment × seed) from its spec.
 
-The loop, checkpoints and resume live in grassflow.loop; this module supplies the language
-modelling objective (random blocks of L+1 tokens, chunked validation perplexity) and the run's
-provenance record. Outputs in the run directory: model.safetensors and config.json (the best
-weights, a model directory grassflow.pretrained.load_model reads), metrics.jsonl, run.json, all
-written when the run ends; working files: last.pt (resume state), best_state.pt (best so far).
+The loop, checkpoints and resume live in grassflow.loop; this module supplies the language modelling
+objective (random blocks of L+1 tokens, chunked validation perplexity) and the run's provenance
+record. Outputs in the run directory: model.safetensors and config.json (the best weights, a model
+directory grassflow.pretrained.load_model reads), metrics.jsonl, run.json, all written when the run
+ends; working files: last.pt (resume state), best_state.pt (best so far).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from grassflow.runs import read_train_val, run_record, start_run
 
 
 class LanguageModelObjective:
-    """Next-token prediction on random non-overlapping blocks of L+1 tokens. `seed` may be a
-    list: the objective of an ensemble of that many runs (models/ensemble.py), each member's batch
-    the one its own run draws, side by side."""
+    """Next-token prediction on random non-overlapping blocks of L+1 tokens. `seed` may be a list:
+    the objective of an ensemble of that many runs (models/ensemble.py), each member's batch the one
+    its own run draws, side by side."""
 
     rate_key = "tokens_per_s"
 
@@ -67,8 +67,8 @@ class LanguageModelObjective:
         return self.data[rows[:, :-1]], self.data[rows[:, 1:]]
 
     def loss(self, model, batch):
-        """Mean next-token cross-entropy (one per member of an ensemble); the head and its loss
-        as one op (ops.linear_ce)."""
+        """Mean next-token cross-entropy (one per member of an ensemble); the head and its loss as
+        one op (ops.linear_ce)."""
         x, y = batch
         h = model.hidden(x)
         if not self.members:
@@ -98,8 +98,7 @@ class LanguageModelObjective:
 
 def build_group(kind: str, mcfg: ModelConfig, seeds, device):
     """(the model a fit trains, the members): each seed's model built as its own run builds it,
-    then,
-    for more than one, stacked into an ensemble (models/ensemble.py)."""
+    then, for more than one, stacked into an ensemble (models/ensemble.py)."""
     members = []
     for seed in seeds:
         seed_everything(seed)
@@ -127,8 +126,8 @@ def train_fused(
 ) -> list[dict]:
     """Runs that differ only in their seeds (a config's seeds, train.fuse_seeds) trained as one
     ensemble (models/ensemble.py), each member built with its own seed as its own run builds it,
-    each run's outputs in its own directory; one run alone is trained as itself. The resume state
-    is in `work_dir`. Returns each run's record (run.json, which names its fused group)."""
+    each run's outputs in its own directory; one run alone is trained as itself. The resume state is
+    in `work_dir`. Returns each run's record (run.json, which names its fused group)."""
     specs = [RunSpec.of(s) for s in specs]
     for spec in specs[1:]:
         if replace(spec, seed=specs[0].seed, run_id=specs[0].run_id) != specs[0]:

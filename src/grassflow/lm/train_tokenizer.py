@@ -1,5 +1,5 @@
-"""The LM's train_tokenizer stage (tokenizer.name: trained): a WordPiece tokenizer over the rows
-of the raw train split."""
+"""The LM's train_tokenizer stage (tokenizer.name: trained): a WordPiece tokenizer over the rows of
+the raw train split."""
 
 import sys
 

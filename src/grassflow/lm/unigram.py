@@ -1,8 +1,8 @@
 """The unigram baseline: the perplexity of a split's tokens under the training split's token
-frequencies, add-one smoothed over the vocabulary (so unseen tokens have a finite cost). A
-language model whose perplexity is not below it has learned nothing beyond token counts; the
-tables mark such runs "did not learn". Scored like the models: every token of the stream but
-the first (which has no context)."""
+frequencies, add-one smoothed over the vocabulary (so unseen tokens have a finite cost). A language
+model whose perplexity is not below it has learned nothing beyond token counts; the tables mark such
+runs "did not learn". Scored like the models: every token of the stream but the first (which has no
+context)."""
 
 from __future__ import annotations
 

@@ -67,8 +67,8 @@ CONFIG_KEYS = {
 
 def config_from_json(config: dict, source="config.json") -> ModelConfig:
     """The ModelConfig of a config.json, strictly: every ModelConfig field present (a default in a
-    missing one's place would silently be another model), no key it does not know, each value of
-    its field's type and range. A ModelFileError names `source` and the key."""
+    missing one's place would silently be another model), no key it does not know, each value of its
+    field's type and range. A ModelFileError names `source` and the key."""
     from grassflow.errors import ModelFileError
 
     fields = ModelConfig.__dataclass_fields__

@@ -9,8 +9,7 @@ INITS = ("default", "small")
 LAG_SCHEDULES = ("all", "per_layer")
 EMPTY_OFFSETS = ("zero", "bias")
 # The Plücker op's backends (grassflow.ops.plucker): the one list, which the op (its BACKENDS),
-# every
-# config check, the JSON schema's enums and the preflight rule's wildcard read.
+# every config check, the JSON schema's enums and the preflight rule's wildcard read.
 PLUCKER_BACKENDS = ("auto", "reference", "fast", "cupy", "kernel-cpu", "fused-cpu")
 
 

@@ -1,7 +1,7 @@
-"""A config's seeds as one model: E models of one shape, their parameters stacked (E, ...), run
-as an ensemble by the layers of models/layers.py (horizontal fusion, as HFTA, arXiv 2102.02344).
-Each member is built as its own run builds it (its own seed, then stacked, so its initial weights
-are that run's bit for bit), and its weights come back out as a plain state dict."""
+"""A config's seeds as one model: E models of one shape, their parameters stacked (E, ...), run as
+an ensemble by the layers of models/layers.py (horizontal fusion, as HFTA, arXiv 2102.02344). Each
+member is built as its own run builds it (its own seed, then stacked, so its initial weights are
+that run's bit for bit), and its weights come back out as a plain state dict."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def _set(model: nn.Module, name: str, value) -> None:
 
 
 def stack(models: list[nn.Module]) -> nn.Module:
-    """One ensemble of `models` (same class and shapes): a copy of the first whose every
-    parameter is the members' stacked, tied parameters tied again. Its `ensemble_size` is E."""
+    """One ensemble of `models` (same class and shapes): a copy of the first whose every parameter
+    is the members' stacked, tied parameters tied again. Its `ensemble_size` is E."""
     if len(models) < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {len(models)}")
     ens = copy.deepcopy(models[0])

@@ -47,10 +47,10 @@ class GrassmannMixer(nn.Module):
 
 
 def gated_mix(gate: layers.Linear, h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """α = σ(W_gate [h; g] + b);  α h + (1−α) g.  Without materialising [h; g], and as a
-    lerp: backward then keeps only α beyond tensors it already holds (h, g).
-    lerp has no autocast rule and wants one dtype, while under autocast the gate's linear
-    gives bf16 beside an fp32 h (a LayerNorm's output): the mix is taken in h's dtype."""
+    """α = σ(W_gate [h; g] + b); α h + (1−α) g. Without materialising [h; g], and as a lerp:
+    backward then keeps only α beyond tensors it already holds (h, g). lerp has no autocast rule and
+    wants one dtype, while under autocast the gate's linear gives bf16 beside an fp32 h (a
+    LayerNorm's output): the mix is taken in h's dtype."""
     d, w = h.shape[-1], gate.weight
     g = g.to(h.dtype)
     alpha = torch.sigmoid(layers.linear(h, w[..., :d], gate.bias) + layers.linear(g, w[..., d:]))
@@ -58,8 +58,8 @@ def gated_mix(gate: layers.Linear, h: torch.Tensor, g: torch.Tensor) -> torch.Te
 
 
 class GrassmannBlock(nn.Module):
-    """The post-norm (or pre-norm) block around a mixer: GrassmannMixer here, the windowed
-    mixer in the SNLI head. Extra forward arguments (a padding mask) go to the mixer."""
+    """The post-norm (or pre-norm) block around a mixer: GrassmannMixer here, the windowed mixer in
+    the SNLI head. Extra forward arguments (a padding mask) go to the mixer."""
 
     def __init__(self, cfg: ModelConfig, mixer: nn.Module):
         super().__init__()

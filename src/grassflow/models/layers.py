@@ -1,11 +1,11 @@
-"""Linear, LayerNorm and Embedding that also run an ensemble: E models of one shape trained as
-one (a config's seeds side by side, grassflow.models.ensemble). A member's parameters are the
-slices [e] of stacked [E, ...] parameters, and activations keep the members in the batch
-dimension: member e's rows are [e·B, (e+1)·B). So everything between these layers (attention,
-the Plücker op's per-token stages, activations, dropout) runs on the ensemble unchanged, the
-members folded into its batch, and these layers run each member's weights on its own rows as
-one batched GEMM. With plain (unstacked) parameters they are exactly nn.Linear, nn.LayerNorm and
-nn.Embedding: a single run computes what it always did.
+"""Linear, LayerNorm and Embedding that also run an ensemble: E models of one shape trained as one
+(a config's seeds side by side, grassflow.models.ensemble). A member's parameters are the slices [e]
+of stacked [E, ...] parameters, and activations keep the members in the batch dimension: member e's
+rows are [e·B, (e+1)·B). So everything between these layers (attention, the Plücker op's per-token
+stages, activations, dropout) runs on the ensemble unchanged, the members folded into its batch, and
+these layers run each member's weights on its own rows as one batched GEMM. With plain (unstacked)
+parameters they are exactly nn.Linear, nn.LayerNorm and nn.Embedding: a single run computes what it
+always did.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # Device types on which an ensemble's linear layers run a GEMM per member: the CPU, where bmm
-# measured slower than as many GEMMs (reports/bench/bench-cpu.md, fused rows). Elsewhere one
-# batched GEMM (one launch for all members). The tests count a GPU step's ops on the CPU with it
-# empty.
+# measured slower than as many GEMMs (reports/bench/bench-cpu.md, fused rows). Elsewhere one batched
+# GEMM (one launch for all members). The tests count a GPU step's ops on the CPU with it empty.
 GEMM_PER_MEMBER = {"cpu"}
 
 

@@ -1,9 +1,9 @@
 """TransformerLM: the size-matched causal Transformer baseline (4 heads).
 
-Block (post-norm):  h ← LN(h + Dropout(Attn(h)));  h ← LN(h + FFN(h))
-Pre-norm:           h ← h + Dropout(Attn(LN(h)));  h ← h + FFN(LN(h))
-`attention_window` w makes the attention a causal sliding window: position t attends to
-t−w … t only, so N layers reach N·w tokens back, as GrassmannLM with offsets ≤ w does.
+Block (post-norm): h ← LN(h + Dropout(Attn(h))); h ← LN(h + FFN(h)) Pre-norm: h ← h +
+Dropout(Attn(LN(h))); h ← h + FFN(LN(h)) `attention_window` w makes the attention a causal sliding
+window: position t attends to t−w … t only, so N layers reach N·w tokens back, as GrassmannLM with
+offsets ≤ w does.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def window_mask(T: int, window: int, device) -> torch.Tensor:
 
 
 class SelfAttention(nn.Module):
-    """Causal (the LM; optionally a sliding window) or bidirectional over the real tokens of
-    `mask` (the SNLI head)."""
+    """Causal (the LM; optionally a sliding window) or bidirectional over the real tokens of `mask`
+    (the SNLI head)."""
 
     def __init__(self, cfg: ModelConfig, causal: bool = True):
         super().__init__()

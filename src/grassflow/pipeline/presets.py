@@ -1,8 +1,8 @@
 """Pipeline configuration: pick the preset, check it, and expand it into one spec per run.
 
-Shared by the Snakefile (through workflow/rules/common.smk) and the CLI, so the DAG and a
-hand-run job resolve a run identically. The JSON schema (workflow/schemas/config.schema.yaml)
-checks types, ranges and unknown keys; `check_preset` adds what a schema cannot say.
+Shared by the Snakefile (through workflow/rules/common.smk) and the CLI, so the DAG and a hand-run
+job resolve a run identically. The JSON schema (workflow/schemas/config.schema.yaml) checks types,
+ranges and unknown keys; `check_preset` adds what a schema cannot say.
 """
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ def _numeric(node: dict) -> list[str]:
 
 
 def fill_defaults(config: dict, schema: dict) -> None:
-    """The schema's defaults into `config`, in place, wherever an object's key is absent (the
-    recipe of jsonschema's FAQ, as Snakemake's `validate` does): before the semantic checks, so
-    they and the run specs read every key."""
+    """The schema's defaults into `config`, in place, wherever an object's key is absent (the recipe
+    of jsonschema's FAQ, as Snakemake's `validate` does): before the semantic checks, so they and
+    the run specs read every key."""
     import jsonschema
 
     base = jsonschema.Draft202012Validator
@@ -136,9 +136,9 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
 
 
 def resolve_bases(config: dict) -> None:
-    """Presets that name a `base` become that preset, deep-merged with their own keys (in
-    place, before any check; a null removes a key): `paper_v1` is `paper` on other data, and
-    stays so when `paper` changes. A missing base or a cycle is a ConfigError naming the key."""
+    """Presets that name a `base` become that preset, deep-merged with their own keys (in place,
+    before any check; a null removes a key): `paper_v1` is `paper` on other data, and stays so when
+    `paper` changes. A missing base or a cycle is a ConfigError naming the key."""
     presets = config.get("presets") or {}
 
     def resolved(name, seen=()):
@@ -195,8 +195,8 @@ def config_errors(config: dict, schema_path) -> list[str]:
 
 
 def validate_or_exit(config: dict, schema_path) -> None:
-    """For the Snakefile: check everything before any job is planned; on failure print one
-    `error:` line per problem (no traceback) and exit 1. Fills the schema's defaults (in place)."""
+    """For the Snakefile: check everything before any job is planned; on failure print one `error:`
+    line per problem (no traceback) and exit 1. Fills the schema's defaults (in place)."""
     errors = config_errors(config, schema_path)
     if errors:
         sys.exit("\n".join(f"error: {e}" for e in errors))

@@ -3,13 +3,12 @@
 Jobs come from Snakemake's own plan (its dry run, made in this process with the same --config /
 --configfile and targets: the jobs as its log records carry them), so the table never disagrees with
 what `snakemake` will schedule:
-per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours,
-the time limits requested, the largest memory request, and the tokens (or examples) trained on:
+per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours, the
+time limits requested, the largest memory request, and the tokens (or examples) trained on:
 the resources the rules computed (common.smk's `run_resources`: the estimate their limits come
-from).
-With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
-estimate, and their ratio: far from 1, workflow/resources/throughput.csv needs a row for this
-device or size.
+from). With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
+estimate, and their ratio: far from 1, workflow/resources/throughput.csv needs a row for this device
+or size.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ from grassflow.job import ArgumentParser
 
 
 def load_config(project: Path, configfiles=(), preset: str | None = None) -> dict:
-    """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged,
-    then preset=...; bases resolved, checked, defaults filled."""
+    """The config as the Snakefile sees it: config.yaml, then each --configfile deep-merged, then
+    preset=...; bases resolved, checked, defaults filled."""
     from snakemake.utils import update_config  # Snakemake's own merge: a null overrides, as a null
 
     from grassflow.errors import ConfigError
@@ -91,8 +90,7 @@ def dry_run(
             )
             log.addHandler(handler)
             # as `snakemake` plans here: with profiles/default's rerun-incomplete (Snakemake reads
-            # that
-            # profile for every command in the project; its API does not)
+            # that profile for every command in the project; its API does not)
             default = project / "profiles" / "default" / "profile.yaml"
             incomplete = (
                 bool((yaml.safe_load(default.read_text()) or {}).get("rerun-incomplete"))
@@ -107,10 +105,8 @@ def dry_run(
         finally:
             log.removeHandler(handler)  # a caller's next dry run reads its own jobs only
         # Snakemake's parse of the rule files: its own set of local rules. No public API says which
-        # rules
-        # are local (a dry run's job records leave `local` False by design), nor gives a job's
-        # reasons
-        # but as their text (explain reads it)
+        # rules are local (a dry run's job records leave `local` False by design), nor gives a job's
+        # reasons but as their text (explain reads it)
         workflow = wf._workflow
         return jobs, {r.name for r in workflow.rules if r.name in workflow._localrules}
 
@@ -120,10 +116,10 @@ FINGERPRINT = re.compile(r"\b[0-9a-f]{16}\b")
 
 
 def code_changes(before: str, index: Path, base: Path) -> list[str] | None:
-    """The files whose code differs now from when the job last ran, from the fingerprint found in
-    a params change (its per-file hashes kept when the job ran:
-    grassflow.planning.staleness.remember);
-    None where they were not kept. An empty list: the job's import closure gained or lost a file."""
+    """The files whose code differs now from when the job last ran, from the fingerprint found in a
+    params change (its per-file hashes kept when the job ran:
+    grassflow.planning.staleness.remember); None where they were not kept. An empty list: the job's
+    import closure gained or lost a file."""
     from grassflow.planning.staleness import code_hash, recalled
 
     old = [c for fp in FINGERPRINT.findall(before) if (c := recalled(fp, index)) is not None]
@@ -237,8 +233,8 @@ def why_markdown(jobs: list[dict]) -> str:
 
 def cluster_resources(profile: Path | None) -> tuple[dict, dict]:
     """({rule: resources set by the profile}, the profile's default resources). On the cluster a
-    profile's set-resources override a rule's own (so it sets no time or memory for the rules
-    whose estimates the workflow computes)."""
+    profile's set-resources override a rule's own (so it sets no time or memory for the rules whose
+    estimates the workflow computes)."""
     if profile is None or not (profile / "profile.yaml").is_file():
         return {}, {"slurm_partition": "local"}
     prof = yaml.safe_load((profile / "profile.yaml").read_text())

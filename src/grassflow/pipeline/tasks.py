@@ -1,9 +1,9 @@
-"""The tasks, one row each of TASKS: a `Task` naming what only Python can say of it (its runs,
-their checks and estimates, its part's schema), all of it planning code in its own package
+"""The tasks, one row each of TASKS: a `Task` naming what only Python can say of it (its runs, their
+checks and estimates, its part's schema), all of it planning code in its own package
 (<task>/grid.py). Its files, rules, wildcards and outputs are its rule file's
 (workflow/rules/<task>.smk, included by the Snakefile). A new task is one more row: the config
-schema, the rules' helpers (common.smk: TASK_RUNS) and the tests read this table, not lists of
-their own. The tasks' planning is below this module: none of it imports it back (tested).
+schema, the rules' helpers (common.smk: TASK_RUNS) and the tests read this table, not lists of their
+own. The tasks' planning is below this module: none of it imports it back (tested).
 
 This module is planning. No job imports it, so editing it reruns no job.
 """
@@ -96,8 +96,8 @@ TASKS = {
 
 def pipeline_train(preset: dict) -> dict:
     """The train section whose execution keys hold for a whole pipeline run (`train.runs_per_gpu`:
-    one K for every GPU job and every packed allocation; the preflight's threads): the first
-    part the preset has, the LM's, else SNLI's, else recall's, else a new task's."""
+    one K for every GPU job and every packed allocation; the preflight's threads): the first part
+    the preset has, the LM's, else SNLI's, else recall's, else a new task's."""
     part = next((t.part(preset) for t in TASKS.values() if t.part(preset)), None)
     if part is None:
         raise ValueError(
@@ -131,8 +131,8 @@ def job_estimate(
         files,
     )
     # K runs per GPU: side by side locally, one after another in a SLURM allocation (the executor
-    # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is
-    # the time of the latter and the bound of the former (sharing gains nothing).
+    # plugin runs a group job's jobs one at a time: snakemake-executor-plugin-slurm#469). ×K is the
+    # time of the latter and the bound of the former (sharing gains nothing).
     shared = f"; {k} runs per GPU: ×{k}"
     return Estimate(
         (est.seconds + STARTUP_S) * k,

@@ -1,21 +1,20 @@
-"""What a job will cost before it runs: wall time and host memory of each training and
-evaluation job, from the run's spec, the size of its data and a table of measured throughputs.
+"""What a job will cost before it runs: wall time and host memory of each training and evaluation
+job, from the run's spec, the size of its data and a table of measured throughputs.
 
-Data, not code: `workflow/resources/throughput.csv` (training tokens/s per device kind, model
-kind, depth, width, context, from our bench records) and `workflow/resources/datasets.csv`
-(token or pair counts of the splits; once the token files exist their own counts are used).
+Data, not code: `workflow/resources/throughput.csv` (training tokens/s per device kind, model kind,
+depth, width, context, from our bench records) and `workflow/resources/datasets.csv` (token or pair
+counts of the splits; once the token files exist their own counts are used).
 
-Model. A training step's arithmetic is ~6 FLOPs per parameter and token (forward + backward)
-plus attention's 6·N·L·d per token; a throughput row gives the rate the device reached on a
-measured model (tokens/s × its FLOPs per token), and a run's time is its FLOPs at the rate of
-the nearest row (in FLOPs per token and context), never faster than the row's step time scaled
-by depth (GPUs are launch-bound at these sizes: per-step overhead, not arithmetic). Validation
-(every epoch) and evaluation are forward passes: a third of a training token each; evaluation
-reads validation and test chunked and strided (three passes). Each job adds STARTUP_S. A device kind
-missing from the
-table takes the H100's rows slowed by UNKNOWN_DEVICE_SLOWDOWN. The request pads the estimate
-by `estimate.safety`, with a floor, and grows with Snakemake's attempt, so a job stopped at its
-limit (it checkpoints on SIGTERM) is retried with a longer one and resumes. With K runs per GPU
+Model. A training step's arithmetic is ~6 FLOPs per parameter and token (forward + backward) plus
+attention's 6·N·L·d per token; a throughput row gives the rate the device reached on a measured
+model (tokens/s × its FLOPs per token), and a run's time is its FLOPs at the rate of the nearest row
+(in FLOPs per token and context), never faster than the row's step time scaled by depth (GPUs are
+launch-bound at these sizes: per-step overhead, not arithmetic). Validation (every epoch) and
+evaluation are forward passes: a third of a training token each; evaluation reads validation and
+test chunked and strided (three passes). Each job adds STARTUP_S. A device kind missing from the
+table takes the H100's rows slowed by UNKNOWN_DEVICE_SLOWDOWN. The request pads the estimate by
+`estimate.safety`, with a floor, and grows with Snakemake's attempt, so a job stopped at its limit
+(it checkpoints on SIGTERM) is retried with a longer one and resumes. With K runs per GPU
 (`train.runs_per_gpu`) a job's time is ×K (the runs of a packed SLURM allocation run one after
 another; locally K share the GPU, which is at most K times slower) and its device-hours 1/K.
 """
@@ -126,9 +125,9 @@ def rate(
 def split_sizes(
     task: str, dataset: str, tokenizer: str, files: dict | None = None
 ) -> tuple[dict, str]:
-    """({split: tokens or pairs}, where from): the token files' metadata where they exist and can
-    be read, else the datasets table (its `*` rows for data it does not list). A damaged token file
-    is the job's to refuse, by name, when it reads it: planning only sizes a time limit."""
+    """({split: tokens or pairs}, where from): the token files' metadata where they exist and can be
+    read, else the datasets table (its `*` rows for data it does not list). A damaged token file is
+    the job's to refuse, by name, when it reads it: planning only sizes a time limit."""
     if files and all(Path(p).is_file() for p in files.values()):
         from grassflow.data.sources import token_meta
 
@@ -175,9 +174,9 @@ def _lm_model(spec: dict, vocab: int, L: int | None = None) -> tuple:
 
 
 def memory(settings, params: int, items_host: int, activations: float) -> int:
-    """Host memory: the runtime, the model with AdamW's state and a checkpoint being written
-    (5 copies of fp32 parameters), the data as int64 (twice: read, then copied), and on the CPU
-    the activations."""
+    """Host memory: the runtime, the model with AdamW's state and a checkpoint being written (5
+    copies of fp32 parameters), the data as int64 (twice: read, then copied), and on the CPU the
+    activations."""
     s = {**DEFAULTS, **(settings or {})}
     return int(s["base_mem_mb"] + (5 * 4 * params + 16 * items_host + activations) / 2**20)
 
@@ -211,8 +210,8 @@ def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
 
 
 def lm_evaluate(spec: dict, sizes: dict, vocab: int, settings: dict, passes: int = 3) -> Estimate:
-    """Forward passes over validation and test: the LM reads them chunked once and strided
-    (twice over), recall once."""
+    """Forward passes over validation and test: the LM reads them chunked once and strided (twice
+    over), recall once."""
     _, model, flops, fps, floor, basis = _lm_rate(spec, vocab, settings)
     L = model[4]
     tokens = passes * (sizes["validation"] + sizes["test"])

@@ -1,12 +1,11 @@
-"""The typed configs are the one source of their keys' enums, ranges and defaults: the JSON
-schema's `model` and `snli_head` sections are generated from the dataclasses (ModelConfig,
-HeadConfig), and the dataclasses check themselves with the same tables (models.config.check_fields).
+"""The typed configs are the one source of their keys' enums, ranges and defaults: the JSON schema's
+`model` and `snli_head` sections are generated from the dataclasses (ModelConfig, HeadConfig), and
+the dataclasses check themselves with the same tables (models.config.check_fields).
 
-A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema
-bounds: minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment
-after a field is its description. grassflow.pipeline.presets.load_schema reads
-workflow/schemas/config.schema.yaml and puts each generated section where the YAML says
-`{generated: <module>:<class>}`.
+A dataclass declares `CHOICES` ({field: allowed values}) and `BOUNDS` ({field: JSON-schema bounds:
+minimum, exclusiveMinimum, exclusiveMaximum; for a list, its items'}); the comment after a field is
+its description. grassflow.pipeline.presets.load_schema reads workflow/schemas/config.schema.yaml
+and puts each generated section where the YAML says `{generated: <module>:<class>}`.
 """
 
 from __future__ import annotations
@@ -59,9 +58,9 @@ def _comments(cls) -> dict[str, str]:
 
 
 def dataclass_schema(cls, exclude=(), extra=None) -> dict:
-    """The JSON schema of a preset section that `cls.from_dict` reads: a property per field
-    (less `exclude`, set elsewhere in the preset), its type, enum, bounds and description; and
-    `extra`'s properties (an ablation variant's `train`)."""
+    """The JSON schema of a preset section that `cls.from_dict` reads: a property per field (less
+    `exclude`, set elsewhere in the preset), its type, enum, bounds and description; and `extra`'s
+    properties (an ablation variant's `train`)."""
     hints, notes = typing.get_type_hints(cls), _comments(cls)
     props = {}
     for f in fields(cls):

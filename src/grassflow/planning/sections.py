@@ -1,5 +1,5 @@
-"""A preset's sections as a task's grid reads them: its checks of data and model, the model keys
-a kind owns, the train keys a run's spec holds and those it does not (how a job runs).
+"""A preset's sections as a task's grid reads them: its checks of data and model, the model keys a
+kind owns, the train keys a run's spec holds and those it does not (how a job runs).
 
 A leaf of planning: it imports no task and no module that reads the tasks, so each task's grid
 (grassflow/<task>/grid.py) imports it, and the planning that reads the tasks (presets,
@@ -63,8 +63,8 @@ def own_keys(kind: str, model: dict) -> dict:
     return {k: v for k, v in model.items() if k not in other}
 
 
-# How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing
-# (the rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources:
+# How a job runs, not what it computes: kept out of run specs, so changing it reruns nothing (the
+# rules hand compile, compile_mode, trackers and head_loss to the training jobs as resources:
 # exec_resources).
 EXECUTION_KEYS = (
     "threads",

@@ -1,8 +1,8 @@
 """The code a pipeline job runs, derived from its imports: what a rule's `code` param hashes, so
 that an edit reruns exactly the jobs whose output it can change.
 
-A job is one stage module run as `python -m grassflow.<task>.<stage>` (its rule's shell). Its
-code is, read from the source without importing anything:
+A job is one stage module run as `python -m grassflow.<task>.<stage>` (its rule's shell). Its code
+is, read from the source without importing anything:
   - that module and, transitively, every grassflow module it imports, at module level or inside
     a function (a superset of what one run executes), with the __init__ of every package on the
     way (importing a.b runs a/__init__.py);
@@ -130,8 +130,8 @@ def _with_parents(name: str) -> list[str]:
 
 
 def closure(roots, kinds=()) -> set[Path]:
-    """The files of `roots` (module names) and everything they import, transitively, less the
-    code of the model kinds not in `kinds`; plus the kernel sources the modules declare."""
+    """The files of `roots` (module names) and everything they import, transitively, less the code
+    of the model kinds not in `kinds`; plus the kernel sources the modules declare."""
     unknown = set(kinds) - set(kind_code())
     if unknown:
         raise ValueError(f"unknown model kind(s) {sorted(unknown)}; known: {sorted(kind_code())}")
@@ -178,10 +178,10 @@ def _is_docstring(node) -> bool:
 
 
 def _unworded(node: ast.Raise) -> ast.Raise:
-    """A copy of a raise with its message's wording blanked: each positional argument of the
-    raised call that is a string, and an f-string argument's literal parts (what it formats is
-    code). A raise ends the job, so its wording reaches no result; the exception's type and
-    whatever else the call computes still count."""
+    """A copy of a raise with its message's wording blanked: each positional argument of the raised
+    call that is a string, and an f-string argument's literal parts (what it formats is code). A
+    raise ends the job, so its wording reaches no result; the exception's type and whatever else the
+    call computes still count."""
     if not isinstance(node.exc, ast.Call):
         return node
     node = copy.deepcopy(node)
@@ -194,9 +194,9 @@ def _unworded(node: ast.Raise) -> ast.Raise:
 
 def _canonical(node) -> str:
     """A syntax tree as text: node types and fields, without positions, docstrings, empty fields
-    (which Python versions add: 3.12 gave every function an empty `type_params`), comments
-    (which the tree never holds) or the wording of a raised exception's message (_unworded).
-    The same under CPython 3.10 to 3.14 (tests/pipeline/test_fingerprints_pythons.py)."""
+    (which Python versions add: 3.12 gave every function an empty `type_params`), comments (which
+    the tree never holds) or the wording of a raised exception's message (_unworded). The same under
+    CPython 3.10 to 3.14 (tests/pipeline/test_fingerprints_pythons.py)."""
     if isinstance(node, ast.AST):
         if isinstance(node, ast.Raise):
             node = _unworded(node)
@@ -222,10 +222,9 @@ def _canonical(node) -> str:
 
 
 def code_hash(path: Path) -> str:
-    """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax
-    tree (comments, docstrings, formatting and an error's wording cannot change what a job
-    writes); a kernel source's bytes
-    (NVRTC and the C++ compiler read all of it)."""
+    """sha256 (16 hex digits) of what can change a result in a file: a Python module's syntax tree
+    (comments, docstrings, formatting and an error's wording cannot change what a job writes); a
+    kernel source's bytes (NVRTC and the C++ compiler read all of it)."""
     path = Path(path)
     if path.suffix == ".py":
         return _tree_hash(_tree(path.resolve()))
@@ -259,9 +258,9 @@ CODE_INDEX = (
 
 
 def remember(codes: dict[str, dict[str, str]], index: Path) -> None:
-    """Keep each fingerprint's per-file hashes as `index/<fingerprint>.json` (once, atomically),
-    so that `grassflow plan --why` can name the files a later edit changed. Called when jobs are
-    about to run (the Snakefile's onstart), never while the workflow parses."""
+    """Keep each fingerprint's per-file hashes as `index/<fingerprint>.json` (once, atomically), so
+    that `grassflow plan --why` can name the files a later edit changed. Called when jobs are about
+    to run (the Snakefile's onstart), never while the workflow parses."""
     from grassflow.io import write_json
 
     for fp, code in codes.items():

@@ -1,11 +1,11 @@
 """The recall (MQAR) table and figures: `recall.md/.csv/.tex`, `recall_vs_dmodel.png`,
 `recall_by_distance.png`.
 
-Per (seq_len, kv) cell × d_model × model, the learning rate whose runs have the best mean
-validation accuracy is chosen (zoology reports the best learning rate too; choosing on
-validation keeps test out of the choice), and its test accuracy is reported as mean ± std over
-seeds, beside the model's reach (tokens back it can see). The CSV holds one row per run, every
-learning rate included, with provenance. A cell whose runs all diverged says so.
+Per (seq_len, kv) cell × d_model × model, the learning rate whose runs have the best mean validation
+accuracy is chosen (zoology reports the best learning rate too; choosing on validation keeps test
+out of the choice), and its test accuracy is reported as mean ± std over seeds, beside the model's
+reach (tokens back it can see). The CSV holds one row per run, every learning rate included, with
+provenance. A cell whose runs all diverged says so.
 """
 
 from __future__ import annotations
@@ -121,19 +121,17 @@ def markdown_table(rows: list[dict], n_lrs: int, out_dir) -> str:
     lines += [
         "",
         f"Accuracy: exact match at the answer positions. Each row: the learning rate (of {n_lrs}) "
-        "with "
-        "the best mean validation accuracy, its test accuracy as mean ± std over seeds. Reach: how "
-        "many "
-        "tokens back the last layer can see (Grassmann: the sum over layers of the largest offset; "
-        "a "
-        "windowed Transformer: layers × window; full attention: the whole context).",
+        "with the best mean validation accuracy, its test accuracy as mean ± std over seeds. "
+        "Reach: how many tokens back the last layer can see (Grassmann: the sum over layers of "
+        "the largest offset; a windowed Transformer: layers × window; full attention: the whole "
+        "context).",
     ]
     return "\n".join(lines) + "\n"
 
 
 def _log2_axis(ax, ticks) -> None:
-    """A log axis labelled only at the given integers: matplotlib's own log labels collide
-    (minor labels like 6×10¹ next to 64) on the narrow ranges these figures span."""
+    """A log axis labelled only at the given integers: matplotlib's own log labels collide (minor
+    labels like 6×10¹ next to 64) on the narrow ranges these figures span."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, labels=[str(t) for t in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -160,8 +158,8 @@ def figure_vs_dmodel(rows: list[dict], preset: str, path) -> None:
 
 
 def figure_by_distance(chosen: pd.DataFrame, preset: str, path) -> None:
-    """Test accuracy by key–query distance, per model, at each cell's largest d_model; each
-    model's reach drawn as a dashed line in its colour."""
+    """Test accuracy by key–query distance, per model, at each cell's largest d_model; each model's
+    reach drawn as a dashed line in its colour."""
     cells = sorted({(r.seq_len, r.kv) for r in chosen.itertuples()})
     fig, axes = plt.subplots(1, len(cells), figsize=(4.5 * len(cells), 3.5), squeeze=False)
     for ax, (L, kv) in zip(axes[0], cells):
@@ -212,9 +210,8 @@ def aggregate_recall(preset: dict, preset_name: str, runs, out_dir) -> None:
     rows = summarise(chosen)
     head = (
         f"Preset **{preset_name}**: multi-query associative recall (MQAR, zoology's generator), "
-        "vocabulary "
-        f"{r['data']['vocab']}, {r['data']['examples']['train']:,} training examples per cell, "
-        f"{r['n_layers']} layers, {len(r['seeds'])} seed(s)."
+        f"vocabulary {r['data']['vocab']}, {r['data']['examples']['train']:,} training examples "
+        f"per cell, {r['n_layers']} layers, {len(r['seeds'])} seed(s)."
     )
     md = markdown_table(rows, len(r["lrs"]), out)
     tex = latex(

@@ -1,18 +1,17 @@
 """Multi-query associative recall (MQAR; Arora et al. 2023, "Zoology", `multiquery_ar`).
 
-An example of length L holds `kv` key-value pairs first (keys from the first half of the
-vocabulary, 1 … V/2−1; values from the second half, V/2 … V−1; each without repetition),
-then, in the rest of the sequence, every key once more as a query, placed at an even offset
-from the end of the pairs drawn without replacement with probability ∝ g^(a−1) for g = 1, 2, …
-(zoology's power law, a = 0.01: short gaps most likely). The model reads the sequence causally
-and is scored only where it has just read a query key: its next token must be that key's
-value. Every other target is ignored (label IGNORE), and the positions that are neither pairs
-nor queries hold random tokens.
+An example of length L holds `kv` key-value pairs first (keys from the first half of the vocabulary,
+1 … V/2−1; values from the second half, V/2 … V−1; each without repetition), then, in the rest of
+the sequence, every key once more as a query, placed at an even offset from the end of the pairs
+drawn without replacement with probability ∝ g^(a−1) for g = 1, 2, … (zoology's power law, a = 0.01:
+short gaps most likely). The model reads the sequence causally and is scored only where it has just
+read a query key: its next token must be that key's value. Every other target is ignored (label
+IGNORE), and the positions that are neither pairs nor queries hold random tokens.
 
-Each answer also records its key–query distance (query position − key position), so accuracy
-can be bucketed by how far back the model must reach. Splits are written as parquet files
-(one row per example: `inputs`, `labels`, `distance`, each a list of L values) whose schema
-metadata holds the generator's parameters and a content hash, like the LM token files.
+Each answer also records its key–query distance (query position − key position), so accuracy can be
+bucketed by how far back the model must reach. Splits are written as parquet files (one row per
+example: `inputs`, `labels`, `distance`, each a list of L values) whose schema metadata holds the
+generator's parameters and a content hash, like the LM token files.
 """
 
 from __future__ import annotations

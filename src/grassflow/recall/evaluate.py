@@ -1,7 +1,7 @@
 """MQAR evaluation of a run's best checkpoint: exact-match accuracy at the answer positions of
-validation and test, overall and by key–query distance (buckets [1, 2), [2, 4), [4, 8), …),
-and the model's reach: how many tokens back its last layer can see (lm.ablations'
-receptive field for Grassmann, N·window for a windowed Transformer, the context otherwise)."""
+validation and test, overall and by key–query distance (buckets [1, 2), [2, 4), [4, 8), …), and the
+model's reach: how many tokens back its last layer can see (lm.ablations' receptive field for
+Grassmann, N·window for a windowed Transformer, the context otherwise)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The recall part's planning: its (seq_len, kv) cells, its run grid, its checks and its jobs'
 estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches
-a
-job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
+a job as its params (its spec, on its command line), so no job's code fingerprint holds this
+file."""
 
 from __future__ import annotations
 

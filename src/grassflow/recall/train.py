@@ -1,11 +1,10 @@
-"""MQAR training: one run (model × (L, kv) × d_model × learning rate × seed) through
-grassflow.loop, on the task's parquet files.
+"""MQAR training: one run (model × (L, kv) × d_model × learning rate × seed) through grassflow.loop,
+on the task's parquet files.
 
-Batches: examples in a (seed, epoch)-shuffled order; the loss is the cross-entropy at the
-answer positions only (every other target is IGNORE), as in zoology. After each epoch: the
-validation loss and accuracy at the answer positions; model.safetensors keeps the best-accuracy
-weights.
-Optimiser as zoology: AdamW (weight decay from the spec, 0.1 in the presets), cosine schedule.
+Batches: examples in a (seed, epoch)-shuffled order; the loss is the cross-entropy at the answer
+positions only (every other target is IGNORE), as in zoology. After each epoch: the validation loss
+and accuracy at the answer positions; model.safetensors keeps the best-accuracy weights. Optimiser
+as zoology: AdamW (weight decay from the spec, 0.1 in the presets), cosine schedule.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ Checked, each refusal one line naming the file, the key and both values:
                  are computed apart, by training and by the evaluation); perplexities that are
                  perplexities (finite, at least 1)
 What records cannot show: a test figure (eval.json's alone: it is not recomputed without the
-weights, which records leave behind), or whether a run was trained as its spec says (the
-weights' sha256 names the weights, not how they were made).
+weights, which records leave behind), or whether a run was trained as its spec says (the weights'
+sha256 names the weights, not how they were made).
 """
 
 from __future__ import annotations
@@ -224,9 +224,8 @@ def _evaluation(
                 evj,
                 f"validation.{figure}",
                 val[figure],
-                f"is not the best epoch's {key} in metrics.jsonl "
-                f"(epoch {best}: {trained}): the evaluation is not of the weights that trained "
-                "to it",
+                f"is not the best epoch's {key} in metrics.jsonl (epoch {best}: {trained}): the "
+                "evaluation is not of the weights that trained to it",
             )
 
 

@@ -1,14 +1,13 @@
 """What every task's figures share: the models' colours, a figure written atomically, the curves of
-a
-record per run (the LM's own figures: grassflow.lm.figures)."""
+a record per run (the LM's own figures: grassflow.lm.figures)."""
 
 from __future__ import annotations
 
 import matplotlib
 
 matplotlib.use("Agg")
-# every text a figure holds (a preset's name, a device's, a label) drawn as the text it is: a `$`
-# in it never starts mathtext (which would draw it otherwise, or fail the figure)
+# every text a figure holds (a preset's name, a device's, a label) drawn as the text it is: a `$` in
+# it never starts mathtext (which would draw it otherwise, or fail the figure)
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -20,8 +19,7 @@ COLORS = {"transformer": "tab:blue", "grassmann": "tab:orange"}
 
 def plain_log_ticks(fig) -> None:
     """Every log axis of `fig` labelled as matplotlib would, in plain numbers: its default log
-    labels
-    are mathtext (`$\\mathdefault{10^{2}}$`), which these figures draw as the text it is
+    labels are mathtext (`$\\mathdefault{10^{2}}$`), which these figures draw as the text it is
     (text.parse_math off, above). Labels a figure set itself are kept."""
     from matplotlib.ticker import LogFormatter, LogFormatterSciNotation
 

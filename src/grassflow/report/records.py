@@ -11,8 +11,7 @@ from grassflow.errors import DataError
 
 REDO = (
     "remove it and run snakemake again: the job that wrote it runs again (for run.json, "
-    "config.json or "
-    "metrics.jsonl, the training)"
+    "config.json or metrics.jsonl, the training)"
 )
 
 
@@ -30,8 +29,7 @@ def read_record(path) -> dict:
 
 def require(obj: dict, path, keys) -> dict:
     """`obj` (a record read from `path`), or a DataError naming the file and the keys (dotted:
-    within
-    a section) it lacks: a record that parses but is not the record a job needs."""
+    within a section) it lacks: a record that parses but is not the record a job needs."""
 
     def has(key):
         node = obj

@@ -1,10 +1,10 @@
 """Seed statistics and the verdict on the paper's "within 10–15 %" claim.
 
-Intervals are Welch's: the variance of a difference (or, by the delta method, of a ratio) of
-two seed means, its degrees of freedom by Welch–Satterthwaite over the very terms that variance
-is made of, and the exact two-sided 95 % Student t quantile at that (fractional) df from
-scipy. With 3 seeds per model df is typically 2–4, where rounding df to a table row moves the
-interval's edge by several percent of the gap."""
+Intervals are Welch's: the variance of a difference (or, by the delta method, of a ratio) of two
+seed means, its degrees of freedom by Welch–Satterthwaite over the very terms that variance is made
+of, and the exact two-sided 95 % Student t quantile at that (fractional) df from scipy. With 3 seeds
+per model df is typically 2–4, where rounding df to a table row moves the interval's edge by several
+percent of the gap."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from scipy import stats as _scipy_stats
 
 
 def t95(df: float) -> float:
-    """The two-sided 95 % quantile of Student's t with `df` (> 0, fractional allowed) degrees
-    of freedom; inf for df ≤ 0 or NaN (no interval)."""
+    """The two-sided 95 % quantile of Student's t with `df` (> 0, fractional allowed) degrees of
+    freedom; inf for df ≤ 0 or NaN (no interval)."""
     if not df > 0:
         return math.inf
     return float(_scipy_stats.t.ppf(0.975, df))
 
 
 def mean_std(xs: list[float]) -> tuple[float, float]:
-    """(mean, sample std) of the values; NaN where there are too few (none: both), and both where
-    a value is missing (NaN: a run without that number is not averaged away)."""
+    """(mean, sample std) of the values; NaN where there are too few (none: both), and both where a
+    value is missing (NaN: a run without that number is not averaged away)."""
     xs = list(xs)
     if any(math.isnan(x) for x in xs):
         return math.nan, math.nan
@@ -34,8 +34,8 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 def satterthwaite(terms: list[tuple[float, int]]) -> float:
-    """Degrees of freedom of a sum of independent variance terms, [(term, n − 1)]: (Σ v)² /
-    Σ v²/df. A term of zero variance adds nothing; all zero: inf (the sum is exact)."""
+    """Degrees of freedom of a sum of independent variance terms, [(term, n − 1)]: (Σ v)² / Σ v²/df.
+    A term of zero variance adds nothing; all zero: inf (the sum is exact)."""
     num = sum(v for v, _ in terms) ** 2
     den = sum(v * v / df for v, df in terms if v)
     return num / den if den else math.inf
@@ -48,9 +48,9 @@ def _half_width(terms: list[tuple[float, int]], scale: float = 1.0) -> float:
 
 
 def gap_ci(grassmann: list[float], transformer: list[float]) -> dict:
-    """Gap (G − T)/T in %, with a 95 % CI: the ratio r = mean(G)/mean(T) has, by the delta
-    method, var(r) ≈ (s_G²/n_G + r² s_T²/n_T) / mean(T)²; Welch–Satterthwaite gives its df.
-    With one seed per model the CI is undefined (NaN)."""
+    """Gap (G − T)/T in %, with a 95 % CI: the ratio r = mean(G)/mean(T) has, by the delta method,
+    var(r) ≈ (s_G²/n_G + r² s_T²/n_T) / mean(T)²; Welch–Satterthwaite gives its df. With one seed
+    per model the CI is undefined (NaN)."""
     mg, sg = mean_std(grassmann)
     mt, st = mean_std(transformer)
     gap = 100 * (mg - mt) / mt

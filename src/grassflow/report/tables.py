@@ -23,8 +23,8 @@ MODELS = ("transformer", "grassmann")
 def read_runs(run_dirs, columns) -> pd.DataFrame:
     """One row per run directory: its task's `columns(run.json, eval.json, completed and evaluated,
     validation results, test results)`, then the provenance columns; in the order of the
-    directories'
-    paths, whatever order they were handed in (a table's rows never depend on how it was run)."""
+    directories' paths, whatever order they were handed in (a table's rows never depend on how it
+    was run)."""
     rows = []
     for d in sorted(map(Path, run_dirs)):
         rec, ev = (read_record(d / f) for f in ("run.json", "eval.json"))
@@ -67,8 +67,8 @@ def provenance_columns(d: Path, rec: dict, ev: dict) -> dict:
 
 
 def adopted_from(d: Path) -> str:
-    """Where a run adopted from records made elsewhere came from (grassflow.lm.adopt); "" for a
-    run made in this tree."""
+    """Where a run adopted from records made elsewhere came from (grassflow.lm.adopt); "" for a run
+    made in this tree."""
     f = d / "adopted.json"
     return str(read_record(f)["source"]) if f.is_file() else ""
 
@@ -90,8 +90,8 @@ def by_model(df: pd.DataFrame, key: str) -> dict:
 
 
 def no_gap_reason(models: dict, unit: str = "model") -> str:
-    """Why a table of `models` ({model: ...}) has no gap: the models its preset did not ask for
-    (a preset may ask one), or one that completed no run."""
+    """Why a table of `models` ({model: ...}) has no gap: the models its preset did not ask for (a
+    preset may ask one), or one that completed no run."""
     absent = [m for m in MODELS if m not in models]
     return (
         f"no {' or '.join(absent)} runs in this table"
@@ -136,8 +136,8 @@ TEX = {
 
 def tex_escape(text) -> str:
     """A table cell or caption (plain text) as LaTeX: every character pdflatex would misread
-    escaped; any other non-ASCII character is refused, naming it, before a table that cannot
-    compile is written."""
+    escaped; any other non-ASCII character is refused, naming it, before a table that cannot compile
+    is written."""
     out = "".join(TEX.get(c, c) for c in str(text))
     bad = sorted({c for c in out if ord(c) > 126})
     if bad:
@@ -148,8 +148,8 @@ def tex_escape(text) -> str:
 
 
 def latex(header: list[str], rows: list[list[str]], caption: str) -> str:
-    """A booktabs table of plain-text cells and caption (tex_escape): first column left-aligned,
-    the rest right."""
+    """A booktabs table of plain-text cells and caption (tex_escape): first column left-aligned, the
+    rest right."""
 
     def cells(row):
         return " & ".join(tex_escape(c) for c in row) + r" \\"
@@ -173,8 +173,8 @@ def record_links(records, out_dir) -> str:
 
 
 def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, tex: str) -> None:
-    """<stem>.md, .csv (one row per run, with provenance) and .tex, each written atomically;
-    the Markdown and LaTeX open with the provenance line `head`."""
+    """<stem>.md, .csv (one row per run, with provenance) and .tex, each written atomically; the
+    Markdown and LaTeX open with the provenance line `head`."""
     write_text(out / f"{stem}.md", f"{head}\n\n{md}")
     with atomic_path(out / f"{stem}.csv") as tmp:
         rows.to_csv(tmp, index=False)

@@ -1,9 +1,9 @@
 """SNLI tables (paper Table 3 and the from-scratch variant): Markdown, CSV, LaTeX, curves.
 
-Per experiment: `snli_<exp>.csv` holds one row per run with its provenance (record, commit,
-data, backbone and checkpoint hashes); `snli_<exp>.md`/`.tex` hold accuracy (mean ± std over
-seeds) beside the paper's, per-class test accuracy, and the Grassmann − Transformer
-difference with a 95 % CI. Diverged runs are listed and left out of the means.
+Per experiment: `snli_<exp>.csv` holds one row per run with its provenance (record, commit, data,
+backbone and checkpoint hashes); `snli_<exp>.md`/`.tex` hold accuracy (mean ± std over seeds) beside
+the paper's, per-class test accuracy, and the Grassmann − Transformer difference with a 95 % CI.
+Diverged runs are listed and left out of the means.
 """
 
 from __future__ import annotations

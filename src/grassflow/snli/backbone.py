@@ -5,9 +5,9 @@
   random      a randomly initialised DistilBERT of the given size (DistilBertConfig; seeded),
               the offline stand-in used by the tests and the demo preset
 
-Frozen: no gradients, always in eval mode (dropout off), run under no_grad on the fly. The
-token features are not cached: see README "SNLI" for the measurement behind that choice.
-A sha256 of the weights goes into each run's provenance record.
+Frozen: no gradients, always in eval mode (dropout off), run under no_grad on the fly. The token
+features are not cached: see README "SNLI" for the measurement behind that choice. A sha256 of the
+weights goes into each run's provenance record.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from grassflow.data import DataError
 
 def fetch_backbone(backbone: dict, out_dir) -> None:
     """Save the pretrained backbone's files into out_dir, so training jobs need no internet:
-    the pipeline runs this where Snakemake runs (a cluster's login node). Written beside
-    out_dir and renamed into place: a killed fetch never leaves a partial directory."""
+    the pipeline runs this where Snakemake runs (a cluster's login node). Written beside out_dir and
+    renamed into place: a killed fetch never leaves a partial directory."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -47,8 +47,8 @@ def _pretrained(src: str, revision=None) -> nn.Module:
     try:
         from transformers import AutoModel
 
-        # safetensors only: a pytorch_model.bin is a pickle, and the backbone directory sits in
-        # a shared results tree (see checkpoint.load_data)
+        # safetensors only: a pytorch_model.bin is a pickle, and the backbone directory sits in a
+        # shared results tree (see checkpoint.load_data)
         return AutoModel.from_pretrained(
             os.path.expanduser(src), revision=revision, use_safetensors=True
         )

@@ -1,6 +1,6 @@
-"""HeadConfig: the SNLI heads' settings; defaults are the paper's Grassmann–Plücker head
-(d_proj 64, window 8, stride 8, d_model 256, 2 mixing layers, 4 mixing heads, d_ff 512,
-dropout 0.1). Each ambiguity of the paper is a switch; the default comes first."""
+"""HeadConfig: the SNLI heads' settings; defaults are the paper's Grassmann–Plücker head (d_proj 64,
+window 8, stride 8, d_model 256, 2 mixing layers, 4 mixing heads, d_ff 512, dropout 0.1). Each
+ambiguity of the paper is a switch; the default comes first."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ class HeadConfig:
     #                            pooled vector | separate: each sentence alone, classifier on
     #                            [u, v, |u−v|, u⊙v]
 
-    # the enums and ranges of the fields: checked here, and the JSON schema's `snli_head`
-    # section is generated from them (grassflow.planning.schema)
+    # the enums and ranges of the fields: checked here, and the JSON schema's `snli_head` section is
+    # generated from them (grassflow.planning.schema)
     CHOICES = CHOICES
     BOUNDS = {
         **{

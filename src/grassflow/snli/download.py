@@ -1,5 +1,5 @@
-"""SNLI's download stage: its data section's train, validation and test pairs as raw parquet
-files, their records in checksums.json."""
+"""SNLI's download stage: its data section's train, validation and test pairs as raw parquet files,
+their records in checksums.json."""
 
 import sys
 

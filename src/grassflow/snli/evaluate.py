@@ -1,5 +1,5 @@
-"""SNLI evaluation of a run's best checkpoint: accuracy, per-class accuracy and the confusion
-matrix on validation and test."""
+"""SNLI evaluation of a run's best checkpoint: accuracy, per-class accuracy and the confusion matrix
+on validation and test."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The SNLI part's planning: its run grid, its checks, its tokenize section and its jobs'
-estimates (its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches
-a
-job as its params (its spec, on its command line), so no job's code fingerprint holds this file."""
+"""The SNLI part's planning: its run grid, its checks, its tokenize section and its jobs' estimates
+(its row of grassflow.pipeline.tasks names these). Planning code: what it decides reaches a job as
+its params (its spec, on its command line), so no job's code fingerprint holds this file."""
 
 from __future__ import annotations
 
@@ -37,9 +36,9 @@ GRASSMANN_HEAD_KEYS = (
 
 
 def snli_runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec} of the SNLI part: experiment × head × seed, each spec holding only what
-    that run depends on (a scratch run does not depend on the backbone, a Transformer head
-    not on the Plücker settings)."""
+    """{run_id: spec} of the SNLI part: experiment × head × seed, each spec holding only what that
+    run depends on (a scratch run does not depend on the backbone, a Transformer head not on the
+    Plücker settings)."""
     s = p.get("snli")
     if not s:
         return {}
@@ -163,8 +162,8 @@ def estimate(stage, spec, preset, settings, files):
 
 def run_dirs(part: dict, spec: dict) -> dict[str, str]:
     """The directories a run's jobs get: the backbone fetched from the hub
-    (workflow/rules/fetch.smk),
-    for a run on its frozen features; none for a backbone given by `path`, or a random one."""
+    (workflow/rules/fetch.smk), for a run on its frozen features; none for a backbone given by
+    `path`, or a random one."""
     b = part.get("backbone") or {}
     fetched = b and not b.get("random") and not b.get("path")
     return (

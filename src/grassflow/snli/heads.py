@@ -1,8 +1,8 @@
 """The two SNLI heads: stacks of encoder layers over token features (never a pooled vector).
 
-Transformer head: bidirectional self-attention blocks (grassflow.models.transformer) with a
-padding mask. Grassmann–Plücker head: the LM's gated block (grassflow.models.grassmann) around
-a windowed mixer; per mixing head k, with z = W_red h split into mix_heads slices of r dims,
+Transformer head: bidirectional self-attention blocks (grassflow.models.transformer) with a padding
+mask. Grassmann–Plücker head: the LM's gated block (grassflow.models.grassmann) around a windowed
+mixer; per mixing head k, with z = W_red h split into mix_heads slices of r dims,
     g = concat_k windowed_plucker_mix(z_k, mask, W_plü,k, b_plü,k)     (d_model/mix_heads each)
     α = σ(W_gate [h; g] + b),  h_mix = α h + (1−α) g
 Padding never pairs and never attends, so extra padding changes no real token's output.

@@ -1,11 +1,11 @@
-"""SNLIClassifier: token features → head (Transformer or Grassmann–Plücker) → pooling →
-3-way classifier.
+"""SNLIClassifier: token features → head (Transformer or Grassmann–Plücker) → pooling → 3-way
+classifier.
 
-Token features come from the frozen backbone (experiment features: backbone) or from
-trainable token + position embeddings (features: scratch, the from-scratch variant). Both
-are position-aware, so neither head adds positions of its own. pair_input "joint" runs the
-head once over "[CLS] premise [SEP] hypothesis [SEP]" and classifies its pooled vector;
-"separate" runs it on each sentence and classifies [u, v, |u−v|, u⊙v].
+Token features come from the frozen backbone (experiment features: backbone) or from trainable token
++ position embeddings (features: scratch, the from-scratch variant). Both are position-aware, so
+neither head adds positions of its own. pair_input "joint" runs the head once over "[CLS] premise
+[SEP] hypothesis [SEP]" and classifies its pooled vector; "separate" runs it on each sentence and
+classifies [u, v, |u−v|, u⊙v].
 """
 
 from __future__ import annotations
@@ -115,9 +115,9 @@ def _to(x: torch.Tensor, device) -> torch.Tensor:
 
 
 def make_batch(data: dict, idx, meta: dict, pair_input: str, device, static: bool = False) -> dict:
-    """Padded tensors for the pairs `idx` of a token file (see grassflow.snli.data): padded to
-    the longest pair of the batch, or with static=True to padded_len (for torch.compile,
-    which would otherwise compile once per length)."""
+    """Padded tensors for the pairs `idx` of a token file (see grassflow.snli.data): padded to the
+    longest pair of the batch, or with static=True to padded_len (for torch.compile, which would
+    otherwise compile once per length)."""
     cls, sep, pad = meta["cls_id"], meta["sep_id"], meta["pad_id"]
 
     def padded(seqs):

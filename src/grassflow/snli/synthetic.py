@@ -1,17 +1,16 @@
 """Deterministic SNLI-like sentence pairs for offline runs (tests, the demo preset).
 
-A premise describes an agent acting on a patient, somewhere or not ("a tall man is chasing a
-small dog in the park", "a tall man is chasing a small dog"). Every hypothesis has one form,
-"a N1 is V a N2 PLACE ." (nouns, or their hypernyms: "a person is chasing a animal in the park"):
+A premise describes an agent acting on a patient, somewhere or not ("a tall man is chasing a small
+dog in the park", "a tall man is chasing a small dog"). Every hypothesis has one form, "a N1 is V a
+N2 PLACE ." (nouns, or their hypernyms: "a person is chasing a animal in the park"):
   entailment     the premise's roles and its place
   contradiction  the roles swapped (the same words as an entailment, in another order), or
                  another place than the premise's
   neutral        a place where the premise names none (unverifiable)
-Hypotheses alone are alike across the labels (the same words drawn the same way whatever the
-label), so the label needs the premise (a head given the hypothesis alone stays at chance:
+Hypotheses alone are alike across the labels (the same words drawn the same way whatever the label),
+so the label needs the premise (a head given the hypothesis alone stays at chance:
 tests/snli/test_snli.py); and because a role swap contradicts while the same bag of words entails,
-it
-needs word order too. The premise alone is not at chance: one without a place is never an
+it needs word order too. The premise alone is not at chance: one without a place is never an
 entailment (a head that reads it alone can reach ~2/3). Same seed, same pairs.
 """
 

@@ -1,10 +1,9 @@
 """SNLI training: one run (experiment × head × seed) from its spec, through grassflow.loop.
 
-Batches: the pairs in a (seed, epoch)-shuffled order, padded to the longest in the batch; the
-last partial batch is dropped so every step is full. After each epoch: validation loss and
-accuracy; model.safetensors keeps the best-validation-accuracy weights (the frozen backbone is
-rebuilt from the spec, never saved). Outputs: model.safetensors, config.json, metrics.jsonl,
-run.json.
+Batches: the pairs in a (seed, epoch)-shuffled order, padded to the longest in the batch; the last
+partial batch is dropped so every step is full. After each epoch: validation loss and accuracy;
+model.safetensors keeps the best-validation-accuracy weights (the frozen backbone is rebuilt from
+the spec, never saved). Outputs: model.safetensors, config.json, metrics.jsonl, run.json.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from grassflow.snli.model import ScratchEmbedding, SNLIClassifier, make_batch
 
 
 def build_classifier(spec: RunSpec, meta: dict, backbone_dir=None) -> tuple[SNLIClassifier, dict]:
-    """The model of a spec, and what provenance needs to know of its features;
-    backbone_dir: where the pipeline fetched a pretrained backbone (else its name or path)."""
+    """The model of a spec, and what provenance needs to know of its features; backbone_dir: where
+    the pipeline fetched a pretrained backbone (else its name or path)."""
     hcfg = HeadConfig.from_dict(spec.head)
     feats = spec.features
     if feats["kind"] == "backbone":

@@ -53,9 +53,8 @@ def resolve(backend: str, device) -> str:
 
 
 def require(backend: str, device) -> str:
-    """resolve(), and for `fused` raise naming the cause unless its kernels run on `device`: a
-    CUDA device with CuPy (on the CPU they run only through the tests' shim, far too slowly to
-    train)."""
+    """resolve(), and for `fused` raise naming the cause unless its kernels run on `device`: a CUDA
+    device with CuPy (on the CPU they run only through the tests' shim, far too slowly to train)."""
     backend = resolve(backend, device)
     device = torch.device(device)
     if backend == "fused":
@@ -151,8 +150,8 @@ _fused.register_autograd(
 
 
 def linear_cross_entropy(h, weight, target, backend="auto"):
-    """Mean cross-entropy of h Wᵀ against target; h (N, d), weight (V, d). The logits are fp32,
-    but for chunked-bf16's (and the reference's under autocast: bf16, then fp32)."""
+    """Mean cross-entropy of h Wᵀ against target; h (N, d), weight (V, d). The logits are fp32, but
+    for chunked-bf16's (and the reference's under autocast: bf16, then fp32)."""
     if (
         h.dim() != 2
         or weight.dim() != 2

@@ -1,17 +1,17 @@
 """The Plücker mixing op of GrassmannLM, with interchangeable backends.
 
-`plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="auto")`
-takes z (B, T, r) and weight (d, r(r−1)/2) and returns g (B, T, d) (an ensemble of E models,
-models/layers.py: weight (E, d, ·), bias (E, d), member e's rows of z at [e·B/E, (e+1)·B/E)):
+`plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="auto")` takes z (B, T,
+r) and weight (d, r(r−1)/2) and returns g (B, T, d) (an ensemble of E models, models/layers.py:
+weight (E, d, ·), bias (E, d), member e's rows of z at [e·B/E, (e+1)·B/E)):
 
     g_t = mean_{Δ ∈ lags, t−Δ ≥ 0} ( W p̂(z_t ∧ z_{t−Δ}) + b ),   p̂ = p / max(‖p‖, eps)
 
-backends: "reference" (paper-literal loop), "fast" (algebraic form in PyTorch),
-"cupy" (CUDA RawKernels), "kernel-cpu" (the CUDA kernels compiled for the CPU, for tests),
-"fused-cpu" (fused per-token C++ loops with OpenMP, for CPU training),
-"auto" (cupy on CUDA tensors when CuPy is installed and compiles the kernels there, else
-fast; `resolve_backend` says which one a device gets). Under torch.compile every backend but
-the reference is one custom op, `grassflow::plucker_mix` (function.py).
+backends: "reference" (paper-literal loop), "fast" (algebraic form in PyTorch), "cupy" (CUDA
+RawKernels), "kernel-cpu" (the CUDA kernels compiled for the CPU, for tests), "fused-cpu" (fused
+per-token C++ loops with OpenMP, for CPU training), "auto" (cupy on CUDA tensors when CuPy is
+installed and compiles the kernels there, else fast; `resolve_backend` says which one a device
+gets). Under torch.compile every backend but the reference is one custom op,
+`grassflow::plucker_mix` (function.py).
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ def plucker_mix(z, lags, weight, bias=None, *, eps=1e-6, empty="zero", backend="
         raise ValueError(f"r must be ≥ 2, got {r}")
     if weight.dim() not in (2, 3) or weight.shape[-1] != r * (r - 1) // 2:
         raise ValueError(
-            f"weight must be (d, {r * (r - 1) // 2}) for r={r} (or (E, d, ...) for an ensemble "
-            "of E), "
-            f"got {tuple(weight.shape)}"
+            f"weight must be (d, {r * (r - 1) // 2}) for r={r} (or (E, d, ...) for an ensemble of "
+            f"E), got {tuple(weight.shape)}"
         )
     if weight.dim() == 3 and z.shape[0] % weight.shape[0]:
         raise ValueError(

@@ -28,8 +28,8 @@ def check_backend(backend: str) -> None:
 
 
 def resolve_backend(backend: str, device) -> str:
-    """The backend that runs on `device` (a torch.device or a tensor) when `backend` is asked
-    for: `auto` becomes cupy or fast; an explicit cupy that cannot run there is an error."""
+    """The backend that runs on `device` (a torch.device or a tensor) when `backend` is asked for:
+    `auto` becomes cupy or fast; an explicit cupy that cannot run there is an error."""
     check_backend(backend)
     device = device.device if isinstance(device, torch.Tensor) else torch.device(device)
     if backend == "auto":

@@ -1,7 +1,7 @@
 """`kernel-cpu` backend: kernels/plucker.cu compiled with g++ through the CUDA-on-CPU shim
-(kernels/cpu_shim/) and launched with ctypes, grid, block and CUDA's argument array, every
-argument checked against the kernel's signature (kernel_abi). Slow (one "thread" at a time);
-it exists so the GPU kernels' arithmetic and calling convention are tested without a GPU."""
+(kernels/cpu_shim/) and launched with ctypes, grid, block and CUDA's argument array, every argument
+checked against the kernel's signature (kernel_abi). Slow (one "thread" at a time); it exists so the
+GPU kernels' arithmetic and calling convention are tested without a GPU."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ class UnsafeKernelCache(RuntimeError):
 
 def check_private(path: Path, *, ancestors: bool = True) -> None:
     """Raise UnsafeKernelCache unless `path` belongs to this user (or root) and no one else can
-    write it; with ancestors, the same for every directory above it, except that a directory
-    others may write is accepted if it is sticky (as /tmp: they cannot rename what is ours).
-    As ssh checks the files it trusts: whoever can write there could plant a library we load."""
+    write it; with ancestors, the same for every directory above it, except that a directory others
+    may write is accepted if it is sticky (as /tmp: they cannot rename what is ours). As ssh checks
+    the files it trusts: whoever can write there could plant a library we load."""
     uid = os.getuid()
     real = Path(os.path.realpath(path))
     for i, p in enumerate([real, *real.parents] if ancestors else [real]):
@@ -59,12 +59,12 @@ def _sha256(path: Path) -> str:
 
 
 def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDLL:
-    """Compile `main` (which includes `extra`) into a shared library once per source hash,
-    compiler and flags, cached under $GRASSFLOW_CACHE (or ~/.cache/grassflow), and load it.
+    """Compile `main` (which includes `extra`) into a shared library once per source hash, compiler
+    and flags, cached under $GRASSFLOW_CACHE (or ~/.cache/grassflow), and load it.
 
-    A cache entry is a directory holding lib.so and the sha256 of its bytes, written when it
-    was built and renamed into place whole (a concurrent build never sees half of one). It is
-    loaded only from a private cache (check_private) and only if its bytes still match."""
+    A cache entry is a directory holding lib.so and the sha256 of its bytes, written when it was
+    built and renamed into place whole (a concurrent build never sees half of one). It is loaded
+    only from a private cache (check_private) and only if its bytes still match."""
     cxx = os.environ.get("CXX", "g++")
     if shutil.which(cxx) is None:
         raise RuntimeError(f"{main.name}: needs a C++ compiler ({cxx!r} not on PATH)")
@@ -112,9 +112,8 @@ def build_library(main: Path, extra: list[Path], flags: list[str]) -> ctypes.CDL
     return ctypes.CDLL(str(lib))
 
 
-# What this backend builds, under kernels/: the source compiled first, then what it includes.
-# Read (without importing) by grassflow.planning.staleness: an edit to any of them reruns what runs
-# this.
+# What this backend builds, under kernels/: the source compiled first, then what it includes. Read
+# (without importing) by grassflow.planning.staleness: an edit to any of them reruns what runs this.
 KERNEL_SOURCES = ("cpu_shim/plucker_cpu.cpp", "plucker.cu", "cpu_shim/cuda_cpu_shim.h")
 
 
@@ -125,8 +124,8 @@ def _library() -> ctypes.CDLL:
 
 
 def launch_on_cpu(name: str, grid: int, block: int, args: tuple, array_info, pointer_of) -> None:
-    """Launch extern "C" kernel `name` of plucker.cu through the shim, as CUDA would: the
-    arguments checked against its signature, then packed into CUDA's argument array."""
+    """Launch extern "C" kernel `name` of plucker.cu through the shim, as CUDA would: the arguments
+    checked against its signature, then packed into CUDA's argument array."""
     params = kernel_abi.signatures(kernels_dir() / "plucker.cu")[name]
     kernel_abi.check(name, params, args, array_info)
     packed, _keep = kernel_abi.pack(params, args, pointer_of)
@@ -134,8 +133,8 @@ def launch_on_cpu(name: str, grid: int, block: int, args: tuple, array_info, poi
 
 
 def launch_packed_on_cpu(name: str, grid: int, block: int, kernel_params: int) -> None:
-    """Launch `name` through the shim with CUDA's argument array at address `kernel_params`
-    (what cuLaunchKernel takes)."""
+    """Launch `name` through the shim with CUDA's argument array at address `kernel_params` (what
+    cuLaunchKernel takes)."""
     fn = getattr(_library(), f"launch_{name}")
     fn.restype = None
     fn(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_void_p(kernel_params))

@@ -5,9 +5,9 @@ The kernels are extern "C" (plucker_<stage>_<suffix>), so the module is compiled
 `name_expressions` and CuPy keeps the binary in its on-disk cache ($CUPY_CACHE_DIR, default
 ~/.cupy/kernel_cache): a new process loads it instead of recompiling.
 
-CuPy compiles the module and looks each kernel up once; the launches go straight to the
-driver with raw pointers (CupyStages). Contracts with torch and CuPy, each rehearsed on the CPU
-by tests/helpers/fake_cupy.py:
+CuPy compiles the module and looks each kernel up once; the launches go straight to the driver with
+raw pointers (CupyStages). Contracts with torch and CuPy, each rehearsed on the CPU by
+tests/helpers/fake_cupy.py:
   - kernel arguments are NumPy scalars of the parameter's exact type (kernel_abi), pointers
     are the tensors' data pointers (no CuPy array: CuPy has no bfloat16, and torch's
     `__cuda_array_interface__` refuses tensors that require grad).
@@ -35,8 +35,8 @@ from grassflow.ops.plucker.kernel_stages import BLOCK, KernelStages, grid_for
 
 
 class TorchCuda:
-    """What the backend asks of torch about CUDA devices. The tests swap in an object that
-    answers for CPU tensors, to run this backend end to end against a CuPy stand-in."""
+    """What the backend asks of torch about CUDA devices. The tests swap in an object that answers
+    for CPU tensors, to run this backend end to end against a CuPy stand-in."""
 
     @staticmethod
     def available() -> bool:
@@ -151,9 +151,9 @@ def _warn_fallback(why: str) -> None:
 
 
 def usable(device: torch.device, *, warn: bool = True) -> bool:
-    """CuPy installed for torch's CUDA major, a CUDA device, and the kernels compile on it. A
-    CuPy that is there but cannot run (another CUDA major, a failed compile) is worth a warning
-    line where `auto` falls back; the preflight's record says the same (fallback)."""
+    """CuPy installed for torch's CUDA major, a CUDA device, and the kernels compile on it. A CuPy
+    that is there but cannot run (another CUDA major, a failed compile) is worth a warning line
+    where `auto` falls back; the preflight's record says the same (fallback)."""
     why = why_not(device)
     if why is not None and warn and why.startswith((COMPILE_FAILED, MISMATCH)):
         _warn_fallback(why)
@@ -182,10 +182,10 @@ def _function(device_index: int, name: str) -> int:
 
 
 class CupyStages(KernelStages):
-    """Launches through the driver (cuLaunchKernel) on torch's current stream, with CUDA's
-    argument array of raw pointers and NumPy scalars (kernel_abi.pack, as the CPU shim takes
-    it): no CuPy array, stream or device object per launch, and nothing allocated by CuPy, so
-    the op is safe to capture in a CUDA graph."""
+    """Launches through the driver (cuLaunchKernel) on torch's current stream, with CUDA's argument
+    array of raw pointers and NumPy scalars (kernel_abi.pack, as the CPU shim takes it): no CuPy
+    array, stream or device object per launch, and nothing allocated by CuPy, so the op is safe to
+    capture in a CUDA graph."""
 
     name = "cupy"
 

@@ -5,10 +5,10 @@ Because W_plü is shared by all offsets and the mean is linear, and the wedge is
     mean_Δ W p̂_Δ = W (z_t ∧ c_t),   c_t = (1/n_t) Σ_Δ z_{t−Δ} / N_Δ,   N_Δ = max(‖z_t ∧ z_{t−Δ}‖,
     eps)
 
-and ‖a ∧ b‖² = ‖a‖²‖b‖² − (a·b)² (Lagrange), so each offset costs O(r) instead of
-O(r²) + a projection: one wedge and one projection per token, ~6× fewer FLOPs for 6 offsets.
-We evaluate the Lagrange form as ‖a‖²‖b − μa‖² (μ = a·b/‖a‖²): the same number, without the
-cancellation that makes (‖a‖²‖b‖² − (a·b)²) useless in fp32 for near-parallel vectors.
+and ‖a ∧ b‖² = ‖a‖²‖b‖² − (a·b)² (Lagrange), so each offset costs O(r) instead of O(r²) + a
+projection: one wedge and one projection per token, ~6× fewer FLOPs for 6 offsets. We evaluate the
+Lagrange form as ‖a‖²‖b − μa‖² (μ = a·b/‖a‖²): the same number, without the cancellation that makes
+(‖a‖²‖b‖² − (a·b)²) useless in fp32 for near-parallel vectors.
 
 Backward (the kernels in kernels/plucker.cu implement exactly these formulas):
   wedge:  with D the antisymmetric r×r matrix D_ij = dq_ij (i<j),  da = D c,  dc = −D a.
@@ -66,8 +66,8 @@ class TorchStages:
         return c * _inv_counts(lags, T, z.device, zf.dtype)
 
     def wedge(self, z, c):
-        # Row blocks of the upper triangle, (a_i c_j − c_i a_j)_{j>i} for each i: the same
-        # row-major order as pair_indices, ~4× faster on CPU than gathering with index lists.
+        # Row blocks of the upper triangle, (a_i c_j − c_i a_j)_{j>i} for each i: the same row-major
+        # order as pair_indices, ~4× faster on CPU than gathering with index lists.
         a, r = z.to(c.dtype), z.shape[-1]
         rows = [
             a[..., i : i + 1] * c[..., i + 1 :] - c[..., i : i + 1] * a[..., i + 1 :]

@@ -1,10 +1,10 @@
 """Autograd for the `fast`, `cupy`, `kernel-cpu` and `fused-cpu` backends: one forward and one
-backward, run eagerly by an autograd.Function and, under torch.compile, by two
-`torch.library` custom ops (fake + autograd registered), so Dynamo sees the op whole.
+backward, run eagerly by an autograd.Function and, under torch.compile, by two `torch.library`
+custom ops (fake + autograd registered), so Dynamo sees the op whole.
 
-The backends differ only in who runs the four elementwise stages (a "stages" object: PyTorch
-ops, CuPy RawKernels on the current CUDA stream, the same kernels compiled for the CPU, or
-fused C++ loops); the two projections by W are plain matmuls (cuBLAS/MKL) here:
+The backends differ only in who runs the four elementwise stages (a "stages" object: PyTorch ops,
+CuPy RawKernels on the current CUDA stream, the same kernels compiled for the CPU, or fused C++
+loops); the two projections by W are plain matmuls (cuBLAS/MKL) here:
 
     forward   c = coeff(z);  q = wedge(z, c);  g = q Wᵀ + b·[n_t > 0 or empty="bias"]
     backward  q = wedge(z, c)  (recomputed: nothing of size r(r−1)/2 per token is saved)
@@ -13,18 +13,18 @@ fused C++ loops); the two projections by W are plain matmuls (cuBLAS/MKL) here:
 
 Saved for backward: z, c (2·r values per token) and W.
 
-Under autocast z arrives in bf16 (it is a Linear's output) and the forward computes in z's
-dtype. There is deliberately no custom_fwd/custom_bwd: they would re-enter autocast in the
-backward, where the fast stages' fp32 bmm would drop to bf16. Without them the backward runs
-with autocast off (autograd's engine does not carry it), every dtype is chosen here, and it
-behaves the same on CUDA, on the CPU and under the CPU rehearsal of CUDA's autocast. The
-custom ops have no autocast kernel either: autocast passes their inputs through unchanged.
+Under autocast z arrives in bf16 (it is a Linear's output) and the forward computes in z's dtype.
+There is deliberately no custom_fwd/custom_bwd: they would re-enter autocast in the backward, where
+the fast stages' fp32 bmm would drop to bf16. Without them the backward runs with autocast off
+(autograd's engine does not carry it), every dtype is chosen here, and it behaves the same on CUDA,
+on the CPU and under the CPU rehearsal of CUDA's autocast. The custom ops have no autocast kernel
+either: autocast passes their inputs through unchanged.
 
-Why two paths: a custom op costs more per call in eager mode than an autograd.Function (its
-Python dispatch; timed by hand: ~0.17 ms more per forward + backward of a trivial op), while
-Dynamo cannot trace the stages' ctypes or CuPy launches (a graph break, and with `fused-cpu` a
-crash). So eager runs the Function and
-`torch.compile` the ops; both call forward() and backward() below (tested equal).
+Why two paths: a custom op costs more per call in eager mode than an autograd.Function (its Python
+dispatch; timed by hand: ~0.17 ms more per forward + backward of a trivial op), while Dynamo cannot
+trace the stages' ctypes or CuPy launches (a graph break, and with `fused-cpu` a crash). So eager
+runs the Function and `torch.compile` the ops; both call forward() and backward() below (tested
+equal).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def _has_offsets(lags, T, device, dtype):
 
 
 # An ensemble (models/layers.py): weight (E, d, P) and bias (E, d), z (E·B, T, r) with member e's
-# rows at [e·B, (e+1)·B). The stages are per token and run on all rows at once; the projections
-# by W are one batched GEMM over the members (`_members` gives E, 0 for a plain weight).
+# rows at [e·B, (e+1)·B). The stages are per token and run on all rows at once; the projections by W
+# are one batched GEMM over the members (`_members` gives E, 0 for a plain weight).
 def _members(weight) -> int:
     return weight.shape[0] if weight.dim() == 3 else 0
 
@@ -144,8 +144,8 @@ class PluckerMixFunction(torch.autograd.Function):
 
 
 # --- the compiled path: custom ops ------------------------------------------------------------
-# `backend` is resolved inside the ops (auto -> cupy | fast by the tensors' device), so that
-# nothing Dynamo would have to trace (an import of CuPy, a compile probe) runs in the graph.
+# `backend` is resolved inside the ops (auto -> cupy | fast by the tensors' device), so that nothing
+# Dynamo would have to trace (an import of CuPy, a compile probe) runs in the graph.
 
 
 @torch.library.custom_op("grassflow::plucker_mix", mutates_args=())

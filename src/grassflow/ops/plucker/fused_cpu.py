@@ -1,8 +1,8 @@
-"""`fused-cpu` backend: the elementwise stages as fused per-token C++ loops, parallel over
-tokens (OpenMP), for training on CPUs (kernels/cpu_fused/plucker_fused.cpp, built with g++
-on first use and cached). Same formulas as `fast` and the CUDA kernels — coeff and lag_bwd
-are plucker.cu's own kernels — but each stage is one pass over memory instead of dozens of
-PyTorch ops. float32 and float64."""
+"""`fused-cpu` backend: the elementwise stages as fused per-token C++ loops, parallel over tokens
+(OpenMP), for training on CPUs (kernels/cpu_fused/plucker_fused.cpp, built with g++ on first use and
+cached). Same formulas as `fast` and the CUDA kernels — coeff and lag_bwd are plucker.cu's own
+kernels — but each stage is one pass over memory instead of dozens of PyTorch ops. float32 and
+float64."""
 
 from __future__ import annotations
 

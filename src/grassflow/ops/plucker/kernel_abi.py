@@ -1,11 +1,11 @@
 """The calling convention of kernels/plucker.cu's extern "C" kernels, read off the source.
 
-A CUDA kernel is launched with an array of pointers to its arguments' values, and nothing on
-the way checks those values against the parameters: CuPy passes a Python int as 8 bytes and a
-float as a double, so an `int` or `float` parameter silently reads garbage. Here every argument
-is checked against the `__global__` signature, parsed from the preprocessed source, before it
-is packed: the `kernel-cpu` backend and the CuPy stand-in of the tests launch through `pack`,
-so a launch that would be wrong on a GPU fails on the CPU first.
+A CUDA kernel is launched with an array of pointers to its arguments' values, and nothing on the way
+checks those values against the parameters: CuPy passes a Python int as 8 bytes and a float as a
+double, so an `int` or `float` parameter silently reads garbage. Here every argument is checked
+against the `__global__` signature, parsed from the preprocessed source, before it is packed: the
+`kernel-cpu` backend and the CuPy stand-in of the tests launch through `pack`, so a launch that
+would be wrong on a GPU fails on the CPU first.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def element_kind(dtype) -> tuple[str, int]:
 
 
 def check(name: str, params: tuple[str, ...], args: tuple, array_info) -> None:
-    """Raise KernelArgumentError unless `args` fit `params`. array_info(arg) gives
-    (element dtype, contiguous) for an array argument, or None for anything else."""
+    """Raise KernelArgumentError unless `args` fit `params`. array_info(arg) gives (element dtype,
+    contiguous) for an array argument, or None for anything else."""
     if len(args) != len(params):
         raise KernelArgumentError(
             f"{name}: {len(args)} arguments for {len(params)} parameters {params}"
@@ -116,8 +116,8 @@ _CHECKED: set = set()
 
 
 def check_once(name: str, params: tuple[str, ...], args: tuple, array_info) -> None:
-    """check(), once per kernel and argument types: a launch in a training step's loop costs
-    no more than packing its arguments."""
+    """check(), once per kernel and argument types: a launch in a training step's loop costs no more
+    than packing its arguments."""
     key = (name, params, tuple(array_info(a) or type(a) for a in args))
     if key not in _CHECKED:
         check(name, params, args, array_info)

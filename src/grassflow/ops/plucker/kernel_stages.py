@@ -1,6 +1,6 @@
-"""Stages run by the kernels in kernels/plucker.cu: on a GPU through CuPy (`cupy`), or on
-the CPU through a small CUDA-on-CPU shim (`kernel-cpu`, used to test the very same source
-without a GPU). Subclasses only say how one kernel is launched."""
+"""Stages run by the kernels in kernels/plucker.cu: on a GPU through CuPy (`cupy`), or on the CPU
+through a small CUDA-on-CPU shim (`kernel-cpu`, used to test the very same source without a GPU).
+Subclasses only say how one kernel is launched."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ PER_R = ("plucker_coeff", "plucker_wedge_bwd", "plucker_lag_bwd")
 BLOCK = 256  # threads per block of every launch
 
 # Each stage's kernel parameters as plucker.cu declares them (T: the kernel's type, ACC: its
-# arithmetic type), for the GPU launch, which cannot preprocess the source to read them (no
-# C++ compiler is assumed there); tests/ops/test_plucker.py holds them to the source.
+# arithmetic type), for the GPU launch, which cannot preprocess the source to read them (no C++
+# compiler is assumed there); tests/ops/test_plucker.py holds them to the source.
 PARAMS = {
     "plucker_coeff": ("T*", "int*", "int", "long", "int", "int", "ACC", "ACC*"),
     "plucker_wedge": ("T*", "ACC*", "int*", "int*", "long", "int", "T*"),

@@ -2,8 +2,8 @@
 `plucker_mix` to windows, masks and both directions.
 
 Windows of `window` tokens start every `stride` tokens (stride = window: a partition of the
-sequence; the tail is padded). Within a window, each real token t (mask true) pairs with the
-other real tokens s of that window:
+sequence; the tail is padded). Within a window, each real token t (mask true) pairs with the other
+real tokens s of that window:
     pairs="bidirectional"  every other token, as the oriented pair (earlier ∧ later): the sign
                            of p carries the order, so the features are not a bag of the window
     pairs="causal"         the earlier tokens only, as z_t ∧ z_s: the language model's rule
@@ -11,9 +11,9 @@ and, with p̂ = p / max(‖p‖, eps) and one W shared by all pairs,
     g_t = mean over all pairs of t, over every window holding t, of (W p̂ + b).
 Tokens with no pair get 0 (empty="zero") or b (empty="bias"). Padding never pairs.
 
-Fast path: `plucker_mix` with offsets 1..window−1 on each window (and on the reversed window
-for the later partners), bias-free: padding rows are zeroed, and a zero partner adds exactly
-0 to the sum, so sum = n_window · mean, divided afterwards by the count of real partners.
+Fast path: `plucker_mix` with offsets 1..window−1 on each window (and on the reversed window for the
+later partners), bias-free: padding rows are zeroed, and a zero partner adds exactly 0 to the sum,
+so sum = n_window · mean, divided afterwards by the count of real partners.
 `windowed_plucker_mix_reference` is the literal loop over tokens and partners, the test oracle.
 """
 
@@ -70,15 +70,15 @@ def windowed_plucker_mix(
     empty="zero",
     backend="auto",
 ):
-    """z (B, T, r), mask (B, T) bool, weight (d, r(r−1)/2) → g (B, T, d), in fp32 for
-    bf16/fp16 inputs (the sums over pairs and windows are accumulated there)."""
+    """z (B, T, r), mask (B, T) bool, weight (d, r(r−1)/2) → g (B, T, d), in fp32 for bf16/fp16
+    inputs (the sums over pairs and windows are accumulated there)."""
     _check(z, mask, window, stride, pairs, empty)
     B, T, r = z.shape
     starts = window_starts(T, window, stride)
     Tp = starts[-1] + window
-    # Sums over pairs and windows, and the counts, in fp32 (fp64 for fp64 z), never in z's
-    # bf16: also because CUDA autocast turns cumsum/sum of bf16 into fp32 while index_add_
-    # wants one dtype, and the counts are exact integers in the accumulation dtype.
+    # Sums over pairs and windows, and the counts, in fp32 (fp64 for fp64 z), never in z's bf16:
+    # also because CUDA autocast turns cumsum/sum of bf16 into fp32 while index_add_ wants one
+    # dtype, and the counts are exact integers in the accumulation dtype.
     acc = acc_dtype(z.dtype)
     m = F.pad(mask, (0, Tp - T))
     zp = F.pad(z, (0, 0, 0, Tp - T)) * m.to(z.dtype)[..., None]
