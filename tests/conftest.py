@@ -220,7 +220,8 @@ def demo(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if done.exists():
             return work
-        shutil.rmtree(work, ignore_errors=True)  # a build that failed in another worker: anew
+        for d in (work, root / "demo.pristine"):  # a build that failed in another worker: anew
+            shutil.rmtree(d, ignore_errors=True)
         work.mkdir()
         copy_repo(work)
         (work / "pool.yaml").write_text(
@@ -236,5 +237,8 @@ def demo(tmp_path_factory):
         snakemake(
             work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env
         )  # 5 jobs, 4 slots
+        # the copies' source (helpers.dag.copy_demo): the demo as built, which tests editing the
+        # demo in place (beside the copying SLURM tests) never reach
+        shutil.copytree(work, root / "demo.pristine", symlinks=True)
         done.touch()
     return work

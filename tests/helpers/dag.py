@@ -36,6 +36,14 @@ COPY = [
 ]
 
 
+def copy_demo(demo: Path, dst: Path) -> Path:
+    """The finished demo as its build left it, copied to dst (mtimes kept): from the snapshot the
+    `demo` fixture takes, since the staleness tests edit and touch the demo itself while the SLURM
+    tests copy it (a copy taken mid-edit replanned 13 jobs)."""
+    shutil.copytree(demo.parent / "demo.pristine", dst, symlinks=True)
+    return dst
+
+
 def copy_repo(dst: Path) -> Path:
     """The files the workflow needs, in a scratch directory (so edits never touch the repo)."""
     for name in COPY:

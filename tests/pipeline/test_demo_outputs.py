@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,14 @@ import yaml
 
 from grassflow import markdown
 from grassflow.io import sha256_file
-from helpers.dag import DEMO_RECALL_RUNS, ROOT, copy_repo, pipeline_env, snakemake
+from helpers.dag import (
+    DEMO_RECALL_RUNS,
+    ROOT,
+    copy_demo,
+    copy_repo,
+    pipeline_env,
+    snakemake,
+)
 from helpers.procs import import_or_skip, needs
 
 
@@ -327,7 +333,7 @@ def test_a_table_job_handed_its_runs_in_another_order_writes_the_same_files(demo
         "grassflow.recall.aggregate",
     }, stages
     work = tmp_path / "copy"
-    shutil.copytree(demo, work, symlinks=True)
+    copy_demo(demo, work)
     report, again = (
         work / "results/demo/report",
         work / "results/demo/again",
@@ -369,7 +375,7 @@ def test_job_command_lines_hold_their_settings_and_can_be_pasted_to_rerun_a_job(
     preset = json.loads(shlex.split(table1.split("--preset ", 1)[1])[0])
     assert set(preset) == {"data", "tokenizer", "models", "seeds"}  # what each run ran: its record
     work = tmp_path / "copy"
-    shutil.copytree(demo, work, symlinks=True)
+    copy_demo(demo, work)
     (work / "results/demo/report/table1.csv").unlink()
     subprocess.run(
         ["bash", "-c", table1], cwd=work, env=pipeline_env(work), check=True, timeout=600

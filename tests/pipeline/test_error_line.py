@@ -15,7 +15,7 @@ import shlex
 import shutil
 import subprocess
 
-from helpers.dag import BIN, pipeline_env
+from helpers.dag import BIN, copy_demo, pipeline_env
 
 RUN = "table1-grassmann-s0"
 
@@ -49,7 +49,7 @@ def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_
     (mutation:
     the job writes its line to its log only: it is found only inside the log Snakemake shows)."""
     work = tmp_path / "copy"
-    shutil.copytree(demo, work, symlinks=True)
+    copy_demo(demo, work)
     records = _disagreeing_records(demo, tmp_path)
     # the adoption's own output as the target: a job that failed loses its outputs, and a table that
     # looks current would not plan them again (Snakemake's rule for intermediate files)

@@ -11,7 +11,14 @@ import subprocess
 
 import pytest
 
-from helpers.dag import BIN, assert_same_tables, pipeline_env, planned, snakemake
+from helpers.dag import (
+    BIN,
+    assert_same_tables,
+    copy_demo,
+    pipeline_env,
+    planned,
+    snakemake,
+)
 
 
 @pytest.mark.slow
@@ -26,7 +33,7 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
     import time
 
     work = tmp_path / "work"
-    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept
+    copy_demo(demo, work)
     assert not planned(work), "a moved project directory made jobs look changed"
     redo = ["table1-grassmann-s1", "table1-transformer-s1"]
     for name in redo:
@@ -78,7 +85,7 @@ def test_a_run_rerun_because_its_code_changed_trains_anew(demo, tmp_path):
     its directory: that was written by other code (the job's fingerprint, --code), and finishing it
     would give the old numbers as the new code's."""
     work = tmp_path / "work"
-    shutil.copytree(demo, work, symlinks=True)  # copy2: mtimes kept
+    copy_demo(demo, work)
     model = work / "src/grassflow/models/grassmann.py"
     block = "    def forward(self, h, *mix_args):\n"
     assert model.read_text().count(block) == 1
@@ -115,7 +122,7 @@ def test_crafted_checkpoints_in_a_shared_results_tree_fail_their_jobs_and_run_no
     from helpers.payload import crafted_last, crafted_weights
 
     work = tmp_path / "work"
-    shutil.copytree(demo, work, symlinks=True)
+    copy_demo(demo, work)
     marker = tmp_path / "marker"
     res = work / "results/demo"
     evaluated = {
@@ -202,7 +209,7 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     fails each job that reads one with one `error:` line naming the file (and how to rebuild it),
     and no table is rewritten from them."""
     work = tmp_path / "work"
-    shutil.copytree(demo, work, symlinks=True)
+    copy_demo(demo, work)
     res = work / "results/demo"
     tables = {p: p.read_bytes() for p in (res / "report").glob("table*.csv")}
 

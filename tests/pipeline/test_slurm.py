@@ -19,6 +19,7 @@ from helpers.dag import (
     ROOT,
     RUN_WILDCARDS,
     assert_same_tables,
+    copy_demo,
     copy_repo,
     pipeline_env,
 )
@@ -562,11 +563,9 @@ def test_under_slurm_the_line_lands_in_the_rules_log_and_the_slurm_jobs_output(
     """A table job on SLURM failing on a damaged record: its one line in the rule's log and in the
     SLURM job's output (.snakemake/slurm_logs/), both named by the login node's `Error in rule` and
     shown under it (docs/scale/cluster.md says so)."""
-    import shutil
-
     run = "table1-grassmann-s0"
     work = tmp_path / "copy"
-    shutil.copytree(demo, work, symlinks=True)
+    copy_demo(demo, work)
     profile = site_profile(work)
     metrics = work / "results/demo/runs" / run / "metrics.jsonl"
     metrics.write_text(metrics.read_text() + "{damaged\n")
