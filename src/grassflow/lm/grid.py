@@ -157,7 +157,7 @@ def _content(spec: dict) -> str:
 def main_run_ids(p: dict) -> list[str]:
     """The main tables' runs: experiment × model × seed."""
     return [
-        sections.run_id(f"{exp}-{kind}", seed)
+        sections.run_id(run_group(exp, kind), seed)
         for exp in p.get("experiments") or {}
         for kind in p["models"]
         for seed in p["seeds"]
@@ -184,19 +184,11 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     (`finished`: run ids; a table finished in full constrains nothing), when two or more. Ablation
     runs of other seeds, and those finished seeds' runs, train one by one. Every group fuses the
     same seeds: rule train_fused's outputs are one pattern per seed."""
-    if (
-        p["train"]["fuse_seeds"] is not True
-    ):  # auto: not fused until a device measures it faster (the schema)
+    if p["train"]["fuse_seeds"] is not True:  # auto: not fused until a device measures it faster
         return {}
     names = dict.fromkeys(sections.group_seed(r)[0] for r in run_specs)
-    open_ = {
-        g
-        for g in names
-        if any(
-            sections.run_id(g, s) in run_specs and sections.run_id(g, s) not in finished
-            for s in p["seeds"]
-        )
-    }
+    left = [r for r in run_specs if r not in finished]  # a group with a run left to train
+    open_ = {sections.group_seed(r)[0] for r in left if sections.group_seed(r)[1] in p["seeds"]}
     done = {seed for g, seed in map(sections.group_seed, finished) if g in open_}
     seeds = [s for s in p["seeds"] if s not in done]
     if len(seeds) < 2:
@@ -204,21 +196,29 @@ def fused_groups(p: dict, run_specs: dict[str, dict], finished=()) -> dict[str, 
     groups = {}
     for g in names:
         members = [sections.run_id(g, seed) for seed in seeds]
-        if (
-            all(m in run_specs and m not in finished for m in members)
-            and len(
-                {
-                    json.dumps(
-                        {k: v for k, v in run_specs[m].items() if k not in ("seed", "run_id")},
-                        sort_keys=True,
-                    )
-                    for m in members
-                }
-            )
-            == 1
-        ):
-            groups[g] = members
+        if all(m in run_specs and m not in finished for m in members):
+            if len({_content({**run_specs[m], "seed": 0}) for m in members}) == 1:
+                groups[g] = members
     return groups
+
+
+def _cells(name: str, p: dict, base: str, seeds, cells: dict, known: dict) -> dict:
+    """{cell: {model: [spec per seed]}}: each cell's switches applied to the base experiment, for
+    every model. A run whose spec equals one of `known` ({run_id: spec}, which gains the new runs)
+    is that run, trained once; a new one is `<base>_<cell>-<model>-s<seed>`."""
+    by_content = {_content(spec): run for run, spec in known.items()}
+    out = {}
+    for cell, switches in cells.items():
+        out[cell] = {kind: [] for kind in p["models"]}
+        for kind in p["models"]:
+            for seed in seeds:
+                spec = _run_spec(name, p, base, kind, seed, switches or {})
+                spec["run_id"] = by_content.setdefault(
+                    _content(spec), sections.run_id(f"{base}_{cell}-{kind}", seed)
+                )
+                known.setdefault(spec["run_id"], spec)
+                out[cell][kind].append(spec)
+    return out
 
 
 def _main_runs(name: str, p: dict) -> dict[str, dict]:
@@ -232,81 +232,50 @@ def _main_runs(name: str, p: dict) -> dict[str, dict]:
     return {s["run_id"]: s for s in specs}
 
 
-def runs(name: str, p: dict) -> dict[str, dict]:
-    """{run_id: spec}: the main tables' runs, then the ablation grid's and the sweep's runs that are
-    not already among them (see ablation_runs, sweep_runs)."""
-    out = _main_runs(name, p)
-    for variant in ablation_runs(name, p, out).values():
-        for specs in variant.values():
-            for spec in specs:
-                out.setdefault(spec["run_id"], spec)
-    for cell in sweep_runs(name, p, out):
-        for specs in cell.values():
-            for spec in specs:
-                out.setdefault(spec["run_id"], spec)
-    return out
+def ablation_runs(name: str, p: dict, known: dict) -> dict[str, dict[str, list[dict]]]:
+    """{variant: {model: [spec per seed]}} of the preset's `ablations` section (`_cells`; `known`:
+    the main tables' runs): the `paper` variant is the main table's runs; a Transformer is the same
+    under a Grassmann-only switch."""
+    a = p.get("ablations")
+    return _cells(name, p, a["base"], a["seeds"], a["variants"], known) if a else {}
 
 
-def ablation_grid(name: str, p: dict) -> dict[str, dict[str, list[str]]]:
-    """{variant: {model: [run ids]}} of the preset's ablation grid (a build of its specs: 1-2
-    ms)."""
+def sweep_runs(name: str, p: dict, known: dict) -> dict[str, dict[str, list[dict]]]:
+    """{`<key>_<label>`: {model: [spec per seed]}} of the preset's `sweep`, a cell per value
+    (`_cells`; `known`: the main tables' and the ablation grid's runs): the base's own value is the
+    table's runs."""
+    s = p.get("sweep")
+    if not s:
+        return {}
+    section, key = sweep_key(p)
+    cells = {
+        f"{key}_{value_label(v)}": {"train": {key: v}} if section == "train" else {key: v}
+        for v in s[section][key]
+    }
+    return _cells(name, p, s["base"], s["seeds"], cells, known)
+
+
+def _grids(name: str, p: dict) -> tuple[dict, dict, dict]:
+    """(every run {run_id: spec}, the ablation grid's cells, the sweep's cells)."""
+    known = _main_runs(name, p)
+    return known, ablation_runs(name, p, known), sweep_runs(name, p, known)
+
+
+def _ids(cells: dict) -> dict[str, dict[str, list[str]]]:
     return {
-        v: {m: [s["run_id"] for s in specs] for m, specs in models.items()}
-        for v, models in ablation_runs(name, p, _main_runs(name, p)).items()
+        c: {m: [s["run_id"] for s in specs] for m, specs in ms.items()} for c, ms in cells.items()
     }
 
 
-def ablation_runs(name: str, p: dict, main: dict | None = None) -> dict[str, dict[str, list[dict]]]:
-    """{variant: {model: [spec per seed]}} of the preset's `ablations` section: each variant's
-    switches applied to the base experiment, for both models where a switch applies. A run whose
-    spec equals another's is that run (the `paper` variant is the main table's runs; a Transformer
-    is the same under a Grassmann-only switch): it is trained once."""
-    a = p.get("ablations")
-    if not a:
-        return {}
-    by_content = {_content(s): s["run_id"] for s in (main or {}).values()}
-    out = {}
-    for variant, switches in a["variants"].items():
-        out[variant] = {}
-        for kind in p["models"]:
-            specs = []
-            for seed in a["seeds"]:
-                spec = _run_spec(name, p, a["base"], kind, seed, switches or {})
-                key = _content(spec)
-                spec["run_id"] = by_content.setdefault(
-                    key, sections.run_id(f"{a['base']}_{variant}-{kind}", seed)
-                )
-                specs.append(spec)
-            out[variant][kind] = specs
-    return out
+def runs(name: str, p: dict) -> dict[str, dict]:
+    """{run_id: spec}: the main tables' runs, then the ablation grid's and the sweep's runs that are
+    not already among them."""
+    return _grids(name, p)[0]
 
 
-def sweep_runs(name: str, p: dict, known: dict | None = None) -> list[dict[str, list[dict]]]:
-    """[{model: [spec per seed]} per value] of the preset's `sweep`: the swept key at each value on
-    the base experiment, both models. A run whose spec equals one of `known` ({run_id: spec}: the
-    main tables' and the ablation grid's) or another value's is that run, trained once: the base's
-    own value is the table's runs."""
-    s = p.get("sweep")
-    if not s:
-        return []
-    section, key = sweep_key(p)
-    by_content = {_content(spec): run for run, spec in (known or {}).items()}
-    out = []
-    for v in s[section][key]:
-        switches = {"train": {key: v}} if section == "train" else {key: v}
-        cell = {}
-        for kind in p["models"]:
-            specs = []
-            for seed in s["seeds"]:
-                spec = _run_spec(name, p, s["base"], kind, seed, switches)
-                spec["run_id"] = by_content.setdefault(
-                    _content(spec),
-                    sections.run_id(f"{s['base']}_{key}_{value_label(v)}-{kind}", seed),
-                )
-                specs.append(spec)
-            cell[kind] = specs
-        out.append(cell)
-    return out
+def ablation_grid(name: str, p: dict) -> dict[str, dict[str, list[str]]]:
+    """{variant: {model: [run ids]}} of the preset's ablation grid."""
+    return _ids(_grids(name, p)[1])
 
 
 def sweep_grid(name: str, p: dict) -> dict | None:
@@ -314,16 +283,6 @@ def sweep_grid(name: str, p: dict) -> dict | None:
     their labels, and each value's run ids by model; None without a sweep."""
     if not p.get("sweep"):
         return None
-    main = _main_runs(name, p)
-    known = {
-        **main,
-        **{
-            s["run_id"]: s
-            for v in ablation_runs(name, p, main).values()
-            for specs in v.values()
-            for s in specs
-        },
-    }
     section, key = sweep_key(p)
     values = p["sweep"][section][key]
     return {
@@ -331,10 +290,7 @@ def sweep_grid(name: str, p: dict) -> dict | None:
         "key": f"{section}.{key}",
         "values": values,
         "labels": [value_label(v) for v in values],
-        "runs": [
-            {m: [s["run_id"] for s in specs] for m, specs in cell.items()}
-            for cell in sweep_runs(name, p, known)
-        ],
+        "runs": list(_ids(_grids(name, p)[2]).values()),
     }
 
 
