@@ -234,9 +234,8 @@ def demo(tmp_path_factory):
         }
         flag = pool_flag(work, env)
         assert flag == ["--resources", "gpu=4"], flag
-        snakemake(
-            work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env
-        )  # 5 jobs, 4 slots
+        # 5 jobs, 4 slots
+        snakemake(work, "--configfile", str(work / "pool.yaml"), *flag, "--cores", "5", env=env)
         # the copies' source (helpers.dag.copy_demo): the demo as built, which tests editing the
         # demo in place (beside the copying SLURM tests) never reach
         shutil.copytree(work, root / "demo.pristine", symlinks=True)

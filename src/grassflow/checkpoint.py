@@ -27,10 +27,11 @@ from grassflow.errors import CheckpointError, DiskSpaceError
 from grassflow.io import atomic_path
 from grassflow.io import spec_hash as hash_of
 
+# raised here, defined in errors.py (the CLI catches them)
 __all__ = [
     "CheckpointError",
     "DiskSpaceError",
-]  # raised here, defined in errors.py (the CLI catches them)
+]
 
 
 def state_sha256(state: dict | None) -> str | None:
@@ -62,10 +63,11 @@ def check_disk(out: Path, n_params: int) -> None:
         )
 
 
+# a model directory's files, the Hugging Face layout
 WEIGHTS, CONFIG = (
     "model.safetensors",
     "config.json",
-)  # a model directory's files, the Hugging Face layout
+)
 
 
 def save_weights(path: Path, state: dict | None) -> None:

@@ -33,9 +33,8 @@ def _gpus(a):
     k = a.runs_per_gpu or pipeline_train(p)["runs_per_gpu"]
     if a.slurm:
         groups = yaml.safe_load((project / "profiles/slurm/profile.yaml").read_text())["groups"]
-        names = dict.fromkeys(
-            g.split("=", 1)[1] for g in groups
-        )  # a run's jobs' group, in the profile's order
+        # a run's jobs' group, in the profile's order
+        names = dict.fromkeys(g.split("=", 1)[1] for g in groups)
         print(" ".join(["--group-components", *(f"{g}={k}" for g in names)]) if k > 1 else "")
     else:
         print(flag(k))

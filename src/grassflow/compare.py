@@ -33,6 +33,7 @@ from grassflow import markdown
 from grassflow.errors import CommandError
 from grassflow.report.records import read_metrics, read_record
 
+# columns of their own
 NAMED = (
     "run_id",
     "preset",
@@ -41,7 +42,7 @@ NAMED = (
     "model_kind",
     "model_name",
     "seed",
-)  # columns of their own
+)
 
 
 def flat(d, at="") -> dict:

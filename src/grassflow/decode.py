@@ -150,9 +150,8 @@ def sample(
     if top_p is not None and top_p < 1:
         order = logits.sort(dim=-1, descending=True)
         cum = order.values.softmax(-1).cumsum(-1)
-        drop = (
-            cum - order.values.softmax(-1) > top_p
-        )  # keep the smallest prefix whose mass reaches top_p
+        # keep the smallest prefix whose mass reaches top_p
+        drop = cum - order.values.softmax(-1) > top_p
         logits = logits.scatter(-1, order.indices, order.values.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1).cpu()
     return (
@@ -195,9 +194,8 @@ def generate(
         if recompute:
             logits = model(out[:, -L:])[:, -1]
         else:
-            if (
-                decoder is None or decoder.pos + pending.shape[1] > L
-            ):  # (re)start: the window slides
+            # (re)start: the window slides
+            if decoder is None or decoder.pos + pending.shape[1] > L:
                 decoder, pending = Decoder(model), out[:, -(L // 2 if decoder is not None else L) :]
             logits = decoder.feed(pending)[:, -1]
             if on_state:

@@ -191,9 +191,8 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
         raise CommandError(f"{out}: exists; export into a new directory")
     model, record = model_from_run(run_dir)
     evaluation = read_json(run_dir / "eval.json")
-    if (
-        evaluation.get("weights_sha256") != record["weights_sha256"]
-    ):  # the card's numbers must be these weights'
+    # the card's numbers must be these weights'
+    if evaluation.get("weights_sha256") != record["weights_sha256"]:
         raise CommandError(
             f"{run_dir / 'eval.json'}: it evaluated weights "
             f"{str(evaluation.get('weights_sha256'))[:12]}…, "
@@ -204,6 +203,7 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     try:  # a failure leaves no partial export behind
         kind = record["spec"]["model_kind"]
+        # transformers' Auto classes (grassflow.hf)
         config = save_pretrained(
             model,
             kind,
@@ -219,7 +219,7 @@ def export_run(run_dir, out_dir, tokenizer=None) -> Path:
                 "commit": (record.get("git") or {}).get("commit"),
             },
             model_type=f"grassflow_{kind}",
-        )  # transformers' Auto classes (grassflow.hf)
+        )
         shutil.copyfile(tok, tmp / "tokenizer.json")
         write_json(
             tmp / "tokenizer_config.json",

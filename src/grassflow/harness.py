@@ -61,9 +61,8 @@ class GrassflowLM(LM):
         self.model, self.tokenizer, self.unk_id = open_model(pretrained, device)
         self.dev = torch.device(device)
         self.L = self.model.cfg.context_len
-        self.batch_size = (
-            int(batch_size) if str(batch_size).isdigit() else 16
-        )  # "auto" (not measured): 16
+        # "auto" (not measured): 16
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
         del max_batch_size  # what "auto" would cap
         self.prefix = prefix_id(self.tokenizer, prefix_token)
         self.max_gen_toks = int(max_gen_toks)

@@ -60,9 +60,8 @@ class GrassflowConfig(PretrainedConfig):
         self.model_kind = model_kind
         kwargs.setdefault("tie_word_embeddings", self.tie_weights)
         super().__init__(**kwargs)
-        self.max_position_embeddings = (
-            self.context_len
-        )  # what the harness and generate read as the model's length
+        # what the harness and generate read as the model's length
+        self.max_position_embeddings = self.context_len
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(**{name: getattr(self, name) for name in FIELDS})

@@ -272,9 +272,8 @@ def fit_runs(
             m.trackers.close()
         for s, handler in old.items():
             signal.signal(s, handler)
-        with contextlib.suppress(
-            Exception
-        ):  # a failure on the way out: the writes already saved still land
+        # a failure on the way out: the writes already saved still land
+        with contextlib.suppress(Exception):
             fit.writer.close()
 
 
@@ -402,17 +401,15 @@ class Fit:
             self.members = [Member(r, **m) for r, m in zip(runs, state["members"])]
         self.parts = [] if state is None else list(state.get("parts") or [dict(UNRECORDED)])
         last = self.parts[-1] if self.parts else {}
-        if (
-            last and "ended" not in last
-        ):  # stopped without a word (SIGKILL, a lost node): its last checkpoint
+        # stopped without a word (SIGKILL, a lost node): its last checkpoint
+        if last and "ended" not in last:
             last.update(
                 ended="killed", ended_at=last.pop("saved_at", None), to=last.pop("saved_to", None)
             )
         job = os.environ.get("SLURM_JOB_ID")  # the executor plugin keeps it in its job steps
         ids = ", ".join(r.spec.run_id for r in runs)
-        if (
-            last.get("ended") in ENDS
-        ):  # a run that had ended adds no part (a retry of its group job writes its outputs again)
+        # a run that had ended adds no part (a retry of its group job writes its outputs again)
+        if last.get("ended") in ENDS:
             print(
                 f"[train] {ids} had ended ({last['ended']}): its outputs written again",
                 file=sys.stderr,
@@ -424,9 +421,8 @@ class Fit:
                     f"{self.pos['step']}",
                     file=sys.stderr,
                 )
-            if (
-                job and last.get("slurm_job") == job
-            ):  # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
+            # the same job again: SLURM requeued it (PreemptMode=REQUEUE)
+            if job and last.get("slurm_job") == job:
                 last.update(ended="preempted", stopped_by=last["ended"])
             self.parts.append(
                 {
@@ -604,9 +600,8 @@ class Fit:
         for e in self.running():
             m = self.members[e]
             train_loss = pos["loss_sum"][e] / max(1, pos["step"])
-            if (
-                self.E > 1
-            ):  # member e's weights into the plain model (in place: a captured forward stays valid)
+            # member e's weights into the plain model (in place: a captured forward stays valid)
+            if self.E > 1:
                 load_trained(self.viewer, member_state(self.model, e))
             val = objective.validate(self.eval_model)
             if not math.isfinite(val["val_loss"]):
@@ -648,9 +643,8 @@ class Fit:
             "loss_sum": [0.0] * self.E,
             "seconds": 0.0,
         }
-        if (
-            self.pos["epoch"] == self.tcfg.epochs or not self.running()
-        ):  # the run's end, in its last checkpoint
+        # the run's end, in its last checkpoint
+        if self.pos["epoch"] == self.tcfg.epochs or not self.running():
             self.end_part(self.end())
         self.checkpoint()
 
@@ -661,9 +655,8 @@ class Fit:
         )
 
     def finish(self) -> tuple[list[dict], list[list[dict]], dict]:
-        if (
-            "ended" not in self.parts[-1]
-        ):  # ended within an epoch (every member diverged): its end into last.pt
+        # ended within an epoch (every member diverged): its end into last.pt
+        if "ended" not in self.parts[-1]:
             self.end_part(self.end())  # too, so that a rerun of the job adds no part
             self.checkpoint()
         # the best weights the outputs are made from, and the last checkpoint, on disk

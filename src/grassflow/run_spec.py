@@ -34,9 +34,8 @@ class RunSpec:
     cell: dict | None = None  # recall: the (seq_len, kv) cell
     data_cell: str | None = None  # recall: the cell's data directory
     model_name: str | None = None  # recall: the model variant
-    source: dict = field(
-        default_factory=dict, repr=False, compare=False
-    )  # the spec's dict, as the job was given it
+    # the spec's dict, as the job was given it
+    source: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunSpec:

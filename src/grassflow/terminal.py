@@ -44,9 +44,8 @@ def varying(rows: list[dict], keys: list[str]) -> list[str]:
 
 def _fits(console: Console, table: Table) -> bool:
     """The table at its columns' natural widths (none folded) fits the terminal."""
-    wide = console.options.update_width(
-        10**6
-    )  # unbounded: a measure within the terminal is clamped to it
+    # unbounded: a measure within the terminal is clamped to it
+    wide = console.options.update_width(10**6)
     return Measurement.get(console, wide, table).maximum <= console.width
 
 

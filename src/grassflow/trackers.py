@@ -120,9 +120,8 @@ class MLflow:
         with open(
             tree / ".mlflow.lock", "w"
         ) as lock:  # the tree store's schema and the experiment, made once
-            if (
-                not given
-            ):  # a server orders its own writes; a lock on a cluster's file system may not hold
+            # a server orders its own writes; a lock on a cluster's file system may not hold
+            if not given:
                 fcntl.flock(lock, fcntl.LOCK_EX)
             self.client = MlflowClient(tracking_uri=uri)
             exp = self.client.get_experiment_by_name(name)
@@ -166,10 +165,11 @@ class MLflow:
         self.client.set_terminated(self.run_id)
 
 
+# each tracker's directory in the run directory (MLflow's: the tree's store)
 DIRS = {
     "tensorboard": "tensorboard",
     "wandb": "wandb",
-}  # each tracker's directory in the run directory (MLflow's: the tree's store)
+}
 
 
 class Trackers:

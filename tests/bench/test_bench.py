@@ -29,10 +29,11 @@ def test_bench_quick_reports_every_part(tmp_path):
     # old vs new kernels at the smoke size, same inputs; the head's three paths; no graph off CUDA
     assert [(r["tokens"], r["r"]) for r in saved["kernels"]] == [(256, 32)]
     assert all(r["old_s"] > 0 and r["new_s"] > 0 for r in saved["kernels"])
+    # chunked-bf16, fused: CUDA's
     assert [r["backend"] for r in saved["head"]] == [
         "reference",
         "chunked",
-    ]  # chunked-bf16, fused: CUDA's
+    ]
     assert (
         saved["head"][0]["rel_diff_vs_reference"] == 0
         and saved["head"][1]["rel_diff_vs_reference"] < 1e-4
@@ -230,12 +231,10 @@ def test_bench_generate_measures_both_ways_and_grassmanns_state_is_constant(tmp_
     assert sorted(rows) == sorted(
         (m, p) for m in ("transformer", "grassmann") for p in (4, 16, 28, 32)
     )
-    g = [
-        rows["grassmann", p] for p in (16, 28, 32)
-    ]  # once the prompt holds max(offsets) = 8 positions
-    assert (
-        {r["state_after_prompt"] for r in g} == {r["state_at_end"] for r in g} == {2 * 8 * 8}
-    )  # layers · 8 · r
+    # once the prompt holds max(offsets) = 8 positions
+    g = [rows["grassmann", p] for p in (16, 28, 32)]
+    # layers · 8 · r
+    assert {r["state_after_prompt"] for r in g} == {r["state_at_end"] for r in g} == {2 * 8 * 8}
     t = [rows["transformer", p]["state_after_prompt"] for p in (4, 16, 28)]
     assert t == [2 * 2 * 32 * p for p in (4, 16, 28)]  # layers · (keys + values) · d · positions
     assert rows["grassmann", 32]["past_context"] and not rows["grassmann", 28]["past_context"]
@@ -287,9 +286,8 @@ def test_loc_counts_code_lines_of_the_pipeline_at_a_revision(tmp_path, monkeypat
     git("init", "-q")
     git("add", ".")
     git("commit", "-qm", "one")
-    (tmp_path / "src/pkg/a.py").write_text(
-        files["src/pkg/a.py"] + "z = 3\n"
-    )  # uncommitted: not in HEAD
+    # uncommitted: not in HEAD
+    (tmp_path / "src/pkg/a.py").write_text(files["src/pkg/a.py"] + "z = 3\n")
     monkeypatch.chdir(tmp_path)
     assert loc.loc("HEAD") == 8
     git("commit", "-qam", "two")

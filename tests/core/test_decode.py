@@ -69,9 +69,8 @@ def test_grassmann_state_is_constant_and_the_transformers_grows(gen):
 def test_generation_is_deterministic_under_a_seed_and_incremental_equals_recompute(kind, gen):
     model = small(kind)
     prompt = torch.randint(0, 37, (2, 4), generator=gen)
-    a = generate(
-        model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1
-    )  # flat: an untrained model
+    # flat: an untrained model
+    a = generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1)
     assert torch.equal(
         a, generate(model, prompt, 15, temperature=5.0, top_k=30, top_p=0.95, seed=1)
     )
@@ -101,9 +100,8 @@ def test_sampled_decoding_equals_recompute_to_the_context_limit_and_from_a_promp
     first = generate(model, long, 1, **sampled)
     assert torch.equal(first, generate(model, long, 1, recompute=True, **sampled))
     with torch.no_grad():  # and that first token is drawn from the last context_len tokens' logits
-        gens = [
-            torch.Generator().manual_seed(3) for _ in range(2)
-        ]  # a generator per row, as generate draws
+        # a generator per row, as generate draws
+        gens = [torch.Generator().manual_seed(3) for _ in range(2)]
         from grassflow.decode import sample
 
         assert torch.equal(first[:, -1:], sample(model(long[:, -23:])[:, -1], 0.9, 20, 0.9, gens))
@@ -117,6 +115,7 @@ def test_past_the_context_the_window_slides(gen):
     positions = []
     out = generate(model, prompt, 6, temperature=0, on_state=lambda d: positions.append(d.pos))
     assert out.shape == (1, 26)  # new tokens 20..25; the context holds 23 positions
+    # full at 23: the last 11 tokens read anew, then one by one
     assert positions == [
         20,
         21,
@@ -124,12 +123,11 @@ def test_past_the_context_the_window_slides(gen):
         23,
         11,
         12,
-    ]  # full at 23: the last 11 tokens read anew, then one by one
+    ]
     with torch.no_grad():
         assert out[0, 23] == model(out[:, :23])[0, -1].argmax()  # the last step within the context
-        assert (
-            out[0, 24] == model(out[:, 24 - 11 : 24])[0, -1].argmax()
-        )  # the slide: the last 11 (= 23 // 2) tokens anew
+        # the slide: the last 11 (= 23 // 2) tokens anew
+        assert out[0, 24] == model(out[:, 24 - 11 : 24])[0, -1].argmax()
 
 
 def test_top_k_one_is_greedy(gen):

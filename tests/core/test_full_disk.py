@@ -27,9 +27,8 @@ def small_fs(tmp_path):
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}): needs root")
     yield mnt
-    subprocess.run(
-        ["umount", "--lazy", str(mnt)], check=True
-    )  # lazy: a file a failed writer left open cannot keep it
+    # lazy: a file a failed writer left open cannot keep it
+    subprocess.run(["umount", "--lazy", str(mnt)], check=True)
 
 
 def _fill(mnt, leave: int):
@@ -53,10 +52,11 @@ def test_a_checkpoint_that_finds_the_disk_full_keeps_the_last_one(small_fs, capf
         and "untouched" in err[0]
     )
     assert last.read_bytes() == before and load_checkpoint(last)["step"] == 1  # the last good one
+    # no temporary file left
     assert sorted(p.name for p in small_fs.iterdir()) == [
         "filler",
         "last.pt",
-    ]  # no temporary file left
+    ]
     (small_fs / "filler").unlink()  # space freed: the same write succeeds
     save_checkpoint(last, {"step": 2, "w": torch.ones(100_000)})
     assert load_checkpoint(last)["step"] == 2
@@ -98,6 +98,5 @@ def test_every_kind_of_file_a_job_writes_fails_by_name_on_a_full_disk(writer, sm
         # the loop's best weights so far (torch's own file writer would say only `iostream error`)
         else:
             save_data(target, {"model": {"w": torch.rand(100_000)}, "epoch": 1})
-    assert [p.name for p in small_fs.iterdir()] == [
-        "filler"
-    ]  # nothing that looks complete, no temporary
+    # nothing that looks complete, no temporary
+    assert [p.name for p in small_fs.iterdir()] == ["filler"]

@@ -368,9 +368,8 @@ def test_aggregate_reports_diverged_runs_beside_the_others(tokens, tmp_path):
     assert "Unigram baseline" in md
     # one seed per model, synthetic data, not the paper's scale: no verdict, and why not
     assert "**not comparable: not the paper's data" in md and "fewer than 2 seeds" in md
-    assert (
-        "left out: t-grassmann-s1 (diverged)" in md
-    )  # the diverged seed named where the verdict is
+    # the diverged seed named where the verdict is
+    assert "left out: t-grassmann-s1 (diverged)" in md
     import pandas as pd
 
     df = pd.read_csv(tmp_path / "report" / "t.csv")
@@ -516,9 +515,8 @@ def test_resume_after_outputs_were_deleted_still_produces_them(tokens, tmp_path)
     proc = subprocess.Popen(
         _cmd(tokens, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    _wait_for(
-        tmp_path / "metrics.jsonl", proc
-    )  # an epoch done, the run not: frozen, checked, then SIGTERM
+    # an epoch done, the run not: frozen, checked, then SIGTERM
+    _wait_for(tmp_path / "metrics.jsonl", proc)
     stop_then_signal(
         proc,
         signal.SIGTERM,

@@ -81,9 +81,8 @@ def wandb_run(run_dir) -> tuple[dict, dict, dict]:
             }
         elif kind == "history":
             for item in r.history.item:
-                key = item.key or "/".join(
-                    item.nested_key
-                )  # "train/loss" is stored as a nested key
+                # "train/loss" is stored as a nested key
+                key = item.key or "/".join(item.nested_key)
                 if not key.startswith("_"):  # W&B's own: _step, _runtime, _timestamp
                     history.setdefault(key, []).append(
                         (r.history.step.num, json.loads(item.value_json))
@@ -115,11 +114,12 @@ def tracked_run(tmp_path, monkeypatch):
         header={},
         execution={"trackers": ["tensorboard", "wandb", "mlflow"]},
     )
+    # run.json's
     assert status == {"state": "completed"} and ran["trackers"] == [
         "tensorboard",
         "wandb",
         "mlflow",
-    ]  # run.json's
+    ]
     return spec, metrics, norms, tmp_path
 
 
@@ -164,9 +164,8 @@ def _check_curves(curves, spec, metrics, norms, rel):
 
 def test_tensorboard_event_files_hold_the_loops_curves_and_the_spec(tracked_run):
     spec, metrics, norms, out = tracked_run
-    _check_curves(
-        tensorboard_scalars(out / "tensorboard"), spec, metrics, norms, rel=1e-6
-    )  # float32 in the file
+    # float32 in the file
+    _check_curves(tensorboard_scalars(out / "tensorboard"), spec, metrics, norms, rel=1e-6)
     hparams = tensorboard_hparams(out / "tensorboard")
     assert hparams["run_id"] == "toy" and hparams["train.lr"] == spec["train"]["lr"]
     assert hparams["train.betas"] == json.dumps(spec["train"]["betas"])
@@ -323,9 +322,8 @@ def test_a_fresh_start_clears_the_trackers_directories_and_a_resume_appends(tmp_
             execution={"trackers": ["tensorboard"]},
         )
     first = sorted(p.name for p in (tmp_path / "tensorboard").iterdir())
-    assert (
-        not stale.exists() and len(first) == 1
-    )  # fresh: the stale file gone, this attempt's events
+    # fresh: the stale file gone, this attempt's events
+    assert not stale.exists() and len(first) == 1
     monkeypatch.undo()
     status, _, _ = fit(
         torch.nn.Linear(3, 1),
@@ -380,6 +378,5 @@ def test_a_tracker_that_fails_mid_run_is_dropped_and_the_run_trains_on(
     assert failed["at"] > 0 and failed["error"]
     warnings = [line for line in capfd.readouterr().err.splitlines() if "warning: tracker" in line]
     assert len(warnings) == 1 and "tracker mlflow failed at step 13" in warnings[0]
-    assert (
-        len(tensorboard_scalars(tmp_path / "run" / "tensorboard")["val/loss"]) == 3
-    )  # the other tracker, whole
+    # the other tracker, whole
+    assert len(tensorboard_scalars(tmp_path / "run" / "tensorboard")["val/loss"]) == 3

@@ -292,9 +292,8 @@ def test_snli_heads_trace_without_graph_breaks(kind, features, snli_tokens):
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lambda b: task.loss(model, b))(task.batch(0, 0))
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
-    assert (
-        task.batch(0, 0)["ids"].shape == task.batch(0, 1)["ids"].shape
-    )  # static: one shape, one graph
+    # static: one shape, one graph
+    assert task.batch(0, 0)["ids"].shape == task.batch(0, 1)["ids"].shape
 
 
 def _loss_and_grads(model, loss_fn, batch):
@@ -382,9 +381,8 @@ def test_compiled_training_never_recompiles_and_resumes_across_compile_settings(
 
     for first, then in ((True, False), (False, True)):
         out = tmp_path / f"{first}-{then}"
-        stop_in_epoch_two = _stop_at_call(
-            _steps_per_epoch(tokens, spec) + 2, loop.lr_at
-        )  # a step into epoch 2
+        # a step into epoch 2
+        stop_in_epoch_two = _stop_at_call(_steps_per_epoch(tokens, spec) + 2, loop.lr_at)
         real = loop.lr_at
         monkeypatch.setattr(loop, "lr_at", stop_in_epoch_two)
         with pytest.raises(SystemExit) as stopped:

@@ -34,12 +34,13 @@ from helpers.host_syncs import HostSyncs
 from helpers.specs import LM_SPEC
 
 CPU = torch.device("cpu")
+# a spec's train section
 TCFG_DICT = {
     **LM_SPEC["train"],
     "lr": 3e-3,
     "warmup_frac": 0.5,
     "grad_clip": 0.5,
-}  # a spec's train section
+}
 TCFG = TrainConfig.from_dict(TCFG_DICT)
 
 
@@ -208,9 +209,8 @@ def test_the_region_repeats_itself_exactly_and_neither_syncs_nor_allocates_outsi
         assert state.allocations == 0 and state.compiles == (
             1 if kind == "grassmann" else 0
         ) + 2 * (head_loss == "fused")
-        if (
-            kind == "grassmann" or head_loss == "fused"
-        ):  # the warm-up's on torch's stream, the two captured steps' on the capture's
+        # the warm-up's on torch's stream, the two captured steps' on the capture's
+        if kind == "grassmann" or head_loss == "fused":
             streams = [s for *_, s in state.launches]
             assert set(streams) == {fake_cupy.STREAM, fake_cupy.CAPTURE}
             assert streams.count(fake_cupy.CAPTURE) == 2 * streams.count(fake_cupy.STREAM)
@@ -429,9 +429,8 @@ def test_a_failed_capture_trains_on_eagerly_exactly(kind, monkeypatch, capsys):
     _FakeCudaGraphs.Stream.made = 0
     model, step, losses = _stepped(kind, n, capture=True)  # the optimizer is not capturable
     assert step.graph is None and "capturable is False" in step.capture_error
-    assert (
-        _FakeCudaGraphs.Stream.made == 1
-    )  # one side stream for the warm-up steps (current_stream makes none)
+    # one side stream for the warm-up steps (current_stream makes none)
+    assert _FakeCudaGraphs.Stream.made == 1
     assert "the CUDA graph capture failed, training on eagerly" in capsys.readouterr().err
     for (name, p), q in zip(model.named_parameters(), want.parameters()):
         assert torch.equal(p, q), name
@@ -457,10 +456,11 @@ def test_a_failed_validation_capture_validates_eagerly(monkeypatch, capsys):
 
     graphed = ts.GraphedForward(RefusesCapture(), CPU)
     x = torch.arange(12).reshape(1, 12) % 37
+    # capturing inside the stand-in graph only
     with (
         torch.no_grad(),
         cuda_as_torch_sees_it(capturing=False),
-    ):  # capturing inside the stand-in graph only
+    ):
         want = model(x)
         assert torch.equal(graphed(x), want) and torch.equal(graphed(x), want)
     assert (
@@ -515,9 +515,8 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
     from grassflow.lease import setting_value
 
     monkeypatch.setattr(layers, "GEMM_PER_MEMBER", set())
-    real = (
-        compiled_mod.resolve
-    )  # compiled-graph on the CPU: the region as it would be captured, without CUDA
+    # compiled-graph on the CPU: the region as it would be captured, without CUDA
+    real = compiled_mod.resolve
     monkeypatch.setattr(
         compiled_mod,
         "resolve",
@@ -562,9 +561,8 @@ def test_the_compiled_loss_captured_repeats_itself_syncs_nothing_and_computes_th
             losses_of[setting] = seen
         assert compiles[1:] == [0, 0, 0], compiles  # compiled once, in the warm-up
         assert rehearsal.syncs == [{}, {}, {}]
-        assert (
-            len(rehearsal.steps[1]) > 50
-        )  # the compiled backward, the clipping, AdamW, the bookkeeping
+        # the compiled backward, the clipping, AdamW, the bookkeeping
+        assert len(rehearsal.steps[1]) > 50
         assert _differences(rehearsal.steps[1], rehearsal.steps[2]) == []
         streams = [s for *_, s in state.launches]
         assert fake_cupy.CAPTURE in streams

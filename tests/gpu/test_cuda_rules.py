@@ -77,9 +77,8 @@ def test_cuda_rules_cast_as_aten_lists_them(gen):
         assert lin(x).dtype == BF16  # lower_precision_fp
         xb = x.to(BF16)
         assert F.layer_norm(xb, (8,)).dtype == torch.float32  # fp32
-        assert (
-            xb.cumsum(1).dtype == torch.float32 and xb.sum().dtype == torch.float32
-        )  # fp32_set_opt_dtype
+        # fp32_set_opt_dtype
+        assert xb.cumsum(1).dtype == torch.float32 and xb.sum().dtype == torch.float32
         assert torch.softmax(xb, -1).dtype == torch.float32
         assert (xb * xb).dtype == BF16 and torch.sigmoid(xb).dtype == BF16  # unlisted: input dtype
         assert torch.cat([xb, x]).dtype == torch.float32  # promote
@@ -328,9 +327,8 @@ def test_cupy_backend_matches_reference_through_the_standin(dtype, tol, case, st
         torch.randn(*s, generator=gen, dtype=torch.float64)
         for s in ((B, T, r), (d, r * (r - 1) // 2), (d,), (B, T, d))
     )
-    z, W, b, dg = (
-        x.to(dtype) for x in (z, W, b, dg)
-    )  # the reference sees the inputs the backend sees
+    # the reference sees the inputs the backend sees
+    z, W, b, dg = (x.to(dtype) for x in (z, W, b, dg))
     ref = [
         x.detach()
         for x in _grads("reference", z.double(), lags, W.double(), b.double(), dg.double())
@@ -542,9 +540,8 @@ def test_a_cupy_for_another_cuda_major_is_refused_naming_the_extra(
         err = capfd.readouterr().err
         assert err.count("warning: CuPy and torch are built for different CUDA majors") == 1
         assert f"grassflow[gpu-cuda{torch_cuda}]" in err
-    with fake_cupy.installed(
-        monkeypatch, cupy_cuda=torch_cuda, torch_cuda=torch_cuda
-    ):  # matched: cupy runs
+    # matched: cupy runs
+    with fake_cupy.installed(monkeypatch, cupy_cuda=torch_cuda, torch_cuda=torch_cuda):
         assert resolve_backend("auto", torch.zeros(1)) == "cupy"
 
 

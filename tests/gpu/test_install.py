@@ -42,9 +42,8 @@ def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    assert extras["gpu"] == [
-        f"grassflow[gpu-cuda{TORCH_CUDA_MAJOR}]"
-    ]  # `gpu`: torch's default wheel's major
+    # `gpu`: torch's default wheel's major
+    assert extras["gpu"] == [f"grassflow[gpu-cuda{TORCH_CUDA_MAJOR}]"]
     for major in (12, 13):
         assert [re.sub(r"\[.*?\]|>=.*", "", r) for r in extras[f"gpu-cuda{major}"]] == [
             f"cupy-cuda{major}x"
@@ -81,9 +80,8 @@ def test_gpu_extra_pairs_cupy_with_torchs_cuda_major(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     major, _minor, ptx_bytes, *entries = res.stdout.split()
     assert int(major) == TORCH_CUDA_MAJOR and int(ptx_bytes) > 0
-    assert (
-        set(entries) == kernel_names()
-    )  # every stage × r variant × (f32, f64, bf16), all extern "C"
+    # every stage × r variant × (f32, f64, bf16), all extern "C"
+    assert set(entries) == kernel_names()
 
 
 @pytest.mark.parametrize("dist", ["cupy-cuda12x", "cupy-cuda13x", "cupy"])
@@ -107,11 +105,12 @@ def test_provenance_names_the_cupy_that_is_installed(dist, tmp_path, monkeypatch
     assert not {"cupy-cuda12x", "cupy-cuda13x", "cupy"} - {dist} & set(versions)
 
 
+# conda-forge → PyPI
 CONDA_NAMES = {
     "pytorch": "torch",
     "matplotlib-base": "matplotlib",
     "cupy": "cupy-cuda13x",
-}  # conda-forge → PyPI
+}
 
 
 def test_the_conda_envs_are_conda_forge_only_with_pyprojects_floors():

@@ -70,9 +70,8 @@ def test_the_first_minute_picks_a_setting_that_computes_the_references_loss(plan
     refs = [r for r in result["rows"] if r["status"] == "reference"]
     rows = {(r["model"], r["head_loss"]): r for r in result["rows"] if r["status"] != "reference"}
     assert len(refs) == 2 and len(rows) == 6
-    assert all(
-        r["checkpoint_s"] > 0 and r["checkpoint_write_s"] > 0 for r in refs
-    )  # each group's, timed
+    # each group's, timed
+    assert all(r["checkpoint_s"] > 0 and r["checkpoint_write_s"] > 0 for r in refs)
     assert not list(tmp_path.iterdir())  # the timed checkpoint's file removed
     # dropped where it first fails, and not tried for the other model
     assert rows["transformer", "chunked"]["status"] == "differs"
@@ -253,10 +252,11 @@ def test_the_smaller_groups_trials_count_against_the_lease_inside_the_box():
     they take is the lease's too (mutation: the trials outside the need fits two seeds here)."""
     per_epoch, epochs = budget.steps_of(_spec("transformer"), len(IDS))
     steps = per_epoch * epochs
+    # two seeds need 40 s more than one
     step = {
         1: 0.2,
         2: 0.2 + 40 / (2 * steps * (1 + budget.VALIDATION_SHARE)),
-    }  # two seeds need 40 s more than one
+    }
     need = {
         n: 2 * steps * step[n] * (1 + budget.VALIDATION_SHARE) + budget.JOB_START_S for n in (1, 2)
     }
@@ -391,9 +391,8 @@ def test_progress_is_read_from_the_groups_own_last_pt(tmp_path):
     last.parent.mkdir(parents=True)
     save_checkpoint(last, {"spec_hash": spec_hash({"runs": group}), "pos": {"epoch": 2, "step": 5}})
     assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 25
-    assert (
-        first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0
-    )  # another group's seeds
+    # another group's seeds
+    assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0
     save_checkpoint(last, {"spec_hash": "0" * 16, "pos": {"epoch": 2, "step": 5}})  # another spec's
     assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 0
     single = tmp_path / "runs/table1-grassmann-s1/last.pt"  # a lone run's, in its run directory
@@ -443,9 +442,8 @@ def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys
         "head_loss": "chunked",
     }
     assert got["presets"]["demo"]["seeds"] == [0, 1] and got["finished_runs"] == ["their/runs"]
-    assert (
-        lease_cli.main(["reuse", *args, "--targets", "table2"]) == 1
-    )  # chosen for other targets: refused, in one line
+    # chosen for other targets: refused, in one line
+    assert lease_cli.main(["reuse", *args, "--targets", "table2"]) == 1
     assert (
         "chosen for preset demo, targets table1; this command makes demo table2"
         in capsys.readouterr().err

@@ -248,14 +248,14 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
         not (work / "results/demo/fused").exists()
         and not (work / "results/demo/window-choice.json").exists()
     )
-    chosen_by = _at(
-        (tmp_path / "head/window.log").read_text(), "first minute:"
-    )  # this machine's first minute
+    # this machine's first minute
+    chosen_by = _at((tmp_path / "head/window.log").read_text(), "first minute:")
 
     # the lease's first command: its deadline a few epochs past the first minute (the runs need
     # several times that), the lease ample. The window is held once its Snakemake has started, until
     # every group has checkpointed its first epoch: each run is then past its start when the
     # deadline (passed meanwhile) stops it, however slowly this machine started them
+    # another pipeline's training job, as it reads
     decoy = subprocess.Popen(
         [
             sys.executable,
@@ -265,7 +265,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
             "--out-dir",
             "another/pipeline",
         ]
-    )  # another pipeline's training job, as it reads
+    )
     proc = _window(work, tmp_path / "first", deadline=chosen_by + 10, LEASE="3000")
     res = work / "results/demo"
     groups = ("table1-transformer", "table1-grassmann")
@@ -390,10 +390,11 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     ), out[-3000:]
     split = pd.read_csv(third / "results/demo/report/table1.csv").set_index("run_id")
     assert sorted(one.index) == sorted(split.index) == sorted(runs)
+    # seed 1 alone vs as a fused member: equal within fp32's rounding
     for col in (
         "val_ppl",
         "test_ppl",
-    ):  # seed 1 alone vs as a fused member: equal within fp32's rounding
+    ):
         assert np.allclose(split[col], one.loc[split.index, col], rtol=1e-4, atol=0), col
     assert (
         split.loc[[f"{g}-s0" for g in groups], "weights_sha256"]

@@ -89,9 +89,8 @@ def test_a_job_that_times_the_device_takes_its_gpu_alone(pool):
     runs = [pool() for _ in range(3)]  # GPU 0 full, one run on GPU 1
     taken = [took(p) for p in runs]
     bench = pool("exclusive")
-    assert waits(
-        bench
-    )  # neither GPU is free of runs (a claim of one slot would take GPU 1's free one)
+    # neither GPU is free of runs (a claim of one slot would take GPU 1's free one)
+    assert waits(bench)
     on_1 = next(p for p, s in zip(runs, taken) if s["gpu"] == 1)
     on_1.stdin.close()
     on_1.wait()

@@ -66,9 +66,8 @@ def pipeline_env(work: Path) -> dict:
     }
 
 
-POOL_ENV = {
-    "GRASSFLOW_GPUS": "0,1"
-}  # the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
+# the demo fixture's stand-in pool of two GPUs (grassflow.gpu_slots)
+POOL_ENV = {"GRASSFLOW_GPUS": "0,1"}
 
 
 def pool_flag(work, env) -> list[str]:

@@ -102,9 +102,8 @@ def owner(log: Path, root: Path) -> str:
 
 
 JOB = re.compile(r"^(?:local)?rule \w+:$", re.M)  # a job started (Snakemake's log of it)
-TOUCH = re.compile(
-    r"^  Command: .*\s(?:--touch|-t)(?:\s|$)", re.M
-)  # its jobs' outputs touched, none run
+# its jobs' outputs touched, none run
+TOUCH = re.compile(r"^  Command: .*\s(?:--touch|-t)(?:\s|$)", re.M)
 
 
 def made(root: Path) -> Counter:

@@ -98,11 +98,12 @@ class Function:
 
 class RawKernel:
     def __init__(self, name, launch, module):
+        # a kernel object keeps its module
         self.name, self.launch, self.module = (
             name,
             launch,
             module,
-        )  # a kernel object keeps its module
+        )
 
     @property
     def kernel(self):

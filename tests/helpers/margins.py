@@ -8,9 +8,8 @@ import math
 import re
 from collections import defaultdict
 
-RECORDED: dict[str, list[tuple[float, int]]] = defaultdict(
-    list
-)  # test (no seed id) -> [(err/tol, seed)]
+# test (no seed id) -> [(err/tol, seed)]
+RECORDED: dict[str, list[tuple[float, int]]] = defaultdict(list)
 _running = ["?", 0]
 
 

@@ -20,6 +20,7 @@ SVG = ROOT / "docs" / "dag.svg"
 
 def rule_graph_dot(cwd: Path = ROOT) -> str:
     """`snakemake --rulegraph` (graphviz's dot language) of the paper preset."""
+    # a copy: its own package
     res = subprocess.run(
         [str(Path(sys.executable).parent / "snakemake"), "--rulegraph", "--config", "preset=paper"],
         cwd=cwd,
@@ -27,7 +28,7 @@ def rule_graph_dot(cwd: Path = ROOT) -> str:
         text=True,
         timeout=600,
         env={**os.environ, "PYTHONPATH": str(Path(cwd) / "src")},
-    )  # a copy: its own package
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 

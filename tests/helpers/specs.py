@@ -119,9 +119,8 @@ def make_snli_tokens(d):
         "source": "synthetic",
         "synthetic": {"seed": 3, "pairs": {"train": 320, "validation": 64, "test": 64}},
     }
-    return _make_tokens(
-        d, download, train_tokenizer, tokenize_split, cfg, 120, max_tokens=12
-    )  # 12 per sentence
+    # 12 per sentence
+    return _make_tokens(d, download, train_tokenizer, tokenize_split, cfg, 120, max_tokens=12)
 
 
 def ran(model: dict, train: dict, exp: dict, kinds=("transformer", "grassmann")) -> dict:

@@ -26,9 +26,8 @@ from pathlib import Path
 
 
 def _serve() -> None:
-    sys.path[0] = str(
-        Path(sys.executable).parent
-    )  # as the `snakemake` script's: not this directory
+    # as the `snakemake` script's: not this directory
+    sys.path[0] = str(Path(sys.executable).parent)
     import snakemake.cli
 
     snakemake.cli.get_argument_parser()  # collects every plugin (their registries are singletons)
@@ -51,9 +50,8 @@ def _child(req: dict, main) -> None:
     os.environ.update(req["env"])
     # what PYTHONPATH would have put on the path of a fresh `snakemake` (its own src/, for a copy)
     sys.path[:0] = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    if (
-        "plan" in req
-    ):  # grassflow's in-process plan (grassflow.pipeline.preview.dry_run): its jobs as JSON
+    # grassflow's in-process plan (grassflow.pipeline.preview.dry_run): its jobs as JSON
+    if "plan" in req:
         from grassflow.pipeline.preview import dry_run
 
         jobs, _ = dry_run(Path(req["cwd"]), **req["plan"])

@@ -174,9 +174,8 @@ def test_ablation_grid_shares_equal_runs():
         "table1-grassmann-s1",
         "table1-grassmann-s2",
     ]
-    assert (
-        ids["per_layer_lags"]["transformer"] == ids["paper"]["transformer"]
-    )  # a Grassmann-only switch
+    # a Grassmann-only switch
+    assert ids["per_layer_lags"]["transformer"] == ids["paper"]["transformer"]
     assert ids["pre_norm"]["transformer"] == [
         "table1_pre_norm-transformer-s0",
         "table1_pre_norm-transformer-s1",

@@ -263,9 +263,8 @@ def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
         tmp_path / "report",
     )
     csv = pd.read_csv(tmp_path / "report/ablations.csv")
-    csv = csv[csv.variant == "laptop"].set_index(
-        "run_id"
-    )  # a shared run is listed under each variant
+    # a shared run is listed under each variant
+    csv = csv[csv.variant == "laptop"].set_index("run_id")
     for run_id, r in runs.items():
         assert csv.loc[run_id, "val_ppl"] == r["values"]["validation", "chunked_ppl"]
         assert csv.loc[run_id, "test_ppl"] == r["values"]["test", "chunked_ppl"]
@@ -295,10 +294,11 @@ def test_every_ablation_table_column_comes_from_its_own_split(tmp_path):
         if line.startswith("| r64 |")
     )
     base_params = runs["table1-grassmann-s0"]["n_params"]
+    # the Grassmann params column
     assert (row[9], wide[9]) == (
         f"{base_params:,}",
         f"{2 * base_params:,} (+100.0 %)",
-    )  # the Grassmann params column
+    )
 
 
 def test_the_ablation_table_reads_its_settings_from_the_runs_records(tmp_path):

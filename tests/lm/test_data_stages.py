@@ -64,6 +64,7 @@ def test_hub_offline_fails_at_once_with_the_fix(tmp_path):
         "download({'source': 'hub', 'dataset': 'Salesforce/wikitext', 'name': 'wikitext-2-raw-v1',"
         " 'revision': None}, 'test', 'x.parquet')"
     )
+    # a hang guard, not a bound
     res = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -71,7 +72,7 @@ def test_hub_offline_fails_at_once_with_the_fix(tmp_path):
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
         timeout=600,
-    )  # a hang guard, not a bound
+    )
     assert res.returncode != 0
     assert "HF_HUB_OFFLINE" in res.stderr and "data.source: local" in res.stderr
 
@@ -159,16 +160,14 @@ def test_eval_max_tokens_cuts_validation_and_test_to_leading_rows(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     train_ids, train_meta = read_tokens(out / "train.parquet")
-    assert (
-        "cut" not in train_meta and len(train_ids) == full["train"]["n_tokens"]
-    )  # train is never cut
+    # train is never cut
+    assert "cut" not in train_meta and len(train_ids) == full["train"]["n_tokens"]
     ids, meta = read_tokens(out / "validation.parquet")
     full_ids, _ = read_tokens(tmp_path / "full_validation.parquet")
     rows = read_rows(tmp_path / "validation.parquet")
     k = meta["cut"]["rows"]
-    assert 0 < len(ids) <= cap and np.array_equal(
-        ids, full_ids[: len(ids)]
-    )  # a prefix of whole rows
+    # a prefix of whole rows
+    assert 0 < len(ids) <= cap and np.array_equal(ids, full_ids[: len(ids)])
     assert meta["cut"] == {
         "max_tokens": cap,
         "rows": k,
@@ -177,9 +176,8 @@ def test_eval_max_tokens_cuts_validation_and_test_to_leading_rows(tmp_path):
         "content_sha256": content_sha256(rows[:k]),
     }
     assert meta["n_words"] == len(re.split(r"\s+", "\n".join(rows[:k])))
-    assert meta["source_content_sha256"] == content_sha256(
-        rows
-    )  # still names the split it came from
+    # still names the split it came from
+    assert meta["source_content_sha256"] == content_sha256(rows)
     rows_of = lambda *n: [np.zeros(k, dtype=np.int64) for k in n]  # noqa: E731
     assert [leading_rows(rows_of(3, 0, 4, 2), cap) for cap in (9, 8, 6, 2)] == [4, 3, 2, 1]
     assert leading_rows(rows_of(0, 5, 1), 2) == 2  # at least one non-blank row, even over the cap

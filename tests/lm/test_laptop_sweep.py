@@ -65,11 +65,9 @@ def test_the_laptop_sweep_is_its_records(tmp_path):
         committed[-1],
     )
     if tuned:
-        assert tuned.group(0) in readme, (
-            tuned.groups()
-        )  # the table's own line, as the README gives it
-    for row in committed[
-        len(grid["values"]) : -1
-    ]:  # each model's chosen value, as the README gives it
+        # the table's own line, as the README gives it
+        assert tuned.group(0) in readme, tuned.groups()
+    # each model's chosen value, as the README gives it
+    for row in committed[len(grid["values"]) : -1]:
         model, value = row.split(" | ")[0].lstrip("| "), row.split(" | ")[1]
         assert re.search(rf"{model}\b.*\b{re.escape(value)}\b", readme, re.I | re.S), (model, value)

@@ -142,9 +142,8 @@ def test_harness_aggregates_documents_by_total_words():
     assert harness_word_perplexity([(-4.0, "a b"), (-12.0, "c d e f g h")]) == pytest.approx(
         math.exp(2.0)
     )
-    assert harness_word_perplexity([(-1.0, " a b \n")]) == pytest.approx(
-        math.exp(1 / 4)
-    )  # '' a b ''
+    # '' a b ''
+    assert harness_word_perplexity([(-1.0, " a b \n")]) == pytest.approx(math.exp(1 / 4))
 
 
 def test_one_token_stream_has_nothing_to_score():

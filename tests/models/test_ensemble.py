@@ -90,12 +90,10 @@ def test_fused_seeds_equal_separate_runs(kind, tokens, tmp_path):
         assert wf.keys() == ws.keys()
         for k in wf:
             a, b = wf[k], ws[k]
-            if k.endswith(
-                "attn.qkv.bias"
-            ):  # the keys' bias: softmax is blind to it, its true gradient is
-                d = (
-                    a.shape[0] // 3
-                )  # 0, and AdamW moves it by ±lr per step at the sign of rounding noise
+            # the keys' bias: softmax is blind to it, its true gradient is
+            if k.endswith("attn.qkv.bias"):
+                # 0, and AdamW moves it by ±lr per step at the sign of rounding noise
+                d = a.shape[0] // 3
                 a, b = torch.cat([a[:d], a[2 * d :]]), torch.cat([b[:d], b[2 * d :]])
             assert (a - b).abs().max() <= 1e-6 * max(b.abs().max(), 1.0), (e, k)
     # the members trained apart from one another: three different models

@@ -15,6 +15,7 @@ from helpers import fake_cupy
 from helpers.margins import close, rel_err
 from helpers.steps import bf16_head_case, with_grads
 
+# V < LANES, ragged, > 2·LANES, bert's
 SHAPES = [
     (1, 1),
     (3, 7),
@@ -22,7 +23,7 @@ SHAPES = [
     (5, 300),
     (4, 777),
     (2, 30522),
-]  # V < LANES, ragged, > 2·LANES, bert's
+]
 
 
 def exact(x, y, scale):
@@ -47,9 +48,8 @@ def test_params_are_the_sources():
 
 @pytest.mark.parametrize("N, V", SHAPES)
 def test_kernels_fp32_equal_the_exact_loss_and_gradient(N, V, gen):
-    x = (
-        torch.randn(N, V, generator=gen) * 4
-    )  # logits units apart: exp underflows, the loss must not
+    # logits units apart: exp underflows, the loss must not
+    x = torch.randn(N, V, generator=gen) * 4
     y = torch.randint(0, V, (N,), generator=gen)
     g = x.clone()
     loss = fused.softmax_cross_entropy_(g, y, 0.25)
@@ -118,9 +118,8 @@ def test_fused_head_equals_the_reference_within_bf16(N, V, gen):
     hf, Wf, y, want, ref = bf16_head_case(gen, N, V, 0.5)
     got = with_grads(linear_cross_entropy(hf, Wf, y, backend="fused"), (hf, Wf))
     logits = hf.detach().bfloat16() @ Wf.detach().bfloat16().t()
-    same_logits = F.cross_entropy(
-        logits.double(), y
-    )  # the loss of those bf16 logits (fp32's loses digits on a confident row)
+    # the loss of those bf16 logits (fp32's loses digits on a confident row)
+    same_logits = F.cross_entropy(logits.double(), y)
     close(got[0], same_logits, 1e-5, "loss of the same bf16 logits")
     for what, a, r, b in zip(("loss", "dh", "dW"), got, ref, want):
         assert a.dtype == torch.float32
@@ -152,13 +151,11 @@ def test_cuda_path_launches_on_torchs_stream_and_captures(monkeypatch, gen):
         with fake_cupy.capturing():
             captured = linear_cross_entropy(h, W, y, backend="fused")
             grads = torch.autograd.grad(captured, (h, W))
-    assert (
-        state.compiles == 1 + 1
-    )  # why_not compiles plucker.cu (the backend's check), then this source
+    # why_not compiles plucker.cu (the backend's check), then this source
+    assert state.compiles == 1 + 1
     names = [name for name, *_ in state.launches]
-    assert (
-        names == ["ce_partial_bf16", "ce_finish_bf16", "ce_grad_bf16"] * 2
-    )  # the gradient is made in the forward
+    # the gradient is made in the forward
+    assert names == ["ce_partial_bf16", "ce_finish_bf16", "ce_grad_bf16"] * 2
     assert {s for *_, s in state.launches[-3:]} == {fake_cupy.CAPTURE}
     assert state.launches[-1][1] == -(-N * V // 256)  # one thread per logit
     assert torch.equal(eager, direct) and torch.equal(captured, direct)

@@ -256,9 +256,8 @@ def test_cupy_matches_reference(dtype, tol, case, gen):
         rand(gen, d),
         rand(gen, B, T, d),
     )
-    z, W, b, dg = (
-        x.to(dtype).double() for x in (z, W, b, dg)
-    )  # the reference sees the rounded inputs
+    # the reference sees the rounded inputs
+    z, W, b, dg = (x.to(dtype).double() for x in (z, W, b, dg))
     ref = run("reference", z, lags, W, b, dg, "zero")
     dev = [x.to("cuda", dtype) for x in (z, W, b, dg)]
     got = run("cupy", dev[0], lags, dev[1], dev[2], dev[3], "zero")

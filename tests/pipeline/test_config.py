@@ -380,9 +380,8 @@ def test_each_train_default_is_stated_once_by_train_config():
     assert not [k for k, v in raw.items() if "default" in v]
     loaded = load_schema(SCHEMA)["$defs"]["train"]["properties"]
     stated = {f.name: f.default for f in fields(TrainConfig) if f.default is not MISSING}
-    assert set(stated) == set(
-        loaded
-    )  # every key of the section, and no other, has its default there
+    # every key of the section, and no other, has its default there
+    assert set(stated) == set(loaded)
     assert {k: v["default"] for k, v in loaded.items()} == {
         k: list(v) if isinstance(v, tuple) else v for k, v in stated.items()
     }
@@ -515,6 +514,7 @@ def test_the_model_kinds_are_named_once_in_the_schemas_and_alike_in_the_registry
 def test_a_finished_runs_path_a_shell_would_read_is_refused_by_name():
     """finished_runs' directories reach the adoption's command line: one with a character a shell
     reads (a space, `;`, `$`, `|`, `<`) is refused before any job, naming the key."""
+    # ~: a shell's home
     for path in (
         "their runs",
         "runs;rm -rf ~",
@@ -523,11 +523,12 @@ def test_a_finished_runs_path_a_shell_would_read_is_refused_by_name():
         "<x>",
         "~/runs",
         "a=~/runs",
-    ):  # ~: a shell's home
+    ):
         errors = config_errors({**BASE, "preset": "demo", "finished_runs": [path]}, SCHEMA)
         assert any(
             e.startswith(f"config finished_runs.0: {path!r} does not match") for e in errors
         ), errors
+    # a ~ inside a name: no shell expands it
     assert (
         config_errors(
             {
@@ -538,7 +539,7 @@ def test_a_finished_runs_path_a_shell_would_read_is_refused_by_name():
             SCHEMA,
         )
         == []
-    )  # a ~ inside a name: no shell expands it
+    )
 
 
 def test_a_variant_switches_training_keys_of_its_runs_not_the_experiments_or_executions():

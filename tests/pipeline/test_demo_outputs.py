@@ -36,9 +36,8 @@ def test_demo_produces_tables_figures_and_provenance(demo):
         for fig in (f"gap_{exp}.png", f"curves_{exp}.png", f"best_ppl_{exp}.png"):
             assert (rep / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         md = (rep / f"{exp}.md").read_text()
-        assert (
-            "SYNTHETIC" in md and "Preset **demo**" in md
-        )  # a demo table cannot pass for the paper's
+        # a demo table cannot pass for the paper's
+        assert "SYNTHETIC" in md and "Preset **demo**" in md
         assert "Paper's claim" in md
         df = pd.read_csv(rep / f"{exp}.csv")
         assert set(df.model) == {"transformer", "grassmann"} and set(df.seed) == {0, 1}
@@ -133,12 +132,10 @@ def test_demo_runs_the_recall_chain(demo):
         rec = json.loads((demo / f"results/demo/recall/runs/{run}/run.json").read_text())
         ev = json.loads((demo / f"results/demo/recall/runs/{run}/eval.json").read_text())
         assert rec["spec"]["task"] == "recall" and rec["threads"] == 1
-        assert (
-            sum(b["n"] for b in ev["test"]["by_distance"]) == ev["test"]["n"] == 200 * 4
-        )  # every answer, once
-        assert (
-            f"[{markdown.text(run)}](../recall/runs/{run}/run.json)" in md
-        )  # the link's text as text
+        # every answer, once
+        assert sum(b["n"] for b in ev["test"]["by_distance"]) == ev["test"]["n"] == 200 * 4
+        # the link's text as text
+        assert f"[{markdown.text(run)}](../recall/runs/{run}/run.json)" in md
     for fig in ("recall_vs_dmodel.png", "recall_by_distance.png"):
         assert (rep / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -334,10 +331,11 @@ def test_a_table_job_handed_its_runs_in_another_order_writes_the_same_files(demo
     }, stages
     work = tmp_path / "copy"
     copy_demo(demo, work)
+    # the same depth: the same links
     report, again = (
         work / "results/demo/report",
         work / "results/demo/again",
-    )  # the same depth: the same links
+    )
     for c in commands:
         words = shlex.split(c.split(" > ", 1)[0])
         i = words.index("--runs")
@@ -419,9 +417,8 @@ def test_full_v1_splits_through_the_dag(tmp_path):
     work = copy_repo(tmp_path)
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     v1 = cfg["presets"]["laptop_v1"]
-    v1["data"].update(
-        source="local", local_dir=str(V1_SPLITS), eval_max_tokens=4000
-    )  # nothing copied
+    # nothing copied
+    v1["data"].update(source="local", local_dir=str(V1_SPLITS), eval_max_tokens=4000)
     v1["tokenizer"] = {"path": str(BERT_VOCAB)}
     v1["experiments"] = {"table1": {"epochs": 2}}
     v1["train"] = {"max_steps_per_epoch": 100}
@@ -435,9 +432,8 @@ def test_full_v1_splits_through_the_dag(tmp_path):
         "variants": {name: ({} if name == "laptop" else None) for name in lap_variants},
     }
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    res = snakemake(
-        work, "table1", "ablations", preset="laptop_v1", check=False
-    )  # the two tables only
+    # the two tables only
+    res = snakemake(work, "table1", "ablations", preset="laptop_v1", check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
     toks = work / "results/laptop_v1/data/tokens/bert-base-uncased"

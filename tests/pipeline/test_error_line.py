@@ -78,9 +78,8 @@ def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_
         said = _ours(text, records)
         assert said, text[-3000:]
         first, error_in_rule = text.index(said[0]), text.index("Error in rule adopt_run:")
-        assert first < error_in_rule, text[
-            -3000:
-        ]  # the job's own, not only the log's that Snakemake shows
+        # the job's own, not only the log's that Snakemake shows
+        assert first < error_in_rule, text[-3000:]
         assert re.search(
             r"is not the best epoch's val_ppl in metrics\.jsonl \(epoch \d+: [\d.]+\)", said[0]
         )

@@ -30,9 +30,8 @@ def _paper(preset="paper_v1"):
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["preset"] = preset
-    validate_or_exit(
-        cfg, SCHEMA
-    )  # the schema's defaults (each task's part too), as the Snakefile sees them
+    # the schema's defaults (each task's part too), as the Snakefile sees them
+    validate_or_exit(cfg, SCHEMA)
     name, p = select_preset(cfg)
     return name, p, cfg["estimate"]
 
@@ -115,9 +114,8 @@ def test_existing_token_files_give_exact_counts(tokens):
         est.items == n["train"] // (B * L) * B * L * spec["train"]["epochs"]
         and "token files" in est.basis
     )
-    assert (
-        job_estimate("lm", "train", spec, preset, {}).items != est.items
-    )  # the table's Wikitext-2-sized default
+    # the table's Wikitext-2-sized default
+    assert job_estimate("lm", "train", spec, preset, {}).items != est.items
 
 
 def test_flops_per_token_counts_the_head_and_attention():

@@ -50,9 +50,8 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
         assert e.value.code == 0, rule
     name, preset = select_preset(load_config(ROOT, preset="demo"))
     specs = {run: spec for t in TASKS.values() for run, spec in t.specs(name, preset).items()}
-    runs = {
-        r for r, codes in seen.items() if codes[0][0] is not None
-    }  # a code per job: a run's jobs
+    # a code per job: a run's jobs
+    runs = {r for r, codes in seen.items() if codes[0][0] is not None}
     assert runs == {
         "train",
         "train_fused",
@@ -206,10 +205,11 @@ def test_every_kernel_source_is_declared_where_it_is_loaded():
     for py in SRC.rglob("*.py"):
         text = py.read_text()
         sources = staleness._assigned(staleness._tree(py), "KERNEL_SOURCES")
+        # defines it; hashes the declared
         if "kernels_dir()" in text and py.name not in (
             "kernel_sources.py",
             "staleness.py",
-        ):  # defines it; hashes the declared
+        ):
             assert sources, f"{py} loads from kernels/ but declares no KERNEL_SOURCES"
         declared |= {str(Path("kernels") / s) for s in sources or ()}
     on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "kernels").rglob("*") if p.is_file()}
@@ -320,9 +320,8 @@ def test_the_check_would_catch_a_module_missing_from_the_closure(tokens, tmp_pat
         str(tmp_path / "unigram.json"),
     ]
     record = _recorded(tmp_path, argv)
-    record["files"].append(
-        str(SRC / "report" / "stats.py")
-    )  # as if unigram had imported it dynamically
+    # as if unigram had imported it dynamically
+    record["files"].append(str(SRC / "report" / "stats.py"))
     with pytest.raises(AssertionError, match="report/stats.py"):
         assert_closure_holds(record, "grassflow.lm.unigram")
 
@@ -367,15 +366,12 @@ def test_a_files_code_hash_ignores_the_wording_of_a_raised_message(tmp_path):
     )
     assert code('raise ValueError("negative")') == code('raise ValueError("x must be >= 0")')
     assert code('raise ValueError("negative") from None') != code('raise ValueError("negative")')
-    assert base != code(
-        'raise TypeError(f"{x}: not readable ({type(e).__name__}: {e})")'
-    )  # the type
-    assert base != code(
-        'raise ValueError(f"{x + 1}: not readable ({type(e).__name__}: {e})")'
-    )  # a value
-    assert code("raise SystemExit(main('a'))") != code(
-        "raise SystemExit(main('b'))"
-    )  # not a message
+    # the type
+    assert base != code('raise TypeError(f"{x}: not readable ({type(e).__name__}: {e})")')
+    # a value
+    assert base != code('raise ValueError(f"{x + 1}: not readable ({type(e).__name__}: {e})")')
+    # not a message
+    assert code("raise SystemExit(main('a'))") != code("raise SystemExit(main('b'))")
     assert code('y = ValueError("a")') != code('y = ValueError("b")')  # not raised
     f.write_text("def f(x):\n    raise ValueError('a')\n    return run('mode-a')\n")
     before = staleness.code_hash(f)

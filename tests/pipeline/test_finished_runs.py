@@ -81,6 +81,9 @@ def _metrics_edit(n, **kw):
 
 
 # records crafted at each string a table prints and each number it reads: (file, edit, the refusal)
+# not the best epoch's
+# both agree on a best eval.json lacks
+# completed short, no reason
 CRAFTED = [
     (
         "run.json",
@@ -163,18 +166,18 @@ CRAFTED = [
         "eval.json",
         lambda e: e["validation"].update(chunked_ppl=e["validation"]["chunked_ppl"] * 1.05),
         "eval.json: validation.chunked_ppl",
-    ),  # not the best epoch's
+    ),
     ("eval.json", lambda e: e.update(best_epoch=1), "eval.json: best_epoch 1 is not run.json's"),
     (
         "run.json+metrics.jsonl",
         None,
         "eval.json: validation.chunked_ppl",
-    ),  # both agree on a best eval.json lacks
+    ),
     (
         "spec",
         None,
         "run.json: epochs_completed 3 of its spec's 5 epochs",
-    ),  # completed short, no reason
+    ),
     (
         "run.json",
         lambda r: r["parts"][-1]["to"].update(epoch=2),
@@ -234,9 +237,8 @@ def test_records_that_claim_what_they_are_not_are_refused_by_file_and_key(demo, 
         if name == "run.json+metrics.jsonl":
             for f, text in _agreeing_on_another_best(good, best).items():
                 (records / f).write_text(text)
-        elif (
-            name == "spec"
-        ):  # this tree's preset asks 5 epochs, and so does the record's spec; it trained 3
+        # this tree's preset asks 5 epochs, and so does the record's spec; it trained 3
+        elif name == "spec":
             spec["train"]["epochs"] = 5
             obj = json.loads(good["run.json"])
             obj["spec"] = spec

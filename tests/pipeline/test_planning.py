@@ -118,9 +118,8 @@ def test_paper_preset_plans_the_whole_ablation_grid(tmp_path):
     _, lap = select_preset(
         load_config(work, ["workflow/overlays/wikitext2-v1-local.yaml"], "laptop_v1_ablations")
     )
-    assert (
-        lap["data"]["source"] == "local" and lap["data"]["name"] == "wikitext-2-v1"
-    )  # the overlay's, inherited
+    # the overlay's, inherited
+    assert lap["data"]["source"] == "local" and lap["data"]["name"] == "wikitext-2-v1"
     assert set(re.findall(r"wildcards: run=(\S+)", res.stdout)) == (
         {f"table1-transformer-s{s}" for s in (0, 1, 2)}
         | {f"table1_lr_1e-2-transformer-s{s}" for s in (0, 1, 2)}
@@ -154,9 +153,8 @@ def test_a_target_per_table_plans_only_its_runs(tmp_path):
         and got["snli_aggregate"] == 1
         and not {"train", "recall_train", "aggregate"} & set(got)
     )
-    got = stats(
-        "lm", "--config", "preset=demo"
-    )  # every LM table: the whole demo's LM jobs, no other
+    # every LM table: the whole demo's LM jobs, no other
+    got = stats("lm", "--config", "preset=demo")
     every = stats("--config", "preset=demo")
     lm = {r: n for r, n in every.items() if not r.startswith(("snli", "recall", "all"))}
     assert {r: n for r, n in got.items() if r != "lm"} == lm and lm["aggregate"] == 2, (got, lm)
@@ -180,12 +178,10 @@ def test_v1_overlay_plans_the_paper_grid_on_v1_files(tmp_path):
 
     paper, v1 = dry(), dry("--configfile", "workflow/overlays/wikitext2-v1-local.yaml")
     a, b = job_stats(paper), job_stats(v1)
-    assert (
-        a["train"] == b["train"] == 57 and a["evaluate"] == b["evaluate"] == 57
-    )  # lr_1e-3's 6, the sweep's 1e-4 6
-    assert (
-        a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1
-    )  # bert from tokenizer.path
+    # lr_1e-3's 6, the sweep's 1e-4 6
+    assert a["train"] == b["train"] == 57 and a["evaluate"] == b["evaluate"] == 57
+    # bert from tokenizer.path
+    assert a.pop("fetch_tokenizer") == 2 and b.pop("fetch_tokenizer") == 1
     assert a == b
     assert "results/paper_v1/" in v1 and "results/paper/" not in v1
     # the sections the data jobs read: their params, on their command lines as `snakemake -p` prints
@@ -240,9 +236,8 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
     # rules
     local = {rule for rule, cells in rows.items() if cells[2] == "login node (local)"}
     assert local == {"download", "fetch_tokenizer", "snli_download", "snli_fetch_backbone"}, local
-    assert (
-        rows["recall_train"][1] == "360" and int(rows["train"][6].replace(",", "")) > 10**9
-    )  # tokens trained
+    # tokens trained
+    assert rows["recall_train"][1] == "360" and int(rows["train"][6].replace(",", "")) > 10**9
     # K = 2 runs per GPU: each job's time limit is sized for two runs on its GPU, and a job holds
     # half a GPU, so the device-hours stay those of one run at a time
     (work / "k2.yaml").write_text(
@@ -269,10 +264,11 @@ def test_plan_counts_what_snakemake_will_schedule(tmp_path):
     packed = plan_rows(res.stdout)
     for rule in ("train", "evaluate", "snli_train", "recall_train"):
         assert packed[rule][3] == rows[rule][3], rule  # estimated device-hours
+    # limits above the floor (estimate.min_minutes), where ×2 shows
     for rule in (
         "train",
         "snli_train",
-    ):  # limits above the floor (estimate.min_minutes), where ×2 shows
+    ):
         assert float(packed[rule][4]) == pytest.approx(2 * float(rows[rule][4]), rel=0.05), rule
 
 
@@ -547,9 +543,8 @@ def test_the_rule_files_mean_the_same_in_any_include_order(tmp_path):
         for name, text in texts.items()
     }
     order = []
-    while (
-        len(order) < len(includes) - 1
-    ):  # reversed, each file after the files whose rules it reuses
+    # reversed, each file after the files whose rules it reuses
+    while len(order) < len(includes) - 1:
         order.append(
             next(
                 n
@@ -629,9 +624,8 @@ def test_a_real_parse_plans_one_run_per_distinct_spec(preset, tmp_path):
     from grassflow.pipeline.tasks import TASKS
 
     for name in ("Snakefile", "config.yaml", "workflow", "src", "kernels", "envs"):
-        (tmp_path / name).symlink_to(
-            ROOT / name
-        )  # the checkout itself (its package is the one imported)
+        # the checkout itself (its package is the one imported)
+        (tmp_path / name).symlink_to(ROOT / name)
     jobs, _ = dry_run(tmp_path, preset=preset)
     p = select_preset(load_config(ROOT, preset=preset))[1]
     main = len(p["experiments"]) * len(p["models"]) * len(p["seeds"])

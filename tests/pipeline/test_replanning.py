@@ -58,10 +58,11 @@ def test_every_demo_job_loaded_only_fingerprinted_code(demo):
     } <= set(modules), modules
     for r in records:
         module, line = r["module"], " ".join(r["argv"])
+        # the machine's check: no fingerprint; a user's verb
         if module in (
             "grassflow.preflight",
             "grassflow",
-        ):  # the machine's check: no fingerprint; a user's verb
+        ):
             continue
         kinds = (
             ("transformer", "grassmann")
@@ -318,9 +319,8 @@ def test_editing_tokenizer_code_plans_tokenize_and_everything_downstream(demo):
     with edited(demo / "src/grassflow/data/tokenizers.py"):
         rules = by_rule(planned(demo))
     assert rules["tokenize"] == 1 and rules["train_tokenizer"] == 1
-    assert (
-        rules["train"] == rules["evaluate"] == DEMO_LM_RUNS and rules["aggregate"] == 2
-    )  # a table each
+    # a table each
+    assert rules["train"] == rules["evaluate"] == DEMO_LM_RUNS and rules["aggregate"] == 2
     assert "download" not in rules
 
 
@@ -403,10 +403,10 @@ def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
         "train_tokenizer",
         "snli_train_tokenizer",
     } & set(rules)
-    assert not {"recall_train", "recall_evaluate"} & set(
-        rules
-    )  # the text tasks' runs: downstream of tokenize
+    # the text tasks' runs: downstream of tokenize
+    assert not {"recall_train", "recall_evaluate"} & set(rules)
     with edited(demo / "src/grassflow/lm/documents.py"):
+        # what reads them
         assert by_rule(planned(demo)) == Counter(
             {
                 "documents": 1,
@@ -416,7 +416,7 @@ def test_editing_one_stages_command_line_plans_only_that_stages_jobs(demo):
                 "ablation_aggregate": 1,
                 "sweep_aggregate": 1,
             }
-        )  # what reads them
+        )
 
 
 def test_plan_why_names_the_files_whose_code_changed(demo):
@@ -511,9 +511,8 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
     with edited(work / "src/grassflow/pipeline/tasks.py"):
         assert plan() == Counter()
     with edited(work / "src/grassflow/lm/download.py"):
-        assert plan() == Counter(
-            {"download": 1, "tokenize": 1}
-        )  # its stage's job, and what it feeds
+        # its stage's job, and what it feeds
+        assert plan() == Counter({"download": 1, "tokenize": 1})
     with edited(work / "src/grassflow/data/tokenizers.py"):
         assert plan() == Counter({"fetch_tokenizer": 1, "tokenize": 1})
         # a rerun the user judges cannot change a result, accepted as docs/use/pipeline.md says:

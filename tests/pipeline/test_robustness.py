@@ -60,9 +60,8 @@ def test_sigkilled_pipeline_reruns_incomplete_jobs_and_ends_identical(demo, tmp_
         and not any((d / "metrics.jsonl").exists() for d in runs)
     ):
         time.sleep(0.05)
-    os.killpg(
-        proc.pid, signal.SIGSTOP
-    )  # frozen: the state the kill is for cannot change before it lands
+    # frozen: the state the kill is for cannot change before it lands
+    os.killpg(proc.pid, signal.SIGSTOP)
     half = [d for d in runs if (d / "metrics.jsonl").exists() and not (d / "run.json").exists()]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -216,9 +215,10 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     def written():
         return {p: p.stat().st_mtime_ns for p in (res / "logs").rglob("*.log")}
 
+    # the error lines of the logs this run wrote (not by time: the last run's may be
     def errors(
         *targets,
-    ):  # the error lines of the logs this run wrote (not by time: the last run's may be
+    ):
         before = written()  # within any margin of this one's start)
         out = snakemake(work, "--keep-going", *targets, check=False)
         assert out.returncode != 0
@@ -233,19 +233,19 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
         path.write_bytes(path.read_bytes()[:keep])
 
     config = res / "runs/table2-transformer-s0/config.json"
-    fieldless = (
-        res / "runs/table2-transformer-s1/config.json"
-    )  # JSON, but none of a config.json's fields
+    # JSON, but none of a config.json's fields
+    fieldless = res / "runs/table2-transformer-s1/config.json"
     weights = res / "runs/table2-grassmann-s1/model.safetensors"
     last = res / "runs/table1-transformer-s1/last.pt"
     config.write_text("")
     fieldless.write_text("{}")
     cut(weights, 1000)
     cut(last, last.stat().st_size // 2)
+    # eval.json too: Snakemake replans no job whose outputs all exist
     for f in (
         "run.json",
         "eval.json",
-    ):  # eval.json too: Snakemake replans no job whose outputs all exist
+    ):
         (res / "runs/table1-transformer-s1" / f).unlink()
     found = errors()
     for log, path, why in [
@@ -280,9 +280,8 @@ def test_damaged_files_the_jobs_read_back_fail_them_by_name_and_change_no_table(
     )
     assert {p: p.read_bytes() for p in (res / "report").glob("table*.csv")} == tables
 
-    shutil.copy2(
-        demo / tokens.relative_to(work), tokens
-    )  # and the documents lm-eval's perplexity reads
+    # and the documents lm-eval's perplexity reads
+    shutil.copy2(demo / tokens.relative_to(work), tokens)
     docs = next(res.glob("data/tokens/*/docs/test.parquet"))
     docs.write_bytes(b"\0" * 64)
     found = errors(one_evaluation)

@@ -27,9 +27,8 @@ from helpers.procs import skip_or_fail_in_ci
 
 # --- SLURM: the same DAG through profiles/slurm on a real single-node cluster ----------------
 SLURM = ROOT / "tests" / "slurm"
-SMALL = (
-    SLURM / "demo-small.yaml"
-)  # preset demo_small: 4 of the demo's runs, every rule, partition and group
+# preset demo_small: 4 of the demo's runs, every rule, partition and group
+SMALL = SLURM / "demo-small.yaml"
 SMALL_TABLES = ["table1", "ablations", "snli_table3", "recall"]  # its tables
 
 
@@ -98,9 +97,8 @@ def scontrol_jobs() -> dict[str, dict]:
     return jobs
 
 
-GROUPS = {
-    rule: f"{task}_run" for rule, (task, _) in RUN_RULES.items()
-}  # a run's jobs: one allocation
+# a run's jobs: one allocation
+GROUPS = {rule: f"{task}_run" for rule, (task, _) in RUN_RULES.items()}
 
 
 def _minutes(limit: str) -> int:
@@ -168,9 +166,8 @@ class Watcher:
         return self
 
     def __exit__(self, *exc):
-        if (
-            not self.done.is_set()
-        ):  # left by an exception before stop(): end the thread, raise that one
+        # left by an exception before stop(): end the thread, raise that one
+        if not self.done.is_set():
             self.done.set()
             self.thread.join()
 
@@ -308,6 +305,7 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     ).stdout.split()
     assert flag == ["--group-components", "lm_run=2", "snli_run=2", "recall_run=2"]
     runs_dir = work / "results/demo_small/runs"
+    # urgent: the preempting job's id
     seen, preempted, urgent, timed, limit_before, requeued = (
         {},
         {},
@@ -315,11 +313,12 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         {},
         {},
         set(),
-    )  # urgent: the preempting job's id
+    )
+    # run: last.pt's mtime as the preemption left it; (run, epochs done) seen too late
     left, missed = (
         {},
         [],
-    )  # run: last.pt's mtime as the preemption left it; (run, epochs done) seen too late
+    )
     config = load_config(work, [SMALL], preset="demo_small")
     name, P = select_preset(config)
     specs = {
@@ -365,9 +364,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 # SLURM preempts the GPU jobs (this one, and any other running) and requeues them
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
                 done = (runs_dir / run / "metrics.jsonl").read_text().count("\n")  # epochs done
-                if (
-                    pids and done >= epochs[run] - 1
-                ):  # seen too late: the resumed part would be its last epoch alone
+                # seen too late: the resumed part would be its last epoch alone
+                if pids and done >= epochs[run] - 1:
                     missed.append((run, done))
                 sub = (
                     None
@@ -395,16 +393,14 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                     preempted[jid] = run
                     urgent.append(sub.stdout.strip())
                     _preempted_frozen(pids)
-                    left[run] = (
-                        (runs_dir / run / "last.pt").stat().st_mtime_ns
-                    )  # the checkpoint the preemption left
+                    # the checkpoint the preemption left
+                    left[run] = (runs_dir / run / "last.pt").stat().st_mtime_ns
                 else:
                     _signal_all(pids, signal.SIGCONT)
             if preempted and int(fields.get("Restarts", 0)) and fields.get("JobState") == "RUNNING":
                 requeued.add(jid)
-            if (
-                run and run == preempted.get(jid) and not timed and jid in requeued
-            ):  # resumed in the requeued job
+            # resumed in the requeued job
+            if run and run == preempted.get(jid) and not timed and jid in requeued:
                 # hold the training process right after its next checkpoint (which keeps this part),
                 # so that it is still training when SLURM's limit (one minute, set now) ends the
                 # allocation:
@@ -457,13 +453,14 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         if rule:
             by_rule.setdefault(rule, []).append((jid, frozenset({run}), f))
     lm_pack = frozenset(f"table1-{m}-s0" for m in ("transformer", "grassmann"))
+    # bench times the training jobs' device
     for group, expected in (
         ("lm_run", {lm_pack}),
         ("snli_run", {frozenset({"table3-grassmann-s0"})}),
         ("recall_run", {frozenset({"L32-kv4-d32-grassmann-lr0.001-s0"})}),
         ("preflight", {frozenset({"cpu_auto"})}),
         ("bench", {frozenset({None})}),
-    ):  # bench times the training jobs' device
+    ):
         completed = {pack for _, pack, f in by_rule[group] if f["JobState"] == "COMPLETED"}
         assert completed == expected, (group, completed)
         for _jid, pack, f in by_rule[group]:
@@ -487,9 +484,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
         assert by_rule[rule], f"{rule} did not run as a SLURM job"
         for _jid, _, f in by_rule[rule]:
             assert f["Partition"] == "cpu" and "gpu" not in f.get("TresPerJob", ""), (rule, f)
-    assert (
-        "download" not in by_rule and "snli_download" not in by_rule
-    )  # localrules: runs where Snakemake runs (login node)
+    # localrules: runs where Snakemake runs (login node)
+    assert "download" not in by_rule and "snli_download" not in by_rule
 
     # one allocation per pack of runs, asking for the sum over its layers of the longest estimate
     # (longer on a retry)
@@ -532,9 +528,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
     again = [(j, f) for j, pack, f in by_rule["lm_run"] if int(j) > int(jid)]
     assert again and again[-1][1]["JobState"] == "COMPLETED", again
     assert _minutes(again[-1][1]["TimeLimit"]) > _minutes(limit_before[jid]), limit_before[jid]
-    parts = json.loads((runs_dir / run / "run.json").read_text())[
-        "parts"
-    ]  # the run training at both ends
+    # the run training at both ends
+    parts = json.loads((runs_dir / run / "run.json").read_text())["parts"]
     assert parts[0]["ended"] == "preempted" and parts[0]["stopped_by"] == "SIGTERM", parts
     assert parts[1]["ended"] in ("SIGTERM", "killed") and parts[2]["ended"] == "finished", parts
     assert [p["slurm_job"] for p in parts] == [jid, jid, again[-1][0]], parts

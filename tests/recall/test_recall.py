@@ -30,9 +30,8 @@ def test_generator_holds_zoologys_mqar_contract():
     assert all(len(set(r)) == kv for r in keys) and all(len(set(r)) == kv for r in values)
     for i in range(n):
         q = np.flatnonzero(y[i] != IGNORE)
-        assert (
-            len(q) == kv and (q >= 2 * kv).all() and ((q - 2 * kv) % 2 == 0).all()
-        )  # even slots after the pairs
+        # even slots after the pairs
+        assert len(q) == kv and (q >= 2 * kv).all() and ((q - 2 * kv) % 2 == 0).all()
         for pos in q:  # the query is a key; its label the key's value; its distance back to the key
             j = int(np.flatnonzero(keys[i] == x[i, pos])[0])
             assert y[i, pos] == values[i, j] and dist[i, pos] == pos - 2 * j
@@ -157,9 +156,10 @@ def test_grassmann_reach_and_the_ffn_switch():
     for kind in ("transformer", "grassmann"):
         with_ffn = build_model(kind, cfg)
         without = build_model(kind, ModelConfig(**{**cfg.to_dict(), "ffn": False}))
+        # 2 layers: FFN + its LN
         assert with_ffn.num_params() - without.num_params() == 2 * (
             16 * 32 + 32 + 32 * 16 + 16 + 2 * 16
-        )  # 2 layers: FFN + its LN
+        )
         assert without(torch.randint(0, 50, (2, 12))).shape == (2, 12, 50)
 
 
@@ -257,9 +257,8 @@ def test_the_learning_rate_is_chosen_by_mean_validation_accuracy():
         "transformer-0.001-0",
         "transformer-0.001-1",
     ]
-    other_width = df.assign(
-        d_model=64, val_acc=df.val_acc.where(df.lr != 1e-2, 99.0)
-    )  # per width its own pick
+    # per width its own pick
+    other_width = df.assign(d_model=64, val_acc=df.val_acc.where(df.lr != 1e-2, 99.0))
     both = best_lr(pd.concat([df, other_width]))
     assert set(both[both.d_model == 64].lr) == {1e-2, 1e-3}  # transformer 1e-2, grassmann 1e-3
 

@@ -58,9 +58,8 @@ def test_check_passes_a_tree_that_agrees_and_names_each_disagreement(tmp_path, c
 
 def test_a_run_that_says_why_it_stopped_short_passes_and_its_table_says_so(tmp_path, capsys):
     runs = _tree(tmp_path)
-    for (
-        d
-    ) in runs.iterdir():  # every run asked 5 epochs; one stopped after 3 saying why, the others too
+    # every run asked 5 epochs; one stopped after 3 saying why, the others too
+    for d in runs.iterdir():
         _edit(
             d / "run.json",
             lambda r: (

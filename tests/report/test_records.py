@@ -71,6 +71,5 @@ def test_a_damaged_record_fails_its_table_naming_the_file(name, damage, words, t
     assert (
         err[0].startswith(f"error: {named}") and words in err[0] and "snakemake again" in err[0]
     ), err
-    assert not out.exists() or not any(
-        out.iterdir()
-    )  # no table, no figure: nothing that looks complete
+    # no table, no figure: nothing that looks complete
+    assert not out.exists() or not any(out.iterdir())

@@ -202,10 +202,11 @@ def test_synthetic_pairs_are_deterministic_and_need_the_premise_and_word_order()
     assert a == b and set(a["label"]) == {0, 1, 2}
     swapped = 0
     for p, h, y in zip(a["premise"], a["hypothesis"], a["label"]):
+        # "a <adj> <n1> is <verb> a <adj> <n2> [<place>] .", "a <n1> is <verb> a <n2> <place> ."
         w, v = (
             p.split(),
             h.split(),
-        )  # "a <adj> <n1> is <verb> a <adj> <n2> [<place>] .", "a <n1> is <verb> a <n2> <place> ."
+        )
         place, hyp_place = " ".join(w[8:-1]), " ".join(v[6:-1])
         names = lambda n: {n, AGENTS[n]}  # noqa: E731
         forward = v[1] in names(w[2]) and v[5] in names(w[7])
@@ -654,9 +655,8 @@ def test_fetched_tokenizer_and_backbone_equal_their_sources(tmp_path):
     )
     with pytest.raises(DataError, match="could not load"):
         fetch_backbone({**bcfg, "path": str(tmp_path / "missing")}, tmp_path / "backbone/other")
-    assert sorted(p.name for p in (tmp_path / "backbone").iterdir()) == [
-        "distilbert-base-uncased"
-    ]  # nothing partial
+    # nothing partial
+    assert sorted(p.name for p in (tmp_path / "backbone").iterdir()) == ["distilbert-base-uncased"]
 
 
 @pytest.mark.parametrize("pair_input", ["joint", "separate"])

@@ -21,11 +21,12 @@ LM_TABLES = {
     "grassflow.lm.sweep",
 }
 TABLES = LM_TABLES | {"grassflow.snli.aggregate", "grassflow.recall.aggregate"}
+# the tables that judge a setup
 LM_JUDGED = {
     "grassflow.lm.aggregate",
     "grassflow.lm.ablations",
     "grassflow.lm.sweep",
-}  # the tables that judge a setup
+}
 
 
 def runs(*kinds):

@@ -195,9 +195,8 @@ def key_problems(page: Path, text: str, known: set[str]) -> list[str]:
         if token.split(".")[0] not in PRESET_SECTIONS or FILE_SUFFIX.search(token):
             continue
         for key in _expand(token):
-            pat = _pattern(
-                key, below=True
-            )  # a page may name a section: `model_overrides.grassmann`
+            # a page may name a section: `model_overrides.grassmann`
+            pat = _pattern(key, below=True)
             # a schema key spelled with <name> matches any name in the page's key, and vice versa
             if not any(pat.fullmatch(k) or _pattern(k).fullmatch(key) for k in known):
                 problems.append(f"{page.name}: `{token}` is no config key")

@@ -167,10 +167,11 @@ def test_runs_json_round_trips_every_record_field_and_group_pools_the_seeds(demo
     for row in rows:
         d = demo / row["run"]
         for name in ("run.json", "eval.json"):
+            # every field, full precision
             assert row["records"][name] == json.loads((d / name).read_text()), (
                 d,
                 name,
-            )  # every field, full precision
+            )
     # --group: each group's mean ± std from eval.json by hand
     groups = json.loads(
         _grassflow(

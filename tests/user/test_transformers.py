@@ -70,9 +70,8 @@ def test_an_export_loads_with_the_auto_classes_alone_and_gives_the_evaluations_l
     )
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     facts = json.loads(fresh.stdout.strip().splitlines()[-1])
-    model = load_model(
-        run
-    )  # the run's weights, as the evaluation reads them (tests/user/test_export.py)
+    # the run's weights, as the evaluation reads them (tests/user/test_export.py)
+    model = load_model(run)
     with torch.no_grad():
         want = model(torch.as_tensor(ids[: model.cfg.context_len][None]))
     assert torch.equal(torch.load(tmp_path / "l.pt"), want)
@@ -134,14 +133,12 @@ def test_generate_is_grassflow_generates_greedy_text_and_decodes_incrementally(
     n = 10
     cached = model.generate(**enc, max_new_tokens=n, do_sample=False)
     prompt = enc["input_ids"].shape[1]
-    assert fed == [prompt] + [1] * (
-        n - 1
-    )  # the prompt once, then each new token alone: incremental
+    # the prompt once, then each new token alone: incremental
+    assert fed == [prompt] + [1] * (n - 1)
     fed.clear()
     recomputed = model.generate(**enc, max_new_tokens=n, do_sample=False, use_cache=False)
-    assert fed == [] and torch.equal(
-        cached, recomputed
-    )  # without the cache: the whole text each step, same tokens
+    # without the cache: the whole text each step, same tokens
+    assert fed == [] and torch.equal(cached, recomputed)
     sampled = {}
     for use_cache in (True, False):  # sampled, under one seed: the same draws either way
         torch.manual_seed(7)
@@ -193,9 +190,8 @@ def test_save_pretrained_writes_a_directory_both_loaders_read_with_the_same_logi
         )
         assert ("run" in config) is (name == "same")  # the run's record: its weights only
     half = AutoModelForCausalLM.from_pretrained(exports[kind], torch_dtype=torch.bfloat16)
-    half.save_pretrained(
-        tmp_path / "bf16"
-    )  # saved in float32, as load_model rebuilds it: its checksum holds
+    # saved in float32, as load_model rebuilds it: its checksum holds
+    half.save_pretrained(tmp_path / "bf16")
     with torch.no_grad():
         assert torch.equal(load_model(tmp_path / "bf16")(ids), half.float()(ids).logits)
 
@@ -358,10 +354,11 @@ def test_lm_evals_own_hf_model_reports_the_grassflow_models_word_perplexity(expo
             for m, b in (("grassflow", 4), ("hf", 4), ("hf", 1))
         }
         assert got["hf", 4] == pytest.approx(got["grassflow", 4], rel=1e-4), (kind, got)
+        # its padded batches: exact
         assert got["hf", 4] == pytest.approx(got["hf", 1], rel=1e-6), (
             kind,
             got,
-        )  # its padded batches: exact
+        )
 
 
 def test_an_edit_to_the_transformers_classes_reruns_no_job(demo):

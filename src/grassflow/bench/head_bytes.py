@@ -30,14 +30,16 @@ PASSES = {
         ("GEMMs G W and Gᵀ h read G", 4, 0),
     ],
 }
+# the same for any head that is not one GEMM kernel
 GEMM_IO = {
     "GEMM h Wᵀ → bf16 logits",
     "GEMMs G W and Gᵀ h read G",
-}  # the same for any head that is not one GEMM kernel
+}
+# rows (B·L) and vocabulary of one member's step; Table 2's 16 × 256 is the same
 TABLE1 = (
     SHAPE["B"] * SHAPE["L"],
     SHAPE["vocab"],
-)  # rows (B·L) and vocabulary of one member's step; Table 2's 16 × 256 is the same
+)
 
 
 def per_logit(backend: str, loss_only: bool = False) -> int:

@@ -49,9 +49,8 @@ class BaselineStages(KernelStages):
     def _launch(self, kernel, dtype, r, n_threads, *args):
         threads = n_threads // r if kernel in PER_TOKEN else n_threads
         name = f"{kernel}_{KERNEL_TYPES[dtype][1]}"
-        cuda = (
-            cupy_backend.CUDA
-        )  # torch's CUDA as the cupy backend asks it (the tests' stand-in answers for CPU tensors)
+        # torch's CUDA as the cupy backend asks it (the tests' stand-in answers for CPU tensors)
+        cuda = cupy_backend.CUDA
         if cuda.is_cuda(self.device):  # parameters as today's kernels of the same stage
             packed, _keep = kernel_abi.pack(signature(kernel, dtype), args, lambda t: t.data_ptr())
             cupy = __import__("cupy")

@@ -10,11 +10,12 @@ from pathlib import Path
 from grassflow.data import DataError
 from grassflow.io import atomic_path
 
+# SNLI's backbone; BERT's vocabulary
 HUB_NAMES = {
     "bert-base-uncased": "bert-base-uncased",
     "gpt2": "gpt2",
     "distilbert-base-uncased": "distilbert-base-uncased",
-}  # SNLI's backbone; BERT's vocabulary
+}
 
 
 def build_wordpiece(

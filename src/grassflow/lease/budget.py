@@ -61,11 +61,12 @@ def seeds_that_fit(
     costs = costs or {}
     setup_s, checkpoint_s = costs.get("setup_s", {}), costs.get("checkpoint_s", {})
     t0 = clock()
+    # the tables fitted so far: their need; their jobs' starts
     used, started, restarted = (
         0.0,
         False,
         False,
-    )  # the tables fitted so far: their need; their jobs' starts
+    )
     fit, lines = {}, []
     for table, kinds in tables.items():
         todo = next(iter(kinds.values()))[1]

@@ -241,9 +241,8 @@ def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=
     t.setup_s = time.perf_counter() - t0  # its warm-up, compile and capture, with the checked steps
     if t.step.capture_error:  # it would train eagerly, not as the candidate says
         raise CaptureFailed(t.step.capture_error)
-    t.checked_grads = (
-        t.grads().clone()
-    )  # the last checked step's (post-clipping), before any timed step
+    # the last checked step's (post-clipping), before any timed step
+    t.checked_grads = t.grads().clone()
     t.run(timed_steps, timed=True)
     return t
 

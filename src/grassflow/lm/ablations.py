@@ -71,9 +71,8 @@ def summarise(df: pd.DataFrame, preset: dict, grid: dict) -> list[dict]:
     rows = []
     for variant, models in grid.items():
         m = {k: _model_stats(df[df.run_id.isin(ids)]) for k, ids in models.items()}
-        g = df[
-            df.run_id.isin(models.get("grassmann", []))
-        ]  # its Grassmann model, as its runs ran it
+        # its Grassmann model, as its runs ran it
+        g = df[df.run_id.isin(models.get("grassmann", []))]
         row = {
             "variant": variant,
             "switches": preset["ablations"]["variants"][variant] or {},
@@ -138,9 +137,8 @@ def markdown(
     (run_settings)."""
     a = preset["ablations"]
     table = []
-    base = next(
-        (r["models"].get("grassmann") for r in rows if not r["switches"]), None
-    )  # the unswitched variant
+    # the unswitched variant
+    base = next((r["models"].get("grassmann") for r in rows if not r["switches"]), None)
     for r in rows:
         t, g = r["models"].get("transformer"), r["models"].get("grassmann")
         table.append(

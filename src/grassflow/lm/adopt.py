@@ -70,9 +70,8 @@ def check(spec: dict, source: Path, files: dict[str, Path]) -> dict:
             files["validation"],
         ),
     ]
-    if (
-        rec.get("status", {}).get("state") == "completed"
-    ):  # a diverged run may have nothing evaluated
+    # a diverged run may have nothing evaluated
+    if rec.get("status", {}).get("state") == "completed":
         for split in ("validation", "test"):
             e = ev.get(split) or {}
             said += [

@@ -223,9 +223,8 @@ def judge(s: dict, why: list[str], limit: float, scope: str | None = None) -> No
             s["gap"]["verdict"] = "not comparable: " + "; ".join(why)
         elif scope:
             s["gap"]["verdict"] += f" — {scope}"
-        if any(
-            m["n_ok"] < s["asked"] for m in s["models"].values()
-        ):  # never a silently dropped seed
+        # never a silently dropped seed
+        if any(m["n_ok"] < s["asked"] for m in s["models"].values()):
             g["verdict"] += f" — on fewer seeds than asked ({seed_basis(s['models'], s['asked'])})"
 
 

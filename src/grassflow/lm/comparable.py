@@ -172,9 +172,8 @@ def setup_differences(ran: dict[str, dict], exp_name: str, setup: dict) -> list[
         **(assumed.get("experiments") or {}).get(exp_name, {}),
         **(assumed.get("train") or {}),
     }
-    held = (
-        set().union(*ran.values()) if ran else set()
-    )  # a key of another kind's (r) is not this kind's
+    # a key of another kind's (r) is not this kind's
+    held = set().union(*ran.values()) if ran else set()
     diffs = []
     for settings in ran.values():
         ours = {**{k: v for k, v in DEFAULTS.items() if k not in held}, **settings}

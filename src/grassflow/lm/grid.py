@@ -4,7 +4,6 @@ its params (its spec, on its command line), so no job's code fingerprint holds t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from grassflow.errors import ConfigError
@@ -76,9 +75,8 @@ def check_sweep(where: str, p: dict) -> None:
             f"{where}.sweep.train.{key}: not a sweep's to set (the base experiment's scale, or how "
             "a job runs, which changes no run)"
         )
-    values = s[section][
-        key
-    ]  # numbers (the schema): a choice between settings is an ablation variant
+    # numbers (the schema): a choice between settings is an ablation variant
+    values = s[section][key]
     if values != sorted(values):
         raise ConfigError(
             f"{where}.sweep.{section}.{key}: {values} are not in increasing order (the first and "

@@ -37,10 +37,11 @@ import torch.nn.functional as F
 
 from grassflow.runtime import autocast
 
+# bert-base-uncased: [SEP]; the pipeline's trained tokenizers: [PAD]
 PREFIX_TOKENS = (
     "[SEP]",
     "[PAD]",
-)  # bert-base-uncased: [SEP]; the pipeline's trained tokenizers: [PAD]
+)
 
 
 def prefix_id(tokenizer, name: str | None = None) -> int:
@@ -150,9 +151,8 @@ def score(model, pairs, batch_size: int, device) -> list[tuple[float, bool]]:
     the targets are the next tokens of the inputs' last len(targets) positions."""
     device = torch.device(device)
     out = [None] * len(pairs)
-    order = sorted(
-        range(len(pairs)), key=lambda i: len(pairs[i][0])
-    )  # similar lengths batch together
+    # similar lengths batch together
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
     for b in range(0, len(order), batch_size):
         part = order[b : b + batch_size]
         width = max(len(pairs[i][0]) for i in part)

@@ -337,9 +337,8 @@ def aggregate_sweep(
     exp = run_settings(df)  # N, L, B, epochs and `<unk>`'s reading: as the runs ran them
     unk = exp.pop("unk_mapped")
     setup = pub["paper_setup"]
-    ran = ran_settings(
-        run_specs(df), varied=[grid["key"].split(".", 1)[1]]
-    )  # the swept key: the table's subject
+    # the swept key: the table's subject
+    ran = ran_settings(run_specs(df), varied=[grid["key"].split(".", 1)[1]])
     # what the tuned gap rests on: each model's runs at its chosen value (a run elsewhere that did
     # not learn or diverged is the sweep's finding, in its row)
     at = {

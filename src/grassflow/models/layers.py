@@ -26,9 +26,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
     E, out = weight.shape[:2]
-    if (
-        x.device.type in GEMM_PER_MEMBER
-    ):  # unbind, not [e]: its backward stacks the members' gradients once
+    # unbind, not [e]: its backward stacks the members' gradients once
+    if x.device.type in GEMM_PER_MEMBER:
         biases = [None] * E if bias is None else bias.unbind(0)
         return torch.cat(
             [
@@ -71,9 +70,8 @@ class Embedding(nn.Embedding):
         if self.weight.dim() == 2:
             return super().forward(idx)
         E, V = self.weight.shape[:2]
-        first = (
-            torch.arange(E, device=idx.device).repeat_interleave(idx.shape[0] // E) * V
-        )  # member e's rows
+        # member e's rows
+        first = torch.arange(E, device=idx.device).repeat_interleave(idx.shape[0] // E) * V
         return F.embedding(
             idx + first.view(-1, *[1] * (idx.dim() - 1)), self.weight.reshape(E * V, -1)
         )

@@ -28,9 +28,8 @@ def load_schema(path) -> dict:
     train section's defaults TrainConfig's."""
     schema = read_yaml(path)
     preset = schema["$defs"]["preset"]
-    for (
-        t
-    ) in TASKS.values():  # each task's part: the schema its declaration names, with its own $defs
+    # each task's part: the schema its declaration names, with its own $defs
+    for t in TASKS.values():
         part = t.part_schema()
         if part is not None:
             schema["$defs"].update(part.pop("$defs", {}))
@@ -220,9 +219,8 @@ def check_preset(name: str, p: dict) -> None:
     for grid in ("ablations", "sweep"):
         if p.get(grid) and not p.get("experiments"):
             raise ConfigError(f"{where}.{grid}: needs the language-model experiments it varies")
-    for t in (
-        TASKS.values()
-    ):  # each task's own checks (its declaration's `check`), then its runs' models
+    # each task's own checks (its declaration's `check`), then its runs' models
+    for t in TASKS.values():
         at = where + (f".{t.part_key}" if t.part_key else "")  # its part's key path, for its errors
         if t.part(p) and t.check:
             t.check(at, name, p)

@@ -271,11 +271,12 @@ def plan(project: Path, profile=None, measured=False, each=None, **plan_args) ->
                 }
             )
         rule = job["rule"]
+        # as the cluster will see them
         res = {
             **default,
             **job["resources"],
             **by_rule.get(rule, {}),
-        }  # as the cluster will see them
+        }
         row = rows.setdefault(
             rule,
             {
@@ -437,9 +438,8 @@ def main(argv=None) -> int:
         "configfiles": [str(Path(f).resolve()) for f in a.configfile],
         "preset": a.preset,
     }
-    config = load_config(
-        project, plan_args["configfiles"], a.preset
-    )  # its errors name the key or file
+    # its errors name the key or file
+    config = load_config(project, plan_args["configfiles"], a.preset)
     if a.why:
         print(why_markdown(why(project, **plan_args)), end="")
         return 0

@@ -28,9 +28,8 @@ class Task:
     grassflow.<task>.<stage>`), which its rule file names."""
 
     name: str  # its package's name; "lm" | "snli" | "recall" | a new one
-    part_key: (
-        str | None
-    )  # the preset key holding this task's part (None: the preset itself, the LM)
+    # the preset key holding this task's part (None: the preset itself, the LM)
+    part_key: str | None
     # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
     runs: Callable
     estimate: (
@@ -119,9 +118,8 @@ def job_estimate(
     task's hook (its grid's `estimate`); `settings`: the config's `estimate` section; `files`: the
     job's token files by split (their counts are exact once they exist)."""
     t = TASKS[task]
-    k = pipeline_train(preset).get(
-        "runs_per_gpu", 1
-    )  # one K for the whole pipeline run, every task's jobs
+    # one K for the whole pipeline run, every task's jobs
+    k = pipeline_train(preset).get("runs_per_gpu", 1)
     # execution keys are not in the spec (changing them reruns nothing): the preset's threads
     est, source = t.estimate(
         stage,

@@ -203,9 +203,8 @@ def lm_train(spec: dict, sizes: dict, vocab: int, settings: dict) -> Estimate:
     tokens = steps * B * L * t["epochs"]
     seconds = max(tokens * flops / fps, steps * t["epochs"] * floor)
     seconds += t["epochs"] * sizes["validation"] * flops / 3 / fps  # validation, every epoch
-    act = (
-        70 * B * L * n_layers * d * 4 if dev == "cpu" else 0
-    )  # bytes saved for backward (bench-cpu.md)
+    # bytes saved for backward (bench-cpu.md)
+    act = 70 * B * L * n_layers * d * 4 if dev == "cpu" else 0
     return Estimate(seconds, tokens, memory(settings, _params(*model), sizes["train"], act), basis)
 
 

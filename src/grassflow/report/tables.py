@@ -28,9 +28,8 @@ def read_runs(run_dirs, columns) -> pd.DataFrame:
     rows = []
     for d in sorted(map(Path, run_dirs)):
         rec, ev = (read_record(d / f) for f in ("run.json", "eval.json"))
-        read_metrics(
-            d / "metrics.jsonl"
-        )  # checked before any table is written (the curves read it later)
+        # checked before any table is written (the curves read it later)
+        read_metrics(d / "metrics.jsonl")
 
         def row(rec=rec, ev=ev, d=d):
             ok = rec["status"]["state"] == "completed" and bool(ev.get("validation"))
@@ -178,9 +177,8 @@ def write_tables(out: Path, stem: str, head: str, md: str, rows: pd.DataFrame, t
     write_text(out / f"{stem}.md", f"{head}\n\n{md}")
     with atomic_path(out / f"{stem}.csv") as tmp:
         rows.to_csv(tmp, index=False)
-    write_text(
-        out / f"{stem}.tex", "".join(f"% {line}\n" for line in head.splitlines()) + tex
-    )  # a comment, line by line
+    # a comment, line by line
+    write_text(out / f"{stem}.tex", "".join(f"% {line}\n" for line in head.splitlines()) + tex)
 
 
 def aggregate_args(p) -> None:

@@ -138,9 +138,8 @@ def snli_train(spec: dict, pairs: dict, settings: dict, evaluate: bool = False) 
             tokens * (head + backbone) / fps
             + t["epochs"] * pairs["validation"] * SNLI_TOKENS_PER_PAIR * (head / 3 + backbone) / fps
         )
-    backbone_mb = (
-        4 * backbone / 2 * 1.5 if backbone else 0
-    )  # its weights, embeddings included (~1.5×)
+    # its weights, embeddings included (~1.5×)
+    backbone_mb = 4 * backbone / 2 * 1.5 if backbone else 0
     return Estimate(
         seconds,
         items,

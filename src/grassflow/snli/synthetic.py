@@ -61,12 +61,10 @@ def _pair(rng: random.Random) -> tuple[str, str, int]:
         for w in ("a", rng.choice(ADJ), first, "is", verb, "a", rng.choice(ADJ), second, where, ".")
         if w
     )
-    hyp_a, hyp_p = (
-        x if rng.randrange(2) else AGENTS[x] for x in (a, p)
-    )  # the hypothesis's nouns: (a, p)
-    if (
-        hyp_a == hyp_p
-    ):  # "a animal is chasing a animal" would hold both ways: a swap would not contradict it
+    # the hypothesis's nouns: (a, p)
+    hyp_a, hyp_p = (x if rng.randrange(2) else AGENTS[x] for x in (a, p))
+    # "a animal is chasing a animal" would hold both ways: a swap would not contradict it
+    if hyp_a == hyp_p:
         hyp_a, hyp_p = a, p
     return premise, f"a {hyp_a} is {verb} a {hyp_p} {place} .", label
 

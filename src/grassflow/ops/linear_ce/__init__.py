@@ -81,9 +81,8 @@ def _chunked(
     dw = torch.zeros(weight.shape, dtype=torch.float32, device=h.device)
     logits = torch.empty(min(chunk, N), V, dtype=torch.float32, device=h.device)
     logp = torch.empty_like(logits)
-    low = (
-        torch.empty(logits.shape, dtype=gemm, device=h.device) if bf16 else None
-    )  # a chunk's bf16 GEMM in/output
+    # a chunk's bf16 GEMM in/output
+    low = torch.empty(logits.shape, dtype=gemm, device=h.device) if bf16 else None
     total = torch.zeros((), dtype=torch.float64, device=h.device)
     # ATen's (log_)softmax kernels, not exp_: the elementwise exp takes a slow path for every
     # argument whose result is subnormal (measured 10× slower on logits of an untrained model)

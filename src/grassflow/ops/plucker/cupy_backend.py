@@ -84,9 +84,8 @@ MISMATCH = "CuPy and torch are built for different CUDA majors"
 def _cupy_major() -> int:
     import cupy
 
-    return (
-        cupy.cuda.runtime.runtimeGetVersion() // 1000
-    )  # CUDA 12.4 → 12040 (the CUDA CuPy was built for)
+    # CUDA 12.4 → 12040 (the CUDA CuPy was built for)
+    return cupy.cuda.runtime.runtimeGetVersion() // 1000
 
 
 def cupy_installed() -> bool:
@@ -97,9 +96,8 @@ def cupy_installed() -> bool:
     return True
 
 
-KERNEL_SOURCES = (
-    "plucker.cu",
-)  # what NVRTC compiles, under kernels/ (read by grassflow.planning.staleness)
+# what NVRTC compiles, under kernels/ (read by grassflow.planning.staleness)
+KERNEL_SOURCES = ("plucker.cu",)
 
 
 @cache

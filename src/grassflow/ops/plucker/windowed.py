@@ -95,9 +95,8 @@ def windowed_plucker_mix(
     if pairs == "causal":
         sums, counts = earlier, before * mw
     else:
-        later = mix(zw.flip(1)).flip(1).to(acc) * n.flip(
-            0
-        )  # Σ over later partners of W p̂(z_t ∧ z_s)
+        # Σ over later partners of W p̂(z_t ∧ z_s)
+        later = mix(zw.flip(1)).flip(1).to(acc) * n.flip(0)
         sums, counts = later - earlier, (mw.sum(1, keepdim=True) - 1) * mw
     pos = (
         torch.tensor(starts, device=z.device)[:, None] + torch.arange(window, device=z.device)
