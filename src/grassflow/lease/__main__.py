@@ -83,7 +83,7 @@ def _verb(name: str):
 
     return {
         "tree": window.check_tree,
-        "overlay": window.write_overlay,
+        "overlay": window.initial_overlay,
         "gate": window.gate,
         "device": window.check_device,
         "targets": window.targets,

@@ -117,7 +117,7 @@ def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
     return measure
 
 
-def write_overlay(path: Path, name: str, preset: dict, decision: dict) -> None:
+def write_decision(path: Path, name: str, preset: dict, decision: dict) -> None:
     """The window's overlay with the decision: the setting, the preset's seeds, finished_runs."""
     overlay = yaml.safe_load(path.read_text()) if path.is_file() else {}
     section = overlay.setdefault("presets", {}).setdefault(name, {})
@@ -139,7 +139,7 @@ def reuse(a) -> None:
             f"this command makes {a.preset} {' '.join(a.targets)}: delete it to choose anew"
         )
     name, preset = select_preset(load_config(Path.cwd(), a.configfile, a.preset))
-    write_overlay(Path(a.overlay), name, preset, rec)
+    write_decision(Path(a.overlay), name, preset, rec)
     seeds = "; ".join(
         f"{t} seeds {', '.join(map(str, s)) or 'none'}" for t, s in rec["seeds"].items()
     )
@@ -262,5 +262,5 @@ def decide(a) -> None:
         "chosen_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "lease_end": a.lease_end,
     }
-    write_overlay(Path(a.overlay), name, preset, decision)
+    write_decision(Path(a.overlay), name, preset, decision)
     Path(a.record).write_text(json.dumps(decision, indent=1))

@@ -60,7 +60,7 @@ def check_tree(a) -> None:
         )
 
 
-def write_overlay(a) -> None:
+def initial_overlay(a) -> None:
     """The window's overlay until the first minute decides: its jobs fused and side by side, the
     setting pinned or (to be chosen) what the dry run may plan, the records finished elsewhere."""
     train = {
