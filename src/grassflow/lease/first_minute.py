@@ -25,6 +25,7 @@ from grassflow.lease.trials import (
     BoxTimeout,
     choose,
     free,
+    one_line,
     setting_name,
     to_markdown,
     trial,
@@ -108,9 +109,7 @@ def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
                 ).step_s
         # any failure: the group does not fit, said
         except (Exception, BoxTimeout) as err:
-            raise TrialFailed(
-                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
-            ) from None
+            raise TrialFailed(one_line(err)) from None
         finally:
             free(device)
 

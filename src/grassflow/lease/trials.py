@@ -247,6 +247,11 @@ def trial(spec, seeds, ids, vocab, device, setting, steps, timed_steps, dropout=
     return t
 
 
+def one_line(err: BaseException) -> str:
+    """A failed trial said in one line: its type and its message's first line."""
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"[:300]
+
+
 def free(device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -332,9 +337,7 @@ def choose(
             # any failure drops the candidate, said in one line
             except (Exception, BoxTimeout) as err:
                 row["status"] = "failed"
-                row["error"] = (
-                    f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
-                )
+                row["error"] = one_line(err)
                 if getattr(err, "capture_error", None):
                     row["capture_error"] = err.capture_error[:300]
             rows.append(row)
