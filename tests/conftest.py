@@ -90,8 +90,7 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
     # The finished demo costs 3-4 minutes of 2 cores to build, more than half of the default tier's
-    # 5:
-    # every test that reads it (the `demo` fixture, directly or through another) is in the slow
+    # 5: every test that reads it (the `demo` fixture, directly or through another) is in the slow
     # tier, which CI runs; the default tier keeps the planning's dry runs and every unit test.
     for item in items:
         if "demo" in getattr(item, "fixturenames", ()):

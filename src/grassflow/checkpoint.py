@@ -1,11 +1,11 @@
 """Weights and resume state on disk: a run's best weights as safetensors, self-checksummed
 checkpoints, RNG states and the disk-space guard.
 
-Every checkpoint is read as data only (`load_data`: torch.load with weights_only=True):
-tensors, dicts, lists, tuples, numbers, strings. A results tree is shared between users, and
-unpickling anything else runs code chosen by whoever wrote the file; such a file is refused with an
-error naming it, and nothing in it runs. So everything we save is of those types (the RNG states
-included: NumPy's as a tensor and numbers, see rng_state)."""
+Every checkpoint is read as data only (`load_data`: torch.load with weights_only=True): tensors,
+dicts, lists, tuples, numbers, strings. A results tree is shared between users, and unpickling
+anything else runs code chosen by whoever wrote the file; such a file is refused with an error
+naming it, and nothing in it runs. So everything we save is of those types (the RNG states included:
+NumPy's as a tensor and numbers, see rng_state)."""
 
 from __future__ import annotations
 

@@ -126,8 +126,7 @@ def _diff(a):
 
 def _check(a):
     """Every run of a results tree, its records checked against each other
-    (grassflow.report.agreement):
-    one line per run that disagrees; exit 1 if any does."""
+    (grassflow.report.agreement): one line per run that disagrees; exit 1 if any does."""
     from grassflow.errors import CommandError
     from grassflow.report.agreement import check_tree
 

@@ -3,10 +3,10 @@
     grassflow lm-eval --model grassflow --model_args pretrained=DIR --tasks wikitext ...
 
 DIR: an export (`grassflow export`) or a finished run directory. `grassflow lm-eval` is lm-eval's
-own command line (every option is lm-eval's) with the model "grassflow" registered first:
-lm-eval 0.4.13 finds models in a fixed table (lm_eval/models/__init__.py), with no plugin entry
-point, so a bare `lm_eval --model grassflow` cannot know us. From Python, `import grassflow.harness`
-registers it for `lm_eval.simple_evaluate(model="grassflow", ...)`.
+own command line (every option is lm-eval's) with the model "grassflow" registered first: lm-eval
+0.4.13 finds models in a fixed table (lm_eval/models/__init__.py), with no plugin entry point, so a
+bare `lm_eval --model grassflow` cannot know us. From Python, `import grassflow.harness` registers
+it for `lm_eval.simple_evaluate(model="grassflow", ...)`.
 
 What the harness asks of a model, as its own Hugging Face model (HFLM) answers it:
   loglikelihood          (context, continuation): the continuation's log-probability given the

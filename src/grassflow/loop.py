@@ -150,8 +150,8 @@ def make_optimizer(
 
 def fused_adamw(device) -> bool:
     """Fused AdamW on CUDA (PyTorch's own measurements: 2.7–3× foreach) and on the CPU, where ours
-    measured it faster than the default loop (reports/bench/bench-cpu.md, settings rows:
-    a whole step 1.10× (Transformer) and 1.03× (Grassmann) faster)."""
+    measured it faster than the default loop (reports/bench/bench-cpu.md, settings rows: a whole
+    step 1.10× (Transformer) and 1.03× (Grassmann) faster)."""
     return device.type in ("cuda", "cpu")
 
 

@@ -74,8 +74,8 @@ def blob_id(path: Path) -> str:
 
 
 def manifest(root: Path) -> dict:
-    """{"commit": HEAD, "files": {path: blob id}} of the checkout at `root`, which must be clean:
-    no change to a tracked file and no file git would track but does not (what would travel with
+    """{"commit": HEAD, "files": {path: blob id}} of the checkout at `root`, which must be clean: no
+    change to a tracked file and no file git would track but does not (what would travel with
     it)."""
     status = _git(root, "status", "--porcelain")
     if status.returncode != 0:

@@ -36,10 +36,10 @@ def run_record(
     preflight=None,
     **extra,
 ) -> dict:
-    """run.json: what this run is, how it ended, and where every input came from (`files`:
-    {split: (token file, its metadata)}); also the device asked for and the one used, the Plücker op
-    backend that ran (what `auto` became) and the preflight record of the job's environment, if the
-    pipeline made one."""
+    """run.json: what this run is, how it ended, and where every input came from (`files`: {split:
+    (token file, its metadata)}); also the device asked for and the one used, the Plücker op backend
+    that ran (what `auto` became) and the preflight record of the job's environment, if the pipeline
+    made one."""
     grassmann = spec.model_kind == "grassmann"
     record = {
         "run_id": spec.run_id,

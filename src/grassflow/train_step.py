@@ -183,10 +183,9 @@ def clip_per_member(params, max_norm: float, members: int) -> torch.Tensor:
     its own run clips (the norm of the per-parameter norms, the coefficient max_norm / (norm + 1e-6)
     clamped at 1); returns the members' norms (E,). The slices' norms in one foreach op, as
     clip_grad_norm_ takes its run's (a norm per parameter was ~90 kernels a step), and each member's
-    slices multiplied by its coefficient in one foreach op (a 0-d tensor:
-    CUDA's multi-tensor kernel; one list of (E, ...) gradients times (E, 1, ...) coefficients takes
-    its per-tensor path, a kernel per gradient: tests/helpers/step_ops.py counts as CUDA
-    launches)."""
+    slices multiplied by its coefficient in one foreach op (a 0-d tensor: CUDA's multi-tensor
+    kernel; one list of (E, ...) gradients times (E, 1, ...) coefficients takes its per-tensor path,
+    a kernel per gradient: tests/helpers/step_ops.py counts as CUDA launches)."""
     grads = [p.grad for p in params if p.grad is not None]
     norms = torch.stack(torch._foreach_norm([g[e] for e in range(members) for g in grads]))
     total = torch.linalg.vector_norm(norms.view(members, len(grads)), dim=1)

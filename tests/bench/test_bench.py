@@ -71,9 +71,9 @@ def test_bench_profile_names_each_models_top_ops(tmp_path):
 
 
 # A stand-in for a checkout of kanenorman/grassmann: its model.py's interface (LMConfig with their
-# field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours:
-# loading their file, building their config from the paper's setting, their training step, and the
-# table beside ours. The real checkout is what a user passes (see bench/peer.py).
+# field names, Transformer(cfg) returning logits), a tiny body. What it exercises is ours: loading
+# their file, building their config from the paper's setting, their training step, and the table
+# beside ours. The real checkout is what a user passes (see bench/peer.py).
 PEER_MODEL = """
 from dataclasses import dataclass
 import torch

@@ -60,11 +60,11 @@ def uninterrupted(tokens, tmp_path_factory):
     ids=["SIGTERM", "SIGUSR1"],
 )
 def test_sigterm_then_rerun_resumes_bitwise(sig, tokens, uninterrupted, tmp_path):
-    """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1):
-    a checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise. Each part
-    keeps its SLURM job: a rerun in another job (Snakemake's retry) leaves the first part ended by
-    its signal; in the same job (SLURM requeued it: a preemption) the first part is said preempted.
-    One interrupted run, copied, resumes both ways (SIGTERM's: a requeue follows a preemption)."""
+    """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before a time limit, --signal=USR1): a
+    checkpoint at the next step boundary, exit 75, and a rerun that resumes bitwise. Each part keeps
+    its SLURM job: a rerun in another job (Snakemake's retry) leaves the first part ended by its
+    signal; in the same job (SLURM requeued it: a preemption) the first part is said preempted. One
+    interrupted run, copied, resumes both ways (SIGTERM's: a requeue follows a preemption)."""
     full, cut = uninterrupted, tmp_path / "cut"
     env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
     proc = subprocess.Popen(

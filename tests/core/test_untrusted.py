@@ -128,8 +128,8 @@ def _swap(src, dst):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One build of the kernel into a private cache (the compiler's ~20 s, once for the file):
-    an entry holding lib.so and the sha256 of its bytes."""
+    """One build of the kernel into a private cache (the compiler's ~20 s, once for the file): an
+    entry holding lib.so and the sha256 of its bytes."""
     root = tmp_path_factory.mktemp("built") / "cache"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRASSFLOW_CACHE", str(root))

@@ -47,8 +47,8 @@ TCFG = TrainConfig.from_dict(TCFG_DICT)
 class Recorder(TorchDispatchMode):
     """Each op of a region: its name, its non-tensor arguments, and for each tensor argument either
     that the region made it (in a capture: memory of the graph's own pool, wherever it is) or, for a
-    tensor from outside, where it lives (storage, offset, shape, strides, dtype):
-    what a replay would read."""
+    tensor from outside, where it lives (storage, offset, shape, strides, dtype): what a replay
+    would read."""
 
     def __init__(self):
         super().__init__()

@@ -56,8 +56,8 @@ def took(p) -> dict:
 
 
 def waits(p) -> bool:
-    """Whether the job's first word is that it waits for a slot (blocks until it says anything:
-    it found none free in a full pass, rather than not having looked yet)."""
+    """Whether the job's first word is that it waits for a slot (blocks until it says anything: it
+    found none free in a full pass, rather than not having looked yet)."""
     return p.stdout.readline().startswith("[grassflow] waiting for a GPU slot")
 
 

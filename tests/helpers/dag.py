@@ -129,8 +129,7 @@ def snakemake(cwd, *args, check=True, preset="demo", env=None):
 def plan_jobs(cwd, overlay: dict | None = None, targets=()) -> list[dict]:
     """The jobs of a dry run, from Snakemake's own plan in process
     (grassflow.pipeline.preview.dry_run, what `grassflow plan` reads) with each one's reasons read
-    (`why`:
-    grassflow.pipeline.preview.explain); `overlay`: preset keys for the demo, given as a
+    (`why`: grassflow.pipeline.preview.explain); `overlay`: preset keys for the demo, given as a
     --configfile (as a user changes a setting)."""
     from grassflow.pipeline.preview import explain
     from grassflow.planning.staleness import CODE_INDEX

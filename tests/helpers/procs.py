@@ -40,9 +40,9 @@ def _wait_for_checkpoints(path, proc, k: int, timeout=HANG) -> None:
 
 def stop_then_signal(proc, sig, still=None) -> None:
     """Deliver `sig` to a frozen process: SIGSTOP, the signal, SIGCONT. Whatever it was doing when
-    frozen, it handles the signal from there, so a fast run cannot finish first. `still()`:
-    the state the signal is meant for, checked while it is frozen (it cannot change then): a test
-    whose process got past it fails, naming that, instead of testing something else."""
+    frozen, it handles the signal from there, so a fast run cannot finish first. `still()`: the
+    state the signal is meant for, checked while it is frozen (it cannot change then): a test whose
+    process got past it fails, naming that, instead of testing something else."""
     proc.send_signal(signal.SIGSTOP)
     if still is not None and not still():
         proc.send_signal(signal.SIGCONT)

@@ -1,8 +1,8 @@
 """The committed laptop sweep (reports/wikitext2-v1-laptop-sweep/): its table and README recomputed
-from the committed records alone — the sweep's new runs beside the ablations' (3e-3:
-the base, 1e-2: the lr_1e-2 variant) — through the table job's own code: every value and model holds
-3 seeds, each model's choice and bracketing, every figure of each value's row and the tuned gap are
-the committed table's, and the README quotes them."""
+from the committed records alone — the sweep's new runs beside the ablations' (3e-3: the base, 1e-2:
+the lr_1e-2 variant) — through the table job's own code: every value and model holds 3 seeds, each
+model's choice and bracketing, every figure of each value's row and the tuned gap are the committed
+table's, and the README quotes them."""
 
 from __future__ import annotations
 

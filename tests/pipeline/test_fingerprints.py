@@ -77,8 +77,8 @@ def test_every_rule_fingerprints_the_job_its_shell_runs():
 
 def test_no_jobs_code_holds_the_planning():
     """No job's fingerprint holds a module of grassflow.pipeline or grassflow.planning, for every
-    rule and model kind:
-    no job runs the planning (its estimates beside the measured times: `grassflow plan
+    rule and model kind: no job runs the planning (its estimates beside the measured times:
+    `grassflow plan
     --measured`)."""
     jobs = {r.module for r in rules().values() if r.module}
     assert len(jobs) > 20 and not {

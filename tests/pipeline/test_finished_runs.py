@@ -81,9 +81,7 @@ def _metrics_edit(n, **kw):
 
 
 # records crafted at each string a table prints and each number it reads: (file, edit, the refusal)
-# not the best epoch's
-# both agree on a best eval.json lacks
-# completed short, no reason
+# not the best epoch's both agree on a best eval.json lacks completed short, no reason
 CRAFTED = [
     (
         "run.json",

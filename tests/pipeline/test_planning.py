@@ -470,9 +470,8 @@ def test_fuse_seeds_plans_one_job_per_config_and_the_same_evaluations(tmp_path):
 
 
 def test_an_overlay_is_merged_as_snakemake_merges_it(tmp_path):
-    """A --configfile is merged into config.yaml as Snakemake merges it, a null kept as a null:
-    what `grassflow plan` reads (load_config) refuses what the Snakefile refuses, in the same
-    words."""
+    """A --configfile is merged into config.yaml as Snakemake merges it, a null kept as a null: what
+    `grassflow plan` reads (load_config) refuses what the Snakefile refuses, in the same words."""
     from grassflow.pipeline.preview import load_config
 
     work = copy_repo(tmp_path)

@@ -523,8 +523,8 @@ def test_a_hub_fetch_holds_its_own_code_only(tmp_path):
 
 def test_a_release_that_replans_everything_needs_one_touch(demo):
     """docs/use/pipeline.md's step after a release that changes every job's fingerprint or params
-    (here a code line in a module every job runs, as the switch from spec files to params did):
-    one `snakemake --touch` records every finished job as current, and nothing is planned; then one
+    (here a code line in a module every job runs, as the switch from spec files to params did): one
+    `snakemake --touch` records every finished job as current, and nothing is planned; then one
     `batch_size` edit replans only the runs it reaches (their train jobs' settings, before and
     after, as `grassflow plan --why` says), their evaluations and their table."""
     from helpers.dag import snakemake

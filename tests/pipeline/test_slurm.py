@@ -125,8 +125,8 @@ def _group(comment: str) -> str | None:
 
 
 def training_pids(work: Path, run: str) -> list[str]:
-    """The training processes of `run` in this pipeline run (their working directory is `work`):
-    the run ids repeat in every demo-like run on this machine (other pytest workers' tests)."""
+    """The training processes of `run` in this pipeline run (their working directory is `work`): the
+    run ids repeat in every demo-like run on this machine (other pytest workers' tests)."""
     pids = subprocess.run(
         ["pgrep", "-f", f"grassflow.lm.train .*runs/{run} "], capture_output=True, text=True
     ).stdout.split()
@@ -360,8 +360,8 @@ def test_demo_through_slurm_profile(slurm_cluster, demo, tmp_path):
                 # frozen where it is, so that the preemption cannot land after its next epoch's end
                 # (the resumed part must checkpoint before its last: a demo epoch can take 1.5 s,
                 # the preemption longer under load); then a colleague's job on the higher tier wants
-                # both GPUs:
-                # SLURM preempts the GPU jobs (this one, and any other running) and requeues them
+                # both GPUs: SLURM preempts the GPU jobs (this one, and any other running) and
+                # requeues them
                 pids = _signal_all(training_pids(work, run), signal.SIGSTOP)
                 done = (runs_dir / run / "metrics.jsonl").read_text().count("\n")  # epochs done
                 # seen too late: the resumed part would be its last epoch alone

@@ -267,10 +267,9 @@ def test_the_learning_rate_is_chosen_by_mean_validation_accuracy():
 def test_the_distance_effect(tmp_path):
     """On tiny MQAR (L=32, 4 pairs): a 2-layer Transformer recalls keys at every distance; a 2-layer
     Grassmann model with offsets 1 and 2 (reach 4) is at chance (1 in 31 values) beyond its reach.
-    At this budget it is at chance within it too (1 of 29 queries at distances 2-3):
-    the test bounds Grassmann from above only (docs/understand/recall.md). Deterministic: fixed
-    seeds, CPU. (One head:
-    with 4 heads of 16 dimensions the same budget reached 89 %, at lr 3e-3 29 %: measured.)"""
+    At this budget it is at chance within it too (1 of 29 queries at distances 2-3): the test bounds
+    Grassmann from above only (docs/understand/recall.md). Deterministic: fixed seeds, CPU. (One
+    head: with 4 heads of 16 dimensions the same budget reached 89 %, at lr 3e-3 29 %: measured.)"""
     data = tmp_path / "data"
     make_splits(64, 32, 4, {"train": 3000, "validation": 300, "test": 300}, seed=0, out_dir=data)
     _, t = _run(tmp_path, data, "transformer", "transformer")

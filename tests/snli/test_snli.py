@@ -172,10 +172,10 @@ def test_heads_ignore_padding(kind, pair_input, pool, gen):
 
 
 def test_paper_sized_heads_have_about_the_same_size():
-    """Frozen 768-d features, d_model 256, 2 layers, d_ff 512, joint pairs. Per layer:
-    Transformer 4·(256² + 256) + FFN 262,912 + 2 LN 1,024 = 527,104; Grassmann W_red 16,448 + 4
-    heads · (120·64 + 64) + gate 131,328 + FFN + LN = 442,688. Shared: input projection 196,864 and
-    classifier 66,563."""
+    """Frozen 768-d features, d_model 256, 2 layers, d_ff 512, joint pairs. Per layer: Transformer
+    4·(256² + 256) + FFN 262,912 + 2 LN 1,024 = 527,104; Grassmann W_red 16,448 + 4 heads · (120·64
+    + 64) + gate 131,328 + FFN + LN = 442,688. Shared: input projection 196,864 and classifier
+    66,563."""
     sizes = {
         kind: SNLIClassifier(
             kind, HeadConfig(), backbone=torch.nn.Identity(), feat_dim=768
@@ -192,8 +192,8 @@ def test_paper_sized_heads_have_about_the_same_size():
 # --- data, backbone, training, evaluation ---------------------------------------------------
 def test_synthetic_pairs_are_deterministic_and_need_the_premise_and_word_order():
     """Each label follows from the premise and the hypothesis together (the rule below); a swap of
-    roles with the same words contradicts; and the hypothesis alone says nothing of the label:
-    the majority label of each hypothesis in one sample predicts another sample at chance."""
+    roles with the same words contradicts; and the hypothesis alone says nothing of the label: the
+    majority label of each hypothesis in one sample predicts another sample at chance."""
     from collections import Counter, defaultdict
 
     from grassflow.snli.synthetic import AGENTS

@@ -1,9 +1,9 @@
 # SNLI (the paper's Table 3), the preset's `snli` part:
 #   snli_download → (snli_train_tokenizer) → snli_tokenize → snli_train → snli_evaluate → snli_aggregate
-# its data chain the LM's rules (lm.smk) with its own stages and files; and snli_fetch_backbone:
-# the pretrained backbone a run on its frozen features reads (--backbone-dir), fetched where
-# Snakemake runs (on clusters only the login node has the internet), as download is. `snakemake
-# snli`: its tables, their runs and data only.
+# its data chain the LM's rules (lm.smk) with its own stages and files; and snli_fetch_backbone: the
+# pretrained backbone a run on its frozen features reads (--backbone-dir), fetched where Snakemake
+# runs (on clusters only the login node has the internet), as download is. `snakemake snli`: its
+# tables, their runs and data only.
 from grassflow.snli.layout import snli_layout
 
 SNLI = snli_layout(PRESET_CFG, TASK_RUNS["snli"], RESULTS)  # its names (grassflow.snli.layout)

@@ -59,8 +59,8 @@ def bench_op(device, B, T, r, d) -> list[dict]:
 
 
 def bench_settings(device, L, tokens, n_layers, vocab, compile=True) -> list[dict]:
-    """The training step's settings side by side (with the head, dropout 0.1 as in training):
-    before this project's step work (default AdamW, reference head), then each change."""
+    """The training step's settings side by side (with the head, dropout 0.1 as in training): before
+    this project's step work (default AdamW, reference head), then each change."""
     backend = grassmann_backends(device)[-1]
     settings = [
         ("default AdamW, reference head", {"optimizer": "default", "head_loss": "reference"}),

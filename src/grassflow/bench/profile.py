@@ -1,5 +1,5 @@
-"""One training step of each model under torch.profiler (`python -m grassflow.bench --profile`):
-the top kernels by device time, the kernels launched per step, and the host's share of the step (the
+"""One training step of each model under torch.profiler (`python -m grassflow.bench --profile`): the
+top kernels by device time, the kernels launched per step, and the host's share of the step (the
 part of its wall time in which the device had no kernel running). The step is the loop's own
 (TrainStep on the LM task at the paper's Table 1 size), after the warm-up (and the capture, under
 train.compile graph); on a CPU the top ops by CPU time."""

@@ -1,6 +1,6 @@
-"""Raw rows from where a dataset lives, shared by the tasks that read text from the hub:
-the Hugging Face hub (pinned revision), a local mirror of its parquet files, and the content hash
-that identifies a split independently of its file encoding."""
+"""Raw rows from where a dataset lives, shared by the tasks that read text from the hub: the Hugging
+Face hub (pinned revision), a local mirror of its parquet files, and the content hash that
+identifies a split independently of its file encoding."""
 
 from __future__ import annotations
 
@@ -107,9 +107,9 @@ def check_content(cfg: dict, split: str, digest: str, key: str = "data") -> None
 
 
 def download_main(download, module: str, doc: str, argv=None) -> int:
-    """A text corpus's download stage (the LM's, SNLI's: `python -m grassflow.<task>.download`):
-    its data section's train, validation and test splits by `download(data, split, path)`, their
-    records in checksums.json."""
+    """A text corpus's download stage (the LM's, SNLI's: `python -m grassflow.<task>.download`): its
+    data section's train, validation and test splits by `download(data, split, path)`, their records
+    in checksums.json."""
     from grassflow import job
     from grassflow.io import write_json
 

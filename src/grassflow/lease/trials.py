@@ -47,8 +47,7 @@ REFERENCE = ("false", "reference")  # eager, the reference head: what the others
 # the reference head (what trained Table 1 on the H200), and the compiled loss captured (the
 # compiler fuses the casts and elementwise ops that are most of the step's launches:
 # reports/bench/step-ops.md). Not by default: chunked-bf16 (more bytes than fused) and `true` (the
-# compiled loss uncaptured:
-# launch-bound at 4,096 tokens a member-step, as the eager step is).
+# compiled loss uncaptured: launch-bound at 4,096 tokens a member-step, as the eager step is).
 CANDIDATES = {
     "cuda": [("graph", "fused"), ("graph", "reference"), ("compiled-graph", "fused")],
     "cpu": [("false", "chunked")],

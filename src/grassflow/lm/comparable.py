@@ -199,9 +199,9 @@ def not_comparable(
     models: dict,
     unk: bool | None = None,
 ) -> list[str]:
-    """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`:
-    {model: {"n_learned": int, "not_learned": [run ids]}}; `ran`: what each model's runs ran
-    (ran_settings) and `unk` whether the token files map `<unk>`, as the runs' records hold them."""
+    """Why this table cannot carry a verdict on the paper's claim ([] if it can). `models`: {model:
+    {"n_learned": int, "not_learned": [run ids]}}; `ran`: what each model's runs ran (ran_settings)
+    and `unk` whether the token files map `<unk>`, as the runs' records hold them."""
     why = []
     release = same_articles(checksums, setup)
     if release:

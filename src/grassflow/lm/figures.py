@@ -14,8 +14,8 @@ def gap_by_epoch(df) -> dict:
     """The table's gap (grassflow.report.stats.gap_ci: Grassmann − Transformer in % of the mean best
     validation perplexity, its 95 % interval) after each epoch, each run's best so far (its
     metrics.jsonl's validation perplexity, the minimum up to that epoch), over the completed runs
-    that reached it; and each model's curves: {"epochs", "gap": [gap_ci per epoch], "runs":
-    {model: {seed: [val_ppl per epoch]}}}."""
+    that reached it; and each model's curves: {"epochs", "gap": [gap_ci per epoch], "runs": {model:
+    {seed: [val_ppl per epoch]}}}."""
     runs = {}
     for _, run in df[df.status == "completed"].iterrows():
         rows = read_metrics(run.metrics, ("epoch", "val_ppl"))

@@ -147,8 +147,8 @@ def rolling_pairs(ids: list[int], prefix: int, L: int) -> list[tuple[list[int], 
 
 @torch.no_grad()
 def score(model, pairs, batch_size: int, device) -> list[tuple[float, bool]]:
-    """(Σ log p of the targets, whether greedy decoding gives them) of each (inputs, targets):
-    the targets are the next tokens of the inputs' last len(targets) positions."""
+    """(Σ log p of the targets, whether greedy decoding gives them) of each (inputs, targets): the
+    targets are the next tokens of the inputs' last len(targets) positions."""
     device = torch.device(device)
     out = [None] * len(pairs)
     # similar lengths batch together

@@ -2,13 +2,12 @@
 
 Jobs come from Snakemake's own plan (its dry run, made in this process with the same --config /
 --configfile and targets: the jobs as its log records carry them), so the table never disagrees with
-what `snakemake` will schedule:
-per rule, its jobs, the partition the cluster profile sends them to, the estimated device-hours, the
-time limits requested, the largest memory request, and the tokens (or examples) trained on:
-the resources the rules computed (common.smk's `run_resources`: the estimate their limits come
-from). With --measured, the wall time of finished jobs from Snakemake's benchmark files beside the
-estimate, and their ratio: far from 1, workflow/resources/throughput.csv needs a row for this device
-or size.
+what `snakemake` will schedule: per rule, its jobs, the partition the cluster profile sends them to,
+the estimated device-hours, the time limits requested, the largest memory request, and the tokens
+(or examples) trained on: the resources the rules computed (common.smk's `run_resources`: the
+estimate their limits come from). With --measured, the wall time of finished jobs from Snakemake's
+benchmark files beside the estimate, and their ratio: far from 1, workflow/resources/throughput.csv
+needs a row for this device or size.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from grassflow.data import DataError
 
 
 def fetch_backbone(backbone: dict, out_dir) -> None:
-    """Save the pretrained backbone's files into out_dir, so training jobs need no internet:
-    the pipeline runs this where Snakemake runs (a cluster's login node). Written beside out_dir and
+    """Save the pretrained backbone's files into out_dir, so training jobs need no internet: the
+    pipeline runs this where Snakemake runs (a cluster's login node). Written beside out_dir and
     renamed into place: a killed fetch never leaves a partial directory."""
     import shutil
     import tempfile

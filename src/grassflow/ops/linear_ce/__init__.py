@@ -39,8 +39,8 @@ BACKENDS = ("auto", "reference", "chunked", "chunked-bf16", "fused")
 BUFFER_FLOATS = 2**23  # a chunk's logits: 32 MB of fp32 (and as much for its log-softmax)
 
 
-# Device type -> what `auto` runs there, from `python -m grassflow.bench` (head rows). CUDA:
-# the reference until a GPU measurement says otherwise (a GPU default is only what ran on one).
+# Device type -> what `auto` runs there, from `python -m grassflow.bench` (head rows). CUDA: the
+# reference until a GPU measurement says otherwise (a GPU default is only what ran on one).
 AUTO = {"cpu": "chunked", "cuda": "reference"}
 
 

@@ -2,9 +2,9 @@
 its gradient written over the logits, in three barrier-free launches (see the source).
 
 On CUDA they are compiled by CuPy (NVRTC) and launched through the driver on torch's current stream,
-with the contracts of the Plücker op's `cupy` backend (ops/plucker/cupy_backend.py):
-raw pointers and NumPy scalars of each parameter's exact type, nothing allocated by CuPy, so the
-head can be captured in a CUDA graph. On the CPU the same source runs through the CUDA-on- CPU shim
+with the contracts of the Plücker op's `cupy` backend (ops/plucker/cupy_backend.py): raw pointers
+and NumPy scalars of each parameter's exact type, nothing allocated by CuPy, so the head can be
+captured in a CUDA graph. On the CPU the same source runs through the CUDA-on- CPU shim
 (kernels/cpu_shim/), one thread at a time: slow, it exists so the GPU's arithmetic and calling
 convention are tested without a GPU (tests/helpers/fake_cupy.py runs the CUDA path on it).
 """
