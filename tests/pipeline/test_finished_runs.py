@@ -81,7 +81,6 @@ def _metrics_edit(n, **kw):
 
 
 # records crafted at each string a table prints and each number it reads: (file, edit, the refusal)
-# not the best epoch's both agree on a best eval.json lacks completed short, no reason
 CRAFTED = [
     (
         "run.json",
@@ -160,22 +159,17 @@ CRAFTED = [
     ),
     # records that disagree with each other (mutations: each of report.agreement's cross-checks
     # removed)
+    # not the best epoch's
     (
         "eval.json",
         lambda e: e["validation"].update(chunked_ppl=e["validation"]["chunked_ppl"] * 1.05),
         "eval.json: validation.chunked_ppl",
     ),
     ("eval.json", lambda e: e.update(best_epoch=1), "eval.json: best_epoch 1 is not run.json's"),
-    (
-        "run.json+metrics.jsonl",
-        None,
-        "eval.json: validation.chunked_ppl",
-    ),
-    (
-        "spec",
-        None,
-        "run.json: epochs_completed 3 of its spec's 5 epochs",
-    ),
+    # both agree on a best eval.json lacks
+    ("run.json+metrics.jsonl", None, "eval.json: validation.chunked_ppl"),
+    # completed short, no reason
+    ("spec", None, "run.json: epochs_completed 3 of its spec's 5 epochs"),
     (
         "run.json",
         lambda r: r["parts"][-1]["to"].update(epoch=2),

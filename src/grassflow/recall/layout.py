@@ -12,13 +12,12 @@ def recall_layout(p: dict, runs: dict, results: str) -> SimpleNamespace:
     """The names of recall.smk (`runs`: its task's specs; `results`: results/<preset>)."""
     r = p.get("recall") or {}
     res, report = f"{results}/recall", f"{results}/report"
-    # its cell's token files
     return SimpleNamespace(
         part=r or None,
         runs=runs,
         res=res,
         cells=recall_cells(r) if r else {},  # {cell: its data section}
-        data={run: f"{res}/data/{spec['data_cell']}" for run, spec in runs.items()},
+        data={run: f"{res}/data/{spec['data_cell']}" for run, spec in runs.items()},  # token files
         outputs=[f"{report}/recall.{x}" for x in ("md", "csv", "tex")]
         + [f"{report}/recall_vs_dmodel.png", f"{report}/recall_by_distance.png"]
         if r
