@@ -9,7 +9,7 @@
 # own .git may lag its files, and its files lose their modes.
 set -eu
 PRESET=${PRESET:-paper_v1}
-TARGETS=${TARGETS:-table1 table2}
+TARGETS=${TARGETS:-table1 table2 sweep}
 CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
 CARRY=${CARRY:-.gpu-carry.tar}
 SNAKEMAKE=${SNAKEMAKE:-snakemake}

@@ -12,7 +12,7 @@
 #      across its commands; runs finished in an earlier lease, FINISHED, are adopted from their
 #      committed records, not trained again; the progress a last.pt holds counted), said before
 #      training. The lease's next command (CARRY=/none) reuses that choice and times nothing
-#   2. `snakemake $TARGETS` (default: Table 2; Table 1's runs are all in FINISHED) with train.fuse_seeds
+#   2. `snakemake $TARGETS` (tables or grids; default: the sweep, Table 1's runs in FINISHED) with train.fuse_seeds
 #      (each config's seeds to train one job), the jobs side by side on the GPU (train.runs_per_gpu;
 #      MPS=1: under CUDA's MPS), their evaluations and the tables; at DEADLINE seconds from this
 #      command's start (or on SIGUSR1) every training job gets SIGTERM, checkpoints and exits 75, and
@@ -34,7 +34,7 @@ START=$(date +%s)
 OUT=${OUT:-results/window-out}  # what comes back (on the device: its $OUT); outside the tracked tree
 PY=${PY:-python3}
 PRESET=${PRESET:-paper_v1}
-TARGETS=${TARGETS:-table2}  # Table 1 is in reports/ (FINISHED: adopted, not trained again); Table 2 next (#99)
+TARGETS=${TARGETS:-sweep}  # #108's order: Table 1's sweep (its 3e-4 runs are Table 1's, in FINISHED: adopted), then table2
 CONFIGFILES=${CONFIGFILES:-config.yaml workflow/overlays/wikitext2-v1-local.yaml}
 DEADLINE=${DEADLINE:-520}        # seconds from this command's start to the SIGTERM of its training jobs
 LEASE=${LEASE:-}                 # the lease's command time left, seconds from this command's start (default:

@@ -390,18 +390,18 @@ def test_progress_is_read_from_the_groups_own_last_pt(tmp_path):
     last = tmp_path / "fused/table1-grassmann/last.pt"
     last.parent.mkdir(parents=True)
     save_checkpoint(last, {"spec_hash": spec_hash({"runs": group}), "pos": {"epoch": 2, "step": 5}})
-    assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 25
+    assert first_minute.progress(tmp_path, specs, "table1-grassmann", [0, 1, 2], 10) == 25
     # another group's seeds
-    assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1], 10) == 0
+    assert first_minute.progress(tmp_path, specs, "table1-grassmann", [0, 1], 10) == 0
     save_checkpoint(last, {"spec_hash": "0" * 16, "pos": {"epoch": 2, "step": 5}})  # another spec's
-    assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [0, 1, 2], 10) == 0
+    assert first_minute.progress(tmp_path, specs, "table1-grassmann", [0, 1, 2], 10) == 0
     single = tmp_path / "runs/table1-grassmann-s1/last.pt"  # a lone run's, in its run directory
     single.parent.mkdir(parents=True)
     save_checkpoint(
         single,
         {"spec_hash": spec_hash(specs["table1-grassmann-s1"]), "pos": {"epoch": 0, "step": 7}},
     )
-    assert first_minute.progress(tmp_path, specs, "table1", "grassmann", [1], 10) == 7
+    assert first_minute.progress(tmp_path, specs, "table1-grassmann", [1], 10) == 7
 
 
 def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys, monkeypatch):
@@ -452,3 +452,37 @@ def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys
         lease_cli.main(["targets", "--record", str(record)]) == 0
         and capsys.readouterr().out == "table1\n"
     )
+
+
+def test_a_grid_is_a_target_its_groups_with_a_run_left_each_trained(tmp_path):
+    """The sweep as the window's target (#108's first step): each value's group of each model,
+    less those whose runs are finished elsewhere (the base's own value: Table 1's committed runs);
+    the decision's seeds are the preset's and its grids' (a grid's runs fuse over the preset's)."""
+    from grassflow.errors import CommandError
+    from grassflow.pipeline.preview import load_config
+
+    done = tmp_path / "done"
+    for kind in ("transformer", "grassmann"):
+        for s in (0, 1):
+            (done / f"table1-{kind}-s{s}").mkdir(parents=True)
+            (done / f"table1-{kind}-s{s}" / "run.json").write_text("{}")
+    config = load_config(ROOT, [], "demo")
+    name, p, tables, finished, specs = first_minute.tables_to_train(config, ["sweep"], [done])
+    groups = {f"table1_lr_{v}-{k}" for v in ("1e-3", "1e-2") for k in ("transformer", "grassmann")}
+    assert set(tables["sweep"]) == groups and finished == []
+    for group, (spec, seeds) in tables["sweep"].items():
+        assert spec.run_id == f"{group}-s0" and seeds == [0, 1]
+        assert spec.train.lr == (1e-3 if "1e-3" in group else 1e-2)
+    # Table 1 as the target: every run finished elsewhere, nothing to train, both seeds finished
+    assert first_minute.tables_to_train(config, ["table1"], [done])[2:4] == ({}, [0, 1])
+    with pytest.raises(
+        CommandError,
+        match="--targets lags: not a table of preset demo .* nor one "
+        "of its grids \\(sweep, ablations\\)",
+    ):
+        first_minute.tables_to_train(config, ["lags"], [done])
+    overlay = tmp_path / "window.yaml"
+    decision = {"choice": ["false", "chunked"], "seeds": {"sweep": [0]}, "finished_seeds": []}
+    first_minute.write_decision(overlay, name, p, {**decision, "finished": [str(done)]})
+    got = yaml.safe_load(overlay.read_text())["presets"]["demo"]
+    assert got["seeds"] == got["sweep"]["seeds"] == got["ablations"]["seeds"] == [0]

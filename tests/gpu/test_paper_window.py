@@ -232,6 +232,21 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     assert "planned: preflight 1, train_fused 2, evaluate 4, aggregate 1, table1 1\n" in out, out[
         -3000:
     ]
+    # a grid is a target too (#108's first step: the sweep): its gate plans its runs and its table
+    # (mutation: sweep_aggregate out of the window's rules refuses it)
+    gate = subprocess.run(
+        [str(BIN / "python"), "-m", "grassflow.lease", "gate", "--preset", "demo", "--configfile"]
+        + DEMO["CONFIGFILES"].split()
+        + ["--overlay", "results/demo/window.yaml", "--targets", "sweep", "--carry", "x"],
+        cwd=work,
+        env=pipeline_env(work),
+        capture_output=True,
+        text=True,
+    )
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert re.fullmatch(
+        r"planned: train_fused 6, evaluate 12, sweep_aggregate 1, sweep 1\n", gate.stdout
+    )
     # a pinned setting trains only after the first minute has it computing the reference's loss on
     # the device: the fused head's kernels are not on this machine, so no training
     proc = _window(work, tmp_path / "head", COMPILE="false", HEAD_LOSS="fused")

@@ -31,63 +31,68 @@ from grassflow.lease.trials import (
     trial,
 )
 from grassflow.lm.data import read_tokens
-from grassflow.lm.grid import finished_runs, run_group, runs
+from grassflow.lm.grid import ablation_grid, finished_runs, run_group, runs, sweep_grid
 from grassflow.lm.layout import fused_dir
 from grassflow.pipeline.presets import select_preset
 from grassflow.pipeline.preview import load_config
-from grassflow.planning.sections import run_id
+from grassflow.planning.sections import group_seed, run_id
 from grassflow.run_spec import RunSpec
 from grassflow.runtime import claim_device, configure_torch, device_name
+
+# the grids a window may target besides a table: their cells' runs ({model: [run id per seed]})
+GRIDS = {
+    "sweep": lambda name, p: sweep_grid(name, p)["runs"],
+    "ablations": lambda name, p: list(ablation_grid(name, p).values()),
+}
+
+
+def target_groups(name: str, p: dict, target: str) -> dict[str, list[str]]:
+    """{label: its group's run ids, one per seed} of a window target: a table's groups by model, or
+    a grid's (the sweep's, the ablations') by group id; Table 1's own runs are a sweep's too."""
+    if target in (p.get("experiments") or {}):
+        return {k: [run_id(run_group(target, k), s) for s in p["seeds"]] for k in p["models"]}
+    if target in GRIDS and p.get(target):
+        cells = GRIDS[target](name, p)
+        return {group_seed(ids[0])[0]: ids for cell in cells for ids in cell.values()}
+    raise CommandError(
+        f"--targets {target}: not a table of preset {name} ({sorted(p.get('experiments') or {})}) "
+        f"nor one of its grids ({', '.join(g for g in GRIDS if p.get(g)) or 'none'})"
+    )
 
 
 def tables_to_train(
     config: dict, targets, finished_dirs
 ) -> tuple[str, dict, dict, list[int], dict]:
-    """(preset name, preset, {table: {kind: (spec of its first run to train, its seeds to train)}},
-    the seeds of which every run of the targets is finished elsewhere, every run's spec) for the
-    window's `targets` (tables): a seed with a run left to train is trained (its finished runs
-    adopted)."""
+    """(preset name, preset, {target: {label: (spec of its group's first run to train, the target's
+    seeds to train)}}, the seeds of which every run of the targets is finished elsewhere, every
+    run's spec) for the window's `targets` (tables, grids): a seed with a run left to train is
+    trained (its finished runs adopted); a group with none left is not."""
     name, p = select_preset(config)
     specs = runs(name, p)
     done = finished_runs(finished_dirs, specs)
-    tables = {}
-    for table in targets:
-        if table not in (p.get("experiments") or {}):
-            raise CommandError(
-                f"--targets {table}: not a table of preset {name} ({sorted(p['experiments'])})"
-            )
-        todo = [
-            s
-            for s in p["seeds"]
-            if any(run_id(run_group(table, k), s) not in done for k in p["models"])
-        ]
+    tables, seeds_done = {}, None
+    for target in targets:
+        groups = target_groups(name, p, target)
+        seeds = [group_seed(r)[1] for r in next(iter(groups.values()))]
+        todo = [s for s in seeds if any(ids[seeds.index(s)] not in done for ids in groups.values())]
+        left = {g: ids for g, ids in groups.items() if any(r not in done for r in ids)}
         if todo:
-            tables[table] = {
-                k: (RunSpec.of(specs[run_id(run_group(table, k), todo[0])]), todo)
-                for k in p["models"]
+            tables[target] = {
+                g: (RunSpec.of(specs[ids[seeds.index(todo[0])]]), todo) for g, ids in left.items()
             }
-    finished = [
-        s
-        for s in p["seeds"]
-        if all(run_id(run_group(t, k), s) in done for t in targets for k in p["models"])
-    ]
-    return name, p, tables, finished, specs
+        finished = {s for s in seeds if s not in todo}
+        seeds_done = finished if seeds_done is None else seeds_done & finished
+    return name, p, tables, sorted(seeds_done or ()), specs
 
 
-def progress(
-    results: Path | None, specs: dict, table: str, kind: str, seeds, per_epoch: int
-) -> int:
+def progress(results: Path | None, specs: dict, group: str, seeds, per_epoch: int) -> int:
     """The steps of the group of `seeds` (one run alone) that its last.pt holds, where it is that
     group's (the loop's resume hash; rule train_fused's work dir, a lone run's directory), else
     0."""
     if results is None:
         return 0
-    ids = [run_id(run_group(table, kind), s) for s in seeds]
-    where = (
-        Path(fused_dir(str(results), run_group(table, kind)))
-        if len(ids) > 1
-        else results / "runs" / ids[0]
-    )
+    ids = [run_id(group, s) for s in seeds]
+    where = Path(fused_dir(str(results), group)) if len(ids) > 1 else results / "runs" / ids[0]
     try:
         state = load_checkpoint(where / "last.pt")
     except CheckpointError:
@@ -117,13 +122,17 @@ def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
 
 
 def write_decision(path: Path, name: str, preset: dict, decision: dict) -> None:
-    """The window's overlay with the decision: the setting, the preset's seeds, finished_runs."""
+    """The window's overlay with the decision: the setting, the seeds (the preset's and its grids':
+    a grid's runs fuse over the preset's seeds), finished_runs."""
     overlay = yaml.safe_load(path.read_text()) if path.is_file() else {}
     section = overlay.setdefault("presets", {}).setdefault(name, {})
     compile_, head_loss = decision["choice"]
     section.setdefault("train", {}).update(compile=setting_value(compile_), head_loss=head_loss)
     lease = {s for seeds in decision["seeds"].values() for s in seeds}
     section["seeds"] = sorted(set(decision["finished_seeds"]) | lease) or preset["seeds"]
+    for grid in GRIDS:
+        if preset.get(grid):
+            section.setdefault(grid, {})["seeds"] = section["seeds"]
     overlay["finished_runs"] = list(decision["finished"])
     path.write_text(yaml.safe_dump(overlay, sort_keys=False))
 
@@ -210,8 +219,8 @@ def decide(a) -> None:
             step_s,
             deadline=None if a.deadline is None else a.deadline - spent,
             costs=costs,
-            done=lambda table, kind, seeds, per_epoch: progress(
-                results, specs, table, kind, seeds, per_epoch
+            done=lambda table, label, seeds, per_epoch: progress(
+                results, specs, group_seed(tables[table][label][0].run_id)[0], seeds, per_epoch
             ),
         )
         result["lines"] += fit_lines

@@ -21,7 +21,10 @@ from grassflow.provenance import differences, git_state
 # The jobs a window may run, in the order the plan is said; anything else (the data stages, another
 # task's) means a copy whose file times or Snakemake records were lost: it would replan them here,
 # where their sources (../shared, the hub) are not
-WINDOW_RULES = ("adopt_run", "preflight", "train", "train_fused", "evaluate", "aggregate")
+WINDOW_RULES = (
+    *("adopt_run", "preflight", "train", "train_fused", "evaluate"),
+    *("aggregate", "sweep_aggregate", "ablation_aggregate"),  # the tables: a table's, the grids'
+)
 
 
 def check_tree(a) -> None:
