@@ -4,8 +4,8 @@ Every test runs under one seed: GRASSFLOW_TEST_SEED when set (to replay a printe
 fresh one. It seeds the global RNGs (torch, numpy, random) and the `gen` fixture's generator, and is
 printed with the command that replays it. `pytest --seeds N` runs each randomized test (one that
 takes `gen`) under N fresh seeds plus the regression seeds in tests/regression_seeds.txt, and prints
-each test's worst margin (error / tolerance, as recorded by margins.within): `make test-seeds
-N=200`."""
+each test's worst margin (error / tolerance, as recorded by margins.within):
+`make test-seeds N=200`."""
 
 import os
 import random

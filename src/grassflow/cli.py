@@ -1,9 +1,9 @@
 """`grassflow <verb>`: the user's verbs (plan, gpus, runs, diff, check, export, generate, lm-eval,
 bench, preflight).
 
-The pipeline's jobs are not here: each stage is its own command line, `python -m
-grassflow.<task>.<stage>` (grassflow.job), which its rule's shell runs. Expected failures (bad data,
-bad config, missing files) print one `error:` line naming the file or key, and exit 1.
+The pipeline's jobs are not here: each stage is its own command line,
+`python -m grassflow.<task>.<stage>` (grassflow.job), which its rule's shell runs. Expected failures
+(bad data, bad config, missing files) print one `error:` line naming the file or key, and exit 1.
 """
 
 from __future__ import annotations

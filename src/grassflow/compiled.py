@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-# Device type -> what `auto` runs there ("eager", "compiled" or "graph"), from `python -m
-# grassflow.bench` (compile and graph rows). CUDA: eager until a GPU measurement says otherwise (a
-# GPU default is only what ran on one).
+# Device type -> what `auto` runs there ("eager", "compiled" or "graph"), from
+# `python -m grassflow.bench` (compile and graph rows). CUDA: eager until a GPU measurement says
+# otherwise (a GPU default is only what ran on one).
 AUTO = {"cpu": "eager", "cuda": "eager"}
 SETTINGS = ("auto", True, False, "graph", "compiled-graph")
 

@@ -1,9 +1,9 @@
-"""What every command line shares. A rule's shell runs one stage of one task as `python -m
-grassflow.<task>.<stage> --...` (grassflow/lm/train.py, grassflow/snli/tokenize.py, ...): each stage
-module's `main()` names its options with argparse and calls its function with ordinary arguments,
-through `run`. Every job imports this module (grassflow.planning.staleness): it holds nothing a
-job's result could depend on; the argument groups stages share live beside the code they feed
-(grassflow.runs: a run's jobs; grassflow.data.stages: the tokenize stages).
+"""What every command line shares. A rule's shell runs one stage of one task as
+`python -m grassflow.<task>.<stage> --...` (grassflow/lm/train.py, grassflow/snli/tokenize.py, ...):
+each stage module's `main()` names its options with argparse and calls its function with ordinary
+arguments, through `run`. Every job imports this module (grassflow.planning.staleness): it holds
+nothing a job's result could depend on; the argument groups stages share live beside the code they
+feed (grassflow.runs: a run's jobs; grassflow.data.stages: the tokenize stages).
 """
 
 from __future__ import annotations

@@ -148,8 +148,8 @@ def machine() -> dict:
 
 
 def main(argv=None) -> int:
-    """`manifest OUT` (at the checkout's root: its clean HEAD's commit and files) or `check
-    MANIFEST` (this copy against it: exit 1 naming what differs)."""
+    """`manifest OUT` (at the checkout's root: its clean HEAD's commit and files) or
+    `check MANIFEST` (this copy against it: exit 1 naming what differs)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("manifest", "check"):
         print(

@@ -4,9 +4,9 @@ runs.
 The loop hands every tracker Python floats it already has at its periodic host sync (every
 `train.log_every` steps: the window's mean loss and gradient norm, the learning rate, the
 throughput) and each epoch's validation metrics, at the run's global step; a tracker never reads a
-tensor, so it adds no host sync. Each tracker is an optional extra, imported only when chosen (`pip
-install 'grassflow[tensorboard]'`, `'grassflow[wandb]'`); one that cannot start is an error before
-the first step, naming the setting.
+tensor, so it adds no host sync. Each tracker is an optional extra, imported only when chosen
+(`pip install 'grassflow[tensorboard]'`, `'grassflow[wandb]'`); one that cannot start is an error
+before the first step, naming the setting.
 
 - tensorboard: event files in `<run dir>/tensorboard/` (`tensorboard --logdir results/`), the
   spec as the run's hyperparameters and as text.

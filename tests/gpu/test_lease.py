@@ -455,9 +455,9 @@ def test_the_next_command_reuses_the_decision_and_times_nothing(tmp_path, capsys
 
 
 def test_a_grid_is_a_target_its_groups_with_a_run_left_each_trained(tmp_path):
-    """The sweep as the window's target (#108's first step): each value's group of each model,
-    less those whose runs are finished elsewhere (the base's own value: Table 1's committed runs);
-    the decision's seeds are the preset's and its grids' (a grid's runs fuse over the preset's)."""
+    """The sweep as the window's target (#108's first step): each value's group of each model, less
+    those whose runs are finished elsewhere (the base's own value: Table 1's committed runs); the
+    decision's seeds are the preset's and its grids' (a grid's runs fuse over the preset's)."""
     from grassflow.errors import CommandError
     from grassflow.pipeline.preview import load_config
 

@@ -269,9 +269,8 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     # the lease's first command: its deadline a few epochs past the first minute (the runs need
     # several times that), the lease ample. The window is held once its Snakemake has started, until
     # every group has checkpointed its first epoch: each run is then past its start when the
-    # deadline (passed meanwhile) stops it, however slowly this machine started them.
-    # Another pipeline's training job, as it reads:
-    decoy = subprocess.Popen(
+    # deadline (passed meanwhile) stops it, however slowly this machine started them
+    decoy = subprocess.Popen(  # another pipeline's training job, as it reads
         [
             sys.executable,
             "-c",

@@ -2,13 +2,13 @@
 declared here with what it is for: a test that runs the DAG again where the one demo, or a state
 derived from it, would do costs minutes of CI.
 
-Snakemake writes one log file per invocation but a dry run (`.snakemake/log/<start
-time>.snakemake.log`); an execution is one whose log records a job started. At the end of a CI run
-(`make test TIERS="not gpu"`, every test but the GPU's), `tests/conftest.py` counts them under the
-session's temporary directory, each by the test directory that made it (a copy of the demo carries
-the demo's logs: a log is its first writer's, the copy of the earliest change time), and fails the
-run where a test made more or fewer than declared (`audit`). tests/pipeline/test_executions.py tests
-the audit itself."""
+Snakemake writes one log file per invocation but a dry run
+(`.snakemake/log/<start time>.snakemake.log`); an execution is one whose log records a job started.
+At the end of a CI run (`make test TIERS="not gpu"`, every test but the GPU's), `tests/conftest.py`
+counts them under the session's temporary directory, each by the test directory that made it (a copy
+of the demo carries the demo's logs: a log is its first writer's, the copy of the earliest change
+time), and fails the run where a test made more or fewer than declared (`audit`).
+tests/pipeline/test_executions.py tests the audit itself."""
 
 from __future__ import annotations
 

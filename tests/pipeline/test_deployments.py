@@ -1,10 +1,10 @@
 """The workflow where users keep results: the checkout in one place, the results in another.
 
 Run as `snakemake -s <checkout>/Snakefile --directory <scratch>` (config.yaml copied there), and as
-the Snakemake workflow catalog deploys a published workflow (snakedeploy's `module` with `use rule *
-from`, the user's own `config/config.yaml` beside it), a part of the demo (one model, one seed,
-Table 1) runs from a user's directory: its results under that directory, its tables equal to the
-demo's rows of the same runs, and nothing written into the checkout (Python's bytecode cache
+the Snakemake workflow catalog deploys a published workflow (snakedeploy's `module` with
+`use rule * from`, the user's own `config/config.yaml` beside it), a part of the demo (one model,
+one seed, Table 1) runs from a user's directory: its results under that directory, its tables equal
+to the demo's rows of the same runs, and nothing written into the checkout (Python's bytecode cache
 aside)."""
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ def _ours(text: str, records) -> list[str]:
 def test_a_failing_stage_says_its_line_whole_in_a_file_snakemake_was_redirected_to_and_a_pipe(
     demo, tmp_path
 ):
-    """With Snakemake's output in a file: the job's line is there whole, before Snakemake's `Error
-    in rule` (and again in the failed log Snakemake shows after it); through a pipe the same
+    """With Snakemake's output in a file: the job's line is there whole, before Snakemake's
+    `Error in rule` (and again in the failed log Snakemake shows after it); through a pipe the same
     (mutation: the job writes its line to its log only: it is found only inside the log Snakemake
     shows)."""
     work = tmp_path / "copy"

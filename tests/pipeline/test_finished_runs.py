@@ -159,8 +159,7 @@ CRAFTED = [
     ),
     # records that disagree with each other (mutations: each of report.agreement's cross-checks
     # removed)
-    # not the best epoch's
-    (
+    (  # not the best epoch's
         "eval.json",
         lambda e: e["validation"].update(chunked_ppl=e["validation"]["chunked_ppl"] * 1.05),
         "eval.json: validation.chunked_ppl",

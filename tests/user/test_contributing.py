@@ -1,7 +1,7 @@
 """CONTRIBUTING.md's "Where to change what", each row checked: its edit reaches exactly the jobs its
-"Reruns" cell names, by the code fingerprints the rules carry (each rule's `code_of(<stage module>,
-<kinds>)`: grassflow.planning.staleness). What then reruns downstream (a table after its runs) is
-Snakemake's, and the staleness tests run such edits on the demo."""
+"Reruns" cell names, by the code fingerprints the rules carry (each rule's
+`code_of(<stage module>, <kinds>)`: grassflow.planning.staleness). What then reruns downstream (a
+table after its runs) is Snakemake's, and the staleness tests run such edits on the demo."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ from grassflow.snli import grid as snli
 
 @dataclass(frozen=True)
 class Task:
-    """What a task declares for planning; its jobs are its stage modules (`python -m
-    grassflow.<task>.<stage>`), which its rule file names."""
+    """What a task declares for planning; its jobs are its stage modules
+    (`python -m grassflow.<task>.<stage>`), which its rule file names."""
 
     name: str  # its package's name; "lm" | "snli" | "recall" | a new one
     # the preset key holding this task's part (None: the preset itself, the LM)

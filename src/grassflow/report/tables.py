@@ -21,10 +21,10 @@ MODELS = ("transformer", "grassmann")
 
 
 def read_runs(run_dirs, columns) -> pd.DataFrame:
-    """One row per run directory: its task's `columns(run.json, eval.json, completed and evaluated,
-    validation results, test results)`, then the provenance columns; in the order of the
-    directories' paths, whatever order they were handed in (a table's rows never depend on how it
-    was run)."""
+    """One row per run directory: its task's
+    `columns(run.json, eval.json, completed and evaluated, validation results, test results)`, then
+    the provenance columns; in the order of the directories' paths, whatever order they were handed
+    in (a table's rows never depend on how it was run)."""
     rows = []
     for d in sorted(map(Path, run_dirs)):
         rec, ev = (read_record(d / f) for f in ("run.json", "eval.json"))
