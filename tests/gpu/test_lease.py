@@ -486,3 +486,47 @@ def test_a_grid_is_a_target_its_groups_with_a_run_left_each_trained(tmp_path):
     first_minute.write_decision(overlay, name, p, {**decision, "finished": [str(done)]})
     got = yaml.safe_load(overlay.read_text())["presets"]["demo"]
     assert got["seeds"] == got["sweep"]["seeds"] == got["ablations"]["seeds"] == [0]
+
+
+def test_groups_of_one_shape_are_timed_once(monkeypatch):
+    """A sweep's values step alike (trials.shape: the model, batch and members, not the learning
+    rate): the first minute times the first group of each shape, the others take its rows, said;
+    the budget's smaller-group trials too (mutation: shape with the spec's lr in it times 4 groups,
+    the smaller one twice)."""
+    import dataclasses
+
+    def at(kind, lr):
+        s = _spec(kind)
+        return dataclasses.replace(s, train=dataclasses.replace(s.train, lr=lr))
+
+    tables = {
+        "sweep": {
+            f"table1_lr_{lr}-{k}": (at(k, lr), [0, 1])
+            for lr in (1e-3, 1e-2)
+            for k in ("transformer", "grassmann")
+        }
+    }
+    calls = []
+    real = trials.trial
+    monkeypatch.setattr(trials, "trial", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    result = trials.choose(tables, IDS, 40, CPU, [trials.REFERENCE], box_s=600, timed_steps=2)
+    assert [(s.model_kind, s.train.lr) for s in calls] == [
+        ("transformer", 1e-3),
+        ("grassmann", 1e-3),
+    ] * 2
+    rows = {(r["model"], r["status"]): r for r in result["rows"]}
+    copied = rows["table1_lr_0.01-grassmann", "ok"]
+    assert copied["timed_as"] == "sweep table1_lr_0.001-grassmann"
+    assert copied["step_s"] == rows["table1_lr_0.001-grassmann", "ok"]["step_s"]
+    assert len(result["rows"]) == 8 and result["choice"] == trials.REFERENCE
+    assert (
+        "sweep table1_lr_0.01-transformer: timed as sweep table1_lr_0.001-transformer, its shape"
+        in result["lines"]
+    )
+    assert "ok (timed as sweep table1_lr_0.001-grassmann)" in trials.to_markdown(result, "cpu")
+    # the budget's smaller groups: one trial a shape
+    monkeypatch.setattr(first_minute, "trial", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    calls.clear()
+    measure = first_minute.boxed(IDS, 40, CPU, trials.REFERENCE, 2, time.perf_counter() + 600)
+    assert measure(at("transformer", 1e-3), [0]) == measure(at("transformer", 1e-2), [0]) > 0
+    assert len(calls) == 1

@@ -27,6 +27,7 @@ from grassflow.lease.trials import (
     free,
     one_line,
     setting_name,
+    shape,
     to_markdown,
     trial,
 )
@@ -106,17 +107,23 @@ def boxed(ids, vocab, device, setting, timed_steps: int, box_end: float):
     """budget.seeds_that_fit's `measure`: a smaller group's trial of `setting`, inside the time
     box's alarm (whatever is left of it, at least MIN_SHARE), its failure a TrialFailed."""
 
+    timed = {}  # by shape (trials.shape): a sweep's values time once
+
     def measure(spec, seeds) -> float:
-        try:
-            with Alarm(max(box_end - time.perf_counter(), MIN_SHARE)):
-                return trial(
-                    spec, seeds, ids, vocab, device, setting, CHECK_STEPS, timed_steps
-                ).step_s
-        # any failure: the group does not fit, said
-        except (Exception, BoxTimeout) as err:
-            raise TrialFailed(one_line(err)) from None
-        finally:
-            free(device)
+        key = shape(spec, len(seeds))
+        if key not in timed:
+            try:
+                with Alarm(max(box_end - time.perf_counter(), MIN_SHARE)):
+                    t = trial(spec, seeds, ids, vocab, device, setting, CHECK_STEPS, timed_steps)
+                    timed[key] = t.step_s
+            # any failure: the group does not fit, said
+            except (Exception, BoxTimeout) as err:
+                timed[key] = TrialFailed(one_line(err))
+            finally:
+                free(device)
+        if isinstance(timed[key], TrialFailed):
+            raise timed[key]
+        return timed[key]
 
     return measure
 

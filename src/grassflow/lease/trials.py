@@ -22,6 +22,7 @@ nobody asked for. The figures: `to_markdown` (reports/bench/choose-<device>.md).
 
 from __future__ import annotations
 
+import json
 import signal
 import tempfile
 import time
@@ -251,6 +252,12 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"[:300]
 
 
+def shape(spec, members: int) -> str:
+    """What a group's step costs and computes alike: its model, batch and members, not its learning
+    rate (a sweep's values): the first minute times one group of each shape."""
+    return json.dumps([spec.model_kind, spec.model, spec.train.batch_size, members], sort_keys=True)
+
+
 def free(device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -272,11 +279,12 @@ def choose(
     the box's time left, less MIN_SHARE for each trial of a later candidate, evenly over its models
     left. With `checkpoint_dir`, each reference also times its group's checkpoint."""
     rows, lines = [], []
-    groups = [
-        (table, kind, spec, seeds)
-        for table, kinds in tables.items()
-        for kind, (spec, seeds) in kinds.items()
-    ]
+    firsts, same, groups = {}, {}, []
+    for table, kinds in tables.items():
+        for kind, (spec, seeds) in kinds.items():
+            same[table, kind] = firsts.setdefault(shape(spec, len(seeds)), (table, kind))
+            if same[table, kind] == (table, kind):  # the first group of its shape: timed
+                groups.append((table, kind, spec, seeds))
 
     def row_of(table, kind, spec, seeds, setting):
         return {
@@ -350,6 +358,14 @@ def choose(
                 )
         if not dropped:
             passed.append(cand)
+    for (table, kind), first in same.items():  # the groups of a shape timed before: its rows
+        if first != (table, kind):
+            rows += [
+                {**r, "table": table, "model": kind, "timed_as": " ".join(first)}
+                for r in rows
+                if (r["table"], r["model"]) == first and "timed_as" not in r
+            ]
+            lines.append(f"{table} {kind}: timed as {' '.join(first)}, its shape")
     choice = min(
         passed,
         key=lambda c: sum(
@@ -399,6 +415,7 @@ def to_markdown(result: dict, device: str) -> str:
             r["compile"],
             r["head_loss"],
             r["status"]
+            + (f" (timed as {r['timed_as']})" if r.get("timed_as") else "")
             + (f" ({r['error']})" if r.get("error") else "")
             + (f"; capture: {r['capture_error']}" if r.get("capture_error") else ""),
             _cell(r, "loss_rel_diff", "{:.1e}".format),
