@@ -197,7 +197,7 @@ def test_the_window_refuses_a_tree_whose_data_stages_would_replan(tmp_path):
     assert "preflight done" not in log and not (work / "results/demo/preflight").exists()
 
 
-def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp_path):
+def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp_path, request):
     need_pdflatex()  # its third lease compiles a table: skipped before the first, or not at all
     prep, commit = _prepared(tmp_path)
     # a real edit in the copy (a changed module, a new one) is refused by name, before anything runs
@@ -280,6 +280,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
             "another/pipeline",
         ]
     )
+    request.addfinalizer(decoy.kill)  # a failed assertion below leaves no sleeper
     proc = _window(work, tmp_path / "first", deadline=chosen_by + 10, LEASE="3000")
     res = work / "results/demo"
     groups = ("table1-transformer", "table1-grassmann")
