@@ -26,9 +26,8 @@ from grassflow.errors import (
 )
 
 JSON = "a JSON file, or JSON"
-RECORD_IMPORTS = (
-    "GRASSFLOW_RECORD_IMPORTS"  # a directory: each job writes the grassflow files it loaded
-)
+# a directory: each job writes the grassflow files it loaded
+RECORD_IMPORTS = "GRASSFLOW_RECORD_IMPORTS"
 # the failures a command expects (bad input, missing files): one `error:` line each, never a
 # traceback
 EXPECTED = (

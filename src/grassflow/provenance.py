@@ -33,9 +33,8 @@ PACKAGES = (
 # import names whose distribution depends on the build installed (CuPy: cupy-cuda12x, cupy-cuda13x,
 # cupy)
 BY_IMPORT = ("cupy",)
-TREE_ENV = (
-    "GRASSFLOW_TREE"  # a manifest (`manifest` below): records name its commit, checked by content
-)
+# a manifest (`manifest` below): records name its commit, checked by content
+TREE_ENV = "GRASSFLOW_TREE"
 
 
 def _git(cwd, *args, git_dir=None):

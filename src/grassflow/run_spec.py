@@ -22,13 +22,11 @@ class RunSpec:
     train: TrainConfig
     experiment: str | None = None  # lm, snli: the table the run belongs to
     tokenizer: str | None = None  # lm, snli: the tokenizer's name
-    model: dict | None = (
-        None  # lm, recall: ModelConfig's fields, less the data's (vocabulary, context)
-    )
+    # lm, recall: ModelConfig's fields, less the data's (vocabulary, context)
+    model: dict | None = None
     head: dict | None = None  # snli: HeadConfig's fields
-    features: dict | None = (
-        None  # snli: what the head reads (a frozen backbone's states, or its own embedding)
-    )
+    # snli: what the head reads (a frozen backbone's states, or its own embedding)
+    features: dict | None = None
     backbone: dict | None = None  # snli, on a backbone's features: which
     max_tokens: int | None = None  # snli: per sentence
     cell: dict | None = None  # recall: the (seq_len, kv) cell

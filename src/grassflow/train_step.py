@@ -97,9 +97,8 @@ class TrainStep:
         )
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.members = layers.members(model)
-        self.buffers = self.batch = (
-            None  # the batch's tensors' buffers (from the first batch); the batch the region reads
-        )
+        # the batch's tensors' buffers (from the first batch); the batch the region reads
+        self.buffers = self.batch = None
         self.graph, self.eager_steps = None, 0
         self.capture_error = None  # why the capture failed, if it did: the run goes on eagerly
         self.side = None  # the warm-up's stream

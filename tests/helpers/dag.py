@@ -19,9 +19,8 @@ from grassflow.planning import staleness
 from helpers import ROOT
 from helpers.warm_snakemake import WarmSnakemake
 
-RUN_WILDCARDS = (
-    r"(?:\w+_)?run"  # run=, snli_run=, recall_run= (each task's rule file names its own)
-)
+# run=, snli_run=, recall_run= (each task's rule file names its own)
+RUN_WILDCARDS = r"(?:\w+_)?run"
 
 BIN = Path(sys.executable).parent
 COPY = [

@@ -13,9 +13,8 @@ def scheduler(config, log, groups: dict[str, str], cores: int):
     (pytest-xdist#1386)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    config.option.loadscopereorder = (
-        False  # the collection's order (the two long groups first), not by size
-    )
+    # the collection's order (the two long groups first), not by size
+    config.option.loadscopereorder = False
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

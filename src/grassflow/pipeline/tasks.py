@@ -32,15 +32,12 @@ class Task:
     part_key: str | None
     # (preset name, preset) → {run_id: spec}; every spec has run_id, task, model_kind, train
     runs: Callable
-    estimate: (
-        Callable  # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
-    )
-    check: Callable | None = (
-        None  # (key path, preset name, preset) → raises ConfigError naming the key
-    )
-    check_model: Callable | None = (
-        None  # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
-    )
+    # (stage, spec, preset, settings, files) → (Estimate, where the sizes came from)
+    estimate: Callable
+    # (key path, preset name, preset) → raises ConfigError naming the key
+    check: Callable | None = None
+    # (a run's spec, preset) → raises ValueError: its model as its dataclass takes it
+    check_model: Callable | None = None
     # the JSON schema of its part: a dict, or a YAML file of its package (snli/schema.yaml); its
     # `$defs` join the config schema's (the LM's part: workflow/schemas/config.schema.yaml)
     schema: dict | str | None = None

@@ -32,9 +32,8 @@ from grassflow.models.config import ModelConfig
 ROOT = Path(__file__).resolve().parents[3]
 THROUGHPUT = ROOT / "workflow" / "resources" / "throughput.csv"
 DATASETS = ROOT / "workflow" / "resources" / "datasets.csv"
-UNKNOWN_DEVICE_SLOWDOWN = (
-    3.0  # an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
-)
+# an unlisted GPU: the H100's rates ÷ 3 (an A100-class card is ~2× slower)
+UNKNOWN_DEVICE_SLOWDOWN = 3.0
 # Every job: process start, imports (torch, CUDA), reading its data, building the model. The demo's
 # tiny jobs measured 6-25 s end to end on the CPU with almost no arithmetic (`grassflow plan
 # --measured`).

@@ -252,9 +252,8 @@ def fingerprint(code: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(code, sort_keys=True).encode()).hexdigest()[:16]
 
 
-CODE_INDEX = (
-    ".snakemake/grassflow/code"  # under the working directory: {fingerprint}.json per fingerprint
-)
+# under the working directory: {fingerprint}.json per fingerprint
+CODE_INDEX = ".snakemake/grassflow/code"
 
 
 def remember(codes: dict[str, dict[str, str]], index: Path) -> None:

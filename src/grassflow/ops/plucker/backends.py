@@ -11,9 +11,8 @@ from grassflow.ops.plucker.cupy_backend import CupyStages
 from grassflow.ops.plucker.fast import TorchStages
 from grassflow.ops.plucker.fused_cpu import FusedCpuStages
 
-BACKENDS = (
-    PLUCKER_BACKENDS  # the one list (models.config): the config's checks and the schema read it
-)
+# the one list (models.config): the config's checks and the schema read it
+BACKENDS = PLUCKER_BACKENDS
 _STAGES = {
     "fast": TorchStages(),
     "cupy": CupyStages(),
