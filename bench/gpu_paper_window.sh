@@ -177,7 +177,6 @@ while kill -0 $SM 2>/dev/null && [ "$(left)" -gt 0 ]; do
   sleep 2
 done
 if kill -0 $SM 2>/dev/null; then
-  budget  # the groups whose first epoch came in too late for the loop above
   say "deadline: SIGTERM to the training jobs (each checkpoints and exits 75; rerun to resume)"
   TRAINERS=""
   while kill -0 $SM 2>/dev/null; do  # and to any Snakemake starts after it; it finishes the rest
@@ -185,6 +184,9 @@ if kill -0 $SM 2>/dev/null; then
     sleep 2
   done
   for p in $TRAINERS; do while kill -0 "$p" 2>/dev/null; do sleep 1; done; done  # their last.pt written
+  # the groups whose first epoch came in too late for the loop above (or as the deadline passed):
+  # their projected finish, for the lease's next command, once every stopped job's epochs are in
+  budget
 fi
 wait $SM; rc=$?
 kill $GPU_LOAD 2>/dev/null || true

@@ -266,10 +266,13 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
     # this machine's first minute
     chosen_by = _at((tmp_path / "head/window.log").read_text(), "first minute:")
 
-    # the lease's first command: its deadline a few epochs past the first minute (the runs need
-    # several times that), the lease ample. The window is held once its Snakemake has started, until
-    # every group has checkpointed its first epoch: each run is then past its start when the
-    # deadline (passed meanwhile) stops it, however slowly this machine started them
+    # the lease's first command: its deadline passed by the time its Snakemake starts (the runs
+    # need many times its first minute), the lease ample. The window is held once its Snakemake has
+    # started, until every group has checkpointed its first epoch: each run is then past its start
+    # when the deadline stops it, however slowly this machine started them, and the window says
+    # each group's projected finish once its jobs have stopped (a deadline among the first epochs
+    # raced the hold: a CI run's window said no projection; mutation: the window's one call before
+    # SIGTERM fails this)
     decoy = subprocess.Popen(  # another pipeline's training job, as it reads
         [
             sys.executable,
@@ -281,7 +284,7 @@ def test_a_lease_in_two_commands_trains_every_run_it_covers_and_resumes_them(tmp
         ]
     )
     request.addfinalizer(decoy.kill)  # a failed assertion below leaves no sleeper
-    proc = _window(work, tmp_path / "first", deadline=chosen_by + 10, LEASE="3000")
+    proc = _window(work, tmp_path / "first", deadline=chosen_by - 3, LEASE="3000")
     res = work / "results/demo"
     groups = ("table1-transformer", "table1-grassmann")
     t0 = time.time()
