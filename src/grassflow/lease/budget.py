@@ -62,11 +62,7 @@ def seeds_that_fit(
     setup_s, checkpoint_s = costs.get("setup_s", {}), costs.get("checkpoint_s", {})
     t0 = clock()
     # the tables fitted so far: their need; their jobs' starts
-    used, started, restarted = (
-        0.0,
-        False,
-        False,
-    )
+    used, started, restarted = 0.0, False, False
     fit, lines = {}, []
     for table, kinds in tables.items():
         todo = next(iter(kinds.values()))[1]
